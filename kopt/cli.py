@@ -1,0 +1,263 @@
+"""The ``kopt`` command line (click): sweep, preflight, query, best, catalog."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from kopt.spec import SpecError, load_sweep
+from kopt.store import QueryError, default_root
+
+console = Console(stderr=True)
+out = Console()
+
+STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
+                         help="Store root (default: $KOPT_STORE or ./kopt-store).")
+
+
+def _store(store: Path | None) -> Path:
+    return store if store is not None else default_root()
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {msg}", highlight=False)
+    sys.exit(code)
+
+
+@click.group()
+@click.version_option(package_name="kopt")
+def main() -> None:
+    """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
+
+
+class ProgressObserver:
+    """Rich progress: builds done, runs done, failures, ETA."""
+
+    def __init__(self) -> None:
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
+                          TextColumn("eta"), TimeRemainingColumn(), console=console)
+        self.failed = 0
+
+    def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None:
+        for d in devices:
+            console.print(f"device: {d['name']} ({d['device_class']}, {d.get('node_ip', '')})",
+                          highlight=False)
+        self.p.start()
+        self.tb = self.p.add_task("built", total=n_builds, extra="")
+        self.tr = self.p.add_task("ran  ", total=n_jobs, extra="failed 0")
+
+    def on_build(self, result: Any, n_jobs: int) -> None:
+        self.p.advance(self.tb)
+        if not result.ok:
+            self.failed += n_jobs
+            self.p.advance(self.tr, n_jobs)
+            self.p.update(self.tr, extra=f"failed {self.failed}")
+
+    def on_result(self, row: dict[str, Any]) -> None:
+        if row["status"] == "compile_error":
+            return
+        if row["status"] != "ok":
+            self.failed += 1
+        self.p.advance(self.tr)
+        self.p.update(self.tr, extra=f"failed {self.failed}")
+
+    def on_finish(self, summary: Any) -> None:
+        self.p.stop()
+
+    def stop(self) -> None:
+        self.p.stop()
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _kv(text: str | None) -> str:
+    """``{"A": 1, "B": 2}`` (JSON text) -> ``A=1 B=2``."""
+    if not text:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
+
+
+def _methods(r: dict[str, Any]) -> str:
+    ms = [r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
+    return ", ".join(m for m in ms if m) or "(baseline)"
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@STORE_OPT
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="auto: CUDA when a GPU is visible, else the C++ source.")
+@click.option("--max-candidates", type=click.IntRange(min=1), default=None,
+              help="Cap per device class: the baseline plus a deterministic sample.")
+@click.option("--resume", "resume", metavar="RUN_ID", default=None,
+              help="Finish a killed run; nothing already measured is measured again.")
+@click.option("--cpu-devices", type=click.IntRange(min=1), default=1, show_default=True,
+              help="CPU backend: how many single-thread CPU device actors.")
+@click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--top", "top_k", default=5, show_default=True, help="Rows in the closing table.")
+def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
+          resume: str | None, cpu_devices: int, address: str | None, top_k: int) -> None:
+    """Expand, build, run and store every candidate of SWEEP_DIR; print the best."""
+    from kopt.pipeline import SweepError, run_sweep
+    from kopt.select import top
+
+    try:
+        sw = load_sweep(sweep_dir)
+    except SpecError as e:
+        _fail(str(e))
+    root = _store(store)
+    obs = ProgressObserver()
+    try:
+        summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
+                            resume=resume, cpu_devices=cpu_devices, address=address,
+                            observers=[obs])
+    except (SpecError, SweepError) as e:
+        obs.stop()
+        _fail(str(e))
+    except KeyboardInterrupt:
+        obs.stop()
+        console.print("[yellow]interrupted[/]: every finished measurement is stored; finish with "
+                      f"`kopt sweep {sweep_dir} --resume <run id>` (`kopt query \"select run_id, "
+                      "status from runs\"`)")
+        sys.exit(130)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
+    console.print(f"run [bold]{summary.run_id}[/]: {summary.n_candidates} candidates, "
+                  f"{summary.n_jobs} jobs ({summary.n_skipped} already stored) in "
+                  f"{summary.wall_s:.1f} s; {counts or 'nothing new to run'}", highlight=False)
+    rows = top(summary.run_id, top_k, root)
+    t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend})")
+    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(r["device_class"], _kv(r["dims"]),
+                  _methods(r) + (" = baseline" if r["is_baseline"] and r["compute_method"] else ""),
+                  _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
+                  _fmt(r["speedup"]) + ("x" if r["speedup"] else ""))
+    out.print(t)
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True)
+def preflight(sweep_dir: Path, backend: str) -> None:
+    """Build the baseline, run it once against the reference, print its figures. Writes nothing."""
+    from kopt.preflight import PreflightError, run_preflight
+
+    try:
+        sw = load_sweep(sweep_dir)
+        r = run_preflight(sw, backend)
+    except (SpecError, PreflightError) as e:
+        _fail(str(e))
+    t = Table(title=f"preflight {sw.name} ({r['backend']}, {r['device']})", show_header=False)
+    for k in ("signature", "command", "compile_s", "registers", "smem_bytes", "spill_bytes",
+              "dims", "status", "error", "max_abs_err", "median_ms", "iqr_ms", "n_samples"):
+        if r.get(k) not in (None, ""):
+            t.add_row(k, _fmt(r[k]))
+    out.print(t)
+    if r["status"] != "ok":
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("sql")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+def query(sql: str, store: Path | None, fmt: str) -> None:
+    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations)."""
+    from kopt.store import query as run_query
+
+    try:
+        cols, rows = run_query(sql, _store(store))
+    except QueryError as e:
+        _fail(str(e))
+    if fmt == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    elif fmt == "json":
+        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+    else:
+        t = Table()
+        for c in cols:
+            t.add_column(c, overflow="fold")
+        for r in rows:
+            t.add_row(*(_fmt(v) for v in r))
+        out.print(t)
+
+
+@main.command()
+@click.argument("sweep_name")
+@STORE_OPT
+@click.option("--run", "run_id", default=None, help="A run id (default: the sweep's latest run).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> None:
+    """Best correct candidate per device class (and problem size) of SWEEP_NAME."""
+    from kopt.select import best as select_best
+
+    rows = select_best(sweep_name, _store(store), run_id)
+    if not rows:
+        _fail(f"no correct candidate of sweep {sweep_name!r} in {_store(store)}", 1)
+    if fmt == "json":
+        click.echo(json.dumps(rows, default=str, indent=1))
+        return
+    t = Table(title=f"best of {sweep_name} (run {rows[0]['run_id']})")
+    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(r["device_class"], _kv(r["dims"]), _methods(r), _kv(r["params"]),
+                  _fmt(r["median_ms"]),
+                  _fmt(r["iqr_ms"]), _fmt(r["speedup"]) + ("x" if r["speedup"] else ""))
+    out.print(t)
+
+
+@main.command("catalog")
+@click.option("--axis", type=click.Choice(["compute", "memory", "latency"]), default=None)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def catalog_cmd(axis: str | None, fmt: str) -> None:
+    """List the optimization catalog: methods per axis in priority order."""
+    from kopt.catalog import AXES, load_catalog
+
+    cat = load_catalog()
+    axes = [axis] if axis else list(AXES)
+    if fmt == "json":
+        click.echo(json.dumps([{**m.__dict__, "conflicts": sorted(m.conflicts),
+                                "couples": sorted(m.couples), "requires": sorted(m.requires)}
+                               for a in axes for m in cat.axis(a)], indent=1))
+        return
+    for a in axes:
+        t = Table(title=f"{a} axis")
+        for c in ("P", "id", "change", "min SM", "conflicts / couples", "trigger"):
+            t.add_column(c, overflow="fold")
+        for m in cat.axis(a):
+            sm = (f"{m.min_sm}" if m.min_sm else "any") + ("a" if m.needs_sm90a else "")
+            rel = ", ".join([*sorted(m.conflicts)] + [f"= {c}" for c in sorted(m.couples)])
+            t.add_row(str(m.priority), m.id, m.change, sm, rel, m.trigger.get("text", ""))
+        out.print(t)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Expansion: method triples x launch configs x dims -> candidates with deterministic ids.
+
+A triple takes at most one realized method per axis, scanned in the
+catalog's strict priority order; "none" keeps the baseline code on that axis.
+Methods are admitted per axis unless above the device's SM arch
+(``arch_incompatible``) or already selected in an earlier iteration
+(``already_selected``); triples with conflicting methods, or lacking a
+required one, are dropped. Each triple's launch params (the sweep's params
+plus its methods' params) are a cartesian product filtered by restrictions,
+per problem size. Candidates realizing the same defines collapse into one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kopt.catalog import AXES, Catalog
+from kopt.expr import parse
+from kopt.spec import Scalar, Space, SpecError
+
+Triple = tuple[str | None, str | None, str | None]
+NONE_TRIPLE: Triple = (None, None, None)
+
+
+def stable_hash(obj: Any, n: int = 16) -> str:
+    """First ``n`` hex digits of sha256 over canonical JSON of ``obj``."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class AxisScan:
+    """One method's fate in an axis scan: admitted, or skipped with a reason."""
+
+    method: str
+    axis: str
+    priority: int
+    admitted: bool
+    reason: str = ""
+
+
+@dataclass
+class Candidate:
+    """One point of the space: a triple and a launch config, realized as defines.
+
+    Attributes:
+        candidate_id: 16-hex id over (backend, source digest, defines): equal for
+            identical builds of one source.
+        triple: (compute, memory, latency) method ids, None for "none".
+        params: launch params incl. the triple's method params.
+        defines: every ``-D`` the build gets (params and method defines).
+        dims_ok: indices into the space's dims for which the restrictions hold.
+        is_baseline: the (none, none, none) triple with the baseline params.
+        target: the compile target: ``"sm_90"``, ``"sm_90a"``, or ``"host"``.
+    """
+
+    candidate_id: str
+    triple: Triple
+    params: dict[str, Scalar]
+    defines: dict[str, Scalar]
+    dims_ok: list[int]
+    is_baseline: bool = False
+    target: str = "host"
+    aliases: list[Triple] = field(default_factory=list)
+
+
+def scan_axes(space: Space, catalog: Catalog, sm: int | None,
+              selected: Iterable[str] = ()) -> dict[str, list[AxisScan]]:
+    """Per axis, the realized methods in priority order with admitted/skipped and why.
+
+    Args:
+        space: the backend space (its ``methods`` are what the kernel realizes).
+        catalog: the method catalog.
+        sm: the target device's SM arch as an int (90 for sm_90); None for CPU devices.
+        selected: methods already selected in earlier iterations.
+    """
+    sel = set(selected)
+    out: dict[str, list[AxisScan]] = {}
+    for axis in AXES:
+        rows = []
+        for m in catalog.axis(axis):
+            if m.id not in space.methods:
+                continue
+            if m.id in sel:
+                rows.append(AxisScan(m.id, axis, m.priority, False, "already_selected"))
+            elif not m.arch_ok(sm) or (m.needs_sm90a and sm is not None and sm < 90):
+                rows.append(AxisScan(m.id, axis, m.priority, False, "arch_incompatible"))
+            else:
+                rows.append(AxisScan(m.id, axis, m.priority, True))
+        out[axis] = rows
+    return out
+
+
+def admissible_triples(space: Space, catalog: Catalog, sm: int | None,
+                       selected: Iterable[str] = ()) -> list[Triple]:
+    """Every admissible triple, the (none, none, none) baseline first, then priority order.
+
+    A triple is dropped when two of its methods conflict, or when a method's
+    ``requires`` is neither in the triple nor in ``selected``.
+    """
+    sel = set(selected)
+    scans = scan_axes(space, catalog, sm, sel)
+    options = [[None] + [s.method for s in scans[a] if s.admitted] for a in AXES]
+    triples: list[Triple] = []
+    for t in itertools.product(*options):
+        chosen = [m for m in t if m]
+        if any(catalog.conflict(a, b) for a, b in itertools.combinations(chosen, 2)):
+            continue
+        have = set(chosen) | sel
+        if any(not catalog.methods[m].requires <= have for m in chosen):
+            continue
+        triples.append(t)  # type: ignore[arg-type]
+    return triples
+
+
+def _target(triple: Triple, catalog: Catalog, backend: str, sm: int | None) -> str:
+    if backend == "cpu":
+        return "host"
+    needs_a = any(m and catalog.methods[m].needs_sm90a for m in triple)
+    return f"sm_{sm}a" if needs_a else f"sm_{sm}"
+
+
+def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[str] = (),
+           source_digest: str | None = None) -> list[Candidate]:
+    """All candidates of ``space`` for a device of SM arch ``sm`` (None: CPU), baseline first.
+
+    Args:
+        space: the backend space.
+        catalog: the method catalog.
+        sm: the target SM arch as an int, or None for CPU devices.
+        selected: methods selected in earlier iterations (skipped as already_selected).
+        source_digest: digest of the source text (default: computed from the file).
+
+    Raises:
+        SpecError: a restriction names an unknown parameter, or the baseline
+            violates the restrictions for some problem size.
+    """
+    digest = source_digest or stable_hash(space.source_text())
+    known = set(space.params) | {k for d in space.dims for k in d}
+    for real in space.methods.values():
+        known |= set(real.params) | set(real.defines)
+    restrictions = []
+    for i, text in enumerate(space.restrictions):
+        e = parse(text)
+        unknown = e.names - known
+        if unknown:
+            raise SpecError(f"restrictions[{i}] {text!r} names {sorted(unknown)}, which are "
+                            f"neither params, method params/defines nor dims (known: "
+                            f"{sorted(known)})")
+        restrictions.append(e)
+
+    by_id: dict[str, Candidate] = {}
+    baseline_key = None
+    for triple in admissible_triples(space, catalog, sm, selected):
+        reals = [space.methods[m] for m in triple if m]
+        pspace: dict[str, list[Scalar]] = dict(space.params)
+        mdefines: dict[str, Scalar] = {}
+        for r in reals:
+            pspace.update(r.params)
+            mdefines.update(r.defines)
+        names = list(pspace)
+        for values in itertools.product(*(pspace[n] for n in names)):
+            params = dict(zip(names, values))
+            dims_ok = _dims_ok(restrictions, params, mdefines, space.dims)
+            is_base = triple == NONE_TRIPLE and params == space.baseline
+            if is_base and len(dims_ok) != len(space.dims):
+                bad = [space.dims[i] for i in range(len(space.dims)) if i not in dims_ok]
+                raise SpecError(f"baseline params {params} violate the restrictions for dims "
+                                f"{bad}; change `baseline` or the restrictions")
+            if not dims_ok:
+                continue
+            defines = {**params, **mdefines}
+            cid = stable_hash({"backend": space.backend, "source": digest, "defines": defines})
+            if cid in by_id:
+                by_id[cid].aliases.append(triple)
+                by_id[cid].is_baseline |= is_base
+                continue
+            by_id[cid] = Candidate(cid, triple, params, defines, dims_ok, is_base,
+                                   _target(triple, catalog, space.backend, sm))
+            if is_base:
+                baseline_key = cid
+    cands = list(by_id.values())
+    if baseline_key is None:  # the baseline params were filtered out as a duplicate? cannot be
+        raise SpecError("the baseline (no methods, baseline params) is not in the space")
+    cands.sort(key=lambda c: (not c.is_baseline,))
+    return cands
+
+
+def _dims_ok(restrictions: Sequence[Any], params: dict[str, Scalar],
+             mdefines: dict[str, Scalar], dims: list[dict[str, int]]) -> list[int]:
+    ok = []
+    for i, d in enumerate(dims):
+        env = {**d, **mdefines, **params}
+        good = True
+        for r in restrictions:
+            if not r.names <= env.keys():
+                continue  # names a param this candidate does not have
+            try:
+                if not r(env):
+                    good = False
+                    break
+            except ZeroDivisionError:
+                good = False
+                break
+        if good:
+            ok.append(i)
+    return ok
+
+
+def cap(cands: list[Candidate], max_candidates: int | None) -> list[Candidate]:
+    """Keep at most ``max_candidates``: the baseline plus a deterministic sample (by id order).
+
+    Candidate ids are sha256 digests, so the first N by id are a uniform,
+    reproducible sample of the space.
+    """
+    if max_candidates is None or len(cands) <= max_candidates:
+        return cands
+    if max_candidates < 1:
+        raise ValueError("--max-candidates must be >= 1")
+    base = [c for c in cands if c.is_baseline]
+    rest = sorted((c for c in cands if not c.is_baseline), key=lambda c: c.candidate_id)
+    return base + rest[: max_candidates - len(base)]

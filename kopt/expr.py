@@ -1,0 +1,126 @@
+"""Safe evaluation of the small Python-syntax expressions a sweep spec holds.
+
+Restrictions (``"THREADS * VEC <= 4096"``) and shapes (``"M * K"``) are
+evaluated over params and dims. Only arithmetic, comparisons, boolean logic,
+ternaries and ``min``/``max``/``abs`` are allowed; anything else (attribute
+access, calls to other names, subscripts, lambdas) is rejected when the spec
+is loaded, so a spec can never run code.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+_BINOPS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+}
+_CMPOPS = {
+    ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.Eq: operator.eq, ast.NotEq: operator.ne,
+}
+_UNOPS = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
+          ast.Invert: operator.invert}
+_FUNCS = {"min": min, "max": max, "abs": abs}
+
+
+class ExprError(ValueError):
+    """An expression uses syntax or names outside the allowed subset."""
+
+
+class Expr:
+    """A parsed, validated expression.
+
+    Args:
+        text: the expression source, e.g. ``"BM * BK <= 4096"``.
+
+    Raises:
+        ExprError: on a syntax error or a disallowed construct.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        try:
+            self._tree = ast.parse(text, mode="eval").body
+        except SyntaxError as e:
+            raise ExprError(f"not a valid expression: {text!r} ({e.msg})") from None
+        self.names: frozenset[str] = frozenset(self._check(self._tree))
+
+    def _check(self, node: ast.AST) -> set[str]:
+        names: set[str] = set()
+        if isinstance(node, ast.Constant):
+            if not isinstance(node.value, (int, float, bool)):
+                raise ExprError(f"only numbers are allowed as constants in {self.text!r}")
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            names |= self._check(node.left) | self._check(node.right)
+        elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
+            names |= self._check(node.operand)
+        elif isinstance(node, ast.BoolOp):
+            for v in node.values:
+                names |= self._check(v)
+        elif isinstance(node, ast.Compare) and all(type(o) in _CMPOPS for o in node.ops):
+            names |= self._check(node.left)
+            for c in node.comparators:
+                names |= self._check(c)
+        elif isinstance(node, ast.IfExp):
+            names |= self._check(node.test) | self._check(node.body) | self._check(node.orelse)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in _FUNCS and not node.keywords):
+            for a in node.args:
+                names |= self._check(a)
+        else:
+            raise ExprError(
+                f"{type(node).__name__} is not allowed in {self.text!r}; use numbers, names, "
+                "arithmetic, comparisons, and/or/not, 'a if c else b', min/max/abs")
+        return names
+
+    def __call__(self, env: Mapping[str, Any]) -> Any:
+        """Evaluate with ``env`` (name -> number). Raises KeyError for an unbound name."""
+        return _eval(self._tree, env)
+
+    def __repr__(self) -> str:
+        return f"Expr({self.text!r})"
+
+
+def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise KeyError(node.id)
+    if isinstance(node, ast.BinOp):
+        return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+    if isinstance(node, ast.UnaryOp):
+        return _UNOPS[type(node.op)](_eval(node.operand, env))
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            return all(_eval(v, env) for v in node.values)
+        return any(_eval(v, env) for v in node.values)
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env)
+        for op, c in zip(node.ops, node.comparators):
+            right = _eval(c, env)
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
+    if isinstance(node, ast.Call):
+        return _FUNCS[node.func.id](*(_eval(a, env) for a in node.args))  # type: ignore[attr-defined]
+    raise ExprError(f"cannot evaluate {ast.dump(node)}")
+
+
+@lru_cache(maxsize=4096)
+def parse(text: str) -> Expr:
+    """Parse and validate ``text`` once (cached). Raises ExprError."""
+    return Expr(text)

@@ -1,0 +1,390 @@
+"""The sweep pipeline on Ray: expand -> build (CPU tasks) -> run (one actor per device) -> store.
+
+Builds are Ray tasks of one CPU each, all submitted up front so that Ray runs
+as many at once as there are CPUs; each device starts on the first finished
+build (no compile phase to wait for). Every device actor holds at most
+``inflight`` jobs (backpressure), so one slow device never hoards work.
+Results are rows appended to the store as they arrive; a compile error, wrong
+result, crash or timeout is a row with its status, never an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import ray
+
+from kopt import __version__
+from kopt.catalog import Catalog, load_catalog
+from kopt.expand import Candidate, cap, expand, stable_hash
+from kopt.spec import Space, SpecError, Sweep
+from kopt.store import Writer, done_job_keys, dumps, now, run_record
+from workers import build as wbuild
+from workers.device_actor import remote_actor
+
+
+class SweepError(RuntimeError):
+    """The sweep cannot start (no device for the backend, a bad --resume, ...)."""
+
+
+class Observer(Protocol):
+    """Hooks called by the driver as a sweep progresses (Kernel Tuner's observer idea)."""
+
+    def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None: ...
+    def on_build(self, result: wbuild.BuildResult, n_jobs: int) -> None: ...
+    def on_result(self, row: dict[str, Any]) -> None: ...
+    def on_finish(self, summary: RunSummary) -> None: ...
+
+
+@dataclass
+class Job:
+    """One run: a candidate on one device class for one problem size."""
+
+    job_key: str
+    candidate: Candidate
+    device_class: str
+    dims_index: int
+    dims: dict[str, int]
+    build_id: str
+
+
+@dataclass
+class RunSummary:
+    """What a finished (or interrupted) sweep did. Times in seconds."""
+
+    run_id: str
+    sweep: str
+    backend: str
+    n_candidates: int
+    n_jobs: int
+    n_skipped: int
+    status_counts: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    compile_cpu_s: float = 0.0
+    device_busy_s: dict[str, float] = field(default_factory=dict)
+    devices: list[dict] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def new_run_id(sweep: str) -> str:
+    """``YYYYmmdd-HHMMSS-<6 hex>`` (UTC), sortable by start time."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Attach to ``address`` or start an embedded local Ray instance (once per process)."""
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING",
+                              "log_to_driver": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        ray.init(**kwargs)
+
+
+def pick_backend(sweep: Sweep, backend: str) -> str:
+    """Resolve ``auto``: CUDA when the cluster has a GPU and the sweep a .cu source, else CPU.
+
+    Raises:
+        SweepError: the requested backend has no source or no device.
+    """
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if backend == "auto":
+        if gpus and "cuda" in sweep.spaces:
+            return "cuda"
+        if "cpu" in sweep.spaces:
+            return "cpu"
+        raise SweepError(
+            f"{sweep.spec_path}: no GPU is visible and the sweep has no C++ source for the CPU "
+            "backend; run it on a GPU node, or add a `cpu:` block with `kernel: NAME.cpp`")
+    if backend == "cuda" and not gpus:
+        raise SweepError("--backend cuda: no GPU in the Ray cluster (ray.cluster_resources() "
+                         "shows none); use --backend cpu or run on a GPU node")
+    sweep.space(backend)  # SpecError when missing
+    return backend
+
+
+def _build_remote(job: wbuild.BuildJob) -> tuple[dict, bytes | None]:
+    res, data = wbuild.build(job)
+    return dataclasses.asdict(res), data
+
+
+def _identity_remote(backend: str) -> str:
+    return wbuild.compiler_identity(backend)
+
+
+def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str) -> str:
+    """Content address of a build: source digest, defines, flags, target, compiler identity."""
+    return stable_hash({"source": digest, "defines": cand.defines, "flags": space.flags,
+                        "include_dirs": space.include_dirs, "target": cand.target,
+                        "compiler": compiler_id, "backend": space.backend}, 20)
+
+
+class Driver:
+    """Runs one sweep on the attached Ray cluster.
+
+    Args:
+        sweep: the validated sweep.
+        store: the store root.
+        backend: ``auto``, ``cuda`` or ``cpu``.
+        max_candidates: cap per device class (baseline always kept).
+        resume: a run id to finish instead of starting a new run.
+        cpu_devices: how many CPU device actors for the CPU backend.
+        inflight: jobs queued per device actor (backpressure).
+        observers: progress hooks.
+        catalog: the method catalog (default: the shipped one).
+    """
+
+    def __init__(self, sweep: Sweep, store: Path, backend: str = "auto",
+                 max_candidates: int | None = None, resume: str | None = None,
+                 cpu_devices: int = 1, inflight: int = 2,
+                 observers: list[Observer] | None = None, catalog: Catalog | None = None):
+        self.sweep, self.store = sweep, Path(store)
+        self.backend_req, self.max_candidates = backend, max_candidates
+        self.resume, self.cpu_devices, self.inflight = resume, cpu_devices, inflight
+        self.observers = observers or []
+        self.catalog = catalog or load_catalog()
+
+    # -- setup ---------------------------------------------------------------------------
+    def _start_devices(self, backend: str) -> tuple[list[Any], list[dict]]:
+        if backend == "cuda":
+            n = int(ray.cluster_resources().get("GPU", 0))
+            cls = remote_actor("cuda")
+        else:
+            n = self.cpu_devices
+            cls = remote_actor("cpu", threads=1)
+        actors = [cls.remote("cuda" if backend == "cuda" else "cpu") for _ in range(n)]
+        infos = []
+        for a in actors:
+            try:
+                infos.append(ray.get(a.info.remote()))
+            except ray.exceptions.RayError as e:
+                raise SweepError(f"a {backend} device actor failed to start: {e}") from None
+        return actors, infos
+
+    def _plan(self, space: Space, infos: list[dict], run_id: str, compiler_id: str,
+              digest: str) -> tuple[list[Job], dict[str, wbuild.BuildJob], int]:
+        jobs: list[Job] = []
+        builds: dict[str, wbuild.BuildJob] = {}
+        n_cands = 0
+        seen_classes: dict[str, dict] = {}
+        for info in infos:
+            seen_classes.setdefault(info["device_class"], info)
+        for dc, info in seen_classes.items():
+            cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest),
+                        self.max_candidates)
+            n_cands += len(cands)
+            for c in cands:
+                bid = build_id(space, c, digest, compiler_id)
+                builds.setdefault(bid, wbuild.BuildJob(
+                    build_id=bid, backend=space.backend, source=space.source_text(),
+                    source_name=space.source.name, source_dir=str(space.source.parent),
+                    defines=c.defines, flags=space.flags, target=c.target,
+                    include_dirs=space.include_dirs))
+                for di in c.dims_ok:
+                    key = stable_hash({"candidate": c.candidate_id, "dims": space.dims[di],
+                                       "device_class": dc, "iteration": 1, "build": bid})
+                    jobs.append(Job(key, c, dc, di, space.dims[di], bid))
+        return jobs, builds, n_cands
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        """Run the sweep to the end; returns its summary.
+
+        Raises:
+            SweepError / SpecError: before anything is measured.
+            KeyboardInterrupt: after flushing every measured row (resume with --resume).
+        """
+        t_start = time.perf_counter()
+        sweep = self.sweep
+        run_id = self.resume or new_run_id(sweep.name)
+        done: set[str] = set()
+        if self.resume:
+            rec = run_record(self.store, self.resume)
+            if rec is None:
+                raise SweepError(f"--resume {self.resume}: no such run in {self.store} "
+                                 "(`kopt query \"select run_id, sweep, status from runs\"` "
+                                 "lists runs)")
+            if rec["sweep"] != sweep.name:
+                raise SweepError(f"--resume {self.resume}: that run is of sweep {rec['sweep']!r}, "
+                                 f"not {sweep.name!r}")
+            if rec["spec_hash"] != sweep.spec_hash:
+                raise SweepError(f"--resume {self.resume}: the sweep's spec or sources changed "
+                                 "since that run; start a new run instead")
+            if self.backend_req == "auto":
+                self.backend_req = rec["backend"]
+            done = done_job_keys(self.store, self.resume)
+        backend = pick_backend(sweep, self.backend_req)
+        space = sweep.space(backend)
+        digest = stable_hash(space.source_text())
+        compiler_id = ray.get(ray.remote(num_cpus=0)(_identity_remote).remote(backend))
+        actors, infos = self._start_devices(backend)
+        jobs, builds, n_cands = self._plan(space, infos, run_id, compiler_id, digest)
+        todo = [j for j in jobs if j.job_key not in done]
+        writer = Writer(self.store, sweep.name, run_id)
+        options = {"backend": backend, "max_candidates": self.max_candidates,
+                   "cpu_devices": self.cpu_devices, "resume": self.resume}
+        run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
+                   "sweep_dir": str(sweep.root), "backend": backend, "devices": dumps(infos),
+                   "n_candidates": n_cands, "n_jobs": len(jobs), "options": dumps(options),
+                   "host": platform.node(), "kopt_version": __version__}
+        writer.add("runs", [{**run_row, "event": "running", "created_at": now()}])
+        writer.flush()
+        summary = RunSummary(run_id, sweep.name, backend, n_cands, len(jobs),
+                             len(jobs) - len(todo), devices=infos)
+        needed = {j.build_id for j in todo}
+        for o in self.observers:
+            o.on_start(len(needed), len(todo), infos)
+        try:
+            self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
+                       summary, run_id)
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            writer.flush()
+            writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
+                                 "wall_s": time.perf_counter() - t_start}])
+            writer.flush()
+            raise
+        finally:
+            for i, a in enumerate(actors):
+                try:
+                    st = ray.get(a.stats.remote(), timeout=30)
+                    summary.device_busy_s[f"{infos[i]['device_class']}#{i}"] = st["busy_s"]
+                    a.shutdown.remote()
+                except Exception:
+                    pass
+                ray.kill(a, no_restart=True)
+        summary.wall_s = time.perf_counter() - t_start
+        writer.add("runs", [{**run_row, "event": "finished", "created_at": now(),
+                             "wall_s": summary.wall_s}])
+        writer.compact("candidates")
+        writer.flush()
+        for o in self.observers:
+            o.on_finish(summary)
+        return summary
+
+    def _loop(self, todo: list[Job], builds: dict[str, wbuild.BuildJob], space: Space,
+              actors: list[Any], infos: list[dict], writer: Writer, summary: RunSummary,
+              run_id: str) -> None:
+        sweep = self.sweep
+        by_build: dict[str, list[Job]] = {}
+        for j in todo:
+            by_build.setdefault(j.build_id, []).append(j)
+        task = ray.remote(num_cpus=1, num_returns=2, max_retries=2)(_build_remote)
+        # baseline builds first: their timings are every speedup's denominator
+        order = sorted(builds, key=lambda b: not any(j.candidate.is_baseline
+                                                     for j in by_build[b]))
+        pending_builds: dict[Any, str] = {}
+        artifacts: dict[str, Any] = {}
+        metas: dict[str, dict] = {}
+        for b in order:
+            meta_ref, art_ref = task.remote(builds[b])
+            pending_builds[meta_ref] = b
+            artifacts[b] = art_ref
+        ready: dict[str, deque[Job]] = {}
+        actor_class = [info["device_class"] for info in infos]
+        inflight: dict[int, int] = {i: 0 for i in range(len(actors))}
+        running: dict[Any, tuple[int, Job]] = {}
+        job_common = {
+            "reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
+            "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
+            "timing": space.timing.model_dump(),
+            "signature": [dataclasses.asdict(a) for a in space.signature.args]}
+
+        def emit(job: Job, outcome: dict[str, Any], info: dict | None) -> None:
+            row = self._row(job, outcome, metas.get(job.build_id, {}), info, space, run_id)
+            writer.add("candidates", [row])
+            summary.status_counts[row["status"]] = summary.status_counts.get(row["status"], 0) + 1
+            for o in self.observers:
+                o.on_result(row)
+
+        def dispatch() -> None:
+            for i, a in enumerate(actors):
+                q = ready.get(actor_class[i])
+                while q and inflight[i] < self.inflight:
+                    job = q.popleft()
+                    payload = {**job_common, "build_id": job.build_id, "job_key": job.job_key,
+                               "dims": job.dims}
+                    ref = a.run.remote(payload, artifacts[job.build_id])
+                    running[ref] = (i, job)
+                    inflight[i] += 1
+
+        while pending_builds or running:
+            waitables = list(pending_builds) + list(running)
+            done_refs, _ = ray.wait(waitables, num_returns=1, timeout=1.0)
+            for ref in done_refs:
+                if ref in pending_builds:
+                    b = pending_builds.pop(ref)
+                    try:
+                        meta = ray.get(ref)
+                    except ray.exceptions.RayError as e:
+                        meta = dataclasses.asdict(wbuild.BuildResult(b, False, f"build task: {e}"))
+                    metas[b] = meta
+                    res = wbuild.BuildResult(**meta)
+                    summary.compile_cpu_s += 0.0 if res.cached else res.compile_s
+                    for o in self.observers:
+                        o.on_build(res, len(by_build[b]))
+                    if not res.ok:
+                        for job in by_build[b]:
+                            emit(job, {"status": "compile_error", "error": res.error}, None)
+                        artifacts.pop(b, None)
+                        continue
+                    for job in sorted(by_build[b], key=lambda j: not j.candidate.is_baseline):
+                        ready.setdefault(job.device_class, deque()).append(job)
+                else:
+                    i, job = running.pop(ref)
+                    inflight[i] -= 1
+                    try:
+                        outcome = ray.get(ref)
+                    except ray.exceptions.RayError as e:
+                        outcome = {"status": "lost", "error": f"device actor failed: {e}"}
+                    emit(job, outcome, infos[i])
+            dispatch()
+            writer.add("candidates", [])  # time-based flush
+
+    def _row(self, job: Job, outcome: dict[str, Any], meta: dict, info: dict | None,
+             space: Space, run_id: str) -> dict[str, Any]:
+        c = job.candidate
+        info = info or {}
+        return {
+            "run_id": run_id, "sweep": self.sweep.name, "iteration": 1, "job_key": job.job_key,
+            "candidate_id": c.candidate_id, "build_id": job.build_id,
+            "compute_method": c.triple[0], "memory_method": c.triple[1],
+            "latency_method": c.triple[2], "is_baseline": c.is_baseline,
+            "params": dumps(c.params), "defines": dumps(c.defines), "dims": dumps(job.dims),
+            "backend": space.backend, "arch": c.target, "device_class": job.device_class,
+            "device_name": info.get("name"), "node": info.get("node_ip"),
+            "status": outcome.get("status", "error"), "error": outcome.get("error") or None,
+            "compile_s": meta.get("compile_s"), "build_cached": meta.get("cached"),
+            "registers": meta.get("registers"), "smem_bytes": meta.get("smem_bytes"),
+            "spill_bytes": meta.get("spill_bytes"), "max_abs_err": outcome.get("max_abs_err"),
+            "median_ms": outcome.get("median_ms"), "min_ms": outcome.get("min_ms"),
+            "iqr_ms": outcome.get("iqr_ms"), "mean_ms": outcome.get("mean_ms"),
+            "n_samples": outcome.get("n_samples"), "samples_ms": outcome.get("samples_ms"),
+            "sm_clock_mhz": outcome.get("sm_clock_mhz"),
+            "temperature_c": outcome.get("temperature_c"),
+            "throttle_reasons": outcome.get("throttle_reasons"),
+            "wall_s": outcome.get("wall_s"), "created_at": now(),
+        }
+
+
+def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
+              max_candidates: int | None = None, resume: str | None = None,
+              cpu_devices: int = 1, address: str | None = None,
+              observers: list[Observer] | None = None) -> RunSummary:
+    """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`."""
+    ensure_ray(address)
+    return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
+                  observers=observers).run()
+
+
+__all__ = ["Driver", "Job", "Observer", "RunSummary", "SweepError", "SpecError", "run_sweep"]

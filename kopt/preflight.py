@@ -1,0 +1,84 @@
+"""``kopt preflight``: build the baseline, run it once against the reference, report. No store."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kopt.catalog import load_catalog
+from kopt.expand import expand, stable_hash
+from kopt.pipeline import build_id
+from kopt.spec import Sweep
+from workers import build as wbuild
+from workers.sandbox import Sandbox
+
+
+class PreflightError(RuntimeError):
+    """The baseline could not be checked (no device for the backend, harness failure)."""
+
+
+def _local_backend(sweep: Sweep, backend: str) -> tuple[str, int | None]:
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if backend == "auto":
+        backend = "cuda" if has_gpu and "cuda" in sweep.spaces else "cpu"
+    if backend == "cuda":
+        if not has_gpu:
+            raise PreflightError("--backend cuda: no GPU visible to torch on this machine")
+        major, minor = torch.cuda.get_device_capability(0)
+        return backend, major * 10 + minor
+    sweep.space("cpu")
+    return backend, None
+
+
+def run_preflight(sweep: Sweep, backend: str = "auto") -> dict[str, Any]:
+    """Build and run the baseline on the first dims once (check + timing).
+
+    Returns:
+        A dict: backend, device, signature, command, compile_s, registers,
+        smem_bytes, spill_bytes, dims, status, error, max_abs_err, median_ms,
+        iqr_ms, n_samples.
+
+    Raises:
+        PreflightError: no device for the backend, or the harness cannot start.
+        SpecError: the spec is inconsistent (e.g. the baseline breaks a restriction).
+    """
+    backend, sm = _local_backend(sweep, backend)
+    space = sweep.space(backend)
+    digest = stable_hash(space.source_text())
+    base = expand(space, load_catalog(), sm, source_digest=digest)[0]
+    bid = build_id(space, base, digest, wbuild.compiler_identity(backend))
+    job = wbuild.BuildJob(bid, backend, space.source_text(), space.source.name,
+                          str(space.source.parent), base.defines, space.flags, base.target,
+                          space.include_dirs)
+    with tempfile.TemporaryDirectory(prefix="kopt-preflight-") as tmp:
+        res, data = wbuild.build(job, cache=Path(tmp))
+        out: dict[str, Any] = {"backend": backend, "device": "-",
+                               "signature": space.signature.describe(),
+                               "command": res.command, "compile_s": res.compile_s,
+                               "registers": res.registers, "smem_bytes": res.smem_bytes,
+                               "spill_bytes": res.spill_bytes, "dims": space.dims[0]}
+        if not res.ok:
+            return {**out, "status": "compile_error", "error": res.error}
+        art = wbuild.ensure_artifact(bid, data, cache=Path(tmp))  # type: ignore[arg-type]
+        sb = Sandbox(backend, {"OMP_NUM_THREADS": "1"} if backend == "cpu" else None)
+        try:
+            sb.start()
+        except RuntimeError as e:
+            raise PreflightError(f"the {backend} harness did not start: {e}") from None
+        try:
+            outcome = sb.run({
+                "artifact": str(art), "build_id": bid, "job_key": "preflight",
+                "reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
+                "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
+                "timing": space.timing.model_dump(), "dims": space.dims[0],
+                "signature": [dataclasses.asdict(a) for a in space.signature.args]},
+                space.timing.timeout_s)
+            out["device"] = sb.info.get("name", "-")
+        finally:
+            sb.close()
+    return {**out, **{k: outcome.get(k) for k in ("status", "error", "max_abs_err", "median_ms",
+                                                   "iqr_ms", "n_samples")}}

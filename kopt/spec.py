@@ -1,0 +1,360 @@
+"""Sweep specs: load and validate ``sweeps/NAME/sweep.yaml`` (format: docs/spec.md).
+
+Everything is checked before anything runs: the YAML schema (pydantic), the
+kernel prototype, the catalog method ids, the restriction expressions, the
+baseline and how every scalar ``solve`` argument gets its value. Errors are
+:class:`SpecError` and name the file, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kopt.catalog import Catalog, load_catalog
+from kopt.contract import ContractError, Signature, parse_signature_file
+from kopt.expr import ExprError, parse
+
+Scalar = int | float | str
+BACKEND_SUFFIXES = {".cu": "cuda", ".cpp": "cpu", ".cc": "cpu", ".cxx": "cpu"}
+
+
+class SpecError(ValueError):
+    """A sweep spec is invalid. The message names the file, the field and the fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tolerance(_Model):
+    """Per-element check ``|out - ref| <= atol + rtol * |ref|`` (torch.isclose's rule)."""
+
+    atol: float = Field(1e-5, ge=0)
+    rtol: float = Field(1e-5, ge=0)
+
+
+class Timing(_Model):
+    """How each candidate is timed (units: ms, counts, s)."""
+
+    warmup_ms: float = Field(25.0, ge=0)
+    min_samples: int = Field(10, ge=3)
+    max_samples: int = Field(200, ge=3)
+    max_time_ms: float = Field(2000.0, gt=0)
+    target_rel_error: float = Field(0.005, gt=0)
+    timeout_s: float = Field(60.0, gt=0)
+
+
+class Ncu(_Model):
+    """Nsight Compute capture settings (used by the optimization loop)."""
+
+    top_k: int = Field(3, ge=0)
+    sections: list[str] | None = None
+    metrics: list[str] | None = None
+
+
+class MethodRealization(_Model):
+    """How one kernel realizes a catalog method: defines always passed, extra params."""
+
+    defines: dict[str, Scalar] = {}
+    params: dict[str, list[Scalar]] = {}
+
+    @field_validator("params")
+    @classmethod
+    def _nonempty(cls, v: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        for k, vals in v.items():
+            if not vals:
+                raise ValueError(f"param {k!r} has an empty list of values")
+        return v
+
+
+class BackendBlock(_Model):
+    """One backend's source and search space."""
+
+    kernel: str
+    params: dict[str, list[Scalar]] = {}
+    restrictions: list[str] = []
+    baseline: dict[str, Scalar] = {}
+    methods: dict[str, MethodRealization] = {}
+    flags: list[str] = []
+    dims: list[dict[str, int]] | None = None
+    include_dirs: list[str] = []
+    timing: Timing | None = None
+
+
+class SweepFile(_Model):
+    """The whole of sweep.yaml (schema; semantic checks come after)."""
+
+    name: str | None = None
+    kernel: str
+    reference: str = "ref.py"
+    dims: list[dict[str, int]] = Field(min_length=1)
+    tolerance: Tolerance = Tolerance()
+    args: dict[str, list[str | int]] = {}
+    scalars: dict[str, float | int] = {}
+    params: dict[str, list[Scalar]] = {}
+    restrictions: list[str] = []
+    baseline: dict[str, Scalar] = {}
+    methods: dict[str, MethodRealization] = {}
+    flags: list[str] = []
+    include_dirs: list[str] = []
+    timing: Timing = Timing()
+    seed: int = 0
+    iterations: int = Field(1, ge=1)
+    ncu: Ncu = Ncu()
+    cpu: BackendBlock | None = None
+    cuda: BackendBlock | None = None
+
+
+@dataclass
+class Space:
+    """One backend's validated search space.
+
+    Attributes:
+        backend: ``"cuda"`` or ``"cpu"``.
+        source: absolute path of the kernel file.
+        signature: the parsed ``solve`` prototype.
+        params: launch params, name -> values (baseline values first).
+        restrictions: the raw expressions.
+        baseline: baseline params (every param has one).
+        methods: method id -> realization, only ids in the catalog.
+        flags: extra compiler flags.
+        dims: problem sizes for this backend.
+        include_dirs: extra -I paths (absolute).
+        timing: the timing settings for this backend.
+    """
+
+    backend: str
+    source: Path
+    signature: Signature
+    params: dict[str, list[Scalar]]
+    restrictions: list[str]
+    baseline: dict[str, Scalar]
+    methods: dict[str, MethodRealization]
+    flags: list[str]
+    dims: list[dict[str, int]]
+    include_dirs: list[str] = field(default_factory=list)
+    timing: Timing = field(default_factory=Timing)
+
+    def source_text(self) -> str:
+        return self.source.read_text()
+
+
+@dataclass
+class Sweep:
+    """A loaded, validated sweep: shared settings plus one Space per backend."""
+
+    name: str
+    root: Path
+    spec_path: Path
+    reference: Path
+    tolerance: Tolerance
+    args: dict[str, list[str | int]]
+    scalars: dict[str, float | int]
+    timing: Timing
+    seed: int
+    iterations: int
+    ncu: Ncu
+    spaces: dict[str, Space]
+    primary: str
+    raw: dict[str, Any]
+
+    @property
+    def spec_hash(self) -> str:
+        """sha256 (16 hex) of the spec and every source it names: changes when anything does."""
+        h = hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode())
+        for sp in self.spaces.values():
+            h.update(sp.source.read_bytes())
+        h.update(self.reference.read_bytes())
+        return h.hexdigest()[:16]
+
+    def space(self, backend: str) -> Space:
+        """The Space for ``backend``; SpecError if the sweep has no source for it."""
+        if backend not in self.spaces:
+            raise SpecError(
+                f"{self.spec_path}: this sweep has no {backend} source (backends: "
+                f"{', '.join(sorted(self.spaces))}); add a `{backend}:` block with `kernel:`")
+        return self.spaces[backend]
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
+    """Load and validate a sweep folder (or its sweep.yaml).
+
+    Args:
+        path: ``sweeps/NAME`` or ``sweeps/NAME/sweep.yaml``.
+        catalog: the method catalog (default: the shipped one).
+
+    Returns:
+        The validated Sweep.
+
+    Raises:
+        SpecError: anything wrong, naming the file and field.
+    """
+    p = Path(path)
+    spec_path = p / "sweep.yaml" if p.is_dir() else p
+    if not spec_path.exists():
+        raise SpecError(f"{spec_path}: no such file; a sweep folder holds sweep.yaml, the kernel "
+                        "source and ref.py (see docs/spec.md)")
+    root = spec_path.parent.resolve()
+    try:
+        raw = yaml.safe_load(spec_path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(f"{spec_path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{spec_path}: expected a mapping at the top level (kernel:, dims:, ...)")
+    try:
+        sf = SweepFile.model_validate(raw)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field (see docs/spec.md for the fields a sweep.yaml takes)"
+            elif err["type"] == "missing":
+                msg = "required field is missing"
+            got = err.get("input")
+            got_s = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
+            msgs.append(f"  field '{_fmt_loc(err['loc'])}': {msg}{got_s}")
+        raise SpecError(f"{spec_path}: invalid sweep spec:\n" + "\n".join(msgs)) from None
+    return _resolve(sf, raw, spec_path, root, catalog or load_catalog())
+
+
+def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
+             catalog: Catalog) -> Sweep:
+    def err(fieldname: str, msg: str) -> SpecError:
+        return SpecError(f"{spec_path}: field '{fieldname}': {msg}")
+
+    ref = root / sf.reference
+    if not ref.exists():
+        raise err("reference", f"file {ref} does not exist; it must define reference(**kwargs)")
+    _check_ref(ref, err)
+
+    blocks: dict[str, tuple[str, BackendBlock]] = {}
+    top = BackendBlock(kernel=sf.kernel, params=sf.params, restrictions=sf.restrictions,
+                       baseline=sf.baseline, methods=sf.methods, flags=sf.flags,
+                       include_dirs=sf.include_dirs)
+    primary = _backend_of(sf.kernel, err, "kernel")
+    blocks[primary] = ("", top)
+    for name in ("cpu", "cuda"):
+        blk = getattr(sf, name)
+        if blk is None:
+            continue
+        b = _backend_of(blk.kernel, err, f"{name}.kernel")
+        if b != name:
+            raise err(f"{name}.kernel", f"{blk.kernel} is a {b} source, not {name}")
+        if name in blocks:
+            raise err(name, f"the top-level kernel is already the {name} source; "
+                            f"put the other backend's source in this block")
+        blocks[name] = (f"{name}.", blk)
+
+    spaces = {}
+    for backend, (prefix, blk) in blocks.items():
+        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err)
+    return Sweep(
+        name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
+        tolerance=sf.tolerance, args=sf.args, scalars=sf.scalars, timing=sf.timing,
+        seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
+        raw=raw)
+
+
+def _backend_of(kernel: str, err: Any, fieldname: str) -> str:
+    suffix = Path(kernel).suffix
+    if suffix not in BACKEND_SUFFIXES:
+        raise err(fieldname, f"{kernel!r}: unknown source suffix {suffix!r}; expected "
+                             ".cu (cuda) or .cpp/.cc/.cxx (cpu)")
+    return BACKEND_SUFFIXES[suffix]
+
+
+def _check_ref(ref: Path, err: Any) -> None:
+    try:
+        tree = ast.parse(ref.read_text(), str(ref))
+    except SyntaxError as e:
+        raise err("reference", f"{ref} does not parse: {e}") from None
+    funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if "reference" not in funcs:
+        raise err("reference", f"{ref} must define `def reference(**kwargs)` returning the "
+                               "expected output tensor (or a dict of them by argument name)")
+
+
+def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Path,
+           catalog: Catalog, err: Any) -> Space:
+    src = root / blk.kernel
+    if not src.exists():
+        raise err(f"{prefix}kernel", f"file {src} does not exist")
+    try:
+        sig = parse_signature_file(src)
+    except ContractError as e:
+        raise err(f"{prefix}kernel", str(e)) from None
+    dims = blk.dims if blk.dims is not None else sf.dims
+    if not dims:
+        raise err(f"{prefix}dims", "needs at least one problem size, e.g. [{N: 1048576}]")
+
+    argnames = {a.name for a in sig.args}
+    for a in sf.args:
+        if a not in argnames:
+            raise err(f"args.{a}", f"{src.name} has no solve argument {a!r} "
+                                   f"(it has: {', '.join(a.name for a in sig.args)})")
+    for i, d in enumerate(dims):
+        for s in sig.scalars:
+            if s.name not in d and s.name not in sf.scalars:
+                raise err(f"{prefix}dims[{i}]", f"solve argument {s.name!r} is a scalar but is "
+                          f"neither a dim nor in `scalars`; add {s.name}: <value> to one of them")
+        for a, shape in sf.args.items():
+            for j, e in enumerate(shape):
+                if isinstance(e, str):
+                    try:
+                        v = parse(e)({**d, **sf.scalars})
+                    except (ExprError, KeyError) as ex:
+                        raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with dims {d}: {ex}"
+                                  ) from None
+                    if not isinstance(v, int) or v < 0:
+                        raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r}, not a size")
+
+    params = {k: list(v) for k, v in blk.params.items()}
+    for k, vals in params.items():
+        if not vals:
+            raise err(f"{prefix}params.{k}", "empty list of values")
+        if len(set(map(repr, vals))) != len(vals):
+            raise err(f"{prefix}params.{k}", f"repeated values in {vals}")
+    for mid, real in blk.methods.items():
+        if mid not in catalog.methods:
+            raise err(f"{prefix}methods.{mid}", f"unknown method id; the catalog has: "
+                      f"{', '.join(catalog.methods)} (`kopt catalog` lists them)")
+        for k in real.params:
+            if k in params:
+                raise err(f"{prefix}methods.{mid}.params.{k}",
+                          f"{k!r} is already a launch param; give method params their own names")
+    for i, r in enumerate(blk.restrictions):
+        try:
+            parse(r)
+        except ExprError as e:
+            raise err(f"{prefix}restrictions[{i}]", str(e)) from None
+    baseline = {}
+    for k, vals in params.items():
+        v = blk.baseline.get(k, vals[0])
+        if v not in vals:
+            raise err(f"{prefix}baseline.{k}", f"{v!r} is not one of the values {vals}")
+        baseline[k] = v
+    for k in blk.baseline:
+        if k not in params:
+            raise err(f"{prefix}baseline.{k}", f"not a launch param (params: {list(params)})")
+    return Space(
+        backend=backend, source=src.resolve(), signature=sig, params=params,
+        restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
+        flags=list(blk.flags), dims=[dict(d) for d in dims],
+        include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
+        timing=blk.timing or sf.timing)
+
+
+Backend = Literal["cuda", "cpu"]

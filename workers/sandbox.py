@@ -1,0 +1,147 @@
+"""Client side of the sandbox: a long-lived harness subprocess that survives nothing bad.
+
+:class:`Sandbox` starts ``python -m workers.harness`` with a private pipe
+pair, sends it run jobs and waits for each answer with a timeout. A job that
+hangs (timeout), kills the process (segfault, abort) or leaves the CUDA
+context broken (illegal address) becomes an outcome with that status and
+error text; the process is restarted before the next job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+START_TIMEOUT_S = 180.0
+
+
+class Sandbox:
+    """One harness subprocess for one device.
+
+    Args:
+        device: ``"cuda"`` or ``"cpu"``.
+        env: extra environment for the subprocess (e.g. CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS).
+    """
+
+    def __init__(self, device: str, env: dict[str, str] | None = None):
+        self.device = device
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self.info: dict[str, Any] = {}
+        self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
+
+    def start(self) -> None:
+        """Start the harness and wait until it has set up the device. Raises RuntimeError."""
+        r_child, w_parent = os.pipe()
+        r_parent, w_child = os.pipe()
+        with open(self.log, "ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device],
+                pass_fds=(r_child, w_child), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                env=self.env, start_new_session=True)
+        os.close(r_child)
+        os.close(w_child)
+        self.w = Connection(w_parent, readable=False)
+        self.r = Connection(r_parent, writable=False)
+        if not self.r.poll(START_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError(f"harness did not start in {START_TIMEOUT_S:.0f} s: {self.tail()}")
+        try:
+            hello = self.r.recv()
+        except EOFError:
+            code = self.kill()
+            raise RuntimeError(f"harness died at start ({_describe(code)}): {self.tail()}"
+                               ) from None
+        if not hello.get("ready"):
+            self.kill()
+            raise RuntimeError(hello.get("error", "harness failed to start"))
+        self.info = hello["info"]
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send ``job``; return its outcome dict (``status``, ``error`` and figures).
+
+        A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
+        and restarts the harness on the next call. Never raises for a job.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        pos = self.log.stat().st_size
+        t0 = time.perf_counter()
+        try:
+            self.w.send(("run", job))
+            ready = self.r.poll(timeout_s)
+        except (BrokenPipeError, OSError):
+            ready = True
+        if not ready:
+            self.kill()
+            self.restarts += 1
+            return {"status": "timeout", "error": f"no answer within {timeout_s:.0f} s "
+                    "(hang or endless loop); harness killed and restarted",
+                    "wall_s": time.perf_counter() - t0}
+        try:
+            res = self.r.recv()
+        except (EOFError, OSError):
+            code = self.kill()
+            self.restarts += 1
+            return {"status": "crashed", "error": f"harness died: {_describe(code)}. "
+                    f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
+        res["wall_s"] = time.perf_counter() - t0
+        if res.pop("fatal", False):
+            self.kill()
+            self.restarts += 1
+        return res
+
+    def tail(self, pos: int = 0, n: int = 1500) -> str:
+        """The last ``n`` characters the harness printed since byte ``pos`` of its log."""
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(pos)
+                text = f.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
+        return text[-n:]
+
+    def kill(self) -> int | None:
+        """Kill the harness (its whole process group); returns its exit code."""
+        if self.proc is None:
+            return None
+        p, self.proc = self.proc, None
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+        try:
+            code = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        for c in ("w", "r"):
+            conn = getattr(self, c, None)
+            if conn is not None:
+                conn.close()
+                setattr(self, c, None)
+        return code
+
+    def close(self) -> None:
+        """Stop the harness and remove its log."""
+        self.kill()
+        self.log.unlink(missing_ok=True)
+
+
+def _describe(code: int | None) -> str:
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
