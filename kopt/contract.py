@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pycparser
+import pycparser.c_parser
 from pycparser import c_ast
 
 # C type name -> torch dtype name (torch.<name>) and ctypes name.
@@ -136,9 +137,10 @@ def parse_signature(source: str, filename: str = "<source>") -> Signature:
     params = _STRIP.sub(" ", found[0])
     try:
         ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void solve({params});", filename)
-    except pycparser.plyparser.ParseError as e:
-        raise ContractError(f"{filename}: cannot parse the solve prototype `solve({found[0]})`: {e}"
-                            ) from None
+    except pycparser.c_parser.ParseError as e:
+        raise ContractError(
+            f"{filename}: cannot parse the solve prototype `solve({found[0].strip()})`: {e}; "
+            f"argument types must be one of: {', '.join(sorted(C_TYPES))}") from None
     decl = ast.ext[-1]
     plist = decl.type.args.params if decl.type.args else []
     args: list[Arg] = []

@@ -1,0 +1,82 @@
+"""Shared fixtures: sweep folders built in tmp_path, a session-wide local Ray instance."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# Each test session builds into a fresh cache: no reuse from the developer's ~/.cache/kopt.
+# Set before Ray starts so that its workers inherit it.
+os.environ["KOPT_CACHE"] = tempfile.mkdtemp(prefix="kopt-test-cache-")
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible to torch)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray instance for the whole session (2 CPUs, like CI's machine)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
+                 logging_level="WARNING", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def write_sweep(root: Path, yaml_text: str, files: dict[str, str]) -> Path:
+    """Create a sweep folder under ``root`` with sweep.yaml and the given files."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sweep.yaml").write_text(textwrap.dedent(yaml_text))
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture
+def copy_fixture(tmp_path):
+    def _copy(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(FIXTURES / name, dst)
+        return dst
+    return _copy
+
+
+VADD_CPP = """
+    #ifndef CHUNK
+    #define CHUNK 64
+    #endif
+    #ifndef VEC
+    #define VEC 1
+    #endif
+    extern "C" void solve(const float* x, const float* y, float* out, int N) {
+      for (int i = 0; i < N; ++i) out[i] = x[i] + y[i];
+    }
+"""
+VADD_REF = """
+    def reference(x, y, N):
+        return (x.double() + y.double()).float()
+"""

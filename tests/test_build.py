@@ -1,0 +1,97 @@
+"""Real builds: nvcc for sm_90 (every CUDA sweep) and the system C++ compiler; ptxas figures."""
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import ROOT
+from kopt.catalog import load_catalog
+from kopt.expand import cap, expand, stable_hash
+from kopt.pipeline import build_id
+from kopt.spec import load_sweep
+from workers import build as wb
+from workers.ptxas import parse_ptxas, summarize
+
+NVCC_LOG = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z6kernelPKfPfi' for 'sm_90'
+ptxas info    : Function properties for _Z6kernelPKfPfi
+    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 69 registers, used 1 barriers, 1024 bytes smem, 380 bytes cmem[0]
+ptxas info    : Compile time = 46.084 ms
+ptxas info    : Compiling entry function '_Z5otherv' for 'sm_90'
+ptxas info    : Function properties for _Z5otherv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 360 bytes cmem[0]
+"""
+
+
+def test_parse_ptxas_log():
+    ks = parse_ptxas(NVCC_LOG)
+    assert [(k.name, k.registers, k.smem_bytes, k.stack_bytes, k.spill_bytes) for k in ks] == [
+        ("_Z6kernelPKfPfi", 69, 1024, 16, 20), ("_Z5otherv", 8, 0, 0, 0)]
+    assert summarize(ks) == {"registers": 69, "smem_bytes": 1024, "spill_bytes": 20}
+    assert summarize([]) == {"registers": None, "smem_bytes": None, "spill_bytes": None}
+
+
+def _job(space, cand, target=None):
+    digest = stable_hash(space.source_text())
+    bid = build_id(space, cand, digest, wb.compiler_identity(space.backend))
+    return wb.BuildJob(bid, space.backend, space.source_text(), space.source.name,
+                       str(space.source.parent), cand.defines, space.flags,
+                       target or cand.target, space.include_dirs)
+
+
+def test_cpu_build_cache_and_compile_error(tmp_path):
+    sp = load_sweep(ROOT / "sweeps" / "vector_add").space("cpu")
+    base = expand(sp, load_catalog(), None)[0]
+    job = _job(sp, base)
+    r1, data = wb.build(job, cache=tmp_path)
+    assert r1.ok and not r1.cached and data and data[:4] == b"\x7fELF"
+    assert r1.compile_s > 0 and r1.registers is None
+    r2, data2 = wb.build(job, cache=tmp_path)
+    assert r2.cached and data2 == data and r2.compile_s == r1.compile_s
+    bad = wb.BuildJob("bad1", "cpu", 'extern "C" void solve(int N) { oops; }', "k.cpp",
+                      str(tmp_path), {})
+    r3, d3 = wb.build(bad, cache=tmp_path)
+    assert not r3.ok and d3 is None and "oops" in r3.error and "k.cpp:1" in r3.error
+    assert not (tmp_path / "bad1").exists()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_every_cuda_sweep_builds_for_sm90(tmp_path):
+    """Baseline plus a deterministic sample of each CUDA sweep, built with nvcc for sm_90."""
+    jobs = []
+    for d in sorted((ROOT / "sweeps").iterdir()):
+        sp = load_sweep(d).space("cuda")
+        cands = expand(sp, load_catalog(), 90)
+        picked = cap(cands, 3)
+        if d.name == "sgemm":  # and one shared-memory tiled candidate
+            picked.append(next(c for c in cands if c.triple[1] == "memory.tiling_smem"))
+        for c in picked:
+            jobs.append((d.name, c, _job(sp, c)))
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(lambda j: wb.build(j[2], cache=tmp_path)[0], jobs))
+    seen = set()
+    for (name, cand, job), res in zip(jobs, results):
+        assert res.ok, f"{name} {cand.defines}: {res.error}"
+        assert "-arch=sm_90" in res.command
+        assert res.kernels and all(k["arch"] == "sm_90" for k in res.kernels)
+        assert 0 < res.registers <= 255
+        assert res.spill_bytes is not None and res.smem_bytes is not None
+        seen.add(name)
+    assert seen == {"vector_add", "reduction", "softmax", "sgemm"}
+    tiled = [r for (n, c, _), r in zip(jobs, results)
+             if n == "sgemm" and c.triple[1] == "memory.tiling_smem"]
+    assert tiled and all(r.smem_bytes > 0 for r in tiled)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_sm90a_target_uses_gencode(tmp_path):
+    sp = load_sweep(ROOT / "sweeps" / "vector_add").space("cuda")
+    base = expand(sp, load_catalog(), 90)[0]
+    res, _ = wb.build(_job(sp, base, target="sm_90a"), cache=tmp_path)
+    assert res.ok, res.error
+    assert "-gencode=arch=compute_90a,code=sm_90a" in res.command
+    assert res.kernels[0]["arch"] == "sm_90a"

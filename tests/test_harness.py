@@ -1,0 +1,75 @@
+"""The sandboxed harness without Ray: correctness check, timing, and faults as outcomes."""
+
+import dataclasses
+
+import pytest
+
+from conftest import FIXTURES, write_sweep
+from kopt.contract import parse_signature_file
+from workers import build as wb
+from workers.sandbox import Sandbox
+
+TIMING = {"warmup_ms": 5, "min_samples": 5, "max_samples": 15, "max_time_ms": 500,
+          "target_rel_error": 0.01, "timeout_s": 10}
+
+
+def artifact(tmp_path, src, mode, name="faulty.cpp"):
+    job = wb.BuildJob(f"t{mode}-{abs(hash(src)) % 10**8}", "cpu", src.read_text(), name,
+                      str(src.parent), {"MODE": mode})
+    res, data = wb.build(job, cache=tmp_path)
+    assert res.ok, res.error
+    return str(wb.ensure_artifact(job.build_id, data, cache=tmp_path))
+
+
+def job(art, src, ref, **kw):
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(src).args]
+    return {"artifact": art, "signature": sig, "reference": str(ref), "dims": {"N": 4096},
+            "seed": 3, "args": {"x": ["N"]}, "scalars": {},
+            "tolerance": {"atol": 1e-6, "rtol": 1e-6}, "timing": TIMING, **kw}
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    sb.start()
+    yield sb
+    sb.close()
+
+
+def test_faults_are_outcomes_and_the_sandbox_recovers(tmp_path, sandbox):
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    out = {m: sandbox.run(job(artifact(tmp_path, src, m), src, ref), timeout_s=5)
+           for m in (0, 1, 2, 3, 4, 0)}
+    ok = out[0]
+    assert ok["status"] == "ok" and ok["max_abs_err"] == 0.0
+    assert 5 <= ok["n_samples"] <= 15 and len(ok["samples_ms"]) == ok["n_samples"]
+    assert ok["min_ms"] <= ok["median_ms"] and ok["iqr_ms"] >= 0
+    assert out[1]["status"] == "wrong_result"
+    assert "1 of 4096 elements differ (first at (2048,)" in out[1]["error"]
+    assert out[1]["max_abs_err"] == pytest.approx(1.0)
+    assert out[2]["status"] == "crashed" and "SIGSEGV" in out[2]["error"]
+    assert out[3]["status"] == "timeout" and "no answer within 5 s" in out[3]["error"]
+    assert out[4]["status"] == "crashed" and "SIGABRT" in out[4]["error"]
+    assert sandbox.restarts == 3
+
+
+def test_unwritten_output_never_passes(tmp_path, sandbox):
+    d = write_sweep(tmp_path / "lazy", "kernel: k.cpp\ndims: [{N: 8}]\n", {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) {'
+                 ' for (int i = 0; i < N - 1; ++i) y[i] = 2 * x[i]; }',
+        "ref.py": "def reference(x, N):\n    return 2 * x\n"})
+    res = sandbox.run(job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp",
+                          d / "ref.py"), timeout_s=10)
+    assert res["status"] == "wrong_result"
+    assert "got nan" in res["error"] and res["max_abs_err"] == float("inf")
+
+
+def test_reference_problems_are_reported(tmp_path, sandbox):
+    d = write_sweep(tmp_path / "zeros", "kernel: k.cpp\ndims: [{N: 8}]\n", {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) {}',
+        "ref.py": "import torch\n"
+                  "def inputs(seed, N):\n    return {'x': torch.zeros(N)}\n"
+                  "def reference(x, N):\n    return x\n"})
+    res = sandbox.run(job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp",
+                          d / "ref.py"), timeout_s=10)
+    assert res["status"] == "error" and "input 'x' is all zeros" in res["error"]

@@ -1,0 +1,94 @@
+"""The whole pipeline on the CPU backend on a real local Ray cluster, and --resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from kopt.pipeline import run_sweep
+from kopt.select import best
+from kopt.spec import load_sweep
+from kopt.store import query
+
+pytestmark = pytest.mark.slow
+
+
+def test_faults_are_rows_and_the_sweep_finishes(ray_local, copy_fixture, tmp_path):
+    sweep = load_sweep(copy_fixture("faulty"))
+    s = run_sweep(sweep, tmp_path / "store", backend="cpu")
+    assert s.n_candidates == 6 and s.n_jobs == 6 and not s.interrupted
+    assert s.status_counts == {"ok": 1, "wrong_result": 1, "crashed": 2, "timeout": 1,
+                               "compile_error": 1}
+    _, rows = query("select params, status, error, median_ms, speedup from candidates "
+                    "order by params", tmp_path / "store")
+    by_mode = {json.loads(r[0])["MODE"]: r for r in rows}
+    assert by_mode[0][1:2] == ("ok",) and by_mode[0][3] > 0 and by_mode[0][4] == 1.0
+    assert by_mode[1][1] == "wrong_result" and "elements differ" in by_mode[1][2]
+    assert by_mode[2][1] == "crashed" and "SIGSEGV" in by_mode[2][2]
+    assert by_mode[3][1] == "timeout"
+    assert by_mode[4][1] == "crashed" and "SIGABRT" in by_mode[4][2]
+    assert by_mode[5][1] == "compile_error" and "MODE 5 is a compile error" in by_mode[5][2]
+    _, runs = query("select status, n_jobs, backend from runs", tmp_path / "store")
+    assert runs == [("finished", 6, "cpu")]
+
+
+def test_vector_add_cpu_sweep_and_best(ray_local, tmp_path):
+    store = tmp_path / "store"
+    s = run_sweep(load_sweep(ROOT / "sweeps" / "vector_add"), store, backend="cpu",
+                  max_candidates=8)
+    assert s.status_counts == {"ok": 8}
+    _, rows = query("select count(*), count(distinct candidate_id), sum(is_baseline::int), "
+                    "bool_and(n_samples >= 3), bool_and(median_ms > 0), "
+                    "bool_and(compile_s > 0), bool_and(max_abs_err = 0), "
+                    "bool_and(len(samples_ms) = n_samples) from candidates", store)
+    assert rows == [(8, 8, 1, True, True, True, True, True)]
+    b = best("vector_add", store)
+    assert len(b) == 1 and b[0]["device_class"].startswith("cpu-")
+    fastest = query("select min(median_ms) from candidates where status = 'ok'", store)[1][0][0]
+    assert b[0]["median_ms"] == fastest and b[0]["speedup"] >= 1.0
+
+
+def _kopt(*args, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "kopt.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kw)
+
+
+def test_resume_after_the_driver_is_killed(tmp_path):
+    store = tmp_path / "store"
+    args = ["sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(store),
+            "--backend", "cpu", "--max-candidates", "14"]
+    p = _kopt(*args)
+    deadline = time.time() + 240
+    n = 0
+    while time.time() < deadline and p.poll() is None:
+        time.sleep(0.5)
+        try:
+            n = query("select count(*) from candidates", store)[1][0][0]
+        except Exception:
+            n = 0
+        if n >= 3:
+            break
+    assert p.poll() is None, p.stdout.read()
+    os.killpg(p.pid, signal.SIGKILL)  # the driver and everything it started
+    p.wait()
+    assert 3 <= n < 14
+    before = dict(query("select job_key, median_ms from candidates", store)[1])
+    run_id = query("select run_id from runs", store)[1][0][0]
+    assert query("select status from runs", store)[1] == [("running",)]
+
+    r = _kopt(*args, "--resume", run_id)
+    out, _ = r.communicate(timeout=400)
+    assert r.returncode == 0, out
+    assert f"({len(before)} already stored)" in out
+    _, rows = query("select job_key, median_ms from candidates", store)
+    assert len(rows) == 14 and len({k for k, _ in rows}) == 14
+    after = dict(rows)
+    assert all(after[k] == v for k, v in before.items())  # nothing measured twice
+    assert query("select status from runs", store)[1] == [("finished",)]

@@ -1,0 +1,119 @@
+"""Spec validation: every error names the file, the field and what was expected."""
+
+import pytest
+
+from conftest import VADD_CPP, VADD_REF, write_sweep
+from kopt.spec import SpecError, load_sweep
+
+GOOD = """
+    kernel: k.cpp
+    dims: [{N: 1024}]
+    args: {x: [N], y: [N]}
+    params: {CHUNK: [64, 128]}
+    restrictions: ["CHUNK <= N"]
+    methods:
+      memory.vectorized_access: {params: {VEC: [4, 8]}}
+"""
+
+
+def make(tmp_path, yaml_text=GOOD, **files):
+    files = {"k.cpp": VADD_CPP, "ref.py": VADD_REF, **files}
+    return write_sweep(tmp_path / "s", yaml_text, files)
+
+
+def test_good_spec_loads(tmp_path):
+    sw = load_sweep(make(tmp_path))
+    assert sw.name == "s" and sw.primary == "cpu"
+    sp = sw.space("cpu")
+    assert sp.baseline == {"CHUNK": 64}
+    assert [a.name for a in sp.signature.args] == ["x", "y", "out", "N"]
+    assert sp.timing.min_samples == 10
+
+
+def expect(tmp_path, yaml_text, *needles, **files):
+    with pytest.raises(SpecError) as ei:
+        load_sweep(make(tmp_path, yaml_text, **files))
+    msg = str(ei.value)
+    assert "sweep.yaml" in msg
+    for n in needles:
+        assert n in msg, msg
+    return msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="no such file"):
+        load_sweep(tmp_path / "nope")
+
+
+def test_yaml_syntax(tmp_path):
+    expect(tmp_path, "kernel: [unclosed", "not valid YAML")
+
+
+def test_missing_required_field(tmp_path):
+    expect(tmp_path, "kernel: k.cpp\n", "field 'dims'", "required field is missing")
+
+
+def test_unknown_field(tmp_path):
+    expect(tmp_path, GOOD + "    parms: {A: [1]}\n", "field 'parms'", "unknown field")
+
+
+def test_param_not_a_list(tmp_path):
+    expect(tmp_path, GOOD.replace("CHUNK: [64, 128]", "CHUNK: 64"), "field 'params.CHUNK'",
+           "valid list")
+
+
+def test_unknown_method(tmp_path):
+    expect(tmp_path, GOOD.replace("memory.vectorized_access", "memory.vectorised"),
+           "field 'methods.memory.vectorised'", "unknown method id", "kopt catalog")
+
+
+def test_bad_restriction(tmp_path):
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"__import__(1)"'), "field 'restrictions[0]'")
+
+
+def test_baseline_not_in_values(tmp_path):
+    expect(tmp_path, GOOD + "    baseline: {CHUNK: 32}\n", "field 'baseline.CHUNK'",
+           "not one of the values [64, 128]")
+
+
+def test_scalar_without_value(tmp_path):
+    expect(tmp_path, GOOD.replace("{N: 1024}", "{M: 1024}").replace("[N]", "[M]"),
+           "field 'dims[0]'", "'N' is a scalar", "add N: <value>")
+
+
+def test_args_names_unknown_argument(tmp_path):
+    expect(tmp_path, GOOD.replace("args: {x: [N], y: [N]}", "args: {z: [N]}"), "field 'args.z'",
+           "no solve argument 'z'")
+
+
+def test_reference_missing_function(tmp_path):
+    expect(tmp_path, GOOD, "field 'reference'", "def reference", **{"ref.py": "x = 1\n"})
+
+
+def test_kernel_suffix(tmp_path):
+    expect(tmp_path, GOOD.replace("kernel: k.cpp", "kernel: k.f90"), "field 'kernel'",
+           "unknown source suffix")
+
+
+def test_kernel_without_solve(tmp_path):
+    expect(tmp_path, GOOD, "field 'kernel'", "no `extern \"C\" void solve",
+           **{"k.cpp": "int main() {}\n"})
+
+
+def test_method_param_shadowing_launch_param(tmp_path):
+    expect(tmp_path, GOOD.replace("{params: {VEC: [4, 8]}}", "{params: {CHUNK: [4]}}"),
+           "methods.memory.vectorized_access.params.CHUNK", "already a launch param")
+
+
+def test_missing_backend_block(tmp_path):
+    sw = load_sweep(make(tmp_path))
+    with pytest.raises(SpecError, match="no cuda source.*add a `cuda:` block"):
+        sw.space("cuda")
+
+
+def test_every_shipped_sweep_validates():
+    from conftest import ROOT
+
+    for d in sorted((ROOT / "sweeps").iterdir()):
+        sw = load_sweep(d)
+        assert "cuda" in sw.spaces, d

@@ -1,0 +1,79 @@
+"""The Parquet store read back through DuckDB: atomic files, union_by_name, dedup, speedup."""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from kopt.store import QueryError, Writer, connect, query, write_table
+
+
+def row(job, median, status="ok", base=False, **kw):
+    return {"run_id": "r1", "sweep": "s", "iteration": 1, "job_key": job, "candidate_id": job,
+            "is_baseline": base, "device_class": "cpu-x86_64", "dims": '{"N": 1}',
+            "status": status, "median_ms": median, **kw}
+
+
+def test_rows_round_trip_and_speedup(tmp_path):
+    w = Writer(tmp_path, "s", "r1")
+    w.add("candidates", [row("b", 2.0, base=True), row("c1", 1.0), row("c2", 4.0),
+                         row("c3", None, status="wrong_result", error="y: 3 differ")])
+    w.flush()
+    cols, rows = query("select job_key, status, speedup from candidates order by job_key",
+                       tmp_path)
+    assert cols == ["job_key", "status", "speedup"]
+    assert rows == [("b", "ok", 1.0), ("c1", "ok", 2.0), ("c2", "ok", 0.5),
+                    ("c3", "wrong_result", None)]
+
+
+def test_latest_row_per_job_wins(tmp_path):
+    import datetime as dt
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    write_table(tmp_path, "candidates", "s", "r1", [row("c1", 5.0, created_at=t0)])
+    write_table(tmp_path, "candidates", "s", "r1",
+                [row("c1", 3.0, created_at=t0 + dt.timedelta(seconds=1))])
+    assert query("select count(*), min(median_ms) from candidates", tmp_path)[1] == [(1, 3.0)]
+
+
+def test_union_by_name_with_newer_columns(tmp_path):
+    write_table(tmp_path, "candidates", "s", "r1", [row("a", 1.0)])
+    folder = tmp_path / "candidates" / "sweep=s" / "run=r2"
+    folder.mkdir(parents=True)
+    t = pa.table({"run_id": ["r2"], "job_key": ["z"], "status": ["ok"], "median_ms": [9.0],
+                  "new_metric": [42.0]})
+    pq.write_table(t, folder / "part-00000000000000000001-abcd.parquet")
+    _, rows = query("select job_key, median_ms, new_metric from candidates order by job_key",
+                    tmp_path)
+    assert rows == [("a", 1.0, None), ("z", 9.0, 42.0)]
+
+
+def test_temp_files_are_ignored_and_compaction_keeps_rows(tmp_path):
+    w = Writer(tmp_path, "s", "r1")
+    for i in range(3):
+        w.add("candidates", [row(f"c{i}", float(i + 1))])
+        w.flush()
+    folder = tmp_path / "candidates" / "sweep=s" / "run=r1"
+    (folder / ".part-x.parquet.tmp").write_bytes(b"half a file")
+    assert len(list(folder.glob("part-*.parquet"))) == 3
+    w.compact()
+    assert len(list(folder.glob("part-*.parquet"))) == 1
+    assert query("select count(*) from candidates", tmp_path)[1] == [(3,)]
+
+
+def test_empty_store_has_views(tmp_path):
+    con = connect(tmp_path / "none")
+    assert con.execute("select count(*) from candidates").fetchone() == (0,)
+    assert con.execute("select count(*) from metrics").fetchone() == (0,)
+    assert "speedup" in [d[0] for d in con.execute("select * from candidates").description]
+
+
+@pytest.mark.parametrize("sql", ["copy (select 1) to 'x.csv'", "create table t as select 1",
+                                 "attach 'x.db'", "select 1; drop view candidates",
+                                 "install httpfs"])
+def test_query_is_read_only(tmp_path, sql):
+    with pytest.raises(QueryError, match="read-only"):
+        query(sql, tmp_path)
+
+
+def test_query_errors_are_clear(tmp_path):
+    with pytest.raises(QueryError, match="nope"):
+        query("select nope from candidates", tmp_path)
