@@ -4,8 +4,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from conftest import ROOT
+
 from kopt.catalog import load_catalog
 from kopt.expand import cap, expand, stable_hash
 from kopt.pipeline import build_id
@@ -74,7 +74,7 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
     with ThreadPoolExecutor(2) as ex:
         results = list(ex.map(lambda j: wb.build(j[2], cache=tmp_path)[0], jobs))
     seen = set()
-    for (name, cand, job), res in zip(jobs, results):
+    for (name, cand, _), res in zip(jobs, results):
         assert res.ok, f"{name} {cand.defines}: {res.error}"
         assert "-arch=sm_90" in res.command
         assert res.kernels and all(k["arch"] == "sm_90" for k in res.kernels)
