@@ -99,6 +99,16 @@ def _kv(text: str | None) -> str:
     return " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
 
 
+def _rate(r: dict[str, Any]) -> str:
+    """Achieved rate from the spec's flops/bytes: TFLOP/s and/or GB/s."""
+    parts = []
+    if r.get("tflops") is not None:
+        parts.append(f"{r['tflops']:.3g} TFLOP/s")
+    if r.get("gbps") is not None:
+        parts.append(f"{r['gbps']:.4g} GB/s")
+    return ", ".join(parts) or "-"
+
+
 def _methods(r: dict[str, Any]) -> str:
     ms = [r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
     return ", ".join(m for m in ms if m) or "(baseline)"
@@ -148,13 +158,14 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                   f"{summary.wall_s:.1f} s; {counts or 'nothing new to run'}", highlight=False)
     rows = top(summary.run_id, top_k, root)
     t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend})")
-    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup"):
+    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
+              "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(r["device_class"], _kv(r["dims"]),
                   _methods(r) + (" = baseline" if r["is_baseline"] and r["compute_method"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
-                  _fmt(r["speedup"]) + ("x" if r["speedup"] else ""))
+                  _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
     out.print(t)
 
 
@@ -225,12 +236,13 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
         click.echo(json.dumps(rows, default=str, indent=1))
         return
     t = Table(title=f"best of {sweep_name} (run {rows[0]['run_id']})")
-    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup"):
+    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
+              "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(r["device_class"], _kv(r["dims"]), _methods(r), _kv(r["params"]),
                   _fmt(r["median_ms"]),
-                  _fmt(r["iqr_ms"]), _fmt(r["speedup"]) + ("x" if r["speedup"] else ""))
+                  _fmt(r["iqr_ms"]), _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
     out.print(t)
 
 

@@ -355,6 +355,7 @@ class Driver:
              space: Space, run_id: str) -> dict[str, Any]:
         c = job.candidate
         info = info or {}
+        work = self.sweep.work(job.dims)
         return {
             "run_id": run_id, "sweep": self.sweep.name, "iteration": 1, "job_key": job.job_key,
             "candidate_id": c.candidate_id, "build_id": job.build_id,
@@ -373,7 +374,8 @@ class Driver:
             "sm_clock_mhz": outcome.get("sm_clock_mhz"),
             "temperature_c": outcome.get("temperature_c"),
             "throttle_reasons": outcome.get("throttle_reasons"),
-            "wall_s": outcome.get("wall_s"), "created_at": now(),
+            "wall_s": outcome.get("wall_s"), "flops": work[0], "bytes": work[1],
+            "created_at": now(),
         }
 
 

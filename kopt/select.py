@@ -14,7 +14,7 @@ with scope as (
     and ($run_id is not null or run_id = (select max(run_id) from candidates where sweep = $sweep))
 )
 select device_class, dims, candidate_id, compute_method, memory_method, latency_method,
-       params, median_ms, iqr_ms, n_samples, speedup, run_id, device_name
+       params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, run_id, device_name
 from scope
 where status = 'ok'
 qualify row_number() over (partition by device_class, dims order by median_ms, candidate_id) = 1
@@ -23,7 +23,7 @@ order by device_class, dims
 
 TOP_SQL = """
 select device_class, dims, candidate_id, is_baseline, compute_method, memory_method,
-       latency_method, params, median_ms, iqr_ms, speedup, registers, spill_bytes
+       latency_method, params, median_ms, iqr_ms, speedup, tflops, gbps, registers, spill_bytes
 from candidates
 where run_id = $run_id and status = 'ok'
 qualify row_number() over (partition by device_class, dims order by median_ms) <= $k

@@ -107,6 +107,8 @@ class SweepFile(_Model):
     include_dirs: list[str] = []
     timing: Timing = Timing()
     seed: int = 0
+    flops: str | None = None
+    bytes: str | None = None
     iterations: int = Field(1, ge=1)
     ncu: Ncu = Ncu()
     cpu: BackendBlock | None = None
@@ -165,6 +167,15 @@ class Sweep:
     spaces: dict[str, Space]
     primary: str
     raw: dict[str, Any]
+    flops: str | None = None
+    bytes: str | None = None
+
+    def work(self, dims: dict[str, int]) -> tuple[float | None, float | None]:
+        """(floating-point operations, bytes moved) of one ``solve`` call at ``dims``, from the
+        spec's ``flops``/``bytes`` expressions; None where the spec gives none."""
+        env = {**self.scalars, **dims}
+        return (float(parse(self.flops)(env)) if self.flops else None,
+                float(parse(self.bytes)(env)) if self.bytes else None)
 
     @property
     def spec_hash(self) -> str:
@@ -258,6 +269,17 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                             f"put the other backend's source in this block")
         blocks[name] = (f"{name}.", blk)
 
+    for fname in ("flops", "bytes"):
+        text = getattr(sf, fname)
+        if text is None:
+            continue
+        try:
+            e = parse(text)
+        except ExprError as ex:
+            raise err(fname, str(ex)) from None
+        dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
+        if not e.names <= dim_names:
+            raise err(fname, f"{text!r} names {sorted(e.names - dim_names)}, which are not dims")
     spaces = {}
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err)
@@ -265,7 +287,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
         tolerance=sf.tolerance, args=sf.args, scalars=sf.scalars, timing=sf.timing,
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
-        raw=raw)
+        raw=raw, flops=sf.flops, bytes=sf.bytes)
 
 
 def _backend_of(kernel: str, err: Any, fieldname: str) -> str:

@@ -46,7 +46,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("iqr_ms", pa.float64()), ("mean_ms", pa.float64()), ("n_samples", pa.int32()),
         ("samples_ms", pa.list_(pa.float64())), ("sm_clock_mhz", pa.float64()),
         ("temperature_c", pa.float64()), ("throttle_reasons", pa.int64()),
-        ("wall_s", pa.float64()), ("created_at", TS),
+        ("wall_s", pa.float64()), ("flops", pa.float64()), ("bytes", pa.float64()),
+        ("created_at", TS),
     ]),
     "runs": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("event", pa.string()),
@@ -76,7 +77,9 @@ with raw as (
   select run_id, iteration, device_class, dims, median_ms as base_ms
   from raw where is_baseline and status = 'ok'
 )
-select raw.*, case when raw.status = 'ok' then base.base_ms / raw.median_ms end as speedup
+select raw.*, case when raw.status = 'ok' then base.base_ms / raw.median_ms end as speedup,
+       raw.flops / (raw.median_ms * 1e9) as tflops,
+       raw.bytes / (raw.median_ms * 1e6) as gbps
 from raw left join base using (run_id, iteration, device_class, dims)
 """
 
