@@ -24,7 +24,7 @@ from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
 
 console = Console(stderr=True)
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
@@ -100,18 +100,17 @@ def _kv(text: str | None) -> str:
 
 
 def _rate(r: dict[str, Any]) -> str:
-    """Achieved rate from the spec's flops/bytes: TFLOP/s and/or GB/s."""
-    parts = []
-    if r.get("tflops") is not None:
-        parts.append(f"{r['tflops']:.3g} TFLOP/s")
-    if r.get("gbps") is not None:
-        parts.append(f"{r['gbps']:.4g} GB/s")
-    return ", ".join(parts) or "-"
+    """Achieved rate from the spec's flops/bytes: TFLOP/s for arithmetic-heavy kernels
+    (>= 10 FLOP per byte moved), else GB/s."""
+    tf, gb = r.get("tflops"), r.get("gbps")
+    if tf is not None and (gb is None or tf * 1e3 / gb >= 10):
+        return f"{tf:.3g} TFLOP/s"
+    return f"{gb:.4g} GB/s" if gb is not None else "-"
 
 
 def _methods(r: dict[str, Any]) -> str:
     ms = [r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
-    return ", ".join(m for m in ms if m) or "(baseline)"
+    return " + ".join(m for m in ms if m) or "(baseline)"
 
 
 @main.command()
