@@ -4,8 +4,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from kopt.catalog import load_catalog
 from kopt.expand import cap, expand, stable_hash
 from kopt.pipeline import build_id

@@ -1,7 +1,6 @@
 """Expansion: triples (priority, arch gates, conflicts, requires), restrictions, dedup, cap."""
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
-
 from kopt.catalog import load_catalog
 from kopt.expand import admissible_triples, cap, expand, scan_axes
 from kopt.spec import load_sweep

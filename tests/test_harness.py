@@ -3,8 +3,8 @@
 import dataclasses
 
 import pytest
-from conftest import FIXTURES, write_sweep
 
+from conftest import FIXTURES, write_sweep
 from kopt.contract import parse_signature_file
 from workers import build as wb
 from workers.sandbox import Sandbox

@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from kopt.pipeline import run_sweep
 from kopt.select import best
 from kopt.spec import load_sweep

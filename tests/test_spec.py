@@ -1,8 +1,8 @@
 """Spec validation: every error names the file, the field and what was expected."""
 
 import pytest
-from conftest import VADD_CPP, VADD_REF, write_sweep
 
+from conftest import VADD_CPP, VADD_REF, write_sweep
 from kopt.spec import SpecError, load_sweep
 
 GOOD = """
