@@ -18,10 +18,9 @@ for s in "${@:-sgemm softmax vector_add reduction}"; do
   for sw in $s; do
     store=/tmp/kopt-verify-store-$sw
     rm -rf "$store"
-    start=$(date +%s.%N)
+    start=$SECONDS
     kopt sweep "sweeps/$sw" --store "$store" --top 8 2>&1 | grep -v "^built\|^ran " | tee "$out/$sw.txt"
-    end=$(date +%s.%N)
-    echo "wall_s $(echo "$end - $start" | bc)" | tee -a "$out/$sw.txt"
+    echo "process wall_s $((SECONDS - start)) (incl. Ray start)" | tee -a "$out/$sw.txt"
     kopt best "$sw" --store "$store" 2>&1 | tee -a "$out/$sw.txt"
     kopt query --store "$store" --format csv \
       "select status, count(*) n, round(sum(compile_s), 1) compile_cpu_s, round(sum(wall_s), 1) device_s from candidates group by 1 order by 1" | tee -a "$out/$sw.txt"
@@ -29,5 +28,6 @@ for s in "${@:-sgemm softmax vector_add reduction}"; do
       "select dims, median_ms, iqr_ms, n_samples, round(tflops, 3) tflops, round(gbps) gbps, sm_clock_mhz from candidates where is_baseline" | tee -a "$out/$sw.txt"
     kopt query --store "$store" --format csv \
       "select * exclude (samples_ms) from candidates order by median_ms nulls last" > "$out/$sw-candidates.csv"
+    gzip -f "$out/$sw-candidates.csv"
   done
 done
