@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -53,14 +54,39 @@ class ProgressObserver:
                           TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
                           TextColumn("eta"), TimeRemainingColumn(), console=console)
         self.failed = 0
+        self.iteration = 0
 
     def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None:
-        for d in devices:
-            console.print(f"device: {d['name']} ({d['device_class']}, {d.get('node_ip', '')})",
-                          highlight=False)
-        self.p.start()
-        self.tb = self.p.add_task("built", total=n_builds, extra="")
-        self.tr = self.p.add_task("ran  ", total=n_jobs, extra="failed 0")
+        self.iteration += 1
+        if self.iteration == 1:
+            for d in devices:
+                console.print(f"device: {d['name']} ({d['device_class']}, "
+                              f"{d.get('node_ip', '')})", highlight=False)
+            self.p.start()
+        else:
+            for t in list(self.p.task_ids):
+                self.p.remove_task(t)
+        it = f"it {self.iteration} "
+        self.failed = 0
+        self.tb = self.p.add_task(it + "built", total=n_builds, extra="")
+        self.tr = self.p.add_task(it + "ran  ", total=n_jobs, extra="failed 0")
+
+    def on_metrics(self, device_class: str, aliased: dict, missing: list) -> None:
+        for alias, name in aliased.items():
+            console.print(f"{device_class}: metric {name} read as {alias}", highlight=False)
+        if missing:
+            console.print(f"[yellow]{device_class}: ncu lacks {len(missing)} metrics, not "
+                          f"collected[/]: {', '.join(missing)}", highlight=False)
+
+    def on_iteration(self, device_class: str, st: Any) -> None:
+        best = st.best or {}
+        trip = " + ".join(m for m in best.get("triple") or [] if m) or "(baseline)"
+        self.p.console.print(
+            f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
+            f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}; "
+            f"best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
+            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"
+            + (f"; stop: {st.stop}" if st.stop else ""), highlight=False)
 
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
@@ -85,11 +111,12 @@ class ProgressObserver:
 
 
 def _fmt(v: Any) -> str:
+    """A table cell: floats to 4 significant digits, rich markup escaped."""
     if v is None:
         return "-"
     if isinstance(v, float):
         return f"{v:.4g}"
-    return str(v)
+    return escape(str(v))
 
 
 def _kv(text: str | None) -> str:
@@ -125,10 +152,17 @@ def _methods(r: dict[str, Any]) -> str:
 @click.option("--cpu-devices", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU backend: how many single-thread CPU device actors.")
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Optimization-loop iterations (default: the spec's `iterations`).")
 @click.option("--top", "top_k", default=5, show_default=True, help="Rows in the closing table.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
-          resume: str | None, cpu_devices: int, address: str | None, top_k: int) -> None:
-    """Expand, build, run and store every candidate of SWEEP_DIR; print the best."""
+          resume: str | None, cpu_devices: int, address: str | None, iterations: int | None,
+          top_k: int) -> None:
+    """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
+
+    With several iterations, each takes the last winner as its baseline and the
+    next method triples from the catalog's priority scan and the NCU evidence.
+    """
     from kopt.pipeline import SweepError, run_sweep
     from kopt.select import top
 
@@ -141,7 +175,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
-                            observers=[obs])
+                            iterations=iterations, observers=[obs])
     except (SpecError, SweepError) as e:
         obs.stop()
         _fail(str(e))
@@ -161,7 +195,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
               "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(r["device_class"], _kv(r["dims"]),
+        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]),
                   _methods(r) + (" = baseline" if r["is_baseline"] and r["compute_method"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
@@ -205,7 +239,7 @@ def query(sql: str, store: Path | None, fmt: str) -> None:
     except QueryError as e:
         _fail(str(e))
     if fmt == "csv":
-        w = csv.writer(sys.stdout)
+        w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow(cols)
         w.writerows(rows)
     elif fmt == "json":
@@ -239,10 +273,97 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
               "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(r["device_class"], _kv(r["dims"]), _methods(r), _kv(r["params"]),
+        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), _methods(r), _kv(r["params"]),
                   _fmt(r["median_ms"]),
                   _fmt(r["iqr_ms"]), _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
     out.print(t)
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
+    """The next iteration's methods per axis (admitted / skipped and why) and its triples."""
+    from kopt.propose import propose as make_plans
+
+    try:
+        sw = load_sweep(sweep_dir)
+        plans = make_plans(sw, _store(store))
+    except SpecError as e:
+        _fail(str(e))
+    if fmt == "json":
+        click.echo(json.dumps(plans, indent=1))
+        return
+    for p in plans:
+        out.print(f"[bold]{escape(p['device_class'])}[/]: iteration {p['next_iteration']}"
+                  + (f" after run {p['run_id']}" if p["run_id"] else " (no stored run)")
+                  + f"; selected: {', '.join(p['selected']) or 'none'}; bottleneck: "
+                  f"{p['bottleneck'] or 'unknown'}"
+                  + ("" if p["evidence"] else "; no NCU evidence: every method counts as "
+                     "triggered") + (f"; last stop: {escape(p['stop'])}" if p["stop"] else ""))
+        t = Table()
+        for c in ("axis", "P", "method", "admitted", "reason"):
+            t.add_column(c)
+        for axis, scans in p["scan"].items():
+            if not scans:
+                t.add_row(axis, "-", "(no realized method: none)", "-", "")
+            for s in scans:
+                t.add_row(axis, str(s["priority"]), s["method"], "yes" if s["admitted"] else "no",
+                          s["reason"])
+        out.print(t)
+        out.print(f"{len(p['triples'])} triples besides the baseline:")
+        for tr in p["triples"]:
+            out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
+
+
+@main.command()
+@click.argument("run_id")
+@STORE_OPT
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
+def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
+    """Write a run's summary.md (environment, iterations, best candidate, plots)."""
+    from kopt.report import ReportError, write_report
+
+    try:
+        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
+    except ReportError as e:
+        _fail(str(e))
+    out.print(f"wrote {path}")
+
+
+@main.command()
+@click.option("--address", default=None, help="Ray cluster address (default: this machine).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def env(address: str | None, fmt: str) -> None:
+    """Per Ray node: GPUs and SM arch, driver, nvcc, ncu and counter access, CUTLASS, torch, ray."""
+    import ray
+
+    from kopt.pipeline import ensure_ray
+    from workers.envinfo import collect
+
+    ensure_ray(address)
+    task = ray.remote(num_cpus=0)(collect)
+    refs = []
+    for node in ray.nodes():
+        if node.get("Alive"):
+            strat = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)
+            refs.append(task.options(scheduling_strategy=strat).remote())
+    infos = ray.get(refs)
+    if fmt == "json":
+        click.echo(json.dumps(infos, indent=1))
+        return
+    for info in infos:
+        t = Table(title=f"node {escape(info['host'])} ({info['platform']})", show_header=False)
+        gp = "; ".join(f"{g['index']}: {g['name']} {g['sm']} "
+                       f"{g['memory_bytes'] / 2**30:.0f} GiB" for g in info["gpus"]) or "none"
+        t.add_row("GPUs", escape(gp))
+        for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
+                  "torch_cuda", "ray", "python"):
+            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else "not found")
+        out.print(t)
 
 
 @main.command("catalog")
@@ -266,7 +387,8 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
         for m in cat.axis(a):
             sm = (f"{m.min_sm}" if m.min_sm else "any") + ("a" if m.needs_sm90a else "")
             rel = ", ".join([*sorted(m.conflicts)] + [f"= {c}" for c in sorted(m.couples)])
-            t.add_row(str(m.priority), m.id, m.change, sm, rel, m.trigger.get("text", ""))
+            t.add_row(str(m.priority), m.id, escape(m.change), sm, rel,
+                      escape(m.trigger.get("text", "")))
         out.print(t)
 
 

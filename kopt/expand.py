@@ -32,6 +32,27 @@ def stable_hash(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
+@dataclass
+class Context:
+    """What earlier iterations decided, for the next expansion (see kopt.loop).
+
+    Attributes:
+        selected: methods kept from earlier winners; applied to every candidate.
+        ineffective: method -> the bottleneck axis under which all its candidates lost;
+            admissible again once the bottleneck differs.
+        bottleneck: the current bottleneck axis (None without NCU evidence).
+        triggered: method -> trigger verdict from the current evidence; None (the
+            whole map) when there is no evidence: every method counts as triggered.
+        baseline_params: the baseline's params (the last winner's); default: the spec's.
+    """
+
+    selected: list[str] = field(default_factory=list)
+    ineffective: dict[str, str | None] = field(default_factory=dict)
+    bottleneck: str | None = None
+    triggered: dict[str, bool | None] | None = None
+    baseline_params: dict[str, Scalar] | None = None
+
+
 @dataclass(frozen=True)
 class AxisScan:
     """One method's fate in an axis scan: admitted, or skipped with a reason."""
@@ -69,41 +90,56 @@ class Candidate:
 
 
 def scan_axes(space: Space, catalog: Catalog, sm: int | None,
-              selected: Iterable[str] = ()) -> dict[str, list[AxisScan]]:
+              selected: Iterable[str] = (), ctx: Context | None = None
+              ) -> dict[str, list[AxisScan]]:
     """Per axis, the realized methods in priority order with admitted/skipped and why.
+
+    Reasons, checked in this order: ``already_selected``, ``arch_incompatible``,
+    ``conflict`` (with a selected method), ``ineffective`` (failed before under
+    the same bottleneck), ``no_trigger`` (the evidence says no).
 
     Args:
         space: the backend space (its ``methods`` are what the kernel realizes).
         catalog: the method catalog.
         sm: the target device's SM arch as an int (90 for sm_90); None for CPU devices.
-        selected: methods already selected in earlier iterations.
+        selected: methods already selected in earlier iterations (added to ctx.selected).
+        ctx: the state of earlier iterations.
     """
-    sel = set(selected)
+    ctx = ctx or Context()
+    sel = set(selected) | set(ctx.selected)
     out: dict[str, list[AxisScan]] = {}
     for axis in AXES:
         rows = []
         for m in catalog.axis(axis):
             if m.id not in space.methods:
                 continue
+            reason = ""
             if m.id in sel:
-                rows.append(AxisScan(m.id, axis, m.priority, False, "already_selected"))
+                reason = "already_selected"
             elif not m.arch_ok(sm) or (m.needs_sm90a and sm is not None and sm < 90):
-                rows.append(AxisScan(m.id, axis, m.priority, False, "arch_incompatible"))
-            else:
-                rows.append(AxisScan(m.id, axis, m.priority, True))
+                reason = "arch_incompatible"
+            elif any(catalog.conflict(m.id, s) for s in sel):
+                reason = "conflict"
+            elif m.id in ctx.ineffective and ctx.ineffective[m.id] == ctx.bottleneck:
+                reason = "ineffective"
+            elif ctx.triggered is not None and ctx.triggered.get(m.id) is False:
+                reason = "no_trigger"
+            rows.append(AxisScan(m.id, axis, m.priority, not reason, reason))
         out[axis] = rows
     return out
 
 
 def admissible_triples(space: Space, catalog: Catalog, sm: int | None,
-                       selected: Iterable[str] = ()) -> list[Triple]:
+                       selected: Iterable[str] = (), ctx: Context | None = None
+                       ) -> list[Triple]:
     """Every admissible triple, the (none, none, none) baseline first, then priority order.
 
     A triple is dropped when two of its methods conflict, or when a method's
-    ``requires`` is neither in the triple nor in ``selected``.
+    ``requires`` is neither in the triple nor selected.
     """
-    sel = set(selected)
-    scans = scan_axes(space, catalog, sm, sel)
+    ctx = ctx or Context()
+    sel = set(selected) | set(ctx.selected)
+    scans = scan_axes(space, catalog, sm, sel, ctx)
     options = [[None] + [s.method for s in scans[a] if s.admitted] for a in AXES]
     triples: list[Triple] = []
     for t in itertools.product(*options):
@@ -117,23 +153,26 @@ def admissible_triples(space: Space, catalog: Catalog, sm: int | None,
     return triples
 
 
-def _target(triple: Triple, catalog: Catalog, backend: str, sm: int | None) -> str:
+def _target(methods: tuple[str | None, ...], catalog: Catalog, backend: str,
+            sm: int | None) -> str:
     if backend == "cpu":
         return "host"
-    needs_a = any(m and catalog.methods[m].needs_sm90a for m in triple)
+    needs_a = any(m and catalog.methods[m].needs_sm90a for m in methods)
     return f"sm_{sm}a" if needs_a else f"sm_{sm}"
 
 
 def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[str] = (),
-           source_digest: str | None = None) -> list[Candidate]:
+           source_digest: str | None = None, ctx: Context | None = None) -> list[Candidate]:
     """All candidates of ``space`` for a device of SM arch ``sm`` (None: CPU), baseline first.
 
     Args:
         space: the backend space.
         catalog: the method catalog.
         sm: the target SM arch as an int, or None for CPU devices.
-        selected: methods selected in earlier iterations (skipped as already_selected).
+        selected: methods selected in earlier iterations (skipped as already_selected,
+            and applied to every candidate).
         source_digest: digest of the source text (default: computed from the file).
+        ctx: the state of earlier iterations (selected, ineffective, evidence, baseline).
 
     Raises:
         SpecError: a restriction names an unknown parameter, or the baseline
@@ -153,10 +192,13 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
                             f"{sorted(known)})")
         restrictions.append(e)
 
+    ctx = ctx or Context()
+    sel = list(dict.fromkeys([*ctx.selected, *selected]))
+    base_params = ctx.baseline_params or space.baseline
     by_id: dict[str, Candidate] = {}
     baseline_key = None
-    for triple in admissible_triples(space, catalog, sm, selected):
-        reals = [space.methods[m] for m in triple if m]
+    for triple in admissible_triples(space, catalog, sm, sel, ctx):
+        reals = [space.methods[m] for m in sel] + [space.methods[m] for m in triple if m]
         pspace: dict[str, list[Scalar]] = dict(space.params)
         mdefines: dict[str, Scalar] = {}
         for r in reals:
@@ -166,7 +208,7 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
         for values in itertools.product(*(pspace[n] for n in names)):
             params = dict(zip(names, values))
             dims_ok = _dims_ok(restrictions, params, mdefines, space.dims)
-            is_base = triple == NONE_TRIPLE and params == space.baseline
+            is_base = triple == NONE_TRIPLE and params == base_params
             if is_base and len(dims_ok) != len(space.dims):
                 bad = [space.dims[i] for i in range(len(space.dims)) if i not in dims_ok]
                 raise SpecError(f"baseline params {params} violate the restrictions for dims "
@@ -180,7 +222,7 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
                 by_id[cid].is_baseline |= is_base
                 continue
             by_id[cid] = Candidate(cid, triple, params, defines, dims_ok, is_base,
-                                   _target(triple, catalog, space.backend, sm))
+                                   _target((*triple, *sel), catalog, space.backend, sm))
             if is_base:
                 baseline_key = cid
     cands = list(by_id.values())

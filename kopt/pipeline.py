@@ -11,6 +11,7 @@ result, crash or timeout is a row with its status, never an exception.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import platform
 import time
@@ -22,10 +23,12 @@ from typing import Any, Protocol
 import ray
 
 from kopt import __version__
+from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, triggers, wanted_metrics
 from kopt.catalog import Catalog, load_catalog
-from kopt.expand import Candidate, cap, expand, stable_hash
+from kopt.expand import Candidate, Context, cap, expand, stable_hash
+from kopt.loop import IterState, close_iteration, rank
 from kopt.spec import Space, SpecError, Sweep
-from kopt.store import Writer, done_job_keys, dumps, now, run_record
+from kopt.store import Writer, done_job_keys, dumps, iteration_states, now, run_record
 from workers import build as wbuild
 from workers.device_actor import remote_actor
 
@@ -53,6 +56,7 @@ class Job:
     dims_index: int
     dims: dict[str, int]
     build_id: str
+    iteration: int = 1
 
 
 @dataclass
@@ -71,6 +75,7 @@ class RunSummary:
     device_busy_s: dict[str, float] = field(default_factory=dict)
     devices: list[dict] = field(default_factory=list)
     interrupted: bool = False
+    states: dict[str, IterState] = field(default_factory=dict)
 
 
 def new_run_id(sweep: str) -> str:
@@ -118,8 +123,10 @@ def _build_remote(job: wbuild.BuildJob) -> tuple[dict, bytes | None]:
     return dataclasses.asdict(res), data
 
 
-def _identity_remote(backend: str) -> str:
-    return wbuild.compiler_identity(backend)
+def _identity_remote(backend: str) -> tuple[str, dict]:
+    from workers.envinfo import collect
+
+    return wbuild.compiler_identity(backend), collect()
 
 
 def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str) -> str:
@@ -130,29 +137,33 @@ def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str) -> st
 
 
 class Driver:
-    """Runs one sweep on the attached Ray cluster.
+    """Runs one sweep on the attached Ray cluster, for one or more iterations.
 
     Args:
         sweep: the validated sweep.
         store: the store root.
         backend: ``auto``, ``cuda`` or ``cpu``.
-        max_candidates: cap per device class (baseline always kept).
+        max_candidates: cap per device class and iteration (baseline always kept).
         resume: a run id to finish instead of starting a new run.
         cpu_devices: how many CPU device actors for the CPU backend.
         inflight: jobs queued per device actor (backpressure).
+        iterations: loop iterations (default: the spec's ``iterations``).
         observers: progress hooks.
         catalog: the method catalog (default: the shipped one).
     """
 
     def __init__(self, sweep: Sweep, store: Path, backend: str = "auto",
                  max_candidates: int | None = None, resume: str | None = None,
-                 cpu_devices: int = 1, inflight: int = 2,
+                 cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
                  observers: list[Observer] | None = None, catalog: Catalog | None = None):
         self.sweep, self.store = sweep, Path(store)
         self.backend_req, self.max_candidates = backend, max_candidates
         self.resume, self.cpu_devices, self.inflight = resume, cpu_devices, inflight
+        self.iterations = iterations or sweep.iterations
         self.observers = observers or []
         self.catalog = catalog or load_catalog()
+        self.rows: dict[str, dict[str, Any]] = {}
+        self._agg: dict[tuple[int, str, str], dict[str, float]] = {}
 
     # -- setup ---------------------------------------------------------------------------
     def _start_devices(self, backend: str) -> tuple[list[Any], list[dict]]:
@@ -171,18 +182,16 @@ class Driver:
                 raise SweepError(f"a {backend} device actor failed to start: {e}") from None
         return actors, infos
 
-    def _plan(self, space: Space, infos: list[dict], run_id: str, compiler_id: str,
-              digest: str) -> tuple[list[Job], dict[str, wbuild.BuildJob], int]:
+    def _plan(self, space: Space, classes: dict[str, dict], compiler_id: str, digest: str,
+              iteration: int, ctxs: dict[str, Context]
+              ) -> tuple[list[Job], dict[str, wbuild.BuildJob], dict[str, int]]:
         jobs: list[Job] = []
         builds: dict[str, wbuild.BuildJob] = {}
-        n_cands = 0
-        seen_classes: dict[str, dict] = {}
-        for info in infos:
-            seen_classes.setdefault(info["device_class"], info)
-        for dc, info in seen_classes.items():
-            cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest),
-                        self.max_candidates)
-            n_cands += len(cands)
+        counts: dict[str, int] = {}
+        for dc, info in classes.items():
+            cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest,
+                               ctx=ctxs[dc]), self.max_candidates)
+            counts[dc] = len(cands)
             for c in cands:
                 bid = build_id(space, c, digest, compiler_id)
                 builds.setdefault(bid, wbuild.BuildJob(
@@ -192,9 +201,10 @@ class Driver:
                     include_dirs=space.include_dirs))
                 for di in c.dims_ok:
                     key = stable_hash({"candidate": c.candidate_id, "dims": space.dims[di],
-                                       "device_class": dc, "iteration": 1, "build": bid})
-                    jobs.append(Job(key, c, dc, di, space.dims[di], bid))
-        return jobs, builds, n_cands
+                                       "device_class": dc, "iteration": iteration,
+                                       "build": bid})
+                    jobs.append(Job(key, c, dc, di, space.dims[di], bid, iteration))
+        return jobs, builds, counts
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -208,6 +218,7 @@ class Driver:
         sweep = self.sweep
         run_id = self.resume or new_run_id(sweep.name)
         done: set[str] = set()
+        stored_states: dict[tuple[int, str], IterState] = {}
         if self.resume:
             rec = run_record(self.store, self.resume)
             if rec is None:
@@ -222,35 +233,79 @@ class Driver:
                                  "since that run; start a new run instead")
             if self.backend_req == "auto":
                 self.backend_req = rec["backend"]
+            opts = json.loads(rec.get("options") or "{}")
+            self.max_candidates = self.max_candidates or opts.get("max_candidates")
+            self.iterations = max(self.iterations, opts.get("iterations") or 1)
             done = done_job_keys(self.store, self.resume)
+            stored_states = {(it, dc): IterState.from_json(js)
+                             for it, dc, js in iteration_states(self.store, self.resume)}
         backend = pick_backend(sweep, self.backend_req)
         space = sweep.space(backend)
         digest = stable_hash(space.source_text())
-        compiler_id = ray.get(ray.remote(num_cpus=0)(_identity_remote).remote(backend))
+        compiler_id, env = ray.get(ray.remote(num_cpus=0)(_identity_remote).remote(backend))
         actors, infos = self._start_devices(backend)
-        jobs, builds, n_cands = self._plan(space, infos, run_id, compiler_id, digest)
-        todo = [j for j in jobs if j.job_key not in done]
+        classes: dict[str, dict] = {}
+        for info in infos:
+            classes.setdefault(info["device_class"], info)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,
-                   "cpu_devices": self.cpu_devices, "resume": self.resume}
+                   "cpu_devices": self.cpu_devices, "resume": self.resume,
+                   "iterations": self.iterations}
         run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
                    "sweep_dir": str(sweep.root), "backend": backend, "devices": dumps(infos),
-                   "n_candidates": n_cands, "n_jobs": len(jobs), "options": dumps(options),
-                   "host": platform.node(), "kopt_version": __version__}
+                   "options": dumps(options), "host": platform.node(), "env": dumps(env),
+                   "kopt_version": __version__}
         writer.add("runs", [{**run_row, "event": "running", "created_at": now()}])
         writer.flush()
-        summary = RunSummary(run_id, sweep.name, backend, n_cands, len(jobs),
-                             len(jobs) - len(todo), devices=infos)
-        needed = {j.build_id for j in todo}
-        for o in self.observers:
-            o.on_start(len(needed), len(todo), infos)
+        summary = RunSummary(run_id, sweep.name, backend, 0, 0, 0, devices=infos)
+        states = {dc: IterState() for dc in classes}
+        ncu_names = self._resolve_metrics(actors, infos) if backend == "cuda" else {}
         try:
-            self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
-                       summary, run_id)
+            for it in range(1, self.iterations + 1):
+                active = {dc: i for dc, i in classes.items() if not states[dc].stop}
+                if not active:
+                    break
+                ctxs = {dc: states[dc].context() for dc in active}
+                jobs, builds, counts = self._plan(space, active, compiler_id, digest, it, ctxs)
+                for dc, n in counts.items():
+                    if it > 1 and n <= 1:
+                        states[dc] = dataclasses.replace(
+                            states[dc], stop=f"no admissible triple for iteration {it}: "
+                            "every realized method is selected, skipped or in conflict "
+                            "(`kopt propose` shows why)")
+                jobs = [j for j in jobs if not states[j.device_class].stop]
+                if not jobs:
+                    break
+                summary.n_candidates += sum(n for dc, n in counts.items()
+                                            if not states[dc].stop)
+                summary.n_jobs += len(jobs)
+                todo = [j for j in jobs if j.job_key not in done]
+                summary.n_skipped += len(jobs) - len(todo)
+                needed = {j.build_id for j in todo}
+                for o in self.observers:
+                    o.on_start(len(needed), len(todo), infos)
+                self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
+                           summary, run_id)
+                writer.flush()
+                for dc in [d for d in active if not states[d].stop]:
+                    if (it, dc) in stored_states:
+                        states[dc] = stored_states[(it, dc)]
+                        continue
+                    states[dc] = self._close(it, dc, states[dc], space, actors, infos,
+                                             writer, run_id, ncu_names.get(dc), builds)
+                    writer.add("iterations", [{
+                        "run_id": run_id, "sweep": sweep.name, "iteration": it,
+                        "device_class": dc, "state": states[dc].to_json(),
+                        "created_at": now()}])
+                    writer.flush()
+                    for o in self.observers:
+                        getattr(o, "on_iteration", lambda *a: None)(dc, states[dc])
         except KeyboardInterrupt:
             summary.interrupted = True
             writer.flush()
             writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
+                                 "n_candidates": summary.n_candidates,
+                                 "n_jobs": summary.n_jobs,
                                  "wall_s": time.perf_counter() - t_start}])
             writer.flush()
             raise
@@ -263,14 +318,107 @@ class Driver:
                 except Exception:
                     pass
                 ray.kill(a, no_restart=True)
+        summary.states = states
         summary.wall_s = time.perf_counter() - t_start
         writer.add("runs", [{**run_row, "event": "finished", "created_at": now(),
+                             "n_candidates": summary.n_candidates, "n_jobs": summary.n_jobs,
                              "wall_s": summary.wall_s}])
         writer.compact("candidates")
         writer.flush()
         for o in self.observers:
             o.on_finish(summary)
         return summary
+
+    # -- NCU and the end of an iteration ---------------------------------------------------
+    def _resolve_metrics(self, actors: list[Any], infos: list[dict]) -> dict[str, list[str]]:
+        """Per device class, the metric names its ncu knows (aliases applied); missing
+        names are reported once."""
+        wanted = wanted_metrics(self.sweep.ncu.metrics or [], self.catalog)
+        out: dict[str, list[str]] = {}
+        for a, info in zip(actors, infos):
+            dc = info["device_class"]
+            if dc in out or self.sweep.ncu.top_k <= 0:
+                continue
+            try:
+                avail = ray.get(a.query_metrics.remote(), timeout=600)
+            except ray.exceptions.RayError:
+                avail = None
+            keep, aliased, missing = resolve_metrics(wanted, set(avail) if avail else None)
+            out[dc] = keep
+            for o in self.observers:
+                getattr(o, "on_metrics", lambda *a: None)(dc, aliased, missing)
+        return out
+
+    def _profile(self, it: int, dc: str, ranked: list[dict[str, Any]], space: Space,
+                 actors: list[Any], infos: list[dict], writer: Writer, run_id: str,
+                 metrics: list[str] | None) -> dict[str, Evidence]:
+        """Profile the baseline and the top-k of one iteration on one device of class ``dc``;
+        write metrics rows and the candidates' profile status and axis scores."""
+        k = self.sweep.ncu.top_k
+        picks = [r for r in ranked if r["is_baseline"]] + [r for r in ranked[:k]
+                                                          if not r["is_baseline"]]
+        evidence: dict[str, Evidence] = {}
+        idx = next(i for i, info in enumerate(infos) if info["device_class"] == dc)
+        for r in picks:
+            job_rows = [row for row in self.rows.values()
+                        if row["iteration"] == it and row["candidate_id"] == r["candidate_id"]
+                        and row["device_class"] == dc]
+            if not job_rows:
+                continue
+            first = min(job_rows, key=lambda row: row["dims"])
+            if space.backend != "cuda" or not metrics or k <= 0:
+                status = {"status": "not_profiled", "error": "NCU needs the cuda backend" if
+                          space.backend != "cuda" else "ncu unavailable or top_k is 0",
+                          "rows": []}
+            else:
+                kernels = [kk["name"] for kk in self._build_meta.get(r["build_id"], {})
+                           .get("kernels", [])]
+                payload = {**self._job_common, "build_id": r["build_id"],
+                           "job_key": first["job_key"], "dims": json.loads(first["dims"])}
+                status = ray.get(actors[idx].profile.remote(
+                    payload, self._artifacts[r["build_id"]], kernels, metrics,
+                    self.sweep.ncu.sections))
+            rows = status.get("rows") or []
+            if rows:
+                writer.add("metrics", [{
+                    "run_id": run_id, "sweep": self.sweep.name, "iteration": it,
+                    "candidate_id": r["candidate_id"], "device_class": dc,
+                    "dims": first["dims"], "kernel": x["kernel"], "launch": x["launch"],
+                    "metric": x["metric"], "value": x["value"], "unit": x["unit"],
+                    "created_at": now()} for x in rows])
+            agg = aggregate(rows)
+            ev = analyze(agg, self.catalog) if rows else Evidence()
+            evidence[r["candidate_id"]] = ev
+            self._agg[(it, dc, r["candidate_id"])] = agg
+            for row in job_rows:
+                upd = {**row, "profile_status": status["status"],
+                       "profile_error": status.get("error") or None,
+                       "compute_score": ev.scores.get("compute"),
+                       "memory_score": ev.scores.get("memory"),
+                       "latency_score": ev.scores.get("latency"),
+                       "bottleneck": ev.bottleneck, "created_at": now()}
+                self.rows[row["job_key"]] = upd
+                writer.add("candidates", [upd])
+        return evidence
+
+    def _close(self, it: int, dc: str, prev: IterState, space: Space, actors: list[Any],
+               infos: list[dict], writer: Writer, run_id: str, metrics: list[str] | None,
+               builds: dict[str, wbuild.BuildJob]) -> IterState:
+        ranked = rank(self.store, run_id, it, dc)
+        ev = self._profile(it, dc, ranked, space, actors, infos, writer, run_id, metrics)
+        base = next((r for r in ranked if r["is_baseline"]), None)
+        before = ev.get(base["candidate_id"]) if base else None
+        st = close_iteration(prev, ranked, it, (before.scores if before else {}),
+                             before.bottleneck if before else prev.bottleneck_after)
+        win = ranked[0] if ranked else None
+        after = ev.get(win["candidate_id"]) if win else None
+        if after is not None and after.scores:
+            st.scores_after, st.bottleneck_after = after.scores, after.bottleneck
+            st.triggered = triggers(self._agg[(it, dc, win["candidate_id"])], self.catalog,
+                                    after)
+        if not st.stop and it == self.iterations:
+            st.stop = f"reached --iterations {self.iterations}"
+        return st
 
     def _loop(self, todo: list[Job], builds: dict[str, wbuild.BuildJob], space: Space,
               actors: list[Any], infos: list[dict], writer: Writer, summary: RunSummary,
@@ -284,8 +432,10 @@ class Driver:
         order = sorted(builds, key=lambda b: not any(j.candidate.is_baseline
                                                      for j in by_build[b]))
         pending_builds: dict[Any, str] = {}
-        artifacts: dict[str, Any] = {}
-        metas: dict[str, dict] = {}
+        if not hasattr(self, "_artifacts"):
+            self._artifacts: dict[str, Any] = {}
+            self._build_meta: dict[str, dict] = {}
+        artifacts, metas = self._artifacts, self._build_meta
         for b in order:
             meta_ref, art_ref = task.remote(builds[b])
             pending_builds[meta_ref] = b
@@ -294,7 +444,7 @@ class Driver:
         actor_class = [info["device_class"] for info in infos]
         inflight: dict[int, int] = {i: 0 for i in range(len(actors))}
         running: dict[Any, tuple[int, Job]] = {}
-        job_common = {
+        self._job_common = job_common = {
             "reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
             "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
             "timing": space.timing.model_dump(),
@@ -302,6 +452,7 @@ class Driver:
 
         def emit(job: Job, outcome: dict[str, Any], info: dict | None) -> None:
             row = self._row(job, outcome, metas.get(job.build_id, {}), info, space, run_id)
+            self.rows[job.job_key] = row
             writer.add("candidates", [row])
             summary.status_counts[row["status"]] = summary.status_counts.get(row["status"], 0) + 1
             for o in self.observers:
@@ -336,7 +487,6 @@ class Driver:
                     if not res.ok:
                         for job in by_build[b]:
                             emit(job, {"status": "compile_error", "error": res.error}, None)
-                        artifacts.pop(b, None)
                         continue
                     for job in sorted(by_build[b], key=lambda j: not j.candidate.is_baseline):
                         ready.setdefault(job.device_class, deque()).append(job)
@@ -357,7 +507,8 @@ class Driver:
         info = info or {}
         work = self.sweep.work(job.dims)
         return {
-            "run_id": run_id, "sweep": self.sweep.name, "iteration": 1, "job_key": job.job_key,
+            "run_id": run_id, "sweep": self.sweep.name, "iteration": job.iteration,
+            "job_key": job.job_key,
             "candidate_id": c.candidate_id, "build_id": job.build_id,
             "compute_method": c.triple[0], "memory_method": c.triple[1],
             "latency_method": c.triple[2], "is_baseline": c.is_baseline,
@@ -381,12 +532,12 @@ class Driver:
 
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
-              cpu_devices: int = 1, address: str | None = None,
+              cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
               observers: list[Observer] | None = None) -> RunSummary:
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`."""
     ensure_ray(address)
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
-                  observers=observers).run()
+                  iterations=iterations, observers=observers).run()
 
 
 __all__ = ["Driver", "Job", "Observer", "RunSummary", "SweepError", "SpecError", "run_sweep"]

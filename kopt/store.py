@@ -47,6 +47,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("samples_ms", pa.list_(pa.float64())), ("sm_clock_mhz", pa.float64()),
         ("temperature_c", pa.float64()), ("throttle_reasons", pa.int64()),
         ("wall_s", pa.float64()), ("flops", pa.float64()), ("bytes", pa.float64()),
+        ("profile_status", pa.string()), ("profile_error", pa.string()),
+        ("compute_score", pa.float64()), ("memory_score", pa.float64()),
+        ("latency_score", pa.float64()), ("bottleneck", pa.string()),
         ("created_at", TS),
     ]),
     "runs": pa.schema([
@@ -54,6 +57,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("spec_hash", pa.string()), ("sweep_dir", pa.string()), ("backend", pa.string()),
         ("devices", pa.string()), ("n_candidates", pa.int64()), ("n_jobs", pa.int64()),
         ("wall_s", pa.float64()), ("options", pa.string()), ("host", pa.string()),
+        ("env", pa.string()),
         ("kopt_version", pa.string()), ("created_at", TS),
     ]),
     "metrics": pa.schema([
@@ -87,6 +91,14 @@ RUNS_VIEW = """
 create or replace view runs as
 select * exclude (event), event as status from {src}
 qualify row_number() over (partition by run_id order by created_at desc) = 1
+"""
+
+
+METRICS_VIEW = """
+create or replace view metrics as
+select * from {src}
+qualify row_number() over (partition by run_id, iteration, candidate_id, device_class, dims,
+                           kernel, launch, metric order by created_at desc) = 1
 """
 
 
@@ -194,6 +206,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
             con.execute(CANDIDATES_VIEW.format(src=src))
         elif table == "runs":
             con.execute(RUNS_VIEW.format(src=src))
+        elif table == "metrics":
+            con.execute(METRICS_VIEW.format(src=src))
         else:
             con.execute(f"create or replace view {table} as select * from {src}")
     return con
@@ -243,6 +257,18 @@ def done_job_keys(root: Path, run_id: str) -> set[str]:
     try:
         return {r[0] for r in con.execute(
             "select job_key from candidates where run_id = ?", [run_id]).fetchall()}
+    finally:
+        con.close()
+
+
+def iteration_states(root: Path, run_id: str) -> list[tuple[int, str, str]]:
+    """(iteration, device_class, state JSON) rows stored for ``run_id``, latest per key."""
+    con = connect(root)
+    try:
+        return con.execute(
+            "select iteration, device_class, state from iterations where run_id = ? "
+            "qualify row_number() over (partition by iteration, device_class "
+            "order by created_at desc) = 1 order by iteration", [run_id]).fetchall()
     finally:
         con.close()
 

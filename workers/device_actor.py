@@ -55,6 +55,47 @@ class DeviceActor:
         res["job_key"] = job["job_key"]
         return res
 
+    def profile(self, job: dict[str, Any], artifact: bytes, kernels: list[str],
+                metrics: list[str], sections: list[str] | None = None) -> dict[str, Any]:
+        """Nsight Compute capture of one candidate (workers.ncu.capture); never raises.
+
+        Runs between jobs on this actor, so it never overlaps a timing run on this device.
+        Returns ``status``, ``error``, ``rows`` (dicts), ``seconds``, ``command``.
+        """
+        from dataclasses import asdict
+
+        from workers import ncu
+
+        t0 = time.perf_counter()
+        try:
+            job = {**job, "device": self.backend,
+                   "artifact": str(ensure_artifact(job["build_id"], artifact))}
+            res = ncu.capture(job, kernels, metrics, sections)
+            out = {"status": res.status, "error": res.error, "command": res.command,
+                   "seconds": res.seconds, "rows": [asdict(r) for r in res.rows]}
+        except Exception as e:
+            out = {"status": "crashed", "error": f"profile: {e!r}", "rows": [], "seconds": 0.0}
+        self.busy_s += time.perf_counter() - t0
+        return out
+
+    def query_metrics(self) -> list[str] | None:
+        """Base metric names ``ncu --query-metrics`` lists for this device (None without ncu)."""
+        import subprocess
+
+        from kopt.bottleneck import parse_query_metrics
+        from workers import ncu
+
+        exe = ncu.ncu_exe()
+        if exe is None or self.backend != "cuda":
+            return None
+        try:
+            p = subprocess.run([exe, "--query-metrics"], capture_output=True, text=True,
+                               timeout=300)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        names = parse_query_metrics(p.stdout)
+        return sorted(names) or None
+
     def stats(self) -> dict[str, float]:
         """Seconds spent running jobs, job count and harness restarts."""
         return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts}

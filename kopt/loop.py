@@ -1,0 +1,145 @@
+"""The optimization loop's state: winners, selected and ineffective methods, stop reasons.
+
+After each iteration, per device class: the winner is the correct candidate
+with the best geometric-mean speedup over the iteration's baseline across the
+problem sizes (it must be correct on all of them). It counts as a gain only
+beyond the measured noise: speedup > 1 + max(1%, half the relative IQR of the
+winner plus half that of the baseline). A gain selects the winner's methods
+and makes it the next baseline; a method whose every candidate stayed within
+noise of the baseline (or lost) becomes ineffective under the bottleneck it
+was tried against, and is admissible again once the bottleneck changes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kopt.expand import Context
+from kopt.store import connect
+
+MIN_NOISE = 0.01
+
+RANK_SQL = """
+with it as (
+  select * from candidates where run_id = $run_id and iteration = $iteration
+    and device_class = $device_class
+), need as (select count(distinct dims) n from it where is_baseline)
+select candidate_id, any_value(compute_method) compute_method,
+       any_value(memory_method) memory_method, any_value(latency_method) latency_method,
+       any_value(params) params, any_value(defines) defines, bool_or(is_baseline) is_baseline,
+       exp(avg(ln(speedup))) speedup, max(iqr_ms / median_ms) rel_iqr,
+       min(median_ms) median_ms, arg_min(dims, dims) dims, any_value(build_id) build_id
+from it where status = 'ok' and speedup is not null
+group by candidate_id
+having count(*) = (select n from need)
+order by speedup desc, candidate_id
+"""
+
+
+@dataclass
+class IterState:
+    """State of one device class after an iteration (stored as JSON in ``iterations``).
+
+    Attributes:
+        iteration: the iteration this state closes.
+        selected: methods kept so far (the winners' triples).
+        ineffective: method -> bottleneck axis it failed under.
+        best: the winner so far: candidate_id, methods, params, defines, speedup.
+        bottleneck_before / bottleneck_after: axis of the baseline / winner.
+        scores_before / scores_after: axis scores of the baseline / winner.
+        triggered: method -> trigger verdict from the winner's metrics (None = no evidence).
+        tried: triples tried this iteration (count) and the winner's triple.
+        stop: why the loop stops after this iteration ("" = it goes on).
+    """
+
+    iteration: int = 0
+    selected: list[str] = field(default_factory=list)
+    ineffective: dict[str, str | None] = field(default_factory=dict)
+    best: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+    bottleneck_before: str | None = None
+    bottleneck_after: str | None = None
+    scores_before: dict[str, float] = field(default_factory=dict)
+    scores_after: dict[str, float] = field(default_factory=dict)
+    triggered: dict[str, bool | None] | None = None
+    n_candidates: int = 0
+    gain: float | None = None
+    noise: float | None = None
+    stop: str = ""
+
+    def context(self) -> Context:
+        """The expansion context for the next iteration."""
+        return Context(selected=list(self.selected), ineffective=dict(self.ineffective),
+                       bottleneck=self.bottleneck_after or self.bottleneck_before,
+                       triggered=self.triggered,
+                       baseline_params=(self.best or {}).get("params"))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> IterState:
+        return cls(**json.loads(text))
+
+
+def rank(store: Path, run_id: str, iteration: int, device_class: str) -> list[dict[str, Any]]:
+    """Correct candidates of one iteration and class, best geometric-mean speedup first."""
+    con = connect(store)
+    try:
+        cur = con.execute(RANK_SQL, {"run_id": run_id, "iteration": iteration,
+                                     "device_class": device_class})
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    finally:
+        con.close()
+    for r in rows:
+        r["params"] = json.loads(r["params"])
+        r["defines"] = json.loads(r["defines"])
+        r["triple"] = [r["compute_method"], r["memory_method"], r["latency_method"]]
+    return rows
+
+
+def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: int,
+                    scores_before: dict[str, float], bottleneck_before: str | None
+                    ) -> IterState:
+    """The state after ``iteration`` from its ranked candidates (see the module docstring)."""
+    st = IterState(iteration=iteration, selected=list(prev.selected),
+                   ineffective=dict(prev.ineffective), best=prev.best,
+                   bottleneck_before=bottleneck_before, scores_before=scores_before,
+                   n_candidates=len(ranked))
+    base = next((r for r in ranked if r["is_baseline"]), None)
+    if base is None:
+        st.stop = "the baseline failed or was not measured on every problem size"
+        return st
+    st.baseline = _brief(base)
+    if st.best is None:
+        st.best = {**_brief(base), "total_speedup": 1.0}
+    win = ranked[0]
+    noise = max(MIN_NOISE, (win["rel_iqr"] or 0) / 2 + (base["rel_iqr"] or 0) / 2)
+    st.noise, st.gain = noise, win["speedup"]
+    tried: dict[str, float] = {}
+    for r in ranked:
+        for m in r["triple"]:
+            if m:
+                tried[m] = max(tried.get(m, 0.0), r["speedup"])
+    for m, sp in tried.items():
+        if sp <= 1 + noise:
+            st.ineffective[m] = bottleneck_before
+        else:
+            st.ineffective.pop(m, None)
+    if win["is_baseline"] or win["speedup"] <= 1 + noise:
+        st.stop = (f"no gain beyond noise: the best candidate is {win['speedup']:.3f}x the "
+                   f"baseline, noise {noise:.3f}")
+        return st
+    st.selected += [m for m in win["triple"] if m and m not in st.selected]
+    total = (prev.best or {}).get("total_speedup", 1.0) * win["speedup"]
+    st.best = {**_brief(win), "total_speedup": total}
+    return st
+
+
+def _brief(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: r[k] for k in ("candidate_id", "build_id", "triple", "params", "defines",
+                              "speedup", "median_ms", "dims")}

@@ -1,0 +1,70 @@
+"""``kopt propose``: the next iteration's method scan and triples, from the store's state."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kopt.catalog import load_catalog
+from kopt.expand import admissible_triples, scan_axes
+from kopt.loop import IterState
+from kopt.spec import Sweep
+from kopt.store import connect
+
+LATEST_SQL = """
+select r.run_id, r.backend, r.devices, i.iteration, i.device_class, i.state
+from runs r join iterations i using (run_id)
+where r.sweep = $sweep
+qualify row_number() over (partition by i.device_class
+                           order by r.run_id desc, i.iteration desc, i.created_at desc) = 1
+"""
+
+
+def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
+    import torch
+
+    if torch.cuda.is_available() and "cuda" in sweep.spaces:
+        major, minor = torch.cuda.get_device_capability(0)
+        return "cuda", f"local-sm{major}{minor}", major * 10 + minor
+    return "cpu", "local-cpu", None
+
+
+def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any]]:
+    """Per device class: the state it continues from, every realized method's scan
+    (admitted or skipped with the reason) and the triples the next iteration will run.
+
+    Without a stored run of this sweep it answers for iteration 1 on this machine's
+    device (no NCU evidence: every method counts as triggered).
+    """
+    cat = load_catalog()
+    con = connect(store)
+    try:
+        cur = con.execute(LATEST_SQL, {"sweep": sweep.name})
+        rows = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+    finally:
+        con.close()
+    plans = []
+    if not rows:
+        backend, dc, sm = _local_device(sweep)
+        rows = [{"run_id": None, "backend": backend, "device_class": dc, "iteration": 0,
+                 "state": IterState().to_json(), "sm": sm}]
+    for r in rows:
+        st = IterState.from_json(r["state"])
+        sm = r.get("sm")
+        if r.get("devices"):
+            devs = [d for d in json.loads(r["devices"]) if d["device_class"] == r["device_class"]]
+            sm = devs[0]["sm"] if devs else None
+        space = sweep.space(r["backend"])
+        ctx = st.context()
+        scans = scan_axes(space, cat, sm, ctx=ctx)
+        triples = admissible_triples(space, cat, sm, ctx=ctx)
+        plans.append({
+            "device_class": r["device_class"], "run_id": r["run_id"],
+            "next_iteration": int(r["iteration"]) + 1, "selected": ctx.selected,
+            "bottleneck": ctx.bottleneck, "evidence": ctx.triggered is not None,
+            "stop": st.stop,
+            "scan": {a: [asdict(s) for s in v] for a, v in scans.items()},
+            "triples": [list(t) for t in triples if any(t)]})
+    return plans

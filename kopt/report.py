@@ -1,0 +1,209 @@
+"""``kopt report RUN_ID``: summary.md, the best candidate's realized source and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kopt.loop import IterState
+from kopt.store import connect, iteration_states, run_record
+
+TOP_METRICS = [
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
+    ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "mem SOL %"),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "DRAM %"),
+    ("sm__warps_active.avg.pct_of_peak_sustained_active", "occupancy %"),
+]
+
+
+class ReportError(ValueError):
+    """No such run, or nothing to report."""
+
+
+def _rows(con: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def _methods(triple: list[str | None] | None) -> str:
+    return " + ".join(m for m in (triple or []) if m) or "(baseline)"
+
+
+def _kv(d: dict[str, Any] | None) -> str:
+    return " ".join(f"{k}={v}" for k, v in (d or {}).items()) or "-"
+
+
+def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
+                    header: str) -> str | None:
+    """The kernel source with the candidate's defines written in as ``#define`` lines."""
+    from kopt.spec import load_sweep
+
+    try:
+        space = load_sweep(sweep_dir).space(backend)
+    except Exception:
+        return None
+    lines = [f"// {header}", "// kopt: the candidate's -D defines, written into the source"]
+    lines += [f"#define {k} {v}" for k, v in sorted(defines.items())]
+    return "\n".join(lines) + "\n\n" + space.source_text()
+
+
+def write_report(run_id: str, store: Path | str, out: Path) -> Path:
+    """Write ``out/summary.md``, ``out/best-<device class>.<cu|cpp>`` and PNG plots.
+
+    Raises:
+        ReportError: the run is not in the store.
+    """
+    store = Path(store)
+    rec = run_record(store, run_id)
+    if rec is None:
+        raise ReportError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep, "
+                          "status from runs\"` lists runs)")
+    out.mkdir(parents=True, exist_ok=True)
+    env = json.loads(rec.get("env") or "{}")
+    devices = json.loads(rec.get("devices") or "[]")
+    states: dict[str, list[IterState]] = {}
+    for _it, dc, js in iteration_states(store, run_id):
+        states.setdefault(dc, []).append(IterState.from_json(js))
+    con = connect(store)
+    try:
+        counts = _rows(con, "select status, count(*) n from candidates where run_id = ? "
+                            "group by 1 order by 1", [run_id])
+        figs = _rows(con, "select iteration, candidate_id, device_class, metric, value from "
+                          "metrics where run_id = ?", [run_id])
+        cand = _rows(con, "select iteration, device_class, params, median_ms, speedup, "
+                          "compute_method, memory_method, latency_method, is_baseline "
+                          "from candidates where run_id = ? and status = 'ok'", [run_id])
+    finally:
+        con.close()
+    metric_of: dict[tuple, dict[str, float]] = {}
+    for f in figs:
+        key = (f["iteration"], f["device_class"], f["candidate_id"])
+        metric_of.setdefault(key, {})[f["metric"]] = f["value"]  # last launch wins
+
+    md = [f"# kopt report: {rec['sweep']}, run {run_id}", "",
+          f"Status: {rec['status']}; backend {rec['backend']}; {rec.get('n_candidates')} "
+          f"candidates, {rec.get('n_jobs')} jobs; wall {rec.get('wall_s') or 0:.1f} s; "
+          "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
+          "## Environment", "", "| | |", "|---|---|"]
+    md += [f"| host | {env.get('host', rec.get('host'))} ({env.get('platform', '')}) |"]
+    for d in devices:
+        md.append(f"| device | {d['name']} ({d['device_class']}, {d.get('arch')}, "
+                  f"{(d.get('memory_bytes') or 0) / 2**30:.0f} GiB) |")
+    for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch", "torch_cuda",
+              "ray", "python"):
+        md.append(f"| {k} | {env.get(k) if env.get(k) is not None else 'not found'} |")
+    md.append(f"| kopt | {rec.get('kopt_version')} |")
+
+    for dc, sts in states.items():
+        md += ["", f"## Iterations on {dc}", "",
+               "| it | correct | triples tried | winner | params | median ms | speedup | total "
+               "| bottleneck before -> after | NCU (winner) | stop |", "|" + "---|" * 11]
+        for st in sts:
+            best = st.best or {}
+            m = metric_of.get((st.iteration, dc, best.get("candidate_id")), {})
+            ncu = ", ".join(f"{lab} {m[k]:.0f}" for k, lab in TOP_METRICS if k in m) or "-"
+            tried = {(c["compute_method"], c["memory_method"], c["latency_method"])
+                     for c in cand if c["iteration"] == st.iteration and c["device_class"] == dc}
+            md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} "
+                      f"| {_methods(best.get('triple'))} "
+                      f"| {_kv(best.get('params'))} | {best.get('median_ms') or 0:.4g} | "
+                      f"{(st.gain or 1):.3g}x | {best.get('total_speedup', 1):.3g}x | "
+                      f"{st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'} | {ncu} | "
+                      f"{st.stop or '-'} |")
+        last = sts[-1]
+        best = last.best or {}
+        md += ["", f"### Best candidate on {dc}", "",
+               f"- methods: {_methods(best.get('triple'))}; selected over the run: "
+               f"{', '.join(last.selected) or 'none'}",
+               f"- params: {_kv(best.get('params'))}", f"- defines: {_kv(best.get('defines'))}",
+               f"- median {best.get('median_ms') or 0:.4g} ms, "
+               f"{best.get('total_speedup', 1):.3g}x the first baseline"]
+        suffix = ".cu" if rec["backend"] == "cuda" else ".cpp"
+        src = realized_source(Path(rec["sweep_dir"]), rec["backend"],
+                              best.get("defines") or {},
+                              f"kopt best candidate {best.get('candidate_id')} of run {run_id}")
+        if src:
+            name = f"best-{dc}{suffix}"
+            (out / name).write_text(src)
+            md.append(f"- realized source: [{name}]({name})")
+        md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
+               "Ineffective: " + (", ".join(f"{k} (under {v or 'unknown'} bottleneck)"
+                                           for k, v in last.ineffective.items()) or "none") + "."]
+        md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]
+    plots = _plots(states, cand, out)
+    if plots:
+        md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    (out / "summary.md").write_text("\n".join(md) + "\n")
+    return out / "summary.md"
+
+
+def _next_steps(st: IterState) -> list[str]:
+    steps = []
+    if st.stop.startswith("no gain"):
+        steps.append("the last iteration brought no gain beyond noise: add realizations of "
+                     "untried catalog methods to sweep.yaml (`kopt propose` lists the scan)")
+    if st.bottleneck_after == "memory":
+        steps.append("memory-bound: compare achieved GB/s with the device's copy bandwidth; "
+                     "next candidates are fewer bytes (fusion, reuse) or wider accesses")
+    elif st.bottleneck_after == "compute":
+        steps.append("compute-bound: lower-precision or tensor-core paths, or fewer "
+                     "instructions per result")
+    elif st.bottleneck_after == "latency":
+        steps.append("latency-bound: more independent work in flight (ILP, occupancy, "
+                     "asynchronous copies)")
+    if st.triggered is None:
+        steps.append("no NCU evidence was collected (CPU backend or no ncu): run on a GPU "
+                     "node with Nsight Compute to let triggers prune the scan")
+    if st.ineffective:
+        steps.append("ineffective methods become admissible again when the bottleneck changes")
+    return steps or ["run more iterations (`--iterations`)"]
+
+
+def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: Path
+           ) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    if states:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for dc, sts in states.items():
+            xs = [0] + [s.iteration for s in sts]
+            ys = [1.0] + [(s.best or {}).get("total_speedup", 1.0) for s in sts]
+            ax.plot(xs, ys, marker="o", label=dc)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("speedup over the first baseline (x)")
+        ax.set_title("best candidate per iteration")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "speedup_per_iteration.png", dpi=110)
+        plt.close(fig)
+        names.append("speedup_per_iteration.png")
+    first = [c for c in cand if c["iteration"] == 1]
+    if first:
+        params = [json.loads(c["params"]) for c in first]
+        keys = {k for p in params for k in p}
+        key = max(sorted(keys), key=lambda k: len({str(p.get(k)) for p in params}), default=None)
+        if key is not None:
+            best: dict[Any, float] = {}
+            for c, p in zip(first, params):
+                if key in p:
+                    best[p[key]] = min(best.get(p[key], float("inf")), c["median_ms"])
+            xs = sorted(best)
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            ax.plot([str(x) for x in xs], [best[x] for x in xs], marker="o")
+            ax.set_xlabel(key)
+            ax.set_ylabel("best median time (ms)")
+            ax.set_title(f"iteration 1: median time across {key}")
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            fname = f"median_vs_{key}.png"
+            fig.savefig(out / fname, dpi=110)
+            plt.close(fig)
+            names.append(fname)
+    return names

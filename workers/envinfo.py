@@ -1,0 +1,115 @@
+"""What the seed workflow's environment check reported, for one node: GPUs and SM arch,
+driver, nvcc, ncu and whether it may read counters, CUTLASS headers, torch, ray."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    if pattern:
+        lines = [ln for ln in lines if re.search(pattern, ln)]
+    return lines[-1] if lines else None
+
+
+def gpus() -> tuple[list[dict[str, Any]], str | None]:
+    """(GPUs as NVML reports them: index, name, sm, memory bytes; driver version)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return [], None
+    out = []
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+        name = pynvml.nvmlDeviceGetName(h)
+        out.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
+                    "sm": f"sm_{major}{minor}",
+                    "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)})
+    drv = pynvml.nvmlSystemGetDriverVersion()
+    return out, drv if isinstance(drv, str) else drv.decode()
+
+
+def counters_readable() -> str:
+    """Whether ncu may read GPU performance counters here: ``yes``, ``admin only`` (and we
+    are not root), or ``unknown``. Source: NVIDIA's ERR_NVGPUCTRPERM page
+    (``RmProfilingAdminOnly`` in /proc/driver/nvidia/params)."""
+    p = Path("/proc/driver/nvidia/params")
+    try:
+        text = p.read_text()
+    except OSError:
+        return "unknown"
+    m = re.search(r"RmProfilingAdminOnly:\s*(\d)", text)
+    if not m:
+        return "unknown"
+    if m.group(1) == "0" or os.geteuid() == 0:
+        return "yes"
+    return "admin only (ERR_NVGPUCTRPERM for this user)"
+
+
+def cutlass_headers() -> str | None:
+    """Folder holding ``cutlass/cutlass.h``: $CUTLASS_PATH/include or the nvidia-cutlass
+    package's, else None."""
+    cands = []
+    if os.environ.get("CUTLASS_PATH"):
+        cands.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+    try:
+        import cutlass_library  # the nvidia-cutlass package
+
+        root = Path(cutlass_library.__file__).parent
+        cands += [root / "source" / "include", root.parent / "cutlass" / "include"]
+    except Exception:
+        pass
+    for c in cands:
+        if (c / "cutlass" / "cutlass.h").exists():
+            return str(c)
+    return None
+
+
+def _cxx_version() -> str | None:
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.splitlines()[0].strip() if out.strip() else None
+
+
+def collect() -> dict[str, Any]:
+    """This node's environment as a dict (strings; None where a tool is missing)."""
+    from workers import ncu
+
+    gpu_list, driver = gpus()
+    try:
+        import torch
+
+        torch_v, torch_cuda = torch.__version__, torch.version.cuda
+    except Exception:
+        torch_v = torch_cuda = None
+    try:
+        import ray
+
+        ray_v = ray.__version__
+    except Exception:
+        ray_v = None
+    return {
+        "host": platform.node(), "platform": platform.machine(),
+        "python": sys.version.split()[0], "gpus": gpu_list, "driver": driver,
+        "nvcc": _first_line(["nvcc", "--version"], "release"),
+        "cxx": _cxx_version(),
+        "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
+        "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
+    }

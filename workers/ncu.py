@@ -1,0 +1,190 @@
+"""Nsight Compute: capture a candidate's kernels with ``ncu`` and read the report.
+
+Capture runs ``ncu --clock-control none`` on a small target process
+(``python -m workers.ncu_target JOB.json``) that loads the artifact, prepares
+the inputs like the harness does and calls ``solve`` once. Only the
+``__global__`` kernels ``solve`` launches are profiled (matched by their
+mangled names from the ptxas report; ``-k solve`` would profile nothing), every
+launch of them. ncu runs in its own process group with its own TMPDIR and a
+timeout, under a node-wide file lock, so at most one ncu runs per node and an
+actor's death leaves no orphan holding the GPU or the counter lock.
+
+Reports are read with the ``ncu_report`` package (the .ncu-rep format); a
+metric absent from a report is absent from the rows, never a zero.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"
+NCU_TIMEOUT_S = 300.0
+
+
+@dataclass
+class MetricRow:
+    """One metric of one kernel launch: value in the report's base unit (e.g. ns, %, byte)."""
+
+    kernel: str
+    launch: int
+    metric: str
+    value: float
+    unit: str
+
+
+@dataclass
+class ProfileResult:
+    """A capture's outcome. ``status``: ok, no_ncu, no_permission, no_kernels, crashed, timeout."""
+
+    status: str
+    error: str = ""
+    rows: list[MetricRow] = field(default_factory=list)
+    command: str = ""
+    seconds: float = 0.0
+
+
+def read_report(path: str | Path, metrics: list[str] | None = None) -> list[MetricRow]:
+    """Metric rows of every kernel launch in an ``.ncu-rep`` file.
+
+    Args:
+        path: the report.
+        metrics: names to read (all numeric metrics of each launch when None).
+
+    Returns:
+        Rows in launch order; string-valued and absent metrics are skipped.
+
+    Raises:
+        RuntimeError: the file cannot be opened as a report.
+    """
+    import ncu_report
+
+    try:
+        ctx = ncu_report.load_report(str(path))
+    except Exception as e:  # the library raises plain exceptions
+        raise RuntimeError(f"{path}: not a readable Nsight Compute report: {e}") from None
+    rows: list[MetricRow] = []
+    launch = 0
+    for ri in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(ri)
+        for ai in range(rng.num_actions()):
+            act = rng.action_by_idx(ai)
+            name = act.name(act.NameBase_MANGLED) or act.name()
+            names = metrics if metrics is not None else list(act.metric_names())
+            for m in names:
+                metric = act.metric_by_name(m)
+                if metric is None or not metric.has_value():
+                    continue
+                if metric.kind() == metric.ValueKind_STRING:
+                    continue
+                try:
+                    value = float(metric.value())
+                except (TypeError, ValueError):
+                    continue
+                rows.append(MetricRow(name, launch, m, value, metric.unit() or ""))
+            launch += 1
+    return rows
+
+
+def ncu_exe() -> str | None:
+    """The ncu executable: ``$NCU``, ``ncu`` on PATH, or the CUDA toolkit's."""
+    for cand in (os.environ.get("NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def ncu_version() -> str | None:
+    """``ncu --version``'s last line, or None without ncu."""
+    exe = ncu_exe()
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def kernel_regex(kernels: list[str]) -> str:
+    """ncu ``-k regex:`` matching exactly these mangled kernel names."""
+    return "regex:^(" + "|".join(re.escape(k) for k in kernels) + ")$"
+
+
+def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
+            sections: list[str] | None = None, timeout_s: float = NCU_TIMEOUT_S,
+            env: dict[str, str] | None = None) -> ProfileResult:
+    """Profile one candidate's kernels (every launch) and read the chosen metrics.
+
+    Args:
+        job: a harness run job (artifact, signature, reference, dims, ...).
+        kernels: mangled ``__global__`` names from the build's ptxas report.
+        metrics: metric names to collect (``--metrics``) and read.
+        sections: extra ``--section`` identifiers.
+        timeout_s: kill ncu's whole process group after this long.
+        env: extra environment (CUDA_VISIBLE_DEVICES is inherited).
+
+    Returns:
+        A ProfileResult; never raises for a profiling failure.
+    """
+    exe = ncu_exe()
+    if exe is None:
+        return ProfileResult("no_ncu", "ncu not found (set $NCU or put Nsight Compute on PATH)")
+    if not kernels:
+        return ProfileResult("no_kernels", "the build reported no __global__ kernels to profile")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kopt-ncu-") as tmp:
+        jf = Path(tmp) / "job.json"
+        jf.write_text(json.dumps(job))
+        rep = Path(tmp) / "report"
+        cmd = [exe, "--clock-control", "none", "--target-processes", "all",
+               "--kernel-name-base", "mangled", "-k", kernel_regex(kernels),
+               "--metrics", ",".join(metrics), "-o", str(rep), "-f"]
+        for s in sections or []:
+            cmd += ["--section", s]
+        cmd += [sys.executable, "-m", "workers.ncu_target", str(jf)]
+        penv = {**os.environ, **(env or {}), "TMPDIR": tmp}
+        with open(LOCK_PATH, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per node
+            try:
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=penv, cwd=tmp, start_new_session=True)
+                try:
+                    out, _ = p.communicate(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                    return ProfileResult("timeout", f"ncu ran past {timeout_s:.0f} s; killed",
+                                         command=" ".join(cmd),
+                                         seconds=time.perf_counter() - t0)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        cmd_s = " ".join(cmd).replace(tmp, ".")
+        dt = time.perf_counter() - t0
+        if "ERR_NVGPUCTRPERM" in out:
+            return ProfileResult("no_permission", "ERR_NVGPUCTRPERM: this user may not read GPU "
+                                 "performance counters (see NVIDIA's ERR_NVGPUCTRPERM page)",
+                                 command=cmd_s, seconds=dt)
+        path = rep.with_suffix(".ncu-rep")
+        if p.returncode != 0 or not path.exists():
+            return ProfileResult("crashed", f"ncu exit code {p.returncode}: {out[-1500:]}",
+                                 command=cmd_s, seconds=dt)
+        try:
+            rows = read_report(path, metrics)
+        except RuntimeError as e:
+            return ProfileResult("crashed", str(e), command=cmd_s, seconds=dt)
+    if not rows:
+        return ProfileResult("no_kernels", f"ncu profiled no kernel matching {kernels}: "
+                             f"{out[-800:]}", command=cmd_s, seconds=dt)
+    return ProfileResult("ok", "", rows, cmd_s, time.perf_counter() - t0)
