@@ -5,9 +5,10 @@ with the best geometric-mean speedup over the iteration's baseline across the
 problem sizes (it must be correct on all of them). It counts as a gain only
 beyond the measured noise: speedup > 1 + max(1%, half the relative IQR of the
 winner plus half that of the baseline). A gain selects the winner's methods
-and makes it the next baseline; a method whose every candidate stayed within
-noise of the baseline (or lost) becomes ineffective under the bottleneck it
-was tried against, and is admissible again once the bottleneck changes.
+and makes it the next baseline. A method is ineffective (under the bottleneck
+it was tried against; admissible again once the bottleneck changes) when no
+triple holding it beat, beyond noise, the best candidate of the same triple
+without it -- so a method riding along with another one's gain is not credited.
 """
 
 from __future__ import annotations
@@ -120,13 +121,19 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     win = ranked[0]
     noise = max(MIN_NOISE, (win["rel_iqr"] or 0) / 2 + (base["rel_iqr"] or 0) / 2)
     st.noise, st.gain = noise, win["speedup"]
-    tried: dict[str, float] = {}
+    best_of: dict[tuple, float] = {}
     for r in ranked:
-        for m in r["triple"]:
+        t = tuple(r["triple"])
+        best_of[t] = max(best_of.get(t, 0.0), r["speedup"])
+    gain_of: dict[str, float] = {}
+    for t, sp in best_of.items():
+        for i, m in enumerate(t):
             if m:
-                tried[m] = max(tried.get(m, 0.0), r["speedup"])
-    for m, sp in tried.items():
-        if sp <= 1 + noise:
+                without = t[:i] + (None,) + t[i + 1:]
+                ref = best_of.get(without, 1.0 if not any(without) else 0.0) or 1.0
+                gain_of[m] = max(gain_of.get(m, 0.0), sp / ref)
+    for m, g in gain_of.items():
+        if g <= 1 + noise:
             st.ineffective[m] = bottleneck_before
         else:
             st.ineffective.pop(m, None)

@@ -92,3 +92,40 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     after = dict(rows)
     assert all(after[k] == v for k, v in before.items())  # nothing measured twice
     assert query("select status from runs", store)[1] == [("finished",)]
+
+
+def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
+    from kopt.propose import propose
+    from kopt.report import write_report
+
+    store = tmp_path / "store"
+    sweep = load_sweep(copy_fixture("loop"))
+    s = run_sweep(sweep, store, backend="cpu")
+    st = s.states["cpu-" + os.uname().machine]
+    _, its = query("select iteration from iterations order by 1", store)
+    assert its[0] == (1,)
+    first = json.loads(query("select state from iterations where iteration = 1", store)[1][0][0])
+    # REPEAT=1 is 16x less work: iteration 1 must select it
+    assert "compute.ilp_unroll" in first["selected"] and first["best"]["total_speedup"] > 4
+    assert "latency.persistent_kernel" in first["ineffective"]  # twice the work: it lost
+    assert first["triggered"] is None  # no NCU on the CPU backend: every method counts
+    if its == [(1,), (2,)]:  # iteration 2 ran from the winner
+        _, base2 = query("select defines from candidates where iteration = 2 and is_baseline",
+                         store)
+        assert json.loads(base2[0][0])["REPEAT"] == 1
+    assert st.stop  # reached --iterations 2, or no gain beyond noise in iteration 2
+    _, prof = query("select distinct profile_status, profile_error from candidates "
+                    "where profile_status is not null", store)
+    assert prof == [("not_profiled", "NCU needs the cuda backend")]
+
+    summary = write_report(s.run_id, store, tmp_path / "rep")
+    text = summary.read_text()
+    assert "## Iterations on cpu-" in text and "compute.ilp_unroll" in text
+    assert (tmp_path / "rep" / "speedup_per_iteration.png").read_bytes()[:4] == b"\x89PNG"
+    src = next((tmp_path / "rep").glob("best-*.cpp")).read_text()
+    assert "#define REPEAT 1" in src and 'extern "C" void solve' in src
+
+    plan = propose(sweep, store)[0]
+    reasons = {s["method"]: s["reason"] for a in plan["scan"].values() for s in a}
+    assert reasons["compute.ilp_unroll"] == "already_selected"
+    assert reasons["latency.persistent_kernel"] in ("ineffective", "already_selected")

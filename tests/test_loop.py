@@ -1,0 +1,83 @@
+"""Loop state: winners beyond noise, selected / ineffective methods, the next scan."""
+
+from conftest import VADD_CPP, VADD_REF, write_sweep
+from kopt.catalog import load_catalog
+from kopt.expand import Context, expand, scan_axes
+from kopt.loop import IterState, close_iteration
+from kopt.spec import load_sweep
+
+
+def cand(cid, triple, speedup, base=False, rel_iqr=0.01, params=None):
+    return {"candidate_id": cid, "build_id": "b" + cid, "triple": list(triple),
+            "params": params or {"T": 1}, "defines": params or {"T": 1}, "speedup": speedup,
+            "median_ms": 1.0 / speedup, "dims": "{}", "is_baseline": base, "rel_iqr": rel_iqr}
+
+
+V = "memory.vectorized_access"
+U = "compute.ilp_unroll"
+P = "latency.persistent_kernel"
+
+
+def test_gain_selects_the_winner_and_records_ineffective_methods():
+    ranked = [cand("w", (U, V, None), 1.8, params={"T": 2}), cand("v", (None, V, None), 1.3),
+              cand("b", (None, None, None), 1.0, base=True), cand("p", (None, None, P), 0.97)]
+    st = close_iteration(IterState(), ranked, 1, {"memory": 0.9}, "memory")
+    assert st.stop == "" and st.selected == [U, V]
+    assert st.best["candidate_id"] == "w" and st.best["total_speedup"] == 1.8
+    assert st.ineffective == {P: "memory"}
+    ctx = st.context()
+    assert ctx.baseline_params == {"T": 2} and ctx.selected == [U, V]
+    # iteration 2 from there: the winner becomes the baseline, gains multiply
+    ranked2 = [cand("x", (None, None, P), 1.5), cand("w", (None, None, None), 1.0, base=True)]
+    st2 = close_iteration(st, ranked2, 2, {}, "latency")
+    assert st2.best["total_speedup"] == 1.8 * 1.5 and P not in st2.ineffective
+
+
+def test_within_noise_is_no_gain():
+    ranked = [cand("a", (U, None, None), 1.015, rel_iqr=0.04),
+              cand("b", (None, None, None), 1.0, base=True, rel_iqr=0.04)]
+    st = close_iteration(IterState(), ranked, 1, {}, None)
+    assert st.stop.startswith("no gain beyond noise") and st.selected == []
+    assert st.noise == 0.04 and st.ineffective == {U: None}
+    assert st.best["candidate_id"] == "b"
+
+
+def test_failed_baseline_stops():
+    st = close_iteration(IterState(), [cand("a", (U, None, None), 1.0)], 1, {}, None)
+    assert "baseline failed" in st.stop
+
+
+def test_state_round_trips_as_json():
+    st = IterState(iteration=2, selected=[U], ineffective={V: "memory"}, triggered={U: True})
+    assert IterState.from_json(st.to_json()) == st
+
+
+SPEC = """
+    kernel: k.cpp
+    dims: [{N: 64}]
+    params: {T: [1, 2]}
+    methods:
+      compute.ilp_unroll: {defines: {UNROLL: 4}}
+      compute.launch_config: {defines: {LB: 1}}
+      memory.vectorized_access: {defines: {VEC: 4}}
+      latency.persistent_kernel: {defines: {PERSIST: 1}}
+"""
+
+
+def test_scan_reasons_follow_the_state(tmp_path):
+    sp = load_sweep(write_sweep(tmp_path / "s", SPEC, {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+                    ).space("cpu")
+    cat = load_catalog()
+    ctx = Context(selected=[P], ineffective={V: "memory"}, bottleneck="memory",
+                  triggered={U: False, V: True}, baseline_params={"T": 2})
+    reasons = {s.method: s.reason for a in scan_axes(sp, cat, None, ctx=ctx).values() for s in a}
+    assert reasons == {"compute.launch_config": "conflict",  # with the selected persistent kernel
+                       U: "no_trigger", V: "ineffective", P: "already_selected"}
+    ctx.bottleneck = "compute"  # the bottleneck moved: ineffective methods come back
+    reasons = {s.method: s.reason for a in scan_axes(sp, cat, None, ctx=ctx).values() for s in a}
+    assert reasons[V] == ""
+    cands = expand(sp, cat, None, ctx=ctx)
+    base = cands[0]
+    assert base.is_baseline and base.params == {"T": 2}
+    assert all(c.defines.get("PERSIST") == 1 for c in cands)  # selected: always applied
+    assert {c.triple for c in cands} == {(None, None, None), (None, V, None)}

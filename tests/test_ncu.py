@@ -1,0 +1,113 @@
+"""NCU reports from a real H200 (../shared/data/ncu-h200): rows, units, scores, triggers."""
+
+import csv
+import lzma
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from kopt.bottleneck import (aggregate, analyze, parse_query_metrics, resolve_metrics, triggers,
+                             wanted_metrics)
+from workers import ncu
+
+# ../shared beside the checkout (the developers' and CI's layout)
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ncu-h200"
+SCALE = {"us": 1e3, "ms": 1e6, "Mbyte": 1e6, "Kbyte": 1e3, "Gbyte": 1e9, "": 1.0, "%": 1.0,
+         "inst": 1.0, "byte": 1.0, "ns": 1.0, "register/thread": 1.0}
+
+
+def rows(name, metrics=None):
+    return [asdict(r) for r in ncu.read_report(DATA / f"{name}.ncu-rep", metrics)]
+
+
+def test_sgemm_report_matches_ncu_csv_in_base_units():
+    raw = list(csv.reader(open(DATA / "sgemm_full_raw.csv")))
+    head, units, vals = raw[0], raw[1], raw[2]
+    names = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+             "dram__bytes_read.sum", "launch__grid_size", "launch__registers_per_thread",
+             "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"]
+    got = {r["metric"]: r for r in rows("sgemm_full", names)}
+    assert set(got) == set(names)
+    assert {r["kernel"] for r in got.values()} == {"matmul_kernel"}
+    for m in names:
+        i = head.index(m)
+        expect = float(vals[i].replace(",", "")) * SCALE[units[i]]
+        assert got[m]["value"] == pytest.approx(expect, rel=1e-5), m
+    assert got["gpu__time_duration.sum"]["unit"] == "ns"
+    assert got["gpu__time_duration.sum"]["value"] == pytest.approx(935424.0)
+    assert got["dram__bytes_read.sum"]["unit"] == "byte"
+    assert got["sm__throughput.avg.pct_of_peak_sustained_elapsed"]["unit"] == "%"
+
+
+def test_absent_metrics_are_absent_not_zero():
+    got = rows("sgemm_full", ["gpu__time_duration.sum", "no__such_metric.sum"])
+    assert [r["metric"] for r in got] == ["gpu__time_duration.sum"]
+
+
+def test_axis_scores_and_bottleneck():
+    sg = analyze(aggregate(rows("sgemm_full")))
+    assert sg.scores["compute"] == pytest.approx(0.6819, abs=1e-3)
+    assert sg.scores["memory"] == pytest.approx(0.6778, abs=1e-3)
+    assert sg.bottleneck == "compute" and sg.ranked[-1] == "latency"
+    assert "selected" not in sg.stalls and sg.stalls["long_scoreboard"] == pytest.approx(1.374,
+                                                                                         abs=1e-3)
+    va = analyze(aggregate(rows("vadd_full")))
+    assert va.bottleneck == "memory" and va.scores["memory"] == pytest.approx(0.8056, abs=1e-3)
+    assert max(va.stalls, key=va.stalls.get) == "long_scoreboard"
+
+
+def test_triggers_from_real_reports():
+    sg = triggers(aggregate(rows("sgemm_full")))
+    assert sg["memory.register_pressure"] is True and sg["memory.bank_conflict"] is True
+    assert sg["compute.tensor_core"] is False  # the FMA pipe is not over 40%
+    assert sg["memory.kernel_fusion"] is None  # text-only trigger: not decidable from NCU
+    va = triggers(aggregate(rows("vadd_full")))
+    assert va["memory.cache_policy"] is True and va["memory.bank_conflict"] is False
+
+
+def test_missing_figures_make_triggers_undecidable():
+    t = triggers({})
+    assert all(v is None for v in t.values())
+    assert analyze({}).bottleneck is None
+
+
+def test_aggregate_weights_by_duration():
+    agg = aggregate([
+        {"launch": 0, "metric": "gpu__time_duration.sum", "value": 100.0},
+        {"launch": 0, "metric": "x.pct", "value": 10.0},
+        {"launch": 1, "metric": "gpu__time_duration.sum", "value": 300.0},
+        {"launch": 1, "metric": "x.pct", "value": 50.0}])
+    assert agg == {"gpu__time_duration.sum": 400.0, "x.pct": 40.0}
+
+
+def test_metric_names_resolve_on_gh100_with_aliases():
+    avail = parse_query_metrics(lzma.open(DATA / "query_metrics_gh100.txt.xz", "rt").read())
+    assert "sm__throughput" in avail and len(avail) > 3000
+    wanted = wanted_metrics()
+    keep, aliased, missing = resolve_metrics(wanted, avail)
+    assert missing == [] and aliased == {} and len(keep) == len(wanted)
+    # a device lacking the canonical DRAM name falls back to its alias, and says so
+    keep, aliased, missing = resolve_metrics(
+        ["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "bogus__metric.sum"],
+        avail - {"gpu__dram_throughput"})
+    assert keep == ["dram__throughput.avg.pct_of_peak_sustained_elapsed"]
+    assert aliased == {"dram__throughput.avg.pct_of_peak_sustained_elapsed":
+                       "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"}
+    assert missing == ["bogus__metric.sum"]
+
+
+def test_capture_without_ncu_is_a_status(monkeypatch, tmp_path):
+    monkeypatch.setenv("NCU", str(tmp_path / "no-ncu"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
+    monkeypatch.setattr(ncu, "ncu_exe", lambda: None)  # as on a machine without Nsight Compute
+    res = ncu.capture({}, ["k"], ["gpu__time_duration.sum"])
+    assert res.status == "no_ncu" and "ncu not found" in res.error and res.rows == []
+
+
+def test_kernel_regex_is_exact():
+    import re
+    rx = ncu.kernel_regex(["_Z3fooPf", "bar"]).removeprefix("regex:")
+    assert re.match(rx, "_Z3fooPf") and re.match(rx, "bar")
+    assert not re.match(rx, "_Z3fooPfX") and not re.match(rx, "solve")
