@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kopt.bottleneck import (aggregate, analyze, parse_query_metrics, resolve_metrics, triggers,
-                             wanted_metrics)
+from kopt.bottleneck import (
+    aggregate,
+    analyze,
+    parse_query_metrics,
+    resolve_metrics,
+    triggers,
+    wanted_metrics,
+)
 from workers import ncu
 
 # ../shared beside the checkout (the developers' and CI's layout)
