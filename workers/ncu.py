@@ -68,8 +68,7 @@ def read_report(path: str | Path, metrics: list[str] | None = None) -> list[Metr
     Raises:
         RuntimeError: the file cannot be opened as a report.
     """
-    import ncu_report
-
+    ncu_report = _ncu_report()
     try:
         ctx = ncu_report.load_report(str(path))
     except Exception as e:  # the library raises plain exceptions
@@ -95,6 +94,34 @@ def read_report(path: str | Path, metrics: list[str] | None = None) -> list[Metr
                 rows.append(MetricRow(name, launch, m, value, metric.unit() or ""))
             launch += 1
     return rows
+
+
+def _ncu_report() -> Any:
+    """The ``ncu_report`` module: the PyPI package, else the copy Nsight Compute ships in
+    ``<install>/extras/python``. Raises RuntimeError when neither is there."""
+    try:
+        import ncu_report
+
+        return ncu_report
+    except ImportError:
+        pass
+    import glob
+    import importlib
+
+    roots = []
+    exe = ncu_exe()
+    if exe:
+        real = Path(os.path.realpath(exe))
+        roots += [real.parent, real.parent.parent, real.parent.parent.parent]
+    roots += [Path(p) for p in sorted(glob.glob("/opt/nvidia/nsight-compute/*"), reverse=True)]
+    roots += [Path(p) for p in sorted(glob.glob("/usr/local/cuda*/nsight-compute*"), reverse=True)]
+    for r in roots:
+        cand = r / "extras" / "python"
+        if (cand / "ncu_report.py").exists():
+            sys.path.insert(0, str(cand))
+            return importlib.import_module("ncu_report")
+    raise RuntimeError("the ncu_report module is missing: `pip install ncu-report`, or keep "
+                       "Nsight Compute's extras/python next to ncu")
 
 
 def ncu_exe() -> str | None:
