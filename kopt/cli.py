@@ -55,6 +55,10 @@ class ProgressObserver:
                           TextColumn("eta"), TimeRemainingColumn(), console=console)
         self.failed = 0
         self.iteration = 0
+        self.label = ""
+
+    def on_phase(self, label: str) -> None:
+        self.label = label
 
     def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None:
         self.iteration += 1
@@ -66,7 +70,7 @@ class ProgressObserver:
         else:
             for t in list(self.p.task_ids):
                 self.p.remove_task(t)
-        it = f"it {self.iteration} "
+        it = f"{self.label} " if self.label else ""
         self.failed = 0
         self.tb = self.p.add_task(it + "built", total=n_builds, extra="")
         self.tr = self.p.add_task(it + "ran  ", total=n_jobs, extra="failed 0")
@@ -77,6 +81,12 @@ class ProgressObserver:
         if missing:
             console.print(f"[yellow]{device_class}: ncu lacks {len(missing)} metrics, not "
                           f"collected[/]: {', '.join(missing)}", highlight=False)
+
+    def on_evidence(self, device_class: str, ev: Any, triggered: dict | None) -> None:
+        scores = ", ".join(f"{a} {v:.2f}" for a, v in ev.scores.items())
+        fired = sorted(m for m, v in (triggered or {}).items() if v)
+        self.p.console.print(f"baseline ({device_class}): bottleneck {ev.bottleneck} ({scores});"
+                             f" triggered: {', '.join(fired) or 'none'}", highlight=False)
 
     def on_iteration(self, device_class: str, st: Any) -> None:
         best = st.best or {}

@@ -183,14 +183,14 @@ class Driver:
         return actors, infos
 
     def _plan(self, space: Space, classes: dict[str, dict], compiler_id: str, digest: str,
-              iteration: int, ctxs: dict[str, Context]
+              iteration: int, ctxs: dict[str, Context], baseline_only: bool = False
               ) -> tuple[list[Job], dict[str, wbuild.BuildJob], dict[str, int]]:
         jobs: list[Job] = []
         builds: dict[str, wbuild.BuildJob] = {}
         counts: dict[str, int] = {}
         for dc, info in classes.items():
             cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest,
-                               ctx=ctxs[dc]), self.max_candidates)
+                               ctx=ctxs[dc]), 1 if baseline_only else self.max_candidates)
             counts[dc] = len(cands)
             for c in cands:
                 bid = build_id(space, c, digest, compiler_id)
@@ -261,6 +261,9 @@ class Driver:
         states = {dc: IterState() for dc in classes}
         ncu_names = self._resolve_metrics(actors, infos) if backend == "cuda" else {}
         try:
+            if ncu_names and self.sweep.ncu.profile_baseline and not stored_states:
+                self._profile_baseline(space, classes, compiler_id, digest, actors, infos,
+                                       writer, summary, run_id, ncu_names, states, done)
             for it in range(1, self.iterations + 1):
                 active = {dc: i for dc, i in classes.items() if not states[dc].stop}
                 if not active:
@@ -283,6 +286,7 @@ class Driver:
                 summary.n_skipped += len(jobs) - len(todo)
                 needed = {j.build_id for j in todo}
                 for o in self.observers:
+                    getattr(o, "on_phase", lambda *a: None)(f"it {it}")
                     o.on_start(len(needed), len(todo), infos)
                 self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
                            summary, run_id)
@@ -330,6 +334,36 @@ class Driver:
         return summary
 
     # -- NCU and the end of an iteration ---------------------------------------------------
+    def _profile_baseline(self, space: Space, classes: dict[str, dict], compiler_id: str,
+                          digest: str, actors: list[Any], infos: list[dict], writer: Writer,
+                          summary: RunSummary, run_id: str, ncu_names: dict[str, list[str]],
+                          states: dict[str, IterState], done: set[str]) -> None:
+        """Measure and profile the baseline before iteration 1, so that its NCU evidence
+        (bottleneck, triggers) prunes iteration 1's scan as it does later ones'."""
+        jobs, builds, _ = self._plan(space, classes, compiler_id, digest, 1,
+                                     {dc: Context() for dc in classes}, baseline_only=True)
+        for o in self.observers:
+            getattr(o, "on_phase", lambda *a: None)("baseline")
+            o.on_start(len(builds), len(jobs), infos)
+        self._loop(jobs, builds, space, actors, infos, writer, summary, run_id)
+        done.update(j.job_key for j in jobs)
+        writer.flush()
+        for dc in classes:
+            base = [j for j in jobs if j.device_class == dc]
+            row = self.rows.get(base[0].job_key) if base else None
+            if row is None or row["status"] != "ok":
+                continue
+            ev = self._profile(1, dc, [{"candidate_id": row["candidate_id"],
+                                        "build_id": row["build_id"], "is_baseline": True}],
+                               space, actors, infos, writer, run_id, ncu_names.get(dc))
+            e = ev.get(row["candidate_id"])
+            if e is not None and e.scores:
+                agg = self._agg[(1, dc, row["candidate_id"])]
+                states[dc] = IterState(bottleneck_before=e.bottleneck, scores_before=e.scores,
+                                       triggered=triggers(agg, self.catalog, e))
+                for o in self.observers:
+                    getattr(o, "on_evidence", lambda *a: None)(dc, e, states[dc].triggered)
+
     def _resolve_metrics(self, actors: list[Any], infos: list[dict]) -> dict[str, list[str]]:
         """Per device class, the metric names its ncu knows (aliases applied); missing
         names are reported once."""
@@ -360,6 +394,10 @@ class Driver:
         evidence: dict[str, Evidence] = {}
         idx = next(i for i, info in enumerate(infos) if info["device_class"] == dc)
         for r in picks:
+            if (it, dc, r["candidate_id"]) in self._agg:  # profiled already (the baseline)
+                evidence[r["candidate_id"]] = analyze(self._agg[(it, dc, r["candidate_id"])],
+                                                      self.catalog)
+                continue
             job_rows = [row for row in self.rows.values()
                         if row["iteration"] == it and row["candidate_id"] == r["candidate_id"]
                         and row["device_class"] == dc]

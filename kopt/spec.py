@@ -58,6 +58,7 @@ class Ncu(_Model):
     top_k: int = Field(3, ge=0)
     sections: list[str] | None = None
     metrics: list[str] | None = None
+    profile_baseline: bool = True  # profile the baseline first: its triggers prune iteration 1
 
 
 class MethodRealization(_Model):
