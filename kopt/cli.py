@@ -90,7 +90,7 @@ class ProgressObserver:
 
     def on_iteration(self, device_class: str, st: Any) -> None:
         best = st.best or {}
-        trip = " + ".join(m for m in best.get("triple") or [] if m) or "(baseline)"
+        trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
         self.p.console.print(
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
             f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}; "
@@ -147,7 +147,7 @@ def _rate(r: dict[str, Any]) -> str:
 
 def _methods(r: dict[str, Any]) -> str:
     ms = [r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
-    return " + ".join(m for m in ms if m) or "(baseline)"
+    return " + ".join(m for m in ms if m) or "(no method)"
 
 
 @main.command()
@@ -206,7 +206,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]),
-                  _methods(r) + (" = baseline" if r["is_baseline"] and r["compute_method"] else ""),
+                  _methods(r) + (" (baseline)" if r["is_baseline"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
     out.print(t)

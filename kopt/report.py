@@ -28,7 +28,7 @@ def _rows(con: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
 
 
 def _methods(triple: list[str | None] | None) -> str:
-    return " + ".join(m for m in (triple or []) if m) or "(baseline)"
+    return " + ".join(m for m in (triple or []) if m) or "(no method)"
 
 
 def _kv(d: dict[str, Any] | None) -> str:

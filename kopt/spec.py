@@ -58,7 +58,9 @@ class Ncu(_Model):
     top_k: int = Field(3, ge=0)
     sections: list[str] | None = None
     metrics: list[str] | None = None
-    profile_baseline: bool = True  # profile the baseline first: its triggers prune iteration 1
+    # profile the baseline first so that its triggers prune iteration 1 (off: iteration 1
+    # treats every method as triggered; see docs/verified/2026-11-30-h200-loop.md)
+    profile_baseline: bool = False
 
 
 class MethodRealization(_Model):
