@@ -87,7 +87,7 @@ def ensure_ray(address: str | None = None) -> None:
     """Attach to ``address`` or start an embedded local Ray instance (once per process)."""
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING",
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
                               "log_to_driver": False}
     if address:
         ray.init(address=address, **kwargs)
@@ -318,7 +318,7 @@ class Driver:
                 try:
                     st = ray.get(a.stats.remote(), timeout=30)
                     summary.device_busy_s[f"{infos[i]['device_class']}#{i}"] = st["busy_s"]
-                    a.shutdown.remote()
+                    ray.get(a.shutdown.remote(), timeout=30)
                 except Exception:
                     pass
                 ray.kill(a, no_restart=True)
