@@ -162,12 +162,14 @@ def _methods(r: dict[str, Any]) -> str:
 @click.option("--cpu-devices", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU backend: how many single-thread CPU device actors.")
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--cluster", type=click.Path(dir_okay=False), default=None,
+              help="A Ray cluster-launcher YAML (ray_cluster.yaml): attach to its head.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None,
               help="Optimization-loop iterations (default: the spec's `iterations`).")
 @click.option("--top", "top_k", default=5, show_default=True, help="Rows in the closing table.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
-          resume: str | None, cpu_devices: int, address: str | None, iterations: int | None,
-          top_k: int) -> None:
+          resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
+          iterations: int | None, top_k: int) -> None:
     """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
 
     With several iterations, each takes the last winner as its baseline and the
@@ -185,7 +187,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
-                            iterations=iterations, observers=[obs])
+                            iterations=iterations, observers=[obs], cluster=cluster)
     except (SpecError, SweepError) as e:
         obs.stop()
         _fail(str(e))

@@ -96,6 +96,44 @@ def ensure_ray(address: str | None = None) -> None:
         ray.init(**kwargs)
 
 
+def cluster_address(path: str | Path) -> str:
+    """The head address (``HEAD_IP:6379``) of a Ray cluster-launcher file.
+
+    Raises:
+        SweepError: the file is missing or has no ``provider.head_ip``.
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        cfg = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SweepError(f"--cluster {p}: cannot read it: {e}") from None
+    head = ((cfg or {}).get("provider") or {}).get("head_ip")
+    if not head:
+        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
+                         "to the head of a local-provider cluster (or pass --address HOST:PORT)")
+    return f"{head}:{cfg.get('head_port', 6379)}"
+
+
+def attach(address: str, source: str) -> None:
+    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError):
+        raise SweepError(f"{source}: no Ray head answers at {address}; bring the cluster up "
+                         "with `ray up ray_cluster.yaml` (or start one with `ray start --head`)"
+                         ) from None
+    try:
+        ensure_ray(address)
+    except ConnectionError as e:
+        raise SweepError(f"{source}: {e}; is the cluster up (`ray up ray_cluster.yaml`, "
+                         "`ray status`)?") from None
+
+
 def pick_backend(sweep: Sweep, backend: str) -> str:
     """Resolve ``auto``: CUDA when the cluster has a GPU and the sweep a .cu source, else CPU.
 
@@ -571,9 +609,19 @@ class Driver:
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
-              observers: list[Observer] | None = None) -> RunSummary:
-    """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`."""
-    ensure_ray(address)
+              observers: list[Observer] | None = None, cluster: str | None = None
+              ) -> RunSummary:
+    """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
+
+    ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
+    neither starts an embedded local Ray instance.
+    """
+    if cluster:
+        attach(cluster_address(cluster), f"--cluster {cluster}")
+    elif address and address != "auto":
+        attach(address, f"--address {address}")
+    else:
+        ensure_ray(address)
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                   iterations=iterations, observers=observers).run()
 
