@@ -24,7 +24,7 @@ from rich.table import Table
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
 
-console = Console(stderr=True)
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
@@ -40,7 +40,23 @@ def _fail(msg: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-@click.group()
+class _Group(click.Group):
+    """Store problems surface as one clear line, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import duckdb
+
+        from kopt.store import QueryError, explain
+
+        try:
+            return super().invoke(ctx)
+        except QueryError as e:
+            _fail(str(e))
+        except duckdb.Error as e:
+            _fail(str(explain(e)))
+
+
+@click.group(cls=_Group)
 @click.version_option(package_name="kopt")
 def main() -> None:
     """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
@@ -56,6 +72,10 @@ class ProgressObserver:
         self.failed = 0
         self.iteration = 0
         self.label = ""
+
+    def on_run(self, run_id: str, store: Path) -> None:
+        self.run_id, self.store = run_id, store
+        console.print(f"run {run_id} (store {store})", highlight=False)
 
     def on_phase(self, label: str) -> None:
         self.label = label
@@ -129,6 +149,15 @@ def _fmt(v: Any) -> str:
     return escape(str(v))
 
 
+def _json_safe(v: Any) -> Any:
+    """Non-finite floats become null (JSON has no Infinity/NaN)."""
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
 def _kv(text: str | None) -> str:
     """``{"A": 1, "B": 2}`` (JSON text) -> ``A=1 B=2``."""
     if not text:
@@ -188,20 +217,34 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
                             iterations=iterations, observers=[obs], cluster=cluster)
-    except (SpecError, SweepError) as e:
+    except SpecError as e:
+        obs.stop()
+        msg = str(e)
+        _fail(msg if msg.startswith(str(sw.spec_path)) else f"{sw.spec_path}: {msg}")
+    except SweepError as e:
         obs.stop()
         _fail(str(e))
     except KeyboardInterrupt:
         obs.stop()
-        console.print("[yellow]interrupted[/]: every finished measurement is stored; finish with "
-                      f"`kopt sweep {sweep_dir} --resume <run id>` (`kopt query \"select run_id, "
-                      "status from runs\"`)")
+        rid = getattr(obs, "run_id", None)
+        if rid is None:
+            console.print("[yellow]interrupted[/] before the run started: nothing was stored")
+        else:
+            console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
+                          f"with `kopt sweep {sweep_dir} --store {root} --resume {rid}`",
+                          highlight=False)
         sys.exit(130)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
     console.print(f"run [bold]{summary.run_id}[/]: {summary.n_candidates} candidates, "
                   f"{summary.n_jobs} jobs ({summary.n_skipped} already stored) in "
                   f"{summary.wall_s:.1f} s; {counts or 'nothing new to run'}", highlight=False)
     rows = top(summary.run_id, top_k, root)
+    if not summary.status_counts.get("ok") and not summary.n_skipped:
+        console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
+                      f"error from candidates where run_id = '{summary.run_id}'\"`")
+        exit_code = 1
+    else:
+        exit_code = 0
     t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend})")
     for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
               "rate"):
@@ -212,6 +255,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
     out.print(t)
+    sys.exit(exit_code)
 
 
 @main.command()
@@ -255,7 +299,8 @@ def query(sql: str, store: Path | None, fmt: str) -> None:
         w.writerow(cols)
         w.writerows(rows)
     elif fmt == "json":
-        click.echo(json.dumps([dict(zip(cols, r)) for r in rows], default=str, indent=1))
+        click.echo(json.dumps([{c: _json_safe(v) for c, v in zip(cols, r)} for r in rows],
+                              default=str, indent=1))
     else:
         t = Table()
         for c in cols:
@@ -393,7 +438,8 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
                                for a in axes for m in cat.axis(a)], indent=1))
         return
     for a in axes:
-        t = Table(title=f"{a} axis")
+        t = Table(title=f"{a} axis", caption="P: priority (1 is scanned first); "
+                  "'= X': the same code change as X seen from another axis (counted once)")
         for c in ("P", "id", "change", "min SM", "conflicts / couples", "trigger"):
             t.add_column(c, overflow="fold")
         for m in cat.axis(a):

@@ -197,6 +197,7 @@ class Driver:
         self.sweep, self.store = sweep, Path(store)
         self.backend_req, self.max_candidates = backend, max_candidates
         self.resume, self.cpu_devices, self.inflight = resume, cpu_devices, inflight
+        self._iterations_req = iterations
         self.iterations = iterations or sweep.iterations
         self.observers = observers or []
         self.catalog = catalog or load_catalog()
@@ -272,8 +273,15 @@ class Driver:
             if self.backend_req == "auto":
                 self.backend_req = rec["backend"]
             opts = json.loads(rec.get("options") or "{}")
-            self.max_candidates = self.max_candidates or opts.get("max_candidates")
-            self.iterations = max(self.iterations, opts.get("iterations") or 1)
+            for name, mine in (("max_candidates", self.max_candidates),
+                               ("iterations", self._iterations_req)):
+                if mine is not None and mine != opts.get(name):
+                    raise SweepError(f"--resume {self.resume}: that run was started with "
+                                     f"{name} {opts.get(name)}, not {mine}; resume without "
+                                     f"the option (the run keeps its own)")
+            self.max_candidates = opts.get("max_candidates")
+            self.iterations = opts.get("iterations") or self.iterations
+            self.cpu_devices = opts.get("cpu_devices") or self.cpu_devices
             done = done_job_keys(self.store, self.resume)
             stored_states = {(it, dc): IterState.from_json(js)
                              for it, dc, js in iteration_states(self.store, self.resume)}
@@ -285,6 +293,7 @@ class Driver:
         classes: dict[str, dict] = {}
         for info in infos:
             classes.setdefault(info["device_class"], info)
+        self._check_reference(space, actors, infos)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,
                    "cpu_devices": self.cpu_devices, "resume": self.resume,
@@ -295,6 +304,8 @@ class Driver:
                    "kopt_version": __version__}
         writer.add("runs", [{**run_row, "event": "running", "created_at": now()}])
         writer.flush()
+        for o in self.observers:
+            getattr(o, "on_run", lambda *a: None)(run_id, self.store)
         summary = RunSummary(run_id, sweep.name, backend, 0, 0, 0, devices=infos)
         states = {dc: IterState() for dc in classes}
         ncu_names = self._resolve_metrics(actors, infos) if backend == "cuda" else {}
@@ -370,6 +381,26 @@ class Driver:
         for o in self.observers:
             o.on_finish(summary)
         return summary
+
+    def _check_reference(self, space: Space, actors: list[Any], infos: list[dict]) -> None:
+        """Run ref.py's inputs() and reference() once per dims on one device of each class
+        before anything is built; a failure stops the sweep with an error naming ref.py."""
+        common = {"reference": str(self.sweep.reference), "seed": self.sweep.seed,
+                  "args": self.sweep.args, "scalars": self.sweep.scalars,
+                  "tolerance": self.sweep.tolerance.model_dump(),
+                  "timing": space.timing.model_dump(), "build_id": "", "job_key": "reference",
+                  "signature": [dataclasses.asdict(a) for a in space.signature.args]}
+        seen = set()
+        for a, info in zip(actors, infos):
+            if info["device_class"] in seen:
+                continue
+            seen.add(info["device_class"])
+            for d in space.dims:
+                res = ray.get(a.prepare.remote({**common, "dims": d}))
+                if res["status"] != "ok":
+                    raise SweepError(f"{self.sweep.reference}: inputs()/reference() failed for "
+                                     f"dims {d} on {info['device_class']} ({res['status']}): "
+                                     f"{res.get('error')}; nothing was built or measured")
 
     # -- NCU and the end of an iteration ---------------------------------------------------
     def _profile_baseline(self, space: Space, classes: dict[str, dict], compiler_id: str,
@@ -503,7 +534,8 @@ class Driver:
         by_build: dict[str, list[Job]] = {}
         for j in todo:
             by_build.setdefault(j.build_id, []).append(j)
-        task = ray.remote(num_cpus=1, num_returns=2, max_retries=2)(_build_remote)
+        # retries cover a lost node, not a compile that kills its worker every time
+        task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(_build_remote)
         # baseline builds first: their timings are every speedup's denominator
         order = sorted(builds, key=lambda b: not any(j.candidate.is_baseline
                                                      for j in by_build[b]))

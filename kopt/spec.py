@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import ContractError, Signature, parse_signature_file
@@ -50,6 +58,13 @@ class Timing(_Model):
     max_time_ms: float = Field(2000.0, gt=0)
     target_rel_error: float = Field(0.005, gt=0)
     timeout_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _order(self) -> Timing:
+        if self.min_samples > self.max_samples:
+            raise ValueError(f"min_samples ({self.min_samples}) is above max_samples "
+                             f"({self.max_samples})")
+        return self
 
 
 class Ncu(_Model):
@@ -87,7 +102,7 @@ class BackendBlock(_Model):
     baseline: dict[str, Scalar] = {}
     methods: dict[str, MethodRealization] = {}
     flags: list[str] = []
-    dims: list[dict[str, int]] | None = None
+    dims: list[dict[str, StrictInt]] | None = None
     include_dirs: list[str] = []
     timing: Timing | None = None
 
@@ -95,10 +110,10 @@ class BackendBlock(_Model):
 class SweepFile(_Model):
     """The whole of sweep.yaml (schema; semantic checks come after)."""
 
-    name: str | None = None
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     kernel: str
     reference: str = "ref.py"
-    dims: list[dict[str, int]] = Field(min_length=1)
+    dims: list[dict[str, StrictInt]] = Field(min_length=1)
     tolerance: Tolerance = Tolerance()
     args: dict[str, list[str | int]] = {}
     scalars: dict[str, float | int] = {}
@@ -198,6 +213,30 @@ class Sweep:
         return self.spaces[backend]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (YAML would keep the last)."""
+
+
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen = set()
+    for k, _ in node.value:
+        key = loader.construct_object(k, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (the second would silently replace "
+                "the first)", k.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+_INT_RANGE = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
+              "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+_UNSIGNED = {"unsigned", "unsigned int", "size_t", "unsigned long", "unsigned long long",
+             "uint8_t"}
+
+
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
@@ -222,9 +261,10 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
                         "source and ref.py (see docs/spec.md)")
     root = spec_path.parent.resolve()
     try:
-        raw = yaml.safe_load(spec_path.read_text())
+        raw = yaml.load(spec_path.read_text(), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
-        raise SpecError(f"{spec_path}: not valid YAML: {e}") from None
+        text = str(e).replace("<unicode string>", str(spec_path))
+        raise SpecError(f"{spec_path}: not valid YAML: {text}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{spec_path}: expected a mapping at the top level (kernel:, dims:, ...)")
     try:
@@ -331,10 +371,20 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             raise err(f"args.{a}", f"{src.name} has no solve argument {a!r} "
                                    f"(it has: {', '.join(a.name for a in sig.args)})")
     for i, d in enumerate(dims):
+        for k, v in d.items():
+            if v < 0:
+                raise err(f"{prefix}dims[{i}].{k}", f"{v} is negative; dims are sizes")
         for s in sig.scalars:
             if s.name not in d and s.name not in sf.scalars:
                 raise err(f"{prefix}dims[{i}]", f"solve argument {s.name!r} is a scalar but is "
                           f"neither a dim nor in `scalars`; add {s.name}: <value> to one of them")
+            v = d.get(s.name, sf.scalars.get(s.name))
+            lo, hi = _INT_RANGE.get(s.dtype, (None, None))
+            if s.ctype in _UNSIGNED:
+                lo = 0
+            if lo is not None and (not float(v).is_integer() or not lo <= v <= hi):
+                where = f"{prefix}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
+                raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({lo} .. {hi})")
         for a, shape in sf.args.items():
             for j, e in enumerate(shape):
                 if isinstance(e, str):

@@ -128,6 +128,8 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
     name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
     tmp = folder / f".{name}.tmp"
     pq.write_table(t, tmp, compression="zstd")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
     os.replace(tmp, folder / name)
     return folder / name
 
@@ -192,6 +194,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
     ``iterations`` over the store at ``root`` (empty views when a table has no files)."""
     root = Path(root) if root is not None else default_root()
+    if root.exists() and not root.is_dir():
+        raise StoreError(f"--store {root} is a file, not a store folder")
     con = duckdb.connect(":memory:")
     for table, schema in SCHEMAS.items():
         files = list((root / table).glob("sweep=*/run=*/part-*.parquet")) if root.exists() else []
@@ -202,19 +206,22 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
             con.register(f"_empty_{table}", pa.table(
                 {f.name: pa.array([], f.type) for f in schema}, schema=schema))
             src = f"_empty_{table}"
-        if table == "candidates":
-            con.execute(CANDIDATES_VIEW.format(src=src))
-        elif table == "runs":
-            con.execute(RUNS_VIEW.format(src=src))
-        elif table == "metrics":
-            con.execute(METRICS_VIEW.format(src=src))
-        else:
-            con.execute(f"create or replace view {table} as select * from {src}")
+        view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW
+                }.get(table, "create or replace view {table} as select * from {src}")
+        try:
+            con.execute(view.format(src=src, table=table))
+        except duckdb.Error as e:
+            con.close()
+            raise explain(e) from None
     return con
 
 
 class QueryError(ValueError):
     """A query that is not read-only, or that DuckDB rejects."""
+
+
+class StoreError(QueryError):
+    """The store is not usable: a file where a folder should be, or a damaged Parquet file."""
 
 
 def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tuple]]:
@@ -234,9 +241,18 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
     if not stmts:
         raise QueryError("empty query")
     for st in stmts:
-        if st.type not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+        inner = st
+        if st.type == duckdb.StatementType.EXPLAIN:  # check what EXPLAIN (ANALYZE) would run
+            import re
+
+            body = re.sub(r"^\s*explain\s+(analyze\s+)?", "", st.query, flags=re.I)
+            try:
+                inner = duckdb.extract_statements(body)[0]
+            except (duckdb.Error, IndexError):
+                raise QueryError(f"cannot read the statement under EXPLAIN: {body!r}") from None
+        if inner.type != duckdb.StatementType.SELECT:
             raise QueryError(f"only read-only queries (SELECT, WITH, EXPLAIN, DESCRIBE, SHOW) "
-                             f"are allowed; got {st.type.name}")
+                             f"are allowed; got {inner.type.name}")
     con = connect(root)
     try:
         cur = None
@@ -246,9 +262,22 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
         cols = [d[0] for d in cur.description] if cur.description else []
         return cols, cur.fetchall()
     except duckdb.Error as e:
-        raise QueryError(str(e)) from None
+        raise explain(e) from None
     finally:
         con.close()
+
+
+def explain(e: Exception) -> QueryError:
+    """A DuckDB error as a QueryError; a damaged Parquet file is named, with the fix."""
+    import re
+
+    msg = str(e)
+    m = re.search(r"File '([^']+\.parquet)'", msg)
+    if m and ("too small" in msg or "magic bytes" in msg or "Parquet" in msg):
+        return StoreError(f"damaged store file {m.group(1)} ({msg.splitlines()[0]}); move it "
+                          "out of the store (a killed copy or a disk fault); everything else "
+                          "stays readable")
+    return QueryError(msg)
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

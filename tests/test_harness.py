@@ -73,3 +73,30 @@ def test_reference_problems_are_reported(tmp_path, sandbox):
     res = sandbox.run(job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp",
                           d / "ref.py"), timeout_s=10)
     assert res["status"] == "error" and "input 'x' is all zeros" in res["error"]
+
+
+def test_contract_breaches_are_caught_and_inputs_restored(tmp_path, sandbox):
+    d = write_sweep(tmp_path / "bad", "kernel: k.cpp\ndims: [{N: 64}]\n", {
+        "k.cpp": '#ifndef MODE\n#define MODE 0\n#endif\n'
+                 'extern "C" void solve(const float* x, float* y, int N) {\n'
+                 '  for (int i = 0; i < N; ++i) y[i] = 2 * x[i];\n'
+                 '  if (MODE == 1) const_cast<float*>(x)[0] = 7.0f;  // writes a const input\n'
+                 '  if (MODE == 2) y[N + 5] = 1.0f;                   // past the end\n}\n',
+        "ref.py": "def reference(x, N):\n    return 2 * x\n"})
+    src, ref = d / "k.cpp", d / "ref.py"
+    outs = [sandbox.run(job(artifact(tmp_path, src, m, "k.cpp"), src, ref, dims={"N": 64}),
+                        timeout_s=10) for m in (1, 0, 2, 0)]
+    assert outs[0]["status"] == "wrong_result"
+    assert "wrote to its const input 'x'" in outs[0]["error"]
+    assert outs[1]["status"] == "ok"  # the next candidate got pristine inputs
+    assert outs[2]["status"] == "wrong_result" and "past the end of output 'y'" in outs[2]["error"]
+    assert outs[3]["status"] == "ok"
+
+
+def test_nan_in_the_reference_is_the_references_fault(tmp_path, sandbox):
+    d = write_sweep(tmp_path / "nanref", "kernel: k.cpp\ndims: [{N: 8}]\n", {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) {}',
+        "ref.py": "def reference(x, N):\n    y = 2 * x\n    y[3] = float('nan')\n    return y\n"})
+    res = sandbox.run(job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp",
+                          d / "ref.py", prepare_only=True), timeout_s=10)
+    assert res["status"] == "error" and "reference output 'y' contains NaN" in res["error"]

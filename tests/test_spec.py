@@ -117,3 +117,26 @@ def test_every_shipped_sweep_validates():
     for d in sorted((ROOT / "sweeps").iterdir()):
         sw = load_sweep(d)
         assert "cuda" in sw.spaces, d
+
+
+def test_name_must_be_a_safe_partition_name(tmp_path):
+    expect(tmp_path, GOOD + "    name: ../../evil\n", "field 'name'", "pattern")
+
+
+def test_duplicate_keys_are_rejected(tmp_path):
+    expect(tmp_path, GOOD + "    params: {A: [1]}\n", "not valid YAML", "'params' is given twice")
+
+
+def test_scalar_must_fit_its_c_type(tmp_path):
+    expect(tmp_path, GOOD.replace("{N: 1024}", "{N: 3000000000}"), "field 'dims[0].N'",
+           "does not fit `int N`")
+
+
+def test_dims_are_non_negative_integers(tmp_path):
+    expect(tmp_path, GOOD.replace("{N: 1024}", "{N: -5}"), "field 'dims[0].N'", "negative")
+    expect(tmp_path, GOOD.replace("{N: 1024}", '{N: "1024"}'), "field 'dims.0.N'")
+
+
+def test_min_samples_above_max(tmp_path):
+    expect(tmp_path, GOOD + "    timing: {min_samples: 50, max_samples: 5}\n", "field 'timing'",
+           "min_samples (50) is above max_samples (5)")

@@ -77,3 +77,31 @@ def test_query_is_read_only(tmp_path, sql):
 def test_query_errors_are_clear(tmp_path):
     with pytest.raises(QueryError, match="nope"):
         query("select nope from candidates", tmp_path)
+
+
+def test_explain_analyze_cannot_write(tmp_path):
+    target = tmp_path / "x.parquet"
+    with pytest.raises(QueryError, match="read-only.*got COPY"):
+        query(f"explain analyze copy (select 1 as a) to '{target}' (format parquet)", tmp_path)
+    assert not target.exists()
+    cols, _ = query("explain select 1", tmp_path)
+    assert cols  # plain EXPLAIN of a SELECT still works
+
+
+def test_damaged_file_is_named_with_the_fix(tmp_path):
+    from kopt.store import StoreError
+
+    write_table(tmp_path, "candidates", "s", "r1", [row("a", 1.0)])
+    bad = tmp_path / "candidates" / "sweep=s" / "run=r1" / "part-99999999999999999999-dead.parquet"
+    bad.write_bytes(b"")
+    with pytest.raises(StoreError, match=r"damaged store file .*part-9+-dead\.parquet.*move it"):
+        query("select count(*) from candidates", tmp_path)
+
+
+def test_store_path_that_is_a_file(tmp_path):
+    from kopt.store import StoreError
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(StoreError, match="is a file, not a store folder"):
+        query("select 1", f)

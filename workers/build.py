@@ -27,7 +27,17 @@ from workers.ptxas import as_dicts, parse_ptxas, summarize
 SHIM = Path(__file__).with_name("kopt_shim.h")
 CUDA_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo"]
 CPU_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp"]
-COMPILE_TIMEOUT_S = 600.0
+COMPILE_TIMEOUT_S = float(os.environ.get("KOPT_COMPILE_TIMEOUT_S", 600))
+# address-space cap of one compiler process (GiB): a runaway compile fails as a compile
+# error instead of taking the node's memory (and Ray's OOM killer) with it
+COMPILE_MEM_GB = float(os.environ.get("KOPT_COMPILE_MEM_GB", 8))
+
+
+def _limit_memory() -> None:
+    import resource
+
+    cap = int(COMPILE_MEM_GB * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
 def cache_root() -> Path:
@@ -141,7 +151,7 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
-                               cwd=tmp)
+                               cwd=tmp, preexec_fn=_limit_memory)
             rc, log = p.returncode, (p.stdout + p.stderr)
         except FileNotFoundError:
             return BuildResult(job.build_id, False, f"compiler not found: {cmd[0]}"), None

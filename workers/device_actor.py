@@ -96,6 +96,11 @@ class DeviceActor:
         names = parse_query_metrics(p.stdout)
         return sorted(names) or None
 
+    def prepare(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Make the inputs and reference outputs of ``job``'s dims on this device (no kernel):
+        checks ref.py once before anything is built. Returns an outcome dict."""
+        return self.sandbox.run({**job, "prepare_only": True}, job["timing"]["timeout_s"])
+
     def stats(self) -> dict[str, float]:
         """Seconds spent running jobs, job count and harness restarts."""
         return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts}

@@ -35,6 +35,7 @@ from kopt.expr import parse
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
+GUARD = 4096  # canary elements after each output buffer
 
 
 class JobError(Exception):
@@ -129,7 +130,7 @@ class Harness:
             ref = {outs[0]["name"]: ref}
         if not isinstance(ref, dict):
             raise JobError("error", f"{ref_name}: reference() must return a tensor or a dict")
-        outputs, expected = {}, {}
+        outputs, expected, guards = {}, {}, {}
         for a in outs:
             n = a["name"]
             if n not in ref and n not in inputs:
@@ -139,10 +140,18 @@ class Harness:
             if r is not None and r.numel() != _numel(shape):
                 raise JobError("error", f"{ref_name}: reference output {n!r} has {r.numel()} "
                                f"elements, the args shape {shape} has {_numel(shape)}")
-            outputs[n] = torch.empty(shape, dtype=getattr(torch, a["dtype"]), device=self.device)
+            # GUARD elements of canary after each output catch writes past its end
+            flat = torch.empty(_numel(shape) + GUARD, dtype=getattr(torch, a["dtype"]),
+                               device=self.device)
+            outputs[n] = flat[: _numel(shape)].view(shape)
+            guards[n] = flat[_numel(shape):]
+            if r is not None and r.is_floating_point() and bool(torch.isnan(r).any()):
+                raise JobError("error", f"{ref_name}: reference output {n!r} contains NaN; "
+                               "the reference must be finite (NaN never passes)")
             if r is not None:
                 expected[n] = r.to(self.device).reshape(shape)
         entry = {"inputs": inputs, "scalars": scalars, "outputs": outputs, "expected": expected,
+                 "guards": guards, "pristine": {n: t.clone() for n, t in inputs.items()},
                  "inout": {n: inputs[n].clone() for n in outputs if n in inputs}}
         self.data[key] = entry
         return entry
@@ -218,6 +227,12 @@ class Harness:
             raise JobError("crashed", f"{where}: {msg} (cudaError {e})", fatal=True)
 
     def poison(self, d: dict) -> None:
+        """Restore inputs from their pristine copies, NaN-fill outputs, reset canaries."""
+        for n, t in d["inputs"].items():
+            if n not in d["outputs"]:
+                t.copy_(d["pristine"][n])
+        for g in d["guards"].values():
+            g.view(torch.uint8).fill_(0xA5)
         for n, t in d["outputs"].items():
             if n in d["inout"]:
                 t.copy_(d["inout"][n])
@@ -299,17 +314,38 @@ class Harness:
     def run(self, job: dict) -> dict:
         """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults)."""
         d = self.prepare(job)
+        if job.get("prepare_only"):
+            return {"status": "ok", "error": "",
+                    "outputs": {n: list(t.shape) for n, t in d["outputs"].items()}}
         lib = self.lib(job["artifact"], job["signature"])
         self.poison(d)
         self.call(lib, job, d)
         self.check_cuda(lib, "solve")
+        bad = self.tampered(d)
+        if bad:
+            return {"status": "wrong_result", "error": bad}
         ok, err, msg = self.check(d, job["tolerance"])
         out: dict[str, Any] = {"max_abs_err": err}
         if not ok:
             return {**out, "status": "wrong_result", "error": msg}
         if job.get("check_only"):
             return {**out, "status": "ok", "error": ""}
-        return {**out, "status": "ok", "error": "", **self.time(lib, job, d)}
+        timing = self.time(lib, job, d)
+        bad = self.tampered(d)
+        if bad:  # found after the timed calls: the next candidate still gets clean inputs
+            return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
+        return {**out, "status": "ok", "error": "", **timing}
+
+    def tampered(self, d: dict) -> str:
+        """Why the last calls broke the contract: wrote a const input or past an output."""
+        for n, t in d["inputs"].items():
+            if n not in d["outputs"] and not torch.equal(t, d["pristine"][n]):
+                return f"solve wrote to its const input {n!r}"
+        for n, g in d["guards"].items():
+            if bool((g.view(torch.uint8) != 0xA5).any()):
+                return (f"solve wrote past the end of output {n!r} "
+                        f"({d['outputs'][n].numel()} elements; give its shape in `args:`)")
+        return ""
 
 
 class _Nvml:
