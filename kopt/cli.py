@@ -262,22 +262,25 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
 @click.argument("sweep_dir", type=click.Path(path_type=Path))
 @click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
               show_default=True)
-def preflight(sweep_dir: Path, backend: str) -> None:
+@click.option("--arch", type=int, default=None,
+              help="SM arch to build for when no GPU is here (e.g. 90, 87); default 90.")
+def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
     """Build the baseline, run it once against the reference, print its figures. Writes nothing."""
     from kopt.preflight import PreflightError, run_preflight
 
     try:
         sw = load_sweep(sweep_dir)
-        r = run_preflight(sw, backend)
+        r = run_preflight(sw, backend, arch)
     except (SpecError, PreflightError) as e:
         _fail(str(e))
     t = Table(title=f"preflight {sw.name} ({r['backend']}, {r['device']})", show_header=False)
-    for k in ("signature", "command", "compile_s", "registers", "smem_bytes", "spill_bytes",
-              "dims", "status", "error", "max_abs_err", "median_ms", "iqr_ms", "n_samples"):
+    for k in ("signature", "candidates", "command", "compile_s", "registers", "smem_bytes",
+              "spill_bytes", "dims", "status", "error", "max_abs_err", "median_ms", "iqr_ms",
+              "n_samples"):
         if r.get(k) not in (None, ""):
             t.add_row(k, _fmt(r[k]))
     out.print(t)
-    if r["status"] != "ok":
+    if r["status"] not in ("ok", "built"):
         sys.exit(1)
 
 
@@ -290,6 +293,8 @@ def query(sql: str, store: Path | None, fmt: str) -> None:
     """Run read-only SQL over the store (views: candidates, runs, metrics, iterations)."""
     from kopt.store import query as run_query
 
+    if not _store(store).is_dir():
+        _fail(f"no store at {_store(store)} (run `kopt sweep` first, or pass --store DIR)")
     try:
         cols, rows = run_query(sql, _store(store))
     except QueryError as e:
@@ -318,10 +323,24 @@ def query(sql: str, store: Path | None, fmt: str) -> None:
 def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> None:
     """Best correct candidate per device class (and problem size) of SWEEP_NAME."""
     from kopt.select import best as select_best
+    from kopt.store import query as run_query
 
-    rows = select_best(sweep_name, _store(store), run_id)
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    rows = select_best(sweep_name, root, run_id)
     if not rows:
-        _fail(f"no correct candidate of sweep {sweep_name!r} in {_store(store)}", 1)
+        _, sweeps = run_query("select distinct sweep from runs order by 1", root)
+        names = [s[0] for s in sweeps]
+        if sweep_name not in names:
+            _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
+        if run_id:
+            _, runs = run_query(f"select count(*) from runs where run_id = '{run_id}'", root)
+            if not runs[0][0]:
+                _fail(f"no run {run_id!r} in {root}")
+        _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
+              + (f" run {run_id}" if run_id else " (latest run)")
+              + "; `kopt query \"select status, error from candidates\"` shows why", 1)
     if fmt == "json":
         click.echo(json.dumps(rows, default=str, indent=1))
         return

@@ -19,23 +19,29 @@ class PreflightError(RuntimeError):
     """The baseline could not be checked (no device for the backend, harness failure)."""
 
 
-def _local_backend(sweep: Sweep, backend: str) -> tuple[str, int | None]:
+def _local_backend(sweep: Sweep, backend: str, arch: int | None) -> tuple[str, int | None, bool]:
+    """(backend, SM arch, whether the baseline can run here)."""
     import torch
 
     has_gpu = torch.cuda.is_available()
     if backend == "auto":
         backend = "cuda" if has_gpu and "cuda" in sweep.spaces else "cpu"
+        if backend == "cpu" and "cpu" not in sweep.spaces:
+            backend = "cuda"  # no GPU and no C++ source: compile-check the .cu
     if backend == "cuda":
+        sweep.space("cuda")
         if not has_gpu:
-            raise PreflightError("--backend cuda: no GPU visible to torch on this machine")
+            return backend, arch or 90, False
         major, minor = torch.cuda.get_device_capability(0)
-        return backend, major * 10 + minor
+        return backend, arch or major * 10 + minor, True
     sweep.space("cpu")
-    return backend, None
+    return backend, None, True
 
 
-def run_preflight(sweep: Sweep, backend: str = "auto") -> dict[str, Any]:
-    """Build and run the baseline on the first dims once (check + timing).
+def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
+                  ) -> dict[str, Any]:
+    """Build and run the baseline on the first dims once (check + timing). With the cuda
+    backend and no GPU here, the baseline is only built (for ``arch``, default sm_90).
 
     Returns:
         A dict: backend, device, signature, command, compile_s, registers,
@@ -46,10 +52,11 @@ def run_preflight(sweep: Sweep, backend: str = "auto") -> dict[str, Any]:
         PreflightError: no device for the backend, or the harness cannot start.
         SpecError: the spec is inconsistent (e.g. the baseline breaks a restriction).
     """
-    backend, sm = _local_backend(sweep, backend)
+    backend, sm, runnable = _local_backend(sweep, backend, arch)
     space = sweep.space(backend)
     digest = stable_hash(space.source_text())
-    base = expand(space, load_catalog(), sm, source_digest=digest)[0]
+    cands = expand(space, load_catalog(), sm, source_digest=digest)
+    base = cands[0]
     bid = build_id(space, base, digest, wbuild.compiler_identity(backend))
     job = wbuild.BuildJob(bid, backend, space.source_text(), space.source.name,
                           str(space.source.parent), base.defines, space.flags, base.target,
@@ -60,9 +67,13 @@ def run_preflight(sweep: Sweep, backend: str = "auto") -> dict[str, Any]:
                                "signature": space.signature.describe(),
                                "command": res.command, "compile_s": res.compile_s,
                                "registers": res.registers, "smem_bytes": res.smem_bytes,
-                               "spill_bytes": res.spill_bytes, "dims": space.dims[0]}
+                               "spill_bytes": res.spill_bytes, "dims": space.dims[0],
+                               "candidates": f"{len(cands)} (x {len(space.dims)} problem sizes)"}
         if not res.ok:
             return {**out, "status": "compile_error", "error": res.error}
+        if not runnable:
+            return {**out, "status": "built", "device": f"none (built for sm_{sm})",
+                    "error": "no GPU here: built and ptxas-checked only, not run"}
         art = wbuild.ensure_artifact(bid, data, cache=Path(tmp))  # type: ignore[arg-type]
         sb = Sandbox(backend, {"OMP_NUM_THREADS": "1"} if backend == "cpu" else None)
         try:
