@@ -1,0 +1,63 @@
+"""The command line as a user meets it: exit codes and one-line errors, no tracebacks."""
+
+from click.testing import CliRunner
+
+from conftest import ROOT, VADD_CPP, VADD_REF, write_sweep
+from kopt.cli import main
+from kopt.store import Writer
+
+
+def run(*args):
+    r = CliRunner().invoke(main, list(args))
+    assert "Traceback" not in (r.output or ""), r.output
+    return r
+
+
+def test_spec_error_names_file_and_field(tmp_path):
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 8}]\nparams: {A: 3}\n",
+                    {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    r = run("sweep", str(d), "--store", str(tmp_path / "st"))
+    assert r.exit_code == 2
+    assert "sweep.yaml" in r.output and "field 'params.A'" in r.output
+    assert not (tmp_path / "st").exists()  # nothing ran, nothing was written
+
+
+def test_catalog_lists_every_axis():
+    r = run("catalog")
+    assert r.exit_code == 0
+    for mid in ("compute.tensor_core", "memory.kernel_fusion", "latency.launch_overhead"):
+        assert mid in r.output
+
+
+def test_query_and_best_on_a_store(tmp_path):
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
+    w.add("candidates", [{"run_id": "r1", "sweep": "demo", "job_key": "a", "candidate_id": "a",
+                          "is_baseline": True, "status": "ok", "median_ms": 2.0, "dims": "{}",
+                          "device_class": "cpu-x", "params": '{"T": 1}', "iteration": 1}])
+    w.flush()
+    r = run("query", "--store", str(tmp_path), "--format", "csv",
+            "select status, count(*) n from candidates group by 1")
+    assert r.exit_code == 0 and r.output.splitlines() == ["status,n", "ok,1"]
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0 and "T=1" in r.output and "cpu-x" in r.output
+    r = run("best", "other", "--store", str(tmp_path))
+    assert r.exit_code == 2 and "no sweep 'other'" in r.output and "demo" in r.output
+    r = run("query", "--store", str(tmp_path), "delete from candidates")
+    assert r.exit_code == 2 and "read-only" in r.output
+    r = run("query", "--store", str(tmp_path / "missing"), "select 1")
+    assert r.exit_code == 2 and "no store at" in r.output
+
+
+def test_preflight_compile_checks_cuda_without_a_gpu():
+    import shutil
+
+    import torch
+
+    import pytest
+
+    if shutil.which("nvcc") is None or torch.cuda.is_available():
+        pytest.skip("needs nvcc and no GPU (with a GPU, preflight runs the kernel instead)")
+    r = run("preflight", str(ROOT / "sweeps" / "softmax"), "--backend", "cuda")
+    assert r.exit_code == 0, r.output
+    assert "built" in r.output and "registers" in r.output and "sm_90" in r.output
