@@ -52,9 +52,8 @@ def test_query_and_best_on_a_store(tmp_path):
 def test_preflight_compile_checks_cuda_without_a_gpu():
     import shutil
 
-    import torch
-
     import pytest
+    import torch
 
     if shutil.which("nvcc") is None or torch.cuda.is_available():
         pytest.skip("needs nvcc and no GPU (with a GPU, preflight runs the kernel instead)")
