@@ -203,6 +203,9 @@ class Driver:
         self.catalog = catalog or load_catalog()
         self.rows: dict[str, dict[str, Any]] = {}
         self._agg: dict[tuple[int, str, str], dict[str, float]] = {}
+        self._artifacts: dict[str, Any] = {}  # build id -> ObjectRef of the .so bytes
+        self._build_meta: dict[str, dict] = {}  # build id -> BuildResult as a dict
+        self._job_common: dict[str, Any] = {}
 
     # -- setup ---------------------------------------------------------------------------
     def _start_devices(self, backend: str) -> tuple[list[Any], list[dict]]:
@@ -540,9 +543,6 @@ class Driver:
         order = sorted(builds, key=lambda b: not any(j.candidate.is_baseline
                                                      for j in by_build[b]))
         pending_builds: dict[Any, str] = {}
-        if not hasattr(self, "_artifacts"):
-            self._artifacts: dict[str, Any] = {}
-            self._build_meta: dict[str, dict] = {}
         artifacts, metas = self._artifacts, self._build_meta
         for b in order:
             meta_ref, art_ref = task.remote(builds[b])
