@@ -17,8 +17,7 @@ from kopt.bottleneck import (
 )
 from workers import ncu
 
-# ../shared beside the checkout (the developers' and CI's layout)
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ncu-h200"
+DATA = Path(__file__).resolve().parent / "data" / "ncu-h200"  # see its README.md
 SCALE = {"us": 1e3, "ms": 1e6, "Mbyte": 1e6, "Kbyte": 1e3, "Gbyte": 1e9, "": 1.0, "%": 1.0,
          "inst": 1.0, "byte": 1.0, "ns": 1.0, "register/thread": 1.0}
 
