@@ -149,13 +149,24 @@ def _fmt(v: Any) -> str:
     return escape(str(v))
 
 
-def _json_safe(v: Any) -> Any:
-    """Non-finite floats become null (JSON has no Infinity/NaN)."""
+def _json_safe(col: str, v: Any) -> Any:
+    """Non-finite floats become null (JSON has no Infinity/NaN); the JSON-text columns
+    (params, defines, dims, state, devices, options, env) are embedded as JSON."""
     import math
 
     if isinstance(v, float) and not math.isfinite(v):
         return None
+    if col in ("params", "defines", "dims", "state", "devices", "options", "env") and \
+            isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
     return v
+
+
+def _speedup(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
 
 
 def _kv(text: str | None) -> str:
@@ -253,7 +264,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]),
                   _methods(r) + (" (baseline)" if r["is_baseline"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
-                  _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
+                  _speedup(r["speedup"]), _rate(r))
     out.print(t)
     sys.exit(exit_code)
 
@@ -304,7 +315,7 @@ def query(sql: str, store: Path | None, fmt: str) -> None:
         w.writerow(cols)
         w.writerows(rows)
     elif fmt == "json":
-        click.echo(json.dumps([{c: _json_safe(v) for c, v in zip(cols, r)} for r in rows],
+        click.echo(json.dumps([{c: _json_safe(c, v) for c, v in zip(cols, r)} for r in rows],
                               default=str, indent=1))
     else:
         t = Table()
@@ -351,7 +362,7 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), _methods(r), _kv(r["params"]),
                   _fmt(r["median_ms"]),
-                  _fmt(r["iqr_ms"]), _fmt(r["speedup"]) + ("x" if r["speedup"] else ""), _rate(r))
+                  _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _rate(r))
     out.print(t)
 
 
