@@ -167,6 +167,15 @@ def _identity_remote(backend: str) -> tuple[str, dict]:
     return wbuild.compiler_identity(backend), collect()
 
 
+def job_base(sweep: Sweep, space: Space) -> dict[str, Any]:
+    """The part of every harness job that is the same for the whole sweep and backend
+    (reference, seed, shapes, scalars, tolerance, timing, signature)."""
+    return {"reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
+            "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
+            "timing": space.timing.model_dump(),
+            "signature": [dataclasses.asdict(a) for a in space.signature.args]}
+
+
 def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str) -> str:
     """Content address of a build: source digest, defines, flags, target, compiler identity."""
     return stable_hash({"source": digest, "defines": cand.defines, "flags": space.flags,
@@ -388,11 +397,7 @@ class Driver:
     def _check_reference(self, space: Space, actors: list[Any], infos: list[dict]) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py."""
-        common = {"reference": str(self.sweep.reference), "seed": self.sweep.seed,
-                  "args": self.sweep.args, "scalars": self.sweep.scalars,
-                  "tolerance": self.sweep.tolerance.model_dump(),
-                  "timing": space.timing.model_dump(), "build_id": "", "job_key": "reference",
-                  "signature": [dataclasses.asdict(a) for a in space.signature.args]}
+        common = {**job_base(self.sweep, space), "build_id": "", "job_key": "reference"}
         seen = set()
         for a, info in zip(actors, infos):
             if info["device_class"] in seen:
@@ -552,11 +557,7 @@ class Driver:
         actor_class = [info["device_class"] for info in infos]
         inflight: dict[int, int] = {i: 0 for i in range(len(actors))}
         running: dict[Any, tuple[int, Job]] = {}
-        self._job_common = job_common = {
-            "reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
-            "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
-            "timing": space.timing.model_dump(),
-            "signature": [dataclasses.asdict(a) for a in space.signature.args]}
+        self._job_common = job_common = job_base(sweep, space)
 
         def emit(job: Job, outcome: dict[str, Any], info: dict | None) -> None:
             row = self._row(job, outcome, metas.get(job.build_id, {}), info, space, run_id)

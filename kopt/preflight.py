@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
 from kopt.expand import expand, stable_hash
-from kopt.pipeline import build_id
+from kopt.pipeline import build_id, job_base
 from kopt.spec import Sweep
 from workers import build as wbuild
 from workers.sandbox import Sandbox
@@ -81,13 +80,9 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
         except RuntimeError as e:
             raise PreflightError(f"the {backend} harness did not start: {e}") from None
         try:
-            outcome = sb.run({
-                "artifact": str(art), "build_id": bid, "job_key": "preflight",
-                "reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
-                "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
-                "timing": space.timing.model_dump(), "dims": space.dims[0],
-                "signature": [dataclasses.asdict(a) for a in space.signature.args]},
-                space.timing.timeout_s)
+            outcome = sb.run({**job_base(sweep, space), "artifact": str(art), "build_id": bid,
+                              "job_key": "preflight", "dims": space.dims[0]},
+                             space.timing.timeout_s)
             out["device"] = sb.info.get("name", "-")
         finally:
             sb.close()
