@@ -388,7 +388,9 @@ class Driver:
         writer.add("runs", [{**run_row, "event": "finished", "created_at": now(),
                              "n_candidates": summary.n_candidates, "n_jobs": summary.n_jobs,
                              "wall_s": summary.wall_s}])
-        writer.compact("candidates")
+        writer.compact("candidates", ["run_id", "job_key"])
+        writer.compact("metrics", ["run_id", "iteration", "candidate_id", "device_class", "dims",
+                                   "kernel", "launch", "metric"])
         writer.flush()
         for o in self.observers:
             o.on_finish(summary)
@@ -505,15 +507,13 @@ class Driver:
             ev = analyze(agg, self.catalog) if rows else Evidence()
             evidence[r["candidate_id"]] = ev
             self._agg[(it, dc, r["candidate_id"])] = agg
-            for row in job_rows:
-                upd = {**row, "profile_status": status["status"],
-                       "profile_error": status.get("error") or None,
-                       "compute_score": ev.scores.get("compute"),
-                       "memory_score": ev.scores.get("memory"),
-                       "latency_score": ev.scores.get("latency"),
-                       "bottleneck": ev.bottleneck, "created_at": now()}
-                self.rows[row["job_key"]] = upd
-                writer.add("candidates", [upd])
+            writer.add("profiles", [{
+                "run_id": run_id, "job_key": row["job_key"], "profile_status": status["status"],
+                "profile_error": status.get("error") or None,
+                "compute_score": ev.scores.get("compute"),
+                "memory_score": ev.scores.get("memory"),
+                "latency_score": ev.scores.get("latency"),
+                "bottleneck": ev.bottleneck, "created_at": now()} for row in job_rows])
         return evidence
 
     def _close(self, it: int, dc: str, prev: IterState, space: Space, actors: list[Any],

@@ -9,9 +9,11 @@ Layout (hive-style folders, one Parquet file per flush)::
 Every file is written under a temporary name in the same folder and renamed
 (atomic on POSIX), so a killed run never leaves a broken file. The views
 read ``read_parquet(..., union_by_name=true)`` so files with newer columns and
-older files mix. ``candidates`` keeps the latest row per (run_id, job_key) --
-a job written twice (a retry) counts once -- and derives ``speedup`` from the
-baseline row of the same run, iteration, device class and dims.
+older files mix. The driver writes one ``candidates`` row per job; a run's end
+compacts its parts keeping the latest row per job key (so a job written twice
+counts once) without a window over the whole table at query time. The view
+derives ``speedup`` from the baseline row of the same run, iteration, device
+class and dims, and joins each job's NCU ``profiles`` row (status, axis scores).
 """
 
 from __future__ import annotations
@@ -47,10 +49,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("samples_ms", pa.list_(pa.float64())), ("sm_clock_mhz", pa.float64()),
         ("temperature_c", pa.float64()), ("throttle_reasons", pa.int64()),
         ("wall_s", pa.float64()), ("flops", pa.float64()), ("bytes", pa.float64()),
-        ("profile_status", pa.string()), ("profile_error", pa.string()),
-        ("compute_score", pa.float64()), ("memory_score", pa.float64()),
-        ("latency_score", pa.float64()), ("bottleneck", pa.string()),
         ("created_at", TS),
+    ]),
+    "profiles": pa.schema([
+        ("run_id", pa.string()), ("job_key", pa.string()), ("profile_status", pa.string()),
+        ("profile_error", pa.string()), ("compute_score", pa.float64()),
+        ("memory_score", pa.float64()), ("latency_score", pa.float64()),
+        ("bottleneck", pa.string()), ("created_at", TS),
     ]),
     "runs": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("event", pa.string()),
@@ -74,17 +79,19 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 CANDIDATES_VIEW = """
 create or replace view candidates as
-with raw as (
-  select * from {src}
-  qualify row_number() over (partition by run_id, job_key order by created_at desc) = 1
-), base as (
+with base as (
   select run_id, iteration, device_class, dims, median_ms as base_ms
-  from raw where is_baseline and status = 'ok'
+  from {src} where is_baseline and status = 'ok'
+), prof as (
+  select * exclude (created_at) from profiles_raw
+  qualify row_number() over (partition by run_id, job_key order by created_at desc) = 1
 )
 select raw.*, case when raw.status = 'ok' then base.base_ms / raw.median_ms end as speedup,
        raw.flops / (raw.median_ms * 1e9) as tflops,
-       raw.bytes / (raw.median_ms * 1e6) as gbps
-from raw left join base using (run_id, iteration, device_class, dims)
+       raw.bytes / (raw.median_ms * 1e6) as gbps,
+       prof.* exclude (run_id, job_key)
+from {src} raw left join base using (run_id, iteration, device_class, dims)
+left join prof using (run_id, job_key)
 """
 
 RUNS_VIEW = """
@@ -94,12 +101,7 @@ qualify row_number() over (partition by run_id order by created_at desc) = 1
 """
 
 
-METRICS_VIEW = """
-create or replace view metrics as
-select * from {src}
-qualify row_number() over (partition by run_id, iteration, candidate_id, device_class, dims,
-                           kernel, launch, metric order by created_at desc) = 1
-"""
+METRICS_VIEW = "create or replace view metrics as select * from {src}"
 
 
 def default_root() -> Path:
@@ -171,10 +173,11 @@ class Writer:
                 write_table(self.root, table, self.sweep, self.run_id, rows)
                 self.files += 1
 
-    def compact(self, table: str = "candidates") -> None:
-        """Merge this run's part files of ``table`` into one (new file first, then remove parts).
+    def compact(self, table: str = "candidates", key: list[str] | None = None) -> None:
+        """Merge this run's part files of ``table`` into one (new file first, then remove
+        parts), keeping only the latest row (by ``created_at``) per ``key`` when given.
 
-        A reader in between may see rows twice; the views keep one row per job.
+        A reader in between may see rows twice (old parts and the merged file).
         """
         self.flush()
         folder = self.root / table / f"sweep={self.sweep}" / f"run={self.run_id}"
@@ -182,6 +185,14 @@ class Writer:
         if len(parts) < 2:
             return
         t = pa.concat_tables([pq.read_table(p, schema=SCHEMAS[table]) for p in parts])
+        if key:
+            con = duckdb.connect(":memory:")
+            con.register("t", t)
+            rel = con.sql(f"select * from t qualify row_number() over (partition by "
+                          f"{', '.join(key)} order by created_at desc) = 1")
+            t = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table")
+                 else rel.fetch_arrow_table()).cast(SCHEMAS[table])
+            con.close()
         name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = folder / f".{name}.tmp"
         pq.write_table(t, tmp, compression="zstd")
@@ -197,7 +208,7 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     if root.exists() and not root.is_dir():
         raise StoreError(f"--store {root} is a file, not a store folder")
     con = duckdb.connect(":memory:")
-    for table, schema in SCHEMAS.items():
+    for table, schema in sorted(SCHEMAS.items(), key=lambda kv: kv[0] != "profiles"):
         files = list((root / table).glob("sweep=*/run=*/part-*.parquet")) if root.exists() else []
         if files:
             glob = str(root / table / "sweep=*" / "run=*" / "part-*.parquet").replace("'", "''")
@@ -206,7 +217,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
             con.register(f"_empty_{table}", pa.table(
                 {f.name: pa.array([], f.type) for f in schema}, schema=schema))
             src = f"_empty_{table}"
-        view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW
+        view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW,
+                "profiles": "create or replace view profiles_raw as select * from {src}"
                 }.get(table, "create or replace view {table} as select * from {src}")
         try:
             con.execute(view.format(src=src, table=table))

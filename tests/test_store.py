@@ -25,13 +25,24 @@ def test_rows_round_trip_and_speedup(tmp_path):
                     ("c3", "wrong_result", None)]
 
 
-def test_latest_row_per_job_wins(tmp_path):
+def test_latest_row_per_job_wins_after_compaction(tmp_path):
     import datetime as dt
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     write_table(tmp_path, "candidates", "s", "r1", [row("c1", 5.0, created_at=t0)])
     write_table(tmp_path, "candidates", "s", "r1",
-                [row("c1", 3.0, created_at=t0 + dt.timedelta(seconds=1))])
-    assert query("select count(*), min(median_ms) from candidates", tmp_path)[1] == [(1, 3.0)]
+                [row("c1", 3.0, created_at=t0 + dt.timedelta(seconds=1)), row("c2", 4.0)])
+    Writer(tmp_path, "s", "r1").compact("candidates", ["run_id", "job_key"])
+    assert query("select job_key, median_ms from candidates order by 1", tmp_path)[1] == [
+        ("c1", 3.0), ("c2", 4.0)]
+
+
+def test_profiles_join_the_candidates(tmp_path):
+    write_table(tmp_path, "candidates", "s", "r1", [row("c1", 1.0)])
+    write_table(tmp_path, "profiles", "s", "r1", [
+        {"run_id": "r1", "job_key": "c1", "profile_status": "ok", "memory_score": 0.8,
+         "bottleneck": "memory"}])
+    assert query("select job_key, profile_status, memory_score, bottleneck from candidates",
+                 tmp_path)[1] == [("c1", "ok", 0.8, "memory")]
 
 
 def test_union_by_name_with_newer_columns(tmp_path):
