@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from kopt.observer import Observer
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
 
@@ -62,7 +63,7 @@ def main() -> None:
     """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
 
 
-class ProgressObserver:
+class ProgressObserver(Observer):
     """Rich progress: builds done, runs done, failures, ETA."""
 
     def __init__(self) -> None:

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import ray
 
@@ -27,6 +27,7 @@ from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, trigg
 from kopt.catalog import Catalog, load_catalog
 from kopt.expand import Candidate, Context, cap, expand, stable_hash
 from kopt.loop import IterState, close_iteration, rank
+from kopt.observer import Observer
 from kopt.spec import Space, SpecError, Sweep
 from kopt.store import Writer, done_job_keys, dumps, iteration_states, now, run_record
 from workers import build as wbuild
@@ -35,15 +36,6 @@ from workers.device_actor import remote_actor
 
 class SweepError(RuntimeError):
     """The sweep cannot start (no device for the backend, a bad --resume, ...)."""
-
-
-class Observer(Protocol):
-    """Hooks called by the driver as a sweep progresses (Kernel Tuner's observer idea)."""
-
-    def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None: ...
-    def on_build(self, result: wbuild.BuildResult, n_jobs: int) -> None: ...
-    def on_result(self, row: dict[str, Any]) -> None: ...
-    def on_finish(self, summary: RunSummary) -> None: ...
 
 
 @dataclass
@@ -92,7 +84,6 @@ def ensure_ray(address: str | None = None) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         ray.init(**kwargs)
 
 
@@ -239,6 +230,7 @@ class Driver:
         jobs: list[Job] = []
         builds: dict[str, wbuild.BuildJob] = {}
         counts: dict[str, int] = {}
+        source = space.source_text()
         for dc, info in classes.items():
             cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest,
                                ctx=ctxs[dc]), 1 if baseline_only else self.max_candidates)
@@ -246,7 +238,7 @@ class Driver:
             for c in cands:
                 bid = build_id(space, c, digest, compiler_id)
                 builds.setdefault(bid, wbuild.BuildJob(
-                    build_id=bid, backend=space.backend, source=space.source_text(),
+                    build_id=bid, backend=space.backend, source=source,
                     source_name=space.source.name, source_dir=str(space.source.parent),
                     defines=c.defines, flags=space.flags, target=c.target,
                     include_dirs=space.include_dirs))
@@ -317,7 +309,7 @@ class Driver:
         writer.add("runs", [{**run_row, "event": "running", "created_at": now()}])
         writer.flush()
         for o in self.observers:
-            getattr(o, "on_run", lambda *a: None)(run_id, self.store)
+            o.on_run(run_id, self.store)
         summary = RunSummary(run_id, sweep.name, backend, 0, 0, 0, devices=infos)
         states = {dc: IterState() for dc in classes}
         ncu_names = self._resolve_metrics(actors, infos) if backend == "cuda" else {}
@@ -347,7 +339,7 @@ class Driver:
                 summary.n_skipped += len(jobs) - len(todo)
                 needed = {j.build_id for j in todo}
                 for o in self.observers:
-                    getattr(o, "on_phase", lambda *a: None)(f"it {it}")
+                    o.on_phase(f"it {it}")
                     o.on_start(len(needed), len(todo), infos)
                 self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
                            summary, run_id)
@@ -364,7 +356,7 @@ class Driver:
                         "created_at": now()}])
                     writer.flush()
                     for o in self.observers:
-                        getattr(o, "on_iteration", lambda *a: None)(dc, states[dc])
+                        o.on_iteration(dc, states[dc])
         except KeyboardInterrupt:
             summary.interrupted = True
             writer.flush()
@@ -422,7 +414,7 @@ class Driver:
         jobs, builds, _ = self._plan(space, classes, compiler_id, digest, 1,
                                      {dc: Context() for dc in classes}, baseline_only=True)
         for o in self.observers:
-            getattr(o, "on_phase", lambda *a: None)("baseline")
+            o.on_phase("baseline")
             o.on_start(len(builds), len(jobs), infos)
         self._loop(jobs, builds, space, actors, infos, writer, summary, run_id)
         done.update(j.job_key for j in jobs)
@@ -441,7 +433,7 @@ class Driver:
                 states[dc] = IterState(bottleneck_before=e.bottleneck, scores_before=e.scores,
                                        triggered=triggers(agg, self.catalog, e))
                 for o in self.observers:
-                    getattr(o, "on_evidence", lambda *a: None)(dc, e, states[dc].triggered)
+                    o.on_evidence(dc, e, states[dc].triggered)
 
     def _resolve_metrics(self, actors: list[Any], infos: list[dict]) -> dict[str, list[str]]:
         """Per device class, the metric names its ncu knows (aliases applied); missing
@@ -459,7 +451,7 @@ class Driver:
             keep, aliased, missing = resolve_metrics(wanted, set(avail) if avail else None)
             out[dc] = keep
             for o in self.observers:
-                getattr(o, "on_metrics", lambda *a: None)(dc, aliased, missing)
+                o.on_metrics(dc, aliased, missing)
         return out
 
     def _profile(self, it: int, dc: str, ranked: list[dict[str, Any]], space: Space,

@@ -1,0 +1,29 @@
+"""Observer hooks for a running sweep (kept free of heavy imports: the CLI loads it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kopt.bottleneck import Evidence
+    from kopt.loop import IterState
+    from kopt.pipeline import RunSummary
+    from workers.build import BuildResult
+
+
+class Observer:
+    """Hooks the driver calls as a sweep progresses (Kernel Tuner's observer idea).
+    Every hook is a no-op here; subclass and override the ones you need."""
+
+    def on_run(self, run_id: str, store: Path) -> None: ...
+    def on_phase(self, label: str) -> None: ...
+    def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None: ...
+    def on_build(self, result: BuildResult, n_jobs: int) -> None: ...
+    def on_result(self, row: dict[str, Any]) -> None: ...
+    def on_metrics(self, device_class: str, aliased: dict[str, str],
+                   missing: list[str]) -> None: ...
+    def on_evidence(self, device_class: str, evidence: Evidence,
+                    triggered: dict[str, bool | None] | None) -> None: ...
+    def on_iteration(self, device_class: str, state: IterState) -> None: ...
+    def on_finish(self, summary: RunSummary) -> None: ...
