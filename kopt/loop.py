@@ -130,7 +130,11 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
         for i, m in enumerate(t):
             if m:
                 without = t[:i] + (None,) + t[i + 1:]
-                ref = best_of.get(without, 1.0 if not any(without) else 0.0) or 1.0
+                ref = best_of.get(without)
+                if ref is None and not any(without):
+                    ref = 1.0  # the baseline itself
+                if not ref:
+                    continue  # the same triple without m failed or was not run: no evidence
                 gain_of[m] = max(gain_of.get(m, 0.0), sp / ref)
     for m, g in gain_of.items():
         if g <= 1 + noise:
