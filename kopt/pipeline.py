@@ -379,7 +379,8 @@ class Driver:
         summary.wall_s = time.perf_counter() - t_start
         writer.add("runs", [{**run_row, "event": "finished", "created_at": now(),
                              "n_candidates": summary.n_candidates, "n_jobs": summary.n_jobs,
-                             "wall_s": summary.wall_s}])
+                             "wall_s": summary.wall_s, "compile_cpu_s": summary.compile_cpu_s,
+                             "device_busy": dumps(summary.device_busy_s)}])
         writer.compact("candidates", ["run_id", "job_key"])
         writer.compact("metrics", ["run_id", "iteration", "candidate_id", "device_class", "dims",
                                    "kernel", "launch", "metric"])

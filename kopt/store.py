@@ -62,7 +62,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("spec_hash", pa.string()), ("sweep_dir", pa.string()), ("backend", pa.string()),
         ("devices", pa.string()), ("n_candidates", pa.int64()), ("n_jobs", pa.int64()),
         ("wall_s", pa.float64()), ("options", pa.string()), ("host", pa.string()),
-        ("env", pa.string()),
+        ("env", pa.string()), ("compile_cpu_s", pa.float64()), ("device_busy", pa.string()),
         ("kopt_version", pa.string()), ("created_at", TS),
     ]),
     "metrics": pa.schema([
