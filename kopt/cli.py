@@ -119,6 +119,9 @@ class ProgressObserver(Observer):
             f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"
             + (f"; stop: {st.stop}" if st.stop else ""), highlight=False)
 
+    def on_fault(self, message: str) -> None:
+        self.p.console.print(f"[yellow]fault:[/] {message}", highlight=False)
+
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
         if not result.ok:

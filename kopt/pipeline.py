@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kopt import __version__
 from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, triggers, wanted_metrics
 from kopt.catalog import Catalog, load_catalog
+from kopt.devices import Slot, actor_options, alive_nodes, build_nodes, plan_slots
 from kopt.expand import Candidate, Context, cap, expand, stable_hash
 from kopt.loop import IterState, close_iteration, rank
 from kopt.observer import Observer
@@ -32,6 +34,10 @@ from kopt.spec import Space, SpecError, Sweep
 from kopt.store import Writer, done_job_keys, dumps, iteration_states, now, run_record
 from workers import build as wbuild
 from workers.device_actor import remote_actor
+
+MAX_JOB_ATTEMPTS = 3  # runs of one job when its device actor dies under it
+MAX_BUILD_SUBMITS = 3  # submissions of one build whose node dies (routed builds)
+ACTOR_START_TIMEOUT_S = 120.0  # a replacement actor that has not started by then is dropped
 
 
 class SweepError(RuntimeError):
@@ -75,20 +81,22 @@ def new_run_id(sweep: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
-def ensure_ray(address: str | None = None) -> None:
+def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> None:
     """Attach to ``address`` or start an embedded local Ray instance (once per process)."""
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
                               "log_to_driver": False}
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        ray.init(**kwargs)
+    if runtime_env:
+        kwargs["runtime_env"] = runtime_env
+    # no address: a new embedded instance ("local"), never a `ray start` cluster that
+    # happens to run on this machine (--address auto attaches to that one)
+    ray.init(address=address or "local", **kwargs)
 
 
 def cluster_address(path: str | Path) -> str:
-    """The head address (``HEAD_IP:6379``) of a Ray cluster-launcher file.
+    """The head address (``HEAD_IP:PORT``) of a Ray cluster-launcher file: the local
+    provider's ``head_ip`` and the ``--port`` of ``head_start_ray_commands`` (default 6379).
 
     Raises:
         SweepError: the file is missing or has no ``provider.head_ip``.
@@ -104,10 +112,28 @@ def cluster_address(path: str | Path) -> str:
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
                          "to the head of a local-provider cluster (or pass --address HOST:PORT)")
-    return f"{head}:{cfg.get('head_port', 6379)}"
+    import re
+
+    port = 6379
+    for cmd in cfg.get("head_start_ray_commands") or []:
+        m = re.search(r"--port[= ](\d+)", str(cmd))
+        if m:
+            port = int(m.group(1))
+    return f"{head}:{port}"
 
 
-def attach(address: str, source: str) -> None:
+def cluster_runtime_env(sweep: Sweep) -> dict[str, Any]:
+    """What travels to every node of a cluster: the sweep folder as the working_dir
+    (sources, ref.py, headers) and kopt's own packages (``kopt``, ``workers``)."""
+    import kopt
+    import workers
+
+    return {"working_dir": str(sweep.root),
+            "py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)],
+            "excludes": ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]}
+
+
+def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
     """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``."""
     import socket
 
@@ -119,7 +145,7 @@ def attach(address: str, source: str) -> None:
                          "with `ray up ray_cluster.yaml` (or start one with `ray start --head`)"
                          ) from None
     try:
-        ensure_ray(address)
+        ensure_ray(address, runtime_env)
     except ConnectionError as e:
         raise SweepError(f"{source}: {e}; is the cluster up (`ray up ray_cluster.yaml`, "
                          "`ray status`)?") from None
@@ -158,20 +184,27 @@ def _identity_remote(backend: str) -> tuple[str, dict]:
     return wbuild.compiler_identity(backend), collect()
 
 
-def job_base(sweep: Sweep, space: Space) -> dict[str, Any]:
+def job_base(sweep: Sweep, space: Space, rel_paths: bool = False) -> dict[str, Any]:
     """The part of every harness job that is the same for the whole sweep and backend
-    (reference, seed, shapes, scalars, tolerance, timing, signature)."""
-    return {"reference": str(sweep.reference), "seed": sweep.seed, "args": sweep.args,
+    (reference, seed, shapes, scalars, tolerance, timing, signature). ``rel_paths``: ref.py
+    relative to the sweep folder (it travels to cluster nodes as the working_dir)."""
+    ref = sweep.reference.relative_to(sweep.root) if rel_paths else sweep.reference
+    return {"reference": str(ref), "seed": sweep.seed, "args": sweep.args,
             "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
             "timing": space.timing.model_dump(),
             "signature": [dataclasses.asdict(a) for a in space.signature.args]}
 
 
-def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str) -> str:
-    """Content address of a build: source digest, defines, flags, target, compiler identity."""
-    return stable_hash({"source": digest, "defines": cand.defines, "flags": space.flags,
-                        "include_dirs": space.include_dirs, "target": cand.target,
-                        "compiler": compiler_id, "backend": space.backend}, 20)
+def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str,
+             platform: str = "") -> str:
+    """Content address of a build: source digest, defines, flags, target, compiler identity
+    and the host platform (x86_64 / aarch64) it is built on and for."""
+    key = {"source": digest, "defines": cand.defines, "flags": space.flags,
+           "include_dirs": space.include_dirs, "target": cand.target,
+           "compiler": compiler_id, "backend": space.backend}
+    if platform:
+        key["platform"] = platform
+    return stable_hash(key, 20)
 
 
 class Driver:
@@ -206,26 +239,62 @@ class Driver:
         self._artifacts: dict[str, Any] = {}  # build id -> ObjectRef of the .so bytes
         self._build_meta: dict[str, dict] = {}  # build id -> BuildResult as a dict
         self._job_common: dict[str, Any] = {}
+        self._build_platform: dict[str, str] = {}  # build id -> platform it targets
+        self._routes: dict[str, list[str]] | None = None  # platform -> build node ids
+        self._lost: dict[str, str] = {}  # device class -> why its jobs could not run
+        self.dead: set[int] = set()
+        # paths relative to the sweep folder when it travels as the runtime_env working_dir
+        self.rel_paths = bool((ray.get_runtime_context().runtime_env or {}).get("working_dir")
+                              ) if ray.is_initialized() else False
+        # retries cover a lost node, not a compile that kills its worker every time
+        self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(_build_remote)
 
     # -- setup ---------------------------------------------------------------------------
     def _start_devices(self, backend: str) -> tuple[list[Any], list[dict]]:
-        if backend == "cuda":
-            n = int(ray.cluster_resources().get("GPU", 0))
-            cls = remote_actor("cuda")
-        else:
-            n = self.cpu_devices
-            cls = remote_actor("cpu", threads=1)
-        actors = [cls.remote("cuda" if backend == "cuda" else "cpu") for _ in range(n)]
+        """One actor per device slot (kopt.devices.plan_slots), each pinned to its node."""
+        self.nodes = alive_nodes()
+        self.slots = plan_slots(self.nodes, backend, self.cpu_devices)
+        actors = [self._new_actor(backend, s) for s in self.slots]
         infos = []
-        for a in actors:
+        for a, slot in zip(actors, self.slots):
             try:
-                infos.append(ray.get(a.info.remote()))
-            except ray.exceptions.RayError as e:
-                raise SweepError(f"a {backend} device actor failed to start: {e}") from None
+                infos.append(ray.get(a.info.remote(), timeout=600))
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                where = f" on node {slot.node_id}" if slot.node_id else ""
+                raise SweepError(f"a {backend} device actor{where} failed to start: {e}") from None
+        self.dead: set[int] = set()
         return actors, infos
 
-    def _plan(self, space: Space, classes: dict[str, dict], compiler_id: str, digest: str,
-              iteration: int, ctxs: dict[str, Context], baseline_only: bool = False
+    def _new_actor(self, backend: str, slot: Slot) -> Any:
+        cls = remote_actor("cuda") if backend == "cuda" else remote_actor("cpu", threads=1)
+        return cls.options(**actor_options(slot)).remote(backend, 1, slot.device_class)
+
+    def _compilers(self, backend: str, platforms: set[str]) -> tuple[dict[str, str], dict]:
+        """Compiler identity per device platform (each from a node of that platform) and
+        the environment of the first; routes builds by platform on a mixed cluster."""
+        try:
+            self._routes = build_nodes(self.nodes, platforms)
+        except ValueError as e:
+            raise SweepError(f"cannot build for every device: {e}") from None
+        task = ray.remote(num_cpus=0)(_identity_remote)
+        if self._routes is None:
+            ident, env = ray.get(task.remote(backend))
+            return {p: ident for p in platforms}, env
+        self._build_task = self._build_task.options(max_retries=0)
+        out, env = {}, {}
+        for p, ids in self._routes.items():
+            ident, e = ray.get(task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                ids[0], soft=False)).remote(backend))
+            out[p], env = ident, env or e
+        return out, env
+
+    def _live(self, dc: str, infos: list[dict]) -> list[int]:
+        """Indices of the live device actors of class ``dc``."""
+        return [i for i, info in enumerate(infos)
+                if info["device_class"] == dc and i not in self.dead]
+
+    def _plan(self, space: Space, classes: dict[str, dict], compilers: dict[str, str],
+              digest: str, iteration: int, ctxs: dict[str, Context], baseline_only: bool = False
               ) -> tuple[list[Job], dict[str, wbuild.BuildJob], dict[str, int]]:
         jobs: list[Job] = []
         builds: dict[str, wbuild.BuildJob] = {}
@@ -235,8 +304,10 @@ class Driver:
             cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest,
                                ctx=ctxs[dc]), 1 if baseline_only else self.max_candidates)
             counts[dc] = len(cands)
+            plat = info.get("platform") or ""
             for c in cands:
-                bid = build_id(space, c, digest, compiler_id)
+                bid = build_id(space, c, digest, compilers[plat], plat)
+                self._build_platform[bid] = plat
                 builds.setdefault(bid, wbuild.BuildJob(
                     build_id=bid, backend=space.backend, source=source,
                     source_name=space.source.name, source_dir=str(space.source.parent),
@@ -292,11 +363,11 @@ class Driver:
         backend = pick_backend(sweep, self.backend_req)
         space = sweep.space(backend)
         digest = stable_hash(space.source_text())
-        compiler_id, env = ray.get(ray.remote(num_cpus=0)(_identity_remote).remote(backend))
         actors, infos = self._start_devices(backend)
         classes: dict[str, dict] = {}
         for info in infos:
             classes.setdefault(info["device_class"], info)
+        compilers, env = self._compilers(backend, {i.get("platform") or "" for i in infos})
         self._check_reference(space, actors, infos)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,
@@ -315,14 +386,14 @@ class Driver:
         ncu_names = self._resolve_metrics(actors, infos) if backend == "cuda" else {}
         try:
             if ncu_names and self.sweep.ncu.profile_baseline and not stored_states:
-                self._profile_baseline(space, classes, compiler_id, digest, actors, infos,
+                self._profile_baseline(space, classes, compilers, digest, actors, infos,
                                        writer, summary, run_id, ncu_names, states, done)
             for it in range(1, self.iterations + 1):
                 active = {dc: i for dc, i in classes.items() if not states[dc].stop}
                 if not active:
                     break
                 ctxs = {dc: states[dc].context() for dc in active}
-                jobs, builds, counts = self._plan(space, active, compiler_id, digest, it, ctxs)
+                jobs, builds, counts = self._plan(space, active, compilers, digest, it, ctxs)
                 for dc, n in counts.items():
                     if it > 1 and n <= 1:
                         states[dc] = dataclasses.replace(
@@ -368,6 +439,8 @@ class Driver:
             raise
         finally:
             for i, a in enumerate(actors):
+                if i in self.dead:
+                    continue
                 try:
                     st = ray.get(a.stats.remote(), timeout=30)
                     summary.device_busy_s[f"{infos[i]['device_class']}#{i}"] = st["busy_s"]
@@ -392,7 +465,8 @@ class Driver:
     def _check_reference(self, space: Space, actors: list[Any], infos: list[dict]) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py."""
-        common = {**job_base(self.sweep, space), "build_id": "", "job_key": "reference"}
+        common = {**job_base(self.sweep, space, self.rel_paths), "build_id": "",
+                  "job_key": "reference"}
         seen = set()
         for a, info in zip(actors, infos):
             if info["device_class"] in seen:
@@ -406,13 +480,13 @@ class Driver:
                                      f"{res.get('error')}; nothing was built or measured")
 
     # -- NCU and the end of an iteration ---------------------------------------------------
-    def _profile_baseline(self, space: Space, classes: dict[str, dict], compiler_id: str,
+    def _profile_baseline(self, space: Space, classes: dict[str, dict], compilers: dict[str, str],
                           digest: str, actors: list[Any], infos: list[dict], writer: Writer,
                           summary: RunSummary, run_id: str, ncu_names: dict[str, list[str]],
                           states: dict[str, IterState], done: set[str]) -> None:
         """Measure and profile the baseline before iteration 1, so that its NCU evidence
         (bottleneck, triggers) prunes iteration 1's scan as it does later ones'."""
-        jobs, builds, _ = self._plan(space, classes, compiler_id, digest, 1,
+        jobs, builds, _ = self._plan(space, classes, compilers, digest, 1,
                                      {dc: Context() for dc in classes}, baseline_only=True)
         for o in self.observers:
             o.on_phase("baseline")
@@ -464,7 +538,10 @@ class Driver:
         picks = [r for r in ranked if r["is_baseline"]] + [r for r in ranked[:k]
                                                           if not r["is_baseline"]]
         evidence: dict[str, Evidence] = {}
-        idx = next(i for i, info in enumerate(infos) if info["device_class"] == dc)
+        live = self._live(dc, infos)
+        if not live:
+            return evidence
+        idx = live[0]
         for r in picks:
             if (it, dc, r["candidate_id"]) in self._agg:  # profiled already (the baseline)
                 evidence[r["candidate_id"]] = analyze(self._agg[(it, dc, r["candidate_id"])],
@@ -531,28 +608,48 @@ class Driver:
     def _loop(self, todo: list[Job], builds: dict[str, wbuild.BuildJob], space: Space,
               actors: list[Any], infos: list[dict], writer: Writer, summary: RunSummary,
               run_id: str) -> None:
+        """Build, dispatch and collect ``todo`` until every job has its row.
+
+        Faults: a build task lost with its node is resubmitted (on another node of its
+        platform when builds are routed); a device actor that dies puts its in-flight jobs
+        back at the head of its class's queue (at most ``MAX_JOB_ATTEMPTS`` runs each) and
+        is replaced on the same node when that node is still alive; when a class has no
+        live device left, its remaining jobs are rows with status ``lost`` and the reason.
+        """
         sweep = self.sweep
         by_build: dict[str, list[Job]] = {}
         for j in todo:
             by_build.setdefault(j.build_id, []).append(j)
-        # retries cover a lost node, not a compile that kills its worker every time
-        task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(_build_remote)
         # baseline builds first: their timings are every speedup's denominator
         order = sorted(builds, key=lambda b: not any(j.candidate.is_baseline
                                                      for j in by_build[b]))
         pending_builds: dict[Any, str] = {}
+        build_tries: dict[str, int] = {}
         artifacts, metas = self._artifacts, self._build_meta
-        for b in order:
-            meta_ref, art_ref = task.remote(builds[b])
+
+        def submit_build(b: str) -> None:
+            n = build_tries[b] = build_tries.get(b, 0) + 1
+            opts: dict[str, Any] = {}
+            if self._routes is not None:  # mixed platforms: build on a node of the target's
+                ids = self._routes[self._build_platform[b]]
+                opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                    ids[(hash(b) + n) % len(ids)], soft=False)
+            meta_ref, art_ref = self._build_task.options(**opts).remote(builds[b])
             pending_builds[meta_ref] = b
             artifacts[b] = art_ref
+
+        for b in order:
+            submit_build(b)
         ready: dict[str, deque[Job]] = {}
-        actor_class = [info["device_class"] for info in infos]
         inflight: dict[int, int] = {i: 0 for i in range(len(actors))}
         running: dict[Any, tuple[int, Job]] = {}
-        self._job_common = job_common = job_base(sweep, space)
+        starting: dict[Any, tuple[int, float]] = {}  # info ref of a replacement -> (slot, t0)
+        attempts: dict[str, int] = {}
+        self._job_common = job_common = job_base(sweep, space, self.rel_paths)
 
         def emit(job: Job, outcome: dict[str, Any], info: dict | None) -> None:
+            if job.job_key in self.rows:  # one row per job key, whatever Ray retried
+                return
             row = self._row(job, outcome, metas.get(job.build_id, {}), info, space, run_id)
             self.rows[job.job_key] = row
             writer.add("candidates", [row])
@@ -560,9 +657,23 @@ class Driver:
             for o in self.observers:
                 o.on_result(row)
 
+        def orphaned(dc: str) -> bool:
+            return not self._live(dc, infos) and not any(
+                infos[i]["device_class"] == dc for i, _ in starting.values())
+
+        def drain_orphans() -> None:
+            for dc, q in ready.items():
+                if q and orphaned(dc):
+                    while q:
+                        job = q.popleft()
+                        emit(job, {"status": "lost", "error": self._lost.get(
+                            dc, f"no live device of class {dc}")}, None)
+
         def dispatch() -> None:
             for i, a in enumerate(actors):
-                q = ready.get(actor_class[i])
+                if i in self.dead or i in {k for k, _ in starting.values()}:
+                    continue
+                q = ready.get(infos[i]["device_class"])
                 while q and inflight[i] < self.inflight:
                     job = q.popleft()
                     payload = {**job_common, "build_id": job.build_id, "job_key": job.job_key,
@@ -571,8 +682,24 @@ class Driver:
                     running[ref] = (i, job)
                     inflight[i] += 1
 
-        while pending_builds or running:
-            waitables = list(pending_builds) + list(running)
+        def actor_died(i: int, err: Exception) -> None:
+            if i in self.dead:
+                return
+            self.dead.add(i)
+            dc = infos[i]["device_class"]
+            why = (f"device actor {dc}#{i} on node {infos[i].get('node_ip')} died: "
+                   f"{type(err).__name__}")
+            self._lost[dc] = why + "; no live device of that class was left to rerun it"
+            for o in self.observers:
+                o.on_fault(why)
+            slot = self.slots[i]
+            alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+            if slot.node_id is None or slot.node_id in alive:  # the node lives: replace
+                actors[i] = self._new_actor(space.backend, slot)
+                starting[actors[i].info.remote()] = (i, time.perf_counter())
+
+        while pending_builds or running or starting:
+            waitables = list(pending_builds) + list(running) + list(starting)
             done_refs, _ = ray.wait(waitables, num_returns=1, timeout=1.0)
             for ref in done_refs:
                 if ref in pending_builds:
@@ -580,6 +707,10 @@ class Driver:
                     try:
                         meta = ray.get(ref)
                     except ray.exceptions.RayError as e:
+                        if (self._routes is not None and build_tries[b] < MAX_BUILD_SUBMITS
+                                and not isinstance(e, ray.exceptions.RayTaskError)):
+                            submit_build(b)  # its node died: another node of the platform
+                            continue
                         meta = dataclasses.asdict(wbuild.BuildResult(b, False, f"build task: {e}"))
                     metas[b] = meta
                     res = wbuild.BuildResult(**meta)
@@ -592,14 +723,38 @@ class Driver:
                         continue
                     for job in sorted(by_build[b], key=lambda j: not j.candidate.is_baseline):
                         ready.setdefault(job.device_class, deque()).append(job)
+                elif ref in starting:
+                    i, _ = starting.pop(ref)
+                    try:
+                        infos[i] = {**ray.get(ref), "device_class": infos[i]["device_class"]}
+                        self.dead.discard(i)
+                        inflight[i] = 0
+                        for o in self.observers:
+                            o.on_fault(f"device actor {infos[i]['device_class']}#{i} replaced")
+                    except ray.exceptions.RayError:
+                        pass  # stays dead
                 else:
                     i, job = running.pop(ref)
                     inflight[i] -= 1
                     try:
                         outcome = ray.get(ref)
+                    except ray.exceptions.RayActorError as e:
+                        actor_died(i, e)
+                        attempts[job.job_key] = attempts.get(job.job_key, 1) + 1
+                        if attempts[job.job_key] <= MAX_JOB_ATTEMPTS:
+                            ready.setdefault(job.device_class, deque()).appendleft(job)
+                            continue
+                        outcome = {"status": "lost", "error": f"device actor died on each of "
+                                   f"{MAX_JOB_ATTEMPTS} attempts; last: {e}"}
                     except ray.exceptions.RayError as e:
                         outcome = {"status": "lost", "error": f"device actor failed: {e}"}
                     emit(job, outcome, infos[i])
+            now_t = time.perf_counter()
+            for ref, (i, t0) in list(starting.items()):
+                if now_t - t0 > ACTOR_START_TIMEOUT_S:  # its node went away meanwhile
+                    starting.pop(ref)
+                    ray.kill(actors[i], no_restart=True)
+            drain_orphans()
             dispatch()
             writer.add("candidates", [])  # time-based flush
 
@@ -617,6 +772,7 @@ class Driver:
             "params": dumps(c.params), "defines": dumps(c.defines), "dims": dumps(job.dims),
             "backend": space.backend, "arch": c.target, "device_class": job.device_class,
             "device_name": info.get("name"), "node": info.get("node_ip"),
+            "node_id": info.get("node_id"),
             "status": outcome.get("status", "error"), "error": outcome.get("error") or None,
             "compile_s": meta.get("compile_s"), "build_cached": meta.get("cached"),
             "registers": meta.get("registers"), "smem_bytes": meta.get("smem_bytes"),
@@ -643,9 +799,9 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     neither starts an embedded local Ray instance.
     """
     if cluster:
-        attach(cluster_address(cluster), f"--cluster {cluster}")
+        attach(cluster_address(cluster), f"--cluster {cluster}", cluster_runtime_env(sweep))
     elif address and address != "auto":
-        attach(address, f"--address {address}")
+        attach(address, f"--address {address}", cluster_runtime_env(sweep))
     else:
         ensure_ray(address)
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,

@@ -41,7 +41,7 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
+        ray.init(address="local", num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
                  logging_level="WARNING", log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -24,23 +24,36 @@ class DeviceActor:
     Args:
         backend: ``"cuda"`` or ``"cpu"``.
         threads: CPU threads for the CPU backend (OMP_NUM_THREADS); ignored for CUDA.
+        device_class: the class the node declares (``kopt_class_<NAME>`` resource); None:
+            derived from the hardware (workers.harness.device_info).
 
     Raises:
         RuntimeError: the harness could not start (no device, broken torch...).
     """
 
-    def __init__(self, backend: str, threads: int = 1):
+    def __init__(self, backend: str, threads: int = 1, device_class: str | None = None):
         env = {"OMP_NUM_THREADS": str(threads)} if backend == "cpu" else {}
         self.backend = backend
+        self.device_class = device_class
         self.sandbox = Sandbox(backend, env)
         self.sandbox.start()
         self.busy_s = 0.0
         self.jobs = 0
 
     def info(self) -> dict[str, Any]:
-        """The device's figures (workers.harness.device_info) plus the node's IP."""
-        return {**self.sandbox.info, "node_ip": ray.util.get_node_ip_address(),
-                "pid": os.getpid()}
+        """The device's figures (workers.harness.device_info) plus node IP, node id and pid;
+        ``device_class`` is the node's declared class when it has one (``hw_class``: the
+        hardware-derived one)."""
+        info = {**self.sandbox.info, "node_ip": ray.util.get_node_ip_address(),
+                "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        info["hw_class"] = info["device_class"]
+        if self.device_class:
+            info["device_class"] = self.device_class
+        return info
+
+    def ping(self) -> int:
+        """The actor's pid: a cheap liveness check."""
+        return os.getpid()
 
     def run(self, job: dict[str, Any], artifact: bytes) -> dict[str, Any]:
         """Run one job (see workers.harness) and return its outcome dict; never raises."""
@@ -111,7 +124,9 @@ class DeviceActor:
 
 def remote_actor(backend: str, threads: int = 1, resources: dict[str, float] | None = None):
     """A Ray actor handle class for ``backend`` with the right resource request."""
-    opts: dict[str, Any] = {"max_restarts": 3}
+    # the driver replaces a dead actor itself (on the same node, or not at all when the
+    # node is gone), so Ray does not restart it somewhere of another class
+    opts: dict[str, Any] = {"max_restarts": 0}
     if backend == "cuda":
         opts.update(num_gpus=1, num_cpus=1)
     else:

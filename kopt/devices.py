@@ -1,0 +1,125 @@
+"""Where device actors go: Ray nodes, their device classes and platforms.
+
+A node declares the device class of its devices with a custom resource
+``kopt_class_<NAME>`` (``ray start --resources='{"kopt_class_orin": 1}'``);
+without one, a device's class is derived from the hardware (``h200-sm90``,
+``cpu-x86_64``). Every GPU of a node gets one device actor (``num_gpus=1``);
+for the CPU backend every node that declares a class gets ``cpu_devices``
+actors, and on a cluster where no node declares one (the embedded local
+instance) ``cpu_devices`` actors go wherever Ray places them.
+
+Each actor is pinned to its node (hard node affinity), so a restarted actor
+never lands on a device of another class. The platform of each node
+(x86_64 / aarch64) comes from a probe task pinned to it; builds for a class
+run on nodes of that class's platform (:func:`build_nodes`).
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+CLASS_PREFIX = "kopt_class_"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One alive Ray node: id, IP, resources (CPU, GPU, custom), platform."""
+
+    node_id: str
+    ip: str
+    resources: dict[str, float] = field(hash=False)
+    platform: str = ""
+
+    @property
+    def device_class(self) -> str | None:
+        """The class the node declares with a ``kopt_class_<NAME>`` resource, if any."""
+        names = sorted(k[len(CLASS_PREFIX):] for k in self.resources
+                       if k.startswith(CLASS_PREFIX))
+        return names[0] if names else None
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A device actor to start: on ``node_id`` (None: anywhere), with ``device_class``
+    overriding the hardware-derived class when the node declares one."""
+
+    node_id: str | None
+    device_class: str | None
+    ordinal: int
+
+
+def _probe() -> str:
+    return _platform.machine()
+
+
+def alive_nodes(probe_platform: bool = True) -> list[Node]:
+    """The alive nodes of the attached cluster; with ``probe_platform``, each node's
+    machine type from a zero-CPU task pinned to it (a dead node's probe gives '')."""
+    nodes = [Node(n["NodeID"], n["NodeManagerAddress"], dict(n["Resources"]))
+             for n in ray.nodes() if n.get("Alive")]
+    if not probe_platform:
+        return nodes
+    task = ray.remote(num_cpus=0)(_probe)
+    refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)
+                         ).remote() for n in nodes]
+    out = []
+    for n, r in zip(nodes, refs):
+        try:
+            plat = ray.get(r, timeout=60)
+        except (ray.exceptions.RayError, TimeoutError):
+            plat = ""
+        out.append(Node(n.node_id, n.ip, n.resources, plat))
+    return out
+
+
+def plan_slots(nodes: list[Node], backend: str, cpu_devices: int) -> list[Slot]:
+    """The device actors to start, in a stable order (see the module docstring).
+
+    Raises:
+        ValueError: ``cpu_devices`` < 1.
+    """
+    if cpu_devices < 1:
+        raise ValueError("cpu_devices must be at least 1")
+    slots: list[Slot] = []
+    if backend == "cuda":
+        for n in sorted(nodes, key=lambda n: n.node_id):
+            gpus = int(n.resources.get("GPU", 0))
+            slots += [Slot(n.node_id, n.device_class, k) for k in range(gpus)]
+        return slots
+    declared = [n for n in nodes if n.device_class]
+    if not declared:
+        return [Slot(None, None, k) for k in range(cpu_devices)]
+    for n in sorted(declared, key=lambda n: (n.device_class or "", n.node_id)):
+        slots += [Slot(n.node_id, n.device_class, k) for k in range(cpu_devices)]
+    return slots
+
+
+def actor_options(slot: Slot) -> dict[str, Any]:
+    """Ray ``.options()`` for the actor of ``slot``: pinned to its node when it has one."""
+    if slot.node_id is None:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(slot.node_id, soft=False)}
+
+
+def build_nodes(nodes: list[Node], platforms: set[str]) -> dict[str, list[str]] | None:
+    """Per platform, the ids of nodes that may build for it -- or None when every node
+    shares the one platform the devices need (then Ray places builds freely).
+
+    Raises:
+        ValueError: a device platform has no alive node with CPUs to build on.
+    """
+    known = {n.platform for n in nodes if n.platform}
+    if len(known) <= 1 and platforms <= known:
+        return None
+    out: dict[str, list[str]] = {}
+    for p in sorted(platforms):
+        ids = [n.node_id for n in nodes if n.platform == p and n.resources.get("CPU", 0) >= 1]
+        if not ids:
+            raise ValueError(f"no alive node of platform {p} with a CPU to build on")
+        out[p] = ids
+    return out
