@@ -254,6 +254,11 @@ class Driver:
         """One actor per device slot (kopt.devices.plan_slots), each pinned to its node."""
         self.nodes = alive_nodes()
         self.slots = plan_slots(self.nodes, backend, self.cpu_devices)
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if backend == "cpu" and len(self.slots) >= cpus:
+            raise SweepError(f"--cpu-devices {self.cpu_devices}: {len(self.slots)} CPU device "
+                             f"actors take every one of the cluster's {cpus:g} CPUs and leave "
+                             "none for builds; use fewer")
         actors = [self._new_actor(backend, s) for s in self.slots]
         infos = []
         for a, slot in zip(actors, self.slots):

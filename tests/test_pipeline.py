@@ -129,3 +129,35 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     reasons = {s["method"]: s["reason"] for a in plan["scan"].values() for s in a}
     assert reasons["compute.ilp_unroll"] == "already_selected"
     assert reasons["latency.persistent_kernel"] in ("ineffective", "already_selected")
+
+
+def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fixture,
+                                                              tmp_path):
+    from kopt.observer import Observer
+
+    class KillFirstDevice(Observer):
+        """SIGKILLs device actor 0's process after its first result, once."""
+
+        def __init__(self) -> None:
+            self.pid, self.faults, self.killed = None, [], False
+
+        def on_start(self, n_builds, n_jobs, devices):
+            self.pid = devices[0]["pid"]
+
+        def on_result(self, row):
+            if not self.killed:
+                self.killed = True
+                os.kill(self.pid, signal.SIGKILL)
+
+        def on_fault(self, message):
+            self.faults.append(message)
+
+    obs = KillFirstDevice()
+    store = tmp_path / "store"
+    s = run_sweep(load_sweep(copy_fixture("cluster")), store, backend="cpu", observers=[obs])
+    assert obs.killed and any("died" in f for f in obs.faults), obs.faults
+    assert any("replaced" in f for f in obs.faults), obs.faults
+    _, rows = query("select job_key, status from candidates", store)
+    assert len(rows) == 24 and len({k for k, _ in rows}) == 24  # one row per job
+    assert {st for _, st in rows} == {"ok"}  # the killed actor's jobs ran again
+    assert s.status_counts == {"ok": 24}
