@@ -116,8 +116,7 @@ class ProgressObserver(Observer):
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
             f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}; "
             f"best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
-            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"
-            + (f"; stop: {st.stop}" if st.stop else ""), highlight=False)
+            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)", highlight=False)
 
     def on_fault(self, message: str) -> None:
         self.p.console.print(f"[yellow]fault:[/] {message}", highlight=False)
@@ -139,6 +138,16 @@ class ProgressObserver(Observer):
 
     def on_finish(self, summary: Any) -> None:
         self.p.stop()
+        for dc, st in summary.states.items():
+            if st.stop:
+                console.print(f"{dc}: the loop stopped after iteration {st.iteration}: "
+                              f"{st.stop}", highlight=False)
+
+    def on_contest(self, device_class: str, verdict: Any) -> None:
+        msg = (f"tie within noise between {len(verdict.tied)} candidates; the simplest won"
+               if len(verdict.tied) > 1 else "clear winner")
+        self.p.console.print(f"contest ({device_class}): {len(verdict.labels)} contenders "
+                             f"re-measured side by side: {msg}", highlight=False)
 
     def stop(self) -> None:
         self.p.stop()

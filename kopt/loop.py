@@ -14,7 +14,7 @@ without it -- so a method riding along with another one's gain is not credited.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,10 @@ class IterState:
         triggered: method -> trigger verdict from the winner's metrics (None = no evidence).
         tried: triples tried this iteration (count) and the winner's triple.
         stop: why the loop stops after this iteration ("" = it goes on).
+        tie: candidate ids within noise of the fastest after the side-by-side contest
+            (kopt.contest); empty when the winner is clear or there was no contest.
+        contest: candidate id -> {"label": FASTER/SLOWER/TIED, "median_ms": re-measured
+            geometric-mean median} of the contest, when one ran.
     """
 
     iteration: int = 0
@@ -70,6 +74,8 @@ class IterState:
     gain: float | None = None
     noise: float | None = None
     stop: str = ""
+    tie: list[str] = field(default_factory=list)
+    contest: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def context(self) -> Context:
         """The expansion context for the next iteration."""
@@ -83,7 +89,8 @@ class IterState:
 
     @classmethod
     def from_json(cls, text: str) -> IterState:
-        return cls(**json.loads(text))
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
 
 
 def rank(store: Path, run_id: str, iteration: int, device_class: str) -> list[dict[str, Any]]:

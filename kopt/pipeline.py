@@ -26,12 +26,21 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from kopt import __version__
 from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, triggers, wanted_metrics
 from kopt.catalog import Catalog, load_catalog
+from kopt.contest import CONTEST_ROUNDS, Verdict, contenders, decide
 from kopt.devices import Slot, actor_options, alive_nodes, build_nodes, plan_slots
 from kopt.expand import Candidate, Context, cap, expand, stable_hash
 from kopt.loop import IterState, close_iteration, rank
 from kopt.observer import Observer
 from kopt.spec import Space, SpecError, Sweep
-from kopt.store import Writer, done_job_keys, dumps, iteration_states, now, run_record
+from kopt.store import (
+    Writer,
+    connect,
+    done_job_keys,
+    dumps,
+    iteration_states,
+    now,
+    run_record,
+)
 from workers import build as wbuild
 from workers.device_actor import remote_actor
 
@@ -460,6 +469,8 @@ class Driver:
                              "wall_s": summary.wall_s, "compile_cpu_s": summary.compile_cpu_s,
                              "device_busy": dumps(summary.device_busy_s)}])
         writer.compact("candidates", ["run_id", "job_key"])
+        writer.compact("contests", ["run_id", "iteration", "device_class", "dims",
+                                    "candidate_id"])
         writer.compact("metrics", ["run_id", "iteration", "candidate_id", "device_class", "dims",
                                    "kernel", "launch", "metric"])
         writer.flush()
@@ -595,6 +606,9 @@ class Driver:
                infos: list[dict], writer: Writer, run_id: str, metrics: list[str] | None,
                builds: dict[str, wbuild.BuildJob]) -> IterState:
         ranked = rank(self.store, run_id, it, dc)
+        verdict = self._contest(it, dc, ranked, actors, infos, writer, run_id, builds)
+        if verdict is not None:  # the contest's winner leads the ranking
+            ranked.sort(key=lambda r: r["candidate_id"] != verdict.winner)
         ev = self._profile(it, dc, ranked, space, actors, infos, writer, run_id, metrics)
         base = next((r for r in ranked if r["is_baseline"]), None)
         before = ev.get(base["candidate_id"]) if base else None
@@ -606,9 +620,73 @@ class Driver:
             st.scores_after, st.bottleneck_after = after.scores, after.bottleneck
             st.triggered = triggers(self._agg[(it, dc, win["candidate_id"])], self.catalog,
                                     after)
+        if verdict is not None:
+            st.tie = verdict.tied if len(verdict.tied) > 1 else []
+            st.contest = {c: {"label": verdict.labels[c], "median_ms": verdict.medians_ms[c]}
+                          for c in verdict.labels}
         if not st.stop and it == self.iterations:
             st.stop = f"reached --iterations {self.iterations}"
         return st
+
+    def _contest(self, it: int, dc: str, ranked: list[dict[str, Any]], actors: list[Any],
+                 infos: list[dict], writer: Writer, run_id: str,
+                 builds: dict[str, wbuild.BuildJob]) -> Verdict | None:
+        """Re-measure the leader and the candidates within noise of it side by side on one
+        device of ``dc`` (kopt.contest); None when the leader is clear or no device is left.
+        Writes every re-measured sample set to the ``contests`` table."""
+        con = connect(self.store)
+        try:
+            rows = con.execute(
+                "select candidate_id, dims, job_key, build_id, median_ms, iqr_ms from "
+                "candidates where run_id = $r and iteration = $i and device_class = $d and "
+                "status = 'ok' and median_ms > 0", {"r": run_id, "i": it, "d": dc}).fetchall()
+        finally:
+            con.close()
+        by_cand: dict[str, list[tuple]] = {}
+        for row in rows:
+            by_cand.setdefault(row[0], []).append(row)
+        per_dims = {c: [(r[4], r[5]) for r in rs] for c, rs in by_cand.items()}
+        cands = contenders(ranked, per_dims)
+        live = self._live(dc, infos)
+        if len(cands) < 2 or not live:
+            return None
+        actor = actors[live[0]]
+        for c in cands:  # measured before a --resume: its artifact is in the build cache
+            for r in by_cand[c["candidate_id"]]:
+                if r[3] not in self._artifacts and r[3] in builds:
+                    self._artifacts[r[3]] = self._build_task.remote(builds[r[3]])[1]
+        remeasured: dict[str, list[tuple[float, float]]] = {}
+        out_rows = []
+        for dims in sorted({r[1] for c in cands for r in by_cand[c["candidate_id"]]}):
+            entries = [next(r for r in by_cand[c["candidate_id"]] if r[1] == dims)
+                       for c in cands]
+            jobs = [{**self._job_common, "build_id": e[3], "job_key": e[2],
+                     "dims": json.loads(dims)} for e in entries]
+            try:
+                res = ray.get(actor.contest.remote(jobs, CONTEST_ROUNDS,
+                                                   *[self._artifacts[e[3]] for e in entries]))
+            except ray.exceptions.RayError:
+                return None
+            if res.get("status") != "ok":
+                for o in self.observers:
+                    o.on_fault(f"contest on {dc} failed ({res.get('status')}): "
+                               f"{res.get('error')}; the fastest single measurement wins")
+                return None
+            for e, st in zip(entries, res["results"]):
+                remeasured.setdefault(e[0], []).append((st["median_ms"], st["iqr_ms"]))
+                out_rows.append({"run_id": run_id, "sweep": self.sweep.name, "iteration": it,
+                                 "device_class": dc, "dims": dims, "candidate_id": e[0],
+                                 "job_key": e[2], "median_ms": st["median_ms"],
+                                 "iqr_ms": st["iqr_ms"], "n_samples": st["n_samples"],
+                                 "samples_ms": st["samples_ms"]})
+        verdict = decide(cands, remeasured)
+        for r in out_rows:
+            r.update(label=verdict.labels.get(r["candidate_id"]),
+                     winner=r["candidate_id"] == verdict.winner, created_at=now())
+        writer.add("contests", out_rows)
+        for o in self.observers:
+            o.on_contest(dc, verdict)
+        return verdict
 
     def _loop(self, todo: list[Job], builds: dict[str, wbuild.BuildJob], space: Space,
               actors: list[Any], infos: list[dict], writer: Writer, summary: RunSummary,

@@ -120,6 +120,16 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                f"- params: {_kv(best.get('params'))}", f"- defines: {_kv(best.get('defines'))}",
                f"- median {best.get('median_ms') or 0:.4g} ms, "
                f"{best.get('total_speedup', 1):.3g}x the first baseline"]
+        for st in sts:
+            if st.contest:
+                c = st.contest
+                verdict = (f"a **tie** within noise between {len(st.tie)} candidates "
+                           f"({', '.join(st.tie)}); the one with the fewest methods was named"
+                           if st.tie else "a clear winner")
+                md.append(f"- iteration {st.iteration}: {len(c)} contenders within noise of "
+                          f"the fastest were re-measured side by side (interleaved): {verdict}; "
+                          + ", ".join(f"{k} {v['label']} {v['median_ms']:.4g} ms"
+                                      for k, v in sorted(c.items())))
         suffix = ".cu" if rec["backend"] == "cuda" else ".cpp"
         src = realized_source(Path(rec["sweep_dir"]), rec["backend"],
                               best.get("defines") or {},

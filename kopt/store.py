@@ -72,6 +72,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("kernel", pa.string()), ("launch", pa.int32()), ("metric", pa.string()),
         ("value", pa.float64()), ("unit", pa.string()), ("created_at", TS),
     ]),
+    "contests": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("device_class", pa.string()), ("dims", pa.string()), ("candidate_id", pa.string()),
+        ("job_key", pa.string()), ("median_ms", pa.float64()), ("iqr_ms", pa.float64()),
+        ("n_samples", pa.int32()), ("samples_ms", pa.list_(pa.float64())),
+        ("label", pa.string()), ("winner", pa.bool_()), ("created_at", TS),
+    ]),
     "iterations": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
         ("device_class", pa.string()), ("state", pa.string()), ("created_at", TS),

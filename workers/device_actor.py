@@ -68,6 +68,27 @@ class DeviceActor:
         res["job_key"] = job["job_key"]
         return res
 
+    def contest(self, jobs: list[dict[str, Any]], rounds: int, *artifacts: bytes
+                ) -> dict[str, Any]:
+        """Time ``jobs`` (same problem size, different builds; ``artifacts`` in the same order,
+        top-level arguments so that Ray resolves them) side by side: ``rounds`` interleaved
+        samples each (workers.harness ``contest``). Never raises.
+
+        Returns ``status``, ``error`` and ``results``: per job in order, ``median_ms``,
+        ``iqr_ms``, ``n_samples``, ``samples_ms``.
+        """
+        t0 = time.perf_counter()
+        try:
+            paths = [str(ensure_artifact(j["build_id"], a)) for j, a in zip(jobs, artifacts)]
+            job = {**jobs[0], "contest": [{**j, "artifact": p} for j, p in zip(jobs, paths)],
+                   "rounds": rounds, "job_key": "contest"}
+            timeout = sum(j["timing"]["timeout_s"] for j in jobs) * 2
+            res = self.sandbox.run(job, timeout)
+        except Exception as e:
+            res = {"status": "error", "error": f"device actor: {e!r}"}
+        self.busy_s += time.perf_counter() - t0
+        return res
+
     def profile(self, job: dict[str, Any], artifact: bytes, kernels: list[str],
                 metrics: list[str], sections: list[str] | None = None) -> dict[str, Any]:
         """Nsight Compute capture of one candidate (workers.ncu.capture); never raises.
