@@ -219,10 +219,17 @@ def _methods(r: dict[str, Any]) -> str:
               help="A Ray cluster-launcher YAML (ray_cluster.yaml): attach to its head.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None,
               help="Optimization-loop iterations (default: the spec's `iterations`).")
+@click.option("--strategy", type=click.Choice(["exhaustive", "random", "halving"]),
+              default="exhaustive", show_default=True,
+              help="exhaustive: measure every candidate fully; random: a uniform sample "
+                   "(--max-candidates, or a quarter of the space; --seed); halving: screen "
+                   "every candidate with 5 samples, re-measure the best third with 15, then "
+                   "the best third of those with the spec's timing.")
+@click.option("--seed", default=0, show_default=True, help="The random strategy's sample.")
 @click.option("--top", "top_k", default=5, show_default=True, help="Rows in the closing table.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
           resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
-          iterations: int | None, top_k: int) -> None:
+          iterations: int | None, strategy: str, seed: int, top_k: int) -> None:
     """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
 
     With several iterations, each takes the last winner as its baseline and the
@@ -240,7 +247,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
-                            iterations=iterations, observers=[obs], cluster=cluster)
+                            iterations=iterations, observers=[obs], cluster=cluster,
+                            strategy=strategy, seed=seed)
     except SpecError as e:
         obs.stop()
         msg = str(e)
@@ -262,6 +270,11 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     console.print(f"run [bold]{summary.run_id}[/]: {summary.n_candidates} candidates, "
                   f"{summary.n_jobs} jobs ({summary.n_skipped} already stored) in "
                   f"{summary.wall_s:.1f} s; {counts or 'nothing new to run'}", highlight=False)
+    for it, rungs in sorted(summary.rungs.items()):
+        if len(rungs) > 1:
+            console.print(f"iteration {it}, successive halving: " + ", ".join(
+                f"rung {r} measured {n} candidates" for r, n in sorted(rungs.items())),
+                highlight=False)
     rows = top(summary.run_id, top_k, root)
     if not summary.status_counts.get("ok") and not summary.n_skipped:
         console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "

@@ -253,16 +253,23 @@ def _dims_ok(restrictions: Sequence[Any], params: dict[str, Scalar],
     return ok
 
 
-def cap(cands: list[Candidate], max_candidates: int | None) -> list[Candidate]:
-    """Keep at most ``max_candidates``: the baseline plus a deterministic sample (by id order).
+def cap(cands: list[Candidate], max_candidates: int | None, seed: int | None = None
+        ) -> list[Candidate]:
+    """Keep at most ``max_candidates``: the baseline plus a deterministic sample (by id order,
+    or by a hash of ``seed`` and the id when a seed is given).
 
     Candidate ids are sha256 digests, so the first N by id are a uniform,
-    reproducible sample of the space.
+    reproducible sample of the space; another seed draws another sample.
+
+    Raises:
+        ValueError: ``max_candidates`` < 1.
     """
     if max_candidates is None or len(cands) <= max_candidates:
         return cands
     if max_candidates < 1:
         raise ValueError("--max-candidates must be >= 1")
     base = [c for c in cands if c.is_baseline]
-    rest = sorted((c for c in cands if not c.is_baseline), key=lambda c: c.candidate_id)
+    key = ((lambda c: c.candidate_id) if seed is None
+           else (lambda c: stable_hash({"seed": seed, "id": c.candidate_id})))
+    rest = sorted((c for c in cands if not c.is_baseline), key=key)
     return base + rest[: max_candidates - len(base)]

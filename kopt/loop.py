@@ -24,9 +24,12 @@ from kopt.store import connect
 MIN_NOISE = 0.01
 
 RANK_SQL = """
-with it as (
+with it0 as (
   select * from candidates where run_id = $run_id and iteration = $iteration
     and device_class = $device_class
+), it as (
+  select * from it0 where coalesce(rung, 0) = coalesce($rung, (select max(coalesce(rung, 0))
+                                                                from it0))
 ), need as (select count(distinct dims) n from it where is_baseline)
 select candidate_id, any_value(compute_method) compute_method,
        any_value(memory_method) memory_method, any_value(latency_method) latency_method,
@@ -93,12 +96,14 @@ class IterState:
         return cls(**{k: v for k, v in json.loads(text).items() if k in known})
 
 
-def rank(store: Path, run_id: str, iteration: int, device_class: str) -> list[dict[str, Any]]:
-    """Correct candidates of one iteration and class, best geometric-mean speedup first."""
+def rank(store: Path, run_id: str, iteration: int, device_class: str,
+         rung: int | None = None) -> list[dict[str, Any]]:
+    """Correct candidates of one iteration and class, best geometric-mean speedup first, from
+    one successive-halving rung (default: the last one measured)."""
     con = connect(store)
     try:
         cur = con.execute(RANK_SQL, {"run_id": run_id, "iteration": iteration,
-                                     "device_class": device_class})
+                                     "device_class": device_class, "rung": rung})
         cols = [d[0] for d in cur.description]
         rows = [dict(zip(cols, r)) for r in cur.fetchall()]
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import time
@@ -44,6 +45,11 @@ from kopt.store import (
 from workers import build as wbuild
 from workers.device_actor import remote_actor
 
+STRATEGIES = ("exhaustive", "random", "halving")
+RANDOM_FRACTION = 0.25  # --strategy random without --max-candidates: a quarter of the space
+HALVING_SAMPLES = (5, 15)  # samples per candidate in the screening rungs; the last rung
+HALVING_ETA = 3  # uses the spec's timing; each rung keeps the best 1/ETA of the last
+HALVING_MIN = 3  # ... but never fewer than this many (besides the baseline)
 MAX_JOB_ATTEMPTS = 3  # runs of one job when its device actor dies under it
 MAX_BUILD_SUBMITS = 3  # submissions of one build whose node dies (routed builds)
 ACTOR_START_TIMEOUT_S = 120.0  # a replacement actor that has not started by then is dropped
@@ -64,6 +70,8 @@ class Job:
     dims: dict[str, int]
     build_id: str
     iteration: int = 1
+    rung: int = 0  # successive-halving rung (0: the screen, or the only rung)
+    timing: dict[str, Any] | None = None  # overrides the spec's timing (screening rungs)
 
 
 @dataclass
@@ -83,6 +91,7 @@ class RunSummary:
     devices: list[dict] = field(default_factory=list)
     interrupted: bool = False
     states: dict[str, IterState] = field(default_factory=dict)
+    rungs: dict[int, dict[int, int]] = field(default_factory=dict)  # it -> rung -> candidates
 
 
 def new_run_id(sweep: str) -> str:
@@ -230,12 +239,25 @@ class Driver:
         iterations: loop iterations (default: the spec's ``iterations``).
         observers: progress hooks.
         catalog: the method catalog (default: the shipped one).
+        strategy: ``exhaustive`` (every candidate, fully measured), ``random`` (a uniform
+            sample: ``max_candidates``, or a quarter of the space, drawn with ``seed``) or
+            ``halving`` (successive halving: every candidate screened with
+            ``HALVING_SAMPLES[0]`` samples, the best 1/``HALVING_ETA`` re-measured with more,
+            the last rung with the spec's timing; the baseline is in every rung).
+        seed: the random strategy's sample.
+
+    Raises:
+        ValueError: an unknown strategy.
     """
 
     def __init__(self, sweep: Sweep, store: Path, backend: str = "auto",
                  max_candidates: int | None = None, resume: str | None = None,
                  cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
-                 observers: list[Observer] | None = None, catalog: Catalog | None = None):
+                 observers: list[Observer] | None = None, catalog: Catalog | None = None,
+                 strategy: str = "exhaustive", seed: int = 0):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+        self.strategy, self.seed = strategy, seed
         self.sweep, self.store = sweep, Path(store)
         self.backend_req, self.max_candidates = backend, max_candidates
         self.resume, self.cpu_devices, self.inflight = resume, cpu_devices, inflight
@@ -315,8 +337,14 @@ class Driver:
         counts: dict[str, int] = {}
         source = space.source_text()
         for dc, info in classes.items():
-            cands = cap(expand(space, self.catalog, info["sm"], source_digest=digest,
-                               ctx=ctxs[dc]), 1 if baseline_only else self.max_candidates)
+            cands = expand(space, self.catalog, info["sm"], source_digest=digest, ctx=ctxs[dc])
+            if baseline_only:
+                cands = cap(cands, 1)
+            elif self.strategy == "random":
+                n = self.max_candidates or max(2, math.ceil(RANDOM_FRACTION * len(cands)))
+                cands = cap(cands, n, seed=self.seed)
+            else:
+                cands = cap(cands, self.max_candidates)
             counts[dc] = len(cands)
             plat = info.get("platform") or ""
             for c in cands:
@@ -331,7 +359,10 @@ class Driver:
                     key = stable_hash({"candidate": c.candidate_id, "dims": space.dims[di],
                                        "device_class": dc, "iteration": iteration,
                                        "build": bid})
-                    jobs.append(Job(key, c, dc, di, space.dims[di], bid, iteration))
+                    job = Job(key, c, dc, di, space.dims[di], bid, iteration)
+                    if self.strategy == "halving" and not baseline_only:
+                        job.timing = self._rung_timing(space, 0)
+                    jobs.append(job)
         return jobs, builds, counts
 
     # -- the run -------------------------------------------------------------------------
@@ -369,6 +400,8 @@ class Driver:
                                      f"{name} {opts.get(name)}, not {mine}; resume without "
                                      f"the option (the run keeps its own)")
             self.max_candidates = opts.get("max_candidates")
+            self.strategy = opts.get("strategy") or "exhaustive"
+            self.seed = opts.get("seed") or 0
             self.iterations = opts.get("iterations") or self.iterations
             self.cpu_devices = opts.get("cpu_devices") or self.cpu_devices
             done = done_job_keys(self.store, self.resume)
@@ -385,6 +418,7 @@ class Driver:
         self._check_reference(space, actors, infos)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,
+                   "strategy": self.strategy, "seed": self.seed,
                    "cpu_devices": self.cpu_devices, "resume": self.resume,
                    "iterations": self.iterations}
         run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
@@ -429,6 +463,11 @@ class Driver:
                 self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
                            summary, run_id)
                 writer.flush()
+                summary.rungs.setdefault(it, {})[0] = len(
+                    {(j.device_class, j.candidate.candidate_id) for j in jobs})
+                if self.strategy == "halving":
+                    self._halving(it, jobs, builds, space, actors, infos, writer, summary,
+                                  run_id, done)
                 for dc in [d for d in active if not states[d].stop]:
                     if (it, dc) in stored_states:
                         states[dc] = stored_states[(it, dc)]
@@ -628,6 +667,49 @@ class Driver:
             st.stop = f"reached --iterations {self.iterations}"
         return st
 
+    def _rung_timing(self, space: Space, rung: int) -> dict[str, Any] | None:
+        """Timing of a halving rung: a fixed, small sample count for the screening rungs
+        (warm-up capped at 2 ms), the spec's own timing (None) for the last rung."""
+        if rung >= len(HALVING_SAMPLES):
+            return None
+        t = space.timing.model_dump()
+        n = HALVING_SAMPLES[rung]
+        return {**t, "min_samples": n, "max_samples": n, "warmup_ms": min(t["warmup_ms"], 2.0)}
+
+    def _halving(self, it: int, jobs: list[Job], builds: dict[str, wbuild.BuildJob],
+                 space: Space, actors: list[Any], infos: list[dict], writer: Writer,
+                 summary: RunSummary, run_id: str, done: set[str]) -> None:
+        """Successive halving after rung 0 of iteration ``it`` (see the class docstring):
+        each rung keeps, per device class, the best 1/HALVING_ETA of the last rung's correct
+        candidates (by geometric-mean speedup; the baseline always) and measures them again."""
+        for r in range(1, len(HALVING_SAMPLES) + 1):
+            nxt: list[Job] = []
+            for dc in sorted({j.device_class for j in jobs}):
+                ranked = rank(self.store, run_id, it, dc, rung=r - 1)
+                n_keep = max(math.ceil(len(ranked) / HALVING_ETA), min(len(ranked), HALVING_MIN))
+                keep = {x["candidate_id"] for x in ranked[:n_keep] if not x["is_baseline"]}
+                keep |= {x["candidate_id"] for x in ranked if x["is_baseline"]}
+                for j in jobs:
+                    if j.device_class == dc and j.candidate.candidate_id in keep:
+                        key = stable_hash({"job": j.job_key, "rung": r})
+                        nxt.append(dataclasses.replace(j, job_key=key, rung=r,
+                                                       timing=self._rung_timing(space, r)))
+            if not nxt:
+                return
+            summary.rungs[it][r] = len({(j.device_class, j.candidate.candidate_id)
+                                        for j in nxt})
+            summary.n_jobs += len(nxt)
+            todo = [j for j in nxt if j.job_key not in done]
+            summary.n_skipped += len(nxt) - len(todo)
+            need = {j.build_id for j in todo}
+            for o in self.observers:
+                o.on_phase(f"it {it} rung {r}")
+                o.on_start(len(need), len(todo), infos)
+            self._loop(todo, {b: builds[b] for b in need}, space, actors, infos, writer,
+                       summary, run_id)
+            writer.flush()
+            jobs = nxt
+
     def _contest(self, it: int, dc: str, ranked: list[dict[str, Any]], actors: list[Any],
                  infos: list[dict], writer: Writer, run_id: str,
                  builds: dict[str, wbuild.BuildJob]) -> Verdict | None:
@@ -721,9 +803,13 @@ class Driver:
             pending_builds[meta_ref] = b
             artifacts[b] = art_ref
 
-        for b in order:
-            submit_build(b)
         ready: dict[str, deque[Job]] = {}
+        for b in order:
+            if b in artifacts and (metas.get(b) or {}).get("ok"):  # built in an earlier rung
+                for job in by_build[b]:
+                    ready.setdefault(job.device_class, deque()).append(job)
+            else:
+                submit_build(b)
         inflight: dict[int, int] = {i: 0 for i in range(len(actors))}
         running: dict[Any, tuple[int, Job]] = {}
         starting: dict[Any, tuple[int, float]] = {}  # info ref of a replacement -> (slot, t0)
@@ -761,6 +847,8 @@ class Driver:
                     job = q.popleft()
                     payload = {**job_common, "build_id": job.build_id, "job_key": job.job_key,
                                "dims": job.dims}
+                    if job.timing:
+                        payload["timing"] = job.timing
                     ref = a.run.remote(payload, artifacts[job.build_id])
                     running[ref] = (i, job)
                     inflight[i] += 1
@@ -781,9 +869,10 @@ class Driver:
                 actors[i] = self._new_actor(space.backend, slot)
                 starting[actors[i].info.remote()] = (i, time.perf_counter())
 
-        while pending_builds or running or starting:
+        while pending_builds or running or starting or any(ready.values()):
             waitables = list(pending_builds) + list(running) + list(starting)
-            done_refs, _ = ray.wait(waitables, num_returns=1, timeout=1.0)
+            done_refs = (ray.wait(waitables, num_returns=1, timeout=1.0)[0] if waitables
+                         else [])
             for ref in done_refs:
                 if ref in pending_builds:
                     b = pending_builds.pop(ref)
@@ -848,7 +937,7 @@ class Driver:
         work = self.sweep.work(job.dims)
         return {
             "run_id": run_id, "sweep": self.sweep.name, "iteration": job.iteration,
-            "job_key": job.job_key,
+            "rung": job.rung, "job_key": job.job_key,
             "candidate_id": c.candidate_id, "build_id": job.build_id,
             "compute_method": c.triple[0], "memory_method": c.triple[1],
             "latency_method": c.triple[2], "is_baseline": c.is_baseline,
@@ -874,8 +963,8 @@ class Driver:
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
-              observers: list[Observer] | None = None, cluster: str | None = None
-              ) -> RunSummary:
+              observers: list[Observer] | None = None, cluster: str | None = None,
+              strategy: str = "exhaustive", seed: int = 0) -> RunSummary:
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
 
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
@@ -888,7 +977,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     else:
         ensure_ray(address)
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
-                  iterations=iterations, observers=observers).run()
+                  iterations=iterations, observers=observers, strategy=strategy,
+                  seed=seed).run()
 
 
 __all__ = ["Driver", "Job", "Observer", "RunSummary", "SweepError", "SpecError", "run_sweep"]

@@ -72,6 +72,9 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                             "group by 1 order by 1", [run_id])
         figs = _rows(con, "select iteration, candidate_id, device_class, metric, value from "
                           "metrics where run_id = ?", [run_id])
+        rungs = _rows(con, "select iteration, device_class, coalesce(rung, 0) rung, "
+                           "count(distinct candidate_id) n, max(n_samples) samples from "
+                           "candidates where run_id = ? group by all order by all", [run_id])
         cand = _rows(con, "select iteration, device_class, params, median_ms, speedup, "
                           "compute_method, memory_method, latency_method, is_baseline "
                           "from candidates where run_id = ? and status = 'ok'", [run_id])
@@ -112,6 +115,12 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                       f"{(st.gain or 1):.3g}x | {best.get('total_speedup', 1):.3g}x | "
                       f"{st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'} | {ncu} | "
                       f"{st.stop or '-'} |")
+        for st in sts:
+            rs = [r for r in rungs if r["iteration"] == st.iteration and r["device_class"] == dc]
+            if len(rs) > 1:
+                md.append(f"\nIteration {st.iteration}, successive halving: " + "; ".join(
+                    f"rung {r['rung']} measured {r['n']} candidates (up to {r['samples']} "
+                    "samples each)" for r in rs))
         last = sts[-1]
         best = last.best or {}
         md += ["", f"### Best candidate on {dc}", "",

@@ -16,7 +16,7 @@ with scope as (
 select device_class, dims, candidate_id, compute_method, memory_method, latency_method,
        params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, run_id, device_name
 from scope
-where status = 'ok'
+where status = 'ok' and final
 qualify row_number() over (partition by device_class, dims order by median_ms, candidate_id) = 1
 order by device_class, dims
 """
@@ -25,7 +25,7 @@ TOP_SQL = """
 select device_class, dims, candidate_id, is_baseline, compute_method, memory_method,
        latency_method, params, median_ms, iqr_ms, speedup, tflops, gbps, registers, spill_bytes
 from candidates
-where run_id = $run_id and status = 'ok'
+where run_id = $run_id and status = 'ok' and final
 qualify row_number() over (partition by device_class, dims order by median_ms) <= $k
 order by device_class, dims, median_ms
 """

@@ -36,6 +36,7 @@ TS = pa.timestamp("us", tz="UTC")
 SCHEMAS: dict[str, pa.Schema] = {
     "candidates": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("rung", pa.int32()),
         ("job_key", pa.string()), ("candidate_id", pa.string()), ("build_id", pa.string()),
         ("compute_method", pa.string()), ("memory_method", pa.string()),
         ("latency_method", pa.string()), ("is_baseline", pa.bool_()),
@@ -88,7 +89,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 CANDIDATES_VIEW = """
 create or replace view candidates as
 with base as (
-  select run_id, iteration, device_class, dims, median_ms as base_ms
+  select run_id, iteration, device_class, dims, coalesce(rung, 0) as rung_k, median_ms as base_ms
   from {src} where is_baseline and status = 'ok'
 ), prof as (
   select * exclude (created_at) from profiles_raw
@@ -97,9 +98,13 @@ with base as (
 select raw.*, case when raw.status = 'ok' then base.base_ms / raw.median_ms end as speedup,
        raw.flops / (raw.median_ms * 1e9) as tflops,
        raw.bytes / (raw.median_ms * 1e6) as gbps,
+       coalesce(raw.rung, 0) = max(coalesce(raw.rung, 0)) over (
+         partition by raw.run_id, raw.iteration, raw.device_class) as final,
        prof.* exclude (run_id, job_key)
-from {src} raw left join base using (run_id, iteration, device_class, dims)
-left join prof using (run_id, job_key)
+from {src} raw left join base on base.run_id = raw.run_id and base.iteration = raw.iteration
+  and base.device_class = raw.device_class and base.dims = raw.dims
+  and base.rung_k = coalesce(raw.rung, 0)
+left join prof on prof.run_id = raw.run_id and prof.job_key = raw.job_key
 """
 
 RUNS_VIEW = """

@@ -173,3 +173,30 @@ def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fi
     assert len(rows) == 24 and len({k for k, _ in rows}) == 24  # one row per job
     assert {st for _, st in rows} == {"ok"}  # the killed actor's jobs ran again
     assert s.status_counts == {"ok": 24}
+
+
+def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_local,
+                                                                          copy_fixture,
+                                                                          tmp_path):
+    from kopt.pipeline import HALVING_SAMPLES
+
+    store = tmp_path / "store"
+    s = run_sweep(load_sweep(copy_fixture("cluster")), store, backend="cpu",
+                  strategy="halving")
+    # 24 screened; a third kept, then a third of those (at least 3), plus the baseline
+    # when it is not among them
+    r1, r2 = s.rungs[1][1], s.rungs[1][2]
+    assert s.rungs[1][0] == 24 and r1 in (8, 9) and r2 in (3, 4)
+    _, rows = query("select coalesce(rung, 0), count(distinct candidate_id), min(n_samples), "
+                    "max(n_samples), bool_or(is_baseline), bool_and(final) from candidates "
+                    "group by 1 order by 1", store)
+    assert [r[:2] for r in rows] == [(0, 24), (1, r1), (2, r2)]
+    assert rows[0][2] == rows[0][3] == HALVING_SAMPLES[0]
+    assert rows[1][2] == rows[1][3] == HALVING_SAMPLES[1]
+    assert rows[2][2] == rows[2][3] == 40  # the spec's own timing: 40 samples
+    assert all(r[4] for r in rows)  # the baseline is in every rung
+    assert [r[5] for r in rows] == [False, False, True]
+    # the winner comes from the last rung, which holds the best of rung 1
+    b = best("cluster", store)[0]
+    _, last = query("select candidate_id from candidates where rung = 2", store)
+    assert b["candidate_id"] in {c for c, in last} and b["n_samples"] == 40
