@@ -944,7 +944,7 @@ class Driver:
             "params": dumps(c.params), "defines": dumps(c.defines), "dims": dumps(job.dims),
             "backend": space.backend, "arch": c.target, "device_class": job.device_class,
             "device_name": info.get("name"), "node": info.get("node_ip"),
-            "node_id": info.get("node_id"),
+            "node_id": info.get("node_id"), "device_id": info.get("device_id"),
             "status": outcome.get("status", "error"), "error": outcome.get("error") or None,
             "compile_s": meta.get("compile_s"), "build_cached": meta.get("cached"),
             "registers": meta.get("registers"), "smem_bytes": meta.get("smem_bytes"),
@@ -955,6 +955,8 @@ class Driver:
             "sm_clock_mhz": outcome.get("sm_clock_mhz"),
             "temperature_c": outcome.get("temperature_c"),
             "throttle_reasons": outcome.get("throttle_reasons"),
+            "throttled_samples": outcome.get("throttled_samples"),
+            "throttled": outcome.get("throttled"),
             "wall_s": outcome.get("wall_s"), "flops": work[0], "bytes": work[1],
             "created_at": now(),
         }

@@ -46,6 +46,9 @@ class DeviceActor:
         hardware-derived one)."""
         info = {**self.sandbox.info, "node_ip": ray.util.get_node_ip_address(),
                 "node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
+        info["device_id"] = (f"{info['node_ip']}/GPU{gpus[0]}" if gpus
+                             else f"{info['node_ip']}/cpu-{os.getpid()}")
         info["hw_class"] = info["device_class"]
         if self.device_class:
             info["device_class"] = self.device_class

@@ -1,0 +1,129 @@
+"""kopt vs Kernel Tuner 1.5 on one GPU: the same sgemm kernel and parameter space, side by side.
+
+Runs, in one process and one session on the same GPU:
+
+1. Kernel Tuner: ``tune_kernel`` on ``sweeps/sgemm_kt/sgemm_kt.cu`` (brute force, every
+   configuration verified against the float64 reference with the sweep's tolerance, no
+   cache file), with Kernel Tuner's own conventions (parameters as ``#define``, grid
+   divisors, dynamic shared memory through ``smem_args``).
+2. kopt: ``kopt sweep sweeps/sgemm_kt`` (kernel mode: NVRTC builds in parallel Ray tasks,
+   one device actor) into a fresh store with a cold build cache.
+
+Prints the wall time of each, the ratio kopt / Kernel Tuner (target <= 0.25, issue #5),
+both winners, and whether they are the same or tied: kopt's own measurement of Kernel
+Tuner's winner compared with kopt's winner by kopt.compare.label (FASTER/SLOWER/TIED).
+
+Needs a CUDA GPU, cupy (Kernel Tuner's CUPY backend: NVRTC, like kopt's kernel mode)
+and ``kernel_tuner`` (PyPI; bring it to an offline host with KOPT_DEVICE_PKGS).
+
+usage: python bench/vs_kernel_tuner.py [--out DIR] [--lang CUPY|NVCUDA]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP = ROOT / "sweeps" / "sgemm_kt"
+
+
+def kernel_tuner_run(lang: str) -> tuple[float, dict, int]:
+    """Tune with Kernel Tuner; returns (wall seconds, best config with its time in ms,
+    number of configurations measured)."""
+    import numpy as np
+    import yaml
+    from kernel_tuner import tune_kernel
+
+    spec = yaml.safe_load((SWEEP / "sweep.yaml").read_text())
+    d = spec["dims"][0]
+    M, N, K = d["M"], d["N"], d["K"]
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((M, K), dtype=np.float32)
+    B = rng.standard_normal((K, N), dtype=np.float32)
+    C = np.zeros((M, N), dtype=np.float32)
+    answer = [None, None, (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32),
+              None, None, None]
+    params = spec["params"]
+    # the sweep's restrictions minus the ones on dims (4096 is divisible by every tile)
+    restrictions = [r for r in spec["restrictions"] if "M" not in r and "N %" not in r
+                    and "K %" not in r]
+    tol = spec["tolerance"]
+
+    def verify(ref: list, out: list, atol: float | None = None) -> bool:
+        exp, got = ref[2], out[2]
+        return bool(np.all(np.abs(got - exp) <= tol["atol"] + tol["rtol"] * np.abs(exp)))
+
+    smem = {"size": lambda p: 4 * (p["block_size_y"] * p["tile_size_y"]
+                                   * (p["block_size_x"] + p["use_padding"])
+                                   + p["block_size_x"] * (p["block_size_x"] * p["tile_size_x"]
+                                                          + p["use_padding"]))}
+    t0 = time.perf_counter()
+    results, _env = tune_kernel(
+        "sgemm_kernel", str(SWEEP / "sgemm_kt.cu"), (N, M),
+        [A, B, C, np.int32(M), np.int32(N), np.int32(K)], params,
+        grid_div_x=["block_size_x", "tile_size_x"], grid_div_y=["block_size_y", "tile_size_y"],
+        restrictions=restrictions, answer=answer, verify=verify, smem_args=smem, lang=lang,
+        strategy="brute_force", quiet=True)
+    wall = time.perf_counter() - t0
+    ok = [r for r in results if isinstance(r.get("time"), float)]
+    best = min(ok, key=lambda r: r["time"])
+    return wall, {k: best[k] for k in params} | {"time_ms": best["time"]}, len(results)
+
+
+def kopt_run(out: Path) -> tuple[float, dict, Path]:
+    """Run ``kopt sweep`` with a cold build cache; returns (wall seconds, summary, store)."""
+    store = out / "kopt-store"
+    env = {**os.environ, "KOPT_CACHE": tempfile.mkdtemp(prefix="kopt-cache-")}
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(SWEEP), "--store",
+                        str(store), "--backend", "cuda"], capture_output=True, text=True,
+                       env=env)
+    wall = time.perf_counter() - t0
+    (out / "kopt_sweep.log").write_text(p.stdout + p.stderr)
+    if p.returncode != 0:
+        raise SystemExit(f"kopt sweep failed ({p.returncode}): {p.stdout[-2000:]}{p.stderr}")
+    return wall, {}, store
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="vs-kt-")))
+    ap.add_argument("--lang", default="CUPY", help="Kernel Tuner backend (CUPY or NVCUDA)")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    from kopt.compare import label
+    from kopt.store import query
+
+    kt_wall, kt_best, kt_n = kernel_tuner_run(a.lang)
+    kopt_wall, _, store = kopt_run(a.out)
+    _, rows = query("select params, median_ms, iqr_ms, status from candidates", store)
+    ok = {json.dumps(json.loads(p), sort_keys=True): (m, i) for p, m, i, s in rows if s == "ok"}
+    kopt_best_key = min(ok, key=lambda k: ok[k][0])
+    kt_key = json.dumps({k: v for k, v in kt_best.items() if k != "time_ms"}, sort_keys=True)
+    verdict = ("same config" if kt_key == kopt_best_key else
+               f"kopt measures Kernel Tuner's winner {label(ok[kopt_best_key], ok[kt_key])} "
+               "vs kopt's" if kt_key in ok else "Kernel Tuner's winner is not correct in kopt")
+    _, runs = query("select wall_s, n_candidates from runs", store)
+    report = {
+        "kernel_tuner": {"wall_s": kt_wall, "configs": kt_n, "best": kt_best},
+        "kopt": {"wall_s": kopt_wall, "run_wall_s": runs[0][0], "candidates": runs[0][1],
+                 "best": json.loads(kopt_best_key) | {"median_ms": ok[kopt_best_key][0]}},
+        "ratio_kopt_over_kt": kopt_wall / kt_wall, "target": 0.25,
+        "winners": verdict,
+    }
+    (a.out / "vs_kernel_tuner.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    print(f"kopt / Kernel Tuner wall time: {kopt_wall:.1f} s / {kt_wall:.1f} s = "
+          f"{kopt_wall / kt_wall:.2f} ({'PASS' if kopt_wall / kt_wall <= 0.25 else 'MISS'} "
+          f"against <= 0.25); winners: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
