@@ -3,7 +3,8 @@
 ``const T*`` arguments are inputs, ``T*`` outputs, scalars are dims or
 constants. The prototype is cut out of the source with a strict regex and
 parsed by pycparser (with typedefs for the CUDA/stdint type names), so nobody
-restates it in the spec.
+restates it in the spec. Kernel mode (a sweep with ``launch:``) parses a
+``__global__ void NAME(...)`` prototype by the same rules.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ _TYPEDEF_PRELUDE = "".join(
 _SOLVE_RE = re.compile(
     r'extern\s+"C"\s*(?:__host__\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+solve\s*\(([^)]*)\)',
     re.S)
+# one level of nested parentheses, e.g. __launch_bounds__((BX) * (BY))
+_PARENS = r"\((?:[^()]|\([^()]*\))*\)"
+_GLOBAL_RE = re.compile(
+    r'(template\s*<[^>]*>\s*)?(?:extern\s+"C"\s*)?(?:static\s+)?__global__\s+'
+    r"(?:__launch_bounds__\s*" + _PARENS + r"\s*)?void\s+"
+    r"(?:__launch_bounds__\s*" + _PARENS + r"\s*)?(\w+)\s*\(([^)]*)\)", re.S)
 _STRIP = re.compile(r"\b(__restrict__|__restrict|restrict|__host__|__device__|volatile)\b")
 
 
@@ -83,9 +90,11 @@ class Arg:
 
 @dataclass(frozen=True)
 class Signature:
-    """The parsed prototype of ``solve``: its arguments in order."""
+    """The parsed prototype of ``solve`` (or, in kernel mode, of the ``__global__`` kernel
+    ``name``): its arguments in order."""
 
     args: tuple[Arg, ...]
+    name: str = "solve"
 
     @property
     def inputs(self) -> list[Arg]:
@@ -109,7 +118,8 @@ class Signature:
                 parts.append(f"{a.ctype}* {a.name}")
             else:
                 parts.append(f"{a.ctype} {a.name}")
-        return f"solve({', '.join(parts)})"
+        prefix = "" if self.name == "solve" else "__global__ void "
+        return f"{prefix}{self.name}({', '.join(parts)})"
 
 
 def parse_signature(source: str, filename: str = "<source>") -> Signature:
@@ -128,19 +138,67 @@ def parse_signature(source: str, filename: str = "<source>") -> Signature:
     """
     found = _SOLVE_RE.findall(_strip_comments(source))
     if not found:
+        hint = ""
+        kernels = sorted({m.group(2) for m in _GLOBAL_RE.finditer(_strip_comments(source))})
+        if kernels:
+            hint = (f"; or, for kernel mode, give the __global__ kernel ({', '.join(kernels)}) "
+                    "and its launch geometry in sweep.yaml `launch:` (see docs/spec.md)")
         raise ContractError(
             f'{filename}: no `extern "C" void solve(...)` found; the kernel file must export '
-            'a host function `extern "C" void solve(const T* in, ..., T* out, ..., int N)`')
+            'a host function `extern "C" void solve(const T* in, ..., T* out, ..., int N)`'
+            + hint)
     protos = {re.sub(r"\s+", " ", f.strip()) for f in found}
     if len(protos) > 1:
         raise ContractError(f"{filename}: several different `solve` prototypes: {sorted(protos)}")
-    params = _STRIP.sub(" ", found[0])
+    return Signature(_parse_args(found[0], "solve", filename))
+
+
+def parse_kernel_signature(source: str, kernel: str, filename: str = "<source>") -> Signature:
+    """Parse the prototype of the ``__global__ void <kernel>(...)`` of a kernel-mode source.
+
+    Same rules as :func:`parse_signature`: ``const T*`` inputs, ``T*`` outputs,
+    scalars are dims or constants. ``__launch_bounds__``, ``extern "C"`` and
+    ``static`` are allowed; the same prototype may be defined in several
+    ``#if`` branches.
+
+    Args:
+        source: the kernel file's text.
+        kernel: the kernel's name (``launch.kernel`` in sweep.yaml).
+        filename: used in error messages.
+
+    Returns:
+        The Signature (``name`` = ``kernel``), arguments in declaration order.
+
+    Raises:
+        ContractError: no such ``__global__`` kernel (the message lists those found),
+            different prototypes of it, a template kernel, an unnamed argument, a
+            pointer-to-pointer, or an unsupported type.
+    """
+    matches = list(_GLOBAL_RE.finditer(_strip_comments(source)))
+    mine = [m for m in matches if m.group(2) == kernel]
+    if not mine:
+        found = sorted({m.group(2) for m in matches})
+        raise ContractError(
+            f"{filename}: no `__global__ void {kernel}(...)` found (__global__ kernels in the "
+            f"file: {', '.join(found) if found else 'none'})")
+    if any(m.group(1) for m in mine):
+        raise ContractError(f"{filename}: __global__ {kernel} is a template; kernel mode "
+                            "launches plain kernels: make the template parameters -D defines")
+    protos = {re.sub(r"\s+", " ", m.group(3).strip()) for m in mine}
+    if len(protos) > 1:
+        raise ContractError(f"{filename}: several different prototypes of __global__ {kernel}: "
+                            f"{sorted(protos)}")
+    return Signature(_parse_args(mine[0].group(3), kernel, filename), name=kernel)
+
+
+def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
+    params = _STRIP.sub(" ", params_text)
     try:
-        ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void solve({params});", filename)
+        ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void {fname}({params});", filename)
     except pycparser.c_parser.ParseError as e:
         raise ContractError(
-            f"{filename}: cannot parse the solve prototype `solve({found[0].strip()})`: {e}; "
-            f"argument types must be one of: {', '.join(sorted(C_TYPES))}") from None
+            f"{filename}: cannot parse the {fname} prototype `{fname}({params_text.strip()})`: "
+            f"{e}; argument types must be one of: {', '.join(sorted(C_TYPES))}") from None
     decl = ast.ext[-1]
     plist = decl.type.args.params if decl.type.args else []
     args: list[Arg] = []
@@ -148,14 +206,21 @@ def parse_signature(source: str, filename: str = "<source>") -> Signature:
         if isinstance(p, c_ast.Typename):  # (void) or an unnamed arg
             if isinstance(p.type, c_ast.TypeDecl) and _type_name(p.type) == "void":
                 continue
-            raise ContractError(f"{filename}: every solve argument needs a name")
-        args.append(_arg(p, filename))
-    return Signature(tuple(args))
+            raise ContractError(f"{filename}: every {fname} argument needs a name")
+        args.append(_arg(p, filename, fname))
+    return tuple(args)
 
 
-def parse_signature_file(path: str | Path) -> Signature:
-    """Read ``path`` and parse its ``solve`` prototype (see parse_signature)."""
+def parse_signature_file(path: str | Path, kernel: str | None = None) -> Signature:
+    """Read ``path`` and parse its ``solve`` prototype (see parse_signature), or with
+    ``kernel`` the prototype of that ``__global__`` kernel (see parse_kernel_signature).
+
+    Raises:
+        ContractError: as those functions; OSError when the file cannot be read.
+    """
     p = Path(path)
+    if kernel is not None:
+        return parse_kernel_signature(p.read_text(), kernel, str(p))
     return parse_signature(p.read_text(), str(p))
 
 
@@ -171,12 +236,12 @@ def _type_name(t: c_ast.TypeDecl) -> str:
     raise ContractError(f"unsupported type node {type(inner).__name__}")
 
 
-def _arg(p: c_ast.Decl, filename: str) -> Arg:
+def _arg(p: c_ast.Decl, filename: str, fname: str = "solve") -> Arg:
     t = p.type
     if isinstance(t, c_ast.PtrDecl):
         inner = t.type
         if not isinstance(inner, c_ast.TypeDecl):
-            raise ContractError(f"{filename}: solve argument {p.name!r}: pointers to pointers "
+            raise ContractError(f"{filename}: {fname} argument {p.name!r}: pointers to pointers "
                                 "or arrays are not supported; pass flat device buffers")
         cname = _type_name(inner)
         kind = "input" if "const" in (inner.quals or []) else "output"
@@ -184,10 +249,11 @@ def _arg(p: c_ast.Decl, filename: str) -> Arg:
         cname = _type_name(t)
         kind = "scalar"
     else:
-        raise ContractError(f"{filename}: solve argument {p.name!r} has an unsupported declarator")
+        raise ContractError(f"{filename}: {fname} argument {p.name!r} has an unsupported "
+                            "declarator")
     cname = cname.replace("signed int", "int") if cname != "unsigned int" else cname
     if cname not in C_TYPES:
         raise ContractError(
-            f"{filename}: solve argument {p.name!r} has type {cname!r}; supported: "
+            f"{filename}: {fname} argument {p.name!r} has type {cname!r}; supported: "
             + ", ".join(sorted(C_TYPES)))
     return Arg(name=p.name, ctype=cname, kind=kind, dtype=C_TYPES[cname][0])

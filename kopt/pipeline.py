@@ -216,12 +216,15 @@ def job_base(sweep: Sweep, space: Space, rel_paths: bool = False) -> dict[str, A
 def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str,
              platform: str = "") -> str:
     """Content address of a build: source digest, defines, flags, target, compiler identity
-    and the host platform (x86_64 / aarch64) it is built on and for."""
+    (of ``space.toolchain``), the host platform (x86_64 / aarch64) it is built on and for
+    and, in kernel mode, the launch block."""
     key = {"source": digest, "defines": cand.defines, "flags": space.flags,
            "include_dirs": space.include_dirs, "target": cand.target,
            "compiler": compiler_id, "backend": space.backend}
     if platform:
         key["platform"] = platform
+    if space.launch is not None:  # kernel mode: the artifact carries the launch geometry
+        key["launch"] = space.launch_spec()
     return stable_hash(key, 20)
 
 
@@ -354,7 +357,8 @@ class Driver:
                     build_id=bid, backend=space.backend, source=source,
                     source_name=space.source.name, source_dir=str(space.source.parent),
                     defines=c.defines, flags=space.flags, target=c.target,
-                    include_dirs=space.include_dirs))
+                    include_dirs=space.include_dirs, mode=space.mode,
+                    launch=space.launch_spec()))
                 for di in c.dims_ok:
                     key = stable_hash({"candidate": c.candidate_id, "dims": space.dims[di],
                                        "device_class": dc, "iteration": iteration,
@@ -414,7 +418,8 @@ class Driver:
         classes: dict[str, dict] = {}
         for info in infos:
             classes.setdefault(info["device_class"], info)
-        compilers, env = self._compilers(backend, {i.get("platform") or "" for i in infos})
+        compilers, env = self._compilers(space.toolchain,
+                                         {i.get("platform") or "" for i in infos})
         self._check_reference(space, actors, infos)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,11 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
     digest = stable_hash(space.source_text())
     cands = expand(space, load_catalog(), sm, source_digest=digest)
     base = cands[0]
-    bid = build_id(space, base, digest, wbuild.compiler_identity(backend))
+    bid = build_id(space, base, digest, wbuild.compiler_identity(space.toolchain),
+                   platform.machine())
     job = wbuild.BuildJob(bid, backend, space.source_text(), space.source.name,
                           str(space.source.parent), base.defines, space.flags, base.target,
-                          space.include_dirs)
+                          space.include_dirs, mode=space.mode, launch=space.launch_spec())
     with tempfile.TemporaryDirectory(prefix="kopt-preflight-") as tmp:
         res, data = wbuild.build(job, cache=Path(tmp))
         out: dict[str, Any] = {"backend": backend, "device": "-",

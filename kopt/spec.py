@@ -2,7 +2,8 @@
 
 Everything is checked before anything runs: the YAML schema (pydantic), the
 kernel prototype, the catalog method ids, the restriction expressions, the
-baseline and how every scalar ``solve`` argument gets its value. Errors are
+baseline, how every scalar ``solve`` argument gets its value and, in kernel
+mode (``launch:``), the launch-geometry expressions. Errors are
 :class:`SpecError` and name the file, the field and what was expected.
 """
 
@@ -93,10 +94,26 @@ class MethodRealization(_Model):
         return v
 
 
+class Launch(_Model):
+    """Kernel mode: the ``__global__`` kernel to launch and its geometry.
+
+    ``block`` (threads per block) and ``grid`` (blocks) take 1 to 3 entries
+    (x, y, z); each entry, like ``smem_bytes`` (dynamic shared memory, bytes),
+    is an integer or an expression over launch params, dims and scalars, e.g.
+    ``"(N + BX * TX - 1) // (BX * TX)"``.
+    """
+
+    kernel: str = Field(pattern=r"^[A-Za-z_]\w*$")
+    block: list[str | int] = Field(min_length=1, max_length=3)
+    grid: list[str | int] = Field(min_length=1, max_length=3)
+    smem_bytes: str | int = 0
+
+
 class BackendBlock(_Model):
     """One backend's source and search space."""
 
     kernel: str
+    launch: Launch | None = None
     params: dict[str, list[Scalar]] = {}
     restrictions: list[str] = []
     baseline: dict[str, Scalar] = {}
@@ -112,6 +129,7 @@ class SweepFile(_Model):
 
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     kernel: str
+    launch: Launch | None = None
     reference: str = "ref.py"
     dims: list[dict[str, StrictInt]] = Field(min_length=1)
     tolerance: Tolerance = Tolerance()
@@ -140,7 +158,7 @@ class Space:
     Attributes:
         backend: ``"cuda"`` or ``"cpu"``.
         source: absolute path of the kernel file.
-        signature: the parsed ``solve`` prototype.
+        signature: the parsed ``solve`` prototype (kernel mode: the ``__global__`` kernel's).
         params: launch params, name -> values (baseline values first).
         restrictions: the raw expressions.
         baseline: baseline params (every param has one).
@@ -149,6 +167,7 @@ class Space:
         dims: problem sizes for this backend.
         include_dirs: extra -I paths (absolute).
         timing: the timing settings for this backend.
+        launch: kernel mode's kernel and launch geometry; None for a ``solve`` source.
     """
 
     backend: str
@@ -162,9 +181,27 @@ class Space:
     dims: list[dict[str, int]]
     include_dirs: list[str] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
+    launch: Launch | None = None
 
     def source_text(self) -> str:
         return self.source.read_text()
+
+    @property
+    def mode(self) -> str:
+        """``"kernel"`` (a ``__global__`` kernel launched by kopt, built with NVRTC) when the
+        space has ``launch:``, else ``"solve"`` (a host ``solve`` built with nvcc / c++)."""
+        return "kernel" if self.launch is not None else "solve"
+
+    @property
+    def toolchain(self) -> str:
+        """The compiler family that builds this space: ``nvrtc`` (kernel mode), ``cuda``
+        (nvcc) or ``cpu`` (c++); what workers.build.compiler_identity takes."""
+        return "nvrtc" if self.launch is not None else self.backend
+
+    def launch_spec(self) -> dict[str, Any] | None:
+        """The launch block as plain data (kernel, block, grid, smem_bytes), None in solve
+        mode: what a kernel-mode build job carries to the harness."""
+        return self.launch.model_dump() if self.launch is not None else None
 
 
 @dataclass
@@ -295,9 +332,9 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     _check_ref(ref, err)
 
     blocks: dict[str, tuple[str, BackendBlock]] = {}
-    top = BackendBlock(kernel=sf.kernel, params=sf.params, restrictions=sf.restrictions,
-                       baseline=sf.baseline, methods=sf.methods, flags=sf.flags,
-                       include_dirs=sf.include_dirs)
+    top = BackendBlock(kernel=sf.kernel, launch=sf.launch, params=sf.params,
+                       restrictions=sf.restrictions, baseline=sf.baseline, methods=sf.methods,
+                       flags=sf.flags, include_dirs=sf.include_dirs)
     primary = _backend_of(sf.kernel, err, "kernel")
     blocks[primary] = ("", top)
     for name in ("cpu", "cuda"):
@@ -357,10 +394,13 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     src = root / blk.kernel
     if not src.exists():
         raise err(f"{prefix}kernel", f"file {src} does not exist")
+    if blk.launch is not None and backend != "cuda":
+        raise err(f"{prefix}launch", f"kernel mode (`launch:`) launches a CUDA __global__ kernel; "
+                  f"{blk.kernel} is a {backend} source: drop `launch:` and export solve()")
     try:
-        sig = parse_signature_file(src)
+        sig = parse_signature_file(src, blk.launch.kernel if blk.launch else None)
     except ContractError as e:
-        raise err(f"{prefix}kernel", str(e)) from None
+        raise err(f"{prefix}launch.kernel" if blk.launch else f"{prefix}kernel", str(e)) from None
     dims = blk.dims if blk.dims is not None else sf.dims
     if not dims:
         raise err(f"{prefix}dims", "needs at least one problem size, e.g. [{N: 1048576}]")
@@ -368,7 +408,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     argnames = {a.name for a in sig.args}
     for a in sf.args:
         if a not in argnames:
-            raise err(f"args.{a}", f"{src.name} has no solve argument {a!r} "
+            raise err(f"args.{a}", f"{src.name} has no {sig.name} argument {a!r} "
                                    f"(it has: {', '.join(a.name for a in sig.args)})")
     for i, d in enumerate(dims):
         for k, v in d.items():
@@ -376,8 +416,9 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 raise err(f"{prefix}dims[{i}].{k}", f"{v} is negative; dims are sizes")
         for s in sig.scalars:
             if s.name not in d and s.name not in sf.scalars:
-                raise err(f"{prefix}dims[{i}]", f"solve argument {s.name!r} is a scalar but is "
-                          f"neither a dim nor in `scalars`; add {s.name}: <value> to one of them")
+                raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
+                          "but is neither a dim nor in `scalars`; add "
+                          f"{s.name}: <value> to one of them")
             v = d.get(s.name, sf.scalars.get(s.name))
             lo, hi = _INT_RANGE.get(s.dtype, (None, None))
             if s.ctype in _UNSIGNED:
@@ -424,12 +465,96 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     for k in blk.baseline:
         if k not in params:
             raise err(f"{prefix}baseline.{k}", f"not a launch param (params: {list(params)})")
+    if blk.launch is not None:
+        _check_launch(blk.launch, prefix, params, baseline, dims, sf.scalars, err)
     return Space(
         backend=backend, source=src.resolve(), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
-        timing=blk.timing or sf.timing)
+        timing=blk.timing or sf.timing, launch=blk.launch)
+
+
+def launch_entries(launch: Launch) -> list[tuple[str, str | int]]:
+    """(field name, value) of every geometry entry: ``block[0]`` ..., ``grid[0]`` ...,
+    ``smem_bytes``."""
+    return ([(f"block[{i}]", v) for i, v in enumerate(launch.block)]
+            + [(f"grid[{i}]", v) for i, v in enumerate(launch.grid)]
+            + [("smem_bytes", launch.smem_bytes)])
+
+
+def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
+                  baseline: dict[str, Scalar], dims: list[dict[str, int]],
+                  scalars: dict[str, float | int], err: Any) -> None:
+    """Each geometry expression parses, names only params/dims/scalars and gives valid
+    integers for the baseline at every problem size."""
+    known = set(params) | {k for d in dims for k in d} | set(scalars)
+    for fname, v in launch_entries(launch):
+        where = f"{prefix}launch.{fname}"
+        if isinstance(v, int):
+            continue
+        try:
+            e = parse(v)
+        except ExprError as ex:
+            raise err(where, str(ex)) from None
+        unknown = sorted(e.names - known)
+        if unknown:
+            raise err(where, f"{v!r} names {unknown}, which are not launch params, dims or "
+                      "scalars (a method's params exist only for some candidates: make a name "
+                      "the geometry needs a launch param under `params:`)")
+    for i, d in enumerate(dims):
+        env = {**scalars, **d, **baseline}
+        try:
+            geo = launch_geometry(launch, env)
+        except ValueError as ex:
+            raise err(f"{prefix}launch", f"for the baseline {baseline} at dims[{i}] {d}: {ex}"
+                      ) from None
+        threads = geo["block"][0] * geo["block"][1] * geo["block"][2]
+        if threads > 1024:
+            raise err(f"{prefix}launch.block", f"the baseline's block {geo['block']} has "
+                      f"{threads} threads at dims[{i}]; CUDA allows at most 1024 per block")
+
+
+def launch_geometry(launch: Launch | dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate a launch block with ``env`` (params/defines, dims, scalars).
+
+    Args:
+        launch: a :class:`Launch` or its ``model_dump()``.
+        env: name -> number.
+
+    Returns:
+        ``{"grid": [x, y, z], "block": [x, y, z], "smem_bytes": n}``; missing y/z are 1.
+        Units: blocks, threads per block, bytes.
+
+    Raises:
+        ValueError: an expression names an unknown value, divides by zero, or gives
+            something other than an integer >= 1 (>= 0 for smem_bytes).
+    """
+    lz = launch if isinstance(launch, dict) else launch.model_dump()
+    out: dict[str, Any] = {}
+    for key in ("block", "grid", "smem_bytes"):
+        vals = lz[key] if key != "smem_bytes" else [lz[key]]
+        got = []
+        for j, v in enumerate(vals):
+            label = key if key == "smem_bytes" else f"{key}[{j}]"
+            if isinstance(v, str):
+                try:
+                    v = parse(v)(env)
+                except KeyError as ex:
+                    raise ValueError(f"{label} {vals[j]!r}: no value for {ex}") from None
+                except ZeroDivisionError:
+                    raise ValueError(f"{label} {vals[j]!r}: division by zero") from None
+            if isinstance(v, float) and v.is_integer() and isinstance(vals[j], str):
+                raise ValueError(f"{label} {vals[j]!r} gives {v!r}, a float: use // for "
+                                 "integer division")
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"{label} {vals[j]!r} gives {v!r}, not an integer")
+            lo = 0 if key == "smem_bytes" else 1
+            if v < lo:
+                raise ValueError(f"{label} {vals[j]!r} gives {v}; it must be >= {lo}")
+            got.append(v)
+        out[key] = got[0] if key == "smem_bytes" else got + [1] * (3 - len(got))
+    return out
 
 
 Backend = Literal["cuda", "cpu"]

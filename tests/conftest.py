@@ -80,3 +80,18 @@ VADD_REF = """
     def reference(x, y, N):
         return (x.double() + y.double()).float()
 """
+
+
+def assert_spec_error(sweep_dir: Path, *needles: str) -> str:
+    """Load ``sweep_dir`` expecting a SpecError that names sweep.yaml and every needle."""
+    import pytest
+
+    from kopt.spec import SpecError, load_sweep
+
+    with pytest.raises(SpecError) as ei:
+        load_sweep(sweep_dir)
+    msg = str(ei.value)
+    assert "sweep.yaml" in msg
+    for n in needles:
+        assert n in msg, msg
+    return msg

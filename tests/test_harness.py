@@ -100,3 +100,33 @@ def test_nan_in_the_reference_is_the_references_fault(tmp_path, sandbox):
     res = sandbox.run(job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp",
                           d / "ref.py", prepare_only=True), timeout_s=10)
     assert res["status"] == "error" and "reference output 'y' contains NaN" in res["error"]
+
+
+class _ThrottledNvml:
+    """NVML stand-in for the CPU backend: reports SW thermal slowdown (0x20) for the first
+    ``n_hot`` readings, then a clean clock (the harness reads it before and after a batch)."""
+
+    def __init__(self, n_hot: int):
+        self.n, self.n_hot = 0, n_hot
+
+    def sample(self) -> dict:
+        self.n += 1
+        hot = self.n <= self.n_hot
+        return {"sm_clock_mhz": 1200.0 if hot else 1980.0, "temperature_c": 80.0,
+                "throttle_reasons": 0x20 if hot else 0x1}
+
+
+def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
+    from workers.harness import Harness
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    h = Harness("cpu")
+    j = job(artifact(tmp_path, src, 0), src, ref)
+    h.nvml = _ThrottledNvml(n_hot=4)  # the first two batches (5 samples each) are throttled
+    res = h.run(j)
+    assert res["status"] == "ok" and res["throttled_samples"] == 10 and not res["throttled"]
+    assert res["n_samples"] >= TIMING["min_samples"] and res["throttle_reasons"] == 0x21
+    h.nvml = _ThrottledNvml(n_hot=10**6)  # throttled throughout: flagged, not hidden
+    res = h.run(j)
+    assert res["throttled"] and res["throttled_samples"] == res["n_samples"] > 0
+    assert res["sm_clock_mhz"] == 1200.0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import VADD_CPP, VADD_REF, write_sweep
+from conftest import VADD_CPP, VADD_REF, assert_spec_error, write_sweep
 from kopt.spec import SpecError, load_sweep
 
 GOOD = """
@@ -31,13 +31,7 @@ def test_good_spec_loads(tmp_path):
 
 
 def expect(tmp_path, yaml_text, *needles, **files):
-    with pytest.raises(SpecError) as ei:
-        load_sweep(make(tmp_path, yaml_text, **files))
-    msg = str(ei.value)
-    assert "sweep.yaml" in msg
-    for n in needles:
-        assert n in msg, msg
-    return msg
+    return assert_spec_error(make(tmp_path, yaml_text, **files), *needles)
 
 
 def test_missing_file(tmp_path):

@@ -1,12 +1,15 @@
-"""Builds: one candidate's source + defines -> a shared object exporting ``solve``.
+"""Builds: one candidate's source + defines -> a shared object exporting ``solve``, or
+(kernel mode) a cubin of its ``__global__`` kernel.
 
-CUDA sources go through nvcc for the target SM arch (``-arch=sm_90``, or
-``-gencode arch=compute_90a,code=sm_90a`` when a method needs wgmma or
-setmaxnreg), with ``-Xptxas -v`` so that registers, shared memory and spills
-are recorded. C++ sources go through the system compiler with OpenMP. Every
+CUDA sources go through nvcc for the target SM arch only (SASS, no PTX:
+``-gencode arch=compute_90,code=sm_90``, or ``sm_90a`` when a method needs
+wgmma or setmaxnreg) with no device-link step, and ``-Xptxas -v`` so that
+registers, shared memory and spills are recorded. C++ sources go through the
+system compiler with OpenMP. Kernel-mode sources (a sweep with ``launch:``) go
+through NVRTC to a cubin with no host compile at all (workers.nvrtc). Every
 artifact lands in a content-addressed cache keyed by the build id (source,
-defines, flags, target, compiler identity); a compile error is a value, never
-an exception.
+defines, flags, target, launch, compiler identity); a compile error is a
+value, never an exception.
 """
 
 from __future__ import annotations
@@ -22,10 +25,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from workers import nvrtc
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 
 SHIM = Path(__file__).with_name("kopt_shim.h")
+# nvcc's -O is the host compiler's level only. Host -O0 would save ~25 ms of a ~1.9 s
+# build (docs/verified/2026-11-30-build-time.md) but solve()'s host code runs inside the
+# timed window of a multi-launch solve, so the host code stays optimized.
 CUDA_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo"]
+_RDC = ("-rdc", "--relocatable-device-code", "-dc", "--device-c", "-dlink", "--device-link")
 CPU_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp"]
 COMPILE_TIMEOUT_S = float(os.environ.get("KOPT_COMPILE_TIMEOUT_S", 600))
 # address-space cap of one compiler process (GiB): a runaway compile fails as a compile
@@ -55,12 +63,24 @@ def compiler(backend: str) -> str:
 
 @lru_cache(maxsize=4)
 def compiler_identity(backend: str) -> str:
-    """A 16-hex digest of the compiler's ``--version`` output (plus the host C++ for nvcc).
+    """A 16-hex digest of the compiler's identity.
 
-    Returns ``"missing:<exe>"`` when the compiler is not installed, so that
-    the build fails as a value later with a clear message.
+    Args:
+        backend: the toolchain (kopt.spec.Space.toolchain): ``cuda`` (nvcc's
+            ``--version`` plus the host C++'s), ``cpu`` (c++'s ``--version``), each with
+            kopt's own flags for that compiler, or ``nvrtc`` (NVRTC's version, a digest of
+            the loaded libnvrtc and the CUDA header version; workers.nvrtc.identity_text).
+
+    Returns:
+        The digest, or ``"missing:<exe or package>"`` when the compiler is not
+        installed, so that the build fails as a value later with a clear message.
     """
-    texts = []
+    if backend == "nvrtc":
+        try:
+            return hashlib.sha256(nvrtc.identity_text().encode()).hexdigest()[:16]
+        except nvrtc.NvrtcMissing:
+            return "missing:cuda-bindings"
+    texts = [" ".join(CUDA_FLAGS if backend == "cuda" else CPU_FLAGS)]
     exes = [compiler(backend)] + ([compiler("cpu")] if backend == "cuda" else [])
     for exe in exes:
         try:
@@ -84,6 +104,9 @@ class BuildJob:
         flags: extra compiler flags from the spec.
         target: ``sm_90``, ``sm_90a``, ... or ``host``.
         include_dirs: extra ``-I`` folders.
+        mode: ``solve`` (nvcc / c++ -> a shared object) or ``kernel`` (NVRTC -> a cubin).
+        launch: kernel mode's launch block (kopt.spec.Space.launch_spec): the kernel name
+            and the geometry expressions, stored in the artifact for the harness.
     """
 
     build_id: str
@@ -95,6 +118,11 @@ class BuildJob:
     flags: list[str] = field(default_factory=list)
     target: str = "host"
     include_dirs: list[str] = field(default_factory=list)
+    mode: str = "solve"
+    launch: dict[str, Any] | None = None
+
+
+ARTIFACT = {"solve": "solve.so", "kernel": "kernel.kopt"}
 
 
 @dataclass
@@ -118,15 +146,22 @@ class BuildResult:
 
 
 def command(job: BuildJob, src: Path, out: Path) -> list[str]:
-    """The compiler command line for ``job`` (source at ``src``, artifact at ``out``)."""
+    """The compiler command line for a solve-mode ``job`` (source at ``src``, artifact at
+    ``out``).
+
+    CUDA: SASS for the target arch only (``-gencode arch=compute_XX,code=sm_XX``: the
+    artifact runs on the device class it was built for, so no PTX is embedded for a
+    JIT), and no device-link step (``-nodlink``: whole-program builds have nothing to
+    link) unless the spec's flags ask for relocatable device code.
+    """
     defs = [f"-D{k}={v}" for k, v in sorted(job.defines.items())]
     incs = [f"-I{d}" for d in [job.source_dir, *job.include_dirs]]
     if job.backend == "cuda":
         sm = job.target.removeprefix("sm_")
-        arch = ([f"-gencode=arch=compute_{sm},code=sm_{sm}"] if sm.endswith("a")
-                else [f"-arch=sm_{sm}"])
-        return [compiler("cuda"), *CUDA_FLAGS, *arch, "--pre-include", str(SHIM), *incs, *defs,
-                *job.flags, "-o", str(out), str(src)]
+        arch = [f"-gencode=arch=compute_{sm},code=sm_{sm}"]
+        rdc = any(f.split("=")[0] in _RDC for f in job.flags)
+        return [compiler("cuda"), *CUDA_FLAGS, *arch, *([] if rdc else ["-nodlink"]),
+                "--pre-include", str(SHIM), *incs, *defs, *job.flags, "-o", str(out), str(src)]
     return [compiler("cpu"), *CPU_FLAGS, *incs, *defs, *job.flags, "-o", str(out), str(src)]
 
 
@@ -134,15 +169,19 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
     """Build ``job`` (or take it from the cache). Never raises for a bad source.
 
     Returns:
-        (result, artifact bytes or None when the build failed).
+        (result, artifact bytes or None when the build failed). compile_s is in
+        seconds: the compiler's wall time (kernel mode: the NVRTC compile in the
+        worker's compiler process, plus the pipe round trip).
     """
     cache = cache or cache_root()
     entry = cache / job.build_id
-    art, meta = entry / "solve.so", entry / "meta.json"
+    art, meta = entry / ARTIFACT[job.mode], entry / "meta.json"
     if art.exists() and meta.exists():
         res = BuildResult(**_load_json(meta))
         res.cached = True
         return res, art.read_bytes()
+    if job.mode == "kernel":
+        return _build_kernel(job, entry)
     with tempfile.TemporaryDirectory(prefix="kopt-build-") as tmp:
         src = Path(tmp) / job.source_name
         src.write_text(job.source)
@@ -167,29 +206,71 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
                           kernels=as_dicts(kernels), command=cmd_s, log=_tail(log, 4000))
         data = out.read_bytes()
-        _store(entry, data, res)
+        _store(entry, data, res, ARTIFACT["solve"])
         return res, data
 
 
+def kernel_command(job: BuildJob) -> list[str]:
+    """The NVRTC options of a kernel-mode ``job`` (workers.nvrtc.options)."""
+    return nvrtc.options(job.target, job.defines, [job.source_dir, *job.include_dirs],
+                         job.flags)
+
+
+def _build_kernel(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
+    launch = job.launch or {}
+    if not launch.get("kernel"):
+        return BuildResult(job.build_id, False, "kernel-mode build job without a launch "
+                           "block (launch.kernel)"), None
+    if not job.target.startswith("sm_"):
+        return BuildResult(job.build_id, False, f"kernel mode builds for a GPU arch "
+                           f"(sm_XX), not {job.target!r}"), None
+    opts = kernel_command(job)
+    try:
+        ver = ".".join(map(str, nvrtc.version()))
+    except nvrtc.NvrtcMissing as e:
+        return BuildResult(job.build_id, False, str(e)), None
+    cmd_s = f"nvrtc {ver} " + " ".join(opts) + f" {job.source_name}"
+    req = {"source": job.source, "name": job.source_name, "kernel": launch["kernel"],
+           "options": opts}
+    t0 = time.perf_counter()
+    try:
+        out = nvrtc.compiler(COMPILE_MEM_GB).compile(req, COMPILE_TIMEOUT_S)
+    except nvrtc.NvrtcMissing as e:
+        return BuildResult(job.build_id, False, str(e), command=cmd_s), None
+    dt = time.perf_counter() - t0
+    if not out["ok"]:
+        return BuildResult(job.build_id, False, _tail(out["log"]), dt, command=cmd_s), None
+    kernels = parse_ptxas(out["log"])
+    res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
+                      kernels=as_dicts(kernels), command=cmd_s, log=_tail(out["log"], 4000))
+    meta = {"kernel": launch["kernel"], "lowered": out["lowered"], "launch": launch,
+            "defines": job.defines, "arch": job.target, "nvrtc": ver}
+    data = nvrtc.pack(meta, out["cubin"])
+    _store(entry, data, res, ARTIFACT["kernel"])
+    return res, data
+
+
 def ensure_artifact(build_id: str, data: bytes, cache: Path | None = None) -> Path:
-    """Write ``data`` as the cached artifact of ``build_id`` if absent; return its path."""
+    """Write ``data`` as the cached artifact of ``build_id`` if absent; return its path
+    (``solve.so``, or ``kernel.kopt`` for a kernel-mode artifact)."""
     entry = (cache or cache_root()) / build_id
-    art = entry / "solve.so"
+    name = ARTIFACT["kernel" if nvrtc.is_kernel_artifact(data) else "solve"]
+    art = entry / name
     if not art.exists():
         entry.mkdir(parents=True, exist_ok=True)
-        tmp = entry / f".solve.so.{os.getpid()}.tmp"
+        tmp = entry / f".{name}.{os.getpid()}.tmp"
         tmp.write_bytes(data)
         os.replace(tmp, art)
     return art
 
 
-def _store(entry: Path, data: bytes, res: BuildResult) -> None:
+def _store(entry: Path, data: bytes, res: BuildResult, name: str) -> None:
     import json
     from dataclasses import asdict
 
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
-    (tmp / "solve.so").write_bytes(data)
+    (tmp / name).write_bytes(data)
     (tmp / "meta.json").write_text(json.dumps(asdict(res)))
     try:
         os.replace(tmp, entry)

@@ -7,7 +7,8 @@ outputs are made once per (reference, dims, seed) on this device, and the
 CUDA context lives as long as the process. A crash, illegal address or hang
 kills only this process; the actor records it and starts a new one.
 
-Per job: outputs poisoned (NaN, or 0x5A bytes for integers) -> ``solve`` ->
+Per job: outputs poisoned (NaN, or 0x5A bytes for integers) -> ``solve`` (kernel
+mode: the ``__global__`` kernel launched through the driver API, workers.launcher) ->
 launch error check -> synchronize -> every element compared with the
 reference (``|out - ref| <= atol + rtol*|ref|``, NaN never passes) -> warm-up
 by time -> samples, each with the L2 flushed outside the timed region (a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import time
@@ -32,9 +34,14 @@ import torch
 
 from kopt.contract import C_TYPES
 from kopt.expr import parse
+from workers import nvrtc
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
+# NVML clocks-event reasons that mean thermal or power throttling (nvml.h:
+# SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40,
+# HwPowerBrakeSlowdown 0x80); idle, application-clock and sync-boost bits do not count
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 GUARD = 4096  # canary elements after each output buffer
 
 
@@ -65,6 +72,20 @@ class Harness:
 
     # -- loading -------------------------------------------------------------------------
     def lib(self, path: str, sig: list[dict]) -> Any:
+        """The loaded artifact at ``path``: a ctypes library exporting ``solve``, or (kernel
+        mode) a workers.launcher.KernelLauncher. Raises JobError when a kernel-mode artifact
+        cannot be loaded (``error`` without cuda-python, else ``launch_error``)."""
+        if path not in self.libs and nvrtc.is_kernel_file(path):
+            if not self.is_cuda:
+                raise JobError("error", "a kernel-mode (cubin) artifact runs on the cuda "
+                               "backend only")
+            from workers.launcher import KernelLauncher, LauncherError
+
+            try:
+                self.libs[path] = KernelLauncher(path, sig, self.device.index or 0)
+            except LauncherError as e:
+                raise JobError("error" if e.missing else "launch_error",
+                               f"loading the cubin: {e}") from None
         if path not in self.libs:
             lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
             fn = lib.solve
@@ -203,6 +224,7 @@ class Harness:
 
     # -- running -------------------------------------------------------------------------
     def call(self, lib: Any, job: dict, d: dict) -> None:
+        """One ``solve`` call (kernel mode: one kernel launch) on the prepared data ``d``."""
         args = []
         for a in job["signature"]:
             n = a["name"]
@@ -212,10 +234,24 @@ class Harness:
                 args.append(d["inputs"][n].data_ptr())
             else:
                 args.append(d["outputs"][n].data_ptr())
-        lib.solve(*args)
+        if isinstance(lib, ctypes.CDLL):
+            lib.solve(*args)
+        else:
+            lib.launch(args, {**job["scalars"], **job["dims"]},
+                       torch.cuda.current_stream(self.device).cuda_stream)
 
     def check_cuda(self, lib: Any, where: str) -> None:
+        """Raise JobError ``launch_error`` for a failed launch, ``crashed`` (fatal) for a
+        fault found at the synchronize; nothing on the CPU backend."""
         if not self.is_cuda:
+            return
+        if not isinstance(lib, ctypes.CDLL):
+            msg = lib.take_error()
+            if msg:
+                raise JobError("launch_error", f"{where}: launch failed: {msg}")
+            msg = lib.synchronize()
+            if msg:
+                raise JobError("crashed", f"{where}: {msg}", fatal=True)
             return
         e = lib.kopt_last_error()
         if e:
@@ -276,11 +312,18 @@ class Harness:
             if n_warm >= 2 and time.perf_counter() >= t_end:
                 break
         self.check_cuda(lib, "warm-up")
-        clocks = self.nvml.sample() if self.nvml else {}
-        samples: list[float] = []
-        batch = 5
-        while not should_stop(samples, t["min_samples"], t["max_samples"], t["max_time_ms"],
+        clean: list[float] = []  # samples of batches with no thermal/power throttling
+        held: list[float] = []  # samples of throttled batches, set aside
+        batch, batches, reasons = 5, 0, 0
+        clocks: list[float] = []
+        temp = None
+        max_batches = 3 * math.ceil(t["max_samples"] / batch)  # re-measure at most 2x over
+        while not should_stop(clean, t["min_samples"], t["max_samples"], t["max_time_ms"],
                               t["target_rel_error"]):
+            if batches >= max_batches or sum(held) >= t["max_time_ms"]:
+                break
+            before = self.nvml.sample() if self.nvml else {}
+            xs: list[float] = []
             if self.is_cuda:
                 evs = []
                 for _ in range(batch):
@@ -292,27 +335,97 @@ class Harness:
                     e.record()
                     evs.append((s, e))
                 torch.cuda.synchronize()
-                samples += [s.elapsed_time(e) for s, e in evs]
+                xs = [s.elapsed_time(e) for s, e in evs]
             else:
                 for _ in range(batch):
                     self.flush_buf.zero_()
                     t0 = time.perf_counter_ns()
                     self.call(lib, job, d)
-                    samples.append((time.perf_counter_ns() - t0) / 1e6)
+                    xs.append((time.perf_counter_ns() - t0) / 1e6)
+            batches += 1
+            after = self.nvml.sample() if self.nvml else {}
+            bits = (before.get("throttle_reasons") or 0) | (after.get("throttle_reasons") or 0)
+            reasons |= bits
+            clocks += [c for c in (before.get("sm_clock_mhz"), after.get("sm_clock_mhz")) if c]
+            temp = after.get("temperature_c", temp)
+            (held if bits & THROTTLE_MASK else clean).extend(xs)
         self.check_cuda(lib, "timing")
-        if self.nvml:
-            after = self.nvml.sample()
-            clocks = {"sm_clock_mhz": _mean(clocks.get("sm_clock_mhz"), after.get("sm_clock_mhz")),
-                      "throttle_reasons": (clocks.get("throttle_reasons") or 0)
-                      | (after.get("throttle_reasons") or 0),
-                      "temperature_c": after.get("temperature_c")}
+        # too few clean samples: report them all, flagged, rather than nothing
+        throttled = len(clean) < t["min_samples"] and bool(held)
+        samples = clean + held if throttled else clean
         st = summarize(samples)
-        return {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
-                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
-                "warmup_runs": n_warm, **clocks}
+        out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
+               "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
+               "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled}
+        if self.nvml:
+            out.update(sm_clock_mhz=sum(clocks) / len(clocks) if clocks else None,
+                       throttle_reasons=reasons, temperature_c=temp)
+        return out
+
+    def contest(self, job: dict) -> dict:
+        """Time ``job["contest"]`` (jobs of one problem size, different artifacts) side by side:
+        each is checked once, warmed up, then ``job["rounds"]`` rounds each take one sample
+        of every contender (rotating who goes first), the L2 flushed before every sample,
+        so that drift in clocks, temperature or neighbours hits all alike (kopt.contest).
+
+        Returns ``status`` and ``results``: per contender ``median_ms``, ``iqr_ms``,
+        ``n_samples``, ``samples_ms``; a contender that fails its check fails the contest
+        (``wrong_result`` with the reason).
+        """
+        entries = job["contest"]
+        d = self.prepare(entries[0])
+        libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
+        for e, lib in zip(entries, libs):
+            self.poison(d)
+            self.call(lib, e, d)
+            self.check_cuda(lib, "contest")
+            ok, _, msg = self.check(d, e["tolerance"])
+            if not ok:
+                return {"status": "wrong_result", "error": f"{e['job_key']}: {msg}"}
+        for e, lib in zip(entries, libs):
+            t_end = time.perf_counter() + e["timing"]["warmup_ms"] / 1e3
+            n = 0
+            while n < 2 or time.perf_counter() < t_end:
+                self.call(lib, e, d)
+                n += 1
+                if self.is_cuda:
+                    torch.cuda.synchronize()
+        samples: list[list[float]] = [[] for _ in entries]
+        k = len(entries)
+        for r in range(int(job["rounds"])):
+            order = [(r + i) % k for i in range(k)]
+            if self.is_cuda:
+                evs = []
+                for i in order:
+                    self.flush_buf.zero_()
+                    s = torch.cuda.Event(enable_timing=True)
+                    e = torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    self.call(libs[i], entries[i], d)
+                    e.record()
+                    evs.append((i, s, e))
+                torch.cuda.synchronize()
+                for i, s, e in evs:
+                    samples[i].append(s.elapsed_time(e))
+            else:
+                for i in order:
+                    self.flush_buf.zero_()
+                    t0 = time.perf_counter_ns()
+                    self.call(libs[i], entries[i], d)
+                    samples[i].append((time.perf_counter_ns() - t0) / 1e6)
+        for lib in libs:
+            self.check_cuda(lib, "contest timing")
+        out = []
+        for xs in samples:
+            st = summarize(xs)
+            out.append({"median_ms": st.median_ms, "iqr_ms": st.iqr_ms,
+                        "n_samples": st.n_samples, "samples_ms": xs})
+        return {"status": "ok", "error": "", "results": out}
 
     def run(self, job: dict) -> dict:
         """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults)."""
+        if job.get("contest"):
+            return self.contest(job)
         d = self.prepare(job)
         if job.get("prepare_only"):
             return {"status": "ok", "error": "",
@@ -374,11 +487,6 @@ class _Nvml:
                     "throttle_reasons": int(nv.nvmlDeviceGetCurrentClocksEventReasons(self.h))}
         except Exception:
             return {}
-
-
-def _mean(a: float | None, b: float | None) -> float | None:
-    vals = [v for v in (a, b) if v is not None]
-    return sum(vals) / len(vals) if vals else None
 
 
 def _numel(shape: list[int]) -> int:

@@ -58,7 +58,7 @@ class Sandbox:
             hello = self.r.recv()
         except EOFError:
             code = self.kill()
-            raise RuntimeError(f"harness died at start ({_describe(code)}): {self.tail()}"
+            raise RuntimeError(f"harness died at start ({describe_exit(code)}): {self.tail()}"
                                ) from None
         if not hello.get("ready"):
             self.kill()
@@ -91,7 +91,7 @@ class Sandbox:
         except (EOFError, OSError):
             code = self.kill()
             self.restarts += 1
-            return {"status": "crashed", "error": f"harness died: {_describe(code)}. "
+            return {"status": "crashed", "error": f"harness died: {describe_exit(code)}. "
                     f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
         res["wall_s"] = time.perf_counter() - t0
         if res.pop("fatal", False):
@@ -136,7 +136,8 @@ class Sandbox:
         self.log.unlink(missing_ok=True)
 
 
-def _describe(code: int | None) -> str:
+def describe_exit(code: int | None) -> str:
+    """A process's exit in words: ``exit code N`` or ``killed by SIGNAME``."""
     if code is None:
         return "exit code unknown"
     if code < 0:
