@@ -220,16 +220,18 @@ def _methods(r: dict[str, Any]) -> str:
 @click.option("--iterations", type=click.IntRange(min=1), default=None,
               help="Optimization-loop iterations (default: the spec's `iterations`).")
 @click.option("--strategy", type=click.Choice(["exhaustive", "random", "halving"]),
-              default="exhaustive", show_default=True,
-              help="exhaustive: measure every candidate fully; random: a uniform sample "
-                   "(--max-candidates, or a quarter of the space; --seed); halving: screen "
-                   "every candidate with 5 samples, re-measure the best third with 15, then "
-                   "the best third of those with the spec's timing.")
-@click.option("--seed", default=0, show_default=True, help="The random strategy's sample.")
+              default=None,
+              help="(default exhaustive) exhaustive: measure every candidate fully; "
+                   "random: a uniform sample (--max-candidates, or a quarter of the space; "
+                   "--seed); halving: screen every candidate with 5 samples, re-measure the "
+                   "best third with 15, then the best third of those with the spec's timing.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="The random strategy's sample (default 0).")
 @click.option("--top", "top_k", default=5, show_default=True, help="Rows in the closing table.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
           resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
-          iterations: int | None, strategy: str, seed: int, top_k: int) -> None:
+          iterations: int | None, strategy: str | None, seed: int | None,
+          top_k: int) -> None:
     """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
 
     With several iterations, each takes the last winner as its baseline and the
@@ -243,6 +245,10 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     except SpecError as e:
         _fail(str(e))
     root = _store(store)
+    if cluster and address:
+        _fail("--cluster and --address both name a Ray head: give one")
+    if seed is not None and (strategy or "exhaustive") != "random" and not resume:
+        _fail(f"--seed {seed} only applies to --strategy random")
     obs = ProgressObserver()
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
@@ -282,13 +288,15 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         exit_code = 1
     else:
         exit_code = 0
-    t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend})")
+    t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend}); "
+                    "* = the loop's named winner")
     for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
               "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]),
-                  _methods(r) + (" (baseline)" if r["is_baseline"] else ""),
+                  ("* " if r["named"] else "") + _methods(r)
+                  + (" (baseline)" if r["is_baseline"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _speedup(r["speedup"]), _rate(r))
     out.print(t)
@@ -327,7 +335,7 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 def query(sql: str, store: Path | None, fmt: str) -> None:
-    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations)."""
+    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations, contests)."""
     from kopt.store import query as run_query
 
     if not _store(store).is_dir():
@@ -390,6 +398,12 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
                   _fmt(r["median_ms"]),
                   _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _rate(r))
     out.print(t)
+    for r in rows:
+        if r["tied_with"] > 1:
+            out.print(f"{r['device_class']}: a tie within noise between {r['tied_with']} "
+                      "candidates, re-measured side by side; the one with the fewest methods is "
+                      "named (`kopt query \"select * from contests\"` lists them)",
+                      highlight=False)
 
 
 @main.command()

@@ -125,7 +125,9 @@ def cluster_address(path: str | Path) -> str:
     try:
         cfg = yaml.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise SweepError(f"--cluster {p}: cannot read it: {e}") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SweepError(f"--cluster {p}: cannot read it ({first}); pass the Ray "
+                         "cluster-launcher YAML you brought up with `ray up`") from None
     head = ((cfg or {}).get("provider") or {}).get("head_ip")
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
@@ -134,8 +136,11 @@ def cluster_address(path: str | Path) -> str:
 
     port = 6379
     for cmd in cfg.get("head_start_ray_commands") or []:
-        m = re.search(r"--port[= ](\d+)", str(cmd))
+        m = re.search(r"--port[= ](\S+)", str(cmd))
         if m:
+            if not m.group(1).isdigit():
+                raise SweepError(f"--cluster {p}: head_start_ray_commands has --port "
+                                 f"{m.group(1)!r}; expected a port number")
             port = int(m.group(1))
     return f"{head}:{port}"
 
@@ -156,12 +161,15 @@ def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
     import socket
 
     host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or ":" in host:
+        raise SweepError(f"{source}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
+    up = (f"`ray up {source.split(' ', 1)[1]}`" if source.startswith("--cluster")
+          else "`ray up ray_cluster.yaml`")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
-    except (OSError, ValueError):
+    except OSError:
         raise SweepError(f"{source}: no Ray head answers at {address}; bring the cluster up "
-                         "with `ray up ray_cluster.yaml` (or start one with `ray start --head`)"
-                         ) from None
+                         f"with {up} (or start one with `ray start --head`)") from None
     try:
         ensure_ray(address, runtime_env)
     except ConnectionError as e:
@@ -257,10 +265,11 @@ class Driver:
                  max_candidates: int | None = None, resume: str | None = None,
                  cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
                  observers: list[Observer] | None = None, catalog: Catalog | None = None,
-                 strategy: str = "exhaustive", seed: int = 0):
-        if strategy not in STRATEGIES:
+                 strategy: str | None = None, seed: int | None = None):
+        if strategy is not None and strategy not in STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
-        self.strategy, self.seed = strategy, seed
+        self._strategy_req, self._seed_req = strategy, seed
+        self.strategy, self.seed = strategy or "exhaustive", seed or 0
         self.sweep, self.store = sweep, Path(store)
         self.backend_req, self.max_candidates = backend, max_candidates
         self.resume, self.cpu_devices, self.inflight = resume, cpu_devices, inflight
@@ -290,9 +299,13 @@ class Driver:
         self.slots = plan_slots(self.nodes, backend, self.cpu_devices)
         cpus = ray.cluster_resources().get("CPU", 0)
         if backend == "cpu" and len(self.slots) >= cpus:
+            per_node = max(1, len(self.slots) // self.cpu_devices)
+            most = max(0, int((cpus - 1) // per_node))
             raise SweepError(f"--cpu-devices {self.cpu_devices}: {len(self.slots)} CPU device "
                              f"actors take every one of the cluster's {cpus:g} CPUs and leave "
-                             "none for builds; use fewer")
+                             f"none for builds; use --cpu-devices {most} or fewer" if most else
+                             f"--cpu-devices {self.cpu_devices}: the cluster's {cpus:g} CPUs "
+                             "leave none for builds beside its CPU devices; add CPUs")
         actors = [self._new_actor(backend, s) for s in self.slots]
         infos = []
         for a, slot in zip(actors, self.slots):
@@ -398,7 +411,8 @@ class Driver:
                 self.backend_req = rec["backend"]
             opts = json.loads(rec.get("options") or "{}")
             for name, mine in (("max_candidates", self.max_candidates),
-                               ("iterations", self._iterations_req)):
+                               ("iterations", self._iterations_req),
+                               ("strategy", self._strategy_req), ("seed", self._seed_req)):
                 if mine is not None and mine != opts.get(name):
                     raise SweepError(f"--resume {self.resume}: that run was started with "
                                      f"{name} {opts.get(name)}, not {mine}; resume without "
@@ -709,7 +723,7 @@ class Driver:
             need = {j.build_id for j in todo}
             for o in self.observers:
                 o.on_phase(f"it {it} rung {r}")
-                o.on_start(len(need), len(todo), infos)
+                o.on_start(len(need - set(self._artifacts)), len(todo), infos)
             self._loop(todo, {b: builds[b] for b in need}, space, actors, infos, writer,
                        summary, run_id)
             writer.flush()
@@ -971,7 +985,7 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
               observers: list[Observer] | None = None, cluster: str | None = None,
-              strategy: str = "exhaustive", seed: int = 0) -> RunSummary:
+              strategy: str | None = None, seed: int | None = None) -> RunSummary:
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
 
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;

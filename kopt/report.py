@@ -75,7 +75,8 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         rungs = _rows(con, "select iteration, device_class, coalesce(rung, 0) rung, "
                            "count(distinct candidate_id) n, max(n_samples) samples from "
                            "candidates where run_id = ? group by all order by all", [run_id])
-        cand = _rows(con, "select iteration, device_class, params, median_ms, speedup, "
+        cand = _rows(con, "select iteration, device_class, candidate_id, params, median_ms, "
+                          "speedup, "
                           "compute_method, memory_method, latency_method, is_baseline "
                           "from candidates where run_id = ? and status = 'ok'", [run_id])
     finally:
@@ -132,13 +133,21 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         for st in sts:
             if st.contest:
                 c = st.contest
-                verdict = (f"a **tie** within noise between {len(st.tie)} candidates "
-                           f"({', '.join(st.tie)}); the one with the fewest methods was named"
-                           if st.tie else "a clear winner")
+                desc = {x["candidate_id"]: _methods([x["compute_method"], x["memory_method"],
+                                                     x["latency_method"]])
+                        + " " + _kv(json.loads(x["params"]))
+                        for x in cand if x["iteration"] == st.iteration
+                        and x["device_class"] == dc}
+                won = (st.best or {}).get("candidate_id")
+                verdict = (f"a **tie** within noise between {len(st.tie)} candidates; the one "
+                           "with the fewest methods was named, since a method that buys "
+                           "nothing measurable is not worth carrying on" if st.tie
+                           else "a clear winner")
                 md.append(f"- iteration {st.iteration}: {len(c)} contenders within noise of "
-                          f"the fastest were re-measured side by side (interleaved): {verdict}; "
-                          + ", ".join(f"{k} {v['label']} {v['median_ms']:.4g} ms"
-                                      for k, v in sorted(c.items())))
+                          f"the fastest were re-measured side by side (interleaved): {verdict}:")
+                md += [f"  - {'**named** ' if k == won else ''}{desc.get(k, k)} ({k}): "
+                       f"{v['label']}, {v['median_ms']:.4g} ms"
+                       for k, v in sorted(c.items(), key=lambda kv: kv[1]["median_ms"])]
         suffix = ".cu" if rec["backend"] == "cuda" else ".cpp"
         src = realized_source(Path(rec["sweep_dir"]), rec["backend"],
                               best.get("defines") or {},

@@ -60,3 +60,20 @@ def test_preflight_compile_checks_cuda_without_a_gpu():
     r = run("preflight", str(ROOT / "sweeps" / "softmax"), "--backend", "cuda")
     assert r.exit_code == 0, r.output
     assert "built" in r.output and "registers" in r.output and "sm_90" in r.output
+
+
+def test_cluster_and_address_errors_are_one_line(tmp_path):
+    sw = str(ROOT / "sweeps" / "vector_add")
+    r = run("sweep", sw, "--address", "garbage")
+    assert r.exit_code == 2 and "'garbage' is not HOST:PORT" in r.output
+    r = run("sweep", sw, "--cluster", str(tmp_path / "none.yaml"))
+    assert r.exit_code == 2 and "none.yaml: cannot read it" in r.output
+    y = tmp_path / "c.yaml"
+    y.write_text("provider: {type: local, head_ip: 127.0.0.1}\n"
+                 "head_start_ray_commands: ['ray start --head --port=notaport']\n")
+    r = run("sweep", sw, "--cluster", str(y))
+    assert r.exit_code == 2 and "--port 'notaport'" in r.output
+    r = run("sweep", sw, "--cluster", str(y), "--address", "127.0.0.1:1")
+    assert r.exit_code == 2 and "give one" in r.output
+    r = run("sweep", sw, "--seed", "3")
+    assert r.exit_code == 2 and "only applies to --strategy random" in r.output

@@ -181,8 +181,8 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
     from kopt.pipeline import HALVING_SAMPLES
 
     store = tmp_path / "store"
-    s = run_sweep(load_sweep(copy_fixture("cluster")), store, backend="cpu",
-                  strategy="halving")
+    sweep = load_sweep(copy_fixture("cluster"))
+    s = run_sweep(sweep, store, backend="cpu", strategy="halving")
     # 24 screened; a third kept, then a third of those (at least 3), plus the baseline
     # when it is not among them
     r1, r2 = s.rungs[1][1], s.rungs[1][2]
@@ -200,3 +200,7 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
     b = best("cluster", store)[0]
     _, last = query("select candidate_id from candidates where rung = 2", store)
     assert b["candidate_id"] in {c for c, in last} and b["n_samples"] == 40
+    from kopt.pipeline import SweepError
+
+    with pytest.raises(SweepError, match="started with strategy halving, not exhaustive"):
+        run_sweep(sweep, store, backend="cpu", resume=s.run_id, strategy="exhaustive")
