@@ -314,7 +314,7 @@ class Harness:
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches with no thermal/power throttling
         held: list[float] = []  # samples of throttled batches, set aside
-        batch, batches, reasons = 5, 0, 0
+        batch, batches, reasons = 5, 0, 0  # samples per batch between NVML readings
         clocks: list[float] = []
         temp = None
         max_batches = 3 * math.ceil(t["max_samples"] / batch)  # re-measure at most 2x over
@@ -322,6 +322,7 @@ class Harness:
                               t["target_rel_error"]):
             if batches >= max_batches or sum(held) >= t["max_time_ms"]:
                 break
+            batch = max(1, min(5, t["max_samples"] - len(clean)))  # never past max_samples
             before = self.nvml.sample() if self.nvml else {}
             xs: list[float] = []
             if self.is_cuda:
