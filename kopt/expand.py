@@ -21,7 +21,7 @@ from typing import Any
 
 from kopt.catalog import AXES, Catalog
 from kopt.expr import parse
-from kopt.spec import Scalar, Space, SpecError
+from kopt.spec import Scalar, Space, SpecError, launch_geometry
 
 Triple = tuple[str | None, str | None, str | None]
 NONE_TRIPLE: Triple = (None, None, None)
@@ -208,6 +208,10 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
         for values in itertools.product(*(pspace[n] for n in names)):
             params = dict(zip(names, values))
             dims_ok = _dims_ok(restrictions, params, mdefines, space.dims)
+            if space.launch is not None:  # kernel mode: the launch must fit the device
+                dims_ok = [i for i in dims_ok
+                           if fits_device(space.launch, {**space.dims[i], **mdefines, **params},
+                                          sm)]
             is_base = triple == NONE_TRIPLE and params == base_params
             if is_base and len(dims_ok) != len(space.dims):
                 bad = [space.dims[i] for i in range(len(space.dims)) if i not in dims_ok]
@@ -230,6 +234,32 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
         raise SpecError("the baseline (no methods, baseline params) is not in the space")
     cands.sort(key=lambda c: (not c.is_baseline,))
     return cands
+
+
+# Per-block limits of CUDA devices (CUDA C++ Programming Guide, "Technical Specifications
+# per Compute Capability"): 1024 threads, block.z <= 64, grid.y/z <= 65535, and the
+# dynamic shared memory a block may opt into, in bytes, per SM arch.
+MAX_THREADS_PER_BLOCK = 1024
+MAX_SMEM_OPTIN = {70: 98304, 72: 98304, 75: 65536, 80: 166912, 86: 101376, 87: 166912,
+                  89: 101376, 90: 232448, 100: 232448, 103: 232448, 120: 101376}
+
+
+def fits_device(launch: Any, env: dict[str, Any], sm: int | None) -> bool:
+    """Whether a kernel-mode candidate's launch geometry (kopt.spec.launch_geometry with
+    ``env``) fits a device of SM arch ``sm``: threads per block, block and grid extents, and
+    dynamic shared memory (bytes) against MAX_SMEM_OPTIN (unknown arch: not checked). A
+    geometry that cannot be evaluated here (it names a scalar) counts as fitting: the run
+    reports it."""
+    try:
+        g = launch_geometry(launch, env)
+    except ValueError:
+        return True
+    bx, by, bz = g["block"]
+    if bx * by * bz > MAX_THREADS_PER_BLOCK or bz > 64:
+        return False
+    if g["grid"][0] > 2**31 - 1 or g["grid"][1] > 65535 or g["grid"][2] > 65535:
+        return False
+    return g["smem_bytes"] <= MAX_SMEM_OPTIN.get(sm or 0, g["smem_bytes"])
 
 
 def _dims_ok(restrictions: Sequence[Any], params: dict[str, Scalar],

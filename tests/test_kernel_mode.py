@@ -415,3 +415,20 @@ def test_the_driver_plans_kernel_mode_builds(tmp_path):
     base = next(j for j in jobs if j.candidate.is_baseline)
     res, data = wb.build(builds[base.build_id], cache=tmp_path / "cache")
     assert res.ok and data and res.registers and res.spill_bytes == 0, res.error
+
+
+def test_candidates_that_cannot_launch_are_not_expanded(tmp_path):
+    """Geometry beyond the device's limits (2048 threads; 300 KiB of dynamic shared memory,
+    more than an sm_90 block may opt into) drops the candidate at expansion, like a
+    restriction; on sm_75 (64 KiB) the 96 KiB one goes too."""
+    yaml = SAXPY.replace("params: {THREADS: [128, 256], ITEMS: [1, 4]}",
+                         "params: {THREADS: [128, 2048], ITEMS: [1], SMEM: [0, 98304, 307200]}"
+                         ).replace('    grid: ["(N', '    smem_bytes: SMEM\n      grid: ["(N')
+    sw = load_sweep(make(tmp_path, yaml))
+    space = sw.space("cuda")
+    got90 = sorted((c.params["THREADS"], c.params["SMEM"])
+                   for c in expand(space, load_catalog(), 90))
+    assert got90 == [(128, 0), (128, 98304)]
+    got75 = sorted((c.params["THREADS"], c.params["SMEM"])
+                   for c in expand(space, load_catalog(), 75))
+    assert got75 == [(128, 0)]
