@@ -1,8 +1,10 @@
 """The sweep pipeline on Ray: expand -> build (CPU tasks) -> run (one actor per device) -> store.
 
 Builds are Ray tasks of one CPU each, all submitted up front so that Ray runs
-as many at once as there are CPUs; each device starts on the first finished
-build (no compile phase to wait for). Every device actor holds at most
+as many at once as there are CPUs; each GPU starts on the first finished
+build (no compile phase to wait for). CPU devices wait for the batch's builds:
+they would share the cores the compilers use, and a timing taken next to a
+compiler measures the compiler. Every device actor holds at most
 ``inflight`` jobs (backpressure), so one slow device never hoards work.
 Results are rows appended to the store as they arrive; a compile error, wrong
 result, crash or timeout is a row with its status, never an exception.
@@ -858,6 +860,9 @@ class Driver:
                             dc, f"no live device of class {dc}")}, None)
 
         def dispatch() -> None:
+            if space.backend == "cpu" and pending_builds:
+                # CPU devices share the cores the compilers use: time nothing while building
+                return
             for i, a in enumerate(actors):
                 if i in self.dead or i in {k for k, _ in starting.values()}:
                     continue
