@@ -436,6 +436,7 @@ class Driver:
             classes.setdefault(info["device_class"], info)
         compilers, env = self._compilers(space.toolchain,
                                          {i.get("platform") or "" for i in infos})
+        env = {**env, "cluster_cpus": ray.cluster_resources().get("CPU")}
         self._check_reference(space, actors, infos)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,
@@ -813,7 +814,17 @@ class Driver:
         build_tries: dict[str, int] = {}
         artifacts, metas = self._artifacts, self._build_meta
 
+        hits: dict[str, dict] = {}
+
         def submit_build(b: str) -> None:
+            # a build the driver node's cache holds needs no task: content-addressed, so
+            # valid on every node of a single-platform cluster; small artifacts go inline
+            # as an argument (under Ray's 100 KiB inlining limit), larger ones are put once
+            hit = wbuild.cached(builds[b]) if self._routes is None else None
+            if hit is not None:
+                hits[b] = dataclasses.asdict(hit[0])
+                artifacts[b] = hit[1] if len(hit[1]) < 100 * 1024 else ray.put(hit[1])
+                return
             n = build_tries[b] = build_tries.get(b, 0) + 1
             opts: dict[str, Any] = {}
             if self._routes is not None:  # mixed platforms: build on a node of the target's
@@ -846,6 +857,19 @@ class Driver:
             summary.status_counts[row["status"]] = summary.status_counts.get(row["status"], 0) + 1
             for o in self.observers:
                 o.on_result(row)
+
+        def built(b: str, meta: dict[str, Any]) -> None:
+            metas[b] = meta
+            res = wbuild.BuildResult(**meta)
+            summary.compile_cpu_s += 0.0 if res.cached else res.compile_s
+            for o in self.observers:
+                o.on_build(res, len(by_build[b]))
+            if not res.ok:
+                for job in by_build[b]:
+                    emit(job, {"status": "compile_error", "error": res.error}, None)
+                return
+            for job in sorted(by_build[b], key=lambda j: not j.candidate.is_baseline):
+                ready.setdefault(job.device_class, deque()).append(job)
 
         def orphaned(dc: str) -> bool:
             return not self._live(dc, infos) and not any(
@@ -893,6 +917,8 @@ class Driver:
                 actors[i] = self._new_actor(space.backend, slot)
                 starting[actors[i].info.remote()] = (i, time.perf_counter())
 
+        for b, meta in hits.items():  # in build order: the baseline first
+            built(b, meta)
         while pending_builds or running or starting or any(ready.values()):
             waitables = list(pending_builds) + list(running) + list(starting)
             done_refs = (ray.wait(waitables, num_returns=1, timeout=1.0)[0] if waitables
@@ -908,17 +934,7 @@ class Driver:
                             submit_build(b)  # its node died: another node of the platform
                             continue
                         meta = dataclasses.asdict(wbuild.BuildResult(b, False, f"build task: {e}"))
-                    metas[b] = meta
-                    res = wbuild.BuildResult(**meta)
-                    summary.compile_cpu_s += 0.0 if res.cached else res.compile_s
-                    for o in self.observers:
-                        o.on_build(res, len(by_build[b]))
-                    if not res.ok:
-                        for job in by_build[b]:
-                            emit(job, {"status": "compile_error", "error": res.error}, None)
-                        continue
-                    for job in sorted(by_build[b], key=lambda j: not j.candidate.is_baseline):
-                        ready.setdefault(job.device_class, deque()).append(job)
+                    built(b, meta)
                 elif ref in starting:
                     i, _ = starting.pop(ref)
                     try:

@@ -59,6 +59,9 @@ class Timing(_Model):
     max_time_ms: float = Field(2000.0, gt=0)
     target_rel_error: float = Field(0.005, gt=0)
     timeout_s: float = Field(60.0, gt=0)
+    # flush the L2 (CPU backend: the last-level cache) before each sample; false only where
+    # a cold cache is not the question (bench/driver.py: kopt's own overhead)
+    flush: bool = True
 
     @model_validator(mode="after")
     def _order(self) -> Timing:

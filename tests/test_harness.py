@@ -130,3 +130,22 @@ def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
     res = h.run(j)
     assert res["throttled"] and res["throttled_samples"] == res["n_samples"] > 0
     assert res["sm_clock_mhz"] == 1200.0
+
+
+def test_the_cache_flush_runs_before_every_sample_unless_turned_off(tmp_path):
+    from workers.harness import Harness
+
+    class Counter:
+        n = 0
+
+        def zero_(self):
+            self.n += 1
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    h = Harness("cpu")
+    art = artifact(tmp_path, src, 0)
+    for flush in (True, False):
+        h.flush_buf = Counter()
+        res = h.run(job(art, src, ref, timing={**TIMING, "flush": flush}))
+        assert res["status"] == "ok" and res["n_samples"] >= TIMING["min_samples"]
+        assert h.flush_buf.n == (res["n_samples"] if flush else 0)

@@ -165,6 +165,17 @@ def command(job: BuildJob, src: Path, out: Path) -> list[str]:
     return [compiler("cpu"), *CPU_FLAGS, *incs, *defs, *job.flags, "-o", str(out), str(src)]
 
 
+def cached(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes] | None:
+    """``job``'s result and artifact from the build cache (``cached`` True), or None."""
+    entry = (cache or cache_root()) / job.build_id
+    art, meta = entry / ARTIFACT[job.mode], entry / "meta.json"
+    if not (art.exists() and meta.exists()):
+        return None
+    res = BuildResult(**_load_json(meta))
+    res.cached = True
+    return res, art.read_bytes()
+
+
 def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes | None]:
     """Build ``job`` (or take it from the cache). Never raises for a bad source.
 
@@ -173,13 +184,11 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         seconds: the compiler's wall time (kernel mode: the NVRTC compile in the
         worker's compiler process, plus the pipe round trip).
     """
+    hit = cached(job, cache)
+    if hit is not None:
+        return hit
     cache = cache or cache_root()
     entry = cache / job.build_id
-    art, meta = entry / ARTIFACT[job.mode], entry / "meta.json"
-    if art.exists() and meta.exists():
-        res = BuildResult(**_load_json(meta))
-        res.cached = True
-        return res, art.read_bytes()
     if job.mode == "kernel":
         return _build_kernel(job, entry)
     with tempfile.TemporaryDirectory(prefix="kopt-build-") as tmp:

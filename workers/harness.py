@@ -315,6 +315,7 @@ class Harness:
         clean: list[float] = []  # samples of batches with no thermal/power throttling
         held: list[float] = []  # samples of throttled batches, set aside
         batch, batches, reasons = 5, 0, 0  # samples per batch between NVML readings
+        flush = t.get("flush", True)
         clocks: list[float] = []
         temp = None
         max_batches = 3 * math.ceil(t["max_samples"] / batch)  # re-measure at most 2x over
@@ -328,7 +329,8 @@ class Harness:
             if self.is_cuda:
                 evs = []
                 for _ in range(batch):
-                    self.flush_buf.zero_()
+                    if flush:
+                        self.flush_buf.zero_()
                     s = torch.cuda.Event(enable_timing=True)
                     e = torch.cuda.Event(enable_timing=True)
                     s.record()
@@ -339,7 +341,8 @@ class Harness:
                 xs = [s.elapsed_time(e) for s, e in evs]
             else:
                 for _ in range(batch):
-                    self.flush_buf.zero_()
+                    if flush:
+                        self.flush_buf.zero_()
                     t0 = time.perf_counter_ns()
                     self.call(lib, job, d)
                     xs.append((time.perf_counter_ns() - t0) / 1e6)
@@ -374,6 +377,7 @@ class Harness:
         (``wrong_result`` with the reason).
         """
         entries = job["contest"]
+        flush = entries[0]["timing"].get("flush", True)
         d = self.prepare(entries[0])
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
         for e, lib in zip(entries, libs):
@@ -398,7 +402,8 @@ class Harness:
             if self.is_cuda:
                 evs = []
                 for i in order:
-                    self.flush_buf.zero_()
+                    if flush:
+                        self.flush_buf.zero_()
                     s = torch.cuda.Event(enable_timing=True)
                     e = torch.cuda.Event(enable_timing=True)
                     s.record()
@@ -410,7 +415,8 @@ class Harness:
                     samples[i].append(s.elapsed_time(e))
             else:
                 for i in order:
-                    self.flush_buf.zero_()
+                    if flush:
+                        self.flush_buf.zero_()
                     t0 = time.perf_counter_ns()
                     self.call(libs[i], entries[i], d)
                     samples[i].append((time.perf_counter_ns() - t0) / 1e6)
