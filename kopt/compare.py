@@ -30,14 +30,18 @@ def rel_noise(median_ms: float, iqr_ms: float | None) -> float:
     return (iqr_ms or 0.0) / 1.349 / median_ms
 
 
-def label(ref: tuple[float, float | None], cmp: tuple[float, float | None]) -> Label:
+def label(ref: tuple[float, float | None], cmp: tuple[float, float | None],
+          inclusive: bool = False) -> Label:
     """How ``cmp`` compares with ``ref``; each is ``(median_ms, iqr_ms)``.
 
     FASTER: cmp's median is lower by more than the noise; SLOWER: higher by more;
-    TIED otherwise. Noise: ``max(1%, min(rel_noise(ref), rel_noise(cmp)))``.
+    TIED otherwise. Noise: ``max(1%, min(rel_noise(ref), rel_noise(cmp)))`` (NVBench);
+    ``inclusive`` takes the larger of the two noises instead, for screening: samples taken
+    at different times also differ by drift, which only a side-by-side run removes.
     """
     diff = (cmp[0] - ref[0]) / ref[0]
-    noise = max(MIN_REL_NOISE, min(rel_noise(*ref), rel_noise(*cmp)))
+    pick = max if inclusive else min
+    noise = max(MIN_REL_NOISE, pick(rel_noise(*ref), rel_noise(*cmp)))
     if abs(diff) <= noise:
         return "TIED"
     return "FASTER" if diff < 0 else "SLOWER"

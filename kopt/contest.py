@@ -3,8 +3,9 @@ side, interleaved, before one is named; a winner still within noise of others is
 
 Step 1 (:func:`contenders`): from an iteration's ranked candidates (geometric-mean
 speedup over the baseline across problem sizes), the leader and every candidate
-TIED with it (kopt.compare.label on the geometric-mean medians, with each side's
-worst relative noise across sizes), at most ``limit`` in all.
+TIED with it (kopt.compare.label, inclusive: the larger of the two noises, on the
+geometric-mean medians with each side's worst relative noise across sizes), at most
+``limit`` in all.
 
 Step 2: the device runs them round-robin in one process -- sample 1 of A, of B,
 of C, sample 2 of A... with the L2 flushed before each -- so that clock drift,
@@ -75,7 +76,8 @@ def contenders(ranked: list[dict[str, Any]], per_dims: dict[str, list[tuple[floa
     for r in ranked[1:]:
         if len(out) >= limit:
             break
-        if r["candidate_id"] in per_dims and label(ref, summary(r["candidate_id"])) == "TIED":
+        if (r["candidate_id"] in per_dims
+                and label(ref, summary(r["candidate_id"]), inclusive=True) == "TIED"):
             out.append(r)
     return out
 

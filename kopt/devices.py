@@ -64,6 +64,8 @@ def alive_nodes(probe_platform: bool = True) -> list[Node]:
              for n in ray.nodes() if n.get("Alive")]
     if not probe_platform:
         return nodes
+    if len(nodes) == 1:  # the driver runs on a node of its cluster: this is that node
+        return [Node(nodes[0].node_id, nodes[0].ip, nodes[0].resources, _probe())]
     task = ray.remote(num_cpus=0)(_probe)
     refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)
                          ).remote() for n in nodes]

@@ -288,6 +288,7 @@ class Driver:
         self._routes: dict[str, list[str]] | None = None  # platform -> build node ids
         self._lost: dict[str, str] = {}  # device class -> why its jobs could not run
         self.dead: set[int] = set()
+        self._ident_ref: Any = None  # the compiler-identity task started with the devices
         # paths relative to the sweep folder when it travels as the runtime_env working_dir
         self.rel_paths = bool((ray.get_runtime_context().runtime_env or {}).get("working_dir")
                               ) if ray.is_initialized() else False
@@ -295,7 +296,7 @@ class Driver:
         self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(_build_remote)
 
     # -- setup ---------------------------------------------------------------------------
-    def _start_devices(self, backend: str) -> tuple[list[Any], list[dict]]:
+    def _start_devices(self, backend: str, toolchain: str) -> tuple[list[Any], list[dict]]:
         """One actor per device slot (kopt.devices.plan_slots), each pinned to its node."""
         self.nodes = alive_nodes()
         self.slots = plan_slots(self.nodes, backend, self.cpu_devices)
@@ -309,6 +310,8 @@ class Driver:
                              f"--cpu-devices {self.cpu_devices}: the cluster's {cpus:g} CPUs "
                              "leave none for builds beside its CPU devices; add CPUs")
         actors = [self._new_actor(backend, s) for s in self.slots]
+        if len({n.platform for n in self.nodes}) <= 1:  # the compiler identity, meanwhile
+            self._ident_ref = ray.remote(num_cpus=0)(_identity_remote).remote(toolchain)
         infos = []
         for a, slot in zip(actors, self.slots):
             try:
@@ -332,7 +335,7 @@ class Driver:
             raise SweepError(f"cannot build for every device: {e}") from None
         task = ray.remote(num_cpus=0)(_identity_remote)
         if self._routes is None:
-            ident, env = ray.get(task.remote(backend))
+            ident, env = ray.get(self._ident_ref or task.remote(backend))
             return {p: ident for p in platforms}, env
         self._build_task = self._build_task.options(max_retries=0)
         out, env = {}, {}
@@ -430,7 +433,7 @@ class Driver:
         backend = pick_backend(sweep, self.backend_req)
         space = sweep.space(backend)
         digest = stable_hash(space.source_text())
-        actors, infos = self._start_devices(backend)
+        actors, infos = self._start_devices(backend, space.toolchain)
         classes: dict[str, dict] = {}
         for info in infos:
             classes.setdefault(info["device_class"], info)

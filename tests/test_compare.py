@@ -16,6 +16,8 @@ def test_labels_follow_the_smaller_noise_with_a_one_percent_floor():
     # noiseless samples: the 1% floor still ties 0.5% apart
     assert label((1.0, 0.0), (0.995, 0.0)) == "TIED"
     assert label((1.0, 0.0), (0.98, 0.0)) == "FASTER"
+    # screening takes the larger noise: 5% apart, noises 10% and 1% -> a contender
+    assert label((1.0, 0.1349), (0.95, 0.0095 * 1.349), inclusive=True) == "TIED"
     with pytest.raises(ValueError):
         rel_noise(0.0, 0.1)
     assert geo_mean([1.0, 4.0]) == pytest.approx(2.0)

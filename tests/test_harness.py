@@ -149,3 +149,21 @@ def test_the_cache_flush_runs_before_every_sample_unless_turned_off(tmp_path):
         res = h.run(job(art, src, ref, timing={**TIMING, "flush": flush}))
         assert res["status"] == "ok" and res["n_samples"] >= TIMING["min_samples"]
         assert h.flush_buf.n == (res["n_samples"] if flush else 0)
+
+
+def test_a_contest_times_contenders_side_by_side(tmp_path):
+    """Two builds of the same kernel, interleaved in one process: every contender gets the
+    same number of samples, and a wrong one fails the contest instead of being timed."""
+    from workers.harness import Harness
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    h = Harness("cpu")
+    ok, wrong = artifact(tmp_path, src, 0), artifact(tmp_path, src, 1)
+    entries = [job(ok, src, ref, job_key="a"), job(ok, src, ref, job_key="b")]
+    res = h.run({**entries[0], "contest": entries, "rounds": 12})
+    assert res["status"] == "ok" and len(res["results"]) == 2
+    assert [r["n_samples"] for r in res["results"]] == [12, 12]
+    assert all(r["median_ms"] > 0 and len(r["samples_ms"]) == 12 for r in res["results"])
+    entries[1] = job(wrong, src, ref, job_key="b")
+    res = h.run({**entries[0], "contest": entries, "rounds": 12})
+    assert res["status"] == "wrong_result" and res["error"].startswith("b: ")
