@@ -320,8 +320,8 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
         _fail(str(e))
     t = Table(title=f"preflight {sw.name} ({r['backend']}, {r['device']})", show_header=False)
     for k in ("signature", "candidates", "command", "compile_s", "registers", "smem_bytes",
-              "spill_bytes", "dims", "status", "error", "max_abs_err", "median_ms", "iqr_ms",
-              "n_samples"):
+              "spill_bytes", "launch", "dims", "status", "error", "note", "max_abs_err",
+              "median_ms", "iqr_ms", "n_samples"):
         if r.get(k) not in (None, ""):
             t.add_row(k, _fmt(r[k]))
     out.print(t)

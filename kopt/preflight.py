@@ -10,7 +10,7 @@ from typing import Any
 from kopt.catalog import load_catalog
 from kopt.expand import expand, stable_hash
 from kopt.pipeline import build_id, job_base
-from kopt.spec import Sweep
+from kopt.spec import Sweep, launch_geometry
 from workers import build as wbuild
 from workers.sandbox import Sandbox
 
@@ -70,11 +70,19 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
                                "registers": res.registers, "smem_bytes": res.smem_bytes,
                                "spill_bytes": res.spill_bytes, "dims": space.dims[0],
                                "candidates": f"{len(cands)} (x {len(space.dims)} problem sizes)"}
+        if space.launch is not None:  # kernel mode: the baseline's launch at the first size
+            try:
+                g = launch_geometry(space.launch, {**sweep.scalars, **space.dims[0],
+                                                   **base.defines})
+                out["launch"] = (f"grid {g['grid']} x block {g['block']}, dynamic shared "
+                                 f"memory {g['smem_bytes']} B (smem_bytes above: static)")
+            except ValueError as e:
+                out["launch"] = f"not evaluable: {e}"
         if not res.ok:
             return {**out, "status": "compile_error", "error": res.error}
         if not runnable:
             return {**out, "status": "built", "device": f"none (built for sm_{sm})",
-                    "error": "no GPU here: built and ptxas-checked only, not run"}
+                    "note": "no GPU here: built and ptxas-checked only, not run"}
         art = wbuild.ensure_artifact(bid, data, cache=Path(tmp))  # type: ignore[arg-type]
         sb = Sandbox(backend, {"OMP_NUM_THREADS": "1"} if backend == "cpu" else None)
         try:

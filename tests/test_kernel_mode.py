@@ -348,6 +348,10 @@ def test_preflight_builds_a_kernel_mode_sweep_without_a_gpu():
     assert out["status"] == "built", out
     assert out["command"].startswith("nvrtc ") and out["registers"] > 0
     assert out["signature"].startswith("__global__ void sgemm_kernel(")
+    # the baseline (16 x 16 threads, 1 x 1 tiles, no padding) at 4096^3: 256 x 256 blocks,
+    # A and B tiles of 16 x 16 floats in dynamic shared memory
+    assert out["launch"].startswith("grid [256, 256, 1] x block [16, 16, 1], dynamic shared "
+                                    "memory 2048 B")
 
 
 # -- on a GPU -------------------------------------------------------------------------------
