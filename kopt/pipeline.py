@@ -478,16 +478,8 @@ class Driver:
                     break
                 summary.n_candidates += sum(n for dc, n in counts.items()
                                             if not states[dc].stop)
-                summary.n_jobs += len(jobs)
-                todo = [j for j in jobs if j.job_key not in done]
-                summary.n_skipped += len(jobs) - len(todo)
-                needed = {j.build_id for j in todo}
-                for o in self.observers:
-                    o.on_phase(f"it {it}")
-                    o.on_start(len(needed), len(todo), infos)
-                self._loop(todo, {b: builds[b] for b in needed}, space, actors, infos, writer,
-                           summary, run_id)
-                writer.flush()
+                self._run_batch(f"it {it}", jobs, builds, done, space, actors, infos, writer,
+                                summary, run_id)
                 summary.rungs.setdefault(it, {})[0] = len(
                     {(j.device_class, j.candidate.candidate_id) for j in jobs})
                 if self.strategy == "halving":
@@ -692,6 +684,22 @@ class Driver:
             st.stop = f"reached --iterations {self.iterations}"
         return st
 
+    def _run_batch(self, label: str, jobs: list[Job], builds: dict[str, wbuild.BuildJob],
+                   done: set[str], space: Space, actors: list[Any], infos: list[dict],
+                   writer: Writer, summary: RunSummary, run_id: str) -> None:
+        """Run the ``jobs`` not already stored (``done``) through :meth:`_loop` and flush the
+        store; counts them in ``summary`` and announces the batch to the observers."""
+        summary.n_jobs += len(jobs)
+        todo = [j for j in jobs if j.job_key not in done]
+        summary.n_skipped += len(jobs) - len(todo)
+        need = {j.build_id for j in todo}
+        for o in self.observers:
+            o.on_phase(label)
+            o.on_start(len(need - set(self._artifacts)), len(todo), infos)
+        self._loop(todo, {b: builds[b] for b in need}, space, actors, infos, writer, summary,
+                   run_id)
+        writer.flush()
+
     def _rung_timing(self, space: Space, rung: int) -> dict[str, Any] | None:
         """Timing of a halving rung: a fixed, small sample count for the screening rungs
         (warm-up capped at 2 ms), the spec's own timing (None) for the last rung."""
@@ -723,16 +731,8 @@ class Driver:
                 return
             summary.rungs[it][r] = len({(j.device_class, j.candidate.candidate_id)
                                         for j in nxt})
-            summary.n_jobs += len(nxt)
-            todo = [j for j in nxt if j.job_key not in done]
-            summary.n_skipped += len(nxt) - len(todo)
-            need = {j.build_id for j in todo}
-            for o in self.observers:
-                o.on_phase(f"it {it} rung {r}")
-                o.on_start(len(need - set(self._artifacts)), len(todo), infos)
-            self._loop(todo, {b: builds[b] for b in need}, space, actors, infos, writer,
-                       summary, run_id)
-            writer.flush()
+            self._run_batch(f"it {it} rung {r}", nxt, builds, done, space, actors, infos,
+                            writer, summary, run_id)
             jobs = nxt
 
     def _contest(self, it: int, dc: str, ranked: list[dict[str, Any]], actors: list[Any],

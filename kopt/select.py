@@ -7,17 +7,20 @@ from typing import Any
 
 from kopt.store import connect
 
+# the loop's winner per run and class (noise-aware: kopt.contest) and the size of its tie
+NAMED_CTE = """named as (
+  select run_id, device_class, state->>'$.best.candidate_id' as named_id,
+         coalesce(json_array_length(state->'$.tie'), 0) as tie_size
+  from iterations
+  qualify row_number() over (partition by run_id, device_class order by iteration desc) = 1
+)"""
+
 BEST_SQL = """
 with scope as (
   select * from candidates
   where sweep = $sweep and ($run_id is null or run_id = $run_id)
     and ($run_id is not null or run_id = (select max(run_id) from candidates where sweep = $sweep))
-), named as (  -- the loop's winner per run and class (noise-aware: kopt.contest)
-  select run_id, device_class, state->>'$.best.candidate_id' as named_id,
-         coalesce(json_array_length(state->'$.tie'), 0) as tie_size
-  from iterations
-  qualify row_number() over (partition by run_id, device_class order by iteration desc) = 1
-)
+), """ + NAMED_CTE + """
 select device_class, dims, candidate_id, compute_method, memory_method, latency_method,
        params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, run_id, device_name,
        coalesce(candidate_id = named_id, false) as named,
@@ -31,15 +34,11 @@ order by device_class, dims
 """
 
 TOP_SQL = """
-with named as (
-  select device_class, state->>'$.best.candidate_id' as named_id from iterations
-  where run_id = $run_id
-  qualify row_number() over (partition by device_class order by iteration desc) = 1
-)
+with """ + NAMED_CTE + """
 select device_class, dims, candidate_id, is_baseline, compute_method, memory_method,
        latency_method, params, median_ms, iqr_ms, speedup, tflops, gbps, registers, spill_bytes,
        coalesce(candidate_id = named_id, false) as named
-from candidates left join named using (device_class)
+from candidates left join named using (run_id, device_class)
 where run_id = $run_id and status = 'ok' and final
 qualify row_number() over (partition by device_class, dims
                            order by coalesce(candidate_id = named_id, false) desc,

@@ -300,17 +300,46 @@ class Harness:
                             f"); max abs err {err:.3g}")
         return not msgs, worst, "; ".join(msgs)
 
-    def time(self, lib: Any, job: dict, d: dict) -> dict:
-        t = job["timing"]
-        t_end = time.perf_counter() + t["warmup_ms"] / 1e3
-        n_warm = 0
-        while True:  # warm-up by time, at least 2 calls
+    def warm_up(self, lib: Any, job: dict, d: dict) -> int:
+        """Call ``solve`` for ``job["timing"]["warmup_ms"]`` (at least twice); the call count."""
+        t_end = time.perf_counter() + job["timing"]["warmup_ms"] / 1e3
+        n = 0
+        while n < 2 or time.perf_counter() < t_end:
             self.call(lib, job, d)
-            n_warm += 1
+            n += 1
             if self.is_cuda:
                 torch.cuda.synchronize()
-            if n_warm >= 2 and time.perf_counter() >= t_end:
-                break
+        return n
+
+    def samples(self, calls: list[tuple[Any, dict]], d: dict, flush: bool) -> list[float]:
+        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order, the L2 (CPU: last-
+        level cache) flushed before each when ``flush``: CUDA events around each call on the
+        GPU, a monotonic clock on the CPU."""
+        if self.is_cuda:
+            evs = []
+            for lib, job in calls:
+                if flush:
+                    self.flush_buf.zero_()
+                s = torch.cuda.Event(enable_timing=True)
+                e = torch.cuda.Event(enable_timing=True)
+                s.record()
+                self.call(lib, job, d)
+                e.record()
+                evs.append((s, e))
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) for s, e in evs]
+        out = []
+        for lib, job in calls:
+            if flush:
+                self.flush_buf.zero_()
+            t0 = time.perf_counter_ns()
+            self.call(lib, job, d)
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+    def time(self, lib: Any, job: dict, d: dict) -> dict:
+        t = job["timing"]
+        n_warm = self.warm_up(lib, job, d)
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches with no thermal/power throttling
         held: list[float] = []  # samples of throttled batches, set aside
@@ -325,27 +354,7 @@ class Harness:
                 break
             batch = max(1, min(5, t["max_samples"] - len(clean)))  # never past max_samples
             before = self.nvml.sample() if self.nvml else {}
-            xs: list[float] = []
-            if self.is_cuda:
-                evs = []
-                for _ in range(batch):
-                    if flush:
-                        self.flush_buf.zero_()
-                    s = torch.cuda.Event(enable_timing=True)
-                    e = torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    self.call(lib, job, d)
-                    e.record()
-                    evs.append((s, e))
-                torch.cuda.synchronize()
-                xs = [s.elapsed_time(e) for s, e in evs]
-            else:
-                for _ in range(batch):
-                    if flush:
-                        self.flush_buf.zero_()
-                    t0 = time.perf_counter_ns()
-                    self.call(lib, job, d)
-                    xs.append((time.perf_counter_ns() - t0) / 1e6)
+            xs = self.samples([(lib, job)] * batch, d, flush)
             batches += 1
             after = self.nvml.sample() if self.nvml else {}
             bits = (before.get("throttle_reasons") or 0) | (after.get("throttle_reasons") or 0)
@@ -388,38 +397,14 @@ class Harness:
             if not ok:
                 return {"status": "wrong_result", "error": f"{e['job_key']}: {msg}"}
         for e, lib in zip(entries, libs):
-            t_end = time.perf_counter() + e["timing"]["warmup_ms"] / 1e3
-            n = 0
-            while n < 2 or time.perf_counter() < t_end:
-                self.call(lib, e, d)
-                n += 1
-                if self.is_cuda:
-                    torch.cuda.synchronize()
+            self.warm_up(lib, e, d)
         samples: list[list[float]] = [[] for _ in entries]
         k = len(entries)
         for r in range(int(job["rounds"])):
             order = [(r + i) % k for i in range(k)]
-            if self.is_cuda:
-                evs = []
-                for i in order:
-                    if flush:
-                        self.flush_buf.zero_()
-                    s = torch.cuda.Event(enable_timing=True)
-                    e = torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    self.call(libs[i], entries[i], d)
-                    e.record()
-                    evs.append((i, s, e))
-                torch.cuda.synchronize()
-                for i, s, e in evs:
-                    samples[i].append(s.elapsed_time(e))
-            else:
-                for i in order:
-                    if flush:
-                        self.flush_buf.zero_()
-                    t0 = time.perf_counter_ns()
-                    self.call(libs[i], entries[i], d)
-                    samples[i].append((time.perf_counter_ns() - t0) / 1e6)
+            xs = self.samples([(libs[i], entries[i]) for i in order], d, flush)
+            for i, x in zip(order, xs):
+                samples[i].append(x)
         for lib in libs:
             self.check_cuda(lib, "contest timing")
         out = []

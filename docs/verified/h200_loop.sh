@@ -2,14 +2,7 @@
 # The NCU-guided loop on an H200: `kopt sweep sweeps/sgemm --iterations 3`, then report,
 # propose and env. Usage (repo root, on the GPU host): bash docs/verified/h200_loop.sh
 set -uo pipefail
-if [ -f .devsite/site.tar.xz ]; then
-  mkdir -p /tmp/site && tar -xJf .devsite/site.tar.xz -C /tmp/site
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-out=${OUT:-/tmp/kopt-verify}
-mkdir -p "$out"
-kopt() { python3 -m kopt.cli "$@"; }
+. docs/verified/device_env.sh
 store=/tmp/kopt-loop-store
 rm -rf "$store"
 start=$SECONDS

@@ -3,14 +3,7 @@
 # and prints the figures docs/verified/ records. Usage (repo root, on the GPU host):
 #   bash docs/verified/h200_sweeps.sh [SWEEP ...]      (default: sgemm softmax vector_add reduction)
 set -uo pipefail
-if [ -f .devsite/site.tar.xz ]; then
-  mkdir -p /tmp/site && tar -xJf .devsite/site.tar.xz -C /tmp/site
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
-out=${OUT:-/tmp/kopt-verify}
-mkdir -p "$out"
-kopt() { python3 -m kopt.cli "$@"; }
+. docs/verified/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$out/env.txt"
 nvcc --version | tail -1 | tee -a "$out/env.txt"
 python3 -c "import torch, ray, duckdb; print('torch', torch.__version__, 'ray', ray.__version__, 'duckdb', duckdb.__version__)" | tee -a "$out/env.txt"

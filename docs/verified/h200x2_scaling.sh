@@ -4,15 +4,8 @@
 # day; prints candidates/s and the device each candidate ran on. Usage (repo root, GPU host):
 #   bash docs/verified/h200x2_scaling.sh [SWEEP]        (default: sgemm)
 set -uo pipefail
-if [ -f .devsite/site.tar.xz ]; then
-  mkdir -p /tmp/site && tar -xJf .devsite/site.tar.xz -C /tmp/site
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
+. docs/verified/device_env.sh
 sw=${1:-sgemm}
-out=${OUT:-/tmp/kopt-verify}
-mkdir -p "$out"
-kopt() { python3 -m kopt.cli "$@"; }
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv | tee "$out/env-x2.txt"
 export KOPT_CACHE=/tmp/kopt-cache-scaling
 # warm the build cache once, so that both runs measure the queue, not nvcc
