@@ -24,7 +24,9 @@
 //   VEC           memory.vectorized_access (implies TILED): float4 (LDG.128)
 //                 global loads of both tiles, and, when TM % 4 == 0 and
 //                 TN % 4 == 0, float4 shared reads of the fragments and
-//                 float4 C stores. Needs K % 4 == 0 and N % 4 == 0.
+//                 float4 C stores. Needs K % 4 == 0 and N % 4 == 0. Stacked on
+//                 memory.multi_stage_pipeline (row-major A tiles), the A
+//                 fragments are read as float4 along K: 4 k-steps per LDS.128.
 //   PAD           memory.bank_conflict (implies TILED): pads each row of the
 //                 transposed A tile by PAD floats. Unpadded, the transposing
 //                 store puts a warp's BK columns of one row in one bank (up to
@@ -37,8 +39,12 @@
 //                 copies contiguous bytes and cannot transpose), waited with
 //                 cp.async.wait_group so the loads of tile k+STAGES-1 overlap
 //                 the FMAs of tile k. Below sm_80 the copies are synchronous.
-// Every kernel has __launch_bounds__(BX*BY) so ptxas never allocates more
-// registers than a block can get.
+//   MIN_BLOCKS    memory.register_pressure: __launch_bounds__(BX*BY, MIN_BLOCKS)
+//                 caps registers at 65536 / (MIN_BLOCKS * BX*BY) per thread so
+//                 that MIN_BLOCKS blocks fit on an SM (more warps to hide
+//                 latency; spills when the cap is below what the tile needs).
+// Every kernel has __launch_bounds__(BX*BY, MIN_BLOCKS) (MIN_BLOCKS default 1)
+// so ptxas never allocates more registers than a block can get.
 #include <cuda_runtime.h>
 
 #ifndef BX
@@ -75,6 +81,9 @@
 #ifndef BK
 #define BK 8
 #endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
 
 #define NTHREADS (BX * BY)
 #define BM (BY * TM)
@@ -93,9 +102,10 @@
 #error "VEC=4 needs BK % 4 == 0 and BN % 4 == 0"
 #endif
 
-// Fragment width: 4 = float4 shared reads and C stores (transposed-A path
-// only, rows of As must stay 16-byte aligned), else 1.
-#if VEC == 4 && !USE_CP_ASYNC && TM % 4 == 0 && TN % 4 == 0 && (BM + PAD) % 4 == 0
+// Fragment width: 4 = float4 shared reads and C stores, else 1. The
+// transposed-A path needs 16-byte aligned rows of As (BM + PAD); the cp.async
+// path (row-major As, rows of BK + 4 floats) reads A fragments 4 k-steps wide.
+#if VEC == 4 && TM % 4 == 0 && TN % 4 == 0 && (USE_CP_ASYNC || (BM + PAD) % 4 == 0)
 #define W 4
 #else
 #define W 1
@@ -111,7 +121,7 @@ __device__ __forceinline__ int frag_col(int tx, int j) {
 
 #if !TILED
 // ---------------------------------------------------------------- naive ----
-__global__ void __launch_bounds__(NTHREADS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                          float* __restrict__ C, int M, int N, int K) {
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -160,7 +170,7 @@ __device__ __forceinline__ void mma_tile(const float* __restrict__ As, const flo
     for (int kk = 0; kk < BK; ++kk) {
         float a[TM], b[TN];
 #if W == 4
-        static_assert(AR == 1, "float4 fragment reads need m-contiguous A tiles");
+        static_assert(AR == 1, "float4 fragment reads need m-contiguous A tiles (see mma_tile_k4)");
 #pragma unroll
         for (int i = 0; i < TM; i += 4) {
             const float4 v = *reinterpret_cast<const float4*>(As + kk * AK + frag_row(ty, i));
@@ -183,6 +193,38 @@ __device__ __forceinline__ void mma_tile(const float* __restrict__ As, const flo
             for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
 }
+
+#if W == 4
+// acc += As_tile * Bs_tile over BK with row-major A (As[m * AS_LD + k], the
+// cp.async path): one float4 per A row gives 4 k-steps, so TM + TN LDS.128
+// feed 4 * TM * TN FMAs (TM + TN scalar loads per TM * TN FMAs otherwise).
+template <int AR>
+__device__ __forceinline__ void mma_tile_k4(const float* __restrict__ As, const float* __restrict__ Bs, int ty, int tx,
+                                            float (&acc)[TM][TN]) {
+    static_assert(AR % 4 == 0 && BK % 4 == 0, "float4 A reads need 16-byte rows");
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 4) {
+        float4 a4[TM];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) a4[i] = *reinterpret_cast<const float4*>(As + frag_row(ty, i) * AR + kk);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            float b[TN];
+#pragma unroll
+            for (int j = 0; j < TN; j += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(Bs + (kk + q) * BN + frag_col(tx, j));
+                b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const float a = q == 0 ? a4[i].x : q == 1 ? a4[i].y : q == 2 ? a4[i].z : a4[i].w;
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a, b[j], acc[i][j]);
+            }
+        }
+    }
+}
+#endif
 
 __device__ __forceinline__ void store_c(float* __restrict__ C, int N, int row0, int col0, int ty, int tx,
                                         const float (&acc)[TM][TN]) {
@@ -207,7 +249,7 @@ __device__ __forceinline__ void store_c(float* __restrict__ C, int N, int row0, 
 // Shared-memory tiling, one buffer, A stored transposed (As[k][m]).
 #define AS_LD (BM + PAD)
 
-__global__ void __launch_bounds__(NTHREADS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                          float* __restrict__ C, int M, int N, int K) {
     __shared__ __align__(16) float As[BK * AS_LD];
     __shared__ __align__(16) float Bs[BK * BN];
@@ -323,7 +365,7 @@ __device__ __forceinline__ void load_tile_async(float* __restrict__ As, float* _
     }
 }
 
-__global__ void __launch_bounds__(NTHREADS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                          float* __restrict__ C, int M, int N, int K) {
     __shared__ __align__(16) float As[STAGES][BM * AS_LD];
     __shared__ __align__(16) float Bs[STAGES][BK * BN];
@@ -351,7 +393,11 @@ __global__ void __launch_bounds__(NTHREADS) sgemm_kernel(const float* __restrict
         const int next = kt + STAGES - 1;
         if (next < KT) load_tile_async(As[next % STAGES], Bs[next % STAGES], Ablk, Bblk, N, K, next * BK, tid);
         cp_async_commit();            // possibly empty: keeps the group count uniform
+#if W == 4
+        mma_tile_k4<AS_LD>(As[kt % STAGES], Bs[kt % STAGES], ty, tx, acc);
+#else
         mma_tile<1, AS_LD>(As[kt % STAGES], Bs[kt % STAGES], ty, tx, acc);
+#endif
     }
     store_c(C, N, row0, col0, ty, tx, acc);
 }
