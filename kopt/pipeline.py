@@ -90,6 +90,9 @@ class RunSummary:
     wall_s: float = 0.0
     compile_cpu_s: float = 0.0
     device_busy_s: dict[str, float] = field(default_factory=dict)
+    # actor -> seconds it sat idle, nothing ready for it, while builds of its class were
+    # still compiling (the share of the run a device waited for the compilers)
+    device_wait_build_s: dict[str, float] = field(default_factory=dict)
     devices: list[dict] = field(default_factory=list)
     interrupted: bool = False
     states: dict[str, IterState] = field(default_factory=dict)
@@ -288,6 +291,8 @@ class Driver:
         self._routes: dict[str, list[str]] | None = None  # platform -> build node ids
         self._lost: dict[str, str] = {}  # device class -> why its jobs could not run
         self.dead: set[int] = set()
+        self.wait_build_s: dict[int, float] = {}  # device slot -> s idle waiting for builds
+        self._early_builds: dict[str, tuple[Any, Any]] = {}  # build id -> (meta, art) refs
         self._ident_ref: Any = None  # the compiler-identity task started with the devices
         # paths relative to the sweep folder when it travels as the runtime_env working_dir
         self.rel_paths = bool((ray.get_runtime_context().runtime_env or {}).get("working_dir")
@@ -440,6 +445,10 @@ class Driver:
         compilers, env = self._compilers(space.toolchain,
                                          {i.get("platform") or "" for i in infos})
         env = {**env, "cluster_cpus": ray.cluster_resources().get("CPU")}
+        if not self.resume and not (backend == "cuda" and self.sweep.ncu.profile_baseline):
+            # iteration 1's plan is known now: compile while the devices get ready
+            self._start_early_builds(self._plan(space, classes, compilers, digest, 1, {
+                dc: IterState().context() for dc in classes})[1])
         self._check_reference(space, actors, infos)
         writer = Writer(self.store, sweep.name, run_id)
         options = {"backend": backend, "max_candidates": self.max_candidates,
@@ -514,6 +523,8 @@ class Driver:
                 try:
                     st = ray.get(a.stats.remote(), timeout=30)
                     summary.device_busy_s[f"{infos[i]['device_class']}#{i}"] = st["busy_s"]
+                    summary.device_wait_build_s[f"{infos[i]['device_class']}#{i}"] = round(
+                        self.wait_build_s.get(i, 0.0), 3)
                     ray.get(a.shutdown.remote(), timeout=30)
                 except Exception:
                     pass
@@ -523,7 +534,8 @@ class Driver:
         writer.add("runs", [{**run_row, "event": "finished", "created_at": now(),
                              "n_candidates": summary.n_candidates, "n_jobs": summary.n_jobs,
                              "wall_s": summary.wall_s, "compile_cpu_s": summary.compile_cpu_s,
-                             "device_busy": dumps(summary.device_busy_s)}])
+                             "device_busy": dumps(summary.device_busy_s),
+                             "device_wait_build": dumps(summary.device_wait_build_s)}])
         writer.compact("candidates", ["run_id", "job_key"])
         writer.compact("contests", ["run_id", "iteration", "device_class", "dims",
                                     "candidate_id"])
@@ -746,7 +758,8 @@ class Driver:
             rows = con.execute(
                 "select candidate_id, dims, job_key, build_id, median_ms, iqr_ms from "
                 "candidates where run_id = $r and iteration = $i and device_class = $d and "
-                "status = 'ok' and median_ms > 0", {"r": run_id, "i": it, "d": dc}).fetchall()
+                "status = 'ok' and median_ms > 0 and final",  # halving: the last rung's
+                {"r": run_id, "i": it, "d": dc}).fetchall()
         finally:
             con.close()
         by_cand: dict[str, list[tuple]] = {}
@@ -795,6 +808,26 @@ class Driver:
             o.on_contest(dc, verdict)
         return verdict
 
+    def _submit_build(self, b: str, job: wbuild.BuildJob, attempt: int = 1) -> tuple[Any, Any]:
+        """Start the Ray build task of build ``b``; returns its (meta, artifact) refs. On a
+        mixed-platform cluster it runs on a node of the target's platform (the next one on
+        each ``attempt``)."""
+        opts: dict[str, Any] = {}
+        if self._routes is not None:
+            ids = self._routes[self._build_platform[b]]
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                ids[(hash(b) + attempt) % len(ids)], soft=False)
+        return self._build_task.options(**opts).remote(job)
+
+    def _start_early_builds(self, builds: dict[str, wbuild.BuildJob]) -> None:
+        """Start iteration 1's builds now, while the devices compute the reference outputs
+        and query ncu: :meth:`_loop` takes over their refs instead of building again. Cache
+        hits are left to the loop (they need no task)."""
+        for b, job in builds.items():
+            if self._routes is None and wbuild.cached(job) is not None:
+                continue
+            self._early_builds[b] = self._submit_build(b, job)
+
     def _loop(self, todo: list[Job], builds: dict[str, wbuild.BuildJob], space: Space,
               actors: list[Any], infos: list[dict], writer: Writer, summary: RunSummary,
               run_id: str) -> None:
@@ -829,12 +862,8 @@ class Driver:
                 artifacts[b] = hit[1] if len(hit[1]) < 100 * 1024 else ray.put(hit[1])
                 return
             n = build_tries[b] = build_tries.get(b, 0) + 1
-            opts: dict[str, Any] = {}
-            if self._routes is not None:  # mixed platforms: build on a node of the target's
-                ids = self._routes[self._build_platform[b]]
-                opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                    ids[(hash(b) + n) % len(ids)], soft=False)
-            meta_ref, art_ref = self._build_task.options(**opts).remote(builds[b])
+            early = self._early_builds.pop(b, None) if n == 1 else None
+            meta_ref, art_ref = early or self._submit_build(b, builds[b], n)
             pending_builds[meta_ref] = b
             artifacts[b] = art_ref
 
@@ -849,6 +878,7 @@ class Driver:
         running: dict[Any, tuple[int, Job]] = {}
         starting: dict[Any, tuple[int, float]] = {}  # info ref of a replacement -> (slot, t0)
         attempts: dict[str, int] = {}
+        sent: dict[int, int] = {}  # device slot -> jobs sent in this batch
         self._job_common = job_common = job_base(sweep, space, self.rel_paths)
 
         def emit(job: Job, outcome: dict[str, Any], info: dict | None) -> None:
@@ -890,19 +920,25 @@ class Driver:
             if space.backend == "cpu" and pending_builds:
                 # CPU devices share the cores the compilers use: time nothing while building
                 return
-            for i, a in enumerate(actors):
-                if i in self.dead or i in {k for k, _ in starting.values()}:
-                    continue
-                q = ready.get(infos[i]["device_class"])
-                while q and inflight[i] < self.inflight:
-                    job = q.popleft()
-                    payload = {**job_common, "build_id": job.build_id, "job_key": job.job_key,
-                               "dims": job.dims}
-                    if job.timing:
-                        payload["timing"] = job.timing
-                    ref = a.run.remote(payload, artifacts[job.build_id])
-                    running[ref] = (i, job)
-                    inflight[i] += 1
+            # one job at a time to the least-loaded device of its class (fewest in flight,
+            # then fewest sent), so that builds finishing one by one spread over the devices
+            held = {k for k, _ in starting.values()}
+            while True:
+                free = [i for i in range(len(actors))
+                        if i not in self.dead and i not in held and inflight[i] < self.inflight
+                        and ready.get(infos[i]["device_class"])]
+                if not free:
+                    return
+                i = min(free, key=lambda k: (inflight[k], sent.get(k, 0)))
+                job = ready[infos[i]["device_class"]].popleft()
+                payload = {**job_common, "build_id": job.build_id, "job_key": job.job_key,
+                           "dims": job.dims}
+                if job.timing:
+                    payload["timing"] = job.timing
+                ref = actors[i].run.remote(payload, artifacts[job.build_id])
+                running[ref] = (i, job)
+                inflight[i] += 1
+                sent[i] = sent.get(i, 0) + 1
 
         def actor_died(i: int, err: Exception) -> None:
             if i in self.dead:
@@ -920,12 +956,27 @@ class Driver:
                 actors[i] = self._new_actor(space.backend, slot)
                 starting[actors[i].info.remote()] = (i, time.perf_counter())
 
+        def starved() -> set[int]:
+            # live actors with nothing in flight or ready while their class still compiles
+            compiling = {j.device_class for b in pending_builds.values() for j in by_build[b]}
+            busy_slots = {k for k, _ in starting.values()}
+            return {i for i in range(len(actors))
+                    if i not in self.dead and i not in busy_slots and not inflight[i]
+                    and infos[i]["device_class"] in compiling
+                    and not ready.get(infos[i]["device_class"])}
+
         for b, meta in hits.items():  # in build order: the baseline first
             built(b, meta)
+        dispatch()
+        waiting, t_mark = starved(), time.perf_counter()
         while pending_builds or running or starting or any(ready.values()):
             waitables = list(pending_builds) + list(running) + list(starting)
             done_refs = (ray.wait(waitables, num_returns=1, timeout=1.0)[0] if waitables
                          else [])
+            t_now = time.perf_counter()
+            for i in waiting:
+                self.wait_build_s[i] = self.wait_build_s.get(i, 0.0) + t_now - t_mark
+            t_mark = t_now
             for ref in done_refs:
                 if ref in pending_builds:
                     b = pending_builds.pop(ref)
@@ -971,6 +1022,7 @@ class Driver:
                     ray.kill(actors[i], no_restart=True)
             drain_orphans()
             dispatch()
+            waiting = starved()
             writer.add("candidates", [])  # time-based flush
 
     def _row(self, job: Job, outcome: dict[str, Any], meta: dict, info: dict | None,

@@ -67,6 +67,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("devices", pa.string()), ("n_candidates", pa.int64()), ("n_jobs", pa.int64()),
         ("wall_s", pa.float64()), ("options", pa.string()), ("host", pa.string()),
         ("env", pa.string()), ("compile_cpu_s", pa.float64()), ("device_busy", pa.string()),
+        ("device_wait_build", pa.string()),
         ("kopt_version", pa.string()), ("created_at", TS),
     ]),
     "metrics": pa.schema([
