@@ -68,7 +68,11 @@ def overhead(run_id: str, store: Path, cores: float | None = None,
             "compile_bound_s": compile_bound, "device_busy_s": busy_s, "device_busy": busy,
             "devices": n_dev, "device_bound_s": device_bound, "bound_s": bound,
             "bound_by": "compile" if compile_bound >= device_bound else "devices",
-            "ratio": wall / bound if bound > 0 else float("inf")}
+            "ratio": wall / bound if bound > 0 else float("inf"),
+            # per device actor: share of the run it was busy, and idle waiting for builds
+            "busy_fraction": {k: v / wall for k, v in busy.items()} if wall > 0 else {},
+            "wait_build_fraction": {k: v / wall for k, v in json.loads(
+                rec.get("device_wait_build") or "{}").items()} if wall > 0 else {}}
 
 
 def print_overhead(o: dict[str, Any]) -> None:
@@ -88,6 +92,10 @@ def print_overhead(o: dict[str, Any]) -> None:
               f"bound {o['compile_cpu_s'] / free:.2f} s)")
     print(f"overhead ratio wall / bound           {o['ratio']:9.2f}   "
           f"(issue #5 target <= 1.3 on the H200 sgemm sweep)")
+    for k in sorted(o["busy_fraction"]):
+        w = o["wait_build_fraction"].get(k)
+        print(f"  {k}: busy {100 * o['busy_fraction'][k]:.1f}% of the wall"
+              + (f", idle waiting for builds {100 * w:.1f}%" if w is not None else ""))
 
 
 def main() -> None:
