@@ -4,6 +4,14 @@ if [ -f .devsite/site.tar.xz ]; then
   mkdir -p /tmp/site && tar -xJf .devsite/site.tar.xz -C /tmp/site
   export PYTHONPATH=/tmp/site:$PWD
 fi
+# kernel mode needs cuda.bindings 13 (nvrtc + driver) and cuda.pathfinder; the host image has
+# its own: use it when it imports, else the carried wheels (.devsite/cuda/*.whl)
+if ! python3 -c "from cuda.bindings import nvrtc, driver; import cuda.pathfinder" 2>/dev/null \
+   && ls .devsite/cuda/*.whl > /dev/null 2>&1; then
+  mkdir -p /tmp/site-cuda && for w in .devsite/cuda/*.whl; do unzip -qo "$w" -d /tmp/site-cuda; done
+  export PYTHONPATH=/tmp/site-cuda:${PYTHONPATH:-$PWD}
+fi
+python3 -c "import cuda.bindings, sys; print('cuda.bindings', cuda.bindings.__version__, file=sys.stderr)" || true
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/kopt-verify}
 mkdir -p "$out"

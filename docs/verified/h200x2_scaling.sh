@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# Issue #4 / #6: the sgemm sweep on 1 GPU, then on 2 GPUs of one host (device kind
-# nvidia-h200-x2), each from a clean store with the same warm build cache, measured the same
-# day; prints candidates/s and the device each candidate ran on. Usage (repo root, GPU host):
-#   bash docs/verified/h200x2_scaling.sh [SWEEP]        (default: sgemm)
+# Issues #4 / #6: sweeps on 1 GPU, then on 2 GPUs of one host (device kind nvidia-h200-x2),
+# each from a clean store, measured the same day. Per run: candidates/s, wall time, each
+# GPU's busy fraction and idle-waiting-for-builds share (bench/overhead.py), and the device
+# each candidate ran on. Usage (repo root, GPU host):
+#   bash docs/verified/h200x2_scaling.sh [SWEEP[:cold|warm] ...]   (default: sgemm:cold
+#   sgemm:warm vector_add:cold; cold = an empty build cache, warm = the cache of a run
+#   before, so that only the queue and the devices are measured)
 set -uo pipefail
 . docs/verified/device_env.sh
-sw=${1:-sgemm}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv | tee "$out/env-x2.txt"
-export KOPT_CACHE=/tmp/kopt-cache-scaling
-# warm the build cache once, so that both runs measure the queue, not nvcc
-kopt sweep "sweeps/$sw" --store /tmp/kopt-warm --max-candidates 1000 > /dev/null 2>&1
+nproc | sed 's/^/cpus /' | tee -a "$out/env-x2.txt"
 all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
-for gpus in 0 "$all"; do
-  n=$(echo "$gpus" | tr ',' '\n' | wc -l)
-  store=/tmp/kopt-scaling-$n
-  rm -rf "$store"
-  start=$(date +%s.%N)
-  CUDA_VISIBLE_DEVICES=$gpus kopt sweep "sweeps/$sw" --store "$store" --top 3 2>&1 \
-    | grep -v "^it 1 built\|^it 1 ran " | tee "$out/$sw-gpus$n.txt"
-  end=$(date +%s.%N)
-  kopt query --store "$store" --format csv \
-    "select $n gpus, count(*) candidates, round(max(wall_s), 2) run_wall_s,
-            round(count(*) / max(wall_s), 2) candidates_per_s
-     from candidates, (select wall_s from runs)" | tee -a "$out/$sw-gpus$n.txt"
-  echo "process wall_s $(echo "$end - $start" | bc) (incl. Ray start)" | tee -a "$out/$sw-gpus$n.txt"
-  kopt query --store "$store" --format csv \
-    "select device_id, device_name, count(*) candidates, round(sum(wall_s), 1) device_s
-     from candidates group by all order by all" | tee -a "$out/$sw-gpus$n.txt"
-  python3 bench/overhead.py "$(kopt query --store "$store" --format csv 'select run_id from runs' | tail -1)" \
-    --store "$store" 2>&1 | tee -a "$out/$sw-gpus$n.txt"
+for item in ${@:-sgemm:cold sgemm:warm vector_add:cold}; do
+  sw=${item%%:*}; mode=${item##*:}
+  log="$out/$sw-$mode.txt"; : > "$log"
+  for gpus in 0 "$all"; do
+    n=$(echo "$gpus" | tr ',' '\n' | wc -l)
+    store=/tmp/kopt-scaling-$sw-$mode-$n
+    rm -rf "$store"
+    if [ "$mode" = cold ]; then export KOPT_CACHE=/tmp/kopt-cache-$sw-cold-$n; rm -rf "$KOPT_CACHE"
+    else export KOPT_CACHE=/tmp/kopt-cache-$sw-cold-1; fi   # warm: the 1-GPU cold run's cache
+    start=$(date +%s.%N)
+    CUDA_VISIBLE_DEVICES=$gpus kopt sweep "sweeps/$sw" --store "$store" --iterations 1 --top 3 \
+      2>&1 | grep -v "^it 1 built\|^it 1 ran " | tail -4 >> "$log"
+    end=$(date +%s.%N)
+    echo "== $sw $mode, $n GPU(s): process wall_s $(python3 -c "print(round($end - $start, 1))") (incl. Ray start)" | tee -a "$log"
+    # timing phase: from the run's start to its last candidate row (the NCU tail after it)
+    kopt query --store "$store" --format csv \
+      "select $n gpus, count(*) candidates, round(any_value(r.wall_s), 2) run_wall_s,
+              round(count(*) / any_value(r.wall_s), 2) candidates_per_s,
+              round(epoch(max(c.created_at) - any_value(s.created_at)), 2) timing_phase_s,
+              round(count(*) / epoch(max(c.created_at) - any_value(s.created_at)), 2) timed_per_s
+       from candidates c, runs r,
+            (select created_at from read_parquet('$store/runs/**/*.parquet', union_by_name=true)
+             where event = 'running') s" | tee -a "$log"
+    kopt query --store "$store" --format csv \
+      "select device_id, count(*) candidates, round(sum(wall_s), 1) device_job_s
+       from candidates group by all order by all" | tee -a "$log"
+    mkdir -p /tmp/scaling-csv
+    kopt query --store "$store" --format csv "select candidate_id, params, device_id, status,
+      median_ms, wall_s, created_at from candidates order by created_at" \
+      > "/tmp/scaling-csv/$sw-$mode-gpus$n.csv"   # the device each candidate ran on
+    python3 bench/overhead.py "$(kopt query --store "$store" --format csv 'select run_id from runs' | tail -1)" \
+      --store "$store" 2>&1 | tail -6 | tee -a "$log"
+  done
 done
+tar -C /tmp/scaling-csv -czf "$out/candidates-per-device.tgz" .
