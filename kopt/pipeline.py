@@ -626,6 +626,7 @@ class Driver:
         if not live:
             return evidence
         idx = live[0]
+        todo = []  # (ranked row, its job rows, the row of its first dims)
         for r in picks:
             if (it, dc, r["candidate_id"]) in self._agg:  # profiled already (the baseline)
                 evidence[r["candidate_id"]] = analyze(self._agg[(it, dc, r["candidate_id"])],
@@ -634,21 +635,24 @@ class Driver:
             job_rows = [row for row in self.rows.values()
                         if row["iteration"] == it and row["candidate_id"] == r["candidate_id"]
                         and row["device_class"] == dc]
-            if not job_rows:
-                continue
-            first = min(job_rows, key=lambda row: row["dims"])
-            if space.backend != "cuda" or not metrics or k <= 0:
-                status = {"status": "not_profiled", "error": "NCU needs the cuda backend" if
-                          space.backend != "cuda" else "ncu unavailable or top_k is 0",
-                          "rows": []}
-            else:
-                kernels = [kk["name"] for kk in self._build_meta.get(r["build_id"], {})
-                           .get("kernels", [])]
-                payload = {**self._job_common, "build_id": r["build_id"],
-                           "job_key": first["job_key"], "dims": json.loads(first["dims"])}
-                status = ray.get(actors[idx].profile.remote(
-                    payload, self._artifacts[r["build_id"]], kernels, metrics,
-                    self.sweep.ncu.sections))
+            if job_rows:
+                todo.append((r, job_rows, min(job_rows, key=lambda row: row["dims"])))
+        if not todo:
+            return evidence
+        if space.backend != "cuda" or not metrics or k <= 0:
+            statuses = [{"status": "not_profiled", "error": "NCU needs the cuda backend" if
+                         space.backend != "cuda" else "ncu unavailable or top_k is 0",
+                         "rows": []} for _ in todo]
+        else:  # one ncu process for the baseline and the top-k
+            payloads = [{**self._job_common, "build_id": r["build_id"],
+                         "job_key": first["job_key"], "dims": json.loads(first["dims"])}
+                        for r, _, first in todo]
+            kernels = [[kk["name"] for kk in self._build_meta.get(r["build_id"], {})
+                        .get("kernels", [])] for r, _, _ in todo]
+            statuses = ray.get(actors[idx].profile_many.remote(
+                payloads, kernels, metrics, self.sweep.ncu.sections,
+                *[self._artifacts[r["build_id"]] for r, _, _ in todo]))
+        for (r, job_rows, first), status in zip(todo, statuses):
             rows = status.get("rows") or []
             if rows:
                 writer.add("metrics", [{

@@ -116,3 +116,69 @@ def test_kernel_regex_is_exact():
     rx = ncu.kernel_regex(["_Z3fooPf", "bar"]).removeprefix("regex:")
     assert re.match(rx, "_Z3fooPf") and re.match(rx, "bar")
     assert not re.match(rx, "_Z3fooPfX") and not re.match(rx, "solve")
+
+
+FAKE_NCU = '''#!{python}
+# Stands in for ncu: runs the target command it is given (the real workers.ncu_target
+# --many), prints one "==PROF== Profiling" line inside the brackets of the jobs named in
+# $FAKE_PROF (as ncu does while the target waits in a profiled launch), and writes a
+# real H200 report (one launch) as the output.
+import os, shutil, subprocess, sys
+args = sys.argv[1:]
+rep = args[args.index("-o") + 1] + ".ncu-rep"
+target = args[args.index("{python}"):]
+prof = {{int(x) for x in os.environ["FAKE_PROF"].split(",") if x}}
+p = subprocess.Popen(target, stdout=subprocess.PIPE, text=True)
+for line in p.stdout:
+    sys.stdout.write(line)
+    if line.startswith("KOPT_NCU_BEGIN ") and int(line.split()[1]) in prof:
+        sys.stdout.write('==PROF== Profiling "matmul_kernel" - 0: 0%....50%....100% - 38 passes\\n')
+sys.stdout.flush()
+shutil.copy(os.environ["FAKE_REPORT"], rep)
+sys.exit(p.wait())
+'''
+
+
+def test_one_ncu_process_profiles_the_top_k_and_splits_their_launches(tmp_path, monkeypatch):
+    """capture_many: the real target runs two CPU jobs in one process, bracketed by markers;
+    the launches between a job's markers are that job's (values from a real H200 report)."""
+    import sys
+
+    from test_harness import artifact, job
+
+    from conftest import FIXTURES
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    jobs = [{**job(artifact(tmp_path, src, 0), src, ref), "device": "cpu"} for _ in range(2)]
+    fake = tmp_path / "ncu"
+    fake.write_text(FAKE_NCU.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("NCU", str(fake))
+    monkeypatch.setenv("FAKE_REPORT", str(DATA / "sgemm_full.ncu-rep"))
+    monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
+    metrics = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+    items = [(j, ["matmul_kernel"]) for j in jobs]
+
+    monkeypatch.setenv("FAKE_PROF", "1")  # the report's one launch came from job 1
+    res = ncu.capture_many(items, metrics)
+    assert [r.status for r in res] == ["no_kernels", "ok"]
+    assert [(r.kernel, r.launch, r.metric, r.value, r.unit) for r in res[1].rows] == [
+        ("matmul_kernel", 0, "gpu__time_duration.sum", 935424.0, "ns"),
+        ("matmul_kernel", 0, "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+         pytest.approx(66.1024209), "%")]
+    assert "--many" in res[1].command and "--clock-control none" in res[1].command
+
+    # two launches claimed, one in the report: no guessing, the caller captures one by one
+    monkeypatch.setenv("FAKE_PROF", "0,1")
+    assert ncu.capture_many(items, metrics) is None
+
+
+def test_split_launches_needs_every_job_bracketed_in_order():
+    prof = '==PROF== Profiling "k" - 0: 0%....100% - 9 passes'
+    out = "\n".join(["==PROF== Connected to process 7", "KOPT_NCU_BEGIN 0", prof, prof,
+                     "KOPT_NCU_END 0", "KOPT_NCU_BEGIN 1", "KOPT_NCU_FAIL 1 launch_error: bad",
+                     "KOPT_NCU_END 1", "KOPT_NCU_BEGIN 2", prof, "KOPT_NCU_END 2"])
+    assert ncu.split_launches(out, 3) == ([2, 0, 1], {1: "launch_error: bad"})
+    assert ncu.split_launches(out, 4) is None  # job 3 never ran (a fatal error before it)
+    assert ncu.split_launches(prof + "\n" + out, 3) is None  # a launch outside any job
+    assert ncu.split_launches(out.replace("BEGIN 1", "BEGIN 2", 1), 3) is None

@@ -92,26 +92,29 @@ class DeviceActor:
         self.busy_s += time.perf_counter() - t0
         return res
 
-    def profile(self, job: dict[str, Any], artifact: bytes, kernels: list[str],
-                metrics: list[str], sections: list[str] | None = None) -> dict[str, Any]:
-        """Nsight Compute capture of one candidate (workers.ncu.capture); never raises.
-
-        Runs between jobs on this actor, so it never overlaps a timing run on this device.
-        Returns ``status``, ``error``, ``rows`` (dicts), ``seconds``, ``command``.
-        """
+    def profile_many(self, jobs: list[dict[str, Any]], kernels: list[list[str]],
+                     metrics: list[str], sections: list[str] | None, *artifacts: bytes
+                     ) -> list[dict[str, Any]]:
+        """Nsight Compute capture of several candidates in one ncu process
+        (workers.ncu.capture_many; ``artifacts`` in the order of ``jobs``, top-level
+        arguments so that Ray resolves them); when their launches cannot be told apart, each
+        is captured on its own. Never raises; one dict per job as :meth:`profile`."""
         from dataclasses import asdict
 
         from workers import ncu
 
         t0 = time.perf_counter()
         try:
-            job = {**job, "device": self.backend,
-                   "artifact": str(ensure_artifact(job["build_id"], artifact))}
-            res = ncu.capture(job, kernels, metrics, sections)
-            out = {"status": res.status, "error": res.error, "command": res.command,
-                   "seconds": res.seconds, "rows": [asdict(r) for r in res.rows]}
+            jobs = [{**j, "device": self.backend, "artifact": str(ensure_artifact(
+                j["build_id"], a))} for j, a in zip(jobs, artifacts)]
+            res = ncu.capture_many(list(zip(jobs, kernels)), metrics, sections)
+            if res is None:  # one capture per candidate
+                res = [ncu.capture(j, ks, metrics, sections) for j, ks in zip(jobs, kernels)]
+            out = [{"status": r.status, "error": r.error, "command": r.command,
+                    "seconds": r.seconds, "rows": [asdict(x) for x in r.rows]} for r in res]
         except Exception as e:
-            out = {"status": "crashed", "error": f"profile: {e!r}", "rows": [], "seconds": 0.0}
+            out = [{"status": "crashed", "error": f"profile: {e!r}", "rows": [],
+                    "seconds": 0.0} for _ in jobs]
         self.busy_s += time.perf_counter() - t0
         return out
 

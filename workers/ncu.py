@@ -9,6 +9,11 @@ launch of them. ncu runs in its own process group with its own TMPDIR and a
 timeout, under a node-wide file lock, so at most one ncu runs per node and an
 actor's death leaves no orphan holding the GPU or the counter lock.
 
+An iteration's baseline and top-k are captured in one ncu process
+(:func:`capture_many`: one ncu start and one CUDA context instead of one per
+candidate); markers the target prints around each candidate's call tell whose
+launches are whose, and when they cannot, each candidate is captured on its own.
+
 Reports are read with the ``ncu_report`` package (the .ncu-rep format); a
 metric absent from a report is absent from the rows, never a zero.
 """
@@ -96,6 +101,20 @@ def read_report(path: str | Path, metrics: list[str] | None = None) -> list[Metr
     return rows
 
 
+def report_launches(path: str | Path) -> int:
+    """How many kernel launches (actions) an ``.ncu-rep`` file holds.
+
+    Raises:
+        RuntimeError: the file cannot be opened as a report.
+    """
+    ncu_report = _ncu_report()
+    try:
+        ctx = ncu_report.load_report(str(path))
+    except Exception as e:
+        raise RuntimeError(f"{path}: not a readable Nsight Compute report: {e}") from None
+    return sum(ctx.range_by_idx(i).num_actions() for i in range(ctx.num_ranges()))
+
+
 def _ncu_report() -> Any:
     """The ``ncu_report`` module: the PyPI package, else the copy Nsight Compute ships in
     ``<install>/extras/python``. Raises RuntimeError when neither is there."""
@@ -149,6 +168,53 @@ def kernel_regex(kernels: list[str]) -> str:
     return "regex:^(" + "|".join(re.escape(k) for k in kernels) + ")$"
 
 
+def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
+             sections: list[str] | None, timeout_s: float, env: dict[str, str] | None,
+             tmp: Path) -> ProfileResult:
+    """Run ncu on ``python -m workers.ncu_target TARGET...`` under the node's ncu lock, in
+    its own process group, TMPDIR ``tmp``; the report is ``tmp/report.ncu-rep``. Returns
+    a ProfileResult with the combined output in ``error`` when ncu exited 0 (status
+    ``ok``, no rows yet), or the failure."""
+    exe = ncu_exe()
+    if exe is None:
+        return ProfileResult("no_ncu", "ncu not found (set $NCU or put Nsight Compute on PATH)")
+    if not kernels:
+        return ProfileResult("no_kernels", "the build reported no __global__ kernels to profile")
+    t0 = time.perf_counter()
+    rep = tmp / "report"
+    cmd = [exe, "--clock-control", "none", "--target-processes", "all",
+           "--kernel-name-base", "mangled", "-k", kernel_regex(kernels),
+           "--metrics", ",".join(metrics), "-o", str(rep), "-f"]
+    for s in sections or []:
+        cmd += ["--section", s]
+    cmd += [sys.executable, "-m", "workers.ncu_target", *target]
+    penv = {**os.environ, **(env or {}), "TMPDIR": str(tmp)}
+    with open(LOCK_PATH, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per node
+        try:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=penv, cwd=tmp, start_new_session=True)
+            try:
+                out, _ = p.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                return ProfileResult("timeout", f"ncu ran past {timeout_s:.0f} s; killed",
+                                     command=" ".join(cmd), seconds=time.perf_counter() - t0)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    cmd_s = " ".join(cmd).replace(str(tmp), ".")
+    dt = time.perf_counter() - t0
+    if "ERR_NVGPUCTRPERM" in out:
+        return ProfileResult("no_permission", "ERR_NVGPUCTRPERM: this user may not read GPU "
+                             "performance counters (see NVIDIA's ERR_NVGPUCTRPERM page)",
+                             command=cmd_s, seconds=dt)
+    if p.returncode != 0 or not rep.with_suffix(".ncu-rep").exists():
+        return ProfileResult("crashed", f"ncu exit code {p.returncode}: {out[-1500:]}",
+                             command=cmd_s, seconds=dt)
+    return ProfileResult("ok", out, command=cmd_s, seconds=dt)
+
+
 def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
             sections: list[str] | None = None, timeout_s: float = NCU_TIMEOUT_S,
             env: dict[str, str] | None = None) -> ProfileResult:
@@ -165,53 +231,109 @@ def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
     Returns:
         A ProfileResult; never raises for a profiling failure.
     """
-    exe = ncu_exe()
-    if exe is None:
-        return ProfileResult("no_ncu", "ncu not found (set $NCU or put Nsight Compute on PATH)")
-    if not kernels:
-        return ProfileResult("no_kernels", "the build reported no __global__ kernels to profile")
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kopt-ncu-") as tmp:
         jf = Path(tmp) / "job.json"
         jf.write_text(json.dumps(job))
-        rep = Path(tmp) / "report"
-        cmd = [exe, "--clock-control", "none", "--target-processes", "all",
-               "--kernel-name-base", "mangled", "-k", kernel_regex(kernels),
-               "--metrics", ",".join(metrics), "-o", str(rep), "-f"]
-        for s in sections or []:
-            cmd += ["--section", s]
-        cmd += [sys.executable, "-m", "workers.ncu_target", str(jf)]
-        penv = {**os.environ, **(env or {}), "TMPDIR": tmp}
-        with open(LOCK_PATH, "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per node
-            try:
-                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=penv, cwd=tmp, start_new_session=True)
-                try:
-                    out, _ = p.communicate(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
-                    return ProfileResult("timeout", f"ncu ran past {timeout_s:.0f} s; killed",
-                                         command=" ".join(cmd),
-                                         seconds=time.perf_counter() - t0)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        cmd_s = " ".join(cmd).replace(tmp, ".")
-        dt = time.perf_counter() - t0
-        if "ERR_NVGPUCTRPERM" in out:
-            return ProfileResult("no_permission", "ERR_NVGPUCTRPERM: this user may not read GPU "
-                                 "performance counters (see NVIDIA's ERR_NVGPUCTRPERM page)",
-                                 command=cmd_s, seconds=dt)
-        path = rep.with_suffix(".ncu-rep")
-        if p.returncode != 0 or not path.exists():
-            return ProfileResult("crashed", f"ncu exit code {p.returncode}: {out[-1500:]}",
-                                 command=cmd_s, seconds=dt)
+        res = _run_ncu([str(jf)], kernels, metrics, sections, timeout_s, env, Path(tmp))
+        if res.status != "ok":
+            return res
+        out = res.error
         try:
-            rows = read_report(path, metrics)
+            rows = read_report(Path(tmp) / "report.ncu-rep", metrics)
         except RuntimeError as e:
-            return ProfileResult("crashed", str(e), command=cmd_s, seconds=dt)
+            return ProfileResult("crashed", str(e), command=res.command, seconds=res.seconds)
     if not rows:
         return ProfileResult("no_kernels", f"ncu profiled no kernel matching {kernels}: "
-                             f"{out[-800:]}", command=cmd_s, seconds=dt)
-    return ProfileResult("ok", "", rows, cmd_s, time.perf_counter() - t0)
+                             f"{out[-800:]}", command=res.command, seconds=res.seconds)
+    return ProfileResult("ok", "", rows, res.command, res.seconds)
+
+
+def split_launches(out: str, n_jobs: int) -> tuple[list[int], dict[int, str]] | None:
+    """Which profiled launches belong to which job of a ``--many`` target run.
+
+    Args:
+        out: ncu's combined stdout/stderr: the target's ``KOPT_NCU_BEGIN/END/FAIL i``
+            markers and ncu's ``==PROF== Profiling`` line per profiled launch, in order.
+        n_jobs: how many jobs the target was given.
+
+    Returns:
+        ``(counts, failed)``: profiled launches per job in order, and job index -> the
+        target's failure message; None when the markers do not bracket every job exactly
+        once in order (the caller then profiles the jobs one by one).
+    """
+    counts = [0] * n_jobs
+    failed: dict[int, str] = {}
+    cur, nxt = None, 0
+    for line in out.splitlines():
+        if line.startswith("KOPT_NCU_BEGIN "):
+            if cur is not None or int(line.split()[1]) != nxt:
+                return None
+            cur = nxt
+        elif line.startswith("KOPT_NCU_END "):
+            if cur is None or int(line.split()[1]) != cur:
+                return None
+            cur, nxt = None, nxt + 1
+        elif line.startswith("KOPT_NCU_FAIL "):
+            parts = line.split(" ", 2)
+            if cur is None or int(parts[1]) != cur:
+                return None
+            failed[cur] = parts[2] if len(parts) > 2 else "failed"
+        elif line.startswith("==PROF== Profiling"):
+            if cur is None:
+                return None
+            counts[cur] += 1
+    return (counts, failed) if nxt == n_jobs and cur is None else None
+
+
+def capture_many(items: list[tuple[dict[str, Any], list[str]]], metrics: list[str],
+                 sections: list[str] | None = None, timeout_s: float = NCU_TIMEOUT_S,
+                 env: dict[str, str] | None = None) -> list[ProfileResult] | None:
+    """Profile several candidates in one ncu process (one start, one CUDA context).
+
+    Args:
+        items: per candidate, its harness job and its mangled kernel names.
+        metrics, sections, env: as :func:`capture`.
+        timeout_s: per candidate; the run gets ``timeout_s * len(items)``.
+
+    Returns:
+        One ProfileResult per item, in order, each with its own launches numbered from 0;
+        the same failure for every item when ncu itself failed (no ncu, no permission,
+        timeout); None when the launches cannot be attributed to the candidates (the
+        caller then profiles them one by one with :func:`capture`).
+    """
+    kernels = sorted({k for _, ks in items for k in ks})
+    with tempfile.TemporaryDirectory(prefix="kopt-ncu-") as tmp:
+        jf = Path(tmp) / "jobs.json"
+        jf.write_text(json.dumps([job for job, _ in items]))
+        res = _run_ncu(["--many", str(jf)], kernels, metrics, sections,
+                       timeout_s * len(items), env, Path(tmp))
+        if res.status in ("no_ncu", "no_permission", "timeout", "no_kernels"):
+            return [res for _ in items]
+        if res.status != "ok":
+            return None
+        split = split_launches(res.error, len(items))
+        if split is None:
+            return None
+        try:
+            rows = read_report(Path(tmp) / "report.ncu-rep", metrics)
+            n_launches = report_launches(Path(tmp) / "report.ncu-rep")
+        except RuntimeError:
+            return None
+    counts, failed = split
+    if n_launches != sum(counts):
+        return None
+    out, first = [], 0
+    for i, n in enumerate(counts):
+        mine = [MetricRow(r.kernel, r.launch - first, r.metric, r.value, r.unit)
+                for r in rows if first <= r.launch < first + n]
+        first += n
+        share = res.seconds / len(items)
+        if i in failed:
+            out.append(ProfileResult("crashed", f"ncu target: {failed[i]}",
+                                     command=res.command, seconds=share))
+        elif not mine:
+            out.append(ProfileResult("no_kernels", f"ncu profiled no kernel matching "
+                                     f"{items[i][1]}", command=res.command, seconds=share))
+        else:
+            out.append(ProfileResult("ok", "", mine, res.command, share))
+    return out
