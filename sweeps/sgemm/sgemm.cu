@@ -39,6 +39,18 @@
 //                 copies contiguous bytes and cannot transpose), waited with
 //                 cp.async.wait_group so the loads of tile k+STAGES-1 overlap
 //                 the FMAs of tile k. Below sm_80 the copies are synchronous.
+//   TC            compute.tensor_core (implies the cp.async path, sm_80+):
+//                 3xTF32 on tensor cores (wmma m16n16k8): each operand is split
+//                 into a TF32 high part and a TF32 remainder, and
+//                 C += Ahi*Blo + Alo*Bhi + Ahi*Bhi in fp32 accumulators keeps
+//                 about fp32 accuracy (the small*small term, ~2^-22 relative, is
+//                 dropped); CUTLASS calls this OpMultiplyAddFastF32. The block's
+//                 warps form a WM_WARPS x WN_WARPS grid (WN_WARPS = 2 for an even
+//                 warp count) over the BM x BN tile, BM = max(BY*TM, 16*WM_WARPS)
+//                 and BN likewise, each warp a grid of 16x16 fragments: one
+//                 fragment per warp without thread_coarsening, TM/TN-sized warp
+//                 tiles with it (BM, BN multiples of 16 x the warps along them:
+//                 the sweep's restriction).
 //   MIN_BLOCKS    memory.register_pressure: __launch_bounds__(BX*BY, MIN_BLOCKS)
 //                 caps registers at 65536 / (MIN_BLOCKS * BX*BY) per thread so
 //                 that MIN_BLOCKS blocks fit on an SM (more warps to hide
@@ -46,6 +58,9 @@
 // Every kernel has __launch_bounds__(BX*BY, MIN_BLOCKS) (MIN_BLOCKS default 1)
 // so ptxas never allocates more registers than a block can get.
 #include <cuda_runtime.h>
+#if TC
+#include <mma.h>
+#endif
 
 #ifndef BX
 #define BX 16
@@ -71,6 +86,10 @@
 #ifndef STAGES
 #define STAGES 2
 #endif
+#if TC && !USE_CP_ASYNC
+#undef USE_CP_ASYNC
+#define USE_CP_ASYNC 1
+#endif
 #ifndef TILED
 #if VEC > 1 || PAD > 0 || USE_CP_ASYNC
 #define TILED 1
@@ -84,10 +103,20 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
+#ifndef TC
+#define TC 0
+#endif
 
 #define NTHREADS (BX * BY)
+#if TC  // at least one 16x16 fragment per warp (the warp grid is below)
+#define WN_WARPS ((NTHREADS / 32) % 2 == 0 ? 2 : 1)   // warps along N
+#define WM_WARPS ((NTHREADS / 32) / WN_WARPS)          // warps along M
+#define BM (BY * TM > 16 * WM_WARPS ? BY * TM : 16 * WM_WARPS)
+#define BN (BX * TN > 16 * WN_WARPS ? BX * TN : 16 * WN_WARPS)
+#else
 #define BM (BY * TM)
 #define BN (BX * TN)
+#endif
 
 #if NTHREADS > 1024
 #error "BX * BY must be at most 1024"
@@ -97,6 +126,13 @@
 #endif
 #if USE_CP_ASYNC && (STAGES < 2 || BK % 4 != 0 || BN % 4 != 0)
 #error "cp.async needs STAGES >= 2 and 16-byte rows (BK % 4 == 0, BN % 4 == 0)"
+#endif
+#if TC
+#define FM (BM / WM_WARPS / 16)               // 16x16 fragments per warp along M
+#define FN (BN / WN_WARPS / 16)               // ... along N
+#if NTHREADS % 32 != 0 || BK % 8 != 0 || BM % (16 * WM_WARPS) != 0 || BN % (16 * WN_WARPS) != 0
+#error "TC needs whole warps, BK % 8 == 0 and 16x16 fragments per warp (see the header)"
+#endif
 #endif
 #if VEC == 4 && (BK % 4 != 0 || BN % 4 != 0)
 #error "VEC=4 needs BK % 4 == 0 and BN % 4 == 0"
@@ -365,21 +401,77 @@ __device__ __forceinline__ void load_tile_async(float* __restrict__ As, float* _
     }
 }
 
+#if TC
+namespace wmma = nvcuda::wmma;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+
+// x = hi + lo with both TF32: hi keeps the top 10 mantissa bits, lo the next ones.
+template <typename Frag>
+__device__ __forceinline__ void split_tf32(const Frag& x, Frag& hi, Frag& lo) {
+#pragma unroll
+    for (int t = 0; t < x.num_elements; ++t) {
+        const float h = wmma::__float_to_tf32(x.x[t]);
+        hi.x[t] = h;
+        lo.x[t] = wmma::__float_to_tf32(x.x[t] - h);
+    }
+}
+
+// acc (this warp's FM x FN fragments at rows wm0.., cols wn0..) += As_tile * Bs_tile, 3xTF32.
+// As row-major [BM][AS_LD], Bs row-major [BK][BN]; fragment pointers are 32-byte aligned.
+__device__ __forceinline__ void mma_tile_tc(const float* __restrict__ As, const float* __restrict__ Bs, int wm0,
+                                            int wn0, FragC (&acc)[FM][FN]) {
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 8) {
+        FragA a_hi[FM], a_lo[FM];
+#pragma unroll
+        for (int i = 0; i < FM; ++i) {
+            FragA a;
+            wmma::load_matrix_sync(a, As + (wm0 + 16 * i) * AS_LD + kk, AS_LD);
+            split_tf32(a, a_hi[i], a_lo[i]);
+        }
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+            FragB b, b_hi, b_lo;
+            wmma::load_matrix_sync(b, Bs + kk * BN + wn0 + 16 * j, BN);
+            split_tf32(b, b_hi, b_lo);
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {  // small terms first, the large one last
+                wmma::mma_sync(acc[i][j], a_lo[i], b_hi, acc[i][j]);
+                wmma::mma_sync(acc[i][j], a_hi[i], b_lo, acc[i][j]);
+                wmma::mma_sync(acc[i][j], a_hi[i], b_hi, acc[i][j]);
+            }
+        }
+    }
+}
+#endif
+
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                          float* __restrict__ C, int M, int N, int K) {
-    __shared__ __align__(16) float As[STAGES][BM * AS_LD];
-    __shared__ __align__(16) float Bs[STAGES][BK * BN];
+    __shared__ __align__(32) float As[STAGES][BM * AS_LD];
+    __shared__ __align__(32) float Bs[STAGES][BK * BN];
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     const float* Ablk = A + (size_t)row0 * K;
     const float* Bblk = B + col0;
     const int KT = K / BK;
 
+#if TC
+    const int warp = tid / 32;
+    const int wm0 = (warp / WN_WARPS) * (BM / WM_WARPS), wn0 = (warp % WN_WARPS) * (BN / WN_WARPS);
+    FragC acc[FM][FN];
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+#else
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+#endif
 
     // Prologue: tiles 0 .. STAGES-2 in flight, one commit group each.
 #pragma unroll
@@ -393,13 +485,24 @@ __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float
         const int next = kt + STAGES - 1;
         if (next < KT) load_tile_async(As[next % STAGES], Bs[next % STAGES], Ablk, Bblk, N, K, next * BK, tid);
         cp_async_commit();            // possibly empty: keeps the group count uniform
-#if W == 4
+#if TC
+        mma_tile_tc(As[kt % STAGES], Bs[kt % STAGES], wm0, wn0, acc);
+#elif W == 4
         mma_tile_k4<AS_LD>(As[kt % STAGES], Bs[kt % STAGES], ty, tx, acc);
 #else
         mma_tile<1, AS_LD>(As[kt % STAGES], Bs[kt % STAGES], ty, tx, acc);
 #endif
     }
+#if TC
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+            wmma::store_matrix_sync(C + (size_t)(row0 + wm0 + 16 * i) * N + col0 + wn0 + 16 * j, acc[i][j], N,
+                                    wmma::mem_row_major);
+#else
     store_c(C, N, row0, col0, ty, tx, acc);
+#endif
 }
 #endif  // USE_CP_ASYNC
 #endif  // TILED
