@@ -79,6 +79,56 @@ def alive_nodes(probe_platform: bool = True) -> list[Node]:
     return out
 
 
+def local_compute_caps(visible: str | None = None) -> list[int] | None:
+    """SM archs (e.g. 90) of this machine's GPUs that ``CUDA_VISIBLE_DEVICES`` (or
+    ``visible``) leaves visible, from ``nvidia-smi``; None when it cannot tell (no
+    nvidia-smi, an entry it cannot match, no GPU)."""
+    import os
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,compute_cap",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) != 3:
+            return None
+        try:
+            major, minor = parts[2].split(".")
+            gpus.append((parts[0], parts[1], int(major) * 10 + int(minor)))
+        except ValueError:
+            return None
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if vis is not None:
+        want = [v.strip() for v in vis.split(",") if v.strip()]
+        picked = []
+        for w in want:
+            hit = [g for g in gpus if w == g[0] or (w.startswith("GPU-") and g[1].startswith(w))]
+            if len(hit) != 1:
+                return None
+            picked.append(hit[0])
+        gpus = picked
+    return [g[2] for g in gpus] or None
+
+
+def predicted_target(backend: str, nodes: list[Node]) -> dict[str, Any] | None:
+    """The ``sm`` and ``platform`` every device of a one-node run will report, known before
+    its device actors start (so that builds can begin); None when it cannot be known on
+    the driver: several nodes, another machine, GPUs of different archs, no nvidia-smi."""
+    if len(nodes) != 1 or nodes[0].platform != _platform.machine():
+        return None
+    if backend != "cuda":
+        return {"sm": None, "platform": nodes[0].platform}
+    caps = local_compute_caps()
+    if not caps or len(set(caps)) != 1:
+        return None
+    return {"sm": caps[0], "platform": nodes[0].platform}
+
+
 def plan_slots(nodes: list[Node], backend: str, cpu_devices: int) -> list[Slot]:
     """The device actors to start, in a stable order (see the module docstring).
 

@@ -19,6 +19,7 @@ import os
 import platform
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,14 @@ from kopt import __version__
 from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, triggers, wanted_metrics
 from kopt.catalog import Catalog, load_catalog
 from kopt.contest import CONTEST_ROUNDS, Verdict, contenders, decide
-from kopt.devices import Slot, actor_options, alive_nodes, build_nodes, plan_slots
+from kopt.devices import (
+    Slot,
+    actor_options,
+    alive_nodes,
+    build_nodes,
+    plan_slots,
+    predicted_target,
+)
 from kopt.expand import Candidate, Context, cap, expand, stable_hash
 from kopt.loop import IterState, close_iteration, rank
 from kopt.observer import Observer
@@ -301,8 +309,11 @@ class Driver:
         self._build_task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(_build_remote)
 
     # -- setup ---------------------------------------------------------------------------
-    def _start_devices(self, backend: str, toolchain: str) -> tuple[list[Any], list[dict]]:
-        """One actor per device slot (kopt.devices.plan_slots), each pinned to its node."""
+    def _start_devices(self, backend: str, toolchain: str,
+                       on_launch: Callable[[], None] | None = None
+                       ) -> tuple[list[Any], list[dict]]:
+        """One actor per device slot (kopt.devices.plan_slots), each pinned to its node;
+        ``on_launch`` runs once the actors are asked for, before their start is awaited."""
         self.nodes = alive_nodes()
         self.slots = plan_slots(self.nodes, backend, self.cpu_devices)
         cpus = ray.cluster_resources().get("CPU", 0)
@@ -317,6 +328,8 @@ class Driver:
         actors = [self._new_actor(backend, s) for s in self.slots]
         if len({n.platform for n in self.nodes}) <= 1:  # the compiler identity, meanwhile
             self._ident_ref = ray.remote(num_cpus=0)(_identity_remote).remote(toolchain)
+        if on_launch is not None:  # work that needs no device info, while the actors start
+            on_launch()
         infos = []
         for a, slot in zip(actors, self.slots):
             try:
@@ -438,15 +451,30 @@ class Driver:
         backend = pick_backend(sweep, self.backend_req)
         space = sweep.space(backend)
         digest = stable_hash(space.source_text())
-        actors, infos = self._start_devices(backend, space.toolchain)
+        early = not self.resume and not (backend == "cuda" and self.sweep.ncu.profile_baseline)
+        predicted: list[dict[str, Any]] = []
+
+        def build_before_devices() -> None:
+            # one node: its devices' arch is known before they start (nvidia-smi), so
+            # iteration 1 compiles while the actors import torch and the reference runs
+            target = predicted_target(backend, self.nodes) if early else None
+            if target is not None:  # the driver's node is the one node: its compilers
+                ident = wbuild.compiler_identity(space.toolchain)
+                self._start_early_builds(self._plan(
+                    space, {"predicted": target}, {target["platform"]: ident}, digest, 1,
+                    {"predicted": IterState().context()})[1])
+                predicted.append(target)
+
+        actors, infos = self._start_devices(backend, space.toolchain, build_before_devices)
         classes: dict[str, dict] = {}
         for info in infos:
             classes.setdefault(info["device_class"], info)
         compilers, env = self._compilers(space.toolchain,
                                          {i.get("platform") or "" for i in infos})
         env = {**env, "cluster_cpus": ray.cluster_resources().get("CPU")}
-        if not self.resume and not (backend == "cuda" and self.sweep.ncu.profile_baseline):
-            # iteration 1's plan is known now: compile while the devices get ready
+        if early and not all({"sm": i.get("sm"), "platform": i.get("platform")} in predicted
+                             for i in infos):
+            # iteration 1's plan is known now: compile while the devices compute the reference
             self._start_early_builds(self._plan(space, classes, compilers, digest, 1, {
                 dc: IterState().context() for dc in classes})[1])
         self._check_reference(space, actors, infos)

@@ -51,7 +51,15 @@ def test_vector_add_cpu_sweep_and_best(ray_local, tmp_path):
     b = best("vector_add", store)
     assert len(b) == 1 and b[0]["device_class"].startswith("cpu-")
     fastest = query("select min(median_ms) from candidates where status = 'ok'", store)[1][0][0]
-    assert b[0]["median_ms"] == fastest and b[0]["speedup"] >= 1.0
+    _, contest = query("select candidate_id, winner from contests", store)
+    if contest:  # the fastest few were within noise: re-measured side by side, one named
+        assert [c for c, w in contest if w] == [b[0]["candidate_id"]] and b[0]["named"]
+        _, lead = query("select candidate_id from candidates where status = 'ok' "
+                        "order by median_ms limit 1", store)
+        assert lead[0][0] in {c for c, _ in contest}  # the leader was among them
+    else:
+        assert b[0]["median_ms"] == fastest
+    assert b[0]["speedup"] >= 1.0 or contest
 
 
 def _kopt(*args, **kw):
