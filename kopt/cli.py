@@ -25,8 +25,8 @@ from kopt.observer import Observer
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
 
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-out = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
@@ -227,7 +227,8 @@ def _methods(r: dict[str, Any]) -> str:
                    "best third with 15, then the best third of those with the spec's timing.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="The random strategy's sample (default 0).")
-@click.option("--top", "top_k", default=5, show_default=True, help="Rows in the closing table.")
+@click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Rows in the closing table.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
           resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
           iterations: int | None, strategy: str | None, seed: int | None,

@@ -17,6 +17,8 @@ import json
 import math
 import os
 import platform
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -418,9 +420,10 @@ class Driver:
         run_id = self.resume or new_run_id(sweep.name)
         done: set[str] = set()
         stored_states: dict[tuple[int, str], IterState] = {}
+        prev: dict[str, Any] = {}  # the resumed run's last record: its figures add up
         if self.resume:
-            rec = run_record(self.store, self.resume)
-            if rec is None:
+            rec = prev = run_record(self.store, self.resume) or {}
+            if not rec:
                 raise SweepError(f"--resume {self.resume}: no such run in {self.store} "
                                  "(`kopt query \"select run_id, sweep, status from runs\"` "
                                  "lists runs)")
@@ -541,7 +544,8 @@ class Driver:
             writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
                                  "n_candidates": summary.n_candidates,
                                  "n_jobs": summary.n_jobs,
-                                 "wall_s": time.perf_counter() - t_start}])
+                                 "wall_s": time.perf_counter() - t_start
+                                 + (prev.get("wall_s") or 0.0)}])
             writer.flush()
             raise
         finally:
@@ -559,11 +563,22 @@ class Driver:
                 ray.kill(a, no_restart=True)
         summary.states = states
         summary.wall_s = time.perf_counter() - t_start
-        writer.add("runs", [{**run_row, "event": "finished", "created_at": now(),
-                             "n_candidates": summary.n_candidates, "n_jobs": summary.n_jobs,
-                             "wall_s": summary.wall_s, "compile_cpu_s": summary.compile_cpu_s,
-                             "device_busy": dumps(summary.device_busy_s),
-                             "device_wait_build": dumps(summary.device_wait_build_s)}])
+        if not (prev.get("status") == "finished" and summary.n_skipped == summary.n_jobs):
+            # a resumed run's record covers all its parts: seconds and busy times add up
+            # (resuming a finished run with nothing left to do leaves its record alone)
+            def total(key: str, mine: dict[str, float]) -> str:
+                out = dict(json.loads(prev.get(key) or "{}"))
+                for k, v in mine.items():
+                    out[k] = out.get(k, 0.0) + v
+                return dumps(out)
+
+            writer.add("runs", [{
+                **run_row, "event": "finished", "created_at": now(),
+                "n_candidates": summary.n_candidates, "n_jobs": summary.n_jobs,
+                "wall_s": summary.wall_s + (prev.get("wall_s") or 0.0),
+                "compile_cpu_s": summary.compile_cpu_s + (prev.get("compile_cpu_s") or 0.0),
+                "device_busy": total("device_busy", summary.device_busy_s),
+                "device_wait_build": total("device_wait_build", summary.device_wait_build_s)}])
         writer.compact("candidates", ["run_id", "job_key"])
         writer.compact("contests", ["run_id", "iteration", "device_class", "dims",
                                     "candidate_id"])
@@ -1089,6 +1104,10 @@ class Driver:
         }
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
@@ -1099,12 +1118,18 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
     neither starts an embedded local Ray instance.
     """
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
+        # finished measurement flushed, the run marked interrupted, resumable
+        signal.signal(signal.SIGTERM, _terminate)
     if cluster:
         attach(cluster_address(cluster), f"--cluster {cluster}", cluster_runtime_env(sweep))
     elif address and address != "auto":
         attach(address, f"--address {address}", cluster_runtime_env(sweep))
     else:
         ensure_ray(address)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)  # again: ray.init installs its own
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                   iterations=iterations, observers=observers, strategy=strategy,
                   seed=seed).run()

@@ -79,6 +79,8 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                           "speedup, "
                           "compute_method, memory_method, latency_method, is_baseline "
                           "from candidates where run_id = ? and status = 'ok'", [run_id])
+        failed = _rows(con, "select device_class, status, error from candidates "
+                            "where run_id = ? and status != 'ok' order by all", [run_id])
     finally:
         con.close()
     metric_of: dict[tuple, dict[str, float]] = {}
@@ -124,6 +126,16 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                     "samples each)" for r in rs))
         last = sts[-1]
         best = last.best or {}
+        if not best.get("candidate_id"):
+            fails: dict[str, list[str]] = {}
+            for c in failed:
+                if c["device_class"] == dc:
+                    fails.setdefault(c["status"], []).append(c.get("error") or "")
+            md += ["", f"### No correct candidate on {dc}", ""] + [
+                f"- {st_}: {len(errs)}; first error: "
+                f"`{(errs[0] or '-').splitlines()[0][:200] if errs[0] else '-'}`"
+                for st_, errs in sorted(fails.items())]
+            continue
         md += ["", f"### Best candidate on {dc}", "",
                f"- methods: {_methods(best.get('triple'))}; selected over the run: "
                f"{', '.join(last.selected) or 'none'}",

@@ -454,11 +454,18 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             if k in params:
                 raise err(f"{prefix}methods.{mid}.params.{k}",
                           f"{k!r} is already a launch param; give method params their own names")
+    known = set(params) | {k for d in dims for k in d}
+    for real in blk.methods.values():
+        known |= set(real.params) | set(real.defines)
     for i, r in enumerate(blk.restrictions):
         try:
-            parse(r)
+            names = parse(r).names
         except ExprError as e:
             raise err(f"{prefix}restrictions[{i}]", str(e)) from None
+        if names - known:  # every backend's section, whatever this machine runs
+            raise err(f"{prefix}restrictions[{i}]",
+                      f"{r!r} names {sorted(names - known)}, which are neither params, method "
+                      f"params/defines nor dims (known: {sorted(known)})")
     baseline = {}
     for k, vals in params.items():
         v = blk.baseline.get(k, vals[0])

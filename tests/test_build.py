@@ -98,3 +98,63 @@ def test_sm90a_target_uses_gencode(tmp_path):
     assert res.ok, res.error
     assert "-gencode=arch=compute_90a,code=sm_90a" in res.command
     assert res.kernels[0]["arch"] == "sm_90a"
+
+
+def test_a_compiler_and_what_it_started_die_with_the_build(tmp_path):
+    """workers.reap: the compiler's whole process group is killed on timeout and when the
+    process that started the build dies (PR_SET_PDEATHSIG), so no cc1plus outlives it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pidfile = tmp_path / "grandchild.pid"
+    # a "compiler" that starts a long-lived child of its own, like c++ starting cc1plus
+    slow = [sys.executable, "-c", "import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(c.pid)); time.sleep(120)"]
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie nobody reaps is dead too
+            return f.read().split(") ")[1][0] != "Z"
+
+    def wait_for_pid() -> int:
+        for _ in range(200):
+            if pidfile.exists() and pidfile.read_text():
+                return int(pidfile.read_text())
+            time.sleep(0.05)
+        raise AssertionError("the fake compiler never started its child")
+
+    # 1. past its timeout: exit 124 and the grandchild is gone
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "workers.reap", "1", *slow])
+    assert p.returncode == 124 and time.perf_counter() - t0 < 30
+    gc = int(pidfile.read_text())
+    time.sleep(0.3)
+    assert not alive(gc)
+
+    # 2. the process that ran the build (a Ray worker) is killed: the wrapper gets SIGTERM
+    pidfile.unlink()
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys; from workers.build import _limit_memory; "
+        f"subprocess.run([sys.executable, '-m', 'workers.reap', '100', *{slow!r}], "
+        "preexec_fn=_limit_memory)")])
+    gc = wait_for_pid()
+    assert alive(gc)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        if not alive(gc):
+            break
+        time.sleep(0.1)
+    assert not alive(gc)
+
+    # 3. a compiler that does not exist is a status, not a crash
+    p = subprocess.run([sys.executable, "-m", "workers.reap", "5", str(tmp_path / "nvcc")],
+                       capture_output=True, text=True)
+    assert p.returncode == 127 and p.stderr.startswith("cannot start")

@@ -77,3 +77,23 @@ def test_cluster_and_address_errors_are_one_line(tmp_path):
     assert r.exit_code == 2 and "give one" in r.output
     r = run("sweep", sw, "--seed", "3")
     assert r.exit_code == 2 and "only applies to --strategy random" in r.output
+
+
+def test_report_of_a_run_with_no_correct_candidate(ray_local, tmp_path):
+    """Every candidate failed: the report says so with the failures, and names no best."""
+    import shutil
+
+    from kopt.pipeline import run_sweep
+    from kopt.report import write_report
+    from kopt.spec import load_sweep
+
+    d = tmp_path / "broken"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    (d / "vector_add.cpp").write_text((d / "vector_add.cpp").read_text()
+                                      + '\n#error "broken on purpose"\n')
+    s = run_sweep(load_sweep(d), tmp_path / "store", backend="cpu", max_candidates=3)
+    assert s.status_counts == {"compile_error": 3}
+    md = write_report(s.run_id, tmp_path / "store", tmp_path / "rep").read_text()
+    assert "### No correct candidate on cpu-" in md and "Best candidate" not in md
+    assert "- compile_error: 3; first error:" in md and "broken on purpose" in md
+    assert not list((tmp_path / "rep").glob("best-*"))

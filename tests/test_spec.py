@@ -134,3 +134,25 @@ def test_dims_are_non_negative_integers(tmp_path):
 def test_min_samples_above_max(tmp_path):
     expect(tmp_path, GOOD + "    timing: {min_samples: 50, max_samples: 5}\n", "field 'timing'",
            "min_samples (50) is above max_samples (5)")
+
+
+def test_restriction_names_are_checked_in_every_backend_section(tmp_path):
+    """A typo in the CUDA section's restrictions is caught on a machine that will only run
+    the CPU section, and each error names its own section's field."""
+    both = """
+    kernel: k.cu
+    dims: [{N: 1024}]
+    args: {x: [N], y: [N]}
+    params: {THREADS: [128, 256]}
+    restrictions: ["THREAD <= N"]
+    cpu:
+      kernel: k.cpp
+      params: {CHUNK: [64, 128]}
+      restrictions: ["CHUNK <= N"]
+"""
+    files = {"k.cu": VADD_CPP}
+    expect(tmp_path, both, "field 'restrictions[0]'", "names ['THREAD']", "THREADS", **files)
+    fixed = both.replace('"THREAD <= N"', '"THREADS <= N"')
+    expect(tmp_path, fixed.replace('"CHUNK <= N"', '"CHUNKS <= N"'),
+           "field 'cpu.restrictions[0]'", "names ['CHUNKS']", **files)
+    assert load_sweep(make(tmp_path, fixed, **files)).space("cpu").restrictions == ["CHUNK <= N"]

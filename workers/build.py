@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -44,8 +45,21 @@ COMPILE_MEM_GB = float(os.environ.get("KOPT_COMPILE_MEM_GB", 8))
 def _limit_memory() -> None:
     import resource
 
+    from workers.reap import die_with_parent
+
     cap = int(COMPILE_MEM_GB * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    die_with_parent()  # workers.reap then kills the compiler's whole process group
+
+
+def _reaped(cmd: list[str], timeout_s: float) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` wrapped in workers.reap (its process group dies on timeout or with the
+    build task) and the environment that finds the ``workers`` package."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                else "")
+    return [sys.executable, "-m", "workers.reap", f"{timeout_s:g}", *cmd], env
 
 
 def cache_root() -> Path:
@@ -197,16 +211,20 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         out = Path(tmp) / "solve.so"
         cmd = command(job, src, out)
         t0 = time.perf_counter()
+        wrapped, env = _reaped(cmd, COMPILE_TIMEOUT_S)
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
-                               cwd=tmp, preexec_fn=_limit_memory)
+            p = subprocess.run(wrapped, capture_output=True, text=True, cwd=tmp, env=env,
+                               timeout=COMPILE_TIMEOUT_S + 60, preexec_fn=_limit_memory)
             rc, log = p.returncode, (p.stdout + p.stderr)
-        except FileNotFoundError:
-            return BuildResult(job.build_id, False, f"compiler not found: {cmd[0]}"), None
-        except subprocess.TimeoutExpired:
-            return BuildResult(job.build_id, False,
-                               f"compiler timed out after {COMPILE_TIMEOUT_S:.0f} s"), None
+        except subprocess.TimeoutExpired:  # the wrapper itself hung: cannot happen
+            rc, log = 124, ""
         dt = time.perf_counter() - t0
+        if rc == 127 and log.startswith("cannot start"):
+            return BuildResult(job.build_id, False, f"compiler not found: {cmd[0]} "
+                               f"({log.strip()})", dt), None
+        if rc == 124:
+            return BuildResult(job.build_id, False,
+                               f"compiler timed out after {COMPILE_TIMEOUT_S:.0f} s", dt), None
         cmd_s = " ".join(cmd).replace(tmp, ".")
         if rc != 0 or not out.exists():
             return BuildResult(job.build_id, False, _tail(log.replace(tmp + "/", "")), dt,

@@ -248,8 +248,12 @@ class Compiler:
 
         def limit() -> None:
             import resource
+            import signal
+
+            from workers.reap import die_with_parent
 
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+            die_with_parent(signal.SIGKILL)  # no compile outlives its Ray worker
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workers.nvrtc", str(r_child), str(w_child)],

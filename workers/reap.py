@@ -1,0 +1,60 @@
+"""Run a compiler so that nothing it starts outlives its build task.
+
+``python -m workers.reap TIMEOUT_S CMD...``: runs CMD in a new process group and exits with
+its exit code. The group (nvcc or c++ and the cicc, ptxas, cc1plus, as they start) is
+killed with SIGKILL when CMD runs past TIMEOUT_S (exit code 124) or when this wrapper gets
+SIGTERM/SIGINT. The build task starts the wrapper with ``PR_SET_PDEATHSIG`` = SIGTERM
+(:func:`die_with_parent`), so a Ray worker that dies (driver interrupted, node shut down)
+takes its compilers with it; the kernel's parent-death signal alone would reach only
+the compiler driver, not the processes it started. A command that cannot be started
+exits 127 with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In a child process (``preexec_fn``): receive ``sig`` when the parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``; a no-op elsewhere)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def main(argv: list[str]) -> int:
+    timeout_s, cmd = float(argv[0]), argv[1:]
+    try:
+        p = subprocess.Popen(cmd, start_new_session=True)
+    except OSError as e:
+        print(f"cannot start {cmd[0]}: {e}", file=sys.stderr)
+        return 127
+
+    def kill_group(signum: int = 0, frame: object = None) -> None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if signum:
+            os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, kill_group)
+    signal.signal(signal.SIGINT, kill_group)
+    try:
+        return p.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group()
+        p.wait()
+        return 124
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
