@@ -158,6 +158,8 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
                    f"baseline, noise {noise:.3f}")
         return st
     st.selected += [m for m in win["triple"] if m and m not in st.selected]
+    for m in win["triple"]:  # part of the winner: selected, whatever its own margin was
+        st.ineffective.pop(m, None)
     total = (prev.best or {}).get("total_speedup", 1.0) * win["speedup"]
     st.best = {**_brief(win), "total_speedup": total}
     return st

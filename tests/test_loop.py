@@ -81,3 +81,14 @@ def test_scan_reasons_follow_the_state(tmp_path):
     assert base.is_baseline and base.params == {"T": 2}
     assert all(c.defines.get("PERSIST") == 1 for c in cands)  # selected: always applied
     assert {c.triple for c in cands} == {(None, None, None), (None, V, None)}
+
+
+def test_a_selected_method_is_never_also_ineffective():
+    """The winner (U, V) gains nothing over (U, None) beyond noise, so V alone looks
+    ineffective; but V is part of the winner and is selected, so it is not listed as
+    ineffective too (a report would otherwise call it both)."""
+    ranked = [cand("w", (U, V, None), 1.50), cand("u", (U, None, None), 1.49),
+              cand("b", (None, None, None), 1.0, base=True), cand("p", (None, None, P), 0.9)]
+    st = close_iteration(IterState(), ranked, 1, {}, "memory")
+    assert st.selected == [U, V] and st.best["candidate_id"] == "w"
+    assert st.ineffective == {P: "memory"}
