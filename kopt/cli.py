@@ -112,10 +112,12 @@ class ProgressObserver(Observer):
     def on_iteration(self, device_class: str, st: Any) -> None:
         best = st.best or {}
         trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
+        neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
+                if st.bottleneck_before or st.bottleneck_after
+                else "bottleneck not measured (no NCU profile)")
         self.p.console.print(
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
-            f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}; "
-            f"best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
+            f"{neck}; best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
             f"({best.get('total_speedup', 1.0):.3g}x the first baseline)", highlight=False)
 
     def on_fault(self, message: str) -> None:

@@ -324,7 +324,8 @@ class Driver:
             most = max(0, int((cpus - 1) // per_node))
             raise SweepError(f"--cpu-devices {self.cpu_devices}: {len(self.slots)} CPU device "
                              f"actors take every one of the cluster's {cpus:g} CPUs and leave "
-                             f"none for builds; use --cpu-devices {most} or fewer" if most else
+                             f"none for builds; use --cpu-devices {most}"
+                             f"{' or fewer' if most > 1 else ''}" if most else
                              f"--cpu-devices {self.cpu_devices}: the cluster's {cpus:g} CPUs "
                              "leave none for builds beside its CPU devices; add CPUs")
         actors = [self._new_actor(backend, s) for s in self.slots]
