@@ -15,4 +15,5 @@ kopt query --store /tmp/vskt2/kopt-store --format csv "select candidate_id, para
   n_samples, median_ms, wall_s, compile_s, created_at from candidates order by created_at" \
   > /tmp/extra/vskt_candidates.csv
 OUT=$top/loop bash docs/verified/h200_loop.sh 2>&1 | tail -45
+mv "$top/loop/env.txt" /tmp/extra/ 2>/dev/null   # the device tool returns at most 8 files
 tar -C /tmp/extra -czf "$top/extra.tgz" .
