@@ -32,27 +32,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ROOT / "sweeps" / "sgemm_kt"
 
 
-# dynamic shared memory of one block, bytes (the sweep's launch.smem_bytes)
-SMEM_EXPR = ("4 * (block_size_y * tile_size_y * (block_size_x + use_padding)"
-             " + block_size_x * (block_size_x * tile_size_x + use_padding))")
+# dynamic shared memory of one block, bytes: the sweep's own launch.smem_bytes expression
+SMEM_EXPR = yaml.safe_load((SWEEP / "sweep.yaml").read_text())["launch"]["smem_bytes"]
 KT_SMEM_LIMIT = 49152  # bytes: CUDA's default per-block dynamic shared memory limit
 
 
 def smem_bytes(p: dict) -> int:
-    """Dynamic shared memory of config ``p`` in bytes (SMEM_EXPR)."""
-    return 4 * (p["block_size_y"] * p["tile_size_y"] * (p["block_size_x"] + p["use_padding"])
-                + p["block_size_x"] * (p["block_size_x"] * p["tile_size_x"] + p["use_padding"]))
+    """Dynamic shared memory of config ``p`` in bytes (SMEM_EXPR, via kopt.expr)."""
+    from kopt.expr import parse
+
+    return int(parse(SMEM_EXPR)(p))
 
 
 def kernel_tuner_run(lang: str) -> tuple[float, dict, int]:
     """Tune with Kernel Tuner; returns (wall seconds, best config with its time in ms,
     number of configurations measured)."""
     import numpy as np
-    import yaml
     from kernel_tuner import tune_kernel
 
     spec = yaml.safe_load((SWEEP / "sweep.yaml").read_text())
@@ -98,8 +99,6 @@ def kopt_run(out: Path, ncu: bool = False) -> tuple[float, dict, Path]:
     (Kernel Tuner takes none, so the default turns them off); returns (wall seconds,
     summary, store)."""
     import shutil
-
-    import yaml
 
     sweep = out / "sgemm_kt"
     shutil.copytree(SWEEP, sweep, dirs_exist_ok=True)

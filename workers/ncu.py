@@ -73,6 +73,12 @@ def read_report(path: str | Path, metrics: list[str] | None = None) -> list[Metr
     Raises:
         RuntimeError: the file cannot be opened as a report.
     """
+    return _read(path, metrics)[0]
+
+
+def _read(path: str | Path, metrics: list[str] | None) -> tuple[list[MetricRow], int]:
+    """:func:`read_report`'s rows and the number of launches (actions) in the report,
+    including launches none of whose metrics were readable."""
     ncu_report = _ncu_report()
     try:
         ctx = ncu_report.load_report(str(path))
@@ -98,21 +104,7 @@ def read_report(path: str | Path, metrics: list[str] | None = None) -> list[Metr
                     continue
                 rows.append(MetricRow(name, launch, m, value, metric.unit() or ""))
             launch += 1
-    return rows
-
-
-def report_launches(path: str | Path) -> int:
-    """How many kernel launches (actions) an ``.ncu-rep`` file holds.
-
-    Raises:
-        RuntimeError: the file cannot be opened as a report.
-    """
-    ncu_report = _ncu_report()
-    try:
-        ctx = ncu_report.load_report(str(path))
-    except Exception as e:
-        raise RuntimeError(f"{path}: not a readable Nsight Compute report: {e}") from None
-    return sum(ctx.range_by_idx(i).num_actions() for i in range(ctx.num_ranges()))
+    return rows, launch
 
 
 def _ncu_report() -> Any:
@@ -315,8 +307,7 @@ def capture_many(items: list[tuple[dict[str, Any], list[str]]], metrics: list[st
         if split is None:
             return None
         try:
-            rows = read_report(Path(tmp) / "report.ncu-rep", metrics)
-            n_launches = report_launches(Path(tmp) / "report.ncu-rep")
+            rows, n_launches = _read(Path(tmp) / "report.ncu-rep", metrics)
         except RuntimeError:
             return None
     counts, failed = split
