@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ROOT
 from kopt.catalog import load_catalog
-from kopt.expand import cap, expand, stable_hash
+from kopt.expand import Context, cap, expand, stable_hash
 from kopt.pipeline import build_id
 from kopt.spec import load_sweep
 from workers import build as wb
@@ -70,8 +70,10 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
             continue
         cands = expand(sp, load_catalog(), 90)
         picked = cap(cands, 3)
-        if d.name == "sgemm":  # and one shared-memory tiled candidate
+        if d.name == "sgemm":  # and one shared-memory tiled, one 3xTF32, one bf16x3 candidate
             picked.append(next(c for c in cands if c.triple[1] == "memory.tiling_smem"))
+            picked += [next(c for c in cands if c.triple[0] == m)
+                       for m in ("compute.tensor_core", "compute.mixed_precision")]
         for c in picked:
             jobs.append((d.name, c, _job(sp, c)))
     with ThreadPoolExecutor(2) as ex:
@@ -88,6 +90,42 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
     tiled = [r for (n, c, _), r in zip(jobs, results)
              if n == "sgemm" and c.triple[1] == "memory.tiling_smem"]
     assert tiled and all(r.smem_bytes > 0 for r in tiled)
+    by_method = {c.triple[0]: r for (n, c, _), r in zip(jobs, results) if n == "sgemm"}
+    assert by_method["compute.tensor_core"].smem_bytes > 0        # static cp.async ring
+    assert by_method["compute.mixed_precision"].smem_bytes == 0   # all of it dynamic
+
+
+def test_sgemm_restrictions_keep_tensor_core_tiles_whole():
+    """Every 3xTF32 (TC) candidate has K tiles of whole m16n16k8 fragments and every bf16x3
+    (MP) one of whole m16n16k16 fragments, whole warps, and the static (TC) or dynamic (MP)
+    shared memory within the device limit, with or without thread_coarsening; sgemm.cu
+    rejects the others with #error."""
+    sp = load_sweep(ROOT / "sweeps" / "sgemm").space("cuda")
+    cat = load_catalog()
+    stacked = Context(selected=["compute.thread_coarsening", "memory.multi_stage_pipeline"],
+                      baseline_params={"BK": 16, "BX": 16, "BY": 8, "STAGES": 2, "TM": 8, "TN": 8})
+    cands = expand(sp, cat, 90) + expand(sp, cat, 90, ctx=stacked)
+    tc = [c.defines for c in cands if c.defines.get("TC") == 1]
+    mp = [c.defines for c in cands if c.defines.get("MP") == 1]
+    assert len(tc) > 100 and len(mp) > 100
+    assert all(d["BK"] % 8 == 0 and d["BX"] * d["BY"] % 32 == 0 for d in tc)
+    assert all(d["BK"] % 16 == 0 and d["BX"] * d["BY"] % 32 == 0 for d in mp)
+
+    def tile(d):  # sgemm.cu: BM, BN under TC/MP
+        warps = d["BX"] * d["BY"] // 32
+        wn = 2 if warps % 2 == 0 else 1
+        return (max(d["BY"] * d.get("TM", 1), 16 * (warps // wn)),
+                max(d["BX"] * d.get("TN", 1), 16 * wn))
+    for d in tc:
+        bm, bn = tile(d)
+        assert d["STAGES"] * (bm * (d["BK"] + 4) + d["BK"] * (bn + 8)) * 4 <= 49152, d
+    for d in mp:
+        bm, bn = tile(d)
+        smem = (d["STAGES"] * (bm * (d["BK"] + 4) + d["BK"] * bn) * 4
+                + 2 * (bm * (d["BK"] + 8) + d["BK"] * (bn + 8)) * 2)
+        assert smem <= 232448, d
+    # and a bf16x3 candidate that does need more than 48 KB is in the space
+    assert any(d.get("TM") == 8 and d.get("TN") == 8 and d["BK"] == 32 for d in mp)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

@@ -1,5 +1,5 @@
 // sgemm.cu -- C = A @ B, float32, row-major: A [M, K], B [K, N], C [M, N].
-// FP32 FMA on CUDA cores (no tensor cores, no TF32).
+// FP32 FMA on CUDA cores, or 3xTF32 on tensor cores (TC, about fp32 accuracy).
 //
 // Thread block: BX x BY threads (dim3(BX, BY)); each thread computes a
 // TM x TN patch of C, so a block computes a BM x BN tile, BM = BY*TM,
@@ -51,6 +51,16 @@
 //                 fragment per warp without thread_coarsening, TM/TN-sized warp
 //                 tiles with it (BM, BN multiples of 16 x the warps along them:
 //                 the sweep's restriction).
+//   MP            compute.mixed_precision (implies the cp.async path, sm_80+):
+//                 bf16x3 on tensor cores (wmma m16n16k16, fp32 accumulate): after
+//                 each fp32 tile lands, the block splits it once into bf16 high and
+//                 low parts (x = hi + lo + O(2^-17 |x|)) in shared memory, and each
+//                 warp accumulates Ahi*Blo + Alo*Bhi + Ahi*Bhi: about 16 mantissa
+//                 bits per operand (~1e-5 relative per product, within the sweep's
+//                 rtol 1e-3), half the tensor-core instructions of 3xTF32 per K.
+//                 Same warp grid and BM x BN tile as TC; needs BK % 16 == 0. Its
+//                 shared memory (the fp32 ring plus the split tile, see MP_SMEM) is
+//                 dynamic: solve() raises the block's limit past 48 KB.
 //   MIN_BLOCKS    memory.register_pressure: __launch_bounds__(BX*BY, MIN_BLOCKS)
 //                 caps registers at 65536 / (MIN_BLOCKS * BX*BY) per thread so
 //                 that MIN_BLOCKS blocks fit on an SM (more warps to hide
@@ -58,8 +68,11 @@
 // Every kernel has __launch_bounds__(BX*BY, MIN_BLOCKS) (MIN_BLOCKS default 1)
 // so ptxas never allocates more registers than a block can get.
 #include <cuda_runtime.h>
-#if TC
+#if TC || MP
 #include <mma.h>
+#endif
+#if MP
+#include <cuda_bf16.h>
 #endif
 
 #ifndef BX
@@ -86,9 +99,15 @@
 #ifndef STAGES
 #define STAGES 2
 #endif
-#if TC && !USE_CP_ASYNC
+#ifndef MP
+#define MP 0
+#endif
+#if (TC || MP) && !USE_CP_ASYNC
 #undef USE_CP_ASYNC
 #define USE_CP_ASYNC 1
+#endif
+#if TC && MP
+#error "TC and MP are two realizations of the compute axis: at most one"
 #endif
 #ifndef TILED
 #if VEC > 1 || PAD > 0 || USE_CP_ASYNC
@@ -108,7 +127,7 @@
 #endif
 
 #define NTHREADS (BX * BY)
-#if TC  // at least one 16x16 fragment per warp (the warp grid is below)
+#if TC || MP  // at least one 16x16 fragment per warp (the warp grid is below)
 #define WN_WARPS ((NTHREADS / 32) % 2 == 0 ? 2 : 1)   // warps along N
 #define WM_WARPS ((NTHREADS / 32) / WN_WARPS)          // warps along M
 #define BM (BY * TM > 16 * WM_WARPS ? BY * TM : 16 * WM_WARPS)
@@ -127,11 +146,11 @@
 #if USE_CP_ASYNC && (STAGES < 2 || BK % 4 != 0 || BN % 4 != 0)
 #error "cp.async needs STAGES >= 2 and 16-byte rows (BK % 4 == 0, BN % 4 == 0)"
 #endif
-#if TC
+#if TC || MP
 #define FM (BM / WM_WARPS / 16)               // 16x16 fragments per warp along M
 #define FN (BN / WN_WARPS / 16)               // ... along N
-#if NTHREADS % 32 != 0 || BK % 8 != 0 || BM % (16 * WM_WARPS) != 0 || BN % (16 * WN_WARPS) != 0
-#error "TC needs whole warps, BK % 8 == 0 and 16x16 fragments per warp (see the header)"
+#if NTHREADS % 32 != 0 || BK % (MP ? 16 : 8) != 0 || BM % (16 * WM_WARPS) != 0 || BN % (16 * WN_WARPS) != 0
+#error "TC/MP need whole warps, BK % 8 == 0 (MP: % 16) and 16x16 fragments per warp (see the header)"
 #endif
 #endif
 #if VEC == 4 && (BK % 4 != 0 || BN % 4 != 0)
@@ -357,6 +376,15 @@ __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float
 // Multi-stage cp.async pipeline. As[s][m][k] row-major (+4 floats per row:
 // keeps 16-byte alignment and spreads the rows over the banks).
 #define AS_LD (BK + 4)
+// B tile rows: BN floats, padded by 8 under TC. A wmma tf32 B-fragment load (row-major)
+// has each LDS touch 4 k-rows x 8 n-columns; with rows a multiple of 32 floats apart those
+// fall in 8 banks (4-way conflicts), with BN + 8 in 32 distinct banks. Keeps the 16-byte
+// (cp.async) and 32-byte (wmma) alignment.
+#if TC
+#define BS_LD (BN + 8)
+#else
+#define BS_LD BN
+#endif
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -396,13 +424,46 @@ __device__ __forceinline__ void load_tile_async(float* __restrict__ As, float* _
         const int e = tid + it * NTHREADS;
         if (B_CHUNKS % NTHREADS == 0 || e < B_CHUNKS) {
             const int r = e / (BN / 4), c = (e % (BN / 4)) * 4;
-            cp_async16(Bs + r * BN + c, Bblk + (size_t)(k0 + r) * N + c);
+            cp_async16(Bs + r * BS_LD + c, Bblk + (size_t)(k0 + r) * N + c);
         }
     }
 }
 
-#if TC
+#if TC || MP
 namespace wmma = nvcuda::wmma;
+
+// acc[i][j] += a_lo[i] * b_hi[j] + a_hi[i] * b_lo[j] + a_hi[i] * b_hi[j] (3xTF32 / bf16x3): each
+// product over all FM x FN accumulators in turn (FM * FN independent mma chains), the small
+// terms first and the large one last.
+template <typename FragC_, typename FragA_, typename FragB_>
+__device__ __forceinline__ void mma_split3(FragC_ (&acc)[FM][FN], const FragA_ (&a_hi)[FM], const FragA_ (&a_lo)[FM],
+                                           const FragB_ (&b_hi)[FN], const FragB_ (&b_lo)[FN]) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_lo[i], b_hi[j], acc[i][j]);
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_hi[i], b_lo[j], acc[i][j]);
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a_hi[i], b_hi[j], acc[i][j]);
+}
+
+// The warp's FM x FN accumulator fragments to C (row-major, N columns) at (r0, c0).
+template <typename FragC_>
+__device__ __forceinline__ void store_frags(float* __restrict__ C, int N, int r0, int c0, const FragC_ (&acc)[FM][FN]) {
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+            wmma::store_matrix_sync(C + (size_t)(r0 + 16 * i) * N + c0 + 16 * j, acc[i][j], N, wmma::mem_row_major);
+}
+#endif
+
+#if TC
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
 using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
@@ -419,12 +480,14 @@ __device__ __forceinline__ void split_tf32(const Frag& x, Frag& hi, Frag& lo) {
 }
 
 // acc (this warp's FM x FN fragments at rows wm0.., cols wn0..) += As_tile * Bs_tile, 3xTF32.
-// As row-major [BM][AS_LD], Bs row-major [BK][BN]; fragment pointers are 32-byte aligned.
+// As row-major [BM][AS_LD], Bs row-major [BK][BS_LD]; fragment pointers are 32-byte aligned.
+// All fragments are loaded and split first, then the three products (mma_split3).
 __device__ __forceinline__ void mma_tile_tc(const float* __restrict__ As, const float* __restrict__ Bs, int wm0,
                                             int wn0, FragC (&acc)[FM][FN]) {
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 8) {
         FragA a_hi[FM], a_lo[FM];
+        FragB b_hi[FN], b_lo[FN];
 #pragma unroll
         for (int i = 0; i < FM; ++i) {
             FragA a;
@@ -433,24 +496,107 @@ __device__ __forceinline__ void mma_tile_tc(const float* __restrict__ As, const 
         }
 #pragma unroll
         for (int j = 0; j < FN; ++j) {
-            FragB b, b_hi, b_lo;
-            wmma::load_matrix_sync(b, Bs + kk * BN + wn0 + 16 * j, BN);
-            split_tf32(b, b_hi, b_lo);
-#pragma unroll
-            for (int i = 0; i < FM; ++i) {  // small terms first, the large one last
-                wmma::mma_sync(acc[i][j], a_lo[i], b_hi, acc[i][j]);
-                wmma::mma_sync(acc[i][j], a_hi[i], b_lo, acc[i][j]);
-                wmma::mma_sync(acc[i][j], a_hi[i], b_hi, acc[i][j]);
-            }
+            FragB b;
+            wmma::load_matrix_sync(b, Bs + kk * BS_LD + wn0 + 16 * j, BS_LD);
+            split_tf32(b, b_hi[j], b_lo[j]);
         }
+        mma_split3(acc, a_hi, a_lo, b_hi, b_lo);
     }
 }
 #endif
 
+#if MP
+typedef __nv_bfloat16 bf16;
+using FragA16 = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragB16 = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragC16 = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+#define AH_LD (BK + 8)   // bf16 rows of the split A tile (a multiple of 8 elements: wmma ldm)
+#define BH_LD (BN + 8)   // ... of the split B tile
+// dynamic shared memory, bytes: the fp32 cp.async ring, then A hi, A lo, B hi, B lo (bf16)
+#define MP_SMEM (STAGES * (BM * AS_LD + BK * BN) * 4 + 2 * (BM * AH_LD + BK * BH_LD) * 2)
+
+// rows x cols fp32 (row stride src_ld) -> bf16 hi and lo (row stride dst_ld), 2 floats a step.
+template <int ROWS, int COLS>
+__device__ __forceinline__ void split_bf16(const float* __restrict__ src, int src_ld, bf16* __restrict__ hi,
+                                           bf16* __restrict__ lo, int dst_ld, int tid) {
+    constexpr int PAIRS = ROWS * COLS / 2;
+#pragma unroll
+    for (int it = 0; it < CEIL_DIV(PAIRS, NTHREADS); ++it) {
+        const int e = tid + it * NTHREADS;
+        if (PAIRS % NTHREADS == 0 || e < PAIRS) {
+            const int r = e / (COLS / 2), c = (e % (COLS / 2)) * 2;
+            const float2 x = *reinterpret_cast<const float2*>(src + r * src_ld + c);
+            const __nv_bfloat162 h = __floats2bfloat162_rn(x.x, x.y);
+            const __nv_bfloat162 l = __floats2bfloat162_rn(x.x - __low2float(h), x.y - __high2float(h));
+            *reinterpret_cast<__nv_bfloat162*>(hi + r * dst_ld + c) = h;
+            *reinterpret_cast<__nv_bfloat162*>(lo + r * dst_ld + c) = l;
+        }
+    }
+}
+
+__global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                                         float* __restrict__ C, int M, int N, int K) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    float* As = reinterpret_cast<float*>(smem);                  // [STAGES][BM][AS_LD]
+    float* Bs = As + STAGES * BM * AS_LD;                         // [STAGES][BK][BN]
+    bf16* Ah = reinterpret_cast<bf16*>(Bs + STAGES * BK * BN);   // [BM][AH_LD]
+    bf16* Al = Ah + BM * AH_LD;
+    bf16* Bh = Al + BM * AH_LD;                                   // [BK][BH_LD]
+    bf16* Bl = Bh + BK * BH_LD;
+    const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const float* Ablk = A + (size_t)row0 * K;
+    const float* Bblk = B + col0;
+    const int KT = K / BK;
+    const int warp = tid / 32;
+    const int wm0 = (warp / WN_WARPS) * (BM / WM_WARPS), wn0 = (warp % WN_WARPS) * (BN / WN_WARPS);
+    FragC16 acc[FM][FN];
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) load_tile_async(As + s * BM * AS_LD, Bs + s * BK * BN, Ablk, Bblk, N, K, s * BK, tid);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's copies)
+        __syncthreads();              // ... everyone's; the split tile and stage (kt-1) % STAGES are free
+        const int next = kt + STAGES - 1;
+        if (next < KT)
+            load_tile_async(As + (next % STAGES) * BM * AS_LD, Bs + (next % STAGES) * BK * BN, Ablk, Bblk, N, K,
+                            next * BK, tid);
+        cp_async_commit();
+        split_bf16<BM, BK>(As + (kt % STAGES) * BM * AS_LD, AS_LD, Ah, Al, AH_LD, tid);
+        split_bf16<BK, BN>(Bs + (kt % STAGES) * BK * BN, BN, Bh, Bl, BH_LD, tid);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            FragA16 a_hi[FM], a_lo[FM];
+            FragB16 b_hi[FN], b_lo[FN];
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {
+                wmma::load_matrix_sync(a_hi[i], Ah + (wm0 + 16 * i) * AH_LD + kk, AH_LD);
+                wmma::load_matrix_sync(a_lo[i], Al + (wm0 + 16 * i) * AH_LD + kk, AH_LD);
+            }
+#pragma unroll
+            for (int j = 0; j < FN; ++j) {
+                wmma::load_matrix_sync(b_hi[j], Bh + kk * BH_LD + wn0 + 16 * j, BH_LD);
+                wmma::load_matrix_sync(b_lo[j], Bl + kk * BH_LD + wn0 + 16 * j, BH_LD);
+            }
+            mma_split3(acc, a_hi, a_lo, b_hi, b_lo);
+        }
+    }
+    store_frags(C, N, row0 + wm0, col0 + wn0, acc);
+}
+
+#else  // !MP
 __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                          float* __restrict__ C, int M, int N, int K) {
     __shared__ __align__(32) float As[STAGES][BM * AS_LD];
-    __shared__ __align__(32) float Bs[STAGES][BK * BN];
+    __shared__ __align__(32) float Bs[STAGES][BK * BS_LD];
     const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     const float* Ablk = A + (size_t)row0 * K;
@@ -494,16 +640,12 @@ __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float
 #endif
     }
 #if TC
-#pragma unroll
-    for (int i = 0; i < FM; ++i)
-#pragma unroll
-        for (int j = 0; j < FN; ++j)
-            wmma::store_matrix_sync(C + (size_t)(row0 + wm0 + 16 * i) * N + col0 + wn0 + 16 * j, acc[i][j], N,
-                                    wmma::mem_row_major);
+    store_frags(C, N, row0 + wm0, col0 + wn0, acc);
 #else
     store_c(C, N, row0, col0, ty, tx, acc);
 #endif
 }
+#endif  // MP
 #endif  // USE_CP_ASYNC
 #endif  // TILED
 
@@ -511,5 +653,13 @@ extern "C" void solve(const float* A, const float* B, float* C, int M, int N, in
     if (M <= 0 || N <= 0) return;
     const dim3 block(BX, BY);
     const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
+#if MP
+    // the first call opts the kernel into more than 48 KB of dynamic shared memory
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(sgemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MP_SMEM);
+    (void)opt_in;  // a failure surfaces as the launch's error
+    sgemm_kernel<<<grid, block, MP_SMEM, 0>>>(A, B, C, M, N, K);
+#else
     sgemm_kernel<<<grid, block, 0, 0>>>(A, B, C, M, N, K);
+#endif
 }
