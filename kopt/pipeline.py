@@ -904,13 +904,16 @@ class Driver:
             # a build the driver node's cache holds needs no task: content-addressed, so
             # valid on every node of a single-platform cluster; small artifacts go inline
             # as an argument (under Ray's 100 KiB inlining limit), larger ones are put once
-            hit = wbuild.cached(builds[b]) if self._routes is None else None
+            # an early build (started while the actors started) is this run's compile even
+            # when it has already written the cache: take its refs before looking there
+            early = self._early_builds.pop(b, None) if b not in build_tries else None
+            hit = (wbuild.cached(builds[b]) if early is None and self._routes is None
+                   else None)
             if hit is not None:
                 hits[b] = dataclasses.asdict(hit[0])
                 artifacts[b] = hit[1] if len(hit[1]) < 100 * 1024 else ray.put(hit[1])
                 return
             n = build_tries[b] = build_tries.get(b, 0) + 1
-            early = self._early_builds.pop(b, None) if n == 1 else None
             meta_ref, art_ref = early or self._submit_build(b, builds[b], n)
             pending_builds[meta_ref] = b
             artifacts[b] = art_ref

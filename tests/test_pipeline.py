@@ -2,10 +2,12 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -256,3 +258,23 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
 
     with pytest.raises(SweepError, match="started with strategy halving, not exhaustive"):
         run_sweep(sweep, store, backend="cpu", resume=s.run_id, strategy="exhaustive")
+
+
+def test_a_cold_run_counts_every_build_it_compiled(ray_local, tmp_path):
+    """Iteration 1's builds start early, while the device actors start; they are this run's
+    compiles, not cache hits, even when they finish before the dispatch loop looks at the
+    cache: runs.compile_cpu_s (bench/overhead.py's compile bound) is their sum."""
+    d = tmp_path / "vector_add"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    src = d / "vector_add.cpp"
+    src.write_text(src.read_text() + f"\n// cold cache {uuid.uuid4().hex}\n")  # a new digest
+    store = tmp_path / "store"
+    s = run_sweep(load_sweep(d), store, backend="cpu", max_candidates=4)
+    assert s.status_counts == {"ok": 4}
+    _, rows = query("select count(*), count(*) filter (where build_cached), "
+                    "sum(compile_s) from (select distinct build_id, build_cached, compile_s "
+                    "from candidates)", store)
+    n_builds, n_cached, compile_sum = rows[0]
+    assert n_builds == 4 and n_cached == 0 and compile_sum > 0
+    _, runs = query("select compile_cpu_s from runs where status = 'finished'", store)
+    assert runs[0][0] == pytest.approx(compile_sum, rel=1e-6)
