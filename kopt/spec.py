@@ -10,6 +10,7 @@ mode (``launch:``), the launch-geometry expressions. Errors are
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -434,9 +435,13 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 if isinstance(e, str):
                     try:
                         v = parse(e)({**d, **sf.scalars})
-                    except (ExprError, KeyError) as ex:
-                        raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with dims {d}: {ex}"
-                                  ) from None
+                    except KeyError as ex:
+                        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}, which is "
+                                  f"neither a dim of {prefix or 'the top-level '}dims[{i}] "
+                                  f"({', '.join(d) or 'none'}) nor in `scalars`") from None
+                    except ExprError as ex:
+                        raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with "
+                                  f"{prefix}dims[{i}] = {d}: {ex}") from None
                     if not isinstance(v, int) or v < 0:
                         raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r}, not a size")
 
@@ -448,8 +453,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             raise err(f"{prefix}params.{k}", f"repeated values in {vals}")
     for mid, real in blk.methods.items():
         if mid not in catalog.methods:
-            raise err(f"{prefix}methods.{mid}", f"unknown method id; the catalog has: "
-                      f"{', '.join(catalog.methods)} (`kopt catalog` lists them)")
+            close = difflib.get_close_matches(mid, list(catalog.methods), n=1, cutoff=0.6)
+            hint = (f"did you mean {close[0]!r}? " if close else "")
+            raise err(f"{prefix}methods.{mid}", f"unknown method id; {hint}`kopt catalog` "
+                      "lists the catalog's ids")
         for k in real.params:
             if k in params:
                 raise err(f"{prefix}methods.{mid}.params.{k}",
@@ -475,6 +482,14 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     for k in blk.baseline:
         if k not in params:
             raise err(f"{prefix}baseline.{k}", f"not a launch param (params: {list(params)})")
+    for i, r in enumerate(blk.restrictions):  # the baseline (no methods) must be in the space
+        expr = parse(r)
+        for j, d in enumerate(dims):
+            env = {**d, **baseline}
+            if expr.names <= env.keys() and not _holds(expr, env):
+                raise err(f"{prefix}restrictions[{i}]",
+                          f"the baseline {baseline} violates {r!r} for {prefix}dims[{j}] = {d}; "
+                          f"change `{prefix}baseline` or the restriction")
     if blk.launch is not None:
         _check_launch(blk.launch, prefix, params, baseline, dims, sf.scalars, err)
     return Space(
@@ -483,6 +498,13 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
         timing=blk.timing or sf.timing, launch=blk.launch)
+
+
+def _holds(expr: Any, env: dict[str, Any]) -> bool:
+    try:
+        return bool(expr(env))
+    except ZeroDivisionError:
+        return False
 
 
 def launch_entries(launch: Launch) -> list[tuple[str, str | int]]:

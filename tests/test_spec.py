@@ -58,7 +58,20 @@ def test_param_not_a_list(tmp_path):
 
 def test_unknown_method(tmp_path):
     expect(tmp_path, GOOD.replace("memory.vectorized_access", "memory.vectorised"),
-           "field 'methods.memory.vectorised'", "unknown method id", "kopt catalog")
+           "field 'methods.memory.vectorised'", "unknown method id",
+           "did you mean 'memory.vectorized_access'?", "kopt catalog")
+
+
+def test_baseline_outside_the_restrictions(tmp_path):
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"CHUNK >= 128"'), "field 'restrictions[0]'",
+           "the baseline {'CHUNK': 64} violates 'CHUNK >= 128'", "dims[0] = {'N': 1024}",
+           "change `baseline` or the restriction")
+
+
+def test_args_names_an_unknown_dim(tmp_path):
+    expect(tmp_path, GOOD.replace("args: {x: [N], y: [N]}", "args: {x: [Q], y: [N]}"),
+           "field 'args.x[0]'", "'Q' names 'Q', which is neither a dim of the top-level dims[0] "
+           "(N) nor in `scalars`")
 
 
 def test_bad_restriction(tmp_path):
