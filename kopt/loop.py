@@ -8,7 +8,8 @@ winner plus half that of the baseline). A gain selects the winner's methods
 and makes it the next baseline. A method is ineffective (under the bottleneck
 it was tried against; admissible again once the bottleneck changes) when no
 triple holding it beat, beyond noise, the best candidate of the same triple
-without it -- so a method riding along with another one's gain is not credited.
+without it -- so a method riding along with another one's gain is not credited --
+or, where that triple failed or was not measured, the iteration's baseline.
 """
 
 from __future__ import annotations
@@ -142,11 +143,9 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
         for i, m in enumerate(t):
             if m:
                 without = t[:i] + (None,) + t[i + 1:]
-                ref = best_of.get(without)
-                if ref is None and not any(without):
-                    ref = 1.0  # the baseline itself
-                if not ref:
-                    continue  # the same triple without m failed or was not run: no evidence
+                # the same triple without m; when it failed or was not run (e.g. outside a
+                # --max-candidates sample), the iteration's baseline (speedup 1) instead
+                ref = best_of.get(without) or 1.0
                 gain_of[m] = max(gain_of.get(m, 0.0), sp / ref)
     for m, g in gain_of.items():
         if g <= 1 + noise:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
-from kopt.expand import admissible_triples, scan_axes
+from kopt.expand import admissible_triples, expand, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Sweep
 from kopt.store import connect
@@ -33,7 +33,8 @@ def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
 
 def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any]]:
     """Per device class: the state it continues from, every realized method's scan
-    (admitted or skipped with the reason) and the triples the next iteration will run.
+    (admitted or skipped with the reason), the triples the next iteration will run and
+    ``empty_triples``: admissible ones whose every launch config the restrictions exclude.
 
     Without a stored run of this sweep it answers for iteration 1 on this machine's
     device (no NCU evidence: every method counts as triggered).
@@ -59,12 +60,16 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
         space = sweep.space(r["backend"])
         ctx = st.context()
         scans = scan_axes(space, cat, sm, ctx=ctx)
-        triples = admissible_triples(space, cat, sm, ctx=ctx)
+        triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
+        # a triple whose every launch config the restrictions exclude runs nothing
+        cands = expand(space, cat, sm, ctx=ctx)
+        have = {c.triple for c in cands} | {t for c in cands for t in c.aliases}
         plans.append({
             "device_class": r["device_class"], "run_id": r["run_id"],
             "next_iteration": int(r["iteration"]) + 1, "selected": ctx.selected,
             "bottleneck": ctx.bottleneck, "evidence": ctx.triggered is not None,
             "stop": st.stop,
             "scan": {a: [asdict(s) for s in v] for a, v in scans.items()},
-            "triples": [list(t) for t in triples if any(t)]})
+            "triples": [list(t) for t in triples if t in have],
+            "empty_triples": [list(t) for t in triples if t not in have]})
     return plans

@@ -92,3 +92,30 @@ def test_a_selected_method_is_never_also_ineffective():
     st = close_iteration(IterState(), ranked, 1, {}, "memory")
     assert st.selected == [U, V] and st.best["candidate_id"] == "w"
     assert st.ineffective == {P: "memory"}
+
+
+def test_without_the_same_triple_minus_the_method_the_baseline_is_the_reference():
+    """A capped sample (--max-candidates) may hold (U, V) but neither (U, None) nor (None, V):
+    then each method is judged against the baseline, so a triple that gains nothing marks
+    both ineffective (kopt propose would otherwise offer the same triple again)."""
+    ranked = [cand("b", (None, None, None), 1.0, base=True), cand("w", (U, V, None), 1.004)]
+    st = close_iteration(IterState(), ranked, 1, {}, None)
+    assert st.stop.startswith("no gain beyond noise")
+    assert st.ineffective == {U: None, V: None}
+    ctx = st.context()  # no NCU: the bottleneck stays unknown, so both stay skipped
+    assert ctx.ineffective == {U: None, V: None} and ctx.bottleneck is None
+
+
+def test_propose_sets_apart_triples_the_restrictions_empty(tmp_path):
+    """An admissible triple whose every launch config a restriction excludes would run
+    nothing: propose lists it apart instead of among the triples to run."""
+    from kopt.propose import propose
+
+    spec = SPEC.replace("params: {T: [1, 2]}",
+                        'params: {T: [1, 2]}\n    restrictions: ["VEC == 1 or T == 3"]')
+    sw = load_sweep(write_sweep(tmp_path / "s", spec, {"k.cpp": VADD_CPP, "ref.py": VADD_REF}))
+    plan = propose(sw, tmp_path / "empty-store")[0]
+    assert plan["device_class"] == "local-cpu" and plan["next_iteration"] == 1
+    assert [None, V, None] in plan["empty_triples"] and [U, V, None] in plan["empty_triples"]
+    assert not any(V in t for t in plan["triples"])
+    assert [U, None, None] in plan["triples"]
