@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from kopt.store import QueryError, default_root
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
 
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
@@ -73,6 +75,7 @@ class ProgressObserver(Observer):
         self.failed = 0
         self.iteration = 0
         self.label = ""
+        self._last_beat = time.monotonic()
 
     def on_run(self, run_id: str, store: Path) -> None:
         self.run_id, self.store = run_id, store
@@ -129,6 +132,7 @@ class ProgressObserver(Observer):
             self.failed += n_jobs
             self.p.advance(self.tr, n_jobs)
             self.p.update(self.tr, extra=f"failed {self.failed}")
+        self._heartbeat()
 
     def on_result(self, row: dict[str, Any]) -> None:
         if row["status"] == "compile_error":
@@ -137,6 +141,20 @@ class ProgressObserver(Observer):
             self.failed += 1
         self.p.advance(self.tr)
         self.p.update(self.tr, extra=f"failed {self.failed}")
+        self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        """Without a terminal (a CI log, a file) the bars only draw at the end: a plain
+        progress line every HEARTBEAT_S seconds instead."""
+        now = time.monotonic()
+        if console.is_terminal or now - self._last_beat < HEARTBEAT_S:
+            return
+        self._last_beat = now
+        tasks = {t.id: t for t in self.p.tasks}
+        b, r = tasks[self.tb], tasks[self.tr]
+        console.print(f"{self.label or f'it {self.iteration}'}: built {b.completed:.0f}/"
+                      f"{b.total:.0f}, ran {r.completed:.0f}/{r.total:.0f}, failed "
+                      f"{self.failed}", highlight=False)
 
     def on_finish(self, summary: Any) -> None:
         self.p.stop()
@@ -201,8 +219,11 @@ def _rate(r: dict[str, Any]) -> str:
 
 
 def _methods(r: dict[str, Any]) -> str:
-    ms = [r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
-    return " + ".join(m for m in ms if m) or "(no method)"
+    """The candidate's methods: those carried from earlier iterations' winners (``carried``,
+    a JSON list, when the row has it) and its own triple."""
+    ms = json.loads(r.get("carried") or "[]") + [
+        r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
+    return " + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)"
 
 
 @main.command()
@@ -292,12 +313,12 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     else:
         exit_code = 0
     t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend}); "
-                    "* = the loop's named winner")
-    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
-              "rate"):
+                    "* = the loop's named winner; speedup over iteration 1's baseline")
+    for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
+              "speedup", "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]),
+        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), str(r["iteration"]),
                   ("* " if r["named"] else "") + _methods(r)
                   + (" (baseline)" if r["is_baseline"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
@@ -445,6 +466,11 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
         out.print(f"{len(p['triples'])} triples besides the baseline:")
         for tr in p["triples"]:
             out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
+        if p.get("empty_triples"):
+            out.print(f"{len(p['empty_triples'])} admissible triples with no candidate (the "
+                      "restrictions exclude every launch config):")
+            for tr in p["empty_triples"]:
+                out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
 
 
 @main.command()

@@ -157,9 +157,12 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                            else "a clear winner")
                 md.append(f"- iteration {st.iteration}: {len(c)} contenders within noise of "
                           f"the fastest were re-measured side by side (interleaved): {verdict}:")
+                # labels are against the fastest contender: it is the reference, not TIED
+                ordered = sorted(c.items(), key=lambda kv: kv[1]["median_ms"])
                 md += [f"  - {'**named** ' if k == won else ''}{desc.get(k, k)} ({k}): "
-                       f"{v['label']}, {v['median_ms']:.4g} ms"
-                       for k, v in sorted(c.items(), key=lambda kv: kv[1]["median_ms"])]
+                       f"{'fastest (the reference)' if i == 0 else v['label']}, "
+                       f"{v['median_ms']:.4g} ms"
+                       for i, (k, v) in enumerate(ordered)]
         suffix = ".cu" if rec["backend"] == "cuda" else ".cpp"
         src = realized_source(Path(rec["sweep_dir"]), rec["backend"],
                               best.get("defines") or {},

@@ -34,16 +34,38 @@ order by device_class, dims
 """
 
 TOP_SQL = """
-with """ + NAMED_CTE + """
-select device_class, dims, candidate_id, is_baseline, compute_method, memory_method,
-       latency_method, params, median_ms, iqr_ms, speedup, tflops, gbps, registers, spill_bytes,
-       coalesce(candidate_id = named_id, false) as named
-from candidates left join named using (run_id, device_class)
-where run_id = $run_id and status = 'ok' and final
-qualify row_number() over (partition by device_class, dims
-                           order by coalesce(candidate_id = named_id, false) desc,
-                                    median_ms) <= $k
-order by device_class, dims, named desc, median_ms
+with """ + NAMED_CTE + """,
+ok as (
+  select * from candidates where run_id = $run_id and status = 'ok' and final
+),
+-- iteration 1's baseline per class and size: every row's speedup is over it
+first_base as (
+  select device_class, dims, median_ms as base_ms from ok where is_baseline
+  qualify row_number() over (partition by device_class, dims order by iteration) = 1
+),
+-- methods selected before an iteration: applied to all its candidates, not in their triple
+carried as (
+  select iteration + 1 as iteration, device_class, state->>'$.selected' as carried
+  from iterations where run_id = $run_id
+  qualify row_number() over (partition by iteration, device_class order by created_at desc) = 1
+),
+-- a winner is the next iteration's baseline: one row per candidate, where it was found
+found as (
+  select * from ok
+  qualify row_number() over (partition by device_class, dims, candidate_id
+                             order by iteration) = 1
+)
+select f.device_class, f.dims, f.iteration, f.candidate_id, f.is_baseline, f.compute_method,
+       f.memory_method, f.latency_method, c.carried, f.params, f.median_ms, f.iqr_ms,
+       f.speedup as speedup_in_iteration, b.base_ms / f.median_ms as speedup, f.tflops, f.gbps,
+       f.registers, f.spill_bytes, coalesce(f.candidate_id = n.named_id, false) as named
+from found f left join named n using (run_id, device_class)
+left join first_base b using (device_class, dims)
+left join carried c using (iteration, device_class)
+qualify row_number() over (partition by f.device_class, f.dims
+                           order by coalesce(f.candidate_id = n.named_id, false) desc,
+                                    f.median_ms) <= $k
+order by f.device_class, f.dims, f.median_ms
 """
 
 
@@ -79,5 +101,13 @@ def best(sweep: str, store: Path | str | None = None, run_id: str | None = None
 
 
 def top(run_id: str, k: int = 5, store: Path | str | None = None) -> list[dict[str, Any]]:
-    """The ``k`` fastest correct candidates of a run per device class and dims."""
+    """The ``k`` fastest correct candidates of a run per device class and dims, the loop's
+    named winner always among them, fastest first.
+
+    A candidate measured in several iterations (a winner is the next iteration's baseline)
+    is one row, from the iteration that found it. Returns dicts with ``iteration``, the
+    triple, ``carried`` (JSON list of the methods selected before that iteration, applied
+    to every candidate of it), params, median_ms, iqr_ms, ``speedup`` (over iteration 1's
+    baseline, same class and dims), ``speedup_in_iteration`` (over that iteration's
+    baseline) and ``named``."""
     return _rows(TOP_SQL, {"run_id": run_id, "k": k}, store)

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from kopt.compare import label
 from kopt.pipeline import run_sweep
-from kopt.select import best
+from kopt.select import best, top
 from kopt.spec import load_sweep
 from kopt.store import query
 
@@ -160,6 +160,20 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
                          store)
         assert json.loads(base2[0][0])["REPEAT"] == 1
     assert st.stop  # reached --iterations 2, or no gain beyond noise in iteration 2
+
+    # the closing table: one row per candidate (a winner is also the next baseline), the
+    # named winner among them once, its full method set, speedups over iteration 1's baseline
+    rows = top(s.run_id, 50, store)
+    assert len({r["candidate_id"] for r in rows}) == len(rows)
+    named = [r for r in rows if r["named"]]
+    assert len(named) == 1 and named[0]["candidate_id"] == st.best["candidate_id"]
+    base1 = next(r for r in rows if r["is_baseline"] and r["iteration"] == 1)
+    assert base1["speedup"] == pytest.approx(1.0)
+    for r in rows:
+        assert r["speedup"] == pytest.approx(base1["median_ms"] / r["median_ms"])
+        if r["iteration"] == 2:  # iteration 1's selection rides along
+            assert "compute.ilp_unroll" in json.loads(r["carried"])
+    assert [r["median_ms"] for r in rows] == sorted(r["median_ms"] for r in rows)
     _, prof = query("select distinct profile_status, profile_error from candidates "
                     "where profile_status is not null", store)
     assert prof == [("not_profiled", "NCU needs the cuda backend")]
@@ -168,6 +182,8 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     text = summary.read_text()
     assert "## Iterations on cpu-" in text and "compute.ilp_unroll" in text
     assert ("re-measured side by side" in text) == bool(first["contest"])
+    if first["contest"]:  # labels are against the fastest contender, not TIED with itself
+        assert "fastest (the reference)" in text
     assert ("**tie**" in text) == (len(first["tie"]) > 1)
     assert (tmp_path / "rep" / "speedup_per_iteration.png").read_bytes()[:4] == b"\x89PNG"
     src = next((tmp_path / "rep").glob("best-*.cpp")).read_text()
