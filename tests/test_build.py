@@ -124,6 +124,9 @@ def test_sgemm_restrictions_keep_tensor_core_tiles_whole():
         smem = (d["STAGES"] * (bm * (d["BK"] + 4) + d["BK"] * bn) * 4
                 + 2 * (bm * (d["BK"] + 8) + d["BK"] * (bn + 8)) * 2)
         assert smem <= 232448, d
+    # no knob a path ignores: PAD on the cp.async ring, VEC on the tensor-core paths
+    assert not any(c.defines.get("PAD") and c.defines.get("USE_CP_ASYNC") for c in cands)
+    assert not any(d.get("VEC", 1) != 1 for d in tc + mp)
     # and a bf16x3 candidate that does need more than 48 KB is in the space
     assert any(d.get("TM") == 8 and d.get("TN") == 8 and d["BK"] == 32 for d in mp)
 

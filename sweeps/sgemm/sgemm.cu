@@ -1,5 +1,6 @@
 // sgemm.cu -- C = A @ B, float32, row-major: A [M, K], B [K, N], C [M, N].
-// FP32 FMA on CUDA cores, or 3xTF32 on tensor cores (TC, about fp32 accuracy).
+// FP32 FMA on CUDA cores, or tensor cores with about fp32 accuracy: 3xTF32 (TC) or
+// bf16x3 (MP).
 //
 // Thread block: BX x BY threads (dim3(BX, BY)); each thread computes a
 // TM x TN patch of C, so a block computes a BM x BN tile, BM = BY*TM,
@@ -20,7 +21,8 @@
 //                 staged in shared memory (A transposed, As[BK][BM + PAD], so
 //                 the inner loop reads consecutive rows), one __syncthreads()
 //                 pair per K step. The tiled paths need M % BM == 0,
-//                 N % BN == 0 and K % BK == 0 (the sweep's restrictions).
+//                 N % BN == 0 and K % BK == 0 (no bounds checks): solve()
+//                 refuses other sizes, writes nothing and says so on stderr.
 //   VEC           memory.vectorized_access (implies TILED): float4 (LDG.128)
 //                 global loads of both tiles, and, when TM % 4 == 0 and
 //                 TN % 4 == 0, float4 shared reads of the fragments and
@@ -54,7 +56,7 @@
 //   MP            compute.mixed_precision (implies the cp.async path, sm_80+):
 //                 bf16x3 on tensor cores (wmma m16n16k16, fp32 accumulate): after
 //                 each fp32 tile lands, the block splits it once into bf16 high and
-//                 low parts (x = hi + lo + O(2^-17 |x|)) in shared memory, and each
+//                 low parts (|x - hi - lo| <= 2^-18 |x|) in shared memory, and each
 //                 warp accumulates Ahi*Blo + Alo*Bhi + Ahi*Bhi: about 16 mantissa
 //                 bits per operand (~1e-5 relative per product, within the sweep's
 //                 rtol 1e-3), half the tensor-core instructions of 3xTF32 per K.
@@ -68,6 +70,7 @@
 // Every kernel has __launch_bounds__(BX*BY, MIN_BLOCKS) (MIN_BLOCKS default 1)
 // so ptxas never allocates more registers than a block can get.
 #include <cuda_runtime.h>
+#include <cstdio>
 #if TC || MP
 #include <mma.h>
 #endif
@@ -651,13 +654,25 @@ __global__ void __launch_bounds__(NTHREADS, MIN_BLOCKS) sgemm_kernel(const float
 
 extern "C" void solve(const float* A, const float* B, float* C, int M, int N, int K) {
     if (M <= 0 || N <= 0) return;
+#if TILED
+    if (M % BM != 0 || N % BN != 0 || K % BK != 0) {  // whole tiles only: C stays unwritten
+        fprintf(stderr, "sgemm.cu: this build needs M %% %d == 0, N %% %d == 0, K %% %d == 0 "
+                        "(got M=%d N=%d K=%d)\n", BM, BN, BK, M, N, K);
+        return;
+    }
+#endif
     const dim3 block(BX, BY);
     const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
 #if MP
-    // the first call opts the kernel into more than 48 KB of dynamic shared memory
-    static const cudaError_t opt_in =
+    // opt the kernel into more than 48 KB of dynamic shared memory, once per device (the
+    // attribute is per device); a failure surfaces as the launch's error
+    static int opted_in = -1;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev != opted_in) {
         cudaFuncSetAttribute(sgemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MP_SMEM);
-    (void)opt_in;  // a failure surfaces as the launch's error
+        opted_in = dev;
+    }
     sgemm_kernel<<<grid, block, MP_SMEM, 0>>>(A, B, C, M, N, K);
 #else
     sgemm_kernel<<<grid, block, 0, 0>>>(A, B, C, M, N, K);
