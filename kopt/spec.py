@@ -414,10 +414,11 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         if a not in argnames:
             raise err(f"args.{a}", f"{src.name} has no {sig.name} argument {a!r} "
                                    f"(it has: {', '.join(a.name for a in sig.args)})")
+    dp = prefix if blk.dims is not None else ""  # where these dims are written
     for i, d in enumerate(dims):
         for k, v in d.items():
             if v < 0:
-                raise err(f"{prefix}dims[{i}].{k}", f"{v} is negative; dims are sizes")
+                raise err(f"{dp}dims[{i}].{k}", f"{v} is negative; dims are sizes")
         for s in sig.scalars:
             if s.name not in d and s.name not in sf.scalars:
                 raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
@@ -437,11 +438,14 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                         v = parse(e)({**d, **sf.scalars})
                     except KeyError as ex:
                         raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}, which is "
-                                  f"neither a dim of {prefix or 'the top-level '}dims[{i}] "
+                                  f"neither a dim of {dp or 'the top-level '}dims[{i}] "
                                   f"({', '.join(d) or 'none'}) nor in `scalars`") from None
+                    except ZeroDivisionError:
+                        raise err(f"args.{a}[{j}]", f"{e!r} divides by zero with "
+                                  f"{dp}dims[{i}] = {d}") from None
                     except ExprError as ex:
                         raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with "
-                                  f"{prefix}dims[{i}] = {d}: {ex}") from None
+                                  f"{dp}dims[{i}] = {d}: {ex}") from None
                     if not isinstance(v, int) or v < 0:
                         raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r}, not a size")
 
@@ -486,9 +490,15 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         expr = parse(r)
         for j, d in enumerate(dims):
             env = {**d, **baseline}
-            if expr.names <= env.keys() and not _holds(expr, env):
+            if not expr.names <= env.keys():
+                continue
+            try:
+                ok, why = bool(expr(env)), "violates"
+            except ZeroDivisionError:  # expand excludes such a candidate too
+                ok, why = False, "divides by zero in"
+            if not ok:
                 raise err(f"{prefix}restrictions[{i}]",
-                          f"the baseline {baseline} violates {r!r} for {prefix}dims[{j}] = {d}; "
+                          f"the baseline {baseline} {why} {r!r} for {dp}dims[{j}] = {d}; "
                           f"change `{prefix}baseline` or the restriction")
     if blk.launch is not None:
         _check_launch(blk.launch, prefix, params, baseline, dims, sf.scalars, err)
@@ -498,13 +508,6 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
         timing=blk.timing or sf.timing, launch=blk.launch)
-
-
-def _holds(expr: Any, env: dict[str, Any]) -> bool:
-    try:
-        return bool(expr(env))
-    except ZeroDivisionError:
-        return False
 
 
 def launch_entries(launch: Launch) -> list[tuple[str, str | int]]:

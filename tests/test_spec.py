@@ -169,3 +169,10 @@ def test_restriction_names_are_checked_in_every_backend_section(tmp_path):
     expect(tmp_path, fixed.replace('"CHUNK <= N"', '"CHUNKS <= N"'),
            "field 'cpu.restrictions[0]'", "names ['CHUNKS']", **files)
     assert load_sweep(make(tmp_path, fixed, **files)).space("cpu").restrictions == ["CHUNK <= N"]
+
+
+def test_zero_division_in_args_or_a_baseline_restriction(tmp_path):
+    expect(tmp_path, GOOD.replace("args: {x: [N], y: [N]}", 'args: {x: ["N // (N - N)"], y: [N]}'),
+           "field 'args.x[0]'", "divides by zero with dims[0] = {'N': 1024}")
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"N // (CHUNK - 64) > 0"'),
+           "field 'restrictions[0]'", "divides by zero in 'N // (CHUNK - 64) > 0'")
