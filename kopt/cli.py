@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,8 @@ class ProgressObserver(Observer):
         self.failed = 0
         self.iteration = 0
         self.label = ""
-        self._last_beat = time.monotonic()
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
 
     def on_run(self, run_id: str, store: Path) -> None:
         self.run_id, self.store = run_id, store
@@ -91,6 +93,10 @@ class ProgressObserver(Observer):
                 console.print(f"device: {d['name']} ({d['device_class']}, "
                               f"{d.get('node_ip', '')})", highlight=False)
             self.p.start()
+            if not console.is_terminal:  # a CI log, a file: the bars only draw at the end
+                self._beat_thread = threading.Thread(target=self._beat, daemon=True,
+                                                     name="kopt-progress")
+                self._beat_thread.start()
         else:
             for t in list(self.p.task_ids):
                 self.p.remove_task(t)
@@ -132,7 +138,6 @@ class ProgressObserver(Observer):
             self.failed += n_jobs
             self.p.advance(self.tr, n_jobs)
             self.p.update(self.tr, extra=f"failed {self.failed}")
-        self._heartbeat()
 
     def on_result(self, row: dict[str, Any]) -> None:
         if row["status"] == "compile_error":
@@ -141,23 +146,22 @@ class ProgressObserver(Observer):
             self.failed += 1
         self.p.advance(self.tr)
         self.p.update(self.tr, extra=f"failed {self.failed}")
-        self._heartbeat()
 
-    def _heartbeat(self) -> None:
-        """Without a terminal (a CI log, a file) the bars only draw at the end: a plain
-        progress line every HEARTBEAT_S seconds instead."""
-        now = time.monotonic()
-        if console.is_terminal or now - self._last_beat < HEARTBEAT_S:
-            return
-        self._last_beat = now
-        tasks = {t.id: t for t in self.p.tasks}
-        b, r = tasks[self.tb], tasks[self.tr]
-        console.print(f"{self.label or f'it {self.iteration}'}: built {b.completed:.0f}/"
-                      f"{b.total:.0f}, ran {r.completed:.0f}/{r.total:.0f}, failed "
-                      f"{self.failed}", highlight=False)
+    def _beat(self) -> None:
+        """Without a terminal the bars only draw at the end: a plain progress line every
+        HEARTBEAT_S seconds instead, also while nothing completes (long builds, a contest)."""
+        t0 = time.monotonic()
+        while not self._beat_stop.wait(HEARTBEAT_S):
+            tasks = {t.id: t for t in self.p.tasks}
+            b, r = tasks.get(self.tb), tasks.get(self.tr)
+            if b is None or r is None:  # between iterations
+                continue
+            console.print(f"{self.label or f'it {self.iteration}'}: built {b.completed:.0f}/"
+                          f"{b.total:.0f}, ran {r.completed:.0f}/{r.total:.0f}, failed "
+                          f"{self.failed} ({time.monotonic() - t0:.0f} s)", highlight=False)
 
     def on_finish(self, summary: Any) -> None:
-        self.p.stop()
+        self.stop()
         for dc, st in summary.states.items():
             if st.stop:
                 console.print(f"{dc}: the loop stopped after iteration {st.iteration}: "
@@ -170,6 +174,9 @@ class ProgressObserver(Observer):
                              f"re-measured side by side: {msg}", highlight=False)
 
     def stop(self) -> None:
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join()
         self.p.stop()
 
 
@@ -313,7 +320,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     else:
         exit_code = 0
     t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend}); "
-                    "* = the loop's named winner; speedup over iteration 1's baseline")
+                    "* = the loop's named winner; speedup over iteration 1's baseline, chained "
+                    "through each iteration's baseline")
     for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
               "speedup", "rate"):
         t.add_column(c, overflow="fold")
@@ -468,7 +476,8 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
             out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
         if p.get("empty_triples"):
             out.print(f"{len(p['empty_triples'])} admissible triples with no candidate (the "
-                      "restrictions exclude every launch config):")
+                      "restrictions, or in kernel mode the device's launch limits, exclude "
+                      "every launch config):")
             for tr in p["empty_triples"]:
                 out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
 

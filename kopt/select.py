@@ -38,14 +38,12 @@ with """ + NAMED_CTE + """,
 ok as (
   select * from candidates where run_id = $run_id and status = 'ok' and final
 ),
--- iteration 1's baseline per class and size: every row's speedup is over it
-first_base as (
-  select device_class, dims, median_ms as base_ms from ok where is_baseline
-  qualify row_number() over (partition by device_class, dims order by iteration) = 1
-),
--- methods selected before an iteration: applied to all its candidates, not in their triple
+-- before an iteration: the methods selected so far (applied to all its candidates, not in
+-- their triple) and the winner's speedup over iteration 1's baseline, which chains each
+-- iteration's speedup (over its own baseline, measured in the same timing run) to the first
 carried as (
-  select iteration + 1 as iteration, device_class, state->>'$.selected' as carried
+  select iteration + 1 as iteration, device_class, state->>'$.selected' as carried,
+         (state->>'$.best.total_speedup')::double as total_before
   from iterations where run_id = $run_id
   qualify row_number() over (partition by iteration, device_class order by created_at desc) = 1
 ),
@@ -57,15 +55,17 @@ found as (
 )
 select f.device_class, f.dims, f.iteration, f.candidate_id, f.is_baseline, f.compute_method,
        f.memory_method, f.latency_method, c.carried, f.params, f.median_ms, f.iqr_ms,
-       f.speedup as speedup_in_iteration, b.base_ms / f.median_ms as speedup, f.tflops, f.gbps,
+       f.speedup as speedup_in_iteration,
+       f.speedup * coalesce(c.total_before, 1.0) as speedup, f.tflops, f.gbps,
        f.registers, f.spill_bytes, coalesce(f.candidate_id = n.named_id, false) as named
 from found f left join named n using (run_id, device_class)
-left join first_base b using (device_class, dims)
 left join carried c using (iteration, device_class)
 qualify row_number() over (partition by f.device_class, f.dims
                            order by coalesce(f.candidate_id = n.named_id, false) desc,
+                                    f.speedup * coalesce(c.total_before, 1.0) desc nulls last,
                                     f.median_ms) <= $k
-order by f.device_class, f.dims, f.median_ms
+order by f.device_class, f.dims, f.speedup * coalesce(c.total_before, 1.0) desc nulls last,
+         f.median_ms
 """
 
 
@@ -105,9 +105,11 @@ def top(run_id: str, k: int = 5, store: Path | str | None = None) -> list[dict[s
     named winner always among them, fastest first.
 
     A candidate measured in several iterations (a winner is the next iteration's baseline)
-    is one row, from the iteration that found it. Returns dicts with ``iteration``, the
-    triple, ``carried`` (JSON list of the methods selected before that iteration, applied
-    to every candidate of it), params, median_ms, iqr_ms, ``speedup`` (over iteration 1's
-    baseline, same class and dims), ``speedup_in_iteration`` (over that iteration's
-    baseline) and ``named``."""
+    is one row, from the iteration that found it. Sorted by ``speedup``: medians of
+    different iterations come from different timing runs, speedups over each iteration's
+    own baseline do not. Returns dicts with ``iteration``, the triple, ``carried`` (JSON
+    list of the methods selected before that iteration, applied to every candidate of it),
+    params, median_ms, iqr_ms, ``speedup_in_iteration`` (over that iteration's baseline,
+    same class and dims), ``speedup`` (chained to iteration 1's baseline through the
+    winners before: kopt.loop's total speedup) and ``named``."""
     return _rows(TOP_SQL, {"run_id": run_id, "k": k}, store)

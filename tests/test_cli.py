@@ -101,12 +101,13 @@ def test_report_of_a_run_with_no_correct_candidate(ray_local, tmp_path):
 
 def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, monkeypatch):
     """In a CI log or a file the progress bars only draw at the end: the sweep prints a
-    plain 'built a/b, ran c/d' line every HEARTBEAT_S seconds instead (0 here: each event)."""
+    plain 'built a/b, ran c/d' line every HEARTBEAT_S seconds instead (0.2 s here)."""
     import kopt.cli
 
-    monkeypatch.setattr(kopt.cli, "HEARTBEAT_S", 0.0)
+    monkeypatch.setattr(kopt.cli, "HEARTBEAT_S", 0.2)
     r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
             "--max-candidates", "3", "--store", str(tmp_path / "st"))
     assert r.exit_code == 0, r.output
     beats = [ln for ln in r.output.splitlines() if ln.startswith("it 1: built ")]
-    assert beats and beats[-1].startswith("it 1: built 3/3, ran 3/3, failed 0"), r.output
+    assert len(beats) >= 3, r.output  # a CPU run of 3 candidates takes seconds
+    assert any(ln.startswith("it 1: built 3/3, ran ") for ln in beats), r.output
