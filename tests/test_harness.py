@@ -167,3 +167,17 @@ def test_a_contest_times_contenders_side_by_side(tmp_path):
     entries[1] = job(wrong, src, ref, job_key="b")
     res = h.run({**entries[0], "contest": entries, "rounds": 12})
     assert res["status"] == "wrong_result" and res["error"].startswith("b: ")
+
+
+def test_what_a_refusing_kernel_prints_is_in_the_error(tmp_path, sandbox):
+    """A solve that refuses the sizes (sgemm.cu's whole-tile check) leaves the output
+    unwritten and says why on stderr: the wrong_result error carries that text."""
+    d = write_sweep(tmp_path / "refuse", "kernel: k.cpp\ndims: [{N: 8}]\n", {
+        "k.cpp": '#include <cstdio>\nextern "C" void solve(const float* x, float* y, int N) {'
+                 ' if (N % 3) { fprintf(stderr, "k.cpp: needs N %% 3 == 0 (got N=%d)\\n", N);'
+                 ' return; } for (int i = 0; i < N; ++i) y[i] = 2 * x[i]; }',
+        "ref.py": "def reference(x, N):\n    return 2 * x\n"})
+    res = sandbox.run(job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp",
+                          d / "ref.py"), timeout_s=10)
+    assert res["status"] == "wrong_result"
+    assert "the kernel printed: k.cpp: needs N % 3 == 0 (got N=4096)" in res["error"], res["error"]

@@ -94,6 +94,10 @@ class Sandbox:
             return {"status": "crashed", "error": f"harness died: {describe_exit(code)}. "
                     f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
         res["wall_s"] = time.perf_counter() - t0
+        if res.get("status") not in (None, "ok"):  # what the kernel's code said, e.g. why
+            said = self.tail(pos, 500)             # solve() refused the sizes
+            if said:
+                res["error"] = f"{res.get('error') or ''}; the kernel printed: {said}".lstrip("; ")
         if res.pop("fatal", False):
             self.kill()
             self.restarts += 1

@@ -665,12 +665,19 @@ extern "C" void solve(const float* A, const float* B, float* C, int M, int N, in
     const dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
 #if MP
     // opt the kernel into more than 48 KB of dynamic shared memory, once per device (the
-    // attribute is per device); a failure surfaces as the launch's error
+    // attribute is per device; the harness calls solve from one thread). The sweep's limit
+    // is sm_90's 227 KB: a smaller device refuses larger tiles here, by name
     static int opted_in = -1;
     int dev = 0;
     cudaGetDevice(&dev);
     if (dev != opted_in) {
-        cudaFuncSetAttribute(sgemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MP_SMEM);
+        const cudaError_t e =
+            cudaFuncSetAttribute(sgemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MP_SMEM);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "sgemm.cu: bf16x3 needs %d bytes of shared memory per block, more "
+                            "than device %d allows (%s)\n", (int)MP_SMEM, dev, cudaGetErrorString(e));
+            return;
+        }
         opted_in = dev;
     }
     sgemm_kernel<<<grid, block, MP_SMEM, 0>>>(A, B, C, M, N, K);
