@@ -9,7 +9,8 @@ and makes it the next baseline. A method is ineffective (under the bottleneck
 it was tried against; admissible again once the bottleneck changes) when no
 triple holding it beat, beyond noise, the best candidate of the same triple
 without it -- so a method riding along with another one's gain is not credited --
-or, where that triple failed or was not measured, the iteration's baseline.
+or, where that triple failed or was not measured (a --max-candidates sample), the
+iteration's baseline; then a method can take credit for its triple partner's gain.
 """
 
 from __future__ import annotations
