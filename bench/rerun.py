@@ -54,12 +54,13 @@ def run_sweep(sweep_dir: Path, store: Path, backend: str, log: Path) -> tuple[fl
 
 def ranked(store: Path, run_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Correct, final candidates of a run per (device_class, dims), the winner first: the
-    loop's named winner when there is one, then ascending median (``kopt.select.top``).
+    loop's named winner when there is one, then ``kopt.select.top``'s order (one iteration:
+    ascending median).
     Each row: candidate_id, params, median_ms, iqr_ms, ..."""
     from kopt.select import top
 
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in top(run_id, 10**6, store):
+    for r in sorted(top(run_id, 10**6, store), key=lambda r: not r["named"]):  # stable
         out.setdefault((r["device_class"], r["dims"]), []).append(r)
     return out
 

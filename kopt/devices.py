@@ -16,7 +16,9 @@ run on nodes of that class's platform (:func:`build_nodes`).
 
 from __future__ import annotations
 
+import os
 import platform as _platform
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,9 +85,6 @@ def local_compute_caps(visible: str | None = None) -> list[int] | None:
     """SM archs (e.g. 90) of this machine's GPUs that ``CUDA_VISIBLE_DEVICES`` (or
     ``visible``) leaves visible, from ``nvidia-smi``; None when it cannot tell (no
     nvidia-smi, an entry it cannot match, no GPU)."""
-    import os
-    import subprocess
-
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,compute_cap",
                               "--format=csv,noheader"], capture_output=True, text=True,

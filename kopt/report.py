@@ -133,7 +133,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                     fails.setdefault(c["status"], []).append(c.get("error") or "")
             md += ["", f"### No correct candidate on {dc}", ""] + [
                 f"- {st_}: {len(errs)}; first error: "
-                f"`{(errs[0] or '-').splitlines()[0][:200] if errs[0] else '-'}`"
+                f"`{((errs[0] or '').splitlines() or ['-'])[0][:200]}`"
                 for st_, errs in sorted(fails.items())]
             continue
         md += ["", f"### Best candidate on {dc}", "",

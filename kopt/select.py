@@ -49,23 +49,20 @@ carried as (
 ),
 -- a winner is the next iteration's baseline: one row per candidate, where it was found
 found as (
-  select * from ok
-  qualify row_number() over (partition by device_class, dims, candidate_id
-                             order by iteration) = 1
+  select ok.*, c.carried, ok.speedup * coalesce(c.total_before, 1.0) as chained
+  from ok left join carried c using (iteration, device_class)
+  qualify row_number() over (partition by ok.device_class, ok.dims, ok.candidate_id
+                             order by ok.iteration) = 1
 )
 select f.device_class, f.dims, f.iteration, f.candidate_id, f.is_baseline, f.compute_method,
-       f.memory_method, f.latency_method, c.carried, f.params, f.median_ms, f.iqr_ms,
-       f.speedup as speedup_in_iteration,
-       f.speedup * coalesce(c.total_before, 1.0) as speedup, f.tflops, f.gbps,
+       f.memory_method, f.latency_method, f.carried, f.params, f.median_ms, f.iqr_ms,
+       f.speedup as speedup_in_iteration, f.chained as speedup, f.tflops, f.gbps,
        f.registers, f.spill_bytes, coalesce(f.candidate_id = n.named_id, false) as named
 from found f left join named n using (run_id, device_class)
-left join carried c using (iteration, device_class)
 qualify row_number() over (partition by f.device_class, f.dims
                            order by coalesce(f.candidate_id = n.named_id, false) desc,
-                                    f.speedup * coalesce(c.total_before, 1.0) desc nulls last,
-                                    f.median_ms) <= $k
-order by f.device_class, f.dims, f.speedup * coalesce(c.total_before, 1.0) desc nulls last,
-         f.median_ms
+                                    f.chained desc nulls last, f.median_ms) <= $k
+order by f.device_class, f.dims, f.chained desc nulls last, f.median_ms
 """
 
 

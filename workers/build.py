@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from typing import Any
 
 from workers import nvrtc
 from workers.ptxas import as_dicts, parse_ptxas, summarize
+from workers.reap import limited, package_env
 
 SHIM = Path(__file__).with_name("kopt_shim.h")
 # nvcc's -O is the host compiler's level only. Host -O0 would save ~25 ms of a ~1.9 s
@@ -42,24 +44,15 @@ COMPILE_TIMEOUT_S = float(os.environ.get("KOPT_COMPILE_TIMEOUT_S", 600))
 COMPILE_MEM_GB = float(os.environ.get("KOPT_COMPILE_MEM_GB", 8))
 
 
-def _limit_memory() -> None:
-    import resource
-
-    from workers.reap import die_with_parent
-
-    cap = int(COMPILE_MEM_GB * 2**30)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    die_with_parent()  # workers.reap then kills the compiler's whole process group
+# the compiler wrapper's set-up: memory cap, and SIGTERM when the build task dies (then
+# workers.reap kills the compiler's whole process group)
+_limit_memory = limited(int(COMPILE_MEM_GB * 2**30), signal.SIGTERM)
 
 
 def _reaped(cmd: list[str], timeout_s: float) -> tuple[list[str], dict[str, str]]:
     """``cmd`` wrapped in workers.reap (its process group dies on timeout or with the
     build task) and the environment that finds the ``workers`` package."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
-                                else "")
-    return [sys.executable, "-m", "workers.reap", f"{timeout_s:g}", *cmd], env
+    return [sys.executable, "-m", "workers.reap", f"{timeout_s:g}", *cmd], package_env()
 
 
 def cache_root() -> Path:

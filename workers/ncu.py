@@ -162,16 +162,18 @@ def kernel_regex(kernels: list[str]) -> str:
 
 def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
              sections: list[str] | None, timeout_s: float, env: dict[str, str] | None,
-             tmp: Path) -> ProfileResult:
+             tmp: Path) -> tuple[ProfileResult, str]:
     """Run ncu on ``python -m workers.ncu_target TARGET...`` under the node's ncu lock, in
     its own process group, TMPDIR ``tmp``; the report is ``tmp/report.ncu-rep``. Returns
-    a ProfileResult with the combined output in ``error`` when ncu exited 0 (status
-    ``ok``, no rows yet), or the failure."""
+    the outcome (status ``ok`` with no rows yet when ncu exited 0 and wrote the report,
+    else the failure) and ncu's combined output."""
     exe = ncu_exe()
     if exe is None:
-        return ProfileResult("no_ncu", "ncu not found (set $NCU or put Nsight Compute on PATH)")
+        return ProfileResult("no_ncu", "ncu not found (set $NCU or put Nsight Compute on "
+                             "PATH)"), ""
     if not kernels:
-        return ProfileResult("no_kernels", "the build reported no __global__ kernels to profile")
+        return ProfileResult("no_kernels", "the build reported no __global__ kernels to "
+                             "profile"), ""
     t0 = time.perf_counter()
     rep = tmp / "report"
     cmd = [exe, "--clock-control", "none", "--target-processes", "all",
@@ -192,7 +194,8 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
                 return ProfileResult("timeout", f"ncu ran past {timeout_s:.0f} s; killed",
-                                     command=" ".join(cmd), seconds=time.perf_counter() - t0)
+                                     command=" ".join(cmd),
+                                     seconds=time.perf_counter() - t0), ""
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     cmd_s = " ".join(cmd).replace(str(tmp), ".")
@@ -200,11 +203,11 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
     if "ERR_NVGPUCTRPERM" in out:
         return ProfileResult("no_permission", "ERR_NVGPUCTRPERM: this user may not read GPU "
                              "performance counters (see NVIDIA's ERR_NVGPUCTRPERM page)",
-                             command=cmd_s, seconds=dt)
+                             command=cmd_s, seconds=dt), out
     if p.returncode != 0 or not rep.with_suffix(".ncu-rep").exists():
         return ProfileResult("crashed", f"ncu exit code {p.returncode}: {out[-1500:]}",
-                             command=cmd_s, seconds=dt)
-    return ProfileResult("ok", out, command=cmd_s, seconds=dt)
+                             command=cmd_s, seconds=dt), out
+    return ProfileResult("ok", "", command=cmd_s, seconds=dt), out
 
 
 def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
@@ -226,10 +229,9 @@ def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
     with tempfile.TemporaryDirectory(prefix="kopt-ncu-") as tmp:
         jf = Path(tmp) / "job.json"
         jf.write_text(json.dumps(job))
-        res = _run_ncu([str(jf)], kernels, metrics, sections, timeout_s, env, Path(tmp))
+        res, out = _run_ncu([str(jf)], kernels, metrics, sections, timeout_s, env, Path(tmp))
         if res.status != "ok":
             return res
-        out = res.error
         try:
             rows = read_report(Path(tmp) / "report.ncu-rep", metrics)
         except RuntimeError as e:
@@ -297,13 +299,13 @@ def capture_many(items: list[tuple[dict[str, Any], list[str]]], metrics: list[st
     with tempfile.TemporaryDirectory(prefix="kopt-ncu-") as tmp:
         jf = Path(tmp) / "jobs.json"
         jf.write_text(json.dumps([job for job, _ in items]))
-        res = _run_ncu(["--many", str(jf)], kernels, metrics, sections,
-                       timeout_s * len(items), env, Path(tmp))
+        res, out = _run_ncu(["--many", str(jf)], kernels, metrics, sections,
+                            timeout_s * len(items), env, Path(tmp))
         if res.status in ("no_ncu", "no_permission", "timeout", "no_kernels"):
             return [res for _ in items]
         if res.status != "ok":
             return None
-        split = split_launches(res.error, len(items))
+        split = split_launches(out, len(items))
         if split is None:
             return None
         try:

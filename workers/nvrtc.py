@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workers.reap import limited, package_env
 from workers.sandbox import describe_exit
 
 MAGIC = b"KOPTKRN1"
@@ -240,25 +242,12 @@ class Compiler:
     def _start(self) -> None:
         r_child, w_parent = os.pipe()
         r_parent, w_child = os.pipe()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
-                                    else "")
-        cap = int(self.mem_gb * 2**30)
-
-        def limit() -> None:
-            import resource
-            import signal
-
-            from workers.reap import die_with_parent
-
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-            die_with_parent(signal.SIGKILL)  # no compile outlives its Ray worker
-
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workers.nvrtc", str(r_child), str(w_child)],
             pass_fds=(r_child, w_child), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env=env, preexec_fn=limit)
+            stderr=subprocess.DEVNULL, env=package_env(),
+            # memory cap; SIGKILL with its Ray worker: no compile outlives the task
+            preexec_fn=limited(int(self.mem_gb * 2**30), signal.SIGKILL))
         os.close(r_child)
         os.close(w_child)
         self.w = Connection(w_parent, readable=False)

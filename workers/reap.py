@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -28,6 +30,30 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def limited(cap_bytes: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` for a compiler child: its address space capped at ``cap_bytes``
+    (``RLIMIT_AS``: a runaway compile fails instead of taking the node's memory) and
+    ``sig`` on its parent's death (:func:`die_with_parent`)."""
+
+    def setup() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+        die_with_parent(sig)
+
+    return setup
+
+
+def package_env() -> dict[str, str]:
+    """This environment with the checkout holding ``workers`` first on ``PYTHONPATH``, so
+    that a child's ``python -m workers.<module>`` finds the package."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                else "")
+    return env
 
 
 def main(argv: list[str]) -> int:

@@ -97,7 +97,8 @@ class Sandbox:
         if res.get("status") not in (None, "ok"):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
             if said:
-                res["error"] = f"{res.get('error') or ''}; the kernel printed: {said}".lstrip("; ")
+                res["error"] = "; ".join(x for x in (res.get("error"),
+                                                     f"the kernel printed: {said}") if x)
         if res.pop("fatal", False):
             self.kill()
             self.restarts += 1
