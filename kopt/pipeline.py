@@ -606,6 +606,11 @@ class Driver:
                     raise SweepError(f"{self.sweep.reference}: inputs()/reference() failed for "
                                      f"dims {d} on {info['device_class']} ({res['status']}): "
                                      f"{res.get('error')}; nothing was built or measured")
+                for note in res.get("notes") or []:
+                    if note not in seen:
+                        seen.add(note)
+                        for o in self.observers:
+                            o.on_note(note)
 
     # -- NCU and the end of an iteration ---------------------------------------------------
     def _profile_baseline(self, space: Space, classes: dict[str, dict], compilers: dict[str, str],
@@ -1104,6 +1109,9 @@ class Driver:
             "throttled_samples": outcome.get("throttled_samples"),
             "throttled": outcome.get("throttled"),
             "wall_s": outcome.get("wall_s"), "flops": work[0], "bytes": work[1],
+            "input_sets": outcome.get("input_sets"), "full_ms": outcome.get("full_ms"),
+            "escaped_ms": outcome.get("escaped_ms"),
+            "leaked_bytes": outcome.get("leaked_bytes"),
             "created_at": now(),
         }
 

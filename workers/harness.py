@@ -7,13 +7,33 @@ outputs are made once per (reference, dims, seed) on this device, and the
 CUDA context lives as long as the process. A crash, illegal address or hang
 kills only this process; the actor records it and starts a new one.
 
-Per job: outputs poisoned (NaN, or 0x5A bytes for integers) -> ``solve`` (kernel
-mode: the ``__global__`` kernel launched through the driver API, workers.launcher) ->
-launch error check -> synchronize -> every element compared with the
-reference (``|out - ref| <= atol + rtol*|ref|``, NaN never passes) -> warm-up
-by time -> samples, each with the L2 flushed outside the timed region (a
-buffer of 2x the L2 zeroed) and CUDA events around ``solve`` (CPU: a monotonic
-clock) until the median is stable (workers.timing).
+Per job (a candidate is assumed to try to fool the check and the clock):
+
+- check: two input sets with different values (seeds ``seed`` and ``seed + 1``), each in
+  buffers of its own (other device addresses); before each call every input, in/out ones
+  too, is copied from its pristine values and outputs are poisoned (NaN, or 0x5A bytes
+  for integers); ``solve`` (kernel mode: the ``__global__`` kernel launched through the
+  driver API, workers.launcher) -> launch error check -> synchronize -> every element
+  compared with the reference (``|out - ref| <= atol + rtol*|ref|``, NaN never passes),
+  const inputs and the canaries after each output checked. The reference gets copies of
+  the inputs, so one that works in place changes nothing.
+- timing: warm-up by time, then samples until the median is stable (workers.timing).
+  Before every timed call a randomly chosen input set is copied into the buffers and the
+  outputs poisoned (an in/out argument never drifts, state kept between calls never
+  matches), the L2 is flushed (a buffer of 2x the L2 zeroed); CUDA events on torch's
+  stream around ``solve`` (CPU: a monotonic clock); after it, on the device and outside
+  the timed interval, every output element is verified against that set's tolerance band.
+- a probe: a few calls from an idle device to a device-wide synchronize: work that
+  ``solve`` left running (its own stream) makes the candidate ``escaped``.
+- device memory outside torch before and after: growth makes it ``leaked`` and the
+  process is restarted.
+- ``timing.timeout_s`` is the job's budget after its inputs are made; the sandbox kills a
+  first call that does not return in it (a hang). Later phases are sized from the first
+  call's time: what does not fit is cut, and the candidate is ``too_slow`` with the
+  samples it got.
+
+What is not caught: a kernel that fingerprints the input values and replays the outputs
+of both input sets it has seen; it must still tell the sets apart and store every output.
 """
 
 from __future__ import annotations
@@ -23,9 +43,13 @@ import importlib.util
 import inspect
 import math
 import os
+import random
+import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -43,6 +67,12 @@ MAX_DATA_ENTRIES = 2
 # HwPowerBrakeSlowdown 0x80); idle, application-clock and sync-boost bits do not count
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 GUARD = 4096  # canary elements after each output buffer
+N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
+PROBE_CALLS = 3  # calls timed from an idle device to a device-wide synchronize
+# work the events missed (ms) that makes a candidate `escaped`: over this and over
+# ESCAPE_SHARE of its median; an honest solve's host overhead is tens of microseconds
+ESCAPE_MS, ESCAPE_SHARE = 0.1, 0.5
+LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is `leaked`
 
 
 class JobError(Exception):
@@ -53,15 +83,63 @@ class JobError(Exception):
         self.status, self.fatal = status, fatal
 
 
-class Harness:
-    """State of one sandbox process on one device (``cuda`` or ``cpu``)."""
+@dataclass
+class InputSet:
+    """One set of input values and what a correct ``solve`` makes of them.
 
-    def __init__(self, device: str):
+    ``inputs``: every pointer argument ``solve`` reads (in/out ones included), pristine, on
+    the device. ``expected``: the reference's outputs. ``lo``/``hi``: per element, the
+    tolerance band ``expected -/+ (atol + rtol * |expected|)`` rounded outwards by one ulp
+    (float32 for 16-bit outputs): the cheap test that every timed call's output passes
+    (workers.harness ``Harness.verify``). ``seed``: the seed ``inputs()`` was given.
+    """
+
+    seed: int
+    inputs: dict[str, torch.Tensor]
+    expected: dict[str, torch.Tensor]
+    lo: dict[str, torch.Tensor] = field(default_factory=dict)
+    hi: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Buffers:
+    """The device memory one call of ``solve`` sees: input copies, outputs and the canary
+    (``GUARD`` elements after each output). Two are made per problem size, at different
+    addresses: the check calls ``solve`` once on each."""
+
+    inputs: dict[str, torch.Tensor]
+    outputs: dict[str, torch.Tensor]
+    guards: dict[str, torch.Tensor]
+
+
+@dataclass
+class Data:
+    """Everything prepared for one problem size: scalar values, ``N_SETS`` input sets and
+    as many buffer sets (``bufs[i]`` first holds ``sets[i]``), and notes on the reference
+    (e.g. computed in lower precision than the output) for the driver to show."""
+
+    scalars: dict[str, Any]
+    sets: list[InputSet]
+    bufs: list[Buffers]
+    notes: list[str] = field(default_factory=list)
+
+
+class Harness:
+    """State of one sandbox process on one device (``cuda`` or ``cpu``).
+
+    ``progress``: called with a dict when the job passes a point that tells the sandbox how
+    much longer it may take (workers.sandbox): after the inputs and reference outputs are
+    made (``{"stage": "prepared"}``) and after the first checked call (``{"stage":
+    "called", "call_ms": ...}``).
+    """
+
+    def __init__(self, device: str, progress: Callable[[dict], None] | None = None):
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         self.is_cuda = device == "cuda"
         self.libs: dict[str, Any] = {}
         self.refs: dict[str, Any] = {}
-        self.data: dict[tuple, dict] = {}
+        self.data: dict[tuple, Data] = {}
+        self.progress = progress or (lambda _msg: None)
         if self.is_cuda:
             torch.cuda.init()
             l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -69,6 +147,9 @@ class Harness:
             l2 = _llc_bytes()
         self.flush_buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.int8, device=self.device)
         self.nvml = _Nvml() if self.is_cuda else None
+        self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self._deadline = math.inf  # perf_counter time by which the job must answer
+        self.last_set = 0  # the input set of the last timed call
 
     # -- loading -------------------------------------------------------------------------
     def lib(self, path: str, sig: list[dict]) -> Any:
@@ -115,10 +196,17 @@ class Harness:
         return self.refs[path]
 
     # -- data ----------------------------------------------------------------------------
-    def prepare(self, job: dict) -> dict:
-        """Inputs, scalars, poisonable outputs and reference outputs for job's dims (cached)."""
+    def prepare(self, job: dict, reference: bool = True) -> Data:
+        """Inputs, buffers and reference outputs for ``job``'s dims (cached per reference,
+        dims, seed and shapes).
+
+        ``N_SETS`` input sets are drawn, from ``seed`` and ``seed + 1``; the reference gets
+        copies of each set's inputs (a reference that works in place changes nothing the
+        candidates see). ``reference=False`` (the NCU target) skips the reference and makes
+        one set. Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
+        """
         key = (job["reference"], tuple(sorted(job["dims"].items())), job["seed"],
-               tuple(sorted((k, tuple(v)) for k, v in job["args"].items())))
+               tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference)
         if key in self.data:
             return self.data[key]
         while len(self.data) >= MAX_DATA_ENTRIES:
@@ -132,17 +220,92 @@ class Harness:
         shapes = {n: [parse(e)(env) if isinstance(e, str) else e for e in s]
                   for n, s in job["args"].items()}
         ref_name = Path(job["reference"]).name
+        unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
+        reference = reference or bool(unsized)  # their shapes come from the reference
+        n_sets = N_SETS if reference else 1
+        sets, notes = [], []
         with torch.no_grad():
-            inputs = self._inputs(mod, job, shapes, scalars, ref_name)
-            kwargs = {**{k: v for k, v in inputs.items()}, **scalars}
-            fn = mod.reference
-            params = inspect.signature(fn).parameters
-            if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-                kwargs = {k: v for k, v in kwargs.items() if k in params}
-            try:
-                ref = fn(**kwargs)
-            except Exception as e:
-                raise JobError("error", f"{ref_name}: reference() raised {e!r}") from None
+            for k in range(n_sets):
+                seed = job["seed"] + k
+                inputs = self._inputs(mod, job, shapes, seed, ref_name)
+                if reference:
+                    expected, note = self._reference(mod, job, inputs, scalars, shapes,
+                                                     ref_name)
+                    notes += [n for n in note if n not in notes]
+                else:
+                    expected = {}
+                sets.append(InputSet(seed, inputs, expected))
+        if n_sets > 1 and sets[0].inputs and all(
+                torch.equal(sets[0].inputs[n], sets[1].inputs[n]) for n in sets[0].inputs):
+            raise JobError("error", f"{ref_name}: inputs() returned the same values for seeds "
+                           f"{sets[0].seed} and {sets[1].seed}; kopt checks every candidate on "
+                           "two input sets with different values (one set cannot tell a "
+                           "kernel that replays a stored result from one that computes): "
+                           "draw the inputs from the seed")
+        outs = [a for a in sig if a["kind"] == "output"]
+        shape_of = {a["name"]: (shapes.get(a["name"])
+                                or list(sets[0].expected.get(a["name"],
+                                                             sets[0].inputs.get(a["name"])
+                                                             ).shape)) for a in outs}
+        tol = job["tolerance"]
+        for s in sets:
+            for a in outs:
+                n = a["name"]
+                if n in s.expected:
+                    s.expected[n] = s.expected[n].reshape(shape_of[n])
+                    s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]), tol)
+        bufs = [self._buffers(sig, sets[0], shape_of) for _ in range(n_sets)]
+        d = Data(scalars, sets, bufs, notes)
+        self.data[key] = d
+        return d
+
+    def _buffers(self, sig: list[dict], s: InputSet, shape_of: dict[str, list[int]]
+                 ) -> Buffers:
+        """Fresh device memory for one call: input copies, outputs with canaries."""
+        inputs = {n: torch.empty_like(t) for n, t in s.inputs.items()}
+        outputs, guards = {}, {}
+        for a in sig:
+            if a["kind"] != "output":
+                continue
+            n, shape = a["name"], shape_of[a["name"]]
+            # GUARD elements of canary after each output catch writes past its end
+            flat = torch.empty(_numel(shape) + GUARD, dtype=getattr(torch, a["dtype"]),
+                               device=self.device)
+            outputs[n] = flat[: _numel(shape)].view(shape)
+            guards[n] = flat[_numel(shape):]
+            if n in inputs:  # in/out: the output buffer is where its input values go
+                inputs[n] = outputs[n]
+        return Buffers(inputs, outputs, guards)
+
+    def _reference(self, mod: Any, job: dict, inputs: dict, scalars: dict,
+                   shapes: dict, ref_name: str) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """The reference outputs for one input set (the reference gets copies), checked
+        against solve's outputs: names, element counts, dtypes, NaN. Returns them and notes."""
+        sig = job["signature"]
+        fn = mod.reference
+        params = inspect.signature(fn).parameters
+        kwargs = {**{k: v.clone() for k, v in inputs.items()}, **scalars}
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in params}
+            missing = [p.name for p in params.values() if p.name not in kwargs
+                       and p.default is p.empty
+                       and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            if missing:
+                outs = {a["name"] for a in sig if a["kind"] == "output"}
+                why = []
+                for m in missing:
+                    if m in outs:
+                        why.append(f"{m!r} is an output of solve; an in/out argument reaches "
+                                   "reference() only when inputs() returns it (its initial "
+                                   "values)")
+                    else:
+                        why.append(f"{m!r} is not an argument of solve")
+                raise JobError("error", f"{ref_name}: reference() takes {', '.join(missing)} "
+                               f"that kopt cannot give: {'; '.join(why)}")
+        try:
+            ref = fn(**kwargs)
+        except Exception as e:
+            raise JobError("error", f"{ref_name}: reference() raised {e!r}") from None
         outs = [a for a in sig if a["kind"] == "output"]
         if isinstance(ref, torch.Tensor):
             if len(outs) != 1:
@@ -151,34 +314,36 @@ class Harness:
             ref = {outs[0]["name"]: ref}
         if not isinstance(ref, dict):
             raise JobError("error", f"{ref_name}: reference() must return a tensor or a dict")
-        outputs, expected, guards = {}, {}, {}
+        expected, notes = {}, []
         for a in outs:
             n = a["name"]
-            if n not in ref and n not in inputs:
+            if n not in ref:
+                if n in inputs:  # in/out, not returned: the kernel must leave it as it was
+                    expected[n] = inputs[n].clone()
+                    continue
                 raise JobError("error", f"{ref_name}: reference() did not return output {n!r}")
-            r = ref.get(n)
-            shape = shapes.get(n) or (list(r.shape) if r is not None else list(inputs[n].shape))
-            if r is not None and r.numel() != _numel(shape):
+            r = ref[n]
+            if not isinstance(r, torch.Tensor):
+                raise JobError("error", f"{ref_name}: reference() returned {type(r).__name__} "
+                               f"for output {n!r}; return a torch.Tensor")
+            want = getattr(torch, a["dtype"])
+            note = _dtype_problem(r.dtype, want, n, a["ctype"])
+            if note and note.startswith("!"):
+                raise JobError("error", f"{ref_name}: {note[1:]}")
+            if note:
+                notes.append(f"{ref_name}: {note}")
+            shape = shapes.get(n) or list(r.shape)
+            if r.numel() != _numel(shape):
                 raise JobError("error", f"{ref_name}: reference output {n!r} has {r.numel()} "
                                f"elements, the args shape {shape} has {_numel(shape)}")
-            # GUARD elements of canary after each output catch writes past its end
-            flat = torch.empty(_numel(shape) + GUARD, dtype=getattr(torch, a["dtype"]),
-                               device=self.device)
-            outputs[n] = flat[: _numel(shape)].view(shape)
-            guards[n] = flat[_numel(shape):]
-            if r is not None and r.is_floating_point() and bool(torch.isnan(r).any()):
+            if r.is_floating_point() and bool(torch.isnan(r).any()):
                 raise JobError("error", f"{ref_name}: reference output {n!r} contains NaN; "
                                "the reference must be finite (NaN never passes)")
-            if r is not None:
-                expected[n] = r.to(self.device).reshape(shape)
-        entry = {"inputs": inputs, "scalars": scalars, "outputs": outputs, "expected": expected,
-                 "guards": guards, "pristine": {n: t.clone() for n, t in inputs.items()},
-                 "inout": {n: inputs[n].clone() for n in outputs if n in inputs}}
-        self.data[key] = entry
-        return entry
+            expected[n] = r.detach().to(self.device).reshape(shape).clone()
+        return expected, notes
 
-    def _inputs(self, mod: Any, job: dict, shapes: dict, scalars: dict, ref_name: str) -> dict:
-        sig, seed = job["signature"], job["seed"]
+    def _inputs(self, mod: Any, job: dict, shapes: dict, seed: int, ref_name: str) -> dict:
+        sig = job["signature"]
         wanted = [a for a in sig if a["kind"] == "input"]
         if hasattr(mod, "inputs"):
             try:
@@ -210,6 +375,9 @@ class Harness:
                 raise JobError("error", f"{ref_name}: inputs() did not return input {n!r}")
             t = got[n]
             dt = getattr(torch, a["dtype"])
+            if not isinstance(t, torch.Tensor):
+                raise JobError("error", f"{ref_name}: inputs() returned {type(t).__name__} for "
+                               f"{n!r}; return a torch.Tensor")
             if t.dtype != dt:
                 raise JobError("error", f"{ref_name}: input {n!r} is {t.dtype} but solve takes "
                                f"{a['ctype']}* (torch.{a['dtype']})")
@@ -219,21 +387,40 @@ class Harness:
             if t.numel() > 0 and not bool(t.any()):
                 raise JobError("error", f"{ref_name}: input {n!r} is all zeros; kopt never "
                                "checks or times on zeros (they hide unwritten outputs)")
-            out[n] = t.to(self.device).contiguous()
+            # a copy of its own: inputs() may hand the same tensor out twice
+            out[n] = t.detach().to(self.device).contiguous().clone()
         return out
 
+    def load(self, d: Data, b: int, k: int) -> None:
+        """Make buffer set ``b`` hold input set ``k``: every input (in/out ones too) copied
+        from its pristine values, outputs NaN-filled (0x5A bytes for integers), canaries
+        reset. Runs before every checked or timed call, outside the timed interval."""
+        buf, s = d.bufs[b], d.sets[k]
+        for n, t in buf.inputs.items():
+            t.copy_(s.inputs[n])
+        for g in buf.guards.values():
+            g.view(torch.uint8).fill_(0xA5)
+        for n, t in buf.outputs.items():
+            if n in buf.inputs:
+                continue
+            if t.dtype.is_floating_point:
+                t.fill_(float("nan"))
+            else:
+                t.view(torch.uint8).fill_(0x5A)
+
     # -- running -------------------------------------------------------------------------
-    def call(self, lib: Any, job: dict, d: dict) -> None:
-        """One ``solve`` call (kernel mode: one kernel launch) on the prepared data ``d``."""
+    def call(self, lib: Any, job: dict, d: Data, b: int = 0) -> None:
+        """One ``solve`` call (kernel mode: one kernel launch) on buffer set ``b`` of ``d``."""
+        buf = d.bufs[b]
         args = []
         for a in job["signature"]:
             n = a["name"]
             if a["kind"] == "scalar":
-                args.append(d["scalars"][n])
+                args.append(d.scalars[n])
             elif a["kind"] == "input":
-                args.append(d["inputs"][n].data_ptr())
+                args.append(buf.inputs[n].data_ptr())
             else:
-                args.append(d["outputs"][n].data_ptr())
+                args.append(buf.outputs[n].data_ptr())
         if isinstance(lib, ctypes.CDLL):
             lib.solve(*args)
         else:
@@ -262,25 +449,13 @@ class Harness:
             msg = lib.kopt_error_string(e).decode()
             raise JobError("crashed", f"{where}: {msg} (cudaError {e})", fatal=True)
 
-    def poison(self, d: dict) -> None:
-        """Restore inputs from their pristine copies, NaN-fill outputs, reset canaries."""
-        for n, t in d["inputs"].items():
-            if n not in d["outputs"]:
-                t.copy_(d["pristine"][n])
-        for g in d["guards"].values():
-            g.view(torch.uint8).fill_(0xA5)
-        for n, t in d["outputs"].items():
-            if n in d["inout"]:
-                t.copy_(d["inout"][n])
-            elif t.dtype.is_floating_point:
-                t.fill_(float("nan"))
-            else:
-                t.view(torch.uint8).fill_(0x5A)
-
-    def check(self, d: dict, tol: dict) -> tuple[bool, float, str]:
+    def check(self, d: Data, b: int, k: int, tol: dict) -> tuple[bool, float, str]:
+        """Compare buffer set ``b``'s outputs with input set ``k``'s expected ones, every
+        element, in float64: ``|got - expected| <= atol + rtol * |expected|``, NaN never
+        passes. Returns (ok, max abs error, what differs)."""
         worst, msgs = 0.0, []
-        for n, exp in d["expected"].items():
-            got = d["outputs"][n]
+        for n, exp in d.sets[k].expected.items():
+            got = d.bufs[b].outputs[n]
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
                 g, e = got.double(), exp.double()
                 ok = torch.isclose(g, e, rtol=tol["rtol"], atol=tol["atol"], equal_nan=False)
@@ -300,24 +475,104 @@ class Harness:
                             f"); max abs err {err:.3g}")
         return not msgs, worst, "; ".join(msgs)
 
-    def warm_up(self, lib: Any, job: dict, d: dict) -> int:
-        """Call ``solve`` for ``job["timing"]["warmup_ms"]`` (at least twice); the call count."""
+    def verify(self, d: Data, b: int, k: int) -> torch.Tensor:
+        """A 0-dim bool tensor, computed on the device without waiting: True when every output
+        of buffer set ``b`` lies in input set ``k``'s tolerance band and no canary was
+        touched. Enqueued after each timed call, outside the timed interval."""
+        buf, s = d.bufs[b], d.sets[k]
+        ok = torch.ones((), dtype=torch.bool, device=self.device)
+        for n, got in buf.outputs.items():
+            if n not in s.expected:
+                continue
+            if s.lo[n].numel():
+                g = got.float() if got.element_size() < 4 else got
+                ok &= ((g >= s.lo[n]) & (g <= s.hi[n])).all()
+            else:
+                ok &= (got == s.hi[n]).all()
+        for g in buf.guards.values():
+            ok &= (g.view(torch.uint8) == 0xA5).all()
+        return ok
+
+    def tampered(self, d: Data, b: int, k: int) -> str:
+        """Why the last call on buffer set ``b`` (holding input set ``k``) broke the
+        contract: wrote a const input or past an output."""
+        buf = d.bufs[b]
+        for n, t in buf.inputs.items():
+            if n not in buf.outputs and not torch.equal(t, d.sets[k].inputs[n]):
+                return f"solve wrote to its const input {n!r}"
+        for n, g in buf.guards.items():
+            if bool((g.view(torch.uint8) != 0xA5).any()):
+                return (f"solve wrote past the end of output {n!r} "
+                        f"({buf.outputs[n].numel()} elements; give its shape in `args:`)")
+        return ""
+
+    def _sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize()
+
+    def checked_calls(self, lib: Any, job: dict, d: Data) -> tuple[float, float, str]:
+        """The correctness check: one call on each input set, each in its own buffers (other
+        values at other addresses), every output element compared. The first call's time is
+        measured (ms, host clock around the call and a synchronize) and reported through
+        ``progress``. Returns (max abs error, first call's ms, what failed or "")."""
+        worst, first_ms = 0.0, 0.0
+        for k in range(len(d.sets)):
+            self.load(d, k, k)
+            self._sync()
+            t0 = time.perf_counter()
+            self.call(lib, job, d, k)
+            self.check_cuda(lib, "solve")
+            ms = (time.perf_counter() - t0) * 1e3
+            if k == 0:
+                first_ms = ms
+                self.progress({"stage": "called", "call_ms": ms})
+            bad = self.tampered(d, k, k)
+            if bad:
+                return worst, first_ms, bad
+            ok, err, msg = self.check(d, k, k, job["tolerance"])
+            worst = max(worst, err)
+            if not ok:
+                seed = d.sets[k].seed
+                return worst, first_ms, (msg if k == 0 else
+                                         f"input set {k + 1} (seed {seed}): {msg}")
+            if k + 1 < len(d.sets) and not self.fits(ms, 1):
+                raise _TooSlow(ms, f"the check's call {k + 2}")
+        return worst, first_ms, ""
+
+    def fits(self, call_ms: float, n: int) -> bool:
+        """Whether ``n`` more calls of ``call_ms`` each fit in what is left of the job's
+        budget (``timing.timeout_s``, counted from the end of the preparation)."""
+        return time.perf_counter() + n * call_ms * 1.25e-3 < self._deadline
+
+    def warm_up(self, lib: Any, job: dict, d: Data, call_ms: float = 0.0) -> int:
+        """Call ``solve`` for ``job["timing"]["warmup_ms"]`` (at least twice, input sets
+        alternating as in the samples); the call count."""
         t_end = time.perf_counter() + job["timing"]["warmup_ms"] / 1e3
         n = 0
         while n < 2 or time.perf_counter() < t_end:
+            if not self.fits(call_ms, 1):
+                break
+            self.load(d, 0, n % len(d.sets))
             self.call(lib, job, d)
             n += 1
-            if self.is_cuda:
-                torch.cuda.synchronize()
+            self._sync()
         return n
 
-    def samples(self, calls: list[tuple[Any, dict]], d: dict, flush: bool) -> list[float]:
-        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order, the L2 (CPU: last-
-        level cache) flushed before each when ``flush``: CUDA events around each call on the
-        GPU, a monotonic clock on the CPU."""
+    def samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool
+                ) -> tuple[list[float], list[str]]:
+        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order. Before each: a
+        randomly chosen input set loaded into buffer set 0 (outputs poisoned), then the L2
+        (CPU: last-level cache) flushed when ``flush``; CUDA events around the call on the
+        GPU, a monotonic clock on the CPU; after it, its outputs verified (``verify``).
+        Returns the times and, per call that failed verification, what was wrong."""
+        picks = [self.rng.randrange(len(d.sets)) for _ in calls]
+        self.last_set = picks[-1]
+        oks: list[torch.Tensor] = []
+        times: list[float] = []
         if self.is_cuda:
             evs = []
-            for lib, job in calls:
+            for (lib, job), k in zip(calls, picks):
+                self.load(d, 0, k)
                 if flush:
                     self.flush_buf.zero_()
                 s = torch.cuda.Event(enable_timing=True)
@@ -326,35 +581,55 @@ class Harness:
                 self.call(lib, job, d)
                 e.record()
                 evs.append((s, e))
+                oks.append(self.verify(d, 0, k))
             torch.cuda.synchronize()
-            return [s.elapsed_time(e) for s, e in evs]
-        out = []
-        for lib, job in calls:
-            if flush:
-                self.flush_buf.zero_()
-            t0 = time.perf_counter_ns()
-            self.call(lib, job, d)
-            out.append((time.perf_counter_ns() - t0) / 1e6)
-        return out
+            times = [s.elapsed_time(e) for s, e in evs]
+        else:
+            for (lib, job), k in zip(calls, picks):
+                self.load(d, 0, k)
+                if flush:
+                    self.flush_buf.zero_()
+                t0 = time.perf_counter_ns()
+                self.call(lib, job, d)
+                times.append((time.perf_counter_ns() - t0) / 1e6)
+                oks.append(self.verify(d, 0, k))
+        bad = [f"{job.get('job_key', '?')}: a timed call on input set {k + 1} gave wrong "
+               "output (outputs are poisoned before and verified after every timed call)"
+               for ok, (_, job), k in zip(oks, calls, picks) if not bool(ok)]
+        return times, bad
 
-    def time(self, lib: Any, job: dict, d: dict) -> dict:
+    def time(self, lib: Any, job: dict, d: Data, call_ms: float) -> dict:
+        """Warm-up, then samples in batches of up to 5 until the median is stable
+        (workers.timing.should_stop) or the budget is spent; NVML read around each batch,
+        throttled batches set aside. ``call_ms``: the first checked call's time, which sizes
+        the batches to the job's budget. Raises _Wrong when a timed call's output is wrong,
+        _TooSlow when not even ``min_samples`` fit in the budget."""
         t = job["timing"]
-        n_warm = self.warm_up(lib, job, d)
+        n_warm = self.warm_up(lib, job, d, call_ms)
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches with no thermal/power throttling
         held: list[float] = []  # samples of throttled batches, set aside
-        batch, batches, reasons = 5, 0, 0  # samples per batch between NVML readings
+        batches, reasons = 0, 0  # samples per batch between NVML readings
         flush = t.get("flush", True)
         clocks: list[float] = []
         temp = None
-        max_batches = 3 * math.ceil(t["max_samples"] / batch)  # re-measure at most 2x over
+        max_batches = 3 * math.ceil(t["max_samples"] / 5)  # re-measure at most 2x over
+        cut = False
         while not should_stop(clean, t["min_samples"], t["max_samples"], t["max_time_ms"],
                               t["target_rel_error"]):
             if batches >= max_batches or sum(held) >= t["max_time_ms"]:
                 break
             batch = max(1, min(5, t["max_samples"] - len(clean)))  # never past max_samples
+            est = max(call_ms, max(clean[-5:] or held[-5:] or [0.0]))
+            while batch and not self.fits(est, batch):
+                batch -= 1
+            if not batch:
+                cut = True
+                break
             before = self.nvml.sample() if self.nvml else {}
-            xs = self.samples([(lib, job)] * batch, d, flush)
+            xs, bad = self.samples([(lib, job)] * batch, d, flush)
+            if bad:
+                raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
             batches += 1
             after = self.nvml.sample() if self.nvml else {}
             bits = (before.get("throttle_reasons") or 0) | (after.get("throttle_reasons") or 0)
@@ -366,6 +641,8 @@ class Harness:
         # too few clean samples: report them all, flagged, rather than nothing
         throttled = len(clean) < t["min_samples"] and bool(held)
         samples = clean + held if throttled else clean
+        if not samples:
+            raise _TooSlow(call_ms, "the first sample")
         st = summarize(samples)
         out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
@@ -373,36 +650,74 @@ class Harness:
         if self.nvml:
             out.update(sm_clock_mhz=sum(clocks) / len(clocks) if clocks else None,
                        throttle_reasons=reasons, temperature_c=temp)
+        if cut and len(samples) < t["min_samples"]:
+            out["too_slow"] = True
         return out
+
+    def full_time(self, lib: Any, job: dict, d: Data, n: int = PROBE_CALLS) -> dict:
+        """Whether ``solve`` leaves work running when it returns (work on a stream of its
+        own, or not waited for): ``n`` calls, each from an idle device to the end of a
+        device-wide synchronize, host clock, against CUDA events on torch's stream; the
+        same with no call gives the fixed cost. ``full_ms``: the median host time less that
+        cost. ``escaped_ms``: the smallest (host - fixed - events) over the calls, what the
+        events missed (about 0 for a kernel whose work is all on torch's stream)."""
+        if not self.is_cuda:
+            return {}
+        def probe(fn: Callable[[], None]) -> tuple[float, float]:
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) * 1e3, s.elapsed_time(e)
+
+        fixed = min(probe(lambda: None)[0] for _ in range(3))
+        host, missed = [], []
+        for i in range(n):
+            self.load(d, 0, i % len(d.sets))
+            self._sync()
+            h, ev = probe(lambda: self.call(lib, job, d))
+            host.append(h - fixed)
+            missed.append(h - fixed - ev)
+        self.check_cuda(lib, "probe")
+        return {"full_ms": statistics.median(host), "escaped_ms": max(0.0, min(missed))}
 
     def contest(self, job: dict) -> dict:
         """Time ``job["contest"]`` (jobs of one problem size, different artifacts) side by side:
-        each is checked once, warmed up, then ``job["rounds"]`` rounds each take one sample
-        of every contender (rotating who goes first), the L2 flushed before every sample,
-        so that drift in clocks, temperature or neighbours hits all alike (kopt.contest).
+        each is checked on every input set, warmed up, then ``job["rounds"]`` rounds each take
+        one sample of every contender (rotating who goes first), the L2 flushed before every
+        sample and every sample's output verified, so that drift in clocks, temperature or
+        neighbours hits all alike (kopt.contest).
 
         Returns ``status`` and ``results``: per contender ``median_ms``, ``iqr_ms``,
-        ``n_samples``, ``samples_ms``; a contender that fails its check fails the contest
-        (``wrong_result`` with the reason).
+        ``n_samples``, ``samples_ms``; a contender that fails its check or a timed call fails
+        the contest (``wrong_result`` with the reason, ``failed``: the job keys at fault).
         """
         entries = job["contest"]
         flush = entries[0]["timing"].get("flush", True)
         d = self.prepare(entries[0])
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
+        self._deadline = math.inf
+        failed = []
         for e, lib in zip(entries, libs):
-            self.poison(d)
-            self.call(lib, e, d)
-            self.check_cuda(lib, "contest")
-            ok, _, msg = self.check(d, e["tolerance"])
-            if not ok:
-                return {"status": "wrong_result", "error": f"{e['job_key']}: {msg}"}
+            _, _, msg = self.checked_calls(lib, e, d)
+            if msg:
+                failed.append((e["job_key"], msg))
+        if failed:
+            return {"status": "wrong_result", "failed": [k for k, _ in failed],
+                    "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         for e, lib in zip(entries, libs):
             self.warm_up(lib, e, d)
         samples: list[list[float]] = [[] for _ in entries]
         k = len(entries)
         for r in range(int(job["rounds"])):
             order = [(r + i) % k for i in range(k)]
-            xs = self.samples([(libs[i], entries[i]) for i in order], d, flush)
+            xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush)
+            if bad:
+                keys = sorted({b.split(":", 1)[0] for b in bad})
+                return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
             for i, x in zip(order, xs):
                 samples[i].append(x)
         for lib in libs:
@@ -414,43 +729,148 @@ class Harness:
                         "n_samples": st.n_samples, "samples_ms": xs})
         return {"status": "ok", "error": "", "results": out}
 
+    def _device_used(self) -> int | None:
+        """Device memory in use outside torch's caching allocator (bytes): the candidates'
+        own allocations, module code and the context. None on the CPU backend."""
+        if not self.is_cuda:
+            return None
+        free, total = torch.cuda.mem_get_info()
+        return total - free - torch.cuda.memory_reserved()
+
     def run(self, job: dict) -> dict:
-        """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults)."""
+        """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults).
+
+        Statuses beyond the check's: ``too_slow`` (a call is known but the check, warm-up
+        and ``min_samples`` do not fit in ``timing.timeout_s``: the samples that fit are
+        reported), ``escaped`` (``solve`` returned before its work was done: work on a
+        stream of its own; ``full_ms`` says what it really takes), ``leaked`` (device memory
+        outside torch grew by more than ``LEAK_BYTES`` over the job: ``leaked_bytes``; the
+        harness restarts). Figures measured before a fault stay in the outcome.
+        """
         if job.get("contest"):
             return self.contest(job)
-        d = self.prepare(job)
+        d = self.prepare(job, reference=not job.get("no_reference"))
+        self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
+        self.progress({"stage": "prepared"})
         if job.get("prepare_only"):
-            return {"status": "ok", "error": "",
-                    "outputs": {n: list(t.shape) for n, t in d["outputs"].items()}}
+            return {"status": "ok", "error": "", "notes": d.notes,
+                    "outputs": {n: list(t.shape) for n, t in d.bufs[0].outputs.items()}}
         lib = self.lib(job["artifact"], job["signature"])
-        self.poison(d)
-        self.call(lib, job, d)
-        self.check_cuda(lib, "solve")
-        bad = self.tampered(d)
-        if bad:
-            return {"status": "wrong_result", "error": bad}
-        ok, err, msg = self.check(d, job["tolerance"])
-        out: dict[str, Any] = {"max_abs_err": err}
-        if not ok:
-            return {**out, "status": "wrong_result", "error": msg}
-        if job.get("check_only"):
-            return {**out, "status": "ok", "error": ""}
-        timing = self.time(lib, job, d)
-        bad = self.tampered(d)
-        if bad:  # found after the timed calls: the next candidate still gets clean inputs
-            return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
-        return {**out, "status": "ok", "error": "", **timing}
+        used0 = self._device_used()
+        out: dict[str, Any] = {"input_sets": len(d.sets)}
+        try:
+            err, call_ms, msg = self.checked_calls(lib, job, d)
+            out["max_abs_err"] = err
+            if msg:
+                return {**out, "status": "wrong_result", "error": msg}
+            if job.get("check_only"):
+                return {**out, "status": "ok", "error": ""}
+            used1 = self._device_used()
+            out.update(self.time(lib, job, d, call_ms))
+            bad = self.tampered(d, 0, self.last_set)
+            if bad:  # the next candidate still gets clean inputs: they are copied per call
+                return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
+            out.update(self.full_time(lib, job, d))
+        except _Wrong as e:
+            return {**out, "status": "wrong_result", "error": f"{e} (during timing)"}
+        except _TooSlow as e:
+            return {**out, **self._slow(e, job, out)}
+        except JobError as e:
+            leak = self._leak(used0)
+            if leak:
+                return {**out, "status": "leaked", "leaked_bytes": leak, "fatal": True,
+                        "error": f"{e} after leaking {leak / 2**20:.0f} MiB of device memory"}
+            raise
+        leak = self._leak(used1)
+        status, error = "ok", ""
+        if out.pop("too_slow", False):
+            status, error = "too_slow", _slow_text(call_ms, job, out["n_samples"])
+        if out.get("escaped_ms", 0.0) > max(ESCAPE_MS, ESCAPE_SHARE * out["median_ms"]):
+            status, error = "escaped", (
+                f"solve returned before its work was done: CUDA events on torch's stream "
+                f"measured {out['median_ms']:.4g} ms, the device was busy {out['full_ms']:.4g} "
+                "ms per call (work on a stream of its own, or left running); launch on the "
+                "current stream (stream 0 / the one torch gives) and finish before returning")
+        if leak:
+            status = "leaked"
+            error = (f"device memory outside torch grew by {leak / 2**20:.0f} MiB over "
+                     f"{out['warmup_runs'] + out['n_samples']} calls (never freed); the harness "
+                     "is restarted so that no later candidate pays for it")
+            out.update(leaked_bytes=leak, fatal=True)
+        return {**out, "status": status, "error": error}
 
-    def tampered(self, d: dict) -> str:
-        """Why the last calls broke the contract: wrote a const input or past an output."""
-        for n, t in d["inputs"].items():
-            if n not in d["outputs"] and not torch.equal(t, d["pristine"][n]):
-                return f"solve wrote to its const input {n!r}"
-        for n, g in d["guards"].items():
-            if bool((g.view(torch.uint8) != 0xA5).any()):
-                return (f"solve wrote past the end of output {n!r} "
-                        f"({d['outputs'][n].numel()} elements; give its shape in `args:`)")
-        return ""
+    def _leak(self, before: int | None) -> int:
+        """Bytes of device memory (outside torch) gained since ``before``, 0 under
+        ``LEAK_BYTES``."""
+        if before is None:
+            return 0
+        try:
+            torch.cuda.synchronize()
+            grown = (self._device_used() or 0) - before
+        except Exception:
+            return 0
+        return grown if grown > LEAK_BYTES else 0
+
+    def _slow(self, e: _TooSlow, job: dict, out: dict) -> dict:
+        """The outcome of a candidate whose calls are too slow for the job's budget: its
+        first call's time as the figure (one sample), status ``too_slow``."""
+        ms = e.call_ms
+        return {"status": "too_slow", "median_ms": ms, "min_ms": ms, "iqr_ms": 0.0,
+                "mean_ms": ms, "n_samples": 1, "samples_ms": [ms],
+                "error": _slow_text(ms, job, 1, e.where)}
+
+
+class _TooSlow(Exception):
+    def __init__(self, call_ms: float, where: str):
+        super().__init__(where)
+        self.call_ms, self.where = call_ms, where
+
+
+class _Wrong(Exception):
+    pass
+
+
+def _slow_text(call_ms: float, job: dict, n: int, where: str = "") -> str:
+    t = job["timing"]
+    need = call_ms * (N_SETS + 2 + t["min_samples"]) / 1e3
+    stop = f"; {where} did not fit" if where else ""
+    return (f"one call takes {call_ms:.4g} ms: the check ({N_SETS} calls), warm-up (2) and "
+            f"min_samples={t['min_samples']} need about {need:.3g} s, more than "
+            f"timing.timeout_s={t['timeout_s']:g} s{stop}; measured with {n} sample"
+            f"{'s' if n != 1 else ''}. Not a hang: raise timing.timeout_s to measure it fully")
+
+
+def _band(exp: torch.Tensor, out: torch.dtype, tol: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``expected -/+ (atol + rtol*|expected|)`` in the precision of the output's dtype
+    ``out`` (float32 for 16-bit floats), rounded one ulp outwards so that every value the
+    float64 check accepts passes. Integer and bool outputs: an empty band and the expected
+    values in the output's dtype (compared exactly)."""
+    if not out.is_floating_point:
+        return torch.empty(0, device=exp.device), exp.to(out)
+    e = exp.double()
+    slack = tol["atol"] + tol["rtol"] * e.abs()
+    dt = out if torch.finfo(out).bits >= 32 else torch.float32
+    lo = (e - slack).to(dt)
+    hi = (e + slack).to(dt)
+    return (torch.nextafter(lo, torch.full_like(lo, -math.inf)),
+            torch.nextafter(hi, torch.full_like(hi, math.inf)))
+
+
+def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -> str:
+    """Why a reference output of dtype ``got`` cannot stand for solve's ``ctype*`` output
+    (``want``): "!..." refuses, plain text is a note; "" when fine."""
+    def kind(dt: torch.dtype) -> str:
+        return "float" if dt.is_floating_point else "bool" if dt == torch.bool else "integer"
+
+    if kind(got) != kind(want):
+        return (f"!reference() returned output {name!r} as {got} but solve's {name} is "
+                f"{ctype}* (torch.{str(want).removeprefix('torch.')}); return a "
+                f"{kind(want)} tensor")
+    if kind(got) == "float" and torch.finfo(got).bits < torch.finfo(want).bits:
+        return (f"reference output {name!r} is {got}, lower precision than solve's {ctype} "
+                f"({want}): the check compares against rounded values; compute the "
+                "reference in the output's precision or higher")
+    return ""
 
 
 class _Nvml:
@@ -558,7 +978,7 @@ def main(rfd: int, wfd: int, device: str) -> None:
     """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict."""
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     try:
-        h = Harness(device)
+        h = Harness(device, progress=lambda msg: wconn.send({"progress": True, **msg}))
         wconn.send({"ready": True, "pid": os.getpid(), "info": device_info(h)})
     except Exception as e:
         wconn.send({"ready": False, "error": f"harness start failed: {e!r}"})
@@ -570,7 +990,7 @@ def main(rfd: int, wfd: int, device: str) -> None:
             return
         try:
             res = h.run(job)
-            res["fatal"] = False
+            res.setdefault("fatal", False)
         except JobError as e:
             res = {"status": e.status, "error": str(e), "fatal": e.fatal}
         except torch.OutOfMemoryError as e:

@@ -21,9 +21,9 @@ from workers.harness import Harness, JobError
 
 
 def _one(h: Harness, job: dict) -> None:
-    d = h.prepare(job)
+    d = h.prepare(job, reference=False)  # no check here: inputs only (as the harness makes)
     lib = h.lib(job["artifact"], job["signature"])
-    h.poison(d)
+    h.load(d, 0, 0)
     h.call(lib, job, d)
     h.check_cuda(lib, "solve")
 

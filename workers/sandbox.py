@@ -2,7 +2,9 @@
 
 :class:`Sandbox` starts ``python -m workers.harness`` with a private pipe
 pair, sends it run jobs and waits for each answer with a timeout. A job that
-hangs (timeout), kills the process (segfault, abort) or leaves the CUDA
+hangs (timeout: no answer in ``timeout_s``, which starts again once the harness has made
+the inputs and which the harness's progress messages extend, see ``Sandbox._extend``),
+kills the process (segfault, abort) or leaves the CUDA
 context broken (illegal address) becomes an outcome with that status and
 error text; the process is restarted before the next job.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 START_TIMEOUT_S = 180.0
+GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 
 
 class Sandbox:
@@ -74,25 +77,35 @@ class Sandbox:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         pos = self.log.stat().st_size
-        t0 = time.perf_counter()
+        t0 = base = time.perf_counter()
+        deadline = t0 + timeout_s
         try:
             self.w.send(("run", job))
-            ready = self.r.poll(timeout_s)
         except (BrokenPipeError, OSError):
-            ready = True
-        if not ready:
-            self.kill()
-            self.restarts += 1
-            return {"status": "timeout", "error": f"no answer within {timeout_s:.0f} s "
-                    "(hang or endless loop); harness killed and restarted",
-                    "wall_s": time.perf_counter() - t0}
-        try:
-            res = self.r.recv()
-        except (EOFError, OSError):
-            code = self.kill()
-            self.restarts += 1
-            return {"status": "crashed", "error": f"harness died: {describe_exit(code)}. "
-                    f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
+            pass
+        while True:
+            try:
+                ready = self.r.poll(max(0.0, deadline - time.perf_counter()))
+            except (BrokenPipeError, OSError):
+                ready = True
+            if not ready:
+                self.kill()
+                self.restarts += 1
+                return {"status": "timeout", "error": f"no answer within {timeout_s:.0f} s "
+                        "(hang, endless loop, or one call longer than timing.timeout_s); "
+                        "harness killed and restarted", "wall_s": time.perf_counter() - t0}
+            try:
+                res = self.r.recv()
+            except (EOFError, OSError):
+                code = self.kill()
+                self.restarts += 1
+                return {"status": "crashed", "error": f"harness died: {describe_exit(code)}. "
+                        f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
+            if not res.get("progress"):
+                break
+            deadline = self._extend(res, deadline, timeout_s, base)
+            if res.get("stage") == "prepared":
+                base = time.perf_counter()
         res["wall_s"] = time.perf_counter() - t0
         if res.get("status") not in (None, "ok"):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
@@ -103,6 +116,20 @@ class Sandbox:
             self.kill()
             self.restarts += 1
         return res
+
+    @staticmethod
+    def _extend(msg: dict[str, Any], deadline: float, timeout_s: float, base: float) -> float:
+        """The job's new deadline after a progress message from the harness: the budget
+        ``timeout_s`` starts again once the inputs are made (``prepared``: making them is
+        kopt's work, not the candidate's); once a call's time is known (``called``), the
+        harness fits its work into that budget itself, and the sandbox waits a grace of
+        ``GRACE_S`` plus two calls beyond it before calling the job a hang."""
+        now = time.perf_counter()
+        if msg.get("stage") == "prepared":
+            return now + timeout_s
+        if msg.get("stage") == "called":
+            return max(deadline, base + timeout_s + GRACE_S + 2e-3 * float(msg["call_ms"]))
+        return deadline
 
     def tail(self, pos: int = 0, n: int = 1500) -> str:
         """The last ``n`` characters the harness printed since byte ``pos`` of its log."""

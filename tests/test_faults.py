@@ -1,0 +1,182 @@
+"""The fault pack (issue 11): candidates written to fool the check or the clock, run through
+the real harness on the CPU backend. Each test failed on the harness before the fix."""
+
+import dataclasses
+
+import pytest
+
+from conftest import FIXTURES, write_sweep
+from kopt.contract import parse_signature_file
+from workers import build as wb
+from workers.harness import Harness
+from workers.sandbox import Sandbox
+
+PACK = FIXTURES / "faultpack"
+TIMING = {"warmup_ms": 5, "min_samples": 10, "max_samples": 30, "max_time_ms": 400,
+          "target_rel_error": 0.02, "timeout_s": 30}
+
+
+def artifact(cache, src, defines):
+    job = wb.BuildJob(f"f{abs(hash((src.read_text(), str(defines)))) % 10**10}", "cpu",
+                      src.read_text(), src.name, str(src.parent), defines)
+    res, data = wb.build(job, cache=cache)
+    assert res.ok, res.error
+    return str(wb.ensure_artifact(job.build_id, data, cache=cache))
+
+
+def job(art, src, ref, dims, args, **kw):
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(src).args]
+    return {"artifact": art, "signature": sig, "reference": str(ref), "dims": dims, "seed": 3,
+            "args": args, "scalars": {}, "tolerance": {"atol": 1e-5, "rtol": 1e-5},
+            "timing": TIMING, "job_key": "k", **kw}
+
+
+def pack_job(tmp_path, mode, **kw):
+    src = PACK / "faults.cpp"
+    return job(artifact(tmp_path, src, {"MODE": mode}), src, PACK / "ref.py", {"N": 4096},
+               {"x": ["N"], "buf": ["N"], "y": ["N"]}, **kw)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    return Harness("cpu")
+
+
+def test_state_kept_between_calls_never_passes(tmp_path, harness):
+    """Replaying a saved result, skipping the work for pointers seen before, and working only
+    for the first calls were all `ok` (281x) when one input set was checked once and the
+    timed calls were never checked."""
+    honest = harness.run(pack_job(tmp_path, 0))
+    assert honest["status"] == "ok" and honest["input_sets"] == 2
+    assert honest["n_samples"] >= TIMING["min_samples"]
+    replay = harness.run(pack_job(tmp_path, 1))
+    assert replay["status"] == "wrong_result"
+    assert replay["error"].startswith("input set 2 (seed 4): buf: ")  # the 2nd set
+    same_ptr = harness.run(pack_job(tmp_path, 2))
+    assert same_ptr["status"] == "wrong_result"
+    assert "a timed call on input set" in same_ptr["error"]
+    assert same_ptr["error"].endswith("(during timing)")
+    first_calls = harness.run(pack_job(tmp_path, 3))
+    assert first_calls["status"] == "wrong_result" and "timed call" in first_calls["error"]
+
+
+def test_in_out_buffers_are_restored_before_every_timed_call(tmp_path, harness):
+    """An insertion sort was timed on its own sorted output and ranked ahead of std::sort;
+    with `buf` restored before each call it pays for sorting random data."""
+    fast = harness.run(pack_job(tmp_path, 0))
+    insertion = harness.run(pack_job(tmp_path, 4))
+    assert fast["status"] == insertion["status"] == "ok"
+    # 4096 random floats: ~4M element moves against std::sort's ~50k comparisons
+    assert insertion["median_ms"] > 5 * fast["median_ms"], (insertion, fast)
+
+
+VADD = 'extern "C" void solve(const float* x, const float* y, float* out, int N) {' \
+       ' for (int i = 0; i < N; ++i) out[i] = x[i] + y[i]; }'
+ACC = 'extern "C" void solve(const float* x, float* out, int N) {' \
+      ' for (int i = 0; i < N; ++i) out[i] += x[i]; }'
+NOTHING = 'extern "C" void solve(const float* x, float* out, int N) {}'
+INOUT_INPUTS = ("import torch\n"
+                "def inputs(seed, N):\n"
+                "    g = torch.Generator().manual_seed(seed)\n"
+                "    return {'x': torch.randn(N, generator=g),\n"
+                "            'out': torch.randn(N, generator=g)}\n")
+
+
+@pytest.mark.parametrize("kernel, ref, status", [
+    (VADD, "def reference(x, y, N):\n    return x.add_(y)\n", "ok"),
+    (ACC, INOUT_INPUTS + "def reference(x, out, N):\n    out += x\n    return out\n", "ok"),
+    (NOTHING, INOUT_INPUTS + "def reference(x, out, N):\n    out.mul_(2.0)\n"
+     "    return {'out': out}\n", "wrong_result"),
+], ids=["mutates-input", "mutates-inout", "inout-mutated-kernel-idle"])
+def test_a_reference_that_works_in_place_changes_nothing(tmp_path, harness, kernel, ref, status):
+    """The reference gets copies: the pristine inputs every candidate sees stay pristine (a
+    correct kernel was `wrong_result`, a kernel that wrote nothing passed with error 0)."""
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 256}]\n",
+                    {"k.cpp": kernel, "ref.py": ref})
+    res = harness.run(job(artifact(tmp_path, d / "k.cpp", {}), d / "k.cpp", d / "ref.py",
+                          {"N": 256}, {"x": ["N"], "y": ["N"], "out": ["N"]}))
+    assert res["status"] == status, res.get("error")
+    if status == "ok":
+        assert res["max_abs_err"] < 1e-5
+
+
+def test_a_slow_candidate_is_measured_not_called_a_hang(tmp_path):
+    """400 ms per call with timeout_s 3: `timeout` with no figure before; now the samples that
+    fit the budget, status `too_slow` and a line that says why."""
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        j = pack_job(tmp_path, 5, timing={**TIMING, "timeout_s": 3})
+        res = sb.run(j, timeout_s=3)
+    finally:
+        sb.close()
+    assert res["status"] == "too_slow", res
+    assert 0.39 <= res["median_ms"] / 1e3 < 1.0 and 1 <= res["n_samples"] < 10
+    assert "one call takes" in res["error"] and "Not a hang" in res["error"]
+    assert res["wall_s"] < 3 + 10  # the budget, plus the sandbox's grace at most
+
+
+def test_a_hang_is_still_a_timeout(tmp_path):
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    d = write_sweep(tmp_path / "hang", "kernel: k.cpp\ndims: [{N: 8}]\n", {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) '
+                 '{ volatile int s = 1; while (s) {} }',
+        "ref.py": "def reference(x, N):\n    return x\n"})
+    try:
+        res = sb.run(job(artifact(tmp_path, d / "k.cpp", {}), d / "k.cpp", d / "ref.py",
+                         {"N": 8}, {"x": ["N"]}, timing={**TIMING, "timeout_s": 2}),
+                     timeout_s=2)
+    finally:
+        sb.close()
+    assert res["status"] == "timeout" and "no answer within 2 s" in res["error"]
+
+
+def _prepare_error(tmp_path, harness, ref_text, kernel=VADD, args=None):
+    d = write_sweep(tmp_path / "r", "kernel: k.cpp\ndims: [{N: 64}]\n",
+                    {"k.cpp": kernel, "ref.py": ref_text})
+    res = harness.run(job("", d / "k.cpp", d / "ref.py", {"N": 64},
+                          args or {"x": ["N"], "y": ["N"], "out": ["N"]}, prepare_only=True))
+    return res
+
+
+def test_inputs_that_ignore_the_seed_are_refused(tmp_path):
+    """Two input sets with the same values could not tell a replaying kernel from a real
+    one: refused before anything is built, naming ref.py and the fix."""
+    from workers.harness import JobError
+
+    ref = ("import torch\n"
+           "def inputs(seed, N):\n"
+           "    return {'x': torch.arange(1, N + 1.0), 'y': torch.ones(N)}\n"
+           "def reference(x, y, N):\n    return x + y\n")
+    with pytest.raises(JobError, match=r"ref.py: inputs\(\) returned the same values for "
+                       r"seeds 3 and 4.*draw the inputs from the seed"):
+        _prepare_error(tmp_path, Harness("cpu"), ref)
+
+
+def test_a_reference_without_an_in_out_argument_says_how_it_gets_there(tmp_path):
+    """issue 12 item 7: was a bare TypeError."""
+    from workers.harness import JobError
+
+    ref = "def reference(x, out, N):\n    return x\n"
+    with pytest.raises(JobError, match=r"reference\(\) takes out that kopt cannot give: 'out' "
+                       r"is an output of solve; an in/out argument reaches reference\(\) only "
+                       r"when inputs\(\) returns it"):
+        _prepare_error(tmp_path, Harness("cpu"), ref, kernel=ACC,
+                       args={"x": ["N"], "out": ["N"]})
+
+
+def test_a_reference_of_the_wrong_dtype_is_caught_before_building(tmp_path):
+    """issue 12 item 12: an int32 reference for a float* output made every candidate
+    `wrong_result`; a lower-precision one is a note."""
+    from workers.harness import JobError
+
+    with pytest.raises(JobError, match=r"reference\(\) returned output 'out' as torch.int32 "
+                       r"but solve's out is float\* \(torch.float32\); return a float tensor"):
+        _prepare_error(tmp_path, Harness("cpu"),
+                       "def reference(x, y, N):\n    return (x + y).int()\n")
+    res = _prepare_error(tmp_path, Harness("cpu"),
+                         "def reference(x, y, N):\n    return (x + y).half()\n")
+    assert res["status"] == "ok"
+    assert res["notes"] == ["ref.py: reference output 'out' is torch.float16, lower precision "
+                            "than solve's float (torch.float32): the check compares against "
+                            "rounded values; compute the reference in the output's precision "
+                            "or higher"]
