@@ -364,6 +364,16 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
         if not e.names <= dim_names:
             raise err(fname, f"{text!r} names {sorted(e.names - dim_names)}, which are not dims")
+        for where, i, d in _all_dims(sf):
+            try:
+                float(e({**sf.scalars, **d}))
+            except KeyError:
+                continue  # a backend's own dims without that name: Sweep.work is not asked
+            except ZeroDivisionError:
+                raise err(fname, f"{text!r} divides by zero at {where}[{i}] = {d}") from None
+            except (ExprError, OverflowError) as ex:
+                raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
+                          "work of one call with smaller operands") from None
     spaces = {}
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err)
@@ -372,6 +382,16 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         tolerance=sf.tolerance, args=sf.args, scalars=sf.scalars, timing=sf.timing,
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
         raw=raw, flops=sf.flops, bytes=sf.bytes)
+
+
+def _all_dims(sf: SweepFile) -> list[tuple[str, int, dict[str, int]]]:
+    """(field, index, dims) of every problem size the spec gives, the backends' own too."""
+    out = [("dims", i, d) for i, d in enumerate(sf.dims)]
+    for name in ("cpu", "cuda"):
+        blk = getattr(sf, name)
+        if blk is not None and blk.dims is not None:
+            out += [(f"{name}.dims", i, d) for i, d in enumerate(blk.dims)]
+    return out
 
 
 def _backend_of(kernel: str, err: Any, fieldname: str) -> str:
@@ -496,6 +516,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 ok, why = bool(expr(env)), "violates"
             except ZeroDivisionError:  # expand excludes such a candidate too
                 ok, why = False, "divides by zero in"
+            except ExprError as ex:
+                raise err(f"{prefix}restrictions[{i}]", f"cannot evaluate for the baseline "
+                          f"{baseline} at {dp}dims[{j}] = {d}: {ex}; rewrite the restriction "
+                          "with smaller operands") from None
             if not ok:
                 raise err(f"{prefix}restrictions[{i}]",
                           f"the baseline {baseline} {why} {r!r} for {dp}dims[{j}] = {d}; "
@@ -539,6 +563,16 @@ def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
                       "the geometry needs a launch param under `params:`)")
     for i, d in enumerate(dims):
         env = {**scalars, **d, **baseline}
+        for fname, v in launch_entries(launch):
+            if isinstance(v, str):
+                try:
+                    parse(v)(env)
+                except ExprError as ex:
+                    raise err(f"{prefix}launch.{fname}", f"cannot evaluate for the baseline "
+                              f"{baseline} at dims[{i}] {d}: {ex}; rewrite it with smaller "
+                              "operands") from None
+                except (KeyError, ZeroDivisionError):
+                    pass  # launch_geometry below names these
         try:
             geo = launch_geometry(launch, env)
         except ValueError as ex:
@@ -579,6 +613,8 @@ def launch_geometry(launch: Launch | dict[str, Any], env: dict[str, Any]) -> dic
                     raise ValueError(f"{label} {vals[j]!r}: no value for {ex}") from None
                 except ZeroDivisionError:
                     raise ValueError(f"{label} {vals[j]!r}: division by zero") from None
+                except ExprError as ex:
+                    raise ValueError(f"{label}: {ex}") from None
             if isinstance(v, float) and v.is_integer() and isinstance(vals[j], str):
                 raise ValueError(f"{label} {vals[j]!r} gives {v!r}, a float: use // for "
                                  "integer division")

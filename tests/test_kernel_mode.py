@@ -436,3 +436,10 @@ def test_candidates_that_cannot_launch_are_not_expanded(tmp_path):
     got75 = sorted((c.params["THREADS"], c.params["SMEM"])
                    for c in expand(space, load_catalog(), 75))
     assert got75 == [(128, 0)]
+
+
+def test_unbounded_power_in_the_geometry_names_the_entry(tmp_path):
+    """Issue 12.4: a launch entry whose value would be a gigantic integer names its field."""
+    expect(tmp_path, SAXPY.replace('grid: ["(N + THREADS * ITEMS - 1) // (THREADS * ITEMS)"]',
+                                   'grid: ["N ** 2 ** 20"]'),
+           "field 'launch.grid[0]'", "100000 ** 1048576", "4096 bits")

@@ -176,3 +176,15 @@ def test_zero_division_in_args_or_a_baseline_restriction(tmp_path):
            "field 'args.x[0]'", "divides by zero with dims[0] = {'N': 1024}")
     expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"N // (CHUNK - 64) > 0"'),
            "field 'restrictions[0]'", "divides by zero in 'N // (CHUNK - 64) > 0'")
+
+
+def test_unbounded_powers_are_named_at_load(tmp_path):
+    """Issue 12.4: a restriction or a work figure whose `**`/`<<` would make a gigantic integer
+    is refused at load, naming sweep.yaml, the field and the fix."""
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"CHUNK ** 2 ** 20 > 0"'),
+           "field 'restrictions[0]'", "64 ** 1048576", "4096 bits", "smaller operands")
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"9 ** 9 ** 9 > CHUNK"'),
+           "field 'restrictions[0]'", "9 ** 387420489")
+    expect(tmp_path, GOOD + '    flops: "N ** 2 ** 20"\n', "field 'flops'",
+           "1024 ** 1048576", "dims[0]")
+    expect(tmp_path, GOOD + '    bytes: "N << 5000"\n', "field 'bytes'", "4096 bits")
