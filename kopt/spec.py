@@ -31,6 +31,7 @@ from pydantic import (
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import ContractError, Signature, parse_signature_file
 from kopt.expr import ExprError, parse
+from workers.build import arch_flag
 
 Scalar = int | float | str
 BACKEND_SUFFIXES = {".cu": "cuda", ".cpp": "cpu", ".cc": "cpu", ".cxx": "cpu"}
@@ -526,6 +527,11 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                           f"change `{prefix}baseline` or the restriction")
     if blk.launch is not None:
         _check_launch(blk.launch, prefix, params, baseline, dims, sf.scalars, err)
+    bad = arch_flag(blk.flags) if backend == "cuda" else None
+    if bad is not None:
+        raise err(f"{prefix}flags", f"{bad!r} sets the GPU arch, which kopt chooses per device "
+                  "class (sm_90 on an H100/H200; sm_90a automatically for methods that need "
+                  "it) and records as the `arch` column: remove it")
     return Space(
         backend=backend, source=src.resolve(), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
