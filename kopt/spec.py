@@ -13,6 +13,7 @@ import ast
 import difflib
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,7 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file
+from kopt.contract import ContractError, Signature, parse_signature_file, scalar_range
 from kopt.expr import ExprError, parse
 from workers.build import arch_flag
 
@@ -273,12 +274,6 @@ def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool =
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
-_INT_RANGE = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
-              "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
-_UNSIGNED = {"unsigned", "unsigned int", "size_t", "unsigned long", "unsigned long long",
-             "uint8_t"}
-
-
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
@@ -446,12 +441,15 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                           "but is neither a dim nor in `scalars`; add "
                           f"{s.name}: <value> to one of them")
             v = d.get(s.name, sf.scalars.get(s.name))
-            lo, hi = _INT_RANGE.get(s.dtype, (None, None))
-            if s.ctype in _UNSIGNED:
-                lo = 0
-            if lo is not None and (not float(v).is_integer() or not lo <= v <= hi):
-                where = f"{prefix}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
-                raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({lo} .. {hi})")
+            lo, hi, integral = scalar_range(s.ctype)
+            bad = (not float(v).is_integer() if integral else math.isnan(v)) or (
+                math.isfinite(v) and not lo <= v <= hi)
+            if bad or (integral and not math.isfinite(v)):
+                where = f"{dp}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
+                kind = "integers" if integral else "finite values up to +-"
+                rng = f"{lo} .. {hi}" if integral else f"{hi:g}"
+                raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({kind}{' ' * integral}"
+                          f"{rng}); use a value of that range or a wider type")
         for a, shape in sf.args.items():
             for j, e in enumerate(shape):
                 if isinstance(e, str):
