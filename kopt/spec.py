@@ -433,8 +433,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     dp = prefix if blk.dims is not None else ""  # where these dims are written
     for i, d in enumerate(dims):
         for k, v in d.items():
-            if v < 0:
-                raise err(f"{dp}dims[{i}].{k}", f"{v} is negative; dims are sizes")
+            if v < 1:
+                raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
+                          "(an empty problem has nothing to measure); give values that are not "
+                          "sizes in `scalars`")
         for s in sig.scalars:
             if s.name not in d and s.name not in sf.scalars:
                 raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
@@ -452,6 +454,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                           f"{rng}); use a value of that range or a wider type")
         for a, shape in sf.args.items():
             for j, e in enumerate(shape):
+                v = e
                 if isinstance(e, str):
                     try:
                         v = parse(e)({**d, **sf.scalars})
@@ -465,8 +468,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                     except ExprError as ex:
                         raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with "
                                   f"{dp}dims[{i}] = {d}: {ex}") from None
-                    if not isinstance(v, int) or v < 0:
-                        raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r}, not a size")
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}dims[{i}] = {d}, "
+                              "not a size: every extent must be an integer >= 1 (an empty "
+                              "buffer has nothing to measure)")
 
     params = {k: list(v) for k, v in blk.params.items()}
     for k, vals in params.items():

@@ -139,8 +139,9 @@ def test_scalar_must_fit_its_c_type(tmp_path):
            "does not fit `int N`")
 
 
-def test_dims_are_non_negative_integers(tmp_path):
-    expect(tmp_path, GOOD.replace("{N: 1024}", "{N: -5}"), "field 'dims[0].N'", "negative")
+def test_dims_are_positive_integers(tmp_path):
+    expect(tmp_path, GOOD.replace("{N: 1024}", "{N: -5}"), "field 'dims[0].N'",
+           "-5 is not a problem size: dims must be >= 1")
     expect(tmp_path, GOOD.replace("{N: 1024}", '{N: "1024"}'), "field 'dims.0.N'")
 
 
