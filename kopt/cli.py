@@ -209,6 +209,7 @@ def _json_safe(col: str, v: Any) -> Any:
 
 
 def _speedup(v: float | None) -> str:
+    v = _figure(v)
     return "-" if v is None else f"{v:.3f}x"
 
 
@@ -219,11 +220,22 @@ def _kv(text: str | None) -> str:
     return " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
 
 
+def _figure(v: Any) -> float | None:
+    """``v`` as a positive finite float, else None (a rate of 0, NaN or infinity says
+    nothing and must never be divided by)."""
+    import math
+
+    if v is None or isinstance(v, bool):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) and v > 0 else None
+
+
 def _rate(r: dict[str, Any]) -> str:
     """Achieved rate from the spec's flops/bytes: TFLOP/s for arithmetic-heavy kernels
-    (>= 10 FLOP per byte moved), else GB/s."""
-    tf, gb = r.get("tflops"), r.get("gbps")
-    if tf is not None and (gb is None or tf * 1e3 / gb >= 10):
+    (>= 10 FLOP per byte moved), else GB/s; ``-`` when neither is a positive figure."""
+    tf, gb = _figure(r.get("tflops")), _figure(r.get("gbps"))
+    if tf is not None and (gb is None or tf * 1e3 >= 10 * gb):
         return f"{tf:.3g} TFLOP/s"
     return f"{gb:.4g} GB/s" if gb is not None else "-"
 

@@ -9,15 +9,22 @@ restates it in the spec. Kernel mode (a sweep with ``launch:``) parses a
 
 from __future__ import annotations
 
+import ctypes
+import math
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pycparser
 import pycparser.c_parser
 from pycparser import c_ast
 
-# C type name -> torch dtype name (torch.<name>) and ctypes name.
+# C type name -> torch dtype name (torch.<name>, same width as the C type) and ctypes name
+# of a scalar of that type (see scalar_ctype for half/bfloat16 scalars). Linux LP64: long
+# and size_t are 64-bit. torch's uint16/uint32/uint64 tensors support the harness's
+# allocation, copy and comparison (not all arithmetic: a reference computes in int64).
 C_TYPES: dict[str, tuple[str, str]] = {
     "float": ("float32", "c_float"),
     "double": ("float64", "c_double"),
@@ -31,25 +38,126 @@ C_TYPES: dict[str, tuple[str, str]] = {
     "int32_t": ("int32", "c_int32"),
     "int64_t": ("int64", "c_int64"),
     "uint8_t": ("uint8", "c_uint8"),
-    "char": ("int8", "c_char"),
+    "uint16_t": ("uint16", "c_uint16"),
+    "uint32_t": ("uint32", "c_uint32"),
+    "uint64_t": ("uint64", "c_uint64"),
+    "char": ("int8", "c_byte"),
     "signed char": ("int8", "c_byte"),
     "unsigned char": ("uint8", "c_ubyte"),
     "short": ("int16", "c_short"),
+    "unsigned short": ("uint16", "c_ushort"),
     "int": ("int32", "c_int"),
-    "unsigned": ("int64", "c_uint"),
-    "unsigned int": ("int64", "c_uint"),
+    "unsigned": ("uint32", "c_uint"),
+    "unsigned int": ("uint32", "c_uint"),
     "long": ("int64", "c_long"),
+    "unsigned long": ("uint64", "c_ulong"),
     "long long": ("int64", "c_longlong"),
-    "unsigned long": ("int64", "c_ulong"),
-    "unsigned long long": ("int64", "c_ulonglong"),
-    "size_t": ("int64", "c_size_t"),
+    "unsigned long long": ("uint64", "c_ulonglong"),
+    "size_t": ("uint64", "c_size_t"),
     "bool": ("bool", "c_bool"),
     "_Bool": ("bool", "c_bool"),
 }
+# largest finite value of each floating dtype (IEEE binary32/16, bfloat16)
+_FLOAT_MAX = {"float32": 3.4028234663852886e38, "float16": 65504.0,
+              "bfloat16": 3.3895313892515355e38, "float64": float("inf")}
 _TYPEDEF_PRELUDE = "".join(
     f"typedef int {t};\n" for t in
     ["half", "__half", "__nv_bfloat16", "bfloat16", "nv_bfloat16", "int8_t", "int16_t",
-     "int32_t", "int64_t", "uint8_t", "size_t", "bool"])
+     "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t", "bool"])
+_C_WORDS = {"signed", "unsigned", "char", "short", "int", "long"}
+
+
+def supported_types() -> str:
+    """The C types a contract argument may have, comma-separated (for messages)."""
+    return ", ".join(sorted(C_TYPES))
+
+
+def scalar_range(ctype: str) -> tuple[float, float, bool]:
+    """``(lo, hi, integral)``: the values a scalar of C type ``ctype`` can hold.
+
+    Integers (and bool): the type's exact range (``unsigned``: 0 .. 2**32 - 1);
+    floating types: +-their largest finite value (``half``: 65504), infinity allowed.
+
+    Raises:
+        KeyError: ``ctype`` is not in C_TYPES.
+    """
+    dtype, cname = C_TYPES[ctype]
+    if dtype in _FLOAT_MAX:
+        return -_FLOAT_MAX[dtype], _FLOAT_MAX[dtype], False
+    if dtype == "bool":
+        return 0, 1, True
+    bits = 8 * ctypes.sizeof(getattr(ctypes, cname))
+    if dtype.startswith("uint"):
+        return 0, 2**bits - 1, True
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1, True
+
+
+def half_bits(value: float) -> int:
+    """The IEEE binary16 bit pattern of ``value`` (round to nearest even).
+
+    Raises:
+        OverflowError: ``value`` is finite but beyond +-65504 (kopt.spec refuses those).
+    """
+    return struct.unpack("<H", struct.pack("<e", value))[0]
+
+
+def bfloat16_bits(value: float) -> int:
+    """The bfloat16 bit pattern of ``value``: the float32 rounded to nearest even in its top
+    16 bits (torch's conversion), NaN as the quiet NaN 0x7FC0."""
+    if math.isnan(value):
+        return 0x7FC0
+    f32 = struct.unpack("<I", struct.pack("<f", value))[0]
+    return ((f32 + 0x7FFF + ((f32 >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _converting(name: str, base: Any, convert: Any, doc: str) -> Any:
+    """A ctypes ``base`` subclass whose constructor and ``from_param`` (the argtypes hook)
+    take a Python float and store ``convert(value)``."""
+    def __init__(self: Any, value: float = 0.0) -> None:
+        base.__init__(self, convert(float(value)))
+
+    def from_param(cls: Any, value: Any) -> Any:
+        return value if isinstance(value, cls) else cls(value)
+
+    return type(name, (base,), {"__init__": __init__, "from_param": classmethod(from_param),
+                                "__doc__": doc, "__module__": __name__})
+
+
+Half16 = _converting(
+    "Half16", ctypes.c_uint16, half_bits,
+    "A ``half``/``__half`` scalar in an integer register (CUDA's ``__half`` is a struct of "
+    "one ``unsigned short``): takes a Python float, holds its binary16 bits.")
+BFloat16Bits = _converting(
+    "BFloat16Bits", ctypes.c_uint16, bfloat16_bits,
+    "A bfloat16 scalar in an integer register (CUDA's ``__nv_bfloat16`` struct, or a CPU "
+    "source's ``typedef uint16_t bfloat16``): takes a Python float, holds its bf16 bits.")
+Float16Reg = _converting(
+    "Float16Reg", ctypes.c_double,
+    lambda v: struct.unpack("<d", struct.pack("<Q", half_bits(v)))[0],
+    "A ``_Float16`` scalar (CPU backend: ``typedef _Float16 half;``), which the x86-64 and "
+    "AArch64 ABIs pass in a floating-point register: a double whose low 16 bits are the "
+    "binary16 bits, so that the callee reads exactly the half value.")
+
+
+def scalar_ctype(ctype: str, backend: str) -> Any:
+    """The ctypes type that passes a scalar of C type ``ctype`` to ``solve`` (or, in kernel
+    mode, packs it as a kernel parameter) built for ``backend`` (``"cuda"`` or ``"cpu"``).
+
+    Every type accepts the Python number the harness holds (``workers.harness._scalar``):
+    half/bfloat16 ones convert a float to its 16-bit pattern (:class:`Half16`,
+    :class:`BFloat16Bits`; on the CPU backend ``half`` is ``_Float16``, passed in a floating
+    register: :class:`Float16Reg`).
+
+    Raises:
+        KeyError: ``ctype`` is not in C_TYPES.
+    """
+    dtype, cname = C_TYPES[ctype]
+    if dtype == "float16":
+        return Float16Reg if backend == "cpu" else Half16
+    if dtype == "bfloat16":
+        return BFloat16Bits
+    return getattr(ctypes, cname)
+
 
 _SOLVE_RE = re.compile(
     r'extern\s+"C"\s*(?:__host__\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+solve\s*\(([^)]*)\)',
@@ -196,9 +304,11 @@ def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
     try:
         ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void {fname}({params});", filename)
     except pycparser.c_parser.ParseError as e:
-        raise ContractError(
-            f"{filename}: cannot parse the {fname} prototype `{fname}({params_text.strip()})`: "
-            f"{e}; argument types must be one of: {', '.join(sorted(C_TYPES))}") from None
+        which = _unknown_type_arg(params, fname, filename)
+        what = (f"{fname}{which} has a type kopt does not know" if which
+                else f"cannot parse the {fname} prototype `{fname}({params_text.strip()})`: {e}")
+        raise ContractError(f"{filename}: {what}; argument types must be one of: "
+                            f"{supported_types()}") from None
     decl = ast.ext[-1]
     plist = decl.type.args.params if decl.type.args else []
     args: list[Arg] = []
@@ -229,31 +339,58 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", " ", src)
 
 
-def _type_name(t: c_ast.TypeDecl) -> str:
+def _type_name(t: c_ast.TypeDecl, where: str) -> str:
+    """The C type name of a declaration's base type, integer spellings made canonical
+    (``long int`` -> ``long``, ``unsigned`` -> ``unsigned int``, ``signed`` -> ``int``).
+    ``where`` (``k.cu: solve argument 'p'``) starts the error of a struct, union or enum."""
     inner = t.type
-    if isinstance(inner, c_ast.IdentifierType):
-        return " ".join(inner.names)
-    raise ContractError(f"unsupported type node {type(inner).__name__}")
+    if not isinstance(inner, c_ast.IdentifierType):
+        kind = type(inner).__name__.lower()  # struct, union, enum
+        name = getattr(inner, "name", None) or "(anonymous)"
+        article = "an" if kind == "enum" else "a"
+        raise ContractError(f"{where} is {article} {kind} {name}; pass plain buffers and "
+                            f"scalars of the supported types: {supported_types()}")
+    names = list(inner.names)
+    if not set(names) <= _C_WORDS:
+        return " ".join(names)
+    sign = "unsigned " if "unsigned" in names else ""
+    base = [w for w in names if w not in ("signed", "unsigned", "int")]
+    if base == ["char"] and "signed" in names:
+        return "signed char"
+    text = " ".join(base) or "int"
+    return sign + text if text != "int" or sign else "int"
 
 
 def _arg(p: c_ast.Decl, filename: str, fname: str = "solve") -> Arg:
+    where = f"{filename}: {fname} argument {p.name!r}"
     t = p.type
     if isinstance(t, c_ast.PtrDecl):
         inner = t.type
         if not isinstance(inner, c_ast.TypeDecl):
-            raise ContractError(f"{filename}: {fname} argument {p.name!r}: pointers to pointers "
-                                "or arrays are not supported; pass flat device buffers")
-        cname = _type_name(inner)
+            raise ContractError(f"{where}: pointers to pointers or arrays are not supported; "
+                                "pass flat device buffers")
+        cname = _type_name(inner, where)
         kind = "input" if "const" in (inner.quals or []) else "output"
     elif isinstance(t, c_ast.TypeDecl):
-        cname = _type_name(t)
+        cname = _type_name(t, where)
         kind = "scalar"
     else:
-        raise ContractError(f"{filename}: {fname} argument {p.name!r} has an unsupported "
-                            "declarator")
-    cname = cname.replace("signed int", "int") if cname != "unsigned int" else cname
+        raise ContractError(f"{where} has an unsupported declarator (an array or a function); "
+                            "pass a pointer")
     if cname not in C_TYPES:
-        raise ContractError(
-            f"{filename}: {fname} argument {p.name!r} has type {cname!r}; supported: "
-            + ", ".join(sorted(C_TYPES)))
+        raise ContractError(f"{where} has type {cname!r}; supported: {supported_types()}")
     return Arg(name=p.name, ctype=cname, kind=kind, dtype=C_TYPES[cname][0])
+
+
+def _unknown_type_arg(params: str, fname: str, filename: str) -> str:
+    """``" argument 'p' (`Pair* p`)"`` for the first argument that does not parse alone (a
+    type name pycparser does not know), else ``""``."""
+    parser = pycparser.CParser()
+    for part in params.split(","):
+        try:
+            parser.parse(_TYPEDEF_PRELUDE + f"void {fname}({part});", filename)
+        except pycparser.c_parser.ParseError:
+            words = re.findall(r"\w+", part)
+            name = f" {words[-1]!r}" if words else ""
+            return f" argument{name} (`{' '.join(part.split())}`)"
+    return ""

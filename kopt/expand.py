@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kopt.catalog import AXES, Catalog
-from kopt.expr import parse
+from kopt.expr import ExprError, parse
 from kopt.spec import Scalar, Space, SpecError, launch_geometry
 
 Triple = tuple[str | None, str | None, str | None]
@@ -267,6 +267,10 @@ def _dims_ok(restrictions: Sequence[Any], params: dict[str, Scalar],
             except ZeroDivisionError:
                 good = False
                 break
+            except ExprError as e:
+                raise SpecError(f"restriction {r.text!r} cannot be evaluated for params "
+                                f"{params} at dims {d}: {e}; rewrite it with smaller operands"
+                                ) from None
         if good:
             ok.append(i)
     return ok

@@ -5,6 +5,11 @@ evaluated over params and dims. Only arithmetic, comparisons, boolean logic,
 ternaries and ``min``/``max``/``abs`` are allowed; anything else (attribute
 access, calls to other names, subscripts, lambdas) is rejected when the spec
 is loaded, so a spec can never run code.
+
+Evaluation is bounded too: ``**`` and ``<<`` refuse integer results above
+:data:`MAX_BITS` bits (``9 ** 9 ** 9`` would take minutes and gigabytes), so
+every expression evaluates in microseconds; constant sub-expressions are
+evaluated when the expression is parsed, so such an error surfaces at spec load.
 """
 
 from __future__ import annotations
@@ -15,11 +20,48 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+# Largest integer result (bits) that ``**`` and ``<<`` may produce: 4096 bits is about
+# 1e1233, far above any size, and arithmetic on it takes microseconds.
+MAX_BITS = 4096
+
+
+class ExprError(ValueError):
+    """An expression uses syntax or names outside the allowed subset, or its value is out of
+    bounds (an integer above MAX_BITS bits, a float overflow, a complex result)."""
+
+
+def _show(v: Any) -> str:
+    """``v`` for a message: negative numbers in parentheses, huge integers abbreviated."""
+    text = repr(v)
+    if len(text) > 24:
+        text = f"{text[:12]}...({len(text.lstrip('-'))} digits)"
+    return f"({text})" if isinstance(v, (int, float)) and v < 0 else text
+
+
+def _pow(a: Any, b: Any) -> Any:
+    if (isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1
+            and (abs(a).bit_length() - 1) * b > MAX_BITS):
+        raise ExprError(f"{_show(a)} ** {b} has about {(abs(a).bit_length() - 1) * b} bits; "
+                        f"expressions allow integers up to {MAX_BITS} bits")
+    r = a ** b
+    if isinstance(r, complex):
+        raise ExprError(f"{_show(a)} ** {_show(b)} is a complex number")
+    return r
+
+
+def _lshift(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and a and b > 0 \
+            and abs(a).bit_length() + b > MAX_BITS:
+        raise ExprError(f"{_show(a)} << {b} has {abs(a).bit_length() + b} bits; expressions "
+                        f"allow integers up to {MAX_BITS} bits")
+    return a << b
+
+
 _BINOPS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
-    ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.Pow: _pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor, ast.LShift: _lshift, ast.RShift: operator.rshift,
 }
 _CMPOPS = {
     ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
@@ -30,10 +72,6 @@ _UNOPS = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_
 _FUNCS = {"min": min, "max": max, "abs": abs}
 
 
-class ExprError(ValueError):
-    """An expression uses syntax or names outside the allowed subset."""
-
-
 class Expr:
     """A parsed, validated expression.
 
@@ -41,7 +79,8 @@ class Expr:
         text: the expression source, e.g. ``"BM * BK <= 4096"``.
 
     Raises:
-        ExprError: on a syntax error or a disallowed construct.
+        ExprError: on a syntax error, a disallowed construct, or a constant sub-expression
+            that is out of bounds (``9 ** 9 ** 9``).
     """
 
     def __init__(self, text: str):
@@ -51,6 +90,24 @@ class Expr:
         except SyntaxError as e:
             raise ExprError(f"not a valid expression: {text!r} ({e.msg})") from None
         self.names: frozenset[str] = frozenset(self._check(self._tree))
+        self._fold(self._tree)
+
+    def _fold(self, node: ast.AST) -> None:
+        """Evaluate every constant sub-expression once, so that an out-of-bounds one (which
+        would fail for every environment) is an error now, at parse time."""
+        if isinstance(node, (ast.Constant, ast.Name)):
+            return  # nothing to evaluate
+        if not any(isinstance(n, ast.Name) for n in ast.walk(node)):
+            try:
+                _eval(node, {})
+            except ZeroDivisionError:
+                pass  # callers treat division by zero where they evaluate (see kopt.spec)
+            except ExprError as e:
+                raise ExprError(f"{self.text!r}: {e}") from None
+            return
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self._fold(child)
 
     def _check(self, node: ast.AST) -> set[str]:
         names: set[str] = set()
@@ -83,8 +140,18 @@ class Expr:
         return names
 
     def __call__(self, env: Mapping[str, Any]) -> Any:
-        """Evaluate with ``env`` (name -> number). Raises KeyError for an unbound name."""
-        return _eval(self._tree, env)
+        """Evaluate with ``env`` (name -> number).
+
+        Raises:
+            KeyError: an unbound name.
+            ZeroDivisionError: a division or modulo by zero.
+            ExprError: a value out of bounds (see MAX_BITS) or an operation the operands do
+                not support (``1.5 << 2``); the message quotes the expression.
+        """
+        try:
+            return _eval(self._tree, env)
+        except ExprError as e:
+            raise ExprError(f"{self.text!r}: {e}") from None
 
     def __repr__(self) -> str:
         return f"Expr({self.text!r})"
@@ -98,9 +165,23 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
             return env[node.id]
         raise KeyError(node.id)
     if isinstance(node, ast.BinOp):
-        return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+        a, b = _eval(node.left, env), _eval(node.right, env)
+        try:
+            return _BINOPS[type(node.op)](a, b)
+        except ExprError:
+            raise
+        except OverflowError:
+            raise ExprError(f"{ast.unparse(node)} with values {_show(a)}, {_show(b)} overflows "
+                            "a float") from None
+        except (TypeError, ValueError) as e:
+            raise ExprError(f"{ast.unparse(node)} with values {_show(a)}, {_show(b)}: {e}"
+                            ) from None
     if isinstance(node, ast.UnaryOp):
-        return _UNOPS[type(node.op)](_eval(node.operand, env))
+        v = _eval(node.operand, env)
+        try:
+            return _UNOPS[type(node.op)](v)
+        except TypeError as e:
+            raise ExprError(f"{ast.unparse(node)} with value {_show(v)}: {e}") from None
     if isinstance(node, ast.BoolOp):
         if isinstance(node.op, ast.And):
             return all(_eval(v, env) for v in node.values)

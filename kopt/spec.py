@@ -13,6 +13,7 @@ import ast
 import difflib
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -29,8 +30,9 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file
+from kopt.contract import ContractError, Signature, parse_signature_file, scalar_range
 from kopt.expr import ExprError, parse
+from workers.build import arch_flag
 
 Scalar = int | float | str
 BACKEND_SUFFIXES = {".cu": "cuda", ".cpp": "cpu", ".cc": "cpu", ".cxx": "cpu"}
@@ -272,12 +274,6 @@ def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool =
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
-_INT_RANGE = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int16": (-2**15, 2**15 - 1),
-              "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
-_UNSIGNED = {"unsigned", "unsigned int", "size_t", "unsigned long", "unsigned long long",
-             "uint8_t"}
-
-
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
@@ -364,6 +360,16 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
         if not e.names <= dim_names:
             raise err(fname, f"{text!r} names {sorted(e.names - dim_names)}, which are not dims")
+        for where, i, d in _all_dims(sf):
+            try:
+                float(e({**sf.scalars, **d}))
+            except KeyError:
+                continue  # a backend's own dims without that name: Sweep.work is not asked
+            except ZeroDivisionError:
+                raise err(fname, f"{text!r} divides by zero at {where}[{i}] = {d}") from None
+            except (ExprError, OverflowError) as ex:
+                raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
+                          "work of one call with smaller operands") from None
     spaces = {}
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err)
@@ -372,6 +378,16 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         tolerance=sf.tolerance, args=sf.args, scalars=sf.scalars, timing=sf.timing,
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
         raw=raw, flops=sf.flops, bytes=sf.bytes)
+
+
+def _all_dims(sf: SweepFile) -> list[tuple[str, int, dict[str, int]]]:
+    """(field, index, dims) of every problem size the spec gives, the backends' own too."""
+    out = [("dims", i, d) for i, d in enumerate(sf.dims)]
+    for name in ("cpu", "cuda"):
+        blk = getattr(sf, name)
+        if blk is not None and blk.dims is not None:
+            out += [(f"{name}.dims", i, d) for i, d in enumerate(blk.dims)]
+    return out
 
 
 def _backend_of(kernel: str, err: Any, fieldname: str) -> str:
@@ -417,22 +433,28 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     dp = prefix if blk.dims is not None else ""  # where these dims are written
     for i, d in enumerate(dims):
         for k, v in d.items():
-            if v < 0:
-                raise err(f"{dp}dims[{i}].{k}", f"{v} is negative; dims are sizes")
+            if v < 1:
+                raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
+                          "(an empty problem has nothing to measure); give values that are not "
+                          "sizes in `scalars`")
         for s in sig.scalars:
             if s.name not in d and s.name not in sf.scalars:
                 raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
                           "but is neither a dim nor in `scalars`; add "
                           f"{s.name}: <value> to one of them")
             v = d.get(s.name, sf.scalars.get(s.name))
-            lo, hi = _INT_RANGE.get(s.dtype, (None, None))
-            if s.ctype in _UNSIGNED:
-                lo = 0
-            if lo is not None and (not float(v).is_integer() or not lo <= v <= hi):
-                where = f"{prefix}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
-                raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({lo} .. {hi})")
+            lo, hi, integral = scalar_range(s.ctype)
+            bad = (not float(v).is_integer() if integral else math.isnan(v)) or (
+                math.isfinite(v) and not lo <= v <= hi)
+            if bad or (integral and not math.isfinite(v)):
+                where = f"{dp}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
+                kind = "integers" if integral else "finite values up to +-"
+                rng = f"{lo} .. {hi}" if integral else f"{hi:g}"
+                raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({kind}{' ' * integral}"
+                          f"{rng}); use a value of that range or a wider type")
         for a, shape in sf.args.items():
             for j, e in enumerate(shape):
+                v = e
                 if isinstance(e, str):
                     try:
                         v = parse(e)({**d, **sf.scalars})
@@ -446,8 +468,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                     except ExprError as ex:
                         raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with "
                                   f"{dp}dims[{i}] = {d}: {ex}") from None
-                    if not isinstance(v, int) or v < 0:
-                        raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r}, not a size")
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}dims[{i}] = {d}, "
+                              "not a size: every extent must be an integer >= 1 (an empty "
+                              "buffer has nothing to measure)")
 
     params = {k: list(v) for k, v in blk.params.items()}
     for k, vals in params.items():
@@ -496,12 +520,21 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 ok, why = bool(expr(env)), "violates"
             except ZeroDivisionError:  # expand excludes such a candidate too
                 ok, why = False, "divides by zero in"
+            except ExprError as ex:
+                raise err(f"{prefix}restrictions[{i}]", f"cannot evaluate for the baseline "
+                          f"{baseline} at {dp}dims[{j}] = {d}: {ex}; rewrite the restriction "
+                          "with smaller operands") from None
             if not ok:
                 raise err(f"{prefix}restrictions[{i}]",
                           f"the baseline {baseline} {why} {r!r} for {dp}dims[{j}] = {d}; "
                           f"change `{prefix}baseline` or the restriction")
     if blk.launch is not None:
         _check_launch(blk.launch, prefix, params, baseline, dims, sf.scalars, err)
+    bad = arch_flag(blk.flags) if backend == "cuda" else None
+    if bad is not None:
+        raise err(f"{prefix}flags", f"{bad!r} sets the GPU arch, which kopt chooses per device "
+                  "class (sm_90 on an H100/H200; sm_90a automatically for methods that need "
+                  "it) and records as the `arch` column: remove it")
     return Space(
         backend=backend, source=src.resolve(), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
@@ -539,6 +572,16 @@ def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
                       "the geometry needs a launch param under `params:`)")
     for i, d in enumerate(dims):
         env = {**scalars, **d, **baseline}
+        for fname, v in launch_entries(launch):
+            if isinstance(v, str):
+                try:
+                    parse(v)(env)
+                except ExprError as ex:
+                    raise err(f"{prefix}launch.{fname}", f"cannot evaluate for the baseline "
+                              f"{baseline} at dims[{i}] {d}: {ex}; rewrite it with smaller "
+                              "operands") from None
+                except (KeyError, ZeroDivisionError):
+                    pass  # launch_geometry below names these
         try:
             geo = launch_geometry(launch, env)
         except ValueError as ex:
@@ -579,6 +622,8 @@ def launch_geometry(launch: Launch | dict[str, Any], env: dict[str, Any]) -> dic
                     raise ValueError(f"{label} {vals[j]!r}: no value for {ex}") from None
                 except ZeroDivisionError:
                     raise ValueError(f"{label} {vals[j]!r}: division by zero") from None
+                except ExprError as ex:
+                    raise ValueError(f"{label}: {ex}") from None
             if isinstance(v, float) and v.is_integer() and isinstance(vals[j], str):
                 raise ValueError(f"{label} {vals[j]!r} gives {v!r}, a float: use // for "
                                  "integer division")

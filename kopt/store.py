@@ -98,9 +98,10 @@ with base as (
   select * exclude (created_at) from profiles_raw
   qualify row_number() over (partition by run_id, job_key order by created_at desc) = 1
 )
-select raw.*, case when raw.status = 'ok' then base.base_ms / raw.median_ms end as speedup,
-       raw.flops / (raw.median_ms * 1e9) as tflops,
-       raw.bytes / (raw.median_ms * 1e6) as gbps,
+select raw.*, case when raw.status = 'ok' then nullif(base.base_ms, 0) / nullif(raw.median_ms, 0)
+                   end as speedup,
+       nullif(raw.flops, 0) / nullif(raw.median_ms * 1e9, 0) as tflops,
+       nullif(raw.bytes, 0) / nullif(raw.median_ms * 1e6, 0) as gbps,
        coalesce(raw.rung, 0) = max(coalesce(raw.rung, 0)) over (
          partition by raw.run_id, raw.iteration, raw.device_class) as final,
        prof.* exclude (run_id, job_key)

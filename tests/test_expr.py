@@ -31,3 +31,37 @@ def test_syntax_error_names_text():
 def test_unbound_name_raises_keyerror():
     with pytest.raises(KeyError):
         parse("A + 1")({})
+
+
+def test_power_and_shift_are_bounded():
+    """Issue 12.4: `**` and `<<` refuse results above MAX_BITS bits instead of computing them
+    for minutes; a constant one is refused when the expression is parsed."""
+    with pytest.raises(ExprError, match=r"'9\*\*9\*\*9': 9 \*\* 387420489 has about"):
+        parse("9**9**9")
+    with pytest.raises(ExprError, match=r"'THREADS \*\* 2 \*\* 20 > 0': 256 \*\* 1048576"):
+        parse("THREADS ** 2 ** 20 > 0")({"THREADS": 256})
+    with pytest.raises(ExprError, match="up to 4096 bits"):
+        parse("X << 2 ** 20")({"X": 3})
+    with pytest.raises(ExprError, match="overflows a float"):
+        parse("X ** 400.0")({"X": 10})
+    with pytest.raises(ExprError, match="negative shift count"):
+        parse("X << -1")({"X": 3})
+    assert parse("2 ** 12 + X")({"X": 1}) == 4097
+    assert parse("X ** 4096")({"X": 2}) == 2 ** 4096  # the limit itself is allowed
+    assert parse("X ** -1")({"X": 4}) == 0.25
+    with pytest.raises(ZeroDivisionError):  # callers name division by zero themselves
+        parse("N // (N - N)")({"N": 3})
+
+
+def test_the_issues_expression_fails_in_milliseconds():
+    """`THREADS ** 9 ** 9 > 0` took seconds to minutes; bounded it fails at once (run in a
+    child process so that a regression cannot hang the suite)."""
+    import subprocess
+    import sys
+
+    code = ("from kopt.expr import parse, ExprError\n"
+            "try:\n    parse('THREADS ** 9 ** 9 > 0')({'THREADS': 256})\n"
+            "except ExprError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30)
+    assert "256 ** 387420489 has about" in out.stdout, out.stderr

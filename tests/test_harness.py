@@ -1,6 +1,7 @@
 """The sandboxed harness without Ray: correctness check, timing, and faults as outcomes."""
 
 import dataclasses
+import shutil
 
 import pytest
 
@@ -181,3 +182,101 @@ def test_what_a_refusing_kernel_prints_is_in_the_error(tmp_path, sandbox):
                           d / "ref.py"), timeout_s=10)
     assert res["status"] == "wrong_result"
     assert "the kernel printed: k.cpp: needs N % 3 == 0 (got N=4096)" in res["error"], res["error"]
+
+
+def test_unsigned_buffers_and_scalars_have_their_real_width(tmp_path):
+    """Issue 12.10: `unsigned*` buffers were int64 tensors (8 bytes per 4-byte element: wrong
+    results) and an `unsigned` scalar above 2**31 was checked as int64. A real g++ build of
+    a solve over unsigned buffers and an unsigned scalar of 3e9 passes the check."""
+    from workers.harness import Harness
+
+    d = write_sweep(tmp_path / "uns", "kernel: k.cpp\ndims: [{N: 64}]\n", {
+        "k.cpp": 'extern "C" void solve(const unsigned* x, unsigned* y, unsigned k, int N) {'
+                 ' for (int i = 0; i < N; ++i) y[i] = x[i] * k + 1u; }',
+        "ref.py": "import torch\n"
+                  "def inputs(seed, N):\n"
+                  "    g = torch.Generator().manual_seed(seed)\n"
+                  "    return {'x': torch.randint(1, 1000, (N,), generator=g,"
+                  " dtype=torch.uint32)}\n"
+                  "def reference(x, k, N):\n"
+                  "    return (x.long() * k + 1) % 2**32\n"})
+    src = d / "k.cpp"
+    h = Harness("cpu")
+    res = h.run(job(artifact(tmp_path, src, 0, "k.cpp"), src, d / "ref.py", dims={"N": 64},
+                    args={}, scalars={"k": 3_000_000_000}, check_only=True))
+    assert res["status"] == "ok", res["error"]
+    assert res["max_abs_err"] == 0.0
+
+
+HALF_SOURCE = """
+    #include <cstdint>
+    #include <cstring>
+    {typedefs}
+    static float widen_bf16(bfloat16 b) {{ uint32_t u = (uint32_t)BITS(b) << 16; float f;
+                                          std::memcpy(&f, &u, 4); return f; }}
+    extern "C" void solve(const float* x, half a, bfloat16 b, float* y, int N) {{
+      for (int i = 0; i < N; ++i) y[i] = x[i] * HALF2FLOAT(a) + widen_bf16(b);
+    }}
+"""
+
+
+def _call_half_solve(path: str, src, backend: str) -> list[float]:
+    """Call a HALF_SOURCE build with a = 1/3, b = 0.1 through the ctypes argtypes that
+    kopt.contract.scalar_ctype gives (what workers.harness.Harness.lib sets)."""
+    import ctypes
+
+    import torch
+
+    from kopt.contract import parse_signature_file, scalar_ctype
+
+    lib = ctypes.CDLL(path)
+    sig = parse_signature_file(src)
+    assert [a.ctype for a in sig.scalars] == ["half", "bfloat16", "int"]
+    lib.solve.argtypes = [ctypes.c_void_p if a.is_pointer else scalar_ctype(a.ctype, backend)
+                          for a in sig.args]
+    x, y = torch.arange(1, 5, dtype=torch.float32), torch.zeros(4)
+    lib.solve(x.data_ptr(), 1 / 3, 0.1, y.data_ptr(), 4)
+    return y.tolist()
+
+
+def test_half_and_bfloat16_scalars_reach_a_real_cpu_build(tmp_path):
+    """Issue 12.10: `half`/`bfloat16` scalars failed every candidate with a ctypes
+    ArgumentError. On the CPU, `half` is `_Float16` (a floating register) and `bfloat16` a
+    uint16_t holding the bits; the kernel sees exactly torch's float16/bfloat16 values."""
+    import torch
+
+    src = tmp_path / "k.cpp"
+    src.write_text(HALF_SOURCE.format(typedefs="typedef _Float16 half; typedef uint16_t "
+                                      "bfloat16;\n#define BITS(b) (b)\n#define HALF2FLOAT(a)"
+                                      " ((float)(a))"))
+    job_ = wb.BuildJob("half-cpu", "cpu", src.read_text(), "k.cpp", str(tmp_path), {})
+    res, data = wb.build(job_, cache=tmp_path)
+    assert res.ok, res.error
+    got = _call_half_solve(str(wb.ensure_artifact(job_.build_id, data, cache=tmp_path)), src, "cpu")
+    a = torch.tensor(1 / 3, dtype=torch.float16).item()
+    b = torch.tensor(0.1, dtype=torch.bfloat16).item()
+    assert got == [i * a + b for i in (1.0, 2.0, 3.0, 4.0)]
+    assert a == 0.333251953125 and b == 0.10009765625
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_half_and_bfloat16_scalars_reach_a_real_nvcc_build(tmp_path):
+    """The same through nvcc's host code, where `__half`/`__nv_bfloat16` are structs of one
+    unsigned short (integer registers). Built for sm_90; the host function runs on any
+    machine."""
+    import torch
+
+    src = tmp_path / "k.cu"
+    src.write_text(HALF_SOURCE.format(typedefs="#include <cuda_fp16.h>\n#include <cuda_bf16.h>"
+                                      "\ntypedef __half half; typedef __nv_bfloat16 bfloat16;"
+                                      "\n#define BITS(b) __bfloat16_as_ushort(b)\n"
+                                      "#define HALF2FLOAT(a) __half2float(a)"))
+    job_ = wb.BuildJob("half-cuda", "cuda", src.read_text(), "k.cu", str(tmp_path), {},
+                       target="sm_90")
+    res, data = wb.build(job_, cache=tmp_path)
+    assert res.ok, res.error
+    got = _call_half_solve(str(wb.ensure_artifact(job_.build_id, data, cache=tmp_path)), src,
+                           "cuda")
+    a = torch.tensor(1 / 3, dtype=torch.float16).item()
+    b = torch.tensor(0.1, dtype=torch.bfloat16).item()
+    assert got == [i * a + b for i in (1.0, 2.0, 3.0, 4.0)]

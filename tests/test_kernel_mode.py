@@ -436,3 +436,37 @@ def test_candidates_that_cannot_launch_are_not_expanded(tmp_path):
     got75 = sorted((c.params["THREADS"], c.params["SMEM"])
                    for c in expand(space, load_catalog(), 75))
     assert got75 == [(128, 0)]
+
+
+def test_unbounded_power_in_the_geometry_names_the_entry(tmp_path):
+    """Issue 12.4: a launch entry whose value would be a gigantic integer names its field."""
+    expect(tmp_path, SAXPY.replace('grid: ["(N + THREADS * ITEMS - 1) // (THREADS * ITEMS)"]',
+                                   'grid: ["N ** 2 ** 20"]'),
+           "field 'launch.grid[0]'", "100000 ** 1048576", "4096 bits")
+
+
+@pytest.mark.parametrize("flag", ["-arch=sm_80", "-arch=compute_80", "--gpu-architecture=sm_80",
+                                  "-gencode=arch=compute_80,code=sm_80", "-code=sm_80",
+                                  "--generate-code=arch=compute_80,code=sm_80"])
+def test_flags_that_set_the_arch_are_refused(tmp_path, flag):
+    """Issue 12.5: `-arch=sm_80` in flags silently replaced the device's arch (rows said
+    sm_90, launches failed with CUDA_ERROR_NO_BINARY_FOR_GPU); refused at load, in kernel
+    mode and in solve mode."""
+    expect(tmp_path, SAXPY + f'    flags: ["-maxrregcount=64", "{flag}"]\n', "field 'flags'",
+           repr(flag), "sets the GPU arch", "sm_90a automatically", "remove it")
+    solve = ("kernel: k.cu\ndims: [{N: 8}]\nargs: {x: [N], y: [N]}\n"
+             f'flags: ["-lineinfo", "{flag}"]\n')
+    expect(tmp_path, solve, "field 'flags'", repr(flag), **{"k.cu": VADD_CPP, "ref.py": VADD_REF})
+
+
+def test_a_build_job_with_an_arch_flag_is_refused(tmp_path):
+    """A build job made without the spec (the worker side) refuses an arch flag too, before
+    any compiler runs, so that the `arch` it records is the arch it built."""
+    for mode, launch in (("solve", None), ("kernel", {"kernel": "saxpy", "block": [1],
+                                                      "grid": [1], "smem_bytes": 0})):
+        job = wb.BuildJob(f"arch-{mode}", "cuda", "", "saxpy.cu", str(tmp_path), {},
+                          ["-arch", "sm_80"], target="sm_90", mode=mode, launch=launch)
+        res, data = wb.build(job, cache=tmp_path)
+        assert not res.ok and data is None
+        assert res.error == "flag '-arch' sets the GPU arch; kopt builds for the device's own " \
+                            "(sm_90): remove it"

@@ -139,8 +139,9 @@ def test_scalar_must_fit_its_c_type(tmp_path):
            "does not fit `int N`")
 
 
-def test_dims_are_non_negative_integers(tmp_path):
-    expect(tmp_path, GOOD.replace("{N: 1024}", "{N: -5}"), "field 'dims[0].N'", "negative")
+def test_dims_are_positive_integers(tmp_path):
+    expect(tmp_path, GOOD.replace("{N: 1024}", "{N: -5}"), "field 'dims[0].N'",
+           "-5 is not a problem size: dims must be >= 1")
     expect(tmp_path, GOOD.replace("{N: 1024}", '{N: "1024"}'), "field 'dims.0.N'")
 
 
@@ -176,3 +177,31 @@ def test_zero_division_in_args_or_a_baseline_restriction(tmp_path):
            "field 'args.x[0]'", "divides by zero with dims[0] = {'N': 1024}")
     expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"N // (CHUNK - 64) > 0"'),
            "field 'restrictions[0]'", "divides by zero in 'N // (CHUNK - 64) > 0'")
+
+
+def test_unbounded_powers_are_named_at_load(tmp_path):
+    """Issue 12.4: a restriction or a work figure whose `**`/`<<` would make a gigantic integer
+    is refused at load, naming sweep.yaml, the field and the fix."""
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"CHUNK ** 2 ** 20 > 0"'),
+           "field 'restrictions[0]'", "64 ** 1048576", "4096 bits", "smaller operands")
+    expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"9 ** 9 ** 9 > CHUNK"'),
+           "field 'restrictions[0]'", "9 ** 387420489")
+    expect(tmp_path, GOOD + '    flops: "N ** 2 ** 20"\n', "field 'flops'",
+           "1024 ** 1048576", "dims[0]")
+    expect(tmp_path, GOOD + '    bytes: "N << 5000"\n', "field 'bytes'", "4096 bits")
+
+
+def test_scalars_are_checked_against_their_c_types_real_range(tmp_path):
+    """Issue 12.10: an `unsigned N` of 2**32 + 1 passed (checked as int64) and ctypes wrapped
+    it to 1; a half scalar above 65504 would be infinity."""
+    src = ('typedef _Float16 half;\n'
+           'extern "C" void solve(const float* x, float* out, unsigned N, half a) {}\n')
+    spec = "kernel: k.cpp\ndims: [{N: 4294967297}]\nargs: {x: [N]}\nscalars: {a: 0.5}\n"
+    expect(tmp_path, spec, "field 'dims[0].N'",
+           "4294967297 does not fit `unsigned int N` (integers 0 .. 4294967295)", **{"k.cpp": src})
+    expect(tmp_path, spec.replace("4294967297", "4096").replace("0.5", "70000.0"),
+           "field 'scalars.a'", "does not fit `half a` (finite values up to +-65504)",
+           **{"k.cpp": src})
+    sw = load_sweep(make(tmp_path, spec.replace("4294967297", "4294967295"), **{"k.cpp": src}))
+    assert [a.dtype for a in sw.space("cpu").signature.args] == [
+        "float32", "float32", "uint32", "float16"]

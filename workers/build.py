@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,10 @@ SHIM = Path(__file__).with_name("kopt_shim.h")
 CUDA_FLAGS = ["-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v", "-lineinfo"]
 _RDC = ("-rdc", "--relocatable-device-code", "-dc", "--device-c", "-dlink", "--device-link")
 CPU_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp"]
+# nvcc / NVRTC options that choose the GPU target; kopt sets it per device class (the build
+# job's ``target``, stored as the ``arch`` column), so a spec's flags may not
+ARCH_OPTIONS = ("-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode",
+                "--generate-code")
 COMPILE_TIMEOUT_S = float(os.environ.get("KOPT_COMPILE_TIMEOUT_S", 600))
 # address-space cap of one compiler process (GiB): a runaway compile fails as a compile
 # error instead of taking the node's memory (and Ray's OOM killer) with it
@@ -152,6 +157,16 @@ class BuildResult:
     log: str = ""
 
 
+def arch_flag(flags: list[str]) -> str | None:
+    """The first of ``flags`` that sets the GPU arch (an ARCH_OPTIONS option, as
+    ``-arch=sm_80``, ``-arch sm_80`` or a separate ``-arch``), or None."""
+    for f in flags:
+        name = re.split(r"[=\s]", f.strip(), maxsplit=1)[0]
+        if name in ARCH_OPTIONS:
+            return f
+    return None
+
+
 def command(job: BuildJob, src: Path, out: Path) -> list[str]:
     """The compiler command line for a solve-mode ``job`` (source at ``src``, artifact at
     ``out``).
@@ -196,6 +211,10 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         return hit
     cache = cache or cache_root()
     entry = cache / job.build_id
+    bad = arch_flag(job.flags) if job.backend == "cuda" else None
+    if bad is not None:  # kopt.spec refuses these at load; a job made another way too
+        return BuildResult(job.build_id, False, f"flag {bad!r} sets the GPU arch; kopt builds "
+                           f"for the device's own ({job.target}): remove it"), None
     if job.mode == "kernel":
         return _build_kernel(job, entry)
     with tempfile.TemporaryDirectory(prefix="kopt-build-") as tmp:

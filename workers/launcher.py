@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kopt.contract import C_TYPES
+from kopt.contract import scalar_ctype
 from kopt.spec import launch_geometry
 from workers import nvrtc
 
@@ -80,7 +80,7 @@ class KernelLauncher:
         self.launch_spec: dict[str, Any] = self.meta["launch"]
         self.defines: dict[str, Any] = self.meta["defines"]
         self.ctypes_of = [ctypes.c_void_p if a["kind"] != "scalar"
-                          else getattr(ctypes, C_TYPES[a["ctype"]][1]) for a in signature]
+                          else scalar_ctype(a["ctype"], "cuda") for a in signature]
         self.smem_cap = DEFAULT_SMEM_CAP
         self.error: str | None = None
         self._geo: dict[tuple, dict[str, Any] | str] = {}
