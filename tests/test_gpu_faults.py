@@ -79,7 +79,7 @@ def test_a_real_ncu_capture(tmp_path):
     if ncu.ncu_exe() is None:
         pytest.fail("ncu is not on this GPU machine")
     job = {**cuda_job(tmp_path, 0), "device": "cuda"}
-    res = ncu.capture(job, ["poly"], ["gpu__time_duration.sum",
+    res = ncu.capture(job, ["_Z4polyPKfPfi"], ["gpu__time_duration.sum",
                                       "sm__throughput.avg.pct_of_peak_sustained_elapsed"])
     assert res.status == "ok", res.error
     assert "--clock-control none" in res.command

@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from kopt.contract import C_TYPES
+from kopt.contract import scalar_ctype
 from kopt.expr import parse
 from workers import nvrtc
 from workers.timing import should_stop, summarize
@@ -175,7 +175,7 @@ class Harness:
             fn = lib.solve
             fn.restype = None
             fn.argtypes = [ctypes.c_void_p if a["kind"] != "scalar"
-                           else getattr(ctypes, C_TYPES[a["ctype"]][1]) for a in sig]
+                           else scalar_ctype(a["ctype"], self.device.type) for a in sig]
             if self.is_cuda:
                 lib.kopt_last_error.restype = ctypes.c_int
                 lib.kopt_synchronize.restype = ctypes.c_int
