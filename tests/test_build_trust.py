@@ -15,6 +15,7 @@ from kopt.expand import expand, space_digest
 from kopt.pipeline import build_id
 from kopt.spec import load_sweep
 from workers import build as wb
+from workers import deps
 
 YAML = """
     kernel: k.cpp
@@ -184,3 +185,24 @@ def test_ensure_artifact_rewrites_a_damaged_file(tmp_path):
     wb.ensure_artifact("b1", data, cache=dev)
     assert art.read_bytes() == data and solve(art.read_bytes(), tmp_path, "dev") == 12.0
     assert [p.name for p in art.parent.iterdir()] == ["solve.so"]  # no temp file left
+
+
+def test_the_include_scan_and_the_dependency_list(tmp_path):
+    """workers.deps: cycles and ``..`` end, every #include line counts (also under #if 0),
+    system headers are skipped; a Make dependency list with continuations and escaped
+    spaces parses, and what lies under the -I folders (as written) is local."""
+    (tmp_path / "a.h").write_text('#include "sub/b.h"\n#include <vector>\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.h").write_text('#include "../a.h"\n#if 0\n  # include "c.h"\n#endif\n')
+    (tmp_path / "sub" / "c.h").write_text("")
+    found = deps.include_closure('#include "a.h"\n', tmp_path, [str(tmp_path)])
+    assert found == [tmp_path / "a.h", tmp_path / "sub" / "b.h", tmp_path / "sub" / "c.h"]
+    assert deps.include_closure("#include <a.h>\n", tmp_path / "sub", []) == []
+
+    text = ("solve.so : k.cu /usr/include/stdio.h \\\n  /w/my\\ dir/x.h /w/s/../common/y.h \\\n"
+            "  z.h\n/w/s/extra.h:\n")
+    listed = deps.parse_depfile(text)
+    assert listed == ["k.cu", "/usr/include/stdio.h", "/w/my dir/x.h", "/w/s/../common/y.h",
+                      "z.h"]
+    local = deps.local_deps(listed, "/tmp/build", ["/w/s", "/w/my dir"])
+    assert [str(p) for p in local] == ["/w/my dir/x.h", "/w/s/../common/y.h"]
