@@ -32,6 +32,14 @@ def stable_hash(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
+def space_digest(space: Space) -> str:
+    """Digest of what a build of ``space`` reads from the sweep: the source text and, when
+    it includes local files, their paths and sha256 (Space.local_inputs). It goes into
+    every candidate id and build id, so an edited header is a new build."""
+    text, inputs = space.source_text(), space.local_inputs()
+    return stable_hash({"source": text, "includes": inputs}) if inputs else stable_hash(text)
+
+
 @dataclass
 class Context:
     """What earlier iterations decided, for the next expansion (see kopt.loop).
@@ -171,13 +179,13 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
         sm: the target SM arch as an int, or None for CPU devices.
         selected: methods selected in earlier iterations (skipped as already_selected,
             and applied to every candidate).
-        source_digest: digest of the source text (default: computed from the file).
+        source_digest: the source's digest (default: :func:`space_digest`, from the files).
         ctx: the state of earlier iterations (selected, ineffective, evidence, baseline).
 
     Raises:
         SpecError: the baseline violates the restrictions for some problem size.
     """
-    digest = source_digest or stable_hash(space.source_text())
+    digest = source_digest or space_digest(space)
     # names were checked against params, method params/defines and dims when the spec loaded
     restrictions = [parse(text) for text in space.restrictions]
 

@@ -41,7 +41,7 @@ from kopt.devices import (
     plan_slots,
     predicted_target,
 )
-from kopt.expand import Candidate, Context, cap, expand, stable_hash
+from kopt.expand import Candidate, Context, cap, expand, space_digest, stable_hash
 from kopt.loop import IterState, close_iteration, rank
 from kopt.observer import Observer
 from kopt.spec import Space, SpecError, Sweep
@@ -238,7 +238,8 @@ def job_base(sweep: Sweep, space: Space, rel_paths: bool = False) -> dict[str, A
 
 def build_id(space: Space, cand: Candidate, digest: str, compiler_id: str,
              platform: str = "") -> str:
-    """Content address of a build: source digest, defines, flags, target, compiler identity
+    """Content address of a build: source digest (kopt.expand.space_digest: the source and
+    the local headers it includes), defines, flags, target, compiler identity
     (of ``space.toolchain``), the host platform (x86_64 / aarch64) it is built on and for
     and, in kernel mode, the launch block."""
     key = {"source": digest, "defines": cand.defines, "flags": space.flags,
@@ -454,7 +455,7 @@ class Driver:
                              for it, dc, js in iteration_states(self.store, self.resume)}
         backend = pick_backend(sweep, self.backend_req)
         space = sweep.space(backend)
-        digest = stable_hash(space.source_text())
+        digest = space_digest(space)
         early = not self.resume and not (backend == "cuda" and self.sweep.ncu.profile_baseline)
         predicted: list[dict[str, Any]] = []
 
@@ -952,6 +953,8 @@ class Driver:
             res = wbuild.BuildResult(**meta)
             summary.compile_cpu_s += 0.0 if res.cached else res.compile_s
             for o in self.observers:
+                if res.note:  # a cache entry that failed its check
+                    o.on_fault(f"build {b}: {res.note}")
                 o.on_build(res, len(by_build[b]))
             if not res.ok:
                 for job in by_build[b]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
-from kopt.expand import expand, stable_hash
+from kopt.expand import expand, space_digest
 from kopt.pipeline import build_id, job_base
 from kopt.spec import Sweep, launch_geometry
 from workers import build as wbuild
@@ -54,7 +54,7 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
     """
     backend, sm, runnable = _local_backend(sweep, backend, arch)
     space = sweep.space(backend)
-    digest = stable_hash(space.source_text())
+    digest = space_digest(space)
     cands = expand(space, load_catalog(), sm, source_digest=digest)
     base = cands[0]
     bid = build_id(space, base, digest, wbuild.compiler_identity(space.toolchain),

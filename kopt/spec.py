@@ -32,6 +32,7 @@ from pydantic import (
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import ContractError, Signature, parse_signature_file, scalar_range
 from kopt.expr import ExprError, parse
+from workers import deps
 from workers.build import arch_flag
 
 Scalar = int | float | str
@@ -190,7 +191,17 @@ class Space:
     launch: Launch | None = None
 
     def source_text(self) -> str:
+        """The kernel source's text (read now)."""
         return self.source.read_text()
+
+    def local_inputs(self) -> dict[str, str]:
+        """``{path relative to the source's folder: sha256}`` of every local file the source
+        reaches through ``#include`` (recursively; found in its own folder or in
+        ``include_dirs``; every ``#include`` line counts, whatever ``#if`` it sits under).
+        Empty when it includes none. Each file is hashed once per process while its size
+        and times stay the same (workers.deps)."""
+        return deps.local_inputs(self.source_text(), str(self.source.parent),
+                                 self.include_dirs)
 
     @property
     def mode(self) -> str:
@@ -240,10 +251,14 @@ class Sweep:
 
     @property
     def spec_hash(self) -> str:
-        """sha256 (16 hex) of the spec and every source it names: changes when anything does."""
+        """sha256 (16 hex) of the spec and every source it names, with the local headers
+        each includes (Space.local_inputs): changes when any of them does."""
         h = hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode())
         for sp in self.spaces.values():
             h.update(sp.source.read_bytes())
+            inputs = sp.local_inputs()
+            if inputs:
+                h.update(json.dumps(inputs, sort_keys=True).encode())
         h.update(self.reference.read_bytes())
         return h.hexdigest()[:16]
 

@@ -205,7 +205,7 @@ def test_nvrtc_builds_sgemm_kt_for_sm90_and_caches(tmp_path):
     assert res2.cached and data2 == results[tiled.candidate_id][1]
     assert res2.compile_s == tile.compile_s and res2.registers == tile.registers
     entry = tmp_path / _job(sp, tiled).build_id
-    assert sorted(p.name for p in entry.iterdir()) == ["kernel.kopt", "meta.json"]
+    assert sorted(p.name for p in entry.iterdir()) == ["kernel.kopt", "meta.json", "verify.json"]
     art = wb.ensure_artifact("other", data2, cache=tmp_path)
     assert art.name == "kernel.kopt" and nvrtc.is_kernel_file(art)
 

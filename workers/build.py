@@ -7,14 +7,21 @@ wgmma or setmaxnreg) with no device-link step, and ``-Xptxas -v`` so that
 registers, shared memory and spills are recorded. C++ sources go through the
 system compiler with OpenMP. Kernel-mode sources (a sweep with ``launch:``) go
 through NVRTC to a cubin with no host compile at all (workers.nvrtc). Every
-artifact lands in a content-addressed cache keyed by the build id (source,
-defines, flags, target, launch, compiler identity); a compile error is a
-value, never an exception.
+artifact lands in a content-addressed cache keyed by the build id (source and
+the local headers it includes, defines, flags, target, launch, compiler
+identity); a compile error is a value, never an exception.
+
+A cache entry is trusted only after a check: its artifact has the size and
+sha256 recorded when it was stored, and every local file the compiler read
+(its ``-MD`` dependency list; kernel mode: workers.deps's include scan) still
+has the recorded sha256. A damaged or stale entry is rebuilt, and the new
+BuildResult says so in ``note``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -22,13 +29,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from workers import nvrtc
+from workers import deps, nvrtc
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
 
@@ -79,9 +87,10 @@ def compiler_identity(backend: str) -> str:
 
     Args:
         backend: the toolchain (kopt.spec.Space.toolchain): ``cuda`` (nvcc's
-            ``--version`` plus the host C++'s), ``cpu`` (c++'s ``--version``), each with
-            kopt's own flags for that compiler, or ``nvrtc`` (NVRTC's version, a digest of
-            the loaded libnvrtc and the CUDA header version; workers.nvrtc.identity_text).
+            ``--version`` plus the host C++'s, and kopt's pre-included shim), ``cpu``
+            (c++'s ``--version``), each with kopt's own flags for that compiler, or
+            ``nvrtc`` (NVRTC's version, a digest of the loaded libnvrtc and the CUDA
+            header version; workers.nvrtc.identity_text).
 
     Returns:
         The digest, or ``"missing:<exe or package>"`` when the compiler is not
@@ -93,6 +102,8 @@ def compiler_identity(backend: str) -> str:
         except nvrtc.NvrtcMissing:
             return "missing:cuda-bindings"
     texts = [" ".join(CUDA_FLAGS if backend == "cuda" else CPU_FLAGS)]
+    if backend == "cuda":  # every CUDA build pre-includes it
+        texts.append(SHIM.read_text())
     exes = [compiler(backend)] + ([compiler("cpu")] if backend == "cuda" else [])
     for exe in exes:
         try:
@@ -135,13 +146,18 @@ class BuildJob:
 
 
 ARTIFACT = {"solve": "solve.so", "kernel": "kernel.kopt"}
+# beside meta.json in a cache entry: the artifact's size and sha256 and the local files the
+# build read ({path relative to the source folder: sha256}), checked on every lookup
+VERIFY = "verify.json"
 
 
 @dataclass
 class BuildResult:
     """A build's outcome (a value: ``ok`` False carries the compiler's error text).
 
-    Units: compile_s in seconds; registers per thread; bytes for smem/spills.
+    Units: compile_s in seconds; registers per thread; bytes for smem/spills. ``note``:
+    why a cache entry of the same build id was not used (a damaged artifact, a changed
+    local header), empty otherwise.
     """
 
     build_id: str
@@ -155,6 +171,7 @@ class BuildResult:
     kernels: list[dict] = field(default_factory=list)
     command: str = ""
     log: str = ""
+    note: str = ""
 
 
 def arch_flag(flags: list[str]) -> str | None:
@@ -169,7 +186,8 @@ def arch_flag(flags: list[str]) -> str | None:
 
 def command(job: BuildJob, src: Path, out: Path) -> list[str]:
     """The compiler command line for a solve-mode ``job`` (source at ``src``, artifact at
-    ``out``).
+    ``out``). Both compilers also write their dependency list (``-MD``) beside ``out``
+    (``solve.d``): the build's manifest of local files.
 
     CUDA: SASS for the target arch only (``-gencode arch=compute_XX,code=sm_XX``: the
     artifact runs on the device class it was built for, so no PTX is embedded for a
@@ -178,24 +196,58 @@ def command(job: BuildJob, src: Path, out: Path) -> list[str]:
     """
     defs = [f"-D{k}={v}" for k, v in sorted(job.defines.items())]
     incs = [f"-I{d}" for d in [job.source_dir, *job.include_dirs]]
+    dep = ["-MD", "-MF", str(out.with_suffix(".d"))]
     if job.backend == "cuda":
         sm = job.target.removeprefix("sm_")
         arch = [f"-gencode=arch=compute_{sm},code=sm_{sm}"]
         rdc = any(f.split("=")[0] in _RDC for f in job.flags)
         return [compiler("cuda"), *CUDA_FLAGS, *arch, *([] if rdc else ["-nodlink"]),
-                "--pre-include", str(SHIM), *incs, *defs, *job.flags, "-o", str(out), str(src)]
-    return [compiler("cpu"), *CPU_FLAGS, *incs, *defs, *job.flags, "-o", str(out), str(src)]
+                "--pre-include", str(SHIM), *incs, *defs, *job.flags, *dep, "-o", str(out),
+                str(src)]
+    return [compiler("cpu"), *CPU_FLAGS, *incs, *defs, *job.flags, *dep, "-o", str(out),
+            str(src)]
 
 
 def cached(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes] | None:
-    """``job``'s result and artifact from the build cache (``cached`` True), or None."""
+    """``job``'s result and artifact from the build cache (``cached`` True), or None when
+    the cache has no entry for it or the entry fails its check (see :func:`lookup`)."""
+    return lookup(job, cache)[0]
+
+
+def lookup(job: BuildJob, cache: Path | None = None
+           ) -> tuple[tuple[BuildResult, bytes] | None, str]:
+    """``job``'s cache entry, checked. Nothing is modified.
+
+    Returns:
+        (result with ``cached`` True, artifact bytes), ``""`` for a good entry; (None,
+        ``""``) when there is none, or only one without checksums (an entry of an older
+        kopt: a plain miss, rebuilt once); (None, why) when one exists but cannot be
+        trusted: an artifact whose size or sha256 differs from the recorded ones, or a
+        local file the build read that has changed since (or is gone).
+    """
     entry = (cache or cache_root()) / job.build_id
     art, meta = entry / ARTIFACT[job.mode], entry / "meta.json"
     if not (art.exists() and meta.exists()):
-        return None
-    res = BuildResult(**_load_json(meta))
+        return None, ""
+    try:
+        check = json.loads((entry / VERIFY).read_text())
+        res = BuildResult(**_load_json(meta))
+        data = art.read_bytes()
+    except FileNotFoundError:  # no checksums (an older kopt's entry), or removed meanwhile
+        return None, ""
+    except (OSError, ValueError, TypeError) as e:
+        return None, f"the cache entry is unreadable ({e})"
+    want = check.get("artifact") or {}
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != want.get("bytes") or digest != want.get("sha256"):
+        return None, (f"the cached {art.name} is damaged ({len(data)} bytes, sha256 "
+                      f"{digest[:12]}; stored as {want.get('bytes')} bytes, sha256 "
+                      f"{str(want.get('sha256'))[:12]})")
+    rel = deps.changed(check.get("inputs") or {}, job.source_dir)
+    if rel is not None:
+        return None, f"{rel}, which the cached build read, has changed since"
     res.cached = True
-    return res, art.read_bytes()
+    return (res, data), ""
 
 
 def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes | None]:
@@ -206,17 +258,23 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         seconds: the compiler's wall time (kernel mode: the NVRTC compile in the
         worker's compiler process, plus the pipe round trip).
     """
-    hit = cached(job, cache)
+    cache = cache or cache_root()
+    hit, why = lookup(job, cache)
     if hit is not None:
         return hit
-    cache = cache or cache_root()
     entry = cache / job.build_id
     bad = arch_flag(job.flags) if job.backend == "cuda" else None
     if bad is not None:  # kopt.spec refuses these at load; a job made another way too
         return BuildResult(job.build_id, False, f"flag {bad!r} sets the GPU arch; kopt builds "
                            f"for the device's own ({job.target}): remove it"), None
-    if job.mode == "kernel":
-        return _build_kernel(job, entry)
+    res, data = _build_kernel(job, entry) if job.mode == "kernel" else _compile(job, entry)
+    if why:
+        res.note = f"{why}: rebuilt"
+    return res, data
+
+
+def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
+    """nvcc / c++ build of a solve-mode ``job``, stored at ``entry`` when it succeeds."""
     with tempfile.TemporaryDirectory(prefix="kopt-build-") as tmp:
         src = Path(tmp) / job.source_name
         src.write_text(job.source)
@@ -245,7 +303,14 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
                           kernels=as_dicts(kernels), command=cmd_s, log=_tail(log, 4000))
         data = out.read_bytes()
-        _store(entry, data, res, ARTIFACT["solve"])
+        depfile = out.with_suffix(".d")
+        if depfile.exists():
+            local = deps.local_deps(deps.parse_depfile(depfile.read_text()), tmp,
+                                    [job.source_dir, *job.include_dirs])
+            inputs = deps.digests(local, job.source_dir)
+        else:  # a compiler that wrote no list: the include scan's
+            inputs = deps.local_inputs(job.source, job.source_dir, job.include_dirs)
+        _store(entry, data, res, ARTIFACT["solve"], inputs)
         return res, data
 
 
@@ -285,41 +350,68 @@ def _build_kernel(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None
     meta = {"kernel": launch["kernel"], "lowered": out["lowered"], "launch": launch,
             "defines": job.defines, "arch": job.target, "nvrtc": ver}
     data = nvrtc.pack(meta, out["cubin"])
-    _store(entry, data, res, ARTIFACT["kernel"])
+    # NVRTC writes no dependency list (13.x rejects -MD/-MF): the include scan stands in
+    _store(entry, data, res, ARTIFACT["kernel"],
+           deps.local_inputs(job.source, job.source_dir, job.include_dirs))
     return res, data
 
 
 def ensure_artifact(build_id: str, data: bytes, cache: Path | None = None) -> Path:
-    """Write ``data`` as the cached artifact of ``build_id`` if absent; return its path
-    (``solve.so``, or ``kernel.kopt`` for a kernel-mode artifact)."""
+    """The path of ``build_id``'s artifact in the cache (``solve.so``, or ``kernel.kopt``
+    for a kernel-mode artifact), holding exactly ``data``: written (atomically: a temp
+    file renamed over it) when absent or when the file there differs from ``data``
+    (truncated or otherwise damaged). Raises OSError when the cache is not writable."""
     entry = (cache or cache_root()) / build_id
     name = ARTIFACT["kernel" if nvrtc.is_kernel_artifact(data) else "solve"]
     art = entry / name
-    if not art.exists():
-        entry.mkdir(parents=True, exist_ok=True)
-        tmp = entry / f".{name}.{os.getpid()}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, art)
+    for attempt in range(3):
+        try:
+            if art.stat().st_size == len(data) and art.read_bytes() == data:
+                return art
+        except FileNotFoundError:
+            pass
+        try:
+            entry.mkdir(parents=True, exist_ok=True)
+            tmp = entry / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, art)
+            return art
+        except FileNotFoundError:  # a builder replaced the entry meanwhile: again
+            if attempt == 2:
+                raise
     return art
 
 
-def _store(entry: Path, data: bytes, res: BuildResult, name: str) -> None:
-    import json
+def _store(entry: Path, data: bytes, res: BuildResult, name: str,
+           inputs: dict[str, str]) -> None:
+    """Store a build at ``entry`` atomically (a folder renamed into place) with its checks
+    (VERIFY): the artifact's size and sha256 and ``inputs``, the local files the build
+    read. An entry already there (one that failed its check, one that a device wrote
+    without a result, or the same build stored by another worker meanwhile) is moved aside
+    and removed first; when another worker stores one in between, that one stays."""
     from dataclasses import asdict
 
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     (tmp / name).write_bytes(data)
     (tmp / "meta.json").write_text(json.dumps(asdict(res)))
+    check = {"artifact": {"name": name, "bytes": len(data),
+                          "sha256": hashlib.sha256(data).hexdigest()}, "inputs": inputs}
+    (tmp / VERIFY).write_text(json.dumps(check, indent=1))
+    if entry.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{entry.name}.old.", dir=entry.parent))
+        try:
+            os.replace(entry, old / "entry")
+        except OSError:
+            pass
+        shutil.rmtree(old, ignore_errors=True)
     try:
         os.replace(tmp, entry)
-    except OSError:  # another worker stored it first
+    except OSError:  # another worker stored one in between
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load_json(p: Path) -> dict:
-    import json
-
     d = json.loads(p.read_text())
     d.pop("cached", None)
     return d
