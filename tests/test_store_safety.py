@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from conftest import ROOT
 from kopt.cli import main
-from kopt.store import RunLock, RunLocked, StoreError, Writer, explain, query, write_table
+from kopt.store import StoreError, Writer, explain, query, write_table
 
 
 def run(*args: str):
@@ -160,6 +160,8 @@ def test_a_second_writer_of_a_run_is_refused(tmp_path):
     naming the run and the pid and host holding it; once that process is gone (SIGKILL),
     the run is interrupted and the lock is free."""
     import platform
+
+    from kopt.store import RunLock, RunLocked
 
     demo_store(tmp_path, event="running")
     holder = hold_lock(tmp_path, "r1")
