@@ -418,11 +418,10 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
         elif fmt == "json":  # streamed, the same text as json.dumps(list, indent=1)
             first = True
             for rows in res.batches():
-                for r in rows:
-                    item = json.dumps({c: _json_safe(c, v) for c, v in zip(cols, r)},
-                                      default=str, indent=1).replace("\n", "\n ")
-                    sys.stdout.write(("[\n " if first else ",\n ") + item)
-                    first = False
+                text = json.dumps([{c: _json_safe(c, v) for c, v in zip(cols, r)}
+                                   for r in rows], default=str, indent=1)
+                sys.stdout.write(("[\n" if first else ",\n") + text[2:-2])  # "[\n" ... "\n]"
+                first = False
             sys.stdout.write("[]\n" if first else "\n]\n")
         else:
             t = Table()
