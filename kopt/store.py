@@ -290,6 +290,13 @@ def readable_parts(root: Path, files: Iterable[Path]) -> list[Path]:
     return ok
 
 
+def _folder(root: Path) -> Path:
+    """``root``, unless it is a file (StoreError)."""
+    if root.exists() and not root.is_dir():
+        raise StoreError(f"--store {root} is a file, not a store folder")
+    return root
+
+
 def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
     ``iterations``, ``contests`` over the store at ``root`` (empty views when a table has
@@ -303,9 +310,7 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     Raises:
         StoreError: ``root`` is a file.
     """
-    root = Path(root) if root is not None else default_root()
-    if root.exists() and not root.is_dir():
-        raise StoreError(f"--store {root} is a file, not a store folder")
+    root = _folder(Path(root) if root is not None else default_root())
     if root.exists():
         root = root.resolve()
     con = duckdb.connect(":memory:")
@@ -471,7 +476,7 @@ _held: dict[tuple[str, str], int] = {}  # (store, run id) -> fd of a lock this p
 
 
 def _lock_path(root: Path, run_id: str) -> Path:
-    return Path(root).resolve() / "locks" / f"{run_id}.lock"
+    return _folder(Path(root)).resolve() / "locks" / f"{run_id}.lock"
 
 
 def lock_holder(root: Path | str, run_id: str) -> str | None:

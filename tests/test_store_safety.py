@@ -182,6 +182,9 @@ def test_a_second_writer_of_a_run_is_refused(tmp_path):
     assert query("select status from runs", tmp_path)[1] == [("interrupted",)]
     with RunLock(tmp_path, "r1"):
         assert query("select status from runs", tmp_path)[1] == [("running",)]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match="afile is a file, not a store folder"):
+        RunLock(tmp_path / "afile", "r1").acquire()
 
 
 def test_a_killed_drivers_run_shows_as_interrupted(tmp_path):
