@@ -7,6 +7,7 @@ import json
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from kopt.store import QueryError, default_root
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
+MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
@@ -40,8 +42,23 @@ def _store(store: Path | None) -> Path:
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {msg}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     sys.exit(code)
+
+
+def _note(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+          file: Any = None, line: str | None = None) -> None:
+    """warnings.showwarning for the CLI: a store note (a damaged file skipped) is one line."""
+    from kopt.store import StoreWarning
+
+    if issubclass(category, StoreWarning):
+        console.print(f"[yellow]note:[/] {escape(str(message))}", highlight=False,
+                      soft_wrap=True)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
 
 
 class _Group(click.Group):
@@ -52,12 +69,15 @@ class _Group(click.Group):
 
         from kopt.store import QueryError, explain
 
+        warnings.showwarning = _note
         try:
             return super().invoke(ctx)
         except QueryError as e:
             _fail(str(e))
         except duckdb.Error as e:
             _fail(str(explain(e)))
+        finally:
+            warnings.showwarning = _show_warning
 
 
 @click.group(cls=_Group)
@@ -81,7 +101,7 @@ class ProgressObserver(Observer):
 
     def on_run(self, run_id: str, store: Path) -> None:
         self.run_id, self.store = run_id, store
-        console.print(f"run {run_id} (store {store})", highlight=False)
+        console.print(f"run {run_id} (store {escape(str(store))})", highlight=False)
 
     def on_phase(self, label: str) -> None:
         self.label = label
@@ -90,8 +110,8 @@ class ProgressObserver(Observer):
         self.iteration += 1
         if self.iteration == 1:
             for d in devices:
-                console.print(f"device: {d['name']} ({d['device_class']}, "
-                              f"{d.get('node_ip', '')})", highlight=False)
+                console.print(escape(f"device: {d['name']} ({d['device_class']}, "
+                                     f"{d.get('node_ip', '')})"), highlight=False)
             self.p.start()
             if not console.is_terminal:  # a CI log, a file: the bars only draw at the end
                 self._beat_thread = threading.Thread(target=self._beat, daemon=True,
@@ -107,16 +127,18 @@ class ProgressObserver(Observer):
 
     def on_metrics(self, device_class: str, aliased: dict, missing: list) -> None:
         for alias, name in aliased.items():
-            console.print(f"{device_class}: metric {name} read as {alias}", highlight=False)
+            console.print(escape(f"{device_class}: metric {name} read as {alias}"),
+                          highlight=False)
         if missing:
-            console.print(f"[yellow]{device_class}: ncu lacks {len(missing)} metrics, not "
-                          f"collected[/]: {', '.join(missing)}", highlight=False)
+            console.print(f"[yellow]{escape(device_class)}: ncu lacks {len(missing)} metrics, "
+                          f"not collected[/]: {escape(', '.join(missing))}", highlight=False)
 
     def on_evidence(self, device_class: str, ev: Any, triggered: dict | None) -> None:
         scores = ", ".join(f"{a} {v:.2f}" for a, v in ev.scores.items())
         fired = sorted(m for m, v in (triggered or {}).items() if v)
-        self.p.console.print(f"baseline ({device_class}): bottleneck {ev.bottleneck} ({scores});"
-                             f" triggered: {', '.join(fired) or 'none'}", highlight=False)
+        self.p.console.print(escape(f"baseline ({device_class}): bottleneck {ev.bottleneck} "
+                                    f"({scores}); triggered: {', '.join(fired) or 'none'}"),
+                             highlight=False)
 
     def on_iteration(self, device_class: str, st: Any) -> None:
         best = st.best or {}
@@ -124,13 +146,13 @@ class ProgressObserver(Observer):
         neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
                 if st.bottleneck_before or st.bottleneck_after
                 else "bottleneck not measured (no NCU profile)")
-        self.p.console.print(
+        self.p.console.print(escape(
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
-            f"{neck}; best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
-            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)", highlight=False)
+            f"{neck}; best so far {trip} {_kv(json.dumps(best.get('params') or {}), False)} "
+            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"), highlight=False)
 
     def on_fault(self, message: str) -> None:
-        self.p.console.print(f"[yellow]fault:[/] {message}", highlight=False)
+        self.p.console.print(f"[yellow]fault:[/] {escape(message)}", highlight=False)
 
     def on_note(self, message: str) -> None:
         self.p.console.print(f"[yellow]note:[/] {message}", highlight=False)
@@ -167,14 +189,15 @@ class ProgressObserver(Observer):
         self.stop()
         for dc, st in summary.states.items():
             if st.stop:
-                console.print(f"{dc}: the loop stopped after iteration {st.iteration}: "
-                              f"{st.stop}", highlight=False)
+                console.print(escape(f"{dc}: the loop stopped after iteration "
+                                     f"{st.iteration}: {st.stop}"), highlight=False)
 
     def on_contest(self, device_class: str, verdict: Any) -> None:
         msg = (f"tie within noise between {len(verdict.tied)} candidates; the simplest won"
                if len(verdict.tied) > 1 else "clear winner")
-        self.p.console.print(f"contest ({device_class}): {len(verdict.labels)} contenders "
-                             f"re-measured side by side: {msg}", highlight=False)
+        self.p.console.print(escape(f"contest ({device_class}): {len(verdict.labels)} "
+                                    f"contenders re-measured side by side: {msg}"),
+                             highlight=False)
 
     def stop(self) -> None:
         self._beat_stop.set()
@@ -213,11 +236,13 @@ def _speedup(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
 
-def _kv(text: str | None) -> str:
-    """``{"A": 1, "B": 2}`` (JSON text) -> ``A=1 B=2``."""
+def _kv(text: str | None, markup: bool = True) -> str:
+    """``{"A": 1, "B": 2}`` (JSON text) -> ``A=1 B=2`` (rich markup escaped unless
+    ``markup`` is False)."""
     if not text:
         return "-"
-    return " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
+    kv = " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
+    return escape(kv) if markup else kv
 
 
 def _figure(v: Any) -> float | None:
@@ -245,7 +270,7 @@ def _methods(r: dict[str, Any]) -> str:
     a JSON list, when the row has it) and its own triple."""
     ms = json.loads(r.get("carried") or "[]") + [
         r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
-    return " + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)"
+    return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
 @main.command()
@@ -315,7 +340,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
             console.print("[yellow]interrupted[/] before the run started: nothing was stored")
         else:
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          f"with `kopt sweep {sweep_dir} --store {root} --resume {rid}`",
+                          + escape(f"with `kopt sweep {sweep_dir} --store {root} --resume {rid}`"),
                           highlight=False)
         sys.exit(130)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
@@ -334,7 +359,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         exit_code = 1
     else:
         exit_code = 0
-    t = Table(title=f"{sw.name}: fastest correct candidates ({summary.backend}); "
+    t = Table(title=f"{escape(sw.name)}: fastest correct candidates ({summary.backend}); "
                     "* = the loop's named winner; speedup over iteration 1's baseline, chained "
                     "through each iteration's baseline")
     for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
@@ -365,7 +390,8 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
         r = run_preflight(sw, backend, arch)
     except (SpecError, PreflightError) as e:
         _fail(str(e))
-    t = Table(title=f"preflight {sw.name} ({r['backend']}, {r['device']})", show_header=False)
+    t = Table(title=escape(f"preflight {sw.name} ({r['backend']}, {r['device']})"),
+              show_header=False)
     for k in ("signature", "candidates", "command", "compile_s", "registers", "smem_bytes",
               "spill_bytes", "launch", "dims", "status", "error", "note", "max_abs_err",
               "median_ms", "iqr_ms", "n_samples"):
@@ -381,30 +407,70 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
 @STORE_OPT
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-def query(sql: str, store: Path | None, fmt: str) -> None:
-    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations, contests)."""
-    from kopt.store import query as run_query
+@click.option("--max-rows", type=click.IntRange(min=1), default=MAX_TABLE_ROWS,
+              show_default=True,
+              help="Rows in table output; the others are counted (csv and json print all).")
+def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
+    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations, contests).
+
+    The query reads only the store's views: other files, URLs and extensions are refused.
+    """
+    from kopt.store import open_query
 
     if not _store(store).is_dir():
         _fail(f"no store at {_store(store)} (run `kopt sweep` first, or pass --store DIR)")
     try:
-        cols, rows = run_query(sql, _store(store))
+        res = open_query(sql, _store(store))
     except QueryError as e:
         _fail(str(e))
-    if fmt == "csv":
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(cols)
-        w.writerows(rows)
-    elif fmt == "json":
-        click.echo(json.dumps([{c: _json_safe(c, v) for c, v in zip(cols, r)} for r in rows],
-                              default=str, indent=1))
-    else:
-        t = Table()
-        for c in cols:
-            t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(*(_fmt(v) for v in r))
-        out.print(t)
+    with res:
+        cols = res.columns
+        if fmt == "csv":  # streamed: a batch of rows at a time
+            w = csv.writer(sys.stdout, lineterminator="\n")
+            w.writerow(cols)
+            for rows in res.batches():
+                w.writerows(rows)
+        elif fmt == "json":  # streamed, the same text as json.dumps(list, indent=1)
+            first = True
+            for rows in res.batches():
+                text = json.dumps([{c: _json_safe(c, v) for c, v in zip(cols, r)}
+                                   for r in rows], default=str, indent=1)
+                sys.stdout.write(("[\n" if first else ",\n") + text[2:-2])  # "[\n" ... "\n]"
+                first = False
+            sys.stdout.write("[]\n" if first else "\n]\n")
+        else:
+            t = Table()
+            for c in cols:
+                t.add_column(c, overflow="fold")
+            shown = left = 0
+            for rows in res.batches():
+                take = rows[:max_rows - shown]
+                for r in take:
+                    t.add_row(*(_fmt(v) for v in r))
+                shown += len(take)
+                left += len(rows) - len(take)
+            out.print(t)
+            if left:
+                console.print(f"{shown} of {shown + left} rows shown; `--format csv` or "
+                              "`--format json` prints all of them (or `--max-rows N`)",
+                              highlight=False)
+
+
+def _run_state_note(root: Path, run_id: str) -> None:
+    """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
+    was killed; how to resume it) or still running (who writes it)."""
+    from kopt.store import lock_holder, run_record
+
+    rec = run_record(root, run_id) or {}
+    if rec.get("status") == "interrupted":
+        console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
+                      "figures measured before it stopped; finish it with " + escape(
+                          f"`kopt sweep {rec.get('sweep_dir')} --store {root} --resume "
+                          f"{run_id}`"), highlight=False, soft_wrap=True)
+    elif rec.get("status") == "running":
+        console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
+                      + escape(lock_holder(root, run_id) or "?") + "): figures so far",
+                      highlight=False, soft_wrap=True)
 
 
 @main.command()
@@ -416,6 +482,7 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     """Best correct candidate per device class (and problem size) of SWEEP_NAME."""
     from kopt.select import best as select_best
     from kopt.store import query as run_query
+    from kopt.store import run_record
 
     root = _store(store)
     if not root.is_dir():
@@ -426,17 +493,16 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
         names = [s[0] for s in sweeps]
         if sweep_name not in names:
             _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
-        if run_id:
-            _, runs = run_query(f"select count(*) from runs where run_id = '{run_id}'", root)
-            if not runs[0][0]:
-                _fail(f"no run {run_id!r} in {root}")
+        if run_id and run_record(root, run_id) is None:
+            _fail(f"no run {run_id!r} in {root}")
         _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
               + (f" run {run_id}" if run_id else " (latest run)")
               + "; `kopt query \"select status, error from candidates\"` shows why", 1)
+    _run_state_note(root, rows[0]["run_id"])
     if fmt == "json":
         click.echo(json.dumps(rows, default=str, indent=1))
         return
-    t = Table(title=f"best of {sweep_name} (run {rows[0]['run_id']})")
+    t = Table(title=escape(f"best of {sweep_name} (run {rows[0]['run_id']})"))
     for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
               "rate"):
         t.add_column(c, overflow="fold")
@@ -447,7 +513,7 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     out.print(t)
     for r in rows:
         if r["tied_with"] > 1:
-            out.print(f"{r['device_class']}: a tie within noise between {r['tied_with']} "
+            out.print(f"{escape(r['device_class'])}: a tie within noise between {r['tied_with']} "
                       "candidates, re-measured side by side; the one with the fewest methods is "
                       "named (`kopt query \"select * from contests\"` lists them)",
                       highlight=False)
@@ -471,7 +537,7 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
         return
     for p in plans:
         out.print(f"[bold]{escape(p['device_class'])}[/]: iteration {p['next_iteration']}"
-                  + (f" after run {p['run_id']}" if p["run_id"] else " (no stored run)")
+                  + (f" after run {escape(p['run_id'])}" if p["run_id"] else " (no stored run)")
                   + f"; selected: {', '.join(p['selected']) or 'none'}; bottleneck: "
                   f"{p['bottleneck'] or 'unknown'}"
                   + ("" if p["evidence"] else "; no NCU evidence: every method counts as "
@@ -483,18 +549,18 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
             if not scans:
                 t.add_row(axis, "-", "(no realized method: none)", "-", "")
             for s in scans:
-                t.add_row(axis, str(s["priority"]), s["method"], "yes" if s["admitted"] else "no",
-                          s["reason"])
+                t.add_row(axis, str(s["priority"]), escape(s["method"]),
+                          "yes" if s["admitted"] else "no", escape(s["reason"]))
         out.print(t)
         out.print(f"{len(p['triples'])} triples besides the baseline:")
         for tr in p["triples"]:
-            out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
+            out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
         if p.get("empty_triples"):
             out.print(f"{len(p['empty_triples'])} admissible triples with no candidate (the "
                       "restrictions, or in kernel mode the device's launch limits, exclude "
                       "every launch config):")
             for tr in p["empty_triples"]:
-                out.print("  (" + ", ".join(m or "none" for m in tr) + ")")
+                out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
 
 
 @main.command()
@@ -510,7 +576,7 @@ def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
         path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
     except ReportError as e:
         _fail(str(e))
-    out.print(f"wrote {path}")
+    out.print(f"wrote {escape(str(path))}", highlight=False)
 
 
 @main.command()
@@ -536,7 +602,7 @@ def env(address: str | None, fmt: str) -> None:
         click.echo(json.dumps(infos, indent=1))
         return
     for info in infos:
-        t = Table(title=f"node {escape(info['host'])} ({info['platform']})", show_header=False)
+        t = Table(title=escape(f"node {info['host']} ({info['platform']})"), show_header=False)
         gp = "; ".join(f"{g['index']}: {g['name']} {g['sm']} "
                        f"{g['memory_bytes'] / 2**30:.0f} GiB" for g in info["gpus"]) or "none"
         t.add_row("GPUs", escape(gp))

@@ -46,6 +46,7 @@ from kopt.loop import IterState, close_iteration, rank
 from kopt.observer import Observer
 from kopt.spec import Space, SpecError, Sweep
 from kopt.store import (
+    RunLock,
     Writer,
     connect,
     done_job_keys,
@@ -411,15 +412,21 @@ class Driver:
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> RunSummary:
-        """Run the sweep to the end; returns its summary.
+        """Run the sweep to the end, holding the run's lock (one run, one writer); returns
+        its summary.
 
         Raises:
+            kopt.store.RunLocked: another process is writing the run (--resume).
             SweepError / SpecError: before anything is measured.
             KeyboardInterrupt: after flushing every measured row (resume with --resume).
         """
+        run_id = self.resume or new_run_id(self.sweep.name)
+        with RunLock(self.store, run_id):
+            return self._run(run_id)
+
+    def _run(self, run_id: str) -> RunSummary:
         t_start = time.perf_counter()
         sweep = self.sweep
-        run_id = self.resume or new_run_id(sweep.name)
         done: set[str] = set()
         stored_states: dict[tuple[int, str], IterState] = {}
         prev: dict[str, Any] = {}  # the resumed run's last record: its figures add up
@@ -1133,6 +1140,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
     neither starts an embedded local Ray instance.
     """
+    if resume:
+        RunLock(store, resume).check()  # before Ray starts: one run has one writer
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable

@@ -1,4 +1,4 @@
-"""The store: append-only Parquet tables under one root, read through DuckDB views.
+"""The store: Parquet tables under one root, read through DuckDB views.
 
 Layout (hive-style folders, one Parquet file per flush)::
 
@@ -7,9 +7,18 @@ Layout (hive-style folders, one Parquet file per flush)::
     STORE/metrics/...   STORE/iterations/...
 
 Every file is written under a temporary name in the same folder and renamed
-(atomic on POSIX), so a killed run never leaves a broken file. The views
-read ``read_parquet(..., union_by_name=true)`` so files with newer columns and
-older files mix. The driver writes one ``candidates`` row per job; a run's end
+(atomic on POSIX), so a killed run never leaves a broken file; a file damaged all the
+same (a truncated copy, a disk fault) fails pyarrow's footer check and is skipped with a
+note naming it (:class:`StoreWarning`). The views read the explicit list of files
+(``read_parquet([...], union_by_name=true)``, each path escaped so that DuckDB does not
+glob it) so files with newer columns and older files mix. A connection may read only
+those files (DuckDB's ``enable_external_access=false`` with ``allowed_paths``, locked).
+
+Rows are never updated in place: a run only adds files while it runs; its end rewrites
+its own part files (:meth:`Writer.compact`). One run has one writer: :class:`RunLock`
+(an ``flock`` on ``STORE/locks/RUN_ID.lock``, held for the run's lifetime). A run whose
+last event is ``running`` while nobody holds its lock was killed: the ``runs`` view says
+``interrupted``. The driver writes one ``candidates`` row per job; a run's end
 compacts its parts keeping the latest row per job key (so a job written twice
 counts once) without a window over the whole table at query time. The view
 derives ``speedup`` from the baseline row of the same run, iteration, device
@@ -18,12 +27,16 @@ class and dims, and joins each job's NCU ``profiles`` row (status, axis scores).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import platform
+import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +126,8 @@ left join prof on prof.run_id = raw.run_id and prof.job_key = raw.job_key
 
 RUNS_VIEW = """
 create or replace view runs as
-select * exclude (event), event as status from {src}
+select * exclude (event), case when event = 'running' and run_id in (
+  select run_id from _interrupted) then 'interrupted' else event end as status from {src}
 qualify row_number() over (partition by run_id order by created_at desc) = 1
 """
 
@@ -194,19 +208,21 @@ class Writer:
         """Merge this run's part files of ``table`` into one (new file first, then remove
         parts), keeping only the latest row (by ``created_at``) per ``key`` when given.
 
-        A reader in between may see rows twice (old parts and the merged file).
+        A reader in between may see rows twice (old parts and the merged file). A damaged
+        part (:func:`readable_parts`) is neither merged nor removed.
         """
         self.flush()
         folder = self.root / table / f"sweep={self.sweep}" / f"run={self.run_id}"
-        parts = sorted(folder.glob("part-*.parquet"))
+        parts = readable_parts(self.root, folder.glob("part-*.parquet"))  # damaged: left alone
         if len(parts) < 2:
             return
         t = pa.concat_tables([pq.read_table(p, schema=SCHEMAS[table]) for p in parts])
         if key:
             con = duckdb.connect(":memory:")
             con.register("t", t)
+            cols = ", ".join('"' + k.replace('"', '""') + '"' for k in key)
             rel = con.sql(f"select * from t qualify row_number() over (partition by "
-                          f"{', '.join(key)} order by created_at desc) = 1")
+                          f"{cols} order by created_at desc) = 1")
             t = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table")
                  else rel.fetch_arrow_table()).cast(SCHEMAS[table])
             con.close()
@@ -218,18 +234,95 @@ class Writer:
             p.unlink(missing_ok=True)
 
 
-def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
-    ``iterations`` over the store at ``root`` (empty views when a table has no files)."""
-    root = Path(root) if root is not None else default_root()
+class StoreWarning(UserWarning):
+    """A store file was skipped (damaged); the message names it and the fix."""
+
+
+_GLOB = re.compile(r"([\[*?])")
+_footers: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> why damaged
+
+
+def _literal(path: str) -> str:
+    """``path`` as a DuckDB file pattern that matches only itself: glob characters
+    ``[ * ?`` in brackets (DuckDB globs every path it reads, also list elements)."""
+    return _GLOB.sub(r"[\1]", path)
+
+
+def _sql_text(text: str) -> str:
+    """``text`` as an SQL string literal (views take no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def damage(path: Path) -> str | None:
+    """Why the Parquet file at ``path`` cannot be read (pyarrow reads its footer), or None.
+
+    Cached per (path, size, mtime) in this process. A file that vanished (a compaction in
+    between) counts as readable: the caller lists files again next time.
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    k = (str(path), st.st_size, st.st_mtime_ns)
+    if k not in _footers:
+        try:
+            pq.read_metadata(path)
+            _footers[k] = None
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowException) as e:
+            _footers[k] = (str(e).splitlines() or [type(e).__name__])[0]
+    return _footers[k]
+
+
+def readable_parts(root: Path, files: Iterable[Path]) -> list[Path]:
+    """``files`` (sorted) without the damaged ones; each damaged file is reported once per
+    process as a :class:`StoreWarning` naming it and the fix. Nothing is moved or removed."""
+    ok = []
+    for f in sorted(files):
+        why = damage(f)
+        if why is None:
+            ok.append(f)
+            continue
+        warnings.warn(StoreWarning(
+            f"damaged store file {f} ({why}): skipped, everything else is read and written; "
+            f"move it out of the store (e.g. into {root / 'quarantine'}) or restore it from "
+            "a copy"), stacklevel=2)
+    return ok
+
+
+def _folder(root: Path) -> Path:
+    """``root``, unless it is a file (StoreError)."""
     if root.exists() and not root.is_dir():
         raise StoreError(f"--store {root} is a file, not a store folder")
+    return root
+
+
+def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
+    ``iterations``, ``contests`` over the store at ``root`` (empty views when a table has
+    no files).
+
+    The views read the store's readable part files by name (no globbing: any store path
+    works); damaged files are skipped with a :class:`StoreWarning`. The connection may
+    read only those files: no other file, no URL, no extension install or load, and the
+    configuration is locked (a query cannot undo it).
+
+    Raises:
+        StoreError: ``root`` is a file.
+    """
+    root = _folder(Path(root) if root is not None else default_root())
+    if root.exists():
+        root = root.resolve()
     con = duckdb.connect(":memory:")
+    allowed: list[str] = []
     for table, schema in sorted(SCHEMAS.items(), key=lambda kv: kv[0] != "profiles"):
-        files = list((root / table).glob("sweep=*/run=*/part-*.parquet")) if root.exists() else []
+        files = readable_parts(root, (root / table).glob("sweep=*/run=*/part-*.parquet"))
         if files:
-            glob = str(root / table / "sweep=*" / "run=*" / "part-*.parquet").replace("'", "''")
-            src = f"read_parquet('{glob}', union_by_name=true, hive_partitioning=false)"
+            pats = [_literal(str(f)) for f in files]
+            allowed += pats + [str(f) for f in files]
+            src = (f"read_parquet([{', '.join(map(_sql_text, pats))}], union_by_name=true, "
+                   "hive_partitioning=false)")
         else:
             con.register(f"_empty_{table}", pa.table(
                 {f.name: pa.array([], f.type) for f in schema}, schema=schema))
@@ -238,11 +331,27 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
                 "profiles": "create or replace view profiles_raw as select * from {src}"
                 }.get(table, "create or replace view {table} as select * from {src}")
         try:
+            if table == "runs":
+                con.register("_interrupted", pa.table({"run_id": pa.array(
+                    _interrupted(con, root, src), pa.string())}))
             con.execute(view.format(src=src, table=table))
         except duckdb.Error as e:
             con.close()
             raise explain(e) from None
+    for setting, value in (("allowed_paths", sorted(set(allowed))),
+                           ("enable_external_access", False),
+                           ("autoinstall_known_extensions", False),
+                           ("autoload_known_extensions", False), ("lock_configuration", True)):
+        con.execute(f"set {setting} = ?", [value])
     return con
+
+
+def _interrupted(con: duckdb.DuckDBPyConnection, root: Path, src: str) -> list[str]:
+    """Runs whose last event is ``running`` while nobody holds their lock: killed drivers."""
+    running = con.execute(f"select run_id from {src} qualify row_number() over (partition "
+                          "by run_id order by created_at desc) = 1 and event = 'running'"
+                          ).fetchall()
+    return [r for (r,) in running if lock_holder(root, r) is None]
 
 
 class QueryError(ValueError):
@@ -253,16 +362,8 @@ class StoreError(QueryError):
     """The store is not usable: a file where a folder should be, or a damaged Parquet file."""
 
 
-def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tuple]]:
-    """Run read-only ``sql`` (SELECT/EXPLAIN/DESCRIBE/SHOW only) over the store.
-
-    Returns:
-        (column names, rows).
-
-    Raises:
-        QueryError: a statement that could write (COPY, CREATE, INSERT, ATTACH...)
-            or a DuckDB error (message included).
-    """
+def _read_only(sql: str) -> list[Any]:
+    """``sql``'s statements; QueryError unless each is a SELECT (also under EXPLAIN)."""
     try:
         stmts = duckdb.extract_statements(sql)
     except duckdb.Error as e:
@@ -272,8 +373,6 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
     for st in stmts:
         inner = st
         if st.type == duckdb.StatementType.EXPLAIN:  # check what EXPLAIN (ANALYZE) would run
-            import re
-
             body = re.sub(r"^\s*explain\s+(analyze\s+)?", "", st.query, flags=re.I)
             try:
                 inner = duckdb.extract_statements(body)[0]
@@ -282,31 +381,197 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
         if inner.type != duckdb.StatementType.SELECT:
             raise QueryError(f"only read-only queries (SELECT, WITH, EXPLAIN, DESCRIBE, SHOW) "
                              f"are allowed; got {inner.type.name}")
+    return stmts
+
+
+class Result:
+    """The open result of a read-only query: ``columns`` and rows fetched in batches.
+
+    Use as a context manager (closes the connection). DuckDB errors while fetching are
+    raised as QueryError/StoreError.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, cur: duckdb.DuckDBPyConnection):
+        self._con, self._cur = con, cur
+        self.columns: list[str] = [d[0] for d in cur.description] if cur.description else []
+
+    def batches(self, rows: int = 10_000) -> Iterator[list[tuple]]:
+        """The remaining rows, at most ``rows`` per list."""
+        while True:
+            try:
+                got = self._cur.fetchmany(rows)
+            except duckdb.Error as e:
+                raise explain(e) from None
+            if not got:
+                return
+            yield got
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._con.close()
+
+    def __enter__(self) -> Result:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_query(sql: str, root: Path | str | None = None) -> Result:
+    """Run read-only ``sql`` (SELECT/EXPLAIN/DESCRIBE/SHOW only) over the store; the rows
+    stay in DuckDB until fetched (:meth:`Result.batches`).
+
+    Raises:
+        QueryError: a statement that could write (COPY, CREATE, INSERT, ATTACH...), a file
+            outside the store, or a DuckDB error (message included).
+        StoreError: the store is a file.
+    """
+    stmts = _read_only(sql)
     con = connect(root)
     try:
         cur = None
         for st in stmts:
             cur = con.execute(st.query)
         assert cur is not None
-        cols = [d[0] for d in cur.description] if cur.description else []
-        return cols, cur.fetchall()
+        return Result(con, cur)
     except duckdb.Error as e:
-        raise explain(e) from None
-    finally:
         con.close()
+        raise explain(e) from None
+
+
+def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tuple]]:
+    """Run read-only ``sql`` over the store (see :func:`open_query`).
+
+    Returns:
+        (column names, rows).
+
+    Raises:
+        QueryError: as :func:`open_query`.
+    """
+    with open_query(sql, root) as res:
+        return res.columns, [r for b in res.batches() for r in b]
 
 
 def explain(e: Exception) -> QueryError:
-    """A DuckDB error as a QueryError; a damaged Parquet file is named, with the fix."""
-    import re
-
+    """A DuckDB error as a one-line QueryError; a damaged Parquet file is named, with the
+    fix; a file outside the store is refused as such."""
     msg = str(e)
-    m = re.search(r"File '([^']+\.parquet)'", msg)
-    if m and ("too small" in msg or "magic bytes" in msg or "Parquet" in msg):
-        return StoreError(f"damaged store file {m.group(1)} ({msg.splitlines()[0]}); move it "
+    first = (msg.splitlines() or [""])[0]
+    m = re.search(r"file '([^']+\.parquet)'", msg, flags=re.I)
+    if m and re.search(r"too small|magic bytes|parquet", msg, flags=re.I):
+        return StoreError(f"damaged store file {m.group(1)} ({first}); move it "
                           "out of the store (a killed copy or a disk fault); everything else "
                           "stays readable")
+    if isinstance(e, duckdb.PermissionException):
+        m = re.search(r'Cannot access \w+ "(.*)" - ', first)
+        return QueryError(f"{m.group(1) if m else first}: outside the store; queries read only "
+                          "the store's views (candidates, runs, metrics, iterations, contests)")
     return QueryError(msg)
+
+
+class RunLocked(StoreError):
+    """Another process holds the run's lock: it is writing that run."""
+
+
+_held: dict[tuple[str, str], int] = {}  # (store, run id) -> fd of a lock this process holds
+
+
+def _lock_path(root: Path, run_id: str) -> Path:
+    return _folder(Path(root)).resolve() / "locks" / f"{run_id}.lock"
+
+
+def lock_holder(root: Path | str, run_id: str) -> str | None:
+    """Who holds ``run_id``'s lock ("pid P on HOST since T"), or None when nobody does.
+
+    Probes with a shared ``flock`` that is let go at once (a writer's exclusive lock
+    retries briefly, so a probe never makes it fail).
+    """
+    path = _lock_path(Path(root), run_id)
+    if (str(path.parent.parent), run_id) in _held:
+        return _holder_text(path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder_text(path)
+    finally:
+        os.close(fd)  # also lets go of the shared lock
+    return None
+
+
+def _holder_text(path: Path) -> str:
+    try:
+        h = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        h = {}
+    return (f"pid {h.get('pid', '?')} on {h.get('host', '?')}"
+            + (f" since {h['since']}" if h.get("since") else ""))
+
+
+class RunLock:
+    """One run has one writer: an exclusive ``flock`` on ``STORE/locks/RUN_ID.lock``, which
+    records the holder's pid, host and start time.
+
+    The operating system lets go of it when the holder exits, also on SIGKILL; a run whose
+    last event is ``running`` with a free lock is reported as ``interrupted``. Use as a
+    context manager or call :meth:`acquire` / :meth:`release`.
+    """
+
+    def __init__(self, root: Path | str, run_id: str):
+        self.path = _lock_path(Path(root), run_id)
+        self.run_id = run_id
+        self._key = (str(self.path.parent.parent), run_id)
+
+    def acquire(self, wait_s: float = 1.0) -> RunLock:
+        """Take the lock (retrying for ``wait_s`` seconds: a reader may be probing it).
+
+        Raises:
+            RunLocked: another process (or another lock in this one) holds it.
+        """
+        if self._key in _held:
+            raise RunLocked(self._refusal())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise RunLocked(self._refusal()) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": platform.node(),
+                                 "since": now().isoformat(timespec="seconds")}).encode())
+        _held[self._key] = fd
+        return self
+
+    def check(self) -> None:
+        """Raise RunLocked when another holder has the lock (without taking it)."""
+        if lock_holder(self.path.parent.parent, self.run_id) is not None:
+            raise RunLocked(self._refusal())
+
+    def _refusal(self) -> str:
+        return (f"run {self.run_id} is being written by {_holder_text(self.path)} "
+                f"(lock {self.path}); one run has one writer: wait for it to finish, or stop "
+                "that process (what it measured is kept) and resume the run then")
+
+    def release(self) -> None:
+        """Let go of the lock (the file stays: it names the last holder)."""
+        fd = _held.pop(self._key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

@@ -1,0 +1,262 @@
+"""Issue 12, the store and query layer: odd store paths and user text, dependency floors,
+damaged part files, one writer per run, and `kopt query` at scale and in safety."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT
+from kopt.cli import main
+from kopt.store import StoreError, Writer, explain, query, write_table
+
+
+def run(*args: str):
+    r = CliRunner().invoke(main, list(args))
+    assert "Traceback" not in (r.output or ""), r.output
+    return r
+
+
+def demo_store(root: Path, sweep: str = "demo", run_id: str = "r1", event: str = "finished",
+               params: str = '{"T": 1}') -> Path:
+    """One run of one correct baseline candidate."""
+    w = Writer(root, sweep, run_id)
+    w.add("runs", [{"run_id": run_id, "sweep": sweep, "event": event,
+                    "sweep_dir": str(root / "sweeps" / sweep), "backend": "cpu",
+                    "created_at": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)}])
+    w.add("candidates", [{"run_id": run_id, "sweep": sweep, "job_key": "a", "candidate_id": "a",
+                          "is_baseline": True, "status": "ok", "median_ms": 2.0, "dims": "{}",
+                          "device_class": "cpu-x", "params": params, "iteration": 1}])
+    w.flush()
+    return root
+
+
+# -- item 2: store paths with glob characters, user text with rich markup ----------------
+
+def test_store_path_with_glob_characters_and_markup_in_user_text(tmp_path):
+    """`--store 'st[v1]'` is a folder name, not a glob (a decoy `stv` that the glob would
+    match is never read); "[v1]" and "[x]" show literally in every message and table."""
+    store = demo_store(tmp_path / "st[v1]", sweep="demo[v1]", params='{"T": "[x]"}')
+    demo_store(tmp_path / "stv", sweep="decoy", run_id="r9")  # what 'st[v1]' would glob
+    r = run("query", "--store", str(store), "--format", "csv",
+            "select sweep, run_id, status from runs")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == ["sweep,run_id,status", "demo[v1],r1,finished"]
+    r = run("best", "demo[v1]", "--store", str(store))
+    assert r.exit_code == 0, r.output
+    assert "best of demo[v1] (run r1)" in r.output and "T=[x]" in r.output
+    r = run("query", "--store", str(store), "select params from candidates")
+    assert r.exit_code == 0 and '{"T": "[x]"}' in r.output, r.output
+    out = tmp_path / "rep[v1]"
+    r = run("report", "r1", "--store", str(store), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out / 'summary.md'}" in r.output.replace("\n", "")
+    assert "# kopt report: demo[v1], run r1" in (out / "summary.md").read_text()
+    r = run("best", "nope[v1]", "--store", str(store))
+    assert r.exit_code == 2 and "no sweep 'nope[v1]'" in r.output and "demo[v1]" in r.output
+    r = run("query", "--store", str(tmp_path / "missing[v1]"), "select 1")
+    assert r.exit_code == 2 and f"no store at {tmp_path / 'missing[v1]'}" in r.output
+
+
+def test_sweep_into_a_store_path_with_glob_characters(ray_local, tmp_path):
+    """A whole sweep into `st[v1]*?`: stored, finished, then queried and reported."""
+    store = tmp_path / "st[v1]*?"
+    r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
+            "--max-candidates", "2", "--store", str(store))
+    assert r.exit_code == 0, r.output
+    assert f"(store {store})" in r.output
+    cols, rows = query("select run_id, status from runs", store)
+    assert len(rows) == 1 and rows[0][1] == "finished"
+    r = run("best", "vector_add", "--store", str(store))
+    assert r.exit_code == 0 and "vector_add" in r.output, r.output
+    r = run("report", rows[0][0], "--store", str(store), "--out", str(tmp_path / "rep"))
+    assert r.exit_code == 0 and (tmp_path / "rep" / "summary.md").exists(), r.output
+
+
+# -- item 6: dependency floors ---------------------------------------------------------
+
+def test_duckdb_floor_is_one_that_reads_timestamps(tmp_path):
+    """duckdb 1.0.0 needs pytz to return `created_at` (TIMESTAMPTZ); the declared floor
+    excludes it (or pytz is declared), and the installed duckdb returns a datetime."""
+    import re
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    text = (ROOT / "pyproject.toml").read_text()
+    deps = {r.name: r for r in map(Requirement, re.findall(r'^\s*"((?:duckdb|pytz)\b[^"]*)"',
+                                                           text, flags=re.M))}
+    assert "pytz" in deps or "1.0.0" not in deps["duckdb"].specifier
+    assert version("duckdb") in deps["duckdb"].specifier
+    demo_store(tmp_path)
+    _, rows = query("select created_at from runs", tmp_path)
+    assert rows == [(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),)]
+    r = run("query", "--store", str(tmp_path), "--format", "json", "select created_at from runs")
+    assert r.exit_code == 0
+    assert json.loads(r.output) == [{"created_at": "2026-01-02 03:04:05+00:00"}]
+
+
+# -- item 8: a damaged (truncated) part file -------------------------------------------
+
+def test_truncated_part_file_is_named_and_skipped(tmp_path):
+    """A part file cut short (a writer killed mid-copy): every command still works, a
+    one-line note names the file, new rows are written and compacted next to it."""
+    demo_store(tmp_path)
+    bad = write_table(tmp_path, "runs", "demo", "r2", [
+        {"run_id": "r2", "sweep": "demo", "event": "finished"}])
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    r = run("query", "--store", str(tmp_path), "select count(*) from runs")
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("note: damaged store file")]
+    assert len(notes) == 1 and str(bad) in r.output.replace("\n", "") and "move it out" in notes[0]
+    assert "│ 1 " in r.output  # r1 only
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0 and "T=1" in r.output, r.output
+    w = Writer(tmp_path, "demo", "r2")  # a new writer of the damaged file's run
+    for i in range(2):
+        w.add("runs", [{"run_id": "r2", "sweep": "demo", "event": f"e{i}",
+                        "created_at": dt.datetime(2026, 1, 3, i, tzinfo=dt.timezone.utc)}])
+        w.flush()
+    with pytest.warns(UserWarning, match="damaged store file"):
+        w.compact("runs", ["run_id"])  # merges the readable parts, leaves the damaged one
+    assert bad.exists() and len(list(bad.parent.glob("part-*.parquet"))) == 2
+    with pytest.warns(UserWarning, match="damaged store file"):
+        assert query("select run_id, status from runs order by 1", tmp_path)[1] == [
+            ("r1", "finished"), ("r2", "e1")]
+
+
+def test_damaged_file_message_matches_any_case():
+    """DuckDB 2.x writes `file '...'` (lower case); the store still names it, with the fix."""
+    e = explain(RuntimeError("Invalid Input Error: No magic bytes found at end of file "
+                             "'/s/runs/sweep=a/run=b/part-1.parquet'"))
+    assert isinstance(e, StoreError)
+    assert str(e).startswith("damaged store file /s/runs/sweep=a/run=b/part-1.parquet (")
+
+
+# -- item 9: one writer per run; a killed driver's run is interrupted ------------------
+
+HOLD = ("import sys, time; from kopt.store import RunLock; "
+        "RunLock(sys.argv[1], sys.argv[2]).acquire(); print('locked', flush=True); "
+        "time.sleep(120)")
+
+
+def hold_lock(store: Path, run_id: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(store), run_id],
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.stdout is not None and p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_a_second_writer_of_a_run_is_refused(tmp_path):
+    """While another process writes run r1, `--resume r1` refuses at once (before Ray),
+    naming the run and the pid and host holding it; once that process is gone (SIGKILL),
+    the run is interrupted and the lock is free."""
+    import platform
+
+    from kopt.store import RunLock, RunLocked
+
+    demo_store(tmp_path, event="running")
+    holder = hold_lock(tmp_path, "r1")
+    try:
+        with pytest.raises(RunLocked, match=f"run r1 is being written by pid {holder.pid} on "):
+            RunLock(tmp_path, "r1").acquire()
+        r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(tmp_path),
+                "--resume", "r1")
+        assert r.exit_code == 2, r.output
+        assert (f"error: run r1 is being written by pid {holder.pid} on {platform.node()}"
+                in r.output.replace("\n", " "))
+        assert "one run has one writer" in r.output
+        assert query("select status from runs", tmp_path)[1] == [("running",)]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert query("select status from runs", tmp_path)[1] == [("interrupted",)]
+    with RunLock(tmp_path, "r1"):
+        assert query("select status from runs", tmp_path)[1] == [("running",)]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreError, match="afile is a file, not a store folder"):
+        RunLock(tmp_path / "afile", "r1").acquire()
+
+
+def test_a_killed_drivers_run_shows_as_interrupted(tmp_path):
+    """A run whose last event is `running` and whose lock nobody holds (the driver was
+    SIGKILLed; no lock file at all for older runs) is `interrupted` in `kopt query` and
+    `kopt best`, which says how to resume it."""
+    demo_store(tmp_path, event="running")
+    r = run("query", "--store", str(tmp_path), "--format", "csv", "select run_id, status from runs")
+    assert r.exit_code == 0 and r.output.splitlines() == ["run_id,status", "r1,interrupted"]
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    text = r.output.replace("\n", " ")
+    assert "note: run r1 was interrupted" in text
+    assert f"--store {tmp_path} --resume r1`" in text
+
+
+# -- item 14: `kopt query` at scale and in safety --------------------------------------
+
+def test_table_output_is_capped_and_csv_json_print_everything(tmp_path):
+    demo_store(tmp_path)
+    sql = "select i, i * 2 as j from range(2500) t(i) order by i"
+    r = run("query", "--store", str(tmp_path), sql)
+    assert r.exit_code == 0, r.output
+    assert "│ 999 │ 1998 │" in r.output and "│ 1000 │ 2000 │" not in r.output
+    assert ("1000 of 2500 rows shown; `--format csv` or `--format json` prints all of them"
+            in r.output)
+    r = run("query", "--store", str(tmp_path), "--max-rows", "3", sql)
+    assert "3 of 2500 rows shown" in r.output and "│ 3 │ 6 │" not in r.output
+    r = run("query", "--store", str(tmp_path), "--format", "csv", sql)
+    lines = r.output.splitlines()
+    assert len(lines) == 2501 and lines[-1] == "2499,4998"
+    r = run("query", "--store", str(tmp_path), "--format", "json", sql)
+    rows = [{"i": i, "j": 2 * i} for i in range(2500)]
+    assert r.output == json.dumps(rows, indent=1) + "\n"
+    r = run("query", "--store", str(tmp_path), "--format", "json", "select 1 as a where false")
+    assert r.output == "[]\n"
+
+
+@pytest.mark.parametrize("sql", [
+    "select * from read_text('/etc/passwd')",
+    "select * from glob('/root/*')",
+    "select * from read_csv('{outside}/x.csv')",
+    "select * from read_parquet('{store}/../elsewhere/*.parquet')",
+])
+def test_query_reads_nothing_outside_the_store(tmp_path, sql):
+    store = demo_store(tmp_path / "store")
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    r = run("query", "--store", str(store),
+            sql.format(outside=tmp_path, store=store))
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    target = sql.format(outside=tmp_path, store=store).split("'")[1]
+    assert r.output == (f"error: {target}: outside the store; queries read only the store's "
+                        "views (candidates, runs, metrics, iterations, contests)\n")
+
+
+def test_query_cannot_undo_the_restrictions(tmp_path):
+    from kopt.store import connect
+
+    con = connect(demo_store(tmp_path))
+    assert con.execute("select current_setting('enable_external_access'), "
+                       "current_setting('autoinstall_known_extensions'), "
+                       "current_setting('autoload_known_extensions'), "
+                       "current_setting('lock_configuration')").fetchone() == (
+        False, False, False, True)
+    with pytest.raises(Exception, match="configuration has been locked"):
+        con.execute("set enable_external_access = true")
+    assert con.execute("select count(*) from candidates").fetchone() == (1,)
+
+
+def test_best_with_a_quote_in_the_run_id(tmp_path):
+    """User values are SQL parameters, never pasted into SQL text."""
+    demo_store(tmp_path)
+    r = run("best", "demo", "--store", str(tmp_path), "--run", "it's")
+    assert r.exit_code == 2 and "no run \"it's\" in" in r.output, r.output
