@@ -522,13 +522,21 @@ def env(address: str | None, fmt: str) -> None:
         return
     for info in infos:
         t = Table(title=f"node {escape(info['host'])} ({info['platform']})", show_header=False)
-        gp = "; ".join(f"{g['index']}: {g['name']} {g['sm']} "
-                       f"{g['memory_bytes'] / 2**30:.0f} GiB" for g in info["gpus"]) or "none"
-        t.add_row("GPUs", escape(gp))
+        t.add_row("GPUs", escape("; ".join(_gpu_line(g) for g in info["gpus"]) or "none"))
         for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
                   "torch_cuda", "ray", "python"):
-            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else "not found")
+            unset = "unknown" if k == "driver" and info["gpus"] else "not found"
+            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else unset)
+        for note in info.get("notes") or []:
+            t.add_row("note", escape(note))
         out.print(t)
+
+
+def _gpu_line(g: dict[str, Any]) -> str:
+    """``0: NAME sm_90 141 GiB``; a figure NVML could not read is ``unknown``."""
+    mem = g.get("memory_bytes")
+    return (f"{g['index']}: {g.get('name') or 'unknown GPU'} {g.get('sm') or 'sm unknown'} "
+            + (f"{mem / 2**30:.0f} GiB" if mem is not None else "memory unknown"))
 
 
 @main.command("catalog")

@@ -100,6 +100,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch", "torch_cuda",
               "ray", "python"):
         md.append(f"| {k} | {env.get(k) if env.get(k) is not None else 'not found'} |")
+    md += [f"| note | {n} |" for n in env.get("notes") or []]
     md.append(f"| kopt | {rec.get('kopt_version')} |")
 
     for dc, sts in states.items():
