@@ -76,6 +76,7 @@ class ProgressObserver(Observer):
         self.failed = 0
         self.iteration = 0
         self.label = ""
+        self.build_error: str | None = None  # the first failed build's compiler output
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
 
@@ -124,10 +125,12 @@ class ProgressObserver(Observer):
         neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
                 if st.bottleneck_before or st.bottleneck_after
                 else "bottleneck not measured (no NCU profile)")
+        so_far = (f"best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
+                  f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"
+                  if best.get("candidate_id") else "no correct candidate so far")
         self.p.console.print(
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
-            f"{neck}; best so far {trip} {_kv(json.dumps(best.get('params') or {}))} "
-            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)", highlight=False)
+            f"{neck}; {so_far}", highlight=False)
 
     def on_fault(self, message: str) -> None:
         self.p.console.print(f"[yellow]fault:[/] {message}", highlight=False)
@@ -135,6 +138,8 @@ class ProgressObserver(Observer):
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
         if not result.ok:
+            if self.build_error is None:
+                self.build_error = result.error
             self.failed += n_jobs
             self.p.advance(self.tr, n_jobs)
             self.p.update(self.tr, extra=f"failed {self.failed}")
@@ -177,7 +182,8 @@ class ProgressObserver(Observer):
         self._beat_stop.set()
         if self._beat_thread is not None:
             self._beat_thread.join()
-        self.p.stop()
+        if self.p.live.is_started:  # a never-started display would print an empty line
+            self.p.stop()
 
 
 def _fmt(v: Any) -> str:
@@ -314,6 +320,12 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                 highlight=False)
     rows = top(summary.run_id, top_k, root)
     if not summary.status_counts.get("ok") and not summary.n_skipped:
+        if set(summary.status_counts) == {"compile_error"} and obs.build_error is not None:
+            from kopt.report import first_error
+
+            console.print(f"[red]nothing compiled[/] ({summary.status_counts['compile_error']} "
+                          f"compile errors); the compiler's first error: "
+                          f"{escape(first_error(obs.build_error))}", highlight=False)
         console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
                       f"error from candidates where run_id = '{summary.run_id}'\"`")
         exit_code = 1

@@ -38,6 +38,7 @@ from kopt.devices import (
     actor_options,
     alive_nodes,
     build_nodes,
+    local_gpu_count,
     plan_slots,
     predicted_target,
 )
@@ -423,17 +424,7 @@ class Driver:
         stored_states: dict[tuple[int, str], IterState] = {}
         prev: dict[str, Any] = {}  # the resumed run's last record: its figures add up
         if self.resume:
-            rec = prev = run_record(self.store, self.resume) or {}
-            if not rec:
-                raise SweepError(f"--resume {self.resume}: no such run in {self.store} "
-                                 "(`kopt query \"select run_id, sweep, status from runs\"` "
-                                 "lists runs)")
-            if rec["sweep"] != sweep.name:
-                raise SweepError(f"--resume {self.resume}: that run is of sweep {rec['sweep']!r}, "
-                                 f"not {sweep.name!r}")
-            if rec["spec_hash"] != sweep.spec_hash:
-                raise SweepError(f"--resume {self.resume}: the sweep's spec or sources changed "
-                                 "since that run; start a new run instead")
+            rec = prev = resumable_run(self.store, self.resume, sweep)
             if self.backend_req == "auto":
                 self.backend_req = rec["backend"]
             opts = json.loads(rec.get("options") or "{}")
@@ -1112,6 +1103,74 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
+    """The latest ``runs`` record of ``run_id``, checked to be a run of ``sweep`` with the
+    same spec and sources (what ``--resume`` needs).
+
+    Raises:
+        SweepError: no such run in ``store``, a run of another sweep, or the spec changed.
+    """
+    rec = run_record(store, run_id)
+    if not rec:
+        raise SweepError(f"--resume {run_id}: no such run in {store} "
+                         "(`kopt query \"select run_id, sweep, status from runs\"` lists runs)")
+    if rec["sweep"] != sweep.name:
+        raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
+                         f"not {sweep.name!r}")
+    if rec["spec_hash"] != sweep.spec_hash:
+        raise SweepError(f"--resume {run_id}: the sweep's spec or sources changed "
+                         "since that run; start a new run instead")
+    return rec
+
+
+def check_store_path(store: Path) -> None:
+    """Refuse a ``--store`` that is not a folder and cannot become one.
+
+    Raises:
+        SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
+            not writable.
+    """
+    if store.exists() and not store.is_dir():
+        raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
+                         "folder (a missing one is created)")
+    above = next(p for p in [store, *store.absolute().parents] if p.exists())
+    if not above.is_dir():
+        raise SweepError(f"--store {store}: {above} is a file, so the folder cannot be "
+                         "created; pass a path under a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
+                         "folder you can write to")
+
+
+def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,
+                     local: bool) -> None:
+    """What can be checked before Ray starts (which takes seconds): the store path, the
+    ``--resume`` run, the backend's source and, on an embedded local instance
+    (``local``), a GPU on this machine for the CUDA backend.
+
+    Raises:
+        SweepError: see :func:`check_store_path`, :func:`resumable_run`; no GPU here.
+        SpecError: the sweep has no source for the requested backend.
+    """
+    check_store_path(store)
+    if resume:
+        rec = resumable_run(store, resume, sweep)
+        backend = rec["backend"] if backend == "auto" else backend
+    if backend != "auto":
+        sweep.space(backend)  # SpecError when the sweep has no source for it
+    if not local or backend == "cpu" or local_gpu_count():
+        return
+    if backend == "cuda":
+        raise SweepError("--backend cuda: this machine has no GPU (NVML sees none"
+                         + (f" with CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+                            if "CUDA_VISIBLE_DEVICES" in os.environ else "")
+                         + "); use --backend cpu, or --address/--cluster for a GPU cluster")
+    if "cpu" not in sweep.spaces:
+        raise SweepError(f"{sweep.spec_path}: this machine has no GPU and the sweep has no "
+                         "C++ source for the CPU backend; run it on a GPU node, or add a "
+                         "`cpu:` block with `kernel: NAME.cpp`")
+
+
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
@@ -1120,12 +1179,15 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
 
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
-    neither starts an embedded local Ray instance.
+    neither starts an embedded local Ray instance. Everything :func:`check_before_ray`
+    can check fails before Ray starts.
     """
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
         signal.signal(signal.SIGTERM, _terminate)
+    check_before_ray(sweep, Path(store), backend, resume,
+                     local=not cluster and address in (None, "local"))
     if cluster:
         attach(cluster_address(cluster), f"--cluster {cluster}", cluster_runtime_env(sweep))
     elif address and address != "auto":
