@@ -135,6 +135,9 @@ class ProgressObserver(Observer):
     def on_fault(self, message: str) -> None:
         self.p.console.print(f"[yellow]fault:[/] {message}", highlight=False)
 
+    def on_note(self, message: str) -> None:
+        self.p.console.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
+
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
         if not result.ok:

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import threading
 import time
@@ -148,7 +149,6 @@ def cluster_address(path: str | Path) -> str:
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
                          "to the head of a local-provider cluster (or pass --address HOST:PORT)")
-    import re
 
     port = 6379
     for cmd in cfg.get("head_start_ray_commands") or []:
@@ -161,19 +161,62 @@ def cluster_address(path: str | Path) -> str:
     return f"{head}:{port}"
 
 
-def cluster_runtime_env(sweep: Sweep) -> dict[str, Any]:
-    """What travels to every node of a cluster: the sweep folder as the working_dir
-    (sources, ref.py, headers) and kopt's own packages (``kopt``, ``workers``)."""
+# files larger than this stay behind when a sweep folder travels to a cluster: Ray's
+# upload limit is 512 MiB for the whole (zipped) folder, and a sweep needs its sources
+UPLOAD_FILE_LIMIT = 100 * 2**20
+UPLOAD_EXCLUDES = ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]
+IGNORE_FILE = ".koptignore"
+
+
+def _gitignore_literal(rel: str) -> str:
+    """``rel`` (a path under the sweep folder) as a gitignore pattern matching only it."""
+    return "/" + re.sub(r"([\\\[\]*?!# ])", r"\\\1", rel)
+
+
+def cluster_runtime_env(sweep: Sweep) -> tuple[dict[str, Any], list[str]]:
+    """What travels to every node of a cluster, and notes on what stays behind.
+
+    The sweep folder travels as the working_dir (sources, ref.py, headers), without kopt's
+    own outputs (``UPLOAD_EXCLUDES``), the patterns of the folder's ``.koptignore``
+    (gitignore syntax; Ray also honours ``.gitignore`` and ``.rayignore``) and any file
+    over ``UPLOAD_FILE_LIMIT`` bytes (a note names each); kopt's own packages (``kopt``,
+    ``workers``) travel as py_modules.
+    """
+    import fnmatch
+
     import kopt
     import workers
 
+    excludes = list(UPLOAD_EXCLUDES)
+    ignore = sweep.root / IGNORE_FILE
+    if ignore.is_file():
+        excludes += [ln for ln in ignore.read_text().splitlines()
+                     if ln.strip() and not ln.startswith("#")]
+    big = []
+    for folder, dirs, files in os.walk(sweep.root):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, x) for x in UPLOAD_EXCLUDES)]
+        for f in files:
+            path = Path(folder) / f
+            if (not any(fnmatch.fnmatch(f, x) for x in UPLOAD_EXCLUDES) and path.is_file()
+                    and path.stat().st_size > UPLOAD_FILE_LIMIT):
+                big.append((path.relative_to(sweep.root).as_posix(), path.stat().st_size))
+    excludes += [_gitignore_literal(rel) for rel, _ in big]
+    notes = [f"{sweep.root / rel} ({size / 2**20:.0f} MiB) stays behind: files over "
+             f"{UPLOAD_FILE_LIMIT // 2**20} MiB do not travel to cluster nodes; if ref.py "
+             f"reads it, copy it to every node and read it by absolute path (list files the "
+             f"sweep does not need in {ignore})" for rel, size in sorted(big)]
     return {"working_dir": str(sweep.root),
             "py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)],
-            "excludes": ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]}
+            "excludes": excludes}, notes
 
 
 def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
-    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``."""
+    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``.
+
+    Raises:
+        SweepError: ``address`` is not HOST:PORT, no head answers there, or Ray cannot
+            ship ``runtime_env`` (e.g. the sweep folder is over Ray's upload limit).
+    """
     import socket
 
     host, _, port = address.rpartition(":")
@@ -191,6 +234,18 @@ def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
     except ConnectionError as e:
         raise SweepError(f"{source}: {e}; is the cluster up (`ray up ray_cluster.yaml`, "
                          "`ray status`)?") from None
+    except ray.exceptions.RuntimeEnvSetupError as e:
+        wd = (runtime_env or {}).get("working_dir", "the sweep folder")
+        m = re.search(r"Package size \(([^)]*)\) exceeds the maximum size of ([\d.]+ ?\w+)",
+                      str(e))
+        if m:
+            raise SweepError(
+                f"{source}: the sweep folder {wd} packs to {m.group(1)}, over Ray's upload "
+                f"limit of {m.group(2)}; list the files the sweep does not need in "
+                f"{Path(wd) / IGNORE_FILE} (gitignore syntax)") from None
+        last = [ln for ln in str(e).splitlines() if ln.strip()][-1:] or [type(e).__name__]
+        raise SweepError(f"{source}: Ray could not ship the sweep folder {wd}: "
+                         f"{last[0]}") from None
 
 
 def pick_backend(sweep: Sweep, backend: str) -> str:
@@ -1188,10 +1243,13 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         signal.signal(signal.SIGTERM, _terminate)
     check_before_ray(sweep, Path(store), backend, resume,
                      local=not cluster and address in (None, "local"))
-    if cluster:
-        attach(cluster_address(cluster), f"--cluster {cluster}", cluster_runtime_env(sweep))
-    elif address and address != "auto":
-        attach(address, f"--address {address}", cluster_runtime_env(sweep))
+    if cluster or (address and address != "auto"):
+        renv, notes = cluster_runtime_env(sweep)
+        for o in observers or []:
+            for n in notes:
+                o.on_note(n)
+        attach(cluster_address(cluster) if cluster else address,
+               f"--cluster {cluster}" if cluster else f"--address {address}", renv)
     else:
         ensure_ray(address)
     if threading.current_thread() is threading.main_thread():
