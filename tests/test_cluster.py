@@ -53,14 +53,15 @@ class LocalCluster:
             f"--temp-dir={self.tmp / name}"],
             stdout=log, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
 
-    def up(self) -> None:
-        self.start("head", ["--head", f"--port={self.port}", "--include-dashboard=false"])
-        for name, cls in WORKERS:
+    def up(self, workers: list[tuple[str, str]] = WORKERS, head_cpus: int = 1) -> None:
+        self.start("head", ["--head", f"--port={self.port}", "--include-dashboard=false"],
+                   head_cpus)
+        for name, cls in workers:
             self.start(name, [f"--address=127.0.0.1:{self.port}",
                               f"--resources={json.dumps({f'kopt_class_{cls}': 1})}"])
         deadline = time.time() + 180
         while time.time() < deadline:
-            if len(self.nodes()) == 1 + len(WORKERS):
+            if len(self.nodes()) == 1 + len(workers):
                 return
             time.sleep(2)
         raise RuntimeError("the test cluster did not come up: " + self.log_tail())
@@ -201,12 +202,7 @@ def head(tmp_path_factory):
         pytest.fail("the `ray` command is not on PATH (it comes with `pip install ray`)")
     c = LocalCluster(tmp_path_factory.mktemp("rayhead"))
     try:
-        c.start("head", ["--head", f"--port={c.port}", "--include-dashboard=false"], cpus=2)
-        deadline = time.time() + 180
-        while len(c.nodes()) != 1:
-            if time.time() > deadline:
-                raise RuntimeError("the test head did not come up: " + c.log_tail())
-            time.sleep(2)
+        c.up(workers=[], head_cpus=2)
         yield c
     finally:
         c.down()
