@@ -96,6 +96,7 @@ class ProgressObserver(Observer):
         self.failed = 0
         self.iteration = 0
         self.label = ""
+        self.build_error: str | None = None  # the first failed build's compiler output
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
 
@@ -146,20 +147,24 @@ class ProgressObserver(Observer):
         neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
                 if st.bottleneck_before or st.bottleneck_after
                 else "bottleneck not measured (no NCU profile)")
+        so_far = (f"best so far {trip} {_kv(json.dumps(best.get('params') or {}), False)} "
+                  f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"
+                  if best.get("candidate_id") else "no correct candidate so far")
         self.p.console.print(escape(
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
-            f"{neck}; best so far {trip} {_kv(json.dumps(best.get('params') or {}), False)} "
-            f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"), highlight=False)
+            f"{neck}; {so_far}"), highlight=False)
 
     def on_fault(self, message: str) -> None:
         self.p.console.print(f"[yellow]fault:[/] {escape(message)}", highlight=False)
 
     def on_note(self, message: str) -> None:
-        self.p.console.print(f"[yellow]note:[/] {message}", highlight=False)
+        self.p.console.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
 
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
         if not result.ok:
+            if self.build_error is None:
+                self.build_error = result.error
             self.failed += n_jobs
             self.p.advance(self.tr, n_jobs)
             self.p.update(self.tr, extra=f"failed {self.failed}")
@@ -203,7 +208,8 @@ class ProgressObserver(Observer):
         self._beat_stop.set()
         if self._beat_thread is not None:
             self._beat_thread.join()
-        self.p.stop()
+        if self.p.live.is_started:  # a never-started display would print an empty line
+            self.p.stop()
 
 
 def _fmt(v: Any) -> str:
@@ -354,6 +360,12 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                 highlight=False)
     rows = top(summary.run_id, top_k, root)
     if not summary.status_counts.get("ok") and not summary.n_skipped:
+        if set(summary.status_counts) == {"compile_error"} and obs.build_error is not None:
+            from kopt.report import first_error
+
+            console.print(f"[red]nothing compiled[/] ({summary.status_counts['compile_error']} "
+                          f"compile errors); the compiler's first error: "
+                          f"{escape(first_error(obs.build_error))}", highlight=False)
         console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
                       f"error from candidates where run_id = '{summary.run_id}'\"`")
         exit_code = 1
@@ -603,13 +615,21 @@ def env(address: str | None, fmt: str) -> None:
         return
     for info in infos:
         t = Table(title=escape(f"node {info['host']} ({info['platform']})"), show_header=False)
-        gp = "; ".join(f"{g['index']}: {g['name']} {g['sm']} "
-                       f"{g['memory_bytes'] / 2**30:.0f} GiB" for g in info["gpus"]) or "none"
-        t.add_row("GPUs", escape(gp))
+        t.add_row("GPUs", escape("; ".join(_gpu_line(g) for g in info["gpus"]) or "none"))
         for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
                   "torch_cuda", "ray", "python"):
-            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else "not found")
+            unset = "unknown" if k == "driver" and info["gpus"] else "not found"
+            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else unset)
+        for note in info.get("notes") or []:
+            t.add_row("note", escape(note))
         out.print(t)
+
+
+def _gpu_line(g: dict[str, Any]) -> str:
+    """``0: NAME sm_90 141 GiB``; a figure NVML could not read is ``unknown``."""
+    mem = g.get("memory_bytes")
+    return (f"{g['index']}: {g.get('name') or 'unknown GPU'} {g.get('sm') or 'sm unknown'} "
+            + (f"{mem / 2**30:.0f} GiB" if mem is not None else "memory unknown"))
 
 
 @main.command("catalog")

@@ -114,6 +114,24 @@ def local_compute_caps(visible: str | None = None) -> list[int] | None:
     return [g[2] for g in gpus] or None
 
 
+def local_gpu_count() -> int:
+    """How many GPUs an embedded Ray instance started on this machine will see: NVML's
+    device count (0 when NVML cannot start: no nvidia-ml-py, no driver), capped by the
+    entries of ``CUDA_VISIBLE_DEVICES`` when it is set -- the count Ray's own GPU
+    detection makes, known without starting Ray. Never raises."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+    except Exception:  # ImportError, NVMLError (LibraryNotFound, DriverNotLoaded, ...)
+        return 0
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        n = min(n, 0 if vis == "NoDevFiles" else len([v for v in vis.split(",") if v]))
+    return n
+
+
 def predicted_target(backend: str, nodes: list[Node]) -> dict[str, Any] | None:
     """The ``sm`` and ``platform`` every device of a one-node run will report, known before
     its device actors start (so that builds can begin); None when it cannot be known on

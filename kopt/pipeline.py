@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import threading
 import time
@@ -38,6 +39,7 @@ from kopt.devices import (
     actor_options,
     alive_nodes,
     build_nodes,
+    local_gpu_count,
     plan_slots,
     predicted_target,
 )
@@ -148,7 +150,6 @@ def cluster_address(path: str | Path) -> str:
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
                          "to the head of a local-provider cluster (or pass --address HOST:PORT)")
-    import re
 
     port = 6379
     for cmd in cfg.get("head_start_ray_commands") or []:
@@ -161,19 +162,62 @@ def cluster_address(path: str | Path) -> str:
     return f"{head}:{port}"
 
 
-def cluster_runtime_env(sweep: Sweep) -> dict[str, Any]:
-    """What travels to every node of a cluster: the sweep folder as the working_dir
-    (sources, ref.py, headers) and kopt's own packages (``kopt``, ``workers``)."""
+# files larger than this stay behind when a sweep folder travels to a cluster: Ray's
+# upload limit is 512 MiB for the whole (zipped) folder, and a sweep needs its sources
+UPLOAD_FILE_LIMIT = 100 * 2**20
+UPLOAD_EXCLUDES = ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]
+IGNORE_FILE = ".koptignore"
+
+
+def _gitignore_literal(rel: str) -> str:
+    """``rel`` (a path under the sweep folder) as a gitignore pattern matching only it."""
+    return "/" + re.sub(r"([\\\[\]*?!# ])", r"\\\1", rel)
+
+
+def cluster_runtime_env(sweep: Sweep) -> tuple[dict[str, Any], list[str]]:
+    """What travels to every node of a cluster, and notes on what stays behind.
+
+    The sweep folder travels as the working_dir (sources, ref.py, headers), without kopt's
+    own outputs (``UPLOAD_EXCLUDES``), the patterns of the folder's ``.koptignore``
+    (gitignore syntax; Ray also honours ``.gitignore`` and ``.rayignore``) and any file
+    over ``UPLOAD_FILE_LIMIT`` bytes (a note names each); kopt's own packages (``kopt``,
+    ``workers``) travel as py_modules.
+    """
+    import fnmatch
+
     import kopt
     import workers
 
+    excludes = list(UPLOAD_EXCLUDES)
+    ignore = sweep.root / IGNORE_FILE
+    if ignore.is_file():
+        excludes += [ln for ln in ignore.read_text().splitlines()
+                     if ln.strip() and not ln.startswith("#")]
+    big = []
+    for folder, dirs, files in os.walk(sweep.root):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, x) for x in UPLOAD_EXCLUDES)]
+        for f in files:
+            path = Path(folder) / f
+            if (not any(fnmatch.fnmatch(f, x) for x in UPLOAD_EXCLUDES) and path.is_file()
+                    and path.stat().st_size > UPLOAD_FILE_LIMIT):
+                big.append((path.relative_to(sweep.root).as_posix(), path.stat().st_size))
+    excludes += [_gitignore_literal(rel) for rel, _ in big]
+    notes = [f"{sweep.root / rel} ({size / 2**20:.0f} MiB) stays behind: files over "
+             f"{UPLOAD_FILE_LIMIT // 2**20} MiB do not travel to cluster nodes; if ref.py "
+             f"reads it, copy it to every node and read it by absolute path (list files the "
+             f"sweep does not need in {ignore})" for rel, size in sorted(big)]
     return {"working_dir": str(sweep.root),
             "py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)],
-            "excludes": ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]}
+            "excludes": excludes}, notes
 
 
 def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
-    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``."""
+    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``.
+
+    Raises:
+        SweepError: ``address`` is not HOST:PORT, no head answers there, or Ray cannot
+            ship ``runtime_env`` (e.g. the sweep folder is over Ray's upload limit).
+    """
     import socket
 
     host, _, port = address.rpartition(":")
@@ -191,6 +235,18 @@ def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
     except ConnectionError as e:
         raise SweepError(f"{source}: {e}; is the cluster up (`ray up ray_cluster.yaml`, "
                          "`ray status`)?") from None
+    except ray.exceptions.RuntimeEnvSetupError as e:
+        wd = (runtime_env or {}).get("working_dir", "the sweep folder")
+        m = re.search(r"Package size \(([^)]*)\) exceeds the maximum size of ([\d.]+ ?\w+)",
+                      str(e))
+        if m:
+            raise SweepError(
+                f"{source}: the sweep folder {wd} packs to {m.group(1)}, over Ray's upload "
+                f"limit of {m.group(2)}; list the files the sweep does not need in "
+                f"{Path(wd) / IGNORE_FILE} (gitignore syntax)") from None
+        last = [ln for ln in str(e).splitlines() if ln.strip()][-1:] or [type(e).__name__]
+        raise SweepError(f"{source}: Ray could not ship the sweep folder {wd}: "
+                         f"{last[0]}") from None
 
 
 def pick_backend(sweep: Sweep, backend: str) -> str:
@@ -431,17 +487,7 @@ class Driver:
         stored_states: dict[tuple[int, str], IterState] = {}
         prev: dict[str, Any] = {}  # the resumed run's last record: its figures add up
         if self.resume:
-            rec = prev = run_record(self.store, self.resume) or {}
-            if not rec:
-                raise SweepError(f"--resume {self.resume}: no such run in {self.store} "
-                                 "(`kopt query \"select run_id, sweep, status from runs\"` "
-                                 "lists runs)")
-            if rec["sweep"] != sweep.name:
-                raise SweepError(f"--resume {self.resume}: that run is of sweep {rec['sweep']!r}, "
-                                 f"not {sweep.name!r}")
-            if rec["spec_hash"] != sweep.spec_hash:
-                raise SweepError(f"--resume {self.resume}: the sweep's spec or sources changed "
-                                 "since that run; start a new run instead")
+            rec = prev = resumable_run(self.store, self.resume, sweep)
             if self.backend_req == "auto":
                 self.backend_req = rec["backend"]
             opts = json.loads(rec.get("options") or "{}")
@@ -1130,6 +1176,74 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
+    """The latest ``runs`` record of ``run_id``, checked to be a run of ``sweep`` with the
+    same spec and sources (what ``--resume`` needs).
+
+    Raises:
+        SweepError: no such run in ``store``, a run of another sweep, or the spec changed.
+    """
+    rec = run_record(store, run_id)
+    if not rec:
+        raise SweepError(f"--resume {run_id}: no such run in {store} "
+                         "(`kopt query \"select run_id, sweep, status from runs\"` lists runs)")
+    if rec["sweep"] != sweep.name:
+        raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
+                         f"not {sweep.name!r}")
+    if rec["spec_hash"] != sweep.spec_hash:
+        raise SweepError(f"--resume {run_id}: the sweep's spec or sources changed "
+                         "since that run; start a new run instead")
+    return rec
+
+
+def check_store_path(store: Path) -> None:
+    """Refuse a ``--store`` that is not a folder and cannot become one.
+
+    Raises:
+        SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
+            not writable.
+    """
+    if store.exists() and not store.is_dir():
+        raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
+                         "folder (a missing one is created)")
+    above = next(p for p in [store, *store.absolute().parents] if p.exists())
+    if not above.is_dir():
+        raise SweepError(f"--store {store}: {above} is a file, so the folder cannot be "
+                         "created; pass a path under a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
+                         "folder you can write to")
+
+
+def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,
+                     local: bool) -> None:
+    """What can be checked before Ray starts (which takes seconds): the store path, the
+    ``--resume`` run, the backend's source and, on an embedded local instance
+    (``local``), a GPU on this machine for the CUDA backend.
+
+    Raises:
+        SweepError: see :func:`check_store_path`, :func:`resumable_run`; no GPU here.
+        SpecError: the sweep has no source for the requested backend.
+    """
+    check_store_path(store)
+    if resume:
+        rec = resumable_run(store, resume, sweep)
+        backend = rec["backend"] if backend == "auto" else backend
+    if backend != "auto":
+        sweep.space(backend)  # SpecError when the sweep has no source for it
+    if not local or backend == "cpu" or local_gpu_count():
+        return
+    if backend == "cuda":
+        raise SweepError("--backend cuda: this machine has no GPU (NVML sees none"
+                         + (f" with CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+                            if "CUDA_VISIBLE_DEVICES" in os.environ else "")
+                         + "); use --backend cpu, or --address/--cluster for a GPU cluster")
+    if "cpu" not in sweep.spaces:
+        raise SweepError(f"{sweep.spec_path}: this machine has no GPU and the sweep has no "
+                         "C++ source for the CPU backend; run it on a GPU node, or add a "
+                         "`cpu:` block with `kernel: NAME.cpp`")
+
+
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
@@ -1138,7 +1252,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
 
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
-    neither starts an embedded local Ray instance.
+    neither starts an embedded local Ray instance. Everything :func:`check_before_ray`
+    can check fails before Ray starts.
     """
     if resume:
         RunLock(store, resume).check()  # before Ray starts: one run has one writer
@@ -1146,10 +1261,15 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
         signal.signal(signal.SIGTERM, _terminate)
-    if cluster:
-        attach(cluster_address(cluster), f"--cluster {cluster}", cluster_runtime_env(sweep))
-    elif address and address != "auto":
-        attach(address, f"--address {address}", cluster_runtime_env(sweep))
+    check_before_ray(sweep, Path(store), backend, resume,
+                     local=not cluster and address in (None, "local"))
+    if cluster or (address and address != "auto"):
+        renv, notes = cluster_runtime_env(sweep)
+        for o in observers or []:
+            for n in notes:
+                o.on_note(n)
+        attach(cluster_address(cluster) if cluster else address,
+               f"--cluster {cluster}" if cluster else f"--address {address}", renv)
     else:
         ensure_ray(address)
     if threading.current_thread() is threading.main_thread():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,16 @@ def _methods(triple: list[str | None] | None) -> str:
 
 def _kv(d: dict[str, Any] | None) -> str:
     return " ".join(f"{k}={v}" for k, v in (d or {}).items()) or "-"
+
+
+def first_error(text: str | None) -> str:
+    """The line of compiler (or harness) output that states the first error: the first
+    ``...error...:`` line (gcc/clang ``f.cpp:3:5: error: ...``, ``fatal error: ...``, nvcc
+    ``f.cu(3): error: ...``), not an ``In file included from`` or source-context line;
+    else the first non-empty line; '' for no text."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return next((ln for ln in lines if re.search(r"\berror\b[^:|]{0,24}:", ln, re.I)),
+                lines[0] if lines else "")
 
 
 def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
@@ -100,6 +112,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch", "torch_cuda",
               "ray", "python"):
         md.append(f"| {k} | {env.get(k) if env.get(k) is not None else 'not found'} |")
+    md += [f"| note | {n} |" for n in env.get("notes") or []]
     md.append(f"| kopt | {rec.get('kopt_version')} |")
 
     for dc, sts in states.items():
@@ -112,10 +125,11 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
             ncu = ", ".join(f"{lab} {m[k]:.0f}" for k, lab in TOP_METRICS if k in m) or "-"
             tried = {(c["compute_method"], c["memory_method"], c["latency_method"])
                      for c in cand if c["iteration"] == st.iteration and c["device_class"] == dc}
-            md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} "
-                      f"| {_methods(best.get('triple'))} "
-                      f"| {_kv(best.get('params'))} | {best.get('median_ms') or 0:.4g} | "
-                      f"{(st.gain or 1):.3g}x | {best.get('total_speedup', 1):.3g}x | "
+            winner = (f"{_methods(best.get('triple'))} | {_kv(best.get('params'))} | "
+                      f"{best['median_ms']:.4g} | {(st.gain or 1):.3g}x | "
+                      f"{best.get('total_speedup', 1):.3g}x" if best.get("candidate_id")
+                      else "none (no correct candidate) | - | - | - | -")
+            md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} | {winner} | "
                       f"{st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'} | {ncu} | "
                       f"{st.stop or '-'} |")
         for st in sts:
@@ -132,8 +146,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                 if c["device_class"] == dc:
                     fails.setdefault(c["status"], []).append(c.get("error") or "")
             md += ["", f"### No correct candidate on {dc}", ""] + [
-                f"- {st_}: {len(errs)}; first error: "
-                f"`{((errs[0] or '').splitlines() or ['-'])[0][:200]}`"
+                f"- {st_}: {len(errs)}; first error: `{first_error(errs[0])[:200] or '-'}`"
                 for st_, errs in sorted(fails.items())]
             continue
         md += ["", f"### Best candidate on {dc}", "",
@@ -212,11 +225,11 @@ def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: 
     import matplotlib.pyplot as plt
 
     names = []
-    if states:
+    if any(s.best for sts in states.values() for s in sts):  # no line for no winner
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for dc, sts in states.items():
             xs = [0] + [s.iteration for s in sts]
-            ys = [1.0] + [(s.best or {}).get("total_speedup", 1.0) for s in sts]
+            ys = [1.0] + [(s.best or {}).get("total_speedup", math.nan) for s in sts]
             ax.plot(xs, ys, marker="o", label=dc)
         ax.set_xlabel("iteration")
         ax.set_ylabel("speedup over the first baseline (x)")

@@ -23,24 +23,48 @@ def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
     return lines[-1] if lines else None
 
 
-def gpus() -> tuple[list[dict[str, Any]], str | None]:
-    """(GPUs as NVML reports them: index, name, sm, memory bytes; driver version)."""
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else v.decode()
+
+
+def gpus() -> tuple[list[dict[str, Any]], str | None, list[str]]:
+    """GPUs as NVML reports them, the driver version and notes.
+
+    Each GPU is a dict with ``index``, ``name``, ``sm`` (``sm_90``) and ``memory_bytes``.
+    Every figure is optional: a read NVML refuses (``NVML_ERROR_NOT_SUPPORTED`` on Jetson
+    and other edge boards, a driver too old for the call) is None, and a note says which
+    read failed and why. No NVML at all (no library, no driver) gives no GPUs and no note.
+    Never raises.
+    """
     try:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:
-        return [], None
+    except Exception:  # no nvidia-ml-py, no libnvidia-ml, no driver: no NVML GPU here
+        return [], None, []
+    notes: list[str] = []
+
+    def read(what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError as e:
+            notes.append(f"NVML {what}: {e}; shown as unknown")
+            return None
+
     out = []
-    for i in range(pynvml.nvmlDeviceGetCount()):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-        name = pynvml.nvmlDeviceGetName(h)
-        out.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
-                    "sm": f"sm_{major}{minor}",
-                    "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total)})
-    drv = pynvml.nvmlSystemGetDriverVersion()
-    return out, drv if isinstance(drv, str) else drv.decode()
+    for i in range(read("device count", pynvml.nvmlDeviceGetCount) or 0):
+        h = read(f"GPU {i} handle", pynvml.nvmlDeviceGetHandleByIndex, i)
+        if h is None:
+            out.append({"index": i, "name": None, "sm": None, "memory_bytes": None})
+            continue
+        name = read(f"GPU {i} name", pynvml.nvmlDeviceGetName, h)
+        cc = read(f"GPU {i} compute capability", pynvml.nvmlDeviceGetCudaComputeCapability, h)
+        mem = read(f"GPU {i} memory", pynvml.nvmlDeviceGetMemoryInfo, h)
+        out.append({"index": i, "name": None if name is None else _text(name),
+                    "sm": None if cc is None else f"sm_{cc[0]}{cc[1]}",
+                    "memory_bytes": None if mem is None else int(mem.total)})
+    drv = read("driver version", pynvml.nvmlSystemGetDriverVersion)
+    return out, None if drv is None else _text(drv), notes
 
 
 def counters_readable() -> str:
@@ -89,10 +113,11 @@ def _cxx_version() -> str | None:
 
 
 def collect() -> dict[str, Any]:
-    """This node's environment as a dict (strings; None where a tool is missing)."""
+    """This node's environment as a dict (strings; None where a tool is missing or a
+    figure cannot be read; ``notes``: the reads that failed)."""
     from workers import ncu
 
-    gpu_list, driver = gpus()
+    gpu_list, driver, notes = gpus()
     try:
         import torch
 
@@ -112,4 +137,5 @@ def collect() -> dict[str, Any]:
         "cxx": _cxx_version(),
         "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
+        "notes": notes,
     }
