@@ -44,8 +44,8 @@ KT_SMEM_LIMIT = 49152  # bytes: CUDA's default per-block dynamic shared memory l
 
 
 def smem_bytes(p: dict) -> int:
-    """Dynamic shared memory of config ``p`` in bytes (SMEM_EXPR, via kopt.expr)."""
-    from kopt.expr import parse
+    """Dynamic shared memory of config ``p`` in bytes (SMEM_EXPR, via workers.expr)."""
+    from workers.expr import parse
 
     return int(parse(SMEM_EXPR)(p))
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kopt.catalog import AXES, Catalog, load_catalog, load_metric_guide
+from workers.ncu import parse_query_metrics  # noqa: F401  (re-exported: its old home)
 
 COMPUTE = ["sm__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -220,13 +221,3 @@ def resolve_metrics(wanted: Iterable[str], available: set[str] | None
             if hit != name:
                 used[hit] = name
     return keep, used, missing
-
-
-def parse_query_metrics(text: str) -> set[str]:
-    """Base metric names from ``ncu --query-metrics`` output (first column of its table)."""
-    out = set()
-    for line in text.splitlines():
-        tok = line.split()[0] if line.split() else ""
-        if "__" in tok and not tok.startswith("-"):
-            out.add(tok)
-    return out

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kopt.catalog import AXES, Catalog
-from kopt.expr import ExprError, parse
 from kopt.spec import Scalar, Space, SpecError, launch_geometry
+from workers.expr import ExprError, parse
 
 Triple = tuple[str | None, str | None, str | None]
 NONE_TRIPLE: Triple = (None, None, None)

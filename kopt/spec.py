@@ -30,10 +30,12 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file, scalar_range
-from kopt.expr import ExprError, parse
+from kopt.contract import ContractError, Signature, parse_signature_file
 from workers import deps
 from workers.build import arch_flag
+from workers.ctypes_map import scalar_range
+from workers.expr import ExprError, parse
+from workers.launch_geometry import launch_geometry as evaluate_launch
 
 Scalar = int | float | str
 BACKEND_SUFFIXES = {".cu": "cuda", ".cpp": "cpu", ".cc": "cpu", ".cxx": "cpu"}
@@ -609,47 +611,15 @@ def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
 
 
 def launch_geometry(launch: Launch | dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
-    """Evaluate a launch block with ``env`` (params/defines, dims, scalars).
-
-    Args:
-        launch: a :class:`Launch` or its ``model_dump()``.
-        env: name -> number.
-
-    Returns:
-        ``{"grid": [x, y, z], "block": [x, y, z], "smem_bytes": n}``; missing y/z are 1.
-        Units: blocks, threads per block, bytes.
+    """:func:`workers.launch_geometry.launch_geometry` of a :class:`Launch` or its
+    ``model_dump()``: ``{"grid": [x, y, z], "block": [x, y, z], "smem_bytes": n}`` (blocks,
+    threads per block, bytes).
 
     Raises:
-        ValueError: an expression names an unknown value, divides by zero, or gives
-            something other than an integer >= 1 (>= 0 for smem_bytes).
+        ValueError: as that function (an unknown name, a division by zero, a value that is
+            not an integer >= 1, or >= 0 for smem_bytes).
     """
-    lz = launch if isinstance(launch, dict) else launch.model_dump()
-    out: dict[str, Any] = {}
-    for key in ("block", "grid", "smem_bytes"):
-        vals = lz[key] if key != "smem_bytes" else [lz[key]]
-        got = []
-        for j, v in enumerate(vals):
-            label = key if key == "smem_bytes" else f"{key}[{j}]"
-            if isinstance(v, str):
-                try:
-                    v = parse(v)(env)
-                except KeyError as ex:
-                    raise ValueError(f"{label} {vals[j]!r}: no value for {ex}") from None
-                except ZeroDivisionError:
-                    raise ValueError(f"{label} {vals[j]!r}: division by zero") from None
-                except ExprError as ex:
-                    raise ValueError(f"{label}: {ex}") from None
-            if isinstance(v, float) and v.is_integer() and isinstance(vals[j], str):
-                raise ValueError(f"{label} {vals[j]!r} gives {v!r}, a float: use // for "
-                                 "integer division")
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"{label} {vals[j]!r} gives {v!r}, not an integer")
-            lo = 0 if key == "smem_bytes" else 1
-            if v < lo:
-                raise ValueError(f"{label} {vals[j]!r} gives {v}; it must be >= {lo}")
-            got.append(v)
-        out[key] = got[0] if key == "smem_bytes" else got + [1] * (3 - len(got))
-    return out
+    return evaluate_launch(launch if isinstance(launch, dict) else launch.model_dump(), env)
 
 
 Backend = Literal["cuda", "cpu"]

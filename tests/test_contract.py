@@ -47,7 +47,7 @@ def test_every_c_type_has_its_real_width_and_range():
 
     import torch
 
-    from kopt.contract import C_TYPES, scalar_range
+    from workers.ctypes_map import C_TYPES, scalar_range
 
     for ctype, (dtype, cname) in C_TYPES.items():
         width = getattr(torch, dtype).itemsize

@@ -1,6 +1,6 @@
 import pytest
 
-from kopt.expr import ExprError, parse
+from workers.expr import ExprError, parse
 
 
 def test_arithmetic_comparisons_and_names():
@@ -59,7 +59,7 @@ def test_the_issues_expression_fails_in_milliseconds():
     import subprocess
     import sys
 
-    code = ("from kopt.expr import parse, ExprError\n"
+    code = ("from workers.expr import parse, ExprError\n"
             "try:\n    parse('THREADS ** 9 ** 9 > 0')({'THREADS': 256})\n"
             "except ExprError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

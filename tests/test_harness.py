@@ -222,12 +222,13 @@ HALF_SOURCE = """
 
 def _call_half_solve(path: str, src, backend: str) -> list[float]:
     """Call a HALF_SOURCE build with a = 1/3, b = 0.1 through the ctypes argtypes that
-    kopt.contract.scalar_ctype gives (what workers.harness.Harness.lib sets)."""
+    workers.ctypes_map.scalar_ctype gives (what workers.harness.Harness.lib sets)."""
     import ctypes
 
     import torch
 
-    from kopt.contract import parse_signature_file, scalar_ctype
+    from kopt.contract import parse_signature_file
+    from workers.ctypes_map import scalar_ctype
 
     lib = ctypes.CDLL(path)
     sig = parse_signature_file(src)

@@ -10,12 +10,12 @@ import pytest
 from kopt.bottleneck import (
     aggregate,
     analyze,
-    parse_query_metrics,
     resolve_metrics,
     triggers,
     wanted_metrics,
 )
 from workers import ncu
+from workers.ncu import parse_query_metrics
 
 DATA = Path(__file__).resolve().parent / "data" / "ncu-h200"  # see its README.md
 SCALE = {"us": 1e3, "ms": 1e6, "Mbyte": 1e6, "Kbyte": 1e3, "Gbyte": 1e9, "": 1.0, "%": 1.0,

@@ -122,7 +122,6 @@ class DeviceActor:
         """Base metric names ``ncu --query-metrics`` lists for this device (None without ncu)."""
         import subprocess
 
-        from kopt.bottleneck import parse_query_metrics
         from workers import ncu
 
         exe = ncu.ncu_exe()
@@ -133,7 +132,7 @@ class DeviceActor:
                                timeout=300)
         except (OSError, subprocess.TimeoutExpired):
             return None
-        names = parse_query_metrics(p.stdout)
+        names = ncu.parse_query_metrics(p.stdout)
         return sorted(names) or None
 
     def prepare(self, job: dict[str, Any]) -> dict[str, Any]:

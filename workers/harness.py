@@ -56,9 +56,9 @@ from typing import Any
 
 import torch
 
-from kopt.contract import scalar_ctype
-from kopt.expr import parse
 from workers import nvrtc
+from workers.ctypes_map import scalar_ctype
+from workers.expr import parse
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2

@@ -18,9 +18,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kopt.contract import scalar_ctype
-from kopt.spec import launch_geometry
 from workers import nvrtc
+from workers.ctypes_map import scalar_ctype
+from workers.launch_geometry import launch_geometry
 
 DEFAULT_SMEM_CAP = 48 * 1024  # bytes of dynamic shared memory a launch gets without opting in
 

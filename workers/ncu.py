@@ -155,6 +155,16 @@ def ncu_version() -> str | None:
         return None
 
 
+def parse_query_metrics(text: str) -> set[str]:
+    """Base metric names from ``ncu --query-metrics`` output (first column of its table)."""
+    out = set()
+    for line in text.splitlines():
+        tok = line.split()[0] if line.split() else ""
+        if "__" in tok and not tok.startswith("-"):
+            out.add(tok)
+    return out
+
+
 def kernel_regex(kernels: list[str]) -> str:
     """ncu ``-k regex:`` matching exactly these mangled kernel names."""
     return "regex:^(" + "|".join(re.escape(k) for k in kernels) + ")$"
