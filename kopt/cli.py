@@ -740,5 +740,52 @@ def _triage_tables(t: Any, top_k: int) -> None:
             a.add_row(str(r["rank"]), escape(r["kernel"][:60]), r["action"], escape(r["why"]))
     out.print(a)
 
+@main.command("port")
+@click.argument("run_id")
+@click.option("--to", "target", required=True, type=click.Path(path_type=Path),
+              help="The repository file the winner's realized source replaces.")
+@click.option("--build", default=None, help="Build command (shell, run in the port's worktree).")
+@click.option("--test", "test_cmd", default=None, help="Test command.")
+@click.option("--bench", default=None,
+              help="Benchmark command: its last printed number is the figure (before/after).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600,
+              show_default=True, help="Seconds per command.")
+@click.option("--device-class", default=None, help="Whose winner, when the run has several.")
+@STORE_OPT
+def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
+             bench: str | None, timeout_s: float, device_class: str | None,
+             store: Path | None) -> None:
+    """Port RUN_ID's winner into a repository file on a new branch; build, test, bench.
+
+    The user's checkout and branch are never touched (a separate git worktree); nothing is
+    merged. Exit 1 when a command fails (the branch stays for inspection)."""
+    from kopt.port import PortError, port
+
+    try:
+        res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
+                   timeout_s=timeout_s, device_class=device_class)
+    except PortError as e:
+        _fail(str(e))
+    t = Table(title=escape(f"port of {run_id} ({res.candidate_id}, {res.device_class}) on "
+                           f"branch {res.branch}"))
+    for c in ("step", "command", "exit", "seconds", "figure", "output (last line)"):
+        t.add_column(c, overflow="fold")
+    for s in res.steps:
+        last = (s.output_tail.strip().splitlines() or [""])[-1][:100]
+        t.add_row(s.step, escape(s.command), "timeout" if s.timed_out else str(s.exit_status),
+                  f"{s.duration_s:.2f}", _fmt(s.bench_value), escape(last))
+    out.print(t)
+    before, after = res.figure("bench_before"), res.figure("bench")
+    if before is not None and after is not None:
+        out.print(f"bench: before {before:g}, after {after:g}"
+                  + (f" ({before / after:.3g}x)" if after else ""), highlight=False)
+    where = escape(f"branch {res.branch} in worktree {res.worktree}")
+    if res.status != "ok":
+        console.print(f"[red]{res.status.replace('_', ' ')}[/]: {where} left for inspection; "
+                      "your branch is untouched", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    console.print(f"ported: {where}; nothing merged (`git merge {escape(res.branch)}` when "
+                  "you are happy with it)", highlight=False, soft_wrap=True)
+
 if __name__ == "__main__":
     main()
