@@ -659,5 +659,153 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
         out.print(t)
 
 
+@main.command("triage")
+@click.argument("trace", required=False, type=click.Path(path_type=Path))
+@click.option("--mapping", type=click.Path(path_type=Path), default=None,
+              help="A trace with ranges (CUDA graphs off): stages and layers come from it.")
+@click.option("--formal", type=click.Path(path_type=Path), default=None,
+              help="The trace timed (CUDA graphs on); the same as TRACE.")
+@click.option("--known", type=click.Path(path_type=Path), default=None,
+              help="YAML of known routes (routes: [{pattern, operator, source, tuning, owner}]).")
+@click.option("--min-share", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="Kernels below this share of the trace's kernel time are left alone.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@click.option("--top", "top_k", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Kernel rows in the terminal table.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Report folder: triage.json, the three CSVs, triage.png, sweep skeletons.")
+@click.option("--plot", "plot_file", type=click.Path(path_type=Path), default=None,
+              help="Write the time-share picture (PNG) here.")
+@STORE_OPT
+@click.option("--no-store", is_flag=True, help="Do not write the tables to the store.")
+def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
+               known: Path | None, min_share: float, fmt: str, top_k: int,
+               out_dir: Path | None, plot_file: Path | None, store: Path | None,
+               no_store: bool) -> None:
+    """Hotspots of a profiled step (PyTorch trace JSON or Nsight Systems SQLite): kernels,
+    known paths, actions. See kopt/triage.py for how kernels are attributed to ranges."""
+    from kopt import triage as tr
+
+    if trace and formal and trace != formal:
+        _fail(f"TRACE {trace} and --formal {formal} both name the trace to time: give one")
+    formal = formal or trace
+    if formal is None:
+        _fail("give TRACE (or --mapping EAGER --formal GRAPH)")
+    try:
+        t = tr.triage(formal, mapping=mapping, known=known, min_share=min_share,
+                      sweeps=out_dir / "sweeps" if out_dir else None)
+    except tr.TriageError as e:
+        _fail(str(e))
+    if not no_store:
+        tr.store_triage(t, _store(store))
+    tables = {"kernels": t.kernels, "paths": t.paths, "actions": t.actions}
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "triage.json").write_text(json.dumps(tr.as_json(t), indent=1))
+        for name, rows in tables.items():
+            with open(out_dir / f"{name}.csv", "w", newline="") as f:
+                _csv(f, rows)
+        tr.plot(t, out_dir / "triage.png")
+    if plot_file:
+        tr.plot(t, plot_file)
+    for n in t.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
+    if fmt == "json":
+        click.echo(json.dumps(tr.as_json(t), indent=1))
+    elif fmt == "csv":
+        for i, (name, rows) in enumerate(tables.items()):
+            sys.stdout.write(("\n" if i else "") + f"# {name}\n")
+            _csv(sys.stdout, rows)
+    else:
+        _triage_tables(t, top_k)
+    console.print(f"triage {t.triage_id}" + ("" if no_store else escape(
+        f" stored in {_store(store)} (`kopt query \"select * from triage_kernels where "
+        f"triage_id = '{t.triage_id}'\"`)")), highlight=False, soft_wrap=True)
+
+
+def _csv(f: Any, rows: list[dict[str, Any]]) -> None:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["kernel"],
+                       lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+
+
+def _triage_tables(t: Any, top_k: int) -> None:
+    """The three triage tables in the terminal."""
+    k = Table(title=escape(f"kernels of {t.trace} (share of all kernel time)"))
+    for c in ("#", "kernel", "share", "total us", "calls", "avg us", "min", "max", "grid",
+              "block", "stages", "layers", "graph"):
+        k.add_column(c, overflow="fold")
+    for r in t.kernels[:top_k]:
+        k.add_row(str(r["rank"]), escape(r["kernel"][:90]), f"{r['share']:.1%}",
+                  _fmt(r["total_us"]), str(r["calls"]), _fmt(r["avg_us"]), _fmt(r["min_us"]),
+                  _fmt(r["max_us"]), _fmt(r["grid"]), _fmt(r["block"]), _fmt(r["stages"]),
+                  _fmt(r["layers"]), "yes" if r["in_graph"] else "no")
+    out.print(k)
+    if len(t.kernels) > top_k:
+        console.print(f"{top_k} of {len(t.kernels)} kernels shown (--top N)", highlight=False)
+    p = Table(title="known paths of the hot kernels")
+    for c in ("#", "kernel", "share", "route", "operator", "source", "tuning", "owner"):
+        p.add_column(c, overflow="fold")
+    for r in t.paths:
+        p.add_row(str(r["rank"]), escape(r["kernel"][:60]), f"{r['share']:.1%}",
+                  _fmt(r["route"]) if r["known"] else "(none)", _fmt(r["operator"]),
+                  _fmt(r["source"]), _fmt(r["tuning"]), _fmt(r["owner"]))
+    out.print(p)
+    a = Table(title="actions")
+    for c in ("#", "kernel", "action", "why"):
+        a.add_column(c, overflow="fold")
+    for r in t.actions:
+        if r["action"] != "leave" or r["rank"] <= top_k:
+            a.add_row(str(r["rank"]), escape(r["kernel"][:60]), r["action"], escape(r["why"]))
+    out.print(a)
+
+@main.command("port")
+@click.argument("run_id")
+@click.option("--to", "target", required=True, type=click.Path(path_type=Path),
+              help="The repository file the winner's realized source replaces.")
+@click.option("--build", default=None, help="Build command (shell, run in the port's worktree).")
+@click.option("--test", "test_cmd", default=None, help="Test command.")
+@click.option("--bench", default=None,
+              help="Benchmark command: its last printed number is the figure (before/after).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600,
+              show_default=True, help="Seconds per command.")
+@click.option("--device-class", default=None, help="Whose winner, when the run has several.")
+@STORE_OPT
+def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
+             bench: str | None, timeout_s: float, device_class: str | None,
+             store: Path | None) -> None:
+    """Port RUN_ID's winner into a repository file on a new branch; build, test, bench.
+
+    The user's checkout and branch are never touched (a separate git worktree); nothing is
+    merged. Exit 1 when a command fails (the branch stays for inspection)."""
+    from kopt.port import PortError, port
+
+    try:
+        res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
+                   timeout_s=timeout_s, device_class=device_class)
+    except PortError as e:
+        _fail(str(e))
+    t = Table(title=escape(f"port of {run_id} ({res.candidate_id}, {res.device_class}) on "
+                           f"branch {res.branch}"))
+    for c in ("step", "command", "exit", "seconds", "figure", "output (last line)"):
+        t.add_column(c, overflow="fold")
+    for s in res.steps:
+        last = (s.output_tail.strip().splitlines() or [""])[-1][:100]
+        t.add_row(s.step, escape(s.command), "timeout" if s.timed_out else str(s.exit_status),
+                  f"{s.duration_s:.2f}", _fmt(s.bench_value), escape(last))
+    out.print(t)
+    before, after = res.figure("bench_before"), res.figure("bench")
+    if before is not None and after is not None:
+        out.print(f"bench: before {before:g}, after {after:g}"
+                  + (f" ({before / after:.3g}x)" if after else ""), highlight=False)
+    where = escape(f"branch {res.branch} in worktree {res.worktree}")
+    if res.status != "ok":
+        console.print(f"[red]{res.status.replace('_', ' ')}[/]: {where} left for inspection; "
+                      "your branch is untouched", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    console.print(f"ported: {where}; nothing merged (`git merge {escape(res.branch)}` when "
+                  "you are happy with it)", highlight=False, soft_wrap=True)
+
 if __name__ == "__main__":
     main()

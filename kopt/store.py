@@ -96,6 +96,42 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("n_samples", pa.int32()), ("samples_ms", pa.list_(pa.float64())),
         ("label", pa.string()), ("winner", pa.bool_()), ("created_at", TS),
     ]),
+    # kopt triage (kopt.triage): partition sweep=triage, run=TRIAGE_ID
+    "triage_kernels": pa.schema([
+        ("triage_id", pa.string()), ("trace", pa.string()), ("rank", pa.int32()),
+        ("kernel", pa.string()), ("mangled", pa.string()), ("total_us", pa.float64()),
+        ("share", pa.float64()), ("calls", pa.int64()), ("avg_us", pa.float64()),
+        ("min_us", pa.float64()), ("max_us", pa.float64()), ("grid", pa.string()),
+        ("block", pa.string()), ("stages", pa.string()), ("layers", pa.string()),
+        ("ranges", pa.string()), ("in_graph", pa.bool_()), ("created_at", TS),
+    ]),
+    "triage_paths": pa.schema([
+        ("triage_id", pa.string()), ("trace", pa.string()), ("rank", pa.int32()),
+        ("kernel", pa.string()), ("share", pa.float64()), ("known", pa.bool_()),
+        ("route", pa.string()), ("operator", pa.string()), ("source", pa.string()),
+        ("tuning", pa.string()), ("owner", pa.string()), ("created_at", TS),
+    ]),
+    "triage_actions": pa.schema([
+        ("triage_id", pa.string()), ("trace", pa.string()), ("rank", pa.int32()),
+        ("kernel", pa.string()), ("share", pa.float64()), ("action", pa.string()),
+        ("why", pa.string()), ("sweep_dir", pa.string()), ("created_at", TS),
+    ]),
+    "triage_launches": pa.schema([
+        ("triage_id", pa.string()), ("trace", pa.string()), ("kernel", pa.string()),
+        ("start_us", pa.float64()), ("dur_us", pa.float64()), ("stage", pa.string()),
+        ("layer", pa.string()), ("ranges", pa.string()), ("in_graph", pa.bool_()),
+        ("correlation", pa.int64()), ("created_at", TS),
+    ]),
+    # kopt port (kopt.port): one row per command; partition sweep=SWEEP, run=RUN_ID
+    "ports": pa.schema([
+        ("port_id", pa.string()), ("run_id", pa.string()), ("sweep", pa.string()),
+        ("candidate_id", pa.string()), ("device_class", pa.string()), ("repo", pa.string()),
+        ("file", pa.string()), ("branch", pa.string()), ("base_commit", pa.string()),
+        ("commit", pa.string()), ("step", pa.string()), ("command", pa.string()),
+        ("exit_status", pa.int32()), ("duration_s", pa.float64()),
+        ("timed_out", pa.bool_()), ("output_tail", pa.string()),
+        ("bench_value", pa.float64()), ("status", pa.string()), ("created_at", TS),
+    ]),
     "iterations": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
         ("device_class", pa.string()), ("state", pa.string()), ("created_at", TS),
@@ -300,7 +336,8 @@ def _folder(root: Path) -> Path:
 
 def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
-    ``iterations``, ``contests`` over the store at ``root`` (empty views when a table has
+    ``iterations``, ``contests``, ``triage_kernels``, ``triage_paths``, ``triage_actions``,
+    ``triage_launches``, ``ports`` over the store at ``root`` (empty views when a table has
     no files).
 
     The views read the store's readable part files by name (no globbing: any store path
@@ -465,7 +502,8 @@ def explain(e: Exception) -> QueryError:
     if isinstance(e, duckdb.PermissionException):
         m = re.search(r'Cannot access \w+ "(.*)" - ', first)
         return QueryError(f"{m.group(1) if m else first}: outside the store; queries read only "
-                          "the store's views (candidates, runs, metrics, iterations, contests)")
+                          "the store's views (candidates, runs, metrics, iterations, contests, "
+                          "triage_*, ports)")
     return QueryError(msg)
 
 
