@@ -974,7 +974,7 @@ class Driver:
             if list(by_cand) == [first["candidate_id"]]:  # no winner beyond the first baseline
                 states[dc] = dataclasses.replace(st, closing={
                     "speedup": 1.0, "first_baseline": final, "final_winner": final,
-                    "best": dict(first), "winner_of": winner_of, "dropped": {},
+                    "best": {"iteration": 1, **first}, "winner_of": winner_of, "dropped": {},
                     "note": "no iteration beat the first baseline beyond noise"})
                 writer.add("iterations", [{
                     "run_id": run_id, "sweep": self.sweep.name, "iteration": st.iteration,
@@ -997,7 +997,7 @@ class Driver:
             if best_id is not None:
                 src = next((h.best for h in hist if h.best and h.best["candidate_id"] == best_id),
                            None) or first
-                closing["best"] = dict(src)
+                closing["best"] = {"iteration": 1, **src}
             writer.add("contests", self._contest_rows(
                 run_id, 0, dc, results, dropped, by_cand, closing.get("labels") or {}, best_id))
             states[dc] = dataclasses.replace(st, closing=closing)

@@ -200,6 +200,8 @@ def _closing_lines(closing: dict[str, Any]) -> list[str]:
         return ["- the loop has no closing measurement (interrupted, or a run from before "
                 "closing contests): no total speedup is reported"]
     sp = closing.get("speedup")
+    if sp is not None and not closing.get("medians_ms"):  # nothing beat the first baseline
+        return [f"- the loop's total: 1x the first baseline: {closing.get('note')}"]
     out = [f"- the loop's total: {sp:.3g}x the first baseline, "
            f"{closing.get('first_baseline_ms') or 0:.4g} ms -> {closing.get('best_ms') or 0:.4g}"
            " ms, the first baseline and every iteration's winner re-measured side by side "

@@ -52,14 +52,17 @@ def test_vector_add_cpu_sweep_and_best(ray_local, tmp_path):
     assert rows == [(8, 8, 1, True, True, True, True, True)]
     b = best("vector_add", store)
     assert len(b) == 1 and b[0]["device_class"].startswith("cpu-")
-    fastest = query("select min(median_ms) from candidates where status = 'ok'", store)[1][0][0]
-    _, contest = query("select candidate_id, winner from contests", store)
-    state = json.loads(query("select state from iterations order by iteration desc limit 1",
+    # kopt best names the loop's best: its closing contest's (the baseline and the winner
+    # re-measured side by side), or the baseline when nothing beat it; its figures are its
+    # own row's (which one wins among 8 near-equal candidates is up to the machine; the
+    # ranking itself is tested on tests/fixtures/steps, whose outcome is certain)
+    state = json.loads(query("select state from iterations order by created_at desc limit 1",
                              store)[1][0][0])
-    assert b[0]["candidate_id"] == state["best"]["candidate_id"] and b[0]["named"]
-    if not contest:  # else the fastest few were within noise and re-measured side by side
-        assert b[0]["median_ms"] == fastest
-    assert b[0]["speedup"] >= 1.0 or contest
+    named = state["closing"]["best"]["candidate_id"]
+    assert b[0]["candidate_id"] == named and b[0]["named"]
+    _, own = query(f"select median_ms, speedup from candidates where candidate_id = '{named}'",
+                   store)
+    assert own == [(b[0]["median_ms"], b[0]["speedup"])]
 
 
 def _kopt(*args, **kw):
@@ -185,7 +188,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     assert closing["winner_of"] == {base: 0, w1: 1, w2: 2}
     assert closing["speedup"] == pytest.approx(fin[base][0] / fin[w2][0], rel=1e-9)
     assert closing["first_baseline_ms"] == pytest.approx(fin[base][0], rel=1e-9)
-    assert 16 < closing["speedup"] < 256  # 128x less work, plus the call's fixed cost
+    assert 16 < closing["speedup"] < 512  # 128x less work, plus the call's fixed cost
     line = closing_line("cpu-x", closing)
     assert f"{closing['speedup']:.3g}x the first baseline" in line and "side by side" in line
 
@@ -200,15 +203,15 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     _, own = query("select candidate_id, iteration, speedup from candidates where "
                    "status = 'ok'", store)
     own = {(c, it): sp for c, it, sp in own}
-    for r in rows:
-        assert r["speedup"] == own[(r["candidate_id"], r["iteration"])]
-        if r["iteration"] == 2:  # iteration 1's selection rides along
-            assert A in json.loads(r["carried"])
-        if r["candidate_id"] in fin:
-            assert r["side_by_side_ms"] == fin[r["candidate_id"]][0]
-            assert r["vs_first_baseline"] == pytest.approx(fin[base][0] / fin[r["candidate_id"]][0])
-        else:
-            assert r["side_by_side_ms"] is None and r["vs_first_baseline"] is None
+    assert all(r["speedup"] == own[(r["candidate_id"], r["iteration"])] for r in rows)
+    # found in iteration 2: A + B and A + C, with iteration 1's selection riding along
+    found2 = [r for r in rows if r["iteration"] == 2]
+    assert len(found2) == 2 and all(json.loads(r["carried"]) == [A] for r in found2)
+    # the side-by-side figures: exactly the closing contest's candidates have them
+    assert {r["candidate_id"] for r in rows if r["side_by_side_ms"] is not None} == set(fin)
+    for r in (r for r in rows if r["candidate_id"] in fin):
+        assert r["side_by_side_ms"] == fin[r["candidate_id"]][0]
+        assert r["vs_first_baseline"] == pytest.approx(fin[base][0] / fin[r["candidate_id"]][0])
     b = best("steps", store)
     assert len(b) == 1 and b[0]["candidate_id"] == w2 and b[0]["named"]
     assert b[0]["loop_speedup"] == pytest.approx(closing["speedup"])
@@ -288,7 +291,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
                                     f"({fin[w2][0]:.4g} ms): the iterations after 1 did not "
                                     "improve on it")
     assert closing["speedup"] == pytest.approx(fin[base][0] / fin[w1][0], rel=1e-9)
-    assert 4 < closing["speedup"] < 32  # 16x less work, plus the call's fixed cost
+    assert 4 < closing["speedup"] < 64  # 16x less work, plus the call's fixed cost
     chained = states[1]["gain"] * states[2]["gain"] * states[3]["gain"]
     assert closing["speedup"] < chained / 3  # not the product of separate timing runs
     assert "total_speedup" not in json.dumps(states)
@@ -369,17 +372,19 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
                    "status = 'ok' order by median_ms", store)
     near = [c for c in fin[1:]
             if label((fin[0][1], fin[0][2]), (c[1], c[2]), inclusive=True) == "TIED"]
-    _, contest = query("select candidate_id, n_samples, winner from contests", store)
-    if near:
-        assert len(contest) >= 2 and {n for _, n, _ in contest} == {30}
-        assert {c for c, _, _ in contest} <= {c for c, _, _ in fin}
-        assert len([c for c, _, w in contest if w]) == 1
-    else:
-        assert contest == []
-    # kopt best names the loop's winner: the contest's, or the baseline when nothing beat
-    # it beyond noise (all 24 do the same work)
-    state = json.loads(query("select state from iterations", store)[1][0][0])
-    assert b["candidate_id"] == state["best"]["candidate_id"] and b["named"]
+    # (how many are within noise is up to the machine: the expected set is computed from the
+    # stored figures, by the same rule, and compared whatever it is)
+    _, contest = query("select candidate_id, n_samples, winner from contests "
+                       "where iteration = 1", store)
+    assert {c for c, _, _ in contest} == ({fin[0][0]} | {c[0] for c in near[:3]}
+                                          if near else set())
+    assert all(n == 30 for _, n, _ in contest)
+    assert len([c for c, _, w in contest if w]) == min(1, len(contest))
+    # kopt best names the loop's best: the closing contest's (side by side), or the baseline
+    # when nothing beat it beyond noise (all 24 do the same work)
+    state = json.loads(query("select state from iterations order by created_at desc limit 1",
+                             store)[1][0][0])
+    assert b["candidate_id"] == state["closing"]["best"]["candidate_id"] and b["named"]
     from kopt.pipeline import SweepError
 
     with pytest.raises(SweepError, match="started with strategy halving, not exhaustive"):
