@@ -142,13 +142,16 @@ class ProgressObserver(Observer):
                              highlight=False)
 
     def on_iteration(self, device_class: str, st: Any) -> None:
+        if st.closing:  # the loop's close: printed under the closing table
+            return
         best = st.best or {}
         trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
         neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
                 if st.bottleneck_before or st.bottleneck_after
                 else "bottleneck not measured (no NCU profile)")
         so_far = (f"best so far {trip} {_kv(json.dumps(best.get('params') or {}), False)} "
-                  f"({best.get('total_speedup', 1.0):.3g}x the first baseline)"
+                  f"({best.get('speedup') or 1.0:.3g}x the baseline of iteration "
+                  f"{best.get('iteration', st.iteration)})"
                   if best.get("candidate_id") else "no correct candidate so far")
         self.p.console.print(escape(
             f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
@@ -235,6 +238,24 @@ def _json_safe(col: str, v: Any) -> Any:
         except ValueError:
             return v
     return v
+
+
+def closing_line(device_class: str, closing: dict[str, Any]) -> str:
+    """The loop's closing figure on one device class, from its closing contest (the first
+    baseline and the iteration winners re-measured side by side; kopt.contest.close_loop)."""
+    best = closing.get("best") or {}
+    trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
+    sp = closing.get("speedup")
+    figure = (f"{sp:.3g}x the first baseline" if sp is not None
+              else "no total speedup (the first baseline was not re-measured)")
+    if closing.get("first_baseline_ms") and closing.get("best_ms"):
+        figure += (f" ({closing['first_baseline_ms']:.4g} ms -> {closing['best_ms']:.4g} ms, "
+                   "measured side by side)")
+    who = (f" from iteration {closing['winner_of'][best['candidate_id']]}"
+           if closing.get("winner_of", {}).get(best.get("candidate_id")) else "")
+    line = (f"loop result ({device_class}): best {trip}{who} "
+            f"{_kv(json.dumps(best.get('params') or {}))}: {figure}")
+    return line + (f"; {closing['note']}" if closing.get("note") else "")
 
 
 def _speedup(v: float | None) -> str:
@@ -372,18 +393,23 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     else:
         exit_code = 0
     t = Table(title=f"{escape(sw.name)}: fastest correct candidates ({summary.backend}); "
-                    "* = the loop's named winner; speedup over iteration 1's baseline, chained "
-                    "through each iteration's baseline")
+                    "* = the loop's named best; speedup over the row's own iteration's "
+                    "baseline; side by side: the closing contest (first baseline and "
+                    "iteration winners re-measured together)")
     for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
-              "speedup", "rate"):
+              "speedup", "side by side ms", "vs first baseline", "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), str(r["iteration"]),
                   ("* " if r["named"] else "") + _methods(r)
                   + (" (baseline)" if r["is_baseline"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
-                  _speedup(r["speedup"]), _rate(r))
+                  _speedup(r["speedup"]), _fmt(r["side_by_side_ms"]),
+                  _speedup(r["vs_first_baseline"]), _rate(r))
     out.print(t)
+    for dc, st in sorted(summary.states.items()):
+        if st.closing:
+            out.print(closing_line(dc, st.closing), highlight=False)
     sys.exit(exit_code)
 
 
@@ -516,13 +542,20 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
         return
     t = Table(title=escape(f"best of {sweep_name} (run {rows[0]['run_id']})"))
     for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
-              "rate"):
+              "loop speedup", "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), _methods(r), _kv(r["params"]),
                   _fmt(r["median_ms"]),
-                  _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _rate(r))
+                  _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _speedup(r["loop_speedup"]),
+                  _rate(r))
     out.print(t)
+    out.print("speedup: over the baseline of the candidate's own iteration; loop speedup: the "
+              "first baseline's median over the named best's, re-measured side by side at "
+              "the loop's close", highlight=False)
+    for dc, note in dict.fromkeys((r["device_class"], r["loop_note"]) for r in rows
+                                  if r["loop_note"]):
+        out.print(f"{dc}: {note}", highlight=False)
     for r in rows:
         if r["tied_with"] > 1:
             out.print(f"{escape(r['device_class'])}: a tie within noise between {r['tied_with']} "

@@ -53,7 +53,9 @@ class IterState:
         iteration: the iteration this state closes.
         selected: methods kept so far (the winners' triples).
         ineffective: method -> bottleneck axis it failed under.
-        best: the winner so far: candidate_id, methods, params, defines, speedup.
+        best: the winner so far: candidate_id, methods, params, defines, ``speedup`` over the
+            baseline of the iteration that found it (``iteration``); never a product of
+            speedups from separate timing runs.
         bottleneck_before / bottleneck_after: axis of the baseline / winner.
         scores_before / scores_after: axis scores of the baseline / winner.
         triggered: method -> trigger verdict from the winner's metrics (None = no evidence).
@@ -63,6 +65,18 @@ class IterState:
             (kopt.contest); empty when the winner is clear or there was no contest.
         contest: candidate id -> {"label": FASTER/SLOWER/TIED, "median_ms": re-measured
             geometric-mean median} of the contest, when one ran.
+        dropped: candidate id -> why it failed a check in a side-by-side contest (status:
+            error); a dropped contender can never be named.
+        closing: set on a class's last state when the loop stops (kopt.pipeline's closing
+            contest): the first baseline, every iteration's winner and the final winner
+            re-measured side by side (``contests`` rows with iteration 0). Keys: ``speedup``
+            (first-baseline / best geometric-mean median of that measurement, None when the
+            first baseline could not be measured), ``first_baseline`` and ``first_baseline_ms``,
+            ``best`` (the loop's named best, as ``best``) and ``best_ms``, ``final_winner``
+            (the last iteration's winner), ``winner_of`` (candidate id -> the iteration it won,
+            0: the first baseline), ``medians_ms`` and ``labels`` (against the best),
+            ``dropped`` and ``note`` (e.g. later iterations did not improve on an earlier
+            winner).
     """
 
     iteration: int = 0
@@ -81,6 +95,8 @@ class IterState:
     stop: str = ""
     tie: list[str] = field(default_factory=list)
     contest: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    closing: dict[str, Any] = field(default_factory=dict)
 
     def context(self) -> Context:
         """The expansion context for the next iteration."""
@@ -131,7 +147,7 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
         return st
     st.baseline = _brief(base)
     if st.best is None:
-        st.best = {**_brief(base), "total_speedup": 1.0}
+        st.best = {**_brief(base), "iteration": iteration}
     win = ranked[0]
     noise = max(MIN_NOISE, (win["rel_iqr"] or 0) / 2 + (base["rel_iqr"] or 0) / 2)
     st.noise, st.gain = noise, win["speedup"]
@@ -160,8 +176,9 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     st.selected += [m for m in win["triple"] if m and m not in st.selected]
     for m in win["triple"]:  # part of the winner: selected, whatever its own margin was
         st.ineffective.pop(m, None)
-    total = (prev.best or {}).get("total_speedup", 1.0) * win["speedup"]
-    st.best = {**_brief(win), "total_speedup": total}
+    # speedup over this iteration's own baseline only: medians of different iterations come
+    # from separate timing runs, so the loop's total is measured side by side at its close
+    st.best = {**_brief(win), "iteration": iteration}
     return st
 
 

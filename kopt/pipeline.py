@@ -33,7 +33,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from kopt import __version__
 from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, triggers, wanted_metrics
 from kopt.catalog import Catalog, load_catalog
-from kopt.contest import CONTEST_ROUNDS, Verdict, contenders, decide
+from kopt.contest import CONTEST_ROUNDS, Verdict, close_loop, contenders, decide
 from kopt.devices import (
     Slot,
     actor_options,
@@ -65,6 +65,7 @@ RANDOM_FRACTION = 0.25  # --strategy random without --max-candidates: a quarter 
 HALVING_SAMPLES = (5, 15)  # samples per candidate in the screening rungs; the last rung
 HALVING_ETA = 3  # uses the spec's timing; each rung keeps the best 1/ETA of the last
 HALVING_MIN = 3  # ... but never fewer than this many (besides the baseline)
+SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a contest
 MAX_JOB_ATTEMPTS = 3  # runs of one job when its device actor dies under it
 MAX_BUILD_SUBMITS = 3  # submissions of one build whose node dies (routed builds)
 ACTOR_START_TIMEOUT_S = 120.0  # a replacement actor that has not started by then is dropped
@@ -356,6 +357,7 @@ class Driver:
         self._build_meta: dict[str, dict] = {}  # build id -> BuildResult as a dict
         self._job_common: dict[str, Any] = {}
         self._build_platform: dict[str, str] = {}  # build id -> platform it targets
+        self._build_jobs: dict[str, wbuild.BuildJob] = {}  # every build planned in this run
         self._routes: dict[str, list[str]] | None = None  # platform -> build node ids
         self._lost: dict[str, str] = {}  # device class -> why its jobs could not run
         self.dead: set[int] = set()
@@ -450,7 +452,7 @@ class Driver:
             for c in cands:
                 bid = build_id(space, c, digest, compilers[plat], plat)
                 self._build_platform[bid] = plat
-                builds.setdefault(bid, wbuild.BuildJob(
+                self._build_jobs[bid] = builds.setdefault(bid, wbuild.BuildJob(
                     build_id=bid, backend=space.backend, source=source,
                     source_name=space.source.name, source_dir=str(space.source.parent),
                     defines=c.defines, flags=space.flags, target=c.target,
@@ -585,7 +587,7 @@ class Driver:
                         states[dc] = stored_states[(it, dc)]
                         continue
                     states[dc] = self._close(it, dc, states[dc], space, actors, infos,
-                                             writer, run_id, ncu_names.get(dc), builds)
+                                             writer, run_id, ncu_names.get(dc))
                     writer.add("iterations", [{
                         "run_id": run_id, "sweep": sweep.name, "iteration": it,
                         "device_class": dc, "state": states[dc].to_json(),
@@ -593,6 +595,7 @@ class Driver:
                     writer.flush()
                     for o in self.observers:
                         o.on_iteration(dc, states[dc])
+            self._close_loop(states, actors, infos, writer, run_id)
         except KeyboardInterrupt:
             summary.interrupted = True
             writer.flush()
@@ -778,10 +781,12 @@ class Driver:
         return evidence
 
     def _close(self, it: int, dc: str, prev: IterState, space: Space, actors: list[Any],
-               infos: list[dict], writer: Writer, run_id: str, metrics: list[str] | None,
-               builds: dict[str, wbuild.BuildJob]) -> IterState:
+               infos: list[dict], writer: Writer, run_id: str, metrics: list[str] | None
+               ) -> IterState:
+        """The state after iteration ``it`` on class ``dc``: contest, NCU profiles, verdict."""
         ranked = rank(self.store, run_id, it, dc)
-        verdict = self._contest(it, dc, ranked, actors, infos, writer, run_id, builds)
+        verdict, dropped = self._contest(it, dc, ranked, actors, infos, writer, run_id)
+        ranked = [r for r in ranked if r["candidate_id"] not in dropped]  # they cannot win
         if verdict is not None:  # the contest's winner leads the ranking
             ranked.sort(key=lambda r: r["candidate_id"] != verdict.winner)
         ev = self._profile(it, dc, ranked, space, actors, infos, writer, run_id, metrics)
@@ -795,6 +800,7 @@ class Driver:
             st.scores_after, st.bottleneck_after = after.scores, after.bottleneck
             st.triggered = triggers(self._agg[(it, dc, win["candidate_id"])], self.catalog,
                                     after)
+        st.dropped = dropped
         if verdict is not None:
             st.tie = verdict.tied if len(verdict.tied) > 1 else []
             st.contest = {c: {"label": verdict.labels[c], "median_ms": verdict.medians_ms[c]}
@@ -854,66 +860,212 @@ class Driver:
                             writer, summary, run_id)
             jobs = nxt
 
-    def _contest(self, it: int, dc: str, ranked: list[dict[str, Any]], actors: list[Any],
-                 infos: list[dict], writer: Writer, run_id: str,
-                 builds: dict[str, wbuild.BuildJob]) -> Verdict | None:
-        """Re-measure the leader and the candidates within noise of it side by side on one
-        device of ``dc`` (kopt.contest); None when the leader is clear or no device is left.
-        Writes every re-measured sample set to the ``contests`` table."""
+    def _ok_rows(self, run_id: str, dc: str, iteration: int | None = None
+                 ) -> dict[str, dict[str, tuple[str, str, float, float]]]:
+        """Candidate id -> dims (JSON) -> ``(job_key, build_id, median_ms, iqr_ms)`` of the
+        correct, final-rung rows of class ``dc`` (of ``iteration``; None: the earliest
+        iteration that measured each candidate)."""
         con = connect(self.store)
         try:
             rows = con.execute(
                 "select candidate_id, dims, job_key, build_id, median_ms, iqr_ms from "
-                "candidates where run_id = $r and iteration = $i and device_class = $d and "
-                "status = 'ok' and median_ms > 0 and final",  # halving: the last rung's
-                {"r": run_id, "i": it, "d": dc}).fetchall()
+                "candidates where run_id = $r and ($i is null or iteration = $i) and "
+                "device_class = $d and status = 'ok' and median_ms > 0 and final "
+                "qualify row_number() over (partition by candidate_id, dims "
+                "order by iteration) = 1",  # halving: the last rung's
+                {"r": run_id, "i": iteration, "d": dc}).fetchall()
         finally:
             con.close()
-        by_cand: dict[str, list[tuple]] = {}
-        for row in rows:
-            by_cand.setdefault(row[0], []).append(row)
-        per_dims = {c: [(r[4], r[5]) for r in rs] for c, rs in by_cand.items()}
+        out: dict[str, dict[str, tuple[str, str, float, float]]] = {}
+        for c, dims, key, b, med, iqr in rows:
+            out.setdefault(c, {})[dims] = (key, b, med, iqr)
+        return out
+
+    def _side_by_side(self, actor: Any, dc: str, by_cand: dict[str, dict[str, tuple]],
+                      ) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, str], str]:
+        """Re-measure the candidates of ``by_cand`` (id -> dims -> ``(job_key, build_id,
+        ...)``) side by side on ``actor``, one contest per problem size (workers.harness
+        ``contest``: each checked, then ``CONTEST_ROUNDS`` interleaved samples each).
+
+        A contender that fails a check (or crashes, or times out) is dropped, and the contest
+        is run again without it: when the contest's error does not name the contender, each
+        is run alone to find it. A dropped contender's measurements of other sizes are
+        dropped too (it must be correct on all of them).
+
+        Returns:
+            ``(results, dropped, error)``: candidate id -> dims -> the harness's result
+            (``median_ms``, ``iqr_ms``, ``n_samples``, ``samples_ms``) plus ``job_key``, for
+            the contenders that passed every check; candidate id -> ``"status: error"`` for
+            the dropped ones; and a reason when the contest could not run at all (the device
+            actor failed, or it fails while every contender passes alone), else "".
+        """
+        for rows in by_cand.values():  # measured before a --resume: rebuild (cache hit)
+            for _key, b, *_ in rows.values():
+                if b not in self._artifacts and b in self._build_jobs:
+                    self._artifacts[b] = self._submit_build(b, self._build_jobs[b])[1]
+
+        def contest(cids: list[str], dims: str, rounds: int) -> dict[str, Any]:
+            entries = [by_cand[c][dims] for c in cids]
+            jobs = [{**self._job_common, "build_id": e[1], "job_key": e[0],
+                     "dims": json.loads(dims)} for e in entries]
+            try:
+                return ray.get(actor.contest.remote(jobs, rounds,
+                                                    *[self._artifacts[e[1]] for e in entries]))
+            except ray.exceptions.RayError as e:
+                return {"status": "lost", "error": f"device actor failed: {e}", "actor": True}
+
+        alive = list(by_cand)
+        results: dict[str, dict[str, dict[str, Any]]] = {}
+        dropped: dict[str, str] = {}
+        for dims in sorted({d for rows in by_cand.values() for d in rows}):
+            while alive:
+                cids = [c for c in alive if dims in by_cand[c]]
+                if not cids:
+                    break
+                res = contest(cids, dims, CONTEST_ROUNDS)
+                if res.get("status") == "ok":
+                    for c, st in zip(cids, res["results"]):
+                        results.setdefault(c, {})[dims] = {**st, "job_key": by_cand[c][dims][0]}
+                    break
+                why = f"{res.get('status')}: {res.get('error') or ''}".strip()
+                if res.get("actor"):
+                    return results, dropped, why
+                named = [c for c in cids if by_cand[c][dims][0] in (res.get("error") or "")]
+                bad = {c: why for c in named} if len(cids) > 1 else {cids[0]: why}
+                if not bad:  # the error names nobody: run each contender alone
+                    for c in cids:
+                        solo = contest([c], dims, SOLO_ROUNDS)
+                        if solo.get("actor"):
+                            return results, dropped, why
+                        if solo.get("status") != "ok":
+                            bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+                if not bad:
+                    return results, dropped, (f"{why} (yet every contender passes alone; "
+                                              "nothing was dropped)")
+                for c, w in bad.items():
+                    dropped[c] = w
+                    alive.remove(c)
+                    results.pop(c, None)
+                    for o in self.observers:
+                        o.on_fault(f"contest on {dc}: candidate {c} failed its check "
+                                   f"({w.splitlines()[0][:300]}); dropped: it cannot win")
+        return results, dropped, ""
+
+    def _contest_rows(self, run_id: str, it: int, dc: str, results: dict[str, dict[str, dict]],
+                      dropped: dict[str, str], by_cand: dict[str, dict[str, tuple]],
+                      labels: dict[str, str], winner: str | None) -> list[dict[str, Any]]:
+        """``contests`` rows: every re-measured sample set, and one row per dropped
+        contender and size with its status (``label``: e.g. ``wrong_result``) and no figure."""
+        out = [{"run_id": run_id, "sweep": self.sweep.name, "iteration": it,
+                "device_class": dc, "dims": dims, "candidate_id": c, "job_key": st["job_key"],
+                "median_ms": st["median_ms"], "iqr_ms": st["iqr_ms"],
+                "n_samples": st["n_samples"], "samples_ms": st["samples_ms"],
+                "label": labels.get(c), "winner": c == winner, "created_at": now()}
+               for c, per in results.items() for dims, st in per.items()]
+        out += [{"run_id": run_id, "sweep": self.sweep.name, "iteration": it,
+                 "device_class": dc, "dims": dims, "candidate_id": c, "job_key": e[0],
+                 "label": why.split(":", 1)[0], "winner": False, "created_at": now()}
+                for c, why in dropped.items() for dims, e in by_cand[c].items()]
+        return out
+
+    def _contest(self, it: int, dc: str, ranked: list[dict[str, Any]], actors: list[Any],
+                 infos: list[dict], writer: Writer, run_id: str
+                 ) -> tuple[Verdict | None, dict[str, str]]:
+        """Re-measure the leader and the candidates within noise of it side by side on one
+        device of ``dc`` (kopt.contest, :meth:`_side_by_side`). Returns the verdict (None when
+        the leader is clear, no device is left or the contest could not run) and the
+        contenders dropped for failing a check, which the caller must not name. Writes every
+        re-measured sample set and every dropped contender to the ``contests`` table."""
+        by_cand = self._ok_rows(run_id, dc, it)
+        per_dims = {c: [(r[2], r[3]) for r in rows.values()] for c, rows in by_cand.items()}
         cands = contenders(ranked, per_dims)
         live = self._live(dc, infos)
         if len(cands) < 2 or not live:
-            return None
-        actor = actors[live[0]]
-        for c in cands:  # measured before a --resume: its artifact is in the build cache
-            for r in by_cand[c["candidate_id"]]:
-                if r[3] not in self._artifacts and r[3] in builds:
-                    self._artifacts[r[3]] = self._build_task.remote(builds[r[3]])[1]
-        remeasured: dict[str, list[tuple[float, float]]] = {}
-        out_rows = []
-        for dims in sorted({r[1] for c in cands for r in by_cand[c["candidate_id"]]}):
-            entries = [next(r for r in by_cand[c["candidate_id"]] if r[1] == dims)
-                       for c in cands]
-            jobs = [{**self._job_common, "build_id": e[3], "job_key": e[2],
-                     "dims": json.loads(dims)} for e in entries]
-            try:
-                res = ray.get(actor.contest.remote(jobs, CONTEST_ROUNDS,
-                                                   *[self._artifacts[e[3]] for e in entries]))
-            except ray.exceptions.RayError:
-                return None
-            if res.get("status") != "ok":
-                for o in self.observers:
-                    o.on_fault(f"contest on {dc} failed ({res.get('status')}): "
-                               f"{res.get('error')}; the fastest single measurement wins")
-                return None
-            for e, st in zip(entries, res["results"]):
-                remeasured.setdefault(e[0], []).append((st["median_ms"], st["iqr_ms"]))
-                out_rows.append({"run_id": run_id, "sweep": self.sweep.name, "iteration": it,
-                                 "device_class": dc, "dims": dims, "candidate_id": e[0],
-                                 "job_key": e[2], "median_ms": st["median_ms"],
-                                 "iqr_ms": st["iqr_ms"], "n_samples": st["n_samples"],
-                                 "samples_ms": st["samples_ms"]})
-        verdict = decide(cands, remeasured)
-        for r in out_rows:
-            r.update(label=verdict.labels.get(r["candidate_id"]),
-                     winner=r["candidate_id"] == verdict.winner, created_at=now())
-        writer.add("contests", out_rows)
+            return None, {}
+        ids = [c["candidate_id"] for c in cands]
+        results, dropped, error = self._side_by_side(actors[live[0]], dc,
+                                                     {c: by_cand[c] for c in ids})
+        left = [c for c in cands if c["candidate_id"] in results]
+        verdict = None
+        if error or not left:
+            why = error or "every contender failed its check"
+            for o in self.observers:
+                o.on_fault(f"contest on {dc} could not finish ({why}); the best-ranked "
+                           "contender that did not fail a check wins")
+        else:
+            verdict = decide(left, {c: [(st["median_ms"], st["iqr_ms"]) for st in per.values()]
+                                    for c, per in results.items()})
+        writer.add("contests", self._contest_rows(
+            run_id, it, dc, results if verdict else {}, dropped, by_cand,
+            verdict.labels if verdict else {}, verdict.winner if verdict else None))
+        if verdict is not None:
+            for o in self.observers:
+                o.on_contest(dc, verdict)
+        return verdict, dropped
+
+    def _close_loop(self, states: dict[str, IterState], actors: list[Any], infos: list[dict],
+                    writer: Writer, run_id: str) -> None:
+        """The loop's closing, per device class: re-measure side by side the first baseline,
+        every iteration's winner and the final winner (kopt.contest.close_loop), write the
+        sample sets as ``contests`` rows with iteration 0 and the verdict as the ``closing``
+        of the class's last state (a new ``iterations`` row for its iteration)."""
+        writer.flush()
+        by_it: dict[str, dict[int, IterState]] = {}
+        for it, dc, js in iteration_states(self.store, run_id):
+            by_it.setdefault(dc, {})[it] = IterState.from_json(js)
         for o in self.observers:
-            o.on_contest(dc, verdict)
-        return verdict
+            o.on_phase("closing")
+        for dc, st in states.items():
+            hist = [by_it.get(dc, {})[k] for k in sorted(by_it.get(dc, {}))]
+            first = next((h.baseline for h in hist if h.iteration == 1 and h.baseline), None)
+            if not hist or first is None or not st.best:
+                continue  # nothing measured, or the first baseline failed
+            winner_of = {first["candidate_id"]: 0}
+            for h in hist:
+                if h.best and h.best["candidate_id"] not in winner_of:
+                    winner_of[h.best["candidate_id"]] = h.iteration
+            final = st.best["candidate_id"]
+            rows = self._ok_rows(run_id, dc)
+            by_cand = {c: rows[c] for c in winner_of if c in rows}
+            live = self._live(dc, infos)
+            if not live or not by_cand:
+                continue
+            if list(by_cand) == [first["candidate_id"]]:  # no winner beyond the first baseline
+                states[dc] = dataclasses.replace(st, closing={
+                    "speedup": 1.0, "first_baseline": final, "final_winner": final,
+                    "best": {"iteration": 1, **first}, "winner_of": winner_of, "dropped": {},
+                    "note": "no iteration beat the first baseline beyond noise"})
+                writer.add("iterations", [{
+                    "run_id": run_id, "sweep": self.sweep.name, "iteration": st.iteration,
+                    "device_class": dc, "state": states[dc].to_json(), "created_at": now()}])
+                continue
+            results, dropped, error = self._side_by_side(actors[live[0]], dc, by_cand)
+            try:
+                if error:
+                    raise ValueError(error)
+                closing = close_loop(first["candidate_id"], final, winner_of, {
+                    c: [(x["median_ms"], x["iqr_ms"]) for x in per.values()]
+                    for c, per in results.items()}, dropped)
+            except ValueError as e:
+                for o in self.observers:
+                    o.on_fault(f"the closing contest on {dc} could not run ({e}); the loop's "
+                               "total speedup is not known")
+                closing = {"speedup": None, "note": f"the closing contest failed: {e}",
+                           "dropped": dropped, "final_winner": final, "winner_of": winner_of}
+            best_id = closing.pop("best_id", None)
+            if best_id is not None:
+                src = next((h.best for h in hist if h.best and h.best["candidate_id"] == best_id),
+                           None) or first
+                closing["best"] = {"iteration": 1, **src}
+            writer.add("contests", self._contest_rows(
+                run_id, 0, dc, results, dropped, by_cand, closing.get("labels") or {}, best_id))
+            states[dc] = dataclasses.replace(st, closing=closing)
+            writer.add("iterations", [{
+                "run_id": run_id, "sweep": self.sweep.name, "iteration": st.iteration,
+                "device_class": dc, "state": states[dc].to_json(), "created_at": now()}])
+            writer.flush()
+            for o in self.observers:
+                o.on_iteration(dc, states[dc])
 
     def _submit_build(self, b: str, job: wbuild.BuildJob, attempt: int = 1) -> tuple[Any, Any]:
         """Start the Ray build task of build ``b``; returns its (meta, artifact) refs. On a

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -116,8 +115,10 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     md.append(f"| kopt | {rec.get('kopt_version')} |")
 
     for dc, sts in states.items():
+        closing = sts[-1].closing
         md += ["", f"## Iterations on {dc}", "",
-               "| it | correct | triples tried | winner | params | median ms | speedup | total "
+               "| it | correct | triples tried | winner | params | median ms | speedup "
+               "| vs first baseline, side by side "
                "| bottleneck before -> after | NCU (winner) | stop |", "|" + "---|" * 11]
         for st in sts:
             best = st.best or {}
@@ -127,7 +128,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                      for c in cand if c["iteration"] == st.iteration and c["device_class"] == dc}
             winner = (f"{_methods(best.get('triple'))} | {_kv(best.get('params'))} | "
                       f"{best['median_ms']:.4g} | {(st.gain or 1):.3g}x | "
-                      f"{best.get('total_speedup', 1):.3g}x" if best.get("candidate_id")
+                      f"{_vs_first(closing, best)}" if best.get("candidate_id")
                       else "none (no correct candidate) | - | - | - | -")
             md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} | {winner} | "
                       f"{st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'} | {ncu} | "
@@ -139,7 +140,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                     f"rung {r['rung']} measured {r['n']} candidates (up to {r['samples']} "
                     "samples each)" for r in rs))
         last = sts[-1]
-        best = last.best or {}
+        best = closing.get("best") or last.best or {}
         if not best.get("candidate_id"):
             fails: dict[str, list[str]] = {}
             for c in failed:
@@ -153,8 +154,10 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                f"- methods: {_methods(best.get('triple'))}; selected over the run: "
                f"{', '.join(last.selected) or 'none'}",
                f"- params: {_kv(best.get('params'))}", f"- defines: {_kv(best.get('defines'))}",
-               f"- median {best.get('median_ms') or 0:.4g} ms, "
-               f"{best.get('total_speedup', 1):.3g}x the first baseline"]
+               f"- median {best.get('median_ms') or 0:.4g} ms in iteration "
+               f"{best.get('iteration', '?')}, {best.get('speedup') or 1:.3g}x that "
+               "iteration's baseline"]
+        md += _closing_lines(closing)
         for st in sts:
             if st.contest:
                 c = st.contest
@@ -195,6 +198,34 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     return out / "summary.md"
 
 
+def _vs_first(closing: dict[str, Any], best: dict[str, Any]) -> str:
+    """A winner's speedup over the first baseline from the closing contest (both re-measured
+    side by side), or ``-`` when it was not in it."""
+    ms = (closing.get("medians_ms") or {}).get(best.get("candidate_id"))
+    first = closing.get("first_baseline_ms")
+    return f"{first / ms:.3g}x" if ms and first else "-"
+
+
+def _closing_lines(closing: dict[str, Any]) -> list[str]:
+    """The loop's closing figure (kopt.contest.close_loop) as report bullets."""
+    if not closing:
+        return ["- the loop has no closing measurement (interrupted, or a run from before "
+                "closing contests): no total speedup is reported"]
+    sp = closing.get("speedup")
+    if sp is not None and not closing.get("medians_ms"):  # nothing beat the first baseline
+        return [f"- the loop's total: 1x the first baseline: {closing.get('note')}"]
+    out = [f"- the loop's total: {sp:.3g}x the first baseline, "
+           f"{closing.get('first_baseline_ms') or 0:.4g} ms -> {closing.get('best_ms') or 0:.4g}"
+           " ms, the first baseline and every iteration's winner re-measured side by side "
+           "(interleaved; `contests` rows with iteration 0)" if sp is not None else
+           "- the loop's total speedup is not known: the first baseline was not re-measured"]
+    if closing.get("note"):
+        out.append(f"- **{closing['note']}**")
+    out += [f"- dropped from the closing contest: {c} ({why.splitlines()[0][:200]})"
+            for c, why in (closing.get("dropped") or {}).items()]
+    return out
+
+
 def _next_steps(st: IterState) -> list[str]:
     steps = []
     if st.stop.startswith("no gain"):
@@ -228,12 +259,15 @@ def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: 
     if any(s.best for sts in states.values() for s in sts):  # no line for no winner
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for dc, sts in states.items():
-            xs = [0] + [s.iteration for s in sts]
-            ys = [1.0] + [(s.best or {}).get("total_speedup", math.nan) for s in sts]
-            ax.plot(xs, ys, marker="o", label=dc)
+            closing = sts[-1].closing
+            first, ms = closing.get("first_baseline_ms"), closing.get("medians_ms") or {}
+            pts = [(0, 1.0)] + [(s.iteration, first / ms[s.best["candidate_id"]])
+                                for s in sts if first and s.best
+                                and ms.get(s.best["candidate_id"])]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=dc)
         ax.set_xlabel("iteration")
         ax.set_ylabel("speedup over the first baseline (x)")
-        ax.set_title("best candidate per iteration")
+        ax.set_title("each iteration's winner, re-measured side by side")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

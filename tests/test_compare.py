@@ -40,3 +40,40 @@ def test_contenders_and_the_simplest_member_of_a_tie_wins():
     assert v.winner == "a" and v.tied == ["a"] and v.labels["b"] == "SLOWER"
     with pytest.raises(ValueError):
         decide(cands, {})
+
+
+def test_the_loops_close_names_an_earlier_winner_faster_side_by_side():
+    """Issue 11 item 8: the final winner (iteration 3's) is slower side by side than
+    iteration 1's beyond noise: iteration 1's is named, the total is the first baseline's
+    median over its median (no product), and the note says the later iterations did not
+    improve on it."""
+    from kopt.contest import close_loop
+
+    winner_of = {"b": 0, "w1": 1, "w2": 2, "w3": 3}
+    side = {"b": [(10.0, 0.1)], "w1": [(1.0, 0.01)], "w2": [(1.4, 0.01)], "w3": [(1.5, 0.01)]}
+    c = close_loop("b", "w3", winner_of, side)
+    assert c["best_id"] == "w1" and c["speedup"] == pytest.approx(10.0)
+    assert c["labels"] == {"b": "SLOWER", "w1": "TIED", "w2": "SLOWER", "w3": "SLOWER"}
+    assert c["note"].endswith("the iterations after 1 did not improve on it")
+    # no earlier winner is faster beyond noise (w1 within w2's 30% noise): w2 stays, no note
+    c = close_loop("b", "w2", winner_of, {"b": side["b"], "w1": [(1.2, 0.5)],
+                                          "w2": [(1.4, 0.6)]})
+    assert c["best_id"] == "w2" and c["note"] == "" and c["speedup"] == pytest.approx(10 / 1.4)
+
+
+def test_the_loops_close_never_names_a_contender_that_failed_its_check():
+    from kopt.contest import close_loop
+
+    winner_of = {"b": 0, "w1": 1, "w2": 2}
+    c = close_loop("b", "w2", winner_of, {"b": [(4.0, 0.01)], "w1": [(2.0, 0.01)]},
+                   {"w2": "wrong_result: out differs"})
+    assert c["best_id"] == "w1" and c["speedup"] == pytest.approx(2.0)
+    assert c["dropped"] == {"w2": "wrong_result: out differs"} and "w2" not in c["medians_ms"]
+    assert c["note"].startswith("the final winner, iteration 2's winner, failed the closing "
+                                "contest (wrong_result: out differs)")
+    # the first baseline failed: no total, and it is not named either
+    c = close_loop("b", "w2", winner_of, {"w1": [(2.0, 0.01)], "w2": [(1.0, 0.01)]},
+                   {"b": "crashed: SIGSEGV"})
+    assert c["best_id"] == "w2" and c["speedup"] is None
+    with pytest.raises(ValueError):
+        close_loop("b", "w2", winner_of, {}, {"b": "x", "w1": "x", "w2": "x"})

@@ -52,14 +52,17 @@ def test_vector_add_cpu_sweep_and_best(ray_local, tmp_path):
     assert rows == [(8, 8, 1, True, True, True, True, True)]
     b = best("vector_add", store)
     assert len(b) == 1 and b[0]["device_class"].startswith("cpu-")
-    fastest = query("select min(median_ms) from candidates where status = 'ok'", store)[1][0][0]
-    _, contest = query("select candidate_id, winner from contests", store)
-    state = json.loads(query("select state from iterations order by iteration desc limit 1",
+    # kopt best names the loop's best: its closing contest's (the baseline and the winner
+    # re-measured side by side), or the baseline when nothing beat it; its figures are its
+    # own row's (which one wins among 8 near-equal candidates is up to the machine; the
+    # ranking itself is tested on tests/fixtures/steps, whose outcome is certain)
+    state = json.loads(query("select state from iterations order by created_at desc limit 1",
                              store)[1][0][0])
-    assert b[0]["candidate_id"] == state["best"]["candidate_id"] and b[0]["named"]
-    if not contest:  # else the fastest few were within noise and re-measured side by side
-        assert b[0]["median_ms"] == fastest
-    assert b[0]["speedup"] >= 1.0 or contest
+    named = state["closing"]["best"]["candidate_id"]
+    assert b[0]["candidate_id"] == named and b[0]["named"]
+    _, own = query(f"select median_ms, speedup from candidates where candidate_id = '{named}'",
+                   store)
+    assert own == [(b[0]["median_ms"], b[0]["speedup"])]
 
 
 def _kopt(*args, **kw):
@@ -126,75 +129,183 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     assert query("select count(*) from candidates", store)[1][0][0] >= n
 
 
+A, B, C = "compute.thread_coarsening", "compute.ilp_unroll", "compute.branch_eliminate"
+
+
+def _states(store):
+    """Iteration -> the latest stored state (JSON) of the one device class."""
+    _, rows = query("select iteration, state from iterations qualify row_number() over "
+                    "(partition by iteration order by created_at desc) = 1", store)
+    return {it: json.loads(js) for it, js in rows}
+
+
+def _closing_rows(store):
+    """The closing contest's rows (iteration 0): candidate id -> (median, n, label, winner)."""
+    _, rows = query("select candidate_id, median_ms, n_samples, label, winner from contests "
+                    "where iteration = 0", store)
+    return {c: (m, n, lab, w) for c, m, n, lab, w in rows}
+
+
 def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
+    """tests/fixtures/steps: methods cut the work by 16 (A), 8 (B) and 4 (C), so every step
+    of the loop is certain; the closing contest re-measures the first baseline and both
+    winners side by side and the loop's total comes from it alone."""
+    from kopt.cli import closing_line
     from kopt.propose import propose
     from kopt.report import write_report
 
     store = tmp_path / "store"
-    sweep = load_sweep(copy_fixture("loop"))
-    s = run_sweep(sweep, store, backend="cpu")
+    sweep = load_sweep(copy_fixture("steps"))
+    s = run_sweep(sweep, store, backend="cpu", iterations=2)
     st = s.states["cpu-" + os.uname().machine]
-    _, its = query("select iteration from iterations order by 1", store)
-    assert its[0] == (1,)
-    first = json.loads(query("select state from iterations where iteration = 1", store)[1][0][0])
-    # REPEAT=1 is 16x less work: iteration 1 must select it
-    assert "compute.ilp_unroll" in first["selected"] and first["best"]["total_speedup"] > 2
-    assert "latency.persistent_kernel" in first["ineffective"]  # 4x the work: it lost
-    assert first["triggered"] is None  # no NCU on the CPU backend: every method counts
-    # ilp_unroll with and without vectorized_access (a no-op: identical code) usually tie
-    # within noise and are re-measured side by side; if still tied, the simpler one won.
-    # (On this VM, identical code measured at different times can differ by ~40%, beyond
-    # the screening noise: then there is no contest, and the state says so.)
-    _, contest = query("select candidate_id, n_samples, label, winner from contests "
-                       "where iteration = 1", store)
-    assert set(first["contest"]) == {c for c, _, _, _ in contest}
-    if contest:
-        assert {n for _, n, _, _ in contest} == {30}
-        assert [c for c, _, _, w in contest if w] == [first["best"]["candidate_id"]]
-        assert {lab for _, _, lab, _ in contest} <= {"FASTER", "SLOWER", "TIED"}
-    if len(first["tie"]) > 1:
-        assert first["best"]["triple"] == ["compute.ilp_unroll", None, None]
-        assert "memory.vectorized_access" not in first["selected"]
-    if its == [(1,), (2,)]:  # iteration 2 ran from the winner
-        _, base2 = query("select defines from candidates where iteration = 2 and is_baseline",
-                         store)
-        assert json.loads(base2[0][0])["REPEAT"] == 1
-    assert st.stop  # reached --iterations 2, or no gain beyond noise in iteration 2
+    states = _states(store)
+    assert sorted(states) == [1, 2]
+    first, second = states[1], states[2]
+    # 16x less work: iteration 1 selects A (B: 8x, C: 4x, both gains); no NCU on a CPU
+    assert first["selected"] == [A] and first["best"]["defines"] == {"T": 1, "A": 1}
+    assert first["ineffective"] == {} and first["triggered"] is None
+    assert first["stop"] == "" and first["gain"] > 4
+    # iteration 2 runs from A: B on top of it is 8x less work again, C only 4x
+    _, base2 = query("select defines from candidates where iteration = 2 and is_baseline", store)
+    assert json.loads(base2[0][0]) == {"T": 1, "A": 1}
+    assert second["selected"] == [A, B] and second["best"]["defines"] == {"T": 1, "A": 1, "B": 1}
+    assert second["stop"] == st.stop == "reached --iterations 2"
+    for k in (1, 2):  # an iteration's contest, if its leader had rivals within noise
+        _, ids = query(f"select candidate_id from contests where iteration = {k}", store)
+        assert set(states[k]["contest"]) == {c for c, in ids} and states[k]["dropped"] == {}
 
-    # the closing table: one row per candidate (a winner is also the next baseline), the
-    # named winner among them once, its full method set, speedups over iteration 1's baseline
+    # the closing contest: the first baseline and both winners, interleaved, 30 rounds each
+    base, w1, w2 = (first["baseline"]["candidate_id"], first["best"]["candidate_id"],
+                    second["best"]["candidate_id"])
+    fin = _closing_rows(store)
+    assert set(fin) == {base, w1, w2} and {n for _, n, _, _ in fin.values()} == {30}
+    assert [c for c, x in fin.items() if x[3]] == [w2]
+    assert fin[w1][2] == fin[base][2] == "SLOWER" and fin[w2][2] == "TIED"
+    closing = st.closing
+    assert closing == second["closing"]  # stored as the last iteration's state
+    assert closing["best"]["candidate_id"] == w2 == closing["final_winner"]
+    assert closing["note"] == "" and closing["dropped"] == {}
+    assert closing["winner_of"] == {base: 0, w1: 1, w2: 2}
+    assert closing["speedup"] == pytest.approx(fin[base][0] / fin[w2][0], rel=1e-9)
+    assert closing["first_baseline_ms"] == pytest.approx(fin[base][0], rel=1e-9)
+    assert 16 < closing["speedup"] < 512  # 128x less work, plus the call's fixed cost
+    line = closing_line("cpu-x", closing)
+    assert f"{closing['speedup']:.3g}x the first baseline" in line and "side by side" in line
+
+    # the closing table: one row per candidate, the named best first, each row's speedup over
+    # its own iteration's baseline (never multiplied across iterations)
     rows = top(s.run_id, 50, store)
     assert len({r["candidate_id"] for r in rows}) == len(rows)
-    named = [r for r in rows if r["named"]]
-    assert len(named) == 1 and named[0]["candidate_id"] == st.best["candidate_id"]
-    base1 = next(r for r in rows if r["is_baseline"] and r["iteration"] == 1)
-    assert base1["speedup"] == pytest.approx(1.0)
-    for r in rows:  # chained like the loop's total: iteration 1's winner times the gain after
-        chain = 1.0 if r["iteration"] == 1 else first["best"]["total_speedup"]
-        assert r["speedup"] == pytest.approx(r["speedup_in_iteration"] * chain)
-        if r["iteration"] == 2:  # iteration 1's selection rides along
-            assert "compute.ilp_unroll" in json.loads(r["carried"])
-    assert [r["speedup"] for r in rows] == sorted((r["speedup"] for r in rows), reverse=True)
-    assert named[0]["speedup"] == pytest.approx(st.best["total_speedup"])
+    assert rows[0]["candidate_id"] == w2 and rows[0]["named"]
+    assert not any(r["named"] for r in rows[1:])
+    assert [r["speedup"] for r in rows[1:]] == sorted((r["speedup"] for r in rows[1:]),
+                                                      reverse=True)
+    _, own = query("select candidate_id, iteration, speedup from candidates where "
+                   "status = 'ok'", store)
+    own = {(c, it): sp for c, it, sp in own}
+    assert all(r["speedup"] == own[(r["candidate_id"], r["iteration"])] for r in rows)
+    # found in iteration 2: A + B and A + C, with iteration 1's selection riding along
+    found2 = [r for r in rows if r["iteration"] == 2]
+    assert len(found2) == 2 and all(json.loads(r["carried"]) == [A] for r in found2)
+    # the side-by-side figures: exactly the closing contest's candidates have them
+    assert {r["candidate_id"] for r in rows if r["side_by_side_ms"] is not None} == set(fin)
+    for r in (r for r in rows if r["candidate_id"] in fin):
+        assert r["side_by_side_ms"] == fin[r["candidate_id"]][0]
+        assert r["vs_first_baseline"] == pytest.approx(fin[base][0] / fin[r["candidate_id"]][0])
+    b = best("steps", store)
+    assert len(b) == 1 and b[0]["candidate_id"] == w2 and b[0]["named"]
+    assert b[0]["loop_speedup"] == pytest.approx(closing["speedup"])
     _, prof = query("select distinct profile_status, profile_error from candidates "
                     "where profile_status is not null", store)
     assert prof == [("not_profiled", "NCU needs the cuda backend")]
 
     summary = write_report(s.run_id, store, tmp_path / "rep")
     text = summary.read_text()
-    assert "## Iterations on cpu-" in text and "compute.ilp_unroll" in text
-    assert ("re-measured side by side" in text) == bool(first["contest"])
-    if first["contest"]:  # labels are against the fastest contender, not TIED with itself
-        assert "fastest (the reference)" in text
-    assert ("**tie**" in text) == (len(first["tie"]) > 1)
+    assert "## Iterations on cpu-" in text and B in text
+    assert f"the loop's total: {closing['speedup']:.3g}x the first baseline" in text
     assert (tmp_path / "rep" / "speedup_per_iteration.png").read_bytes()[:4] == b"\x89PNG"
     src = next((tmp_path / "rep").glob("best-*.cpp")).read_text()
-    assert "#define REPEAT 1" in src and 'extern "C" void solve' in src
+    assert "#define A 1" in src and "#define B 1" in src and 'extern "C" void solve' in src
 
     plan = propose(sweep, store)[0]
     reasons = {s["method"]: s["reason"] for a in plan["scan"].values() for s in a}
-    assert reasons["compute.ilp_unroll"] == "already_selected"
-    assert reasons["latency.persistent_kernel"] in ("ineffective", "already_selected")
+    assert reasons[A] == reasons[B] == "already_selected" and reasons[C] == ""
+
+
+def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
+        ray_local, copy_fixture, tmp_path):
+    """Issue 11 item 8. Three iterations, each a certain gain over its own baseline
+    (16x, 8x, 4x less work: a chained product of 512x). When the closing contest starts, the
+    fixture's trigger file makes iteration 2's winner do 64x its work and iteration 3's winner
+    (the final one) compute a wrong result after passing every check of the sweep: the final winner
+    fails the contest's check and is dropped (never named), iteration 1's winner is faster
+    side by side than iteration 2's (the latest that passed) and is named the loop's best,
+    the note says so, and the loop's total is the first baseline's median over its median,
+    both from the closing contest's rows."""
+    from kopt.cli import closing_line
+    from kopt.observer import Observer
+    from kopt.report import write_report
+
+    d = copy_fixture("steps")
+    trigger = tmp_path / "closing-started"
+    src = d / "steps.cpp"
+    src.write_text(f'#define TRIGGER_FILE "{trigger}"\n' + src.read_text())
+
+    class FlipAtClosing(Observer):
+        def __init__(self) -> None:
+            self.faults: list[str] = []
+
+        def on_phase(self, label: str) -> None:
+            if label == "closing":
+                trigger.touch()
+
+        def on_fault(self, message: str) -> None:
+            self.faults.append(message)
+
+    obs = FlipAtClosing()
+    store = tmp_path / "store"
+    s = run_sweep(load_sweep(d), store, backend="cpu", observers=[obs])
+    st = s.states["cpu-" + os.uname().machine]
+    states = _states(store)
+    assert sorted(states) == [1, 2, 3] and st.stop == "reached --iterations 3"
+    assert [states[k]["best"]["defines"] for k in (1, 2, 3)] == [
+        {"T": 1, "A": 1}, {"T": 1, "A": 1, "B": 1}, {"T": 1, "A": 1, "B": 1, "C": 1}]
+    assert all(states[k]["gain"] > 1.5 for k in (1, 2, 3))
+    base = states[1]["baseline"]["candidate_id"]
+    w1, w2, w3 = (states[k]["best"]["candidate_id"] for k in (1, 2, 3))
+
+    fin = _closing_rows(store)
+    assert set(fin) == {base, w1, w2, w3}
+    # the final winner failed the contest's check: recorded with its status, no figure
+    assert fin[w3] == (None, None, "wrong_result", False)
+    assert any(w3 in f and "failed its check" in f for f in obs.faults), obs.faults
+    # iteration 1's winner is faster side by side than iteration 2's: it is named
+    assert [c for c, x in fin.items() if x[3]] == [w1]
+    assert fin[w2][2] == fin[base][2] == "SLOWER"
+    closing = st.closing
+    assert closing["best"]["candidate_id"] == w1 and closing["final_winner"] == w3
+    assert list(closing["dropped"]) == [w3] and closing["dropped"][w3].startswith("wrong_result")
+    assert closing["note"].startswith("the final winner, iteration 3's winner, failed the "
+                                      "closing contest (wrong_result")
+    assert closing["note"].endswith("is faster beyond noise than iteration 2's winner "
+                                    f"({fin[w2][0]:.4g} ms): the iterations after 1 did not "
+                                    "improve on it")
+    assert closing["speedup"] == pytest.approx(fin[base][0] / fin[w1][0], rel=1e-9)
+    assert 4 < closing["speedup"] < 64  # 16x less work, plus the call's fixed cost
+    chained = states[1]["gain"] * states[2]["gain"] * states[3]["gain"]
+    assert closing["speedup"] < chained / 3  # not the product of separate timing runs
+    assert "total_speedup" not in json.dumps(states)
+    line = closing_line("cpu-x", closing)
+    assert f"{closing['speedup']:.3g}x the first baseline" in line and "failed" in line
+    b = best("steps", store)[0]
+    assert b["candidate_id"] == w1 and b["named"] and b["loop_note"] == closing["note"]
+    assert b["loop_speedup"] == pytest.approx(closing["speedup"])
+    rows = top(s.run_id, 50, store)
+    assert rows[0]["candidate_id"] == w1 and rows[0]["named"]
+    text = write_report(s.run_id, store, tmp_path / "rep").read_text()
+    assert closing["note"] in text and f"dropped from the closing contest: {w3}" in text
+    assert "#define B 1" not in next((tmp_path / "rep").glob("best-*.cpp")).read_text()
+
 
 
 def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fixture,
@@ -261,17 +372,19 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
                    "status = 'ok' order by median_ms", store)
     near = [c for c in fin[1:]
             if label((fin[0][1], fin[0][2]), (c[1], c[2]), inclusive=True) == "TIED"]
-    _, contest = query("select candidate_id, n_samples, winner from contests", store)
-    if near:
-        assert len(contest) >= 2 and {n for _, n, _ in contest} == {30}
-        assert {c for c, _, _ in contest} <= {c for c, _, _ in fin}
-        assert len([c for c, _, w in contest if w]) == 1
-    else:
-        assert contest == []
-    # kopt best names the loop's winner: the contest's, or the baseline when nothing beat
-    # it beyond noise (all 24 do the same work)
-    state = json.loads(query("select state from iterations", store)[1][0][0])
-    assert b["candidate_id"] == state["best"]["candidate_id"] and b["named"]
+    # (how many are within noise is up to the machine: the expected set is computed from the
+    # stored figures, by the same rule, and compared whatever it is)
+    _, contest = query("select candidate_id, n_samples, winner from contests "
+                       "where iteration = 1", store)
+    assert {c for c, _, _ in contest} == ({fin[0][0]} | {c[0] for c in near[:3]}
+                                          if near else set())
+    assert all(n == 30 for _, n, _ in contest)
+    assert len([c for c, _, w in contest if w]) == min(1, len(contest))
+    # kopt best names the loop's best: the closing contest's (side by side), or the baseline
+    # when nothing beat it beyond noise (all 24 do the same work)
+    state = json.loads(query("select state from iterations order by created_at desc limit 1",
+                             store)[1][0][0])
+    assert b["candidate_id"] == state["closing"]["best"]["candidate_id"] and b["named"]
     from kopt.pipeline import SweepError
 
     with pytest.raises(SweepError, match="started with strategy halving, not exhaustive"):
