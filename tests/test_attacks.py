@@ -50,3 +50,26 @@ def test_honest_kernel_is_neither(tmp_path, harness):
     assert res["status"] == "ok", res
     assert len(res["unseen_ms"]) == 2 and res["escaped_ms"] >= 0.0
     assert res["n_samples"] >= TIMING["min_samples"]
+
+
+def test_a_tolerance_that_zeros_pass_is_refused(tmp_path):
+    """Outputs smaller than atol everywhere: a kernel that wrote zeros was `ok` (0.07 ms,
+    max error 4e-7). Refused before anything is built, naming ref.py and the fix."""
+    from conftest import write_sweep
+    from workers.harness import JobError
+
+    zeros = ('extern "C" void solve(const float* x, float* out, int N) '
+             '{ for (int i = 0; i < N; ++i) out[i] = 0.f; }')
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 256}]\n", {
+        "k.cpp": zeros, "ref.py": "def reference(x, N):\n    return x * 1e-7\n"})
+    j = job("", d / "k.cpp", d / "ref.py", {"N": 256}, {"x": ["N"], "out": ["N"]},
+            prepare_only=True)
+    with pytest.raises(JobError, match=r"^ref.py: a kernel that writes zeros to 'out' passes "
+                       r"the check: every expected value \(\|out\| <= 3.1e-07\) lies within "
+                       r"the tolerance \(atol=1e-05, rtol=1e-05\) of 0; lower `tolerance:`"):
+        Harness("cpu").run(j)
+    d2 = write_sweep(tmp_path / "s2", "kernel: k.cpp\ndims: [{N: 256}]\n", {
+        "k.cpp": zeros, "ref.py": "def reference(x, N):\n    return x * 1e-3\n"})
+    ok = Harness("cpu").run(job("", d2 / "k.cpp", d2 / "ref.py", {"N": 256},
+                                {"x": ["N"], "out": ["N"]}, prepare_only=True))
+    assert ok["status"] == "ok"

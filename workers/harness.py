@@ -16,7 +16,8 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   driver API, workers.launcher) -> launch error check -> synchronize -> every element
   compared with the reference (``|out - ref| <= atol + rtol*|ref|``, NaN never passes),
   const inputs and the canaries after each output checked. The reference gets copies of
-  the inputs, so one that works in place changes nothing.
+  the inputs, so one that works in place changes nothing. A tolerance that an output of
+  zeros passes everywhere (expected values smaller than ``atol``) is refused.
 - timing: warm-up by time, then samples until the median is stable (workers.timing).
   Before every timed call a randomly chosen input set is copied into the buffers and the
   outputs poisoned (an in/out argument never drifts, state kept between calls never
@@ -297,6 +298,16 @@ class Harness:
                 if n in s.expected:
                     s.expected[n] = s.expected[n].reshape(shape_of[n])
                     s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]), tol)
+        for a in outs if reference else []:
+            if sets[0].expected.get(a["name"]) is not None and all(
+                    _zeros_pass(s, a["name"]) for s in sets):
+                n = a["name"]
+                big = max(float(s.expected[n].double().abs().max()) for s in sets)
+                raise JobError("error", f"{ref_name}: a kernel that writes zeros to {n!r} passes "
+                               f"the check: every expected value (|{n}| <= {big:.3g}) lies within "
+                               f"the tolerance (atol={tol['atol']:g}, rtol={tol['rtol']:g}) of 0; "
+                               "lower `tolerance:` in sweep.yaml below the outputs' size or draw "
+                               "inputs that give larger outputs")
         sets, unseen = sets[:N_SETS], sets[N_SETS:]
         bufs = [self._buffers(sig, sets[0], shape_of) for _ in sets]
         d = Data(scalars, sets, bufs, notes, unseen)
@@ -992,6 +1003,14 @@ def _band(exp: torch.Tensor, out: torch.dtype, tol: dict) -> tuple[torch.Tensor,
     hi = (e + slack).to(dt)
     return (torch.nextafter(lo, torch.full_like(lo, -math.inf)),
             torch.nextafter(hi, torch.full_like(hi, math.inf)))
+
+
+def _zeros_pass(s: InputSet, name: str) -> bool:
+    """Whether an output of all zeros lies in input set ``s``'s tolerance band of output
+    ``name`` (integers and bools: whether every expected value is 0)."""
+    if s.lo[name].numel():
+        return bool(((s.lo[name] <= 0) & (s.hi[name] >= 0)).all())
+    return not bool(s.hi[name].any())
 
 
 def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -> str:
