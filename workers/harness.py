@@ -16,15 +16,24 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   driver API, workers.launcher) -> launch error check -> synchronize -> every element
   compared with the reference (``|out - ref| <= atol + rtol*|ref|``, NaN never passes),
   const inputs and the canaries after each output checked. The reference gets copies of
-  the inputs, so one that works in place changes nothing.
+  the inputs, so one that works in place changes nothing. A tolerance that an output of
+  zeros passes everywhere (expected values smaller than ``atol``) is refused.
 - timing: warm-up by time, then samples until the median is stable (workers.timing).
   Before every timed call a randomly chosen input set is copied into the buffers and the
   outputs poisoned (an in/out argument never drifts, state kept between calls never
   matches), the L2 is flushed (a buffer of 2x the L2 zeroed); CUDA events on torch's
   stream around ``solve`` (CPU: a monotonic clock); after it, on the device and outside
   the timed interval, every output element is verified against that set's tolerance band.
+- unseen values: after the samples, two timed calls on seen input sets, then one on each of
+  ``N_UNSEEN`` more sets (seeds ``seed + 2``, ...) held back until then, verified like the
+  samples: calls on new values more than ``REPLAY_FACTOR`` slower than on seen ones make
+  the candidate ``replayed`` (results kept by content, e.g. a hash of a few input elements,
+  and replayed; it cannot know which calls these are before it sees new values).
 - a probe: a few calls from an idle device to a device-wide synchronize: work that
-  ``solve`` left running (its own stream) makes the candidate ``escaped``.
+  ``solve`` left running (its own stream) makes the candidate ``escaped``. CPU: every timed
+  call's verification is timed against verifications with no call before them; outputs
+  that are only complete once read (protected pages and a fault handler that computes
+  them, a thread of its own still writing) make it ``escaped`` too.
 - device memory outside torch before and after: growth makes it ``leaked`` and the
   process is restarted.
 - ``timing.timeout_s`` is the job's budget after its inputs are made; the sandbox kills a
@@ -32,8 +41,23 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   call's time: what does not fit is cut, and the candidate is ``too_slow`` with the
   samples it got.
 
-What is not caught: a kernel that fingerprints the input values and replays the outputs
-of both input sets it has seen; it must still tell the sets apart and store every output.
+What is not caught (a candidate is native code inside this process):
+
+- a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
+  CPU: work left to a thread of its own that finishes between ``solve``'s return and the
+  read of its outputs (tens of us), or less than ``ESCAPE_MS`` per call hidden until the
+  outputs are read.
+- anything that reads or writes this process's memory or code: the expected outputs and
+  tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
+  (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
+  ``time.perf_counter_ns``, e.g. to make every check pass); the result pipe to the
+  sandbox (a forged outcome dict). Only a candidate run in a process of its own, with the
+  clock and the check outside it, closes these; kopt does not do that.
+- state a candidate leaves in the process for the next ones: the OpenMP thread count
+  (``omp_set_num_threads``, libgomp is shared with torch), CPU affinity, scheduling
+  priority, the floating-point environment, a thread that keeps running; they can slow
+  or speed up candidates timed after it in the same harness (``contest`` runs all
+  contenders in one).
 """
 
 from __future__ import annotations
@@ -68,6 +92,12 @@ MAX_DATA_ENTRIES = 2
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
+# input sets (seeds seed + 2, ...) held back until after the samples: a timed call on values
+# the candidate has never seen, against calls on seen ones, catches a content-keyed replay
+N_UNSEEN = 2
+# a call on unseen values slower than REPLAY_FACTOR x the seen calls (and REPLAY_MS more)
+# makes the candidate `replayed`; honest work costs the same on any values of one size
+REPLAY_FACTOR, REPLAY_MS = 2.0, 0.01
 PROBE_CALLS = 3  # calls timed from an idle device to a device-wide synchronize
 # work the events missed (ms) that makes a candidate `escaped`: over this and over
 # ESCAPE_SHARE of its median; an honest solve's host overhead is tens of microseconds
@@ -118,13 +148,20 @@ class Buffers:
 @dataclass
 class Data:
     """Everything prepared for one problem size: scalar values, ``N_SETS`` input sets and
-    as many buffer sets (``bufs[i]`` first holds ``sets[i]``), and notes on the reference
-    (e.g. computed in lower precision than the output) for the driver to show."""
+    as many buffer sets (``bufs[i]`` first holds ``sets[i]``), ``N_UNSEEN`` more input sets
+    no candidate sees before its samples are taken (``Harness.unseen``), and notes on the
+    reference (e.g. computed in lower precision than the output) for the driver to show."""
 
     scalars: dict[str, Any]
     sets: list[InputSet]
     bufs: list[Buffers]
     notes: list[str] = field(default_factory=list)
+    unseen: list[InputSet] = field(default_factory=list)
+
+    def input_set(self, k: int) -> InputSet:
+        """Input set ``k``: ``sets[k]``, then (``k >= len(sets)``) the held-back ``unseen``
+        ones, which only buffer set 0 is loaded with."""
+        return self.sets[k] if k < len(self.sets) else self.unseen[k - len(self.sets)]
 
 
 class Harness:
@@ -152,6 +189,9 @@ class Harness:
         self.nvml = _Nvml() if self.is_cuda else None
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self._deadline = math.inf  # perf_counter time by which the job must answer
+        # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
+        self.sample_ms: list[float] = []
+        self.read_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
 
     # -- loading -------------------------------------------------------------------------
@@ -203,7 +243,8 @@ class Harness:
         """Inputs, buffers and reference outputs for ``job``'s dims (cached per reference,
         dims, seed and shapes).
 
-        ``N_SETS`` input sets are drawn, from ``seed`` and ``seed + 1``; the reference gets
+        ``N_SETS + N_UNSEEN`` input sets are drawn, from ``seed``, ``seed + 1``, ...; the
+        reference gets
         copies of each set's inputs (a reference that works in place changes nothing the
         candidates see). ``reference=False`` (the NCU target) skips the reference and makes
         one set. Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
@@ -225,7 +266,7 @@ class Harness:
         ref_name = Path(job["reference"]).name
         unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
         reference = reference or bool(unsized)  # their shapes come from the reference
-        n_sets = N_SETS if reference else 1
+        n_sets = N_SETS + N_UNSEEN if reference else 1
         sets, notes = [], []
         with torch.no_grad():
             for k in range(n_sets):
@@ -251,14 +292,25 @@ class Harness:
                                                              sets[0].inputs.get(a["name"])
                                                              ).shape)) for a in outs}
         tol = job["tolerance"]
-        for s in sets:
+        for s in sets:  # the unseen ones too
             for a in outs:
                 n = a["name"]
                 if n in s.expected:
                     s.expected[n] = s.expected[n].reshape(shape_of[n])
                     s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]), tol)
-        bufs = [self._buffers(sig, sets[0], shape_of) for _ in range(n_sets)]
-        d = Data(scalars, sets, bufs, notes)
+        for a in outs if reference else []:
+            if sets[0].expected.get(a["name"]) is not None and all(
+                    _zeros_pass(s, a["name"]) for s in sets):
+                n = a["name"]
+                big = max(float(s.expected[n].double().abs().max()) for s in sets)
+                raise JobError("error", f"{ref_name}: a kernel that writes zeros to {n!r} passes "
+                               f"the check: every expected value (|{n}| <= {big:.3g}) lies within "
+                               f"the tolerance (atol={tol['atol']:g}, rtol={tol['rtol']:g}) of 0; "
+                               "lower `tolerance:` in sweep.yaml below the outputs' size or draw "
+                               "inputs that give larger outputs")
+        sets, unseen = sets[:N_SETS], sets[N_SETS:]
+        bufs = [self._buffers(sig, sets[0], shape_of) for _ in sets]
+        d = Data(scalars, sets, bufs, notes, unseen)
         self.data[key] = d
         return d
 
@@ -398,7 +450,7 @@ class Harness:
         """Make buffer set ``b`` hold input set ``k``: every input (in/out ones too) copied
         from its pristine values, outputs NaN-filled (0x5A bytes for integers), canaries
         reset. Runs before every checked or timed call, outside the timed interval."""
-        buf, s = d.bufs[b], d.sets[k]
+        buf, s = d.bufs[b], d.input_set(k)
         if b == 0:
             self.last_set = k
         for n, t in buf.inputs.items():
@@ -459,7 +511,7 @@ class Harness:
         element, in float64: ``|got - expected| <= atol + rtol * |expected|``, NaN never
         passes. Returns (ok, max abs error, what differs)."""
         worst, msgs = 0.0, []
-        for n, exp in d.sets[k].expected.items():
+        for n, exp in d.input_set(k).expected.items():
             got = d.bufs[b].outputs[n]
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
                 g, e = got.double(), exp.double()
@@ -484,7 +536,7 @@ class Harness:
         """A 0-dim bool tensor, computed on the device without waiting: True when every output
         of buffer set ``b`` lies in input set ``k``'s tolerance band and no canary was
         touched. Enqueued after each timed call, outside the timed interval."""
-        buf, s = d.bufs[b], d.sets[k]
+        buf, s = d.bufs[b], d.input_set(k)
         ok = torch.ones((), dtype=torch.bool, device=self.device)
         for n, got in buf.outputs.items():
             if n not in s.expected:
@@ -503,7 +555,7 @@ class Harness:
         contract: wrote a const input or past an output."""
         buf = d.bufs[b]
         for n, t in buf.inputs.items():
-            if n not in buf.outputs and not torch.equal(t, d.sets[k].inputs[n]):
+            if n not in buf.outputs and not torch.equal(t, d.input_set(k).inputs[n]):
                 return f"solve wrote to its const input {n!r}"
         for n, g in buf.guards.items():
             if bool((g.view(torch.uint8) != 0xA5).any()):
@@ -564,15 +616,16 @@ class Harness:
             self._sync()
         return n
 
-    def samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool
-                ) -> tuple[list[float], list[str]]:
+    def samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool,
+                picks: list[int] | None = None) -> tuple[list[float], list[str]]:
         """One timed call (ms) per ``(lib, job)`` in ``calls``, in order. Before each: a
-        randomly chosen input set loaded into buffer set 0 (outputs poisoned), then the L2
+        randomly chosen input set (``picks``: the input sets, see ``Data.input_set``, when
+        given) loaded into buffer set 0 (outputs poisoned), then the L2
         (CPU: last-level cache) flushed when ``flush``; CUDA events around the call on the
         GPU, a monotonic clock on the CPU; after it, its outputs verified (``verify``).
         Returns the times and, per call that failed verification, what was wrong."""
         guarded = not calls[0][1].get(UNGUARDED)
-        picks = [self.rng.randrange(len(d.sets)) if guarded else 0 for _ in calls]
+        picks = picks or [self.rng.randrange(len(d.sets)) if guarded else 0 for _ in calls]
         if not guarded:  # bench/check_cost.py: the timing of kopt before issue 11
             return self._unguarded_samples(calls, d, flush), []
         oks: list[torch.Tensor] = []
@@ -599,8 +652,10 @@ class Harness:
                     self.flush_buf.zero_()
                 t0 = time.perf_counter_ns()
                 self.call(lib, job, d)
-                times.append((time.perf_counter_ns() - t0) / 1e6)
-                oks.append(self.verify(d, 0, k))
+                t1 = time.perf_counter_ns()
+                times.append((t1 - t0) / 1e6)
+                oks.append(self.verify(d, 0, k))  # CPU: computed here, every output read
+                self.read_ms.append((time.perf_counter_ns() - t1) / 1e6)
         bad = [f"{job.get('job_key', '?')}: a timed call on input set {k + 1} gave wrong "
                "output (outputs are poisoned before and verified after every timed call)"
                for ok, (_, job), k in zip(oks, calls, picks) if not bool(ok)]
@@ -638,6 +693,7 @@ class Harness:
         the batches to the job's budget. Raises _Wrong when a timed call's output is wrong,
         _TooSlow when not even ``min_samples`` fit in the budget."""
         t = job["timing"]
+        self.read_ms = []
         n_warm = self.warm_up(lib, job, d, call_ms)
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches with no thermal/power throttling
@@ -677,6 +733,7 @@ class Harness:
         if not samples:
             raise _TooSlow(call_ms, "the first sample")
         st = summarize(samples)
+        self.sample_ms = samples
         out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
                "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled}
@@ -687,15 +744,35 @@ class Harness:
             out["too_slow"] = True
         return out
 
+    def unseen(self, lib: Any, job: dict, d: Data, est_ms: float) -> dict:
+        """Timed calls on values the candidate has never seen: two calls on seen input sets,
+        then one on each held-back ``d.unseen`` set, timed and verified like the samples.
+        Honest work costs the same on any values of one size; a candidate that keeps results
+        by content (a fingerprint of the inputs) and replays them is fast on the first calls
+        and slow on the others, and it cannot know which calls these are before it has seen
+        new values. ``est_ms``: a call's time, to fit the calls into the budget. Returns
+        ``seen_ms`` and ``unseen_ms`` (empty without unseen sets or when the calls do not fit
+        the budget). Raises _Wrong for a wrong output."""
+        n = 2 + len(d.unseen)
+        if not d.unseen or not self.fits(est_ms, n):
+            return {}
+        picks = [self.rng.randrange(len(d.sets)) for _ in range(2)]
+        picks += [len(d.sets) + i for i in range(len(d.unseen))]
+        xs, bad = self.samples([(lib, job)] * n, d, job["timing"].get("flush", True), picks)
+        if bad:
+            raise _Wrong(bad[0])
+        return {"seen_ms": xs[:2], "unseen_ms": xs[2:]}
+
     def full_time(self, lib: Any, job: dict, d: Data, n: int = PROBE_CALLS) -> dict:
         """Whether ``solve`` leaves work running when it returns (work on a stream of its
         own, or not waited for): ``n`` calls, each from an idle device to the end of a
         device-wide synchronize, host clock, against CUDA events on torch's stream; the
         same with no call gives the fixed cost. ``full_ms``: the median host time less that
         cost. ``escaped_ms``: the smallest (host - fixed - events) over the calls, what the
-        events missed (about 0 for a kernel whose work is all on torch's stream)."""
+        events missed (about 0 for a kernel whose work is all on torch's stream). CPU:
+        ``_cpu_full_time``."""
         if not self.is_cuda:
-            return {}
+            return self._cpu_full_time(d, 2 * n + 1, job["timing"].get("flush", True))
         def probe(fn: Callable[[], None]) -> tuple[float, float]:
             torch.cuda.synchronize()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -717,6 +794,27 @@ class Harness:
         self.check_cuda(lib, "probe")
         return {"full_ms": statistics.median(host), "escaped_ms": max(0.0, min(missed))}
 
+    def _cpu_full_time(self, d: Data, n: int, flush: bool) -> dict:
+        """CPU: whether ``solve``'s outputs were complete when it returned, or only once they
+        were read (output pages it protected and a fault handler that computes them on the
+        first read; a thread of its own still writing them). Every timed call's verification
+        (``samples``) is timed (``read_ms``); ``n`` verifications of poisoned outputs, with no
+        call before them (the same reads, after the same flush), give the fixed cost.
+        ``escaped_ms``: the median verification less the median of those (a few us for a
+        solve that wrote everything); ``full_ms``: the samples' median plus it."""
+        if not self.read_ms:
+            return {}
+        fixed = []
+        for i in range(n):
+            self.load(d, 0, i % len(d.sets))
+            if flush:  # as before a timed call: the verification starts as cold
+                self.flush_buf.zero_()
+            t0 = time.perf_counter()
+            bool(self.verify(d, 0, i % len(d.sets)))
+            fixed.append((time.perf_counter() - t0) * 1e3)
+        escaped = max(0.0, statistics.median(self.read_ms) - statistics.median(fixed))
+        return {"full_ms": statistics.median(self.sample_ms) + escaped, "escaped_ms": escaped}
+
     def contest(self, job: dict) -> dict:
         """Time ``job["contest"]`` (jobs of one problem size, different artifacts) side by side:
         each is checked on every input set, warmed up, then ``job["rounds"]`` rounds each take
@@ -729,6 +827,7 @@ class Harness:
         the contest (``wrong_result`` with the reason, ``failed``: the job keys at fault).
         """
         entries = job["contest"]
+        self.read_ms = []
         flush = entries[0]["timing"].get("flush", True)
         d = self.prepare(entries[0])
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
@@ -776,9 +875,12 @@ class Harness:
         Statuses beyond the check's: ``too_slow`` (a call is known but the check, warm-up
         and ``min_samples`` do not fit in ``timing.timeout_s``: the samples that fit are
         reported), ``escaped`` (``solve`` returned before its work was done: work on a
-        stream of its own; ``full_ms`` says what it really takes), ``leaked`` (device memory
-        outside torch grew by more than ``LEAK_BYTES`` over the job: ``leaked_bytes``; the
-        harness restarts). Figures measured before a fault stay in the outcome.
+        stream of its own; CPU: outputs written after it returned; ``full_ms`` says what it
+        really takes), ``replayed`` (calls on input values it had never seen were more than
+        ``REPLAY_FACTOR`` slower than on seen ones: ``seen_ms``, ``unseen_ms``), ``leaked``
+        (device memory outside torch grew by more than ``LEAK_BYTES`` over the job:
+        ``leaked_bytes``; the harness restarts). Figures measured before a fault stay in the
+        outcome.
         """
         if job.get("contest"):
             return self.contest(job)
@@ -804,6 +906,7 @@ class Harness:
             if bad:  # the next candidate still gets clean inputs: they are copied per call
                 return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
             if not job.get(UNGUARDED):
+                out.update(self.unseen(lib, job, d, max(out["samples_ms"])))
                 out.update(self.full_time(lib, job, d))
         except _Wrong as e:
             return {**out, "status": "wrong_result", "error": f"{e} (during timing)"}
@@ -824,7 +927,19 @@ class Harness:
                 f"solve returned before its work was done: CUDA events on torch's stream "
                 f"measured {out['median_ms']:.4g} ms, the device was busy {out['full_ms']:.4g} "
                 "ms per call (work on a stream of its own, or left running); launch on the "
-                "current stream (stream 0 / the one torch gives) and finish before returning")
+                "current stream (stream 0 / the one torch gives) and finish before returning"
+                if self.is_cuda else
+                f"solve returned before its outputs were written: its calls took "
+                f"{out['median_ms']:.4g} ms, {out['full_ms']:.4g} ms up to the moment its "
+                "outputs could be read (outputs written by a thread of its own, or on the "
+                "first read of protected memory); write every output before returning")
+        seen, new = out.get("seen_ms"), out.get("unseen_ms")
+        if new and min(new) > REPLAY_FACTOR * max(out["median_ms"], *seen) + REPLAY_MS:
+            status, error = "replayed", (
+                f"calls on input values it had never seen took {min(new):.4g} ms or more, "
+                f"calls on values seen before {max(out['median_ms'], *seen):.4g} ms or less: "
+                "solve keeps results (or work) from earlier calls and reuses them when the "
+                "inputs match; compute every call from its inputs")
         if leak:
             status = "leaked"
             error = (f"device memory outside torch grew by {leak / 2**20:.0f} MiB over "
@@ -888,6 +1003,14 @@ def _band(exp: torch.Tensor, out: torch.dtype, tol: dict) -> tuple[torch.Tensor,
     hi = (e + slack).to(dt)
     return (torch.nextafter(lo, torch.full_like(lo, -math.inf)),
             torch.nextafter(hi, torch.full_like(hi, math.inf)))
+
+
+def _zeros_pass(s: InputSet, name: str) -> bool:
+    """Whether an output of all zeros lies in input set ``s``'s tolerance band of output
+    ``name`` (integers and bools: whether every expected value is 0)."""
+    if s.lo[name].numel():
+        return bool(((s.lo[name] <= 0) & (s.hi[name] >= 0)).all())
+    return not bool(s.hi[name].any())
 
 
 def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -> str:
