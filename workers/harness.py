@@ -830,6 +830,7 @@ class Harness:
         self.read_ms = []
         flush = entries[0]["timing"].get("flush", True)
         d = self.prepare(entries[0])
+        self.progress({"stage": "prepared"})
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
         self._deadline = math.inf
         failed = []

@@ -23,6 +23,7 @@ from typing import Any
 
 START_TIMEOUT_S = 180.0
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
+PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
 
 
 class Sandbox:
@@ -78,7 +79,9 @@ class Sandbox:
             self.start()
         pos = self.log.stat().st_size
         t0 = base = time.perf_counter()
-        deadline = t0 + timeout_s
+        # making the inputs and reference outputs is kopt's work, not the candidate's: the
+        # job's own budget starts once the harness says "prepared"
+        deadline = t0 + max(timeout_s, PREPARE_TIMEOUT_S)
         try:
             self.w.send(("run", job))
         except (BrokenPipeError, OSError):

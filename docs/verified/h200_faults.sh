@@ -16,7 +16,7 @@ for step in "$@"; do
     rm -rf "$KOPT_CACHE"
     rows() {  # the candidates of run $1, in the order they finished
       kopt query --store "$store" --format csv "select params->>'MODE' mode,
-        params->>'GOOD' good, status, round(median_ms, 4) med_ms, round(full_ms, 4) full,
+        params->>'GOOD' good, status, round(median_ms, 4) med_ms, round(full_ms, 4) full_time_ms,
         leaked_bytes, build_cached, n_samples,
         left(regexp_replace(coalesce(error, ''), '\s+', ' ', 'g'), 150) error
         from candidates where run_id = '$1' order by created_at"; }
