@@ -32,16 +32,6 @@ def test_a_replay_keyed_by_input_content_is_replayed(tmp_path, harness):
     assert "never seen" in res["error"] and "compute every call from its inputs" in res["error"]
 
 
-def test_outputs_computed_on_their_first_read_are_escaped(tmp_path, harness):
-    """solve protects its output pages and returns; a SIGSEGV handler computes them when the
-    harness first reads them (the verification, outside the timed interval): `ok` at 0.12 ms
-    against the honest 0.40 ms."""
-    res = harness.run(attack_job(tmp_path, 2))
-    assert res["status"] == "escaped", res
-    assert res["full_ms"] > 2 * res["median_ms"]
-    assert "before its outputs were written" in res["error"]
-
-
 def test_honest_kernel_is_neither(tmp_path, harness):
     """The checks above cost an honest kernel nothing: same problem, status ok."""
     res = harness.run(job(artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0}),

@@ -30,10 +30,7 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   the candidate ``replayed`` (results kept by content, e.g. a hash of a few input elements,
   and replayed; it cannot know which calls these are before it sees new values).
 - a probe: a few calls from an idle device to a device-wide synchronize: work that
-  ``solve`` left running (its own stream) makes the candidate ``escaped``. CPU: every timed
-  call's verification is timed against verifications with no call before them; outputs
-  that are only complete once read (protected pages and a fault handler that computes
-  them, a thread of its own still writing) make it ``escaped`` too.
+  ``solve`` left running (its own stream) makes the candidate ``escaped`` (GPU only).
 - device memory outside torch before and after: growth makes it ``leaked`` and the
   process is restarted.
 - ``timing.timeout_s`` is the job's budget after its inputs are made; the sandbox kills a
@@ -44,9 +41,11 @@ Per job (a candidate is assumed to try to fool the check and the clock):
 What is not caught (a candidate is native code inside this process):
 
 - a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
-  CPU: work left to a thread of its own that finishes between ``solve``'s return and the
-  read of its outputs (tens of us), or less than ``ESCAPE_MS`` per call hidden until the
-  outputs are read.
+- CPU backend: work left to a thread of its own that finishes between ``solve``'s return
+  and the read of its outputs, and outputs computed lazily when first read (pages it
+  protected and a fault handler): there is no device-wide "synchronize" to probe with.
+  (Timing the verification reads against reads after no call flagged honest OpenMP
+  kernels on a loaded 2-core machine, so kopt does not do it.)
 - anything that reads or writes this process's memory or code: the expected outputs and
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
@@ -191,7 +190,6 @@ class Harness:
         self._deadline = math.inf  # perf_counter time by which the job must answer
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
         self.sample_ms: list[float] = []
-        self.read_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
 
     # -- loading -------------------------------------------------------------------------
@@ -652,10 +650,8 @@ class Harness:
                     self.flush_buf.zero_()
                 t0 = time.perf_counter_ns()
                 self.call(lib, job, d)
-                t1 = time.perf_counter_ns()
-                times.append((t1 - t0) / 1e6)
-                oks.append(self.verify(d, 0, k))  # CPU: computed here, every output read
-                self.read_ms.append((time.perf_counter_ns() - t1) / 1e6)
+                times.append((time.perf_counter_ns() - t0) / 1e6)
+                oks.append(self.verify(d, 0, k))
         bad = [f"{job.get('job_key', '?')}: a timed call on input set {k + 1} gave wrong "
                "output (outputs are poisoned before and verified after every timed call)"
                for ok, (_, job), k in zip(oks, calls, picks) if not bool(ok)]
@@ -693,7 +689,6 @@ class Harness:
         the batches to the job's budget. Raises _Wrong when a timed call's output is wrong,
         _TooSlow when not even ``min_samples`` fit in the budget."""
         t = job["timing"]
-        self.read_ms = []
         n_warm = self.warm_up(lib, job, d, call_ms)
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches with no thermal/power throttling
@@ -769,10 +764,10 @@ class Harness:
         device-wide synchronize, host clock, against CUDA events on torch's stream; the
         same with no call gives the fixed cost. ``full_ms``: the median host time less that
         cost. ``escaped_ms``: the smallest (host - fixed - events) over the calls, what the
-        events missed (about 0 for a kernel whose work is all on torch's stream). CPU:
-        ``_cpu_full_time``."""
+        events missed (about 0 for a kernel whose work is all on torch's stream). Nothing
+        on the CPU backend (see "What is not caught")."""
         if not self.is_cuda:
-            return self._cpu_full_time(d, 2 * n + 1, job["timing"].get("flush", True))
+            return {}
         def probe(fn: Callable[[], None]) -> tuple[float, float]:
             torch.cuda.synchronize()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -794,27 +789,6 @@ class Harness:
         self.check_cuda(lib, "probe")
         return {"full_ms": statistics.median(host), "escaped_ms": max(0.0, min(missed))}
 
-    def _cpu_full_time(self, d: Data, n: int, flush: bool) -> dict:
-        """CPU: whether ``solve``'s outputs were complete when it returned, or only once they
-        were read (output pages it protected and a fault handler that computes them on the
-        first read; a thread of its own still writing them). Every timed call's verification
-        (``samples``) is timed (``read_ms``); ``n`` verifications of poisoned outputs, with no
-        call before them (the same reads, after the same flush), give the fixed cost.
-        ``escaped_ms``: the median verification less the median of those (a few us for a
-        solve that wrote everything); ``full_ms``: the samples' median plus it."""
-        if not self.read_ms:
-            return {}
-        fixed = []
-        for i in range(n):
-            self.load(d, 0, i % len(d.sets))
-            if flush:  # as before a timed call: the verification starts as cold
-                self.flush_buf.zero_()
-            t0 = time.perf_counter()
-            bool(self.verify(d, 0, i % len(d.sets)))
-            fixed.append((time.perf_counter() - t0) * 1e3)
-        escaped = max(0.0, statistics.median(self.read_ms) - statistics.median(fixed))
-        return {"full_ms": statistics.median(self.sample_ms) + escaped, "escaped_ms": escaped}
-
     def contest(self, job: dict) -> dict:
         """Time ``job["contest"]`` (jobs of one problem size, different artifacts) side by side:
         each is checked on every input set, warmed up, then ``job["rounds"]`` rounds each take
@@ -827,7 +801,6 @@ class Harness:
         the contest (``wrong_result`` with the reason, ``failed``: the job keys at fault).
         """
         entries = job["contest"]
-        self.read_ms = []
         flush = entries[0]["timing"].get("flush", True)
         d = self.prepare(entries[0])
         self.progress({"stage": "prepared"})
