@@ -239,8 +239,13 @@ def _dims_ok(plan: _Plan, params: dict[str, Scalar], space: Space, sm: int | Non
     ok = []
     values = tuple(params.values())
     for i, (base, rs, holds) in enumerate(plan.checks):
-        if rs and not _passes(holds, rs, values, {**base, **params}, params, space.dims[i]):
-            continue
+        if rs:
+            try:
+                good = holds(values)
+            except (ZeroDivisionError, ExprError):
+                good = _passes(holds, rs, values, {**base, **params}, params, space.dims[i])
+            if not good:
+                continue
         if space.launch is not None and not fits_device(
                 space.launch, {**space.dims[i], **plan.mdefines, **params}, sm):
             continue
