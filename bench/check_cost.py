@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kopt.catalog import load_catalog  # noqa: E402
 from kopt.compare import label  # noqa: E402
-from kopt.expand import cap, expand, stable_hash  # noqa: E402
+from kopt.expand import cap, iter_candidates, stable_hash  # noqa: E402
 from kopt.pipeline import build_id, job_base  # noqa: E402
 from kopt.spec import load_sweep  # noqa: E402
 from workers import build as wbuild  # noqa: E402
@@ -66,7 +66,8 @@ def main() -> None:
         major, minor = torch.cuda.get_device_capability(0)
         sm = major * 10 + minor
     digest = stable_hash(space.source_text())
-    cands = cap(expand(space, load_catalog(), sm, source_digest=digest), a.n, seed=a.seed)
+    cands = cap(iter_candidates(space, load_catalog(), sm, source_digest=digest), a.n,
+                seed=a.seed)
     ident = wbuild.compiler_identity(space.toolchain)
     cache = Path(tempfile.mkdtemp(prefix="kopt-check-cost-"))
     jobs = [wbuild.BuildJob(build_id(space, c, digest, ident, platform.machine()), backend,

@@ -61,6 +61,12 @@ def _note(message: Warning | str, category: type[Warning], filename: str, lineno
 _show_warning = warnings.showwarning
 
 
+def _spec_notes(sw: Any) -> None:
+    """The loaded sweep's warnings (kopt.spec.Sweep.warnings), one ``note:`` line each."""
+    for w in sw.warnings:
+        console.print(f"[yellow]note:[/] {escape(w)}", highlight=False, soft_wrap=True)
+
+
 class _Group(click.Group):
     """Store problems surface as one clear line, never a traceback."""
 
@@ -342,6 +348,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         sw = load_sweep(sweep_dir)
     except SpecError as e:
         _fail(str(e))
+    _spec_notes(sw)
     root = _store(store)
     if cluster and address:
         _fail("--cluster and --address both name a Ray head: give one")
@@ -425,6 +432,7 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
 
     try:
         sw = load_sweep(sweep_dir)
+        _spec_notes(sw)
         r = run_preflight(sw, backend, arch)
     except (SpecError, PreflightError) as e:
         _fail(str(e))
@@ -574,6 +582,7 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
 
     try:
         sw = load_sweep(sweep_dir)
+        _spec_notes(sw)
         plans = make_plans(sw, _store(store))
     except SpecError as e:
         _fail(str(e))

@@ -13,13 +13,16 @@ per problem size. Candidates realizing the same defines collapse into one.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import json
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kopt.catalog import AXES, Catalog
+from kopt.expr import all_of
 from kopt.spec import Scalar, Space, SpecError, launch_geometry
 from workers.expr import ExprError, parse
 
@@ -169,9 +172,241 @@ def _target(methods: tuple[str | None, ...], catalog: Catalog, backend: str,
     return f"sm_{sm}a" if needs_a else f"sm_{sm}"
 
 
+class _Plan:
+    """One admissible triple's share of the space, prepared once so that each launch config
+    costs a product step, the restrictions that can apply and one sha256 (see
+    iter_candidates)."""
+
+    def __init__(self, triple: Triple, space: Space, catalog: Catalog, sm: int | None,
+                 sel: list[str], restrictions: list[Any]):
+        self.triple = triple
+        reals = [space.methods[m] for m in sel] + [space.methods[m] for m in triple if m]
+        pspace: dict[str, list[Scalar]] = dict(space.params)
+        self.mdefines: dict[str, Scalar] = {}
+        for r in reals:
+            pspace.update(r.params)
+            self.mdefines.update(r.defines)
+        self.names = list(pspace)
+        self.values = [pspace[n] for n in self.names]
+        # a method define named like a param: several configs can realize one build
+        self.override = bool(self.mdefines.keys() & pspace.keys())
+        self.target = _target((*triple, *sel), catalog, space.backend, sm)
+        # candidate ids: sha256 over json.dumps({"backend", "defines", "source"},
+        # sort_keys=True), assembled from each define's encoded "key: value" piece
+        self.pieces = [[_piece(n, self.mdefines[n] if n in self.mdefines else v) for v in vals]
+                       for n, vals in zip(self.names, self.values)]
+        mnames = [k for k in self.mdefines if k not in pspace]
+        self.mpieces = tuple(_piece(k, self.mdefines[k]) for k in mnames)
+        keys = self.names + mnames
+        self.keys = sorted(keys)
+        at = {k: i for i, k in enumerate(keys)}
+        self.order = [at[k] for k in self.keys]
+        # the set of builds this triple can realize, per define (sorted): its "box"
+        self.box = [set(self.pieces[at[k]]) if at[k] < len(self.names)
+                    else {self.mpieces[at[k] - len(self.names)]} for k in self.keys]
+        self.earlier: list[_Plan] = []  # plans whose builds may equal this plan's
+        self.later: list[_Plan] = []
+        # per dims: (dims + method defines, the restrictions that apply, all of them at once)
+        self.checks: list[tuple[dict[str, Any], list[Any], Callable[[Any], bool]]] = []
+        for d in space.dims:
+            env = {**d, **self.mdefines}
+            names = env.keys() | set(self.names)
+            rs = [r for r in restrictions if r.names <= names]
+            self.checks.append((env, rs, all_of(rs, self.names, env)))
+
+    def overlaps(self, other: _Plan) -> bool:
+        """Whether some build of this plan is also one of ``other``'s."""
+        return self.keys == other.keys and all(a & b for a, b in zip(self.box, other.box))
+
+    def holds(self, spieces: list[str]) -> bool:
+        """Whether the build with these sorted define pieces is one of this plan's."""
+        return all(p in b for p, b in zip(spieces, self.box))
+
+
+def _piece(name: str, value: Any) -> str:
+    return f"{json.dumps(name)}: {json.dumps(value, default=str)}"
+
+
+def _dims_ok(plan: _Plan, params: dict[str, Scalar], space: Space, sm: int | None
+             ) -> list[int]:
+    """Indices of the dims at which ``params`` (with the plan's method defines) pass every
+    restriction that names only what the candidate has (and, in kernel mode, fit the
+    device). A restriction dividing by zero excludes the candidate.
+
+    Raises:
+        SpecError: a restriction cannot be evaluated (an operand out of bounds).
+    """
+    ok = []
+    values = tuple(params.values())
+    for i, (base, rs, holds) in enumerate(plan.checks):
+        if rs:
+            try:
+                good = holds(values)
+            except (ZeroDivisionError, ExprError):
+                good = _passes(holds, rs, values, {**base, **params}, params, space.dims[i])
+            if not good:
+                continue
+        if space.launch is not None and not fits_device(
+                space.launch, {**space.dims[i], **plan.mdefines, **params}, sm):
+            continue
+        ok.append(i)
+    return ok
+
+
+def _passes(holds: Callable[[Any], bool], restrictions: list[Any], values: tuple[Any, ...],
+            env: dict[str, Any], params: dict[str, Scalar], dims: dict[str, int]) -> bool:
+    try:
+        return holds(values)
+    except (ZeroDivisionError, ExprError):
+        pass  # which restriction, and why: evaluated one by one below
+    for r in restrictions:
+        try:
+            if not r(env):
+                return False
+        except ZeroDivisionError:
+            return False
+        except ExprError as e:
+            raise SpecError(f"restriction {r.text!r} cannot be evaluated for params {params} "
+                            f"at dims {dims}: {e}; rewrite it with smaller operands") from None
+    return True
+
+
+def iter_candidates(space: Space, catalog: Catalog, sm: int | None,
+                    selected: Iterable[str] = (), source_digest: str | None = None,
+                    ctx: Context | None = None) -> Iterator[Candidate]:
+    """The candidates of ``space``, lazily, baseline first (then as :func:`expand` lists them).
+
+    Restrictions are evaluated per candidate as the generator advances; nothing but the
+    triples is held, so a consumer that keeps few candidates (:func:`cap`) runs in memory
+    independent of the space's size. Equal builds of several triples are yielded once, with
+    the later triples in ``aliases``. When a method define shares a name with a launch param
+    (one build for several configs) the space is expanded in full first, as before.
+
+    Args and raises: as :func:`expand`; errors surface when the generator reaches them.
+    """
+    digest = source_digest or space_digest(space)
+    # names were checked against params, method params/defines and dims when the spec loaded
+    restrictions = [parse(text) for text in space.restrictions]
+    ctx = ctx or Context()
+    sel = list(dict.fromkeys([*ctx.selected, *selected]))
+    base_params = ctx.baseline_params or space.baseline
+    plans = [_Plan(t, space, catalog, sm, sel, restrictions)
+             for t in admissible_triples(space, catalog, sm, sel, ctx)]
+    head = f'{{"backend": {json.dumps(space.backend)}, "defines": {{'
+    tail = f'}}, "source": {json.dumps(digest)}}}'
+
+    def cid(plan: _Plan, pcs: tuple[str, ...]) -> tuple[str, list[str]]:
+        allp = pcs + plan.mpieces
+        spcs = [allp[i] for i in plan.order]
+        text = head + ", ".join(spcs) + tail
+        return hashlib.sha256(text.encode()).hexdigest()[:16], spcs
+
+    if any(p.override for p in plans):
+        yield from _expand_all(plans, space, sm, base_params, cid)
+        return
+    for i, p in enumerate(plans):
+        for q in plans[i + 1:]:
+            if p.overlaps(q):
+                p.later.append(q)
+                q.earlier.append(p)
+    n_dims = len(space.dims)
+    p0 = plans[0]  # (none, none, none): admissible_triples puts it first
+    base_at = [next((j for j, v in enumerate(vals) if v == base_params.get(n, _MISSING)), None)
+               for n, vals in zip(p0.names, p0.values)]
+    if set(base_params) != set(p0.names) or None in base_at:
+        raise SpecError("the baseline (no methods, baseline params) is not in the space")
+    base_vals = tuple(vals[j] for vals, j in zip(p0.values, base_at))  # type: ignore[index]
+    bparams = dict(zip(p0.names, base_vals))
+    dims_ok = _dims_ok(p0, bparams, space, sm)
+    _check_baseline(bparams, dims_ok, space)
+    bid, spcs = cid(p0, tuple(pcs[j] for pcs, j in zip(p0.pieces, base_at)))  # type: ignore[index]
+    yield Candidate(bid, p0.triple, bparams, {**bparams, **p0.mdefines}, dims_ok, True,
+                    p0.target, [q.triple for q in p0.later if q.holds(spcs)])
+    every = list(range(n_dims))
+    sha256 = hashlib.sha256
+    for plan in plans:
+        plain = space.launch is None and not any(rs for _, rs, _ in plan.checks)
+        # one problem size in solve mode (the common case): the check inlined
+        one = plan.checks[0] if space.launch is None and n_dims == 1 else None
+        names, mdefines, mpieces, order = plan.names, plan.mdefines, plan.mpieces, plan.order
+        identity = not mpieces and order == sorted(order)
+        for values, pcs in zip(itertools.product(*plan.values),
+                               itertools.product(*plan.pieces)):
+            if plan is p0 and values == base_vals:
+                continue
+            if plain:
+                dims_ok = every[:]
+            elif one is not None:
+                try:
+                    if not one[2](values):
+                        continue
+                except (ZeroDivisionError, ExprError):
+                    params = dict(zip(names, values))
+                    if not _passes(one[2], one[1], values, {**one[0], **params}, params,
+                                   space.dims[0]):
+                        continue
+                dims_ok = [0]
+            else:
+                params = dict(zip(names, values))
+                dims_ok = _dims_ok(plan, params, space, sm)
+                if not dims_ok:
+                    continue
+            spcs = pcs if identity else [(pcs + mpieces)[i] for i in order]
+            c = sha256(f"{head}{', '.join(spcs)}{tail}".encode()).hexdigest()[:16]
+            if plan.earlier and any(q.holds(spcs) for q in plan.earlier):
+                continue  # an earlier triple yielded this build (its aliases name this one)
+            params = dict(zip(names, values))
+            yield Candidate(c, plan.triple, params, {**params, **mdefines}, dims_ok, False,
+                            plan.target, [q.triple for q in plan.later if q.holds(spcs)])
+
+
+_MISSING = object()
+
+
+def _check_baseline(params: dict[str, Scalar], dims_ok: list[int], space: Space) -> None:
+    """SpecError unless the baseline's params pass the restrictions at every dims."""
+    if len(dims_ok) != len(space.dims):
+        bad = [d for i, d in enumerate(space.dims) if i not in dims_ok]
+        raise SpecError(f"baseline params {params} violate the restrictions for dims "
+                        f"{bad}; change `baseline` or the restrictions")
+
+
+def _expand_all(plans: list[_Plan], space: Space, sm: int | None,
+                base_params: dict[str, Scalar], cid: Any) -> list[Candidate]:
+    """Every candidate at once, collapsing equal builds by id (memory: the whole space); for
+    spaces where a method define overrides a launch param."""
+    by_id: dict[str, Candidate] = {}
+    baseline_key = None
+    for plan in plans:
+        for values, pcs in zip(itertools.product(*plan.values),
+                               itertools.product(*plan.pieces)):
+            params = dict(zip(plan.names, values))
+            dims_ok = _dims_ok(plan, params, space, sm)
+            is_base = plan.triple == NONE_TRIPLE and params == base_params
+            if is_base:
+                _check_baseline(params, dims_ok, space)
+            if not dims_ok:
+                continue
+            c = cid(plan, pcs)[0]
+            if c in by_id:
+                by_id[c].aliases.append(plan.triple)
+                by_id[c].is_baseline |= is_base
+                continue
+            by_id[c] = Candidate(c, plan.triple, params, {**params, **plan.mdefines}, dims_ok,
+                                 is_base, plan.target)
+            if is_base:
+                baseline_key = c
+    if baseline_key is None:
+        raise SpecError("the baseline (no methods, baseline params) is not in the space")
+    return sorted(by_id.values(), key=lambda c: not c.is_baseline)
+
+
 def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[str] = (),
            source_digest: str | None = None, ctx: Context | None = None) -> list[Candidate]:
     """All candidates of ``space`` for a device of SM arch ``sm`` (None: CPU), baseline first.
+
+    The list of :func:`iter_candidates`; to keep a sample of a large space, pass that
+    generator to :func:`cap` instead (memory then grows with the sample, not the space).
 
     Args:
         space: the backend space.
@@ -185,52 +420,7 @@ def expand(space: Space, catalog: Catalog, sm: int | None, selected: Iterable[st
     Raises:
         SpecError: the baseline violates the restrictions for some problem size.
     """
-    digest = source_digest or space_digest(space)
-    # names were checked against params, method params/defines and dims when the spec loaded
-    restrictions = [parse(text) for text in space.restrictions]
-
-    ctx = ctx or Context()
-    sel = list(dict.fromkeys([*ctx.selected, *selected]))
-    base_params = ctx.baseline_params or space.baseline
-    by_id: dict[str, Candidate] = {}
-    baseline_key = None
-    for triple in admissible_triples(space, catalog, sm, sel, ctx):
-        reals = [space.methods[m] for m in sel] + [space.methods[m] for m in triple if m]
-        pspace: dict[str, list[Scalar]] = dict(space.params)
-        mdefines: dict[str, Scalar] = {}
-        for r in reals:
-            pspace.update(r.params)
-            mdefines.update(r.defines)
-        names = list(pspace)
-        for values in itertools.product(*(pspace[n] for n in names)):
-            params = dict(zip(names, values))
-            dims_ok = _dims_ok(restrictions, params, mdefines, space.dims)
-            if space.launch is not None:  # kernel mode: the launch must fit the device
-                dims_ok = [i for i in dims_ok
-                           if fits_device(space.launch, {**space.dims[i], **mdefines, **params},
-                                          sm)]
-            is_base = triple == NONE_TRIPLE and params == base_params
-            if is_base and len(dims_ok) != len(space.dims):
-                bad = [space.dims[i] for i in range(len(space.dims)) if i not in dims_ok]
-                raise SpecError(f"baseline params {params} violate the restrictions for dims "
-                                f"{bad}; change `baseline` or the restrictions")
-            if not dims_ok:
-                continue
-            defines = {**params, **mdefines}
-            cid = stable_hash({"backend": space.backend, "source": digest, "defines": defines})
-            if cid in by_id:
-                by_id[cid].aliases.append(triple)
-                by_id[cid].is_baseline |= is_base
-                continue
-            by_id[cid] = Candidate(cid, triple, params, defines, dims_ok, is_base,
-                                   _target((*triple, *sel), catalog, space.backend, sm))
-            if is_base:
-                baseline_key = cid
-    cands = list(by_id.values())
-    if baseline_key is None:  # the baseline params were filtered out as a duplicate? cannot be
-        raise SpecError("the baseline (no methods, baseline params) is not in the space")
-    cands.sort(key=lambda c: (not c.is_baseline,))
-    return cands
+    return list(iter_candidates(space, catalog, sm, selected, source_digest, ctx))
 
 
 # Per-block limits of CUDA devices (CUDA C++ Programming Guide, "Technical Specifications
@@ -259,48 +449,66 @@ def fits_device(launch: Any, env: dict[str, Any], sm: int | None) -> bool:
     return g["smem_bytes"] <= MAX_SMEM_OPTIN.get(sm or 0, g["smem_bytes"])
 
 
-def _dims_ok(restrictions: Sequence[Any], params: dict[str, Scalar],
-             mdefines: dict[str, Scalar], dims: list[dict[str, int]]) -> list[int]:
-    ok = []
-    for i, d in enumerate(dims):
-        env = {**d, **mdefines, **params}
-        good = True
-        for r in restrictions:
-            if not r.names <= env.keys():
-                continue  # names a param this candidate does not have
-            try:
-                if not r(env):
-                    good = False
-                    break
-            except ZeroDivisionError:
-                good = False
-                break
-            except ExprError as e:
-                raise SpecError(f"restriction {r.text!r} cannot be evaluated for params "
-                                f"{params} at dims {d}: {e}; rewrite it with smaller operands"
-                                ) from None
-        if good:
-            ok.append(i)
-    return ok
+class Tally:
+    """Passes the items of an iterable through, counting them in ``n`` and holding none:
+    ``t = Tally(iter_candidates(...)); kept = cap(t, 10); t.n`` is the space's size."""
+
+    def __init__(self, items: Iterable[Any]):
+        self._items = items
+        self.n = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for x in self._items:
+            self.n += 1
+            yield x
 
 
-def cap(cands: list[Candidate], max_candidates: int | None, seed: int | None = None
+def sample_key(seed: int | None) -> Callable[[Candidate], str]:
+    """The order :func:`cap` samples by: the candidate id, or with a seed
+    ``stable_hash({"seed": seed, "id": id})`` (built without the generic encoder: it is
+    computed for every candidate of a capped space)."""
+    if seed is None:
+        return operator.attrgetter("candidate_id")
+    tail = f', "seed": {json.dumps(seed, default=str)}}}'
+
+    def key(c: Candidate) -> str:
+        text = f'{{"id": {json.dumps(c.candidate_id)}{tail}'
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return key
+
+
+def cap(cands: Iterable[Candidate], max_candidates: int | None, seed: int | None = None
         ) -> list[Candidate]:
     """Keep at most ``max_candidates``: the baseline plus a deterministic sample (by id order,
     or by a hash of ``seed`` and the id when a seed is given).
 
     Candidate ids are sha256 digests, so the first N by id are a uniform,
-    reproducible sample of the space; another seed draws another sample.
+    reproducible sample of the space; another seed draws another sample. ``cands`` may be
+    a generator (:func:`iter_candidates`): only the best ``max_candidates`` keys are held
+    (a bounded heap), so memory grows with the sample, not with the space. A list no
+    longer than the cap (or no cap) is returned as it is.
 
     Raises:
         ValueError: ``max_candidates`` < 1.
     """
-    if max_candidates is None or len(cands) <= max_candidates:
+    if max_candidates is None:
+        return cands if isinstance(cands, list) else list(cands)
+    if isinstance(cands, list) and len(cands) <= max_candidates:
         return cands
     if max_candidates < 1:
         raise ValueError("--max-candidates must be >= 1")
-    base = [c for c in cands if c.is_baseline]
-    key = ((lambda c: c.candidate_id) if seed is None
-           else (lambda c: stable_hash({"seed": seed, "id": c.candidate_id})))
-    rest = sorted((c for c in cands if not c.is_baseline), key=key)
-    return base + rest[: max_candidates - len(base)]
+    key = sample_key(seed)
+    base: list[tuple[int, Candidate]] = []
+    total = 0
+
+    def rest() -> Iterator[tuple[int, Candidate]]:
+        nonlocal total
+        for total, c in enumerate(cands, 1):
+            if c.is_baseline:
+                base.append((total, c))
+            else:
+                yield total, c
+    kept = heapq.nsmallest(max_candidates, rest(), key=lambda ic: key(ic[1]))
+    if total <= max_candidates:  # nothing to cap: the candidates as they came
+        return [c for _, c in sorted(base + kept, key=operator.itemgetter(0))]
+    return [c for _, c in base] + [c for _, c in kept[: max_candidates - len(base)]]

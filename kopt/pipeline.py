@@ -43,7 +43,7 @@ from kopt.devices import (
     plan_slots,
     predicted_target,
 )
-from kopt.expand import Candidate, Context, cap, expand, space_digest, stable_hash
+from kopt.expand import Candidate, Context, Tally, cap, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, close_iteration, rank
 from kopt.observer import Observer
 from kopt.spec import Space, SpecError, Sweep
@@ -350,6 +350,7 @@ class Driver:
         self._iterations_req = iterations
         self.iterations = iterations or sweep.iterations
         self.observers = observers or []
+        self.space_sizes: dict[str, int] = {}  # device class -> candidates in its last space
         self.catalog = catalog or load_catalog()
         self.rows: dict[str, dict[str, Any]] = {}
         self._agg: dict[tuple[int, str, str], dict[str, float]] = {}
@@ -439,15 +440,19 @@ class Driver:
         counts: dict[str, int] = {}
         source = space.source_text()
         for dc, info in classes.items():
-            cands = expand(space, self.catalog, info["sm"], source_digest=digest, ctx=ctxs[dc])
+            # a generator: with a cap, only the sample is held (kopt.expand.cap)
+            tally = Tally(iter_candidates(space, self.catalog, info["sm"], source_digest=digest,
+                                          ctx=ctxs[dc]))
             if baseline_only:
-                cands = cap(cands, 1)
+                cands = [next(iter(tally))]  # the baseline comes first
             elif self.strategy == "random":
-                n = self.max_candidates or max(2, math.ceil(RANDOM_FRACTION * len(cands)))
-                cands = cap(cands, n, seed=self.seed)
+                pool = tally if self.max_candidates else list(tally)
+                n = self.max_candidates or max(2, math.ceil(RANDOM_FRACTION * tally.n))
+                cands = cap(pool, n, seed=self.seed)
             else:
-                cands = cap(cands, self.max_candidates)
+                cands = cap(tally, self.max_candidates)
             counts[dc] = len(cands)
+            self.space_sizes[dc] = tally.n
             plat = info.get("platform") or ""
             for c in cands:
                 bid = build_id(space, c, digest, compilers[plat], plat)
@@ -467,6 +472,19 @@ class Driver:
                         job.timing = self._rung_timing(space, 0)
                     jobs.append(job)
         return jobs, builds, counts
+
+    def _note_sample(self, iteration: int, counts: dict[str, int]) -> None:
+        """A note per device class whose iteration runs a sample of its space (`_plan`'s
+        counts against the space's size): how large the space was and what capped it."""
+        for dc, n in counts.items():
+            total = self.space_sizes.get(dc, n)
+            if total <= n:
+                continue
+            why = ("capped by --max-candidates" if self.max_candidates
+                   else f"--strategy random samples {RANDOM_FRACTION:.0%}")
+            where = f" ({dc})" if len(counts) > 1 else ""
+            for o in self.observers:
+                o.on_note(f"iteration {iteration}{where}: {n:,} of {total:,} candidates ({why})")
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -564,6 +582,7 @@ class Driver:
                     break
                 ctxs = {dc: states[dc].context() for dc in active}
                 jobs, builds, counts = self._plan(space, active, compilers, digest, it, ctxs)
+                self._note_sample(it, counts)
                 for dc, n in counts.items():
                     if it > 1 and n <= 1:
                         states[dc] = dataclasses.replace(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
-from kopt.expand import expand, space_digest
+from kopt.expand import iter_candidates, space_digest
 from kopt.pipeline import build_id, job_base
 from kopt.spec import Sweep, launch_geometry
 from workers import build as wbuild
@@ -55,8 +55,9 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
     backend, sm, runnable = _local_backend(sweep, backend, arch)
     space = sweep.space(backend)
     digest = space_digest(space)
-    cands = expand(space, load_catalog(), sm, source_digest=digest)
-    base = cands[0]
+    cands = iter_candidates(space, load_catalog(), sm, source_digest=digest)
+    base = next(cands)  # the baseline comes first; the rest are only counted
+    n_cands = 1 + sum(1 for _ in cands)
     bid = build_id(space, base, digest, wbuild.compiler_identity(space.toolchain),
                    platform.machine())
     job = wbuild.BuildJob(bid, backend, space.source_text(), space.source.name,
@@ -69,7 +70,7 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
                                "command": res.command, "compile_s": res.compile_s,
                                "registers": res.registers, "smem_bytes": res.smem_bytes,
                                "spill_bytes": res.spill_bytes, "dims": space.dims[0],
-                               "candidates": f"{len(cands)} (x {len(space.dims)} problem sizes)"}
+                               "candidates": f"{n_cands} (x {len(space.dims)} problem sizes)"}
         if space.launch is not None:  # kernel mode: the baseline's launch at the first size
             try:
                 g = launch_geometry(space.launch, {**sweep.scalars, **space.dims[0],

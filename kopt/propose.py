@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
-from kopt.expand import admissible_triples, expand, scan_axes
+from kopt.expand import admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Sweep
 from kopt.store import connect
@@ -62,8 +62,10 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
         scans = scan_axes(space, cat, sm, ctx=ctx)
         triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
         # a triple whose every launch config the restrictions exclude runs nothing
-        cands = expand(space, cat, sm, ctx=ctx)
-        have = {c.triple for c in cands} | {t for c in cands for t in c.aliases}
+        have: set[tuple] = set()  # streamed: a large space is never held
+        for c in iter_candidates(space, cat, sm, ctx=ctx):
+            have.add(c.triple)
+            have.update(c.aliases)
         plans.append({
             "device_class": r["device_class"], "run_id": r["run_id"],
             "next_iteration": int(r["iteration"]) + 1, "selected": ctx.selected,

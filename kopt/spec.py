@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pydantic import (
 
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import ContractError, Signature, parse_signature_file
+from kopt.expr import all_of
 from workers import deps
 from workers.build import arch_flag
 from workers.ctypes_map import scalar_range
@@ -225,7 +227,12 @@ class Space:
 
 @dataclass
 class Sweep:
-    """A loaded, validated sweep: shared settings plus one Space per backend."""
+    """A loaded, validated sweep: shared settings plus one Space per backend.
+
+    ``warnings`` holds one line per thing that loads but cannot be what the author meant
+    (a method no launch config of which survives the restrictions); the CLI prints them as
+    ``note:`` lines.
+    """
 
     name: str
     root: Path
@@ -243,6 +250,7 @@ class Sweep:
     raw: dict[str, Any]
     flops: str | None = None
     bytes: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def work(self, dims: dict[str, int]) -> tuple[float | None, float | None]:
         """(floating-point operations, bytes moved) of one ``solve`` call at ``dims``, from the
@@ -387,14 +395,95 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
             except (ExprError, OverflowError) as ex:
                 raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
                           "work of one call with smaller operands") from None
-    spaces = {}
+    spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err)
+        notes += [f"{spec_path}: {msg}" for msg in dead_methods(spaces[backend], catalog, prefix)]
     return Sweep(
         name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
         tolerance=sf.tolerance, args=sf.args, scalars=sf.scalars, timing=sf.timing,
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
-        raw=raw, flops=sf.flops, bytes=sf.bytes)
+        raw=raw, flops=sf.flops, bytes=sf.bytes, warnings=notes)
+
+
+# Most restriction evaluations one method's check may take (its space projected on the
+# names the restrictions use; beyond that, loading would wait on it: no verdict).
+DEAD_METHOD_BUDGET = 200_000
+
+
+def dead_methods(space: Space, catalog: Catalog, prefix: str = "") -> list[str]:
+    """One line per realized method that no launch config can carry past the restrictions
+    (at every problem size), naming the restriction(s) that remove them all, e.g.
+    ``methods.memory.vectorized_access: no launch config survives restrictions[2]
+    ('VEC * THREADS <= 512'); the method can never run``.
+
+    A method is checked with the methods it ``requires`` (other methods only add params and
+    restrictions). A method whose check would take more than DEAD_METHOD_BUDGET
+    evaluations, or whose restrictions cannot be evaluated, gets no line (expansion
+    reports the latter).
+    """
+    exprs = [parse(r) for r in space.restrictions]
+    out = []
+    for mid in space.methods:
+        group = [m for m in catalog.methods[mid].requires if m in space.methods] + [mid]
+        if len(group) <= len(catalog.methods[mid].requires):
+            continue  # a required method is not realized: the method never runs anyway
+        order = {a: i for i, a in enumerate(("compute", "memory", "latency"))}
+        group.sort(key=lambda m: order.get(catalog.methods[m].axis, 3))
+        pspace: dict[str, list[Scalar]] = dict(space.params)
+        mdefines: dict[str, Scalar] = {}
+        for m in group:
+            pspace.update(space.methods[m].params)
+            mdefines.update(space.methods[m].defines)
+        try:
+            culprits = _culprits(exprs, pspace, mdefines, space.dims)
+        except (ExprError, _TooLarge):
+            continue
+        if culprits:
+            refs = " and ".join(f"{prefix}restrictions[{i}] ({space.restrictions[i]!r})"
+                                for i in culprits)
+            out.append(f"{prefix}methods.{mid}: no launch config survives {refs}"
+                       f"{' together' if len(culprits) > 1 else ''}; the method can never run")
+    return out
+
+
+class _TooLarge(Exception):
+    """A dead-method check would exceed DEAD_METHOD_BUDGET evaluations."""
+
+
+def _culprits(exprs: list[Any], pspace: dict[str, list[Scalar]], mdefines: dict[str, Scalar],
+              dims: list[dict[str, int]]) -> list[int]:
+    """Indices of a minimal set of restrictions under which no config of ``pspace`` passes at
+    any dims (env: dims, method defines, params, as expansion builds it); [] when some
+    config survives them all."""
+    budget = [DEAD_METHOD_BUDGET]
+
+    def dead(keep: set[int]) -> bool:
+        for d in dims:
+            env = {**d, **mdefines}
+            have = env.keys() | pspace.keys()
+            rs = [exprs[i] for i in sorted(keep) if exprs[i].names <= have]
+            names = sorted({n for r in rs for n in r.names} & pspace.keys())
+            size = math.prod(len(pspace[n]) for n in names)
+            budget[0] -= size
+            if budget[0] < 0:
+                raise _TooLarge
+            holds = all_of(rs, names, env)
+            for values in itertools.product(*(pspace[n] for n in names)):
+                try:
+                    if holds(values):
+                        return False
+                except ZeroDivisionError:
+                    continue
+        return True
+
+    keep = set(range(len(exprs)))
+    if not dead(keep):
+        return []
+    for i in range(len(exprs)):
+        if dead(keep - {i}):
+            keep.discard(i)
+    return sorted(keep)
 
 
 def _all_dims(sf: SweepFile) -> list[tuple[str, int, dict[str, int]]]:

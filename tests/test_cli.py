@@ -111,3 +111,29 @@ def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, mon
     beats = [ln for ln in r.output.splitlines() if ln.startswith("it 1: built ")]
     assert len(beats) >= 3, r.output  # a CPU run of 3 candidates takes seconds
     assert any(ln.startswith("it 1: built 3/3, ran ") for ln in beats), r.output
+
+
+def test_capped_sweep_says_how_large_the_space_was(ray_local, tmp_path):
+    """--max-candidates runs a sample: the output says of how many candidates."""
+    r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
+            "--max-candidates", "2", "--store", str(tmp_path / "st"))
+    assert r.exit_code == 0, r.output
+    assert "note: iteration 1: 2 of 112 candidates (capped by --max-candidates)" in r.output
+
+
+def test_spec_warnings_are_notes(tmp_path):
+    """A method the restrictions exclude loads, and the command says so in one line."""
+    d = write_sweep(tmp_path / "s", """
+        kernel: k.cpp
+        dims: [{N: 1024}]
+        args: {x: [N], y: [N]}
+        params: {THREADS: [128, 256]}
+        restrictions: ["VEC * THREADS <= 256"]
+        methods:
+          memory.vectorized_access: {defines: {VEC: 4}}
+    """, {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    r = run("propose", str(d), "--store", str(tmp_path / "st"), "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert (f"note: {d / 'sweep.yaml'}: methods.memory.vectorized_access: no launch config "
+            "survives restrictions[0] ('VEC * THREADS <= 256'); the method can never run"
+            ) in " ".join(r.output.split())

@@ -2,7 +2,7 @@
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
 from kopt.catalog import load_catalog
-from kopt.expand import admissible_triples, cap, expand, scan_axes
+from kopt.expand import Tally, admissible_triples, cap, expand, iter_candidates, scan_axes
 from kopt.spec import load_sweep
 
 CAT = load_catalog()
@@ -116,3 +116,72 @@ def test_unknown_name_in_restriction(tmp_path):
     with pytest.raises(SpecError, match="THREDS"):
         expand(space(tmp_path, SPEC.replace('"THREADS * ITEMS <= 1024"', '"THREDS < 4"')),
                CAT, sm=90)
+
+
+def test_cap_of_the_stream_is_the_sample_of_the_list(tmp_path):
+    """cap over the lazy generator keeps what cap over the full list kept, and the same
+    sample kopt drew before expansion streamed (ids below: the list-based cap's)."""
+    sp = space(tmp_path)
+    cands = expand(sp, CAT, sm=90)
+    for n, seed in ((1, None), (5, None), (5, 7), (30, 3), (200, 3)):
+        streamed = cap(iter_candidates(sp, CAT, sm=90), n, seed=seed)
+        assert [c.candidate_id for c in streamed] == \
+            [c.candidate_id for c in cap(cands, n, seed=seed)]
+    assert [c.candidate_id for c in cap(iter_candidates(sp, CAT, sm=90), 5, seed=7)] == [
+        "48a00d6b56fa0142", "109b9bfc2fc8c282", "8bfc9ce92e4eb240", "bb768d90bbd9453c",
+        "af3324e8a38475d3"]
+    assert [c.candidate_id for c in cap(iter_candidates(sp, CAT, sm=90), 4)] == [
+        "48a00d6b56fa0142", "02880448aa2fd780", "04ddc51dae675118", "08a3dbb209973aba"]
+    t = Tally(iter_candidates(sp, CAT, sm=90))
+    assert len(cap(t, 3)) == 3 and t.n == len(cands) == 108
+
+
+MILLION = """
+    kernel: k.cpp
+    dims: [{{N: 4096}}]
+    args: {{x: [N], y: [N]}}
+    params: {{A: {v}, B: {v}, C: {v}, D: {v}}}
+    restrictions: ["A + B + C + D < 128"]
+"""
+
+CAP_A_MILLION = """
+import json, resource, sys, time
+from kopt.catalog import load_catalog
+from kopt.expand import Tally, cap, iter_candidates
+from kopt.spec import load_sweep
+
+sp, cat = load_sweep(sys.argv[1]).space("cpu"), load_catalog()
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.process_time()
+tally = Tally(iter_candidates(sp, cat, None))
+kept = cap(tally, 10)
+cpu_s = time.process_time() - t
+grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
+print(json.dumps({"cpu_s": cpu_s, "grown_mb": grown_kb / 1024, "total": tally.n,
+                  "kept": len(kept), "baseline": kept[0].is_baseline}))
+"""
+
+
+def test_cap_streams_a_million_candidate_space(tmp_path):
+    """--max-candidates 10 over 32**4 launch configs: expansion is a generator and the cap a
+    bounded heap, so it takes seconds and a few MB, and counts the space on the way (it took
+    minutes and ~1 GB holding every candidate). A fresh process, so that its peak RSS is
+    this expansion's (tracemalloc slows a million allocations 30x); CPU time, not wall time,
+    so that the box's other load does not count."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    d = write_sweep(tmp_path / "m", MILLION.format(v=list(range(1, 33))),
+                    {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    out = subprocess.run([sys.executable, "-c", CAP_A_MILLION, str(d)], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["total"] == 32**4 - 1  # only A = B = C = D = 32 breaks the restriction
+    assert r["kept"] == 10 and r["baseline"]
+    assert r["cpu_s"] < 10, r
+    assert r["grown_mb"] < 100, r

@@ -65,3 +65,27 @@ def test_the_issues_expression_fails_in_milliseconds():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30)
     assert "256 ** 387420489 has about" in out.stdout, out.stderr
+
+
+def test_compiled_restrictions_match_the_tree_walk():
+    """kopt.expr.all_of compiles restrictions (they run per candidate, a million times for a
+    large space); its verdicts and errors are the tree walk's."""
+    from kopt.expr import all_of
+    from workers.expr import Expr
+
+    env = {"A": 3, "B": 0, "C": 2.5, "N": 4096, "S": -7}
+    names = ["A", "C"]
+    texts = ["A * C <= N", "A and B", "B or A", "not B", "A if B else C", "min(A, C) + abs(S)",
+             "N % (A * 4) == 0", "A < C < N", "2 ** A > 7", "1 << A", "-A // 2", "~A", "A ^ B",
+             "max(A, B, C) / 2", "(A > 1) and (C or B)", "B"]
+    for text in texts:
+        bound = {k: v for k, v in env.items() if k not in names}
+        assert all_of([Expr(text)], names, bound)((3, 2.5)) is bool(Expr(text)(env)), text
+    for text, exc in (("A / B", ZeroDivisionError), ("N ** 5000", ExprError),
+                      ("C << 2", ExprError), ("Q + 1", KeyError), ("~C", ExprError)):
+        with pytest.raises(exc):
+            all_of([Expr("A > 0"), Expr(text)], ["A"], env)((3,))
+    holds = all_of([Expr("A * C <= N"), Expr("N % A == 1")], ["A", "C"], {"N": 4096})
+    assert holds((3, 2.5)) and not holds((2, 2.5)) and not holds((3, 2000.0))
+    assert holds((5, 1)) is True
+    assert all_of([Expr("min(A, 2) == 2")], ["min", "A"], {})((0, 5))  # a param named min

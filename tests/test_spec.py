@@ -205,3 +205,42 @@ def test_scalars_are_checked_against_their_c_types_real_range(tmp_path):
     sw = load_sweep(make(tmp_path, spec.replace("4294967297", "4294967295"), **{"k.cpp": src}))
     assert [a.dtype for a in sw.space("cpu").signature.args] == [
         "float32", "float32", "uint32", "float16"]
+
+
+DEAD = """
+    kernel: k.cpp
+    dims: [{N: 1024}, {N: 4096}]
+    args: {x: [N], y: [N]}
+    params: {THREADS: [128, 256]}
+    restrictions:
+      - "THREADS <= N"
+      - "ITEMS * THREADS <= 256"
+      - "VEC * THREADS <= 256"
+      - "ITEMS * THREADS >= 1024"
+    methods:
+      memory.vectorized_access: {defines: {VEC: 4}}
+      compute.thread_coarsening: {params: {ITEMS: [2, 4]}}
+      latency.warp_shuffle_sync: {defines: {SHFL: 1}}
+    cuda:
+      kernel: k.cu
+      params: {T: [32, 64]}
+      restrictions: ["T * VEC > 512"]
+      methods:
+        memory.vectorized_access: {defines: {VEC: 4}}
+"""
+
+
+def test_a_method_the_restrictions_exclude_is_warned_about(tmp_path):
+    """A method that no launch config carries past the restrictions loads with one line
+    naming the method and the restriction(s) that remove it; live methods get none."""
+    sw = load_sweep(make(tmp_path, DEAD, **{"k.cu": VADD_CPP}))
+    spec = sw.spec_path
+    assert sw.warnings == [
+        f"{spec}: methods.memory.vectorized_access: no launch config survives "
+        "restrictions[2] ('VEC * THREADS <= 256'); the method can never run",
+        f"{spec}: methods.compute.thread_coarsening: no launch config survives "
+        "restrictions[1] ('ITEMS * THREADS <= 256') and restrictions[3] "
+        "('ITEMS * THREADS >= 1024') together; the method can never run",
+        f"{spec}: cuda.methods.memory.vectorized_access: no launch config survives "
+        "cuda.restrictions[0] ('T * VEC > 512'); the method can never run"]
+    assert load_sweep(make(tmp_path / "g")).warnings == []
