@@ -33,12 +33,12 @@ def test_a_replay_keyed_by_input_content_is_replayed(tmp_path, harness):
 
 
 def test_honest_kernel_is_neither(tmp_path, harness):
-    """The checks above cost an honest kernel nothing: same problem, status ok."""
+    """An honest kernel is not `replayed`: same problem, status ok, the unseen calls made."""
     res = harness.run(job(artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0}),
                           PACK / "faults.cpp", PACK / "ref.py", {"N": 4096},
                           {"x": ["N"], "buf": ["N"], "y": ["N"]}))
     assert res["status"] == "ok", res
-    assert len(res["unseen_ms"]) == 2 and res["escaped_ms"] >= 0.0
+    assert len(res["unseen_ms"]) == 2 and "escaped_ms" not in res  # no CPU probe
     assert res["n_samples"] >= TIMING["min_samples"]
 
 
