@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import sys
 import threading
@@ -82,6 +83,12 @@ class _Group(click.Group):
             _fail(str(e))
         except duckdb.Error as e:
             _fail(str(explain(e)))
+        except OSError as e:  # a path in the way: a file where a folder goes, or the reverse
+            hint = {errno.EEXIST: "a file is in the way: move it or choose another path",
+                    errno.ENOTDIR: "part of the path is a file, not a folder",
+                    errno.EISDIR: "is a folder, not a file",
+                    errno.EACCES: "no permission"}.get(e.errno or 0, "")
+            _fail(f"{e.filename or ''}: {e.strerror or e}" + (f" ({hint})" if hint else ""))
         finally:
             warnings.showwarning = _show_warning
 

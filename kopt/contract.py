@@ -206,9 +206,24 @@ def parse_signature_file(path: str | Path, kernel: str | None = None) -> Signatu
         ContractError: as those functions; OSError when the file cannot be read.
     """
     p = Path(path)
+    text = read_text(p, ContractError)
     if kernel is not None:
-        return parse_kernel_signature(p.read_text(), kernel, str(p))
-    return parse_signature(p.read_text(), str(p))
+        return parse_kernel_signature(text, kernel, str(p))
+    return parse_signature(text, str(p))
+
+
+def read_text(path: Path, error: type[Exception]) -> str:
+    """The UTF-8 text of ``path``; a directory, an unreadable file or bytes that are not UTF-8
+    raise ``error`` with one line naming the file and the fix."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a file; name the file itself") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                    f"{e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def _strip_comments(src: str) -> str:
@@ -239,6 +254,10 @@ def _type_name(t: c_ast.TypeDecl, where: str) -> str:
 
 
 def _arg(p: c_ast.Decl, filename: str, fname: str = "solve") -> Arg:
+    if not isinstance(p, c_ast.Decl):  # e.g. solve(ARGS) with a macro for the arguments
+        raise ContractError(f"{filename}: {fname}'s arguments must be written out in its "
+                            "prototype (a macro or an unnamed argument is not read); write "
+                            f"each argument with its type and name")
     where = f"{filename}: {fname} argument {p.name!r}"
     t = p.type
     if isinstance(t, c_ast.PtrDecl):

@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file
+from kopt.contract import ContractError, Signature, parse_signature_file, read_text
 from kopt.expr import all_of
 from workers import deps
 from workers.build import arch_flag
@@ -40,6 +40,7 @@ from workers.expr import ExprError, parse
 from workers.launch_geometry import launch_geometry as evaluate_launch
 
 Scalar = int | float | str
+MAX_ARG_ELEMENTS = 2**38  # elements of one buffer: beyond any device's memory
 BACKEND_SUFFIXES = {".cu": "cuda", ".cpp": "cpu", ".cc": "cpu", ".cxx": "cpu"}
 
 
@@ -196,7 +197,7 @@ class Space:
 
     def source_text(self) -> str:
         """The kernel source's text (read now)."""
-        return self.source.read_text()
+        return read_text(self.source, SpecError)
 
     def local_inputs(self) -> dict[str, str]:
         """``{path relative to the source's folder: sha256}`` of every local file the source
@@ -323,7 +324,7 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
                         "source and ref.py (see docs/spec.md)")
     root = spec_path.parent.resolve()
     try:
-        raw = yaml.load(spec_path.read_text(), Loader=_UniqueKeyLoader)
+        raw = yaml.load(read_text(spec_path, SpecError), Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         text = str(e).replace("<unicode string>", str(spec_path))
         raise SpecError(f"{spec_path}: not valid YAML: {text}") from None
@@ -506,7 +507,9 @@ def _backend_of(kernel: str, err: Any, fieldname: str) -> str:
 
 def _check_ref(ref: Path, err: Any) -> None:
     try:
-        tree = ast.parse(ref.read_text(), str(ref))
+        tree = ast.parse(read_text(ref, ContractError), str(ref))
+    except ContractError as e:
+        raise err("reference", str(e)) from None
     except SyntaxError as e:
         raise err("reference", f"{ref} does not parse: {e}") from None
     funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -559,6 +562,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({kind}{' ' * integral}"
                           f"{rng}); use a value of that range or a wider type")
         for a, shape in sf.args.items():
+            numel = 1
             for j, e in enumerate(shape):
                 v = e
                 if isinstance(e, str):
@@ -578,6 +582,11 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                     raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}dims[{i}] = {d}, "
                               "not a size: every extent must be an integer >= 1 (an empty "
                               "buffer has nothing to measure)")
+                numel *= v
+            if numel > MAX_ARG_ELEMENTS:
+                raise err(f"args.{a}", f"{shape} gives {numel:,} elements with {dp}dims[{i}] = "
+                          f"{d}, over {MAX_ARG_ELEMENTS:,} (2^38): no device holds that; check "
+                          "the extents")
 
     params = {k: list(v) for k, v in blk.params.items()}
     for k, vals in params.items():

@@ -265,7 +265,25 @@ class Harness:
         unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
         reference = reference or bool(unsized)  # their shapes come from the reference
         n_sets = N_SETS + N_UNSEEN if reference else 1
-        sets, notes = [], []
+        try:
+            return self._prepare(job, key, mod, scalars, shapes, ref_name, reference, n_sets)
+        except (torch.OutOfMemoryError, MemoryError) as e:
+            raise JobError("error", f"the inputs and outputs of dims {dims} do not fit in "
+                           f"memory ({str(e).splitlines()[0][:200]}); check the sizes in "
+                           "sweep.yaml `args:` / `dims:`") from None
+        except RuntimeError as e:
+            if "alloc" not in str(e).lower():
+                raise
+            raise JobError("error", f"the inputs and outputs of dims {dims} cannot be allocated "
+                           f"({str(e).splitlines()[0][:200]}); check the sizes in sweep.yaml "
+                           "`args:` / `dims:`") from None
+
+    def _prepare(self, job: dict, key: tuple, mod: Any, scalars: dict, shapes: dict,
+                 ref_name: str, reference: bool, n_sets: int) -> Data:
+        """:meth:`prepare`'s work once the shapes are known."""
+        sig = job["signature"]
+        sets: list[InputSet] = []
+        notes: list[str] = []
         with torch.no_grad():
             for k in range(n_sets):
                 seed = job["seed"] + k

@@ -1,0 +1,71 @@
+"""What a fresh-clone trial broke (issue 12): files that are folders or not UTF-8, a macro in
+the prototype, paths in the way of a report or a triage folder, buffers no device holds. Each
+is one line naming the file or field and the fix, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, assert_spec_error, write_sweep
+from kopt.cli import main
+
+ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n'  # noqa: E501
+REF = "def reference(x, N):\n    return x\n"
+
+
+def base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n", **files):
+    return write_sweep(tmp_path / "s", yaml, {"add.cpp": ADD, "ref.py": REF, **files})
+
+
+def test_a_macro_for_the_arguments_is_named(tmp_path):
+    d = base(tmp_path, **{"add.cpp": '#define ARGS const float* x, float* y, int N\n'
+                                     'extern "C" void solve(ARGS) {}\n'})
+    assert_spec_error(d, "field 'kernel'", "arguments must be written out in its prototype")
+
+
+@pytest.mark.parametrize("what", ["add.cpp", "ref.py"])
+def test_a_folder_where_a_file_goes_is_named(tmp_path, what):
+    d = base(tmp_path)
+    (d / what).unlink()
+    (d / what).mkdir()
+    assert_spec_error(d, f"{what}: is a directory, not a file")
+
+
+def test_sweep_yaml_as_a_folder(tmp_path):
+    from kopt.spec import SpecError, load_sweep
+
+    d = base(tmp_path)
+    (d / "sweep.yaml").unlink()
+    (d / "sweep.yaml").mkdir()
+    with pytest.raises(SpecError, match=r"sweep.yaml: is a directory, not a file"):
+        load_sweep(d)
+
+
+@pytest.mark.parametrize("what", ["sweep.yaml", "add.cpp"])
+def test_text_that_is_not_utf8_is_named(tmp_path, what):
+    from kopt.spec import SpecError, load_sweep
+
+    d = base(tmp_path)
+    (d / what).write_bytes(b"\xff\xfe" + (d / what).read_bytes())
+    with pytest.raises(SpecError, match=rf"{what}: not UTF-8 text \(byte 0xff at offset 0\); "
+                                        r"save it as UTF-8"):
+        load_sweep(d)
+
+
+def test_a_buffer_no_device_holds_is_refused_at_load(tmp_path):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 1048576}]\nargs: {x: [N, N, N]}\n")
+    assert_spec_error(d, "field 'args.x'", "1,152,921,504,606,846,976 elements",
+                      "no device holds that")
+
+
+def test_a_file_in_the_way_of_a_report_or_triage_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    r = CliRunner().invoke(main, ["triage", str(ROOT / "tests" / "data" / "triage-h200" /
+                                                "toy_graph0.json.gz"),
+                                  "--store", str(tmp_path / "st"), "--out",
+                                  str(tmp_path / "afile")])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert "afile" in r.output and "is a file, not a folder" in r.output, r.output
