@@ -733,6 +733,8 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
                no_store: bool) -> None:
     """Hotspots of a profiled step (PyTorch trace JSON or Nsight Systems SQLite): kernels,
     known paths, actions. See kopt/triage.py for how kernels are attributed to ranges."""
+    import pyarrow as pa
+
     from kopt import triage as tr
 
     if trace and formal and trace != formal:
@@ -743,10 +745,16 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
     try:
         t = tr.triage(formal, mapping=mapping, known=known, min_share=min_share,
                       sweeps=out_dir / "sweeps" if out_dir else None)
+        if not no_store:
+            tr.store_triage(t, _store(store))
     except tr.TriageError as e:
         _fail(str(e))
-    if not no_store:
-        tr.store_triage(t, _store(store))
+    except (KeyError, ValueError, TypeError, AttributeError, pa.ArrowException) as e:
+        # a trace, a --known file or a plot name kopt cannot use: one line, not a traceback
+        files = ", ".join(str(f) for f in (mapping, formal, known) if f)
+        _fail(f"{files}: not a trace (or known-routes file) kopt can read: "
+              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}; PyTorch "
+              "profiler JSON and Nsight Systems SQLite exports are read (docs: README, Triage)")
     tables = {"kernels": t.kernels, "paths": t.paths, "actions": t.actions}
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -756,7 +764,10 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
                 _csv(f, rows)
         tr.plot(t, out_dir / "triage.png")
     if plot_file:
-        tr.plot(t, plot_file)
+        try:
+            tr.plot(t, plot_file)
+        except ValueError as e:  # matplotlib: an extension it cannot write
+            _fail(f"--plot {plot_file}: {str(e).splitlines()[0]}")
     for n in t.notes:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
     if fmt == "json":

@@ -191,7 +191,8 @@ def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
     args: list[Arg] = []
     for p in plist:
         if isinstance(p, c_ast.Typename):  # (void) or an unnamed arg
-            if isinstance(p.type, c_ast.TypeDecl) and _type_name(p.type) == "void":
+            if (isinstance(p.type, c_ast.TypeDecl)
+                    and _type_name(p.type, f"{filename}: {fname}") == "void"):
                 continue
             raise ContractError(f"{filename}: every {fname} argument needs a name")
         args.append(_arg(p, filename, fname))

@@ -143,11 +143,16 @@ def cluster_address(path: str | Path) -> str:
     p = Path(path)
     try:
         cfg = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SweepError(f"--cluster {p}: cannot read it ({first}); pass the Ray "
                          "cluster-launcher YAML you brought up with `ray up`") from None
-    head = ((cfg or {}).get("provider") or {}).get("head_ip")
+    if cfg is not None and not isinstance(cfg, dict):
+        raise SweepError(f"--cluster {p}: expected a mapping (provider:, head_start_ray_commands:"
+                         f", ...), got a YAML {type(cfg).__name__}; pass the Ray "
+                         "cluster-launcher YAML you brought up with `ray up`")
+    provider = (cfg or {}).get("provider") or {}
+    head = provider.get("head_ip") if isinstance(provider, dict) else None
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
                          "to the head of a local-provider cluster (or pass --address HOST:PORT)")

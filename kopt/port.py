@@ -128,7 +128,13 @@ def check_repo(target: Path) -> tuple[Path, str]:
         raise PortError(f"--to {target}: not inside a git repository; kopt port works on a "
                         "new branch of the file's repository")
     root = Path(r.stdout.strip())
-    rel = os.path.relpath(target.resolve(), root.resolve())
+    try:
+        real = target.resolve(strict=False)
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise PortError(f"--to {target}: cannot be resolved ({e}); name a real file") from None
+    if real.is_dir():
+        raise PortError(f"--to {target}: is a directory; name the source file to replace")
+    rel = os.path.relpath(real, root.resolve())
     for marker, what in (("MERGE_HEAD", "a merge"), ("rebase-merge", "a rebase"),
                          ("rebase-apply", "a rebase"), ("CHERRY_PICK_HEAD", "a cherry-pick"),
                          ("REVERT_HEAD", "a revert")):

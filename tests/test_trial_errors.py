@@ -69,3 +69,63 @@ def test_a_file_in_the_way_of_a_report_or_triage_folder(tmp_path, monkeypatch):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert "afile" in r.output and "is a file, not a folder" in r.output, r.output
+
+
+# -- a second trial -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr, why", [("max()", "max(...): max expected at least 1"),
+                                       ("abs(1, 2)", "abs(...): abs() takes exactly one")])
+def test_a_function_called_with_the_wrong_arguments_is_named(tmp_path, expr, why):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            f"params: {{T: [1, 2]}}\nrestrictions: ['{expr}']\n")
+    assert_spec_error(d, "restrictions[0]", why)
+
+
+def test_a_solve_of_void_is_read_as_no_arguments(tmp_path):
+    from kopt.contract import parse_signature
+
+    assert parse_signature('extern "C" void solve(void) { }', "k.cpp").args == ()
+
+
+@pytest.mark.parametrize("text, why", [(b"\xff", "cannot read it"),
+                                       (b"[1]\n", "expected a mapping")])
+def test_a_cluster_file_kopt_cannot_read(tmp_path, text, why):
+    from kopt.pipeline import SweepError, cluster_address
+
+    f = tmp_path / "cl.yaml"
+    f.write_bytes(text)
+    with pytest.raises(SweepError, match=why):
+        cluster_address(f)
+
+
+def test_port_to_a_symlink_loop_or_a_folder(tmp_path):
+    import subprocess
+
+    from kopt.port import PortError, check_repo
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a").symlink_to(repo / "b")
+    (repo / "b").symlink_to(repo / "a")
+    with pytest.raises(PortError, match="cannot be resolved"):
+        check_repo(repo / "a")
+    (repo / "sub").mkdir()
+    with pytest.raises(PortError, match="is a directory"):
+        check_repo(repo / "sub")
+
+
+@pytest.mark.parametrize("events", [
+    [{"ph": "X", "cat": "kernel", "name": "k"}],
+    [{"ph": "X", "cat": "kernel", "name": "k", "ts": "a", "dur": "b"}],
+    [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1, "args": 5}],
+], ids=["no-ts", "ts-text", "args-int"])
+def test_a_malformed_trace_is_one_line(tmp_path, events):
+    import json
+
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({"traceEvents": events}))
+    r = CliRunner().invoke(main, ["triage", str(t), "--no-store"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert "not a trace (or known-routes file) kopt can read" in r.output

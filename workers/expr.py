@@ -200,7 +200,11 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.IfExp):
         return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
     if isinstance(node, ast.Call):
-        return _FUNCS[node.func.id](*(_eval(a, env) for a in node.args))  # type: ignore[attr-defined]
+        args = [_eval(a, env) for a in node.args]
+        try:
+            return _FUNCS[node.func.id](*args)  # type: ignore[attr-defined]
+        except TypeError as e:  # min(), abs(1, 2), min(N)
+            raise ExprError(f"{node.func.id}(...): {e}") from None  # type: ignore[attr-defined]
     raise ExprError(f"cannot evaluate {ast.dump(node)}")
 
 
