@@ -75,11 +75,13 @@ class _Group(click.Group):
         import duckdb
 
         from kopt.store import QueryError, explain
+        from workers.build import EnvError, check_env
 
         warnings.showwarning = _note
         try:
+            check_env()
             return super().invoke(ctx)
-        except QueryError as e:
+        except (QueryError, EnvError) as e:
             _fail(str(e))
         except duckdb.Error as e:
             _fail(str(explain(e)))

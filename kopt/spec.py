@@ -62,12 +62,12 @@ class Tolerance(_Model):
 class Timing(_Model):
     """How each candidate is timed (units: ms, counts, s)."""
 
-    warmup_ms: float = Field(25.0, ge=0)
+    warmup_ms: float = Field(25.0, ge=0, le=3.6e6)
     min_samples: int = Field(10, ge=3)
     max_samples: int = Field(200, ge=3)
-    max_time_ms: float = Field(2000.0, gt=0)
+    max_time_ms: float = Field(2000.0, gt=0, le=3.6e6)
     target_rel_error: float = Field(0.005, gt=0)
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(60.0, gt=0, le=86400)  # a day at most
     # flush the L2 (CPU backend: the last-level cache) before each sample; false only where
     # a cold cache is not the question (bench/driver.py: kopt's own overhead)
     flush: bool = True

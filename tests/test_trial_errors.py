@@ -129,3 +129,53 @@ def test_a_malformed_trace_is_one_line(tmp_path, events):
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert "not a trace (or known-routes file) kopt can read" in r.output
+
+
+# -- a third trial --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-1"])
+def test_a_compile_env_var_kopt_cannot_use_is_one_line(value):
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "catalog"], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "KOPT_COMPILE_TIMEOUT_S": value})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"$KOPT_COMPILE_TIMEOUT_S={value!r}: expected a number from 1 to 86400" in p.stderr
+
+
+def test_a_timeout_no_clock_holds_is_refused_at_load(tmp_path):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "timing: {timeout_s: 1.0e+30}\n")
+    assert_spec_error(d, "timing", "86400")
+
+
+def test_an_expression_nested_too_deeply(tmp_path):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "params: {T: [1, 2]}\nrestrictions: ['" + "-" * 1500 + "1']\n")
+    assert_spec_error(d, "restrictions[0]", "nested too deeply")
+
+
+@pytest.mark.parametrize("make, why", [
+    ("torch.randn(N, device='meta')", "as a meta tensor"),
+    ("torch.randn(N).to_sparse()", "as a torch.sparse_coo tensor"),
+    ("(_ for _ in ()).throw(KeyboardInterrupt())", "inputs() raised KeyboardInterrupt()"),
+], ids=["meta", "sparse", "base-exception"])
+def test_odd_inputs_are_the_references_fault_in_one_line(tmp_path, make, why):
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    d = base(tmp_path, **{"ref.py": "import torch\n"
+                                    f"def inputs(seed, N):\n    return {{'x': {make}}}\n"
+                                    "def reference(x, N):\n    return x\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0, "args": {},
+           "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+           "timing": {"timeout_s": 10}, "prepare_only": True}
+    with pytest.raises(JobError, match=why.replace("(", r"\(").replace(")", r"\)")):
+        Harness("cpu").run(job)

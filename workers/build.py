@@ -51,10 +51,41 @@ CPU_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp"]
 # job's ``target``, stored as the ``arch`` column), so a spec's flags may not
 ARCH_OPTIONS = ("-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode",
                 "--generate-code")
-COMPILE_TIMEOUT_S = float(os.environ.get("KOPT_COMPILE_TIMEOUT_S", 600))
+
+
+class EnvError(ValueError):
+    """An environment variable kopt reads holds a value it cannot use (the message names it,
+    the value and the range)."""
+
+
+def env_number(name: str, default: float, lo: float, hi: float) -> tuple[float, str]:
+    """``$name`` as a number in ``[lo, hi]`` (``default`` when unset), and "" or why it was
+    refused (then the default stands; :func:`check_env` turns the refusal into an error)."""
+    import math
+
+    raw = os.environ.get(name)
+    if raw is None:
+        return default, ""
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if not lo <= v <= hi:  # NaN fails too
+        return default, f"${name}={raw!r}: expected a number from {lo:g} to {hi:g}"
+    return v, ""
+
+
+COMPILE_TIMEOUT_S, _TIMEOUT_BAD = env_number("KOPT_COMPILE_TIMEOUT_S", 600.0, 1.0, 86400.0)
 # address-space cap of one compiler process (GiB): a runaway compile fails as a compile
 # error instead of taking the node's memory (and Ray's OOM killer) with it
-COMPILE_MEM_GB = float(os.environ.get("KOPT_COMPILE_MEM_GB", 8))
+COMPILE_MEM_GB, _MEM_BAD = env_number("KOPT_COMPILE_MEM_GB", 8.0, 0.5, 4096.0)
+
+
+def check_env() -> None:
+    """Raise EnvError naming each KOPT_COMPILE_* variable whose value is unusable."""
+    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD) if x)
+    if bad:
+        raise EnvError(bad)
 
 
 # the compiler wrapper's set-up: memory cap, and SIGTERM when the build task dies (then

@@ -28,6 +28,9 @@ from typing import Any
 MAX_BITS = 4096
 
 
+MAX_TEXT = 2000  # characters of one expression
+
+
 class ExprError(ValueError):
     """An expression uses syntax or names outside the allowed subset, or its value is out of
     bounds (an integer above MAX_BITS bits, a float overflow, a complex result)."""
@@ -88,12 +91,17 @@ class Expr:
 
     def __init__(self, text: str):
         self.text = text
+        if len(text) > MAX_TEXT:
+            raise ExprError(f"expression of {len(text)} characters, over {MAX_TEXT}: "
+                            f"{text[:40]!r}...")
         try:
             self._tree = ast.parse(text, mode="eval").body
+            self.names: frozenset[str] = frozenset(self._check(self._tree))
+            self._fold(self._tree)
         except SyntaxError as e:
             raise ExprError(f"not a valid expression: {text!r} ({e.msg})") from None
-        self.names: frozenset[str] = frozenset(self._check(self._tree))
-        self._fold(self._tree)
+        except (RecursionError, MemoryError):
+            raise ExprError(f"expression nested too deeply: {text[:40]!r}...") from None
 
     def _fold(self, node: ast.AST) -> None:
         """Evaluate every constant sub-expression once, so that an out-of-bounds one (which

@@ -229,7 +229,7 @@ class Harness:
             sys.path.insert(0, str(Path(path).parent))
             try:
                 spec.loader.exec_module(mod)  # type: ignore[union-attr]
-            except Exception as e:
+            except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
                 raise JobError("error", f"{path}: import failed: {e!r}") from None
             finally:
                 sys.path.pop(0)
@@ -375,7 +375,7 @@ class Harness:
                                f"that kopt cannot give: {'; '.join(why)}")
         try:
             ref = fn(**kwargs)
-        except Exception as e:
+        except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
             raise JobError("error", f"{ref_name}: reference() raised {e!r}") from None
         outs = [a for a in sig if a["kind"] == "output"]
         if isinstance(ref, torch.Tensor):
@@ -419,7 +419,7 @@ class Harness:
         if hasattr(mod, "inputs"):
             try:
                 got = mod.inputs(seed=seed, **job["dims"])
-            except Exception as e:
+            except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
                 raise JobError("error", f"{ref_name}: inputs() raised {e!r}") from None
             if not isinstance(got, dict):
                 raise JobError("error", f"{ref_name}: inputs() must return a dict name -> tensor")
@@ -449,6 +449,10 @@ class Harness:
             if not isinstance(t, torch.Tensor):
                 raise JobError("error", f"{ref_name}: inputs() returned {type(t).__name__} for "
                                f"{n!r}; return a torch.Tensor")
+            if t.layout != torch.strided or t.is_meta or t.is_nested:
+                raise JobError("error", f"{ref_name}: inputs() returned {n!r} as a "
+                               f"{'meta' if t.is_meta else 'nested' if t.is_nested else t.layout}"
+                               " tensor; return a dense tensor with values")
             if t.dtype != dt:
                 raise JobError("error", f"{ref_name}: input {n!r} is {t.dtype} but solve takes "
                                f"{a['ctype']}* (torch.{a['dtype']})")
