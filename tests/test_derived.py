@@ -279,3 +279,15 @@ def test_the_rewritten_shipped_sweeps_expand_as_before(name):
 def test_every_shipped_sweep_is_pinned():
     assert sorted(MAIN_FIGURES) == sorted(p.parent.name for p in
                                           (ROOT / "sweeps").glob("*/sweep.yaml"))
+
+
+def test_the_written_out_winner_states_its_derived_quantities(tmp_path):
+    from kopt.report import realized_source
+
+    text = realized_source(make(tmp_path), "cpu", {"CHUNK": 128, "VEC": 4}, "winner")
+    assert text.splitlines()[:5] == [
+        "// winner", "// kopt: the candidate's -D defines, written into the source",
+        "#define CHUNK 128", "#define VEC 4",
+        "// sweep.yaml's derived quantities: TILE=512"]  # HALF and BIG need the dims
+    plain = realized_source(make(tmp_path, INLINED, "hand"), "cpu", {"CHUNK": 128}, "w")
+    assert "derived" not in plain
