@@ -435,7 +435,8 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
             except KeyError:
                 continue  # a backend's own dims without that name: Sweep.work is not asked
             except ZeroDivisionError:
-                raise err(fname, f"{text!r} divides by zero at {where}[{i}] = {d}") from None
+                raise err(fname, f"{getattr(sf, fname)!r} divides by zero at {where}[{i}] = "
+                          f"{d}") from None
             except (ExprError, OverflowError) as ex:
                 raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
                           "work of one call with smaller operands") from None
@@ -614,7 +615,9 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                     try:
                         v = parse(_inlined(e, shared, f"args.{a}[{j}]", err))({**d, **sf.scalars})
                     except KeyError as ex:
-                        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}, which is "
+                        via = sorted(parse(e).names & shared.keys())
+                        via_s = f" through its derived names ({', '.join(via)})" if via else ""
+                        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}{via_s}, which is "
                                   f"neither a dim of {dp or 'the top-level '}dims[{i}] "
                                   f"({', '.join(d) or 'none'}) nor in `scalars`") from None
                     except ZeroDivisionError:

@@ -133,6 +133,12 @@ def test_where_a_derived_name_cannot_reach_it_says_so(tmp_path):
     # flops/bytes see dims and scalars only: not a param through a derived name
     expect(tmp_path, GOOD.replace('flops: "HALF * 2"', 'flops: "TILE"'), "field 'flops'",
            "names ['CHUNK', 'VEC'] through its derived names (TILE)", "not dims or scalars")
+    # args see dims and scalars only
+    expect(tmp_path, GOOD.replace("[HALF * 2]", "[TILE]"), "field 'args.y[0]'",
+           "'TILE' names 'CHUNK' through its derived names (TILE)", "neither a dim")
+    # an error in a derived name's value is named where it is used, as written there
+    expect(tmp_path, GOOD.replace('HALF: "N // 2"', 'HALF: "N // 0"'), "field 'flops'",
+           "'HALF * 2' divides by zero at dims[0]")
     # restrictions see no scalars
     expect(tmp_path, GOOD.replace('HALF: "N // 2"', 'HALF: "N // alpha"'),
            "field 'restrictions[0]'", "names ['alpha'] through its derived names (HALF, TILE)",
