@@ -31,15 +31,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from kopt.spec import Space
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ROOT / "sweeps" / "sgemm_kt"
 
 
+
+
+def _kt_space() -> Space:
+    """The sweep's space as kopt loads it: expressions with its derived names inlined, over
+    Kernel Tuner's params and the dims only (Kernel Tuner knows no derived names)."""
+    from kopt.spec import load_sweep
+
+    return load_sweep(SWEEP).space("cuda")
+
+
 # dynamic shared memory of one block, bytes: the sweep's own launch.smem_bytes expression
-SMEM_EXPR = yaml.safe_load((SWEEP / "sweep.yaml").read_text())["launch"]["smem_bytes"]
+SMEM_EXPR = _kt_space().launch.smem_bytes
 KT_SMEM_LIMIT = 49152  # bytes: CUDA's default per-block dynamic shared memory limit
 
 
@@ -69,8 +83,9 @@ def kernel_tuner_run(lang: str) -> tuple[float, dict, int]:
     # the sweep's restrictions minus the ones on dims (4096 is divisible by every tile), and
     # the 48 KB of dynamic shared memory a launch gets without opting in (Kernel Tuner's
     # CUPY/NVCUDA backends never raise cudaFuncAttributeMaxDynamicSharedMemorySize)
-    restrictions = [r for r in spec["restrictions"] if "M" not in r and "N %" not in r
-                    and "K %" not in r and "232448" not in r]
+    space = _kt_space()
+    restrictions = [r for r in map(space.resolve, space.restrictions) if "M" not in r
+                    and "N %" not in r and "K %" not in r and "232448" not in r]
     restrictions.append(f"{SMEM_EXPR} <= {KT_SMEM_LIMIT}")
     tol = spec["tolerance"]
 

@@ -286,7 +286,7 @@ def iter_candidates(space: Space, catalog: Catalog, sm: int | None,
     """
     digest = source_digest or space_digest(space)
     # names were checked against params, method params/defines and dims when the spec loaded
-    restrictions = [parse(text) for text in space.restrictions]
+    restrictions = [parse(space.resolve(text)) for text in space.restrictions]
     ctx = ctx or Context()
     sel = list(dict.fromkeys([*ctx.selected, *selected]))
     base_params = ctx.baseline_params or space.baseline

@@ -6,6 +6,7 @@ conjunction of restrictions (evaluated once per candidate of a space)."""
 from __future__ import annotations
 
 import ast
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -76,3 +77,38 @@ def all_of(exprs: Sequence[Expr], names: Sequence[str], bound: Mapping[str, Any]
         env = {**bound, **dict(zip(names, values))}
         return all(e(env) for e in exprs)
     return holds
+
+
+class _Inline(ast.NodeTransformer):
+    """Replaces each name bound in ``defs`` (name -> a parsed definition) by a copy of its
+    definition; function names (``min`` in ``min(a, b)``) stay."""
+
+    def __init__(self, defs: Mapping[str, ast.expr]):
+        self.defs = defs
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return copy.deepcopy(self.defs[node.id]) if node.id in self.defs else node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        node.args = [self.visit(a) for a in node.args]
+        return node
+
+
+def inline(text: str, defs: Mapping[str, str]) -> str:
+    """``text`` with every name of ``defs`` (sweep.yaml's ``derived:``, name -> expression)
+    replaced by its definition, parenthesised where precedence needs it (``ast.unparse``):
+    ``inline("(N + BN - 1) // BN", {"BN": "BX * TN"})`` is
+    ``"(N + BX * TN - 1) // (BX * TN)"``. Definitions are substituted as given, so each must
+    already be inlined over the ones before it (``derived`` evaluates in order). ``text``
+    comes back unchanged, byte for byte, when it names none of them: an expression without
+    derived names evaluates (and hashes) as written.
+
+    Raises:
+        ExprError: ``text`` or a definition it uses does not parse (see :func:`parse`).
+    """
+    used = parse(text).names & defs.keys()
+    if not used:
+        return text
+    trees = {n: ast.parse(parse(defs[n]).text, mode="eval").body for n in used}
+    tree = _Inline(trees).visit(ast.parse(text, mode="eval"))
+    return ast.unparse(tree)

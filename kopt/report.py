@@ -48,7 +48,8 @@ def first_error(text: str | None) -> str:
 
 def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
                     header: str) -> str | None:
-    """The kernel source with the candidate's defines written in as ``#define`` lines."""
+    """The kernel source with the candidate's defines written in as ``#define`` lines (and,
+    when the sweep names derived quantities, a comment with those the defines give)."""
     from kopt.spec import load_sweep
 
     try:
@@ -57,6 +58,9 @@ def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
         return None
     lines = [f"// {header}", "// kopt: the candidate's -D defines, written into the source"]
     lines += [f"#define {k} {v}" for k, v in sorted(defines.items())]
+    derived = space.derived_values(dict(defines))
+    if derived:
+        lines.append(f"// sweep.yaml's derived quantities: {_kv(derived)}")
     return "\n".join(lines) + "\n\n" + space.source_text()
 
 

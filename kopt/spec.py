@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import keyword
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
     StrictInt,
     ValidationError,
     field_validator,
@@ -32,7 +34,7 @@ from pydantic import (
 
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import ContractError, Signature, parse_signature_file, read_text
-from kopt.expr import all_of
+from kopt.expr import _FUNCS, all_of, inline
 from workers import deps
 from workers.build import arch_flag
 from workers.ctypes_map import scalar_range
@@ -121,11 +123,17 @@ class Launch(_Model):
     smem_bytes: str | int = 0
 
 
+# sweep.yaml's ``derived:``: name -> an expression (or a number) over params, method
+# params/defines, dims, scalars and the names above it (evaluated in order)
+Derived = dict[str, str | StrictInt | StrictFloat]
+
+
 class BackendBlock(_Model):
     """One backend's source and search space."""
 
     kernel: str
     launch: Launch | None = None
+    derived: Derived = {}
     params: dict[str, list[Scalar]] = {}
     restrictions: list[str] = []
     baseline: dict[str, Scalar] = {}
@@ -147,6 +155,7 @@ class SweepFile(_Model):
     tolerance: Tolerance = Tolerance()
     args: dict[str, list[str | int]] = {}
     scalars: dict[str, float | int] = {}
+    derived: Derived = {}
     params: dict[str, list[Scalar]] = {}
     restrictions: list[str] = []
     baseline: dict[str, Scalar] = {}
@@ -179,7 +188,11 @@ class Space:
         dims: problem sizes for this backend.
         include_dirs: extra -I paths (absolute).
         timing: the timing settings for this backend.
-        launch: kernel mode's kernel and launch geometry; None for a ``solve`` source.
+        launch: kernel mode's kernel and launch geometry, its derived names inlined (every
+            expression names only params, dims and scalars); None for a ``solve`` source.
+        derived: the block's ``derived:`` quantities in order, name -> expression with the
+            derived names before it inlined (over params, method params/defines, dims and
+            scalars only). Never a define: they change no candidate or build id.
     """
 
     backend: str
@@ -194,6 +207,25 @@ class Space:
     include_dirs: list[str] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
     launch: Launch | None = None
+    derived: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, text: str) -> str:
+        """``text`` (a restriction) with this space's derived names inlined
+        (:func:`kopt.expr.inline`): what expansion evaluates. Unchanged when it names none."""
+        return inline(text, self.derived)
+
+    def derived_values(self, env: dict[str, Any]) -> dict[str, Any]:
+        """Each derived quantity's value for ``env`` (a candidate's defines with its dims and
+        the scalars), name -> number in the order written: the figures a tile model gives,
+        e.g. ``{"warps": 8, "BM": 64, ...}``. A quantity that needs a name ``env`` lacks (a
+        method param of another method), divides by zero or is out of bounds is left out."""
+        out = {}
+        for name, text in self.derived.items():
+            try:
+                out[name] = parse(text)(env)
+            except (KeyError, ZeroDivisionError, ExprError):
+                continue
+        return out
 
     def source_text(self) -> str:
         """The kernel source's text (read now)."""
@@ -358,7 +390,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     _check_ref(ref, err)
 
     blocks: dict[str, tuple[str, BackendBlock]] = {}
-    top = BackendBlock(kernel=sf.kernel, launch=sf.launch, params=sf.params,
+    top = BackendBlock(kernel=sf.kernel, launch=sf.launch, derived=sf.derived, params=sf.params,
                        restrictions=sf.restrictions, baseline=sf.baseline, methods=sf.methods,
                        flags=sf.flags, include_dirs=sf.include_dirs)
     primary = _backend_of(sf.kernel, err, "kernel")
@@ -375,7 +407,10 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                             f"put the other backend's source in this block")
         blocks[name] = (f"{name}.", blk)
 
-    for fname in ("flops", "bytes"):
+    # the top level's derived names, which args, flops and bytes may use too
+    shared = _check_derived(sf.derived, _scope(top, sf.dims, sf.scalars), "", err)
+    work: dict[str, str | None] = {"flops": None, "bytes": None}
+    for fname in work:
         text = getattr(sf, fname)
         if text is None:
             continue
@@ -384,27 +419,38 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         except ExprError as ex:
             raise err(fname, str(ex)) from None
         dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
+        if not e.names <= dim_names | shared.keys():
+            raise err(fname, f"{text!r} names {sorted(e.names - dim_names - shared.keys())}, "
+                      "which are neither dims, scalars nor derived names")
+        via = ", ".join(sorted(shared.keys() & e.names))
+        work[fname] = text = _inlined(text, shared, fname, err)
+        e = parse(text)
         if not e.names <= dim_names:
-            raise err(fname, f"{text!r} names {sorted(e.names - dim_names)}, which are not dims")
+            raise err(fname, f"{getattr(sf, fname)!r} names {sorted(e.names - dim_names)} "
+                      f"through its derived names ({via}), which are not dims or scalars: the "
+                      "work of one call is the same for every launch config")
         for where, i, d in _all_dims(sf):
             try:
                 float(e({**sf.scalars, **d}))
             except KeyError:
                 continue  # a backend's own dims without that name: Sweep.work is not asked
             except ZeroDivisionError:
-                raise err(fname, f"{text!r} divides by zero at {where}[{i}] = {d}") from None
+                raise err(fname, f"{getattr(sf, fname)!r} divides by zero at {where}[{i}] = "
+                          f"{d}") from None
             except (ExprError, OverflowError) as ex:
                 raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
                           "work of one call with smaller operands") from None
     spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
-        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err)
+        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared)
         notes += [f"{spec_path}: {msg}" for msg in dead_methods(spaces[backend], catalog, prefix)]
     return Sweep(
         name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
-        tolerance=sf.tolerance, args=sf.args, scalars=sf.scalars, timing=sf.timing,
+        tolerance=sf.tolerance, scalars=sf.scalars, timing=sf.timing,
+        args={a: [_inlined(e, shared, f"args.{a}[{j}]", err) if isinstance(e, str) else e
+                  for j, e in enumerate(shape)] for a, shape in sf.args.items()},
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
-        raw=raw, flops=sf.flops, bytes=sf.bytes, warnings=notes)
+        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes)
 
 
 # Most restriction evaluations one method's check may take (its space projected on the
@@ -423,7 +469,7 @@ def dead_methods(space: Space, catalog: Catalog, prefix: str = "") -> list[str]:
     evaluations, or whose restrictions cannot be evaluated, gets no line (expansion
     reports the latter).
     """
-    exprs = [parse(r) for r in space.restrictions]
+    exprs = [parse(space.resolve(r)) for r in space.restrictions]
     out = []
     for mid in space.methods:
         group = [m for m in catalog.methods[mid].requires if m in space.methods] + [mid]
@@ -519,7 +565,7 @@ def _check_ref(ref: Path, err: Any) -> None:
 
 
 def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Path,
-           catalog: Catalog, err: Any) -> Space:
+           catalog: Catalog, err: Any, shared: dict[str, str]) -> Space:
     src = root / blk.kernel
     if not src.exists():
         raise err(f"{prefix}kernel", f"file {src} does not exist")
@@ -567,9 +613,11 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 v = e
                 if isinstance(e, str):
                     try:
-                        v = parse(e)({**d, **sf.scalars})
+                        v = parse(_inlined(e, shared, f"args.{a}[{j}]", err))({**d, **sf.scalars})
                     except KeyError as ex:
-                        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}, which is "
+                        via = sorted(parse(e).names & shared.keys())
+                        via_s = f" through its derived names ({', '.join(via)})" if via else ""
+                        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}{via_s}, which is "
                                   f"neither a dim of {dp or 'the top-level '}dims[{i}] "
                                   f"({', '.join(d) or 'none'}) nor in `scalars`") from None
                     except ZeroDivisionError:
@@ -604,18 +652,25 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             if k in params:
                 raise err(f"{prefix}methods.{mid}.params.{k}",
                           f"{k!r} is already a launch param; give method params their own names")
+    derived = _check_derived(blk.derived, _scope(blk, dims, sf.scalars), prefix, err)
     known = set(params) | {k for d in dims for k in d}
     for real in blk.methods.values():
         known |= set(real.params) | set(real.defines)
     for i, r in enumerate(blk.restrictions):
+        where = f"{prefix}restrictions[{i}]"
         try:
             names = parse(r).names
         except ExprError as e:
-            raise err(f"{prefix}restrictions[{i}]", str(e)) from None
-        if names - known:  # every backend's section, whatever this machine runs
-            raise err(f"{prefix}restrictions[{i}]",
-                      f"{r!r} names {sorted(names - known)}, which are neither params, method "
-                      f"params/defines nor dims (known: {sorted(known)})")
+            raise err(where, str(e)) from None
+        if names - known - derived.keys():  # every backend's section, whatever this machine runs
+            raise err(where, f"{r!r} names {sorted(names - known - derived.keys())}, which are "
+                      "neither params, method params/defines, dims nor derived names (known: "
+                      f"{sorted(known | derived.keys())})")
+        inner = parse(_inlined(r, derived, where, err)).names - known
+        if inner:
+            raise err(where, f"{r!r} names {sorted(inner)} through its derived names "
+                      f"({', '.join(sorted(names & derived.keys()))}); restrictions see params, "
+                      "method params/defines and dims, not scalars")
     baseline = {}
     for k, vals in params.items():
         v = blk.baseline.get(k, vals[0])
@@ -626,7 +681,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         if k not in params:
             raise err(f"{prefix}baseline.{k}", f"not a launch param (params: {list(params)})")
     for i, r in enumerate(blk.restrictions):  # the baseline (no methods) must be in the space
-        expr = parse(r)
+        expr = parse(inline(r, derived))
         for j, d in enumerate(dims):
             env = {**d, **baseline}
             if not expr.names <= env.keys():
@@ -643,8 +698,9 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 raise err(f"{prefix}restrictions[{i}]",
                           f"the baseline {baseline} {why} {r!r} for {dp}dims[{j}] = {d}; "
                           f"change `{prefix}baseline` or the restriction")
-    if blk.launch is not None:
-        _check_launch(blk.launch, prefix, params, baseline, dims, sf.scalars, err)
+    launch = blk.launch
+    if launch is not None:
+        launch = _check_launch(launch, prefix, params, baseline, dims, sf.scalars, err, derived)
     bad = arch_flag(blk.flags) if backend == "cuda" else None
     if bad is not None:
         raise err(f"{prefix}flags", f"{bad!r} sets the GPU arch, which kopt chooses per device "
@@ -655,7 +711,92 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
-        timing=blk.timing or sf.timing, launch=blk.launch)
+        timing=blk.timing or sf.timing, launch=launch, derived=derived)
+
+
+def _scope(blk: BackendBlock, dims: list[dict[str, int]], scalars: dict[str, float | int]
+           ) -> dict[str, str]:
+    """Every name a block's expressions may use -> what it is (for messages)."""
+    names = {k: "scalar" for k in scalars}
+    names |= {k: "dim" for d in dims for k in d}
+    for mid, real in blk.methods.items():
+        names |= {k: f"define of methods.{mid}" for k in real.defines}
+        names |= {k: f"param of methods.{mid}" for k in real.params}
+    return names | {k: "param" for k in blk.params}
+
+
+def _uses(derived: dict[str, Any], start: str, target: str) -> bool:
+    """Whether derived ``start`` uses ``target``, directly or through other derived names."""
+    seen, todo = set(), [start]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in derived:
+            continue
+        seen.add(n)
+        try:
+            names = parse(str(derived[n])).names
+        except ExprError:
+            continue
+        if target in names:
+            return True
+        todo += names
+    return False
+
+
+def _check_derived(derived: dict[str, Any], scope: dict[str, str], prefix: str, err: Any
+                   ) -> dict[str, str]:
+    """Validate a block's ``derived:`` (in order) and return name -> expression with the
+    derived names before it inlined. SpecError, at ``derived.NAME``, for a name that is no
+    identifier or shadows a param/method param/define/dim/scalar, an expression that does
+    not parse, a name it uses that is unknown, itself, below it or in a cycle."""
+    out: dict[str, str] = {}
+    for name, value in derived.items():
+        where = f"{prefix}derived.{name}"
+        if not name.isidentifier() or keyword.iskeyword(name) or name in _FUNCS:
+            raise err(where, f"{name!r} cannot be named in an expression; use letters, digits "
+                      "and _ (not starting with a digit), and neither a Python keyword nor "
+                      "min/max/abs")
+        if name in scope:
+            raise err(where, f"{name!r} is already a {scope[name]}; a derived name may not "
+                      "shadow it: rename the derived quantity")
+        text = value if isinstance(value, str) else str(value)
+        try:
+            names = parse(text).names
+        except ExprError as ex:
+            raise err(where, f"{ex}; write one expression over params, method params/defines, "
+                      "dims, scalars and the derived names above it") from None
+        if name in names:
+            raise err(where, f"{text!r} uses {name!r} itself; define it over other names")
+        for n in sorted(names & derived.keys() - out.keys()):
+            if _uses(derived, n, name):
+                raise err(where, f"{text!r} uses {n!r}, and derived.{n} uses {name!r}: a "
+                          "cycle; define one of them without the other")
+            raise err(where, f"{text!r} uses {n!r}, which is defined below it: move "
+                      f"derived.{n} above derived.{name} (derived names are evaluated in order)")
+        unknown = sorted(names - scope.keys() - out.keys())
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], [*scope, *out], n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise err(where, f"{text!r} names {unknown}, which are neither params, method "
+                      "params/defines, dims, scalars nor derived names above it" + hint)
+        out[name] = inline(text, out)
+        try:
+            parse(out[name])
+        except ExprError as ex:
+            raise err(where, f"with the derived names it uses inlined: {ex}; name fewer "
+                      "nested quantities") from None
+    return out
+
+
+def _inlined(text: str, derived: dict[str, str], where: str, err: Any) -> str:
+    """``text`` with ``derived`` inlined, SpecError at ``where`` when the result is too long."""
+    out = inline(text, derived)
+    try:
+        parse(out)
+    except ExprError as ex:
+        raise err(where, f"with its derived names inlined: {ex}; use fewer derived names "
+                  "or shorter ones") from None
+    return out
 
 
 def launch_entries(launch: Launch) -> list[tuple[str, str | int]]:
@@ -668,10 +809,13 @@ def launch_entries(launch: Launch) -> list[tuple[str, str | int]]:
 
 def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
                   baseline: dict[str, Scalar], dims: list[dict[str, int]],
-                  scalars: dict[str, float | int], err: Any) -> None:
-    """Each geometry expression parses, names only params/dims/scalars and gives valid
-    integers for the baseline at every problem size."""
+                  scalars: dict[str, float | int], err: Any, derived: dict[str, str]
+                  ) -> Launch:
+    """Each geometry expression parses, names only params/dims/scalars (directly or through
+    derived names) and gives valid integers for the baseline at every problem size.
+    Returns the launch with its derived names inlined: what builds carry to the node."""
     known = set(params) | {k for d in dims for k in d} | set(scalars)
+    entries = {}
     for fname, v in launch_entries(launch):
         where = f"{prefix}launch.{fname}"
         if isinstance(v, int):
@@ -680,11 +824,19 @@ def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
             e = parse(v)
         except ExprError as ex:
             raise err(where, str(ex)) from None
-        unknown = sorted(e.names - known)
+        entries[fname] = text = _inlined(v, derived, where, err)
+        unknown = sorted(parse(text).names - known)
         if unknown:
-            raise err(where, f"{v!r} names {unknown}, which are not launch params, dims or "
-                      "scalars (a method's params exist only for some candidates: make a name "
-                      "the geometry needs a launch param under `params:`)")
+            via = sorted(e.names & derived.keys())
+            raise err(where, f"{v!r} names {unknown}"
+                      + (f" through its derived names ({', '.join(via)})" if via else "")
+                      + ", which are not launch params, dims or scalars (a method's params "
+                      "exist only for some candidates: make a name the geometry needs a launch "
+                      "param under `params:`)")
+    launch = launch.model_copy(update={
+        "block": [entries.get(f"block[{i}]", v) for i, v in enumerate(launch.block)],
+        "grid": [entries.get(f"grid[{i}]", v) for i, v in enumerate(launch.grid)],
+        "smem_bytes": entries.get("smem_bytes", launch.smem_bytes)})
     for i, d in enumerate(dims):
         env = {**scalars, **d, **baseline}
         for fname, v in launch_entries(launch):
@@ -706,6 +858,7 @@ def _check_launch(launch: Launch, prefix: str, params: dict[str, list[Scalar]],
         if threads > 1024:
             raise err(f"{prefix}launch.block", f"the baseline's block {geo['block']} has "
                       f"{threads} threads at dims[{i}]; CUDA allows at most 1024 per block")
+    return launch
 
 
 def launch_geometry(launch: Launch | dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:

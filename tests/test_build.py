@@ -111,19 +111,14 @@ def test_sgemm_restrictions_keep_tensor_core_tiles_whole():
     assert all(d["BK"] % 8 == 0 and d["BX"] * d["BY"] % 32 == 0 for d in tc)
     assert all(d["BK"] % 16 == 0 and d["BX"] * d["BY"] % 32 == 0 for d in mp)
 
-    def tile(d):  # sgemm.cu: BM, BN under TC/MP
-        warps = d["BX"] * d["BY"] // 32
-        wn = 2 if warps % 2 == 0 else 1
-        return (max(d["BY"] * d.get("TM", 1), 16 * (warps // wn)),
-                max(d["BX"] * d.get("TN", 1), 16 * wn))
-    for d in tc:
-        bm, bn = tile(d)
-        assert d["STAGES"] * (bm * (d["BK"] + 4) + d["BK"] * (bn + 8)) * 4 <= 49152, d
-    for d in mp:
-        bm, bn = tile(d)
-        smem = (d["STAGES"] * (bm * (d["BK"] + 4) + d["BK"] * bn) * 4
-                + 2 * (bm * (d["BK"] + 8) + d["BK"] * (bn + 8)) * 2)
-        assert smem <= 232448, d
+    def tile(d):  # the sweep's tile model (derived:), with sgemm.cu's TM = TN = 1 default
+        return sp.derived_values({**sp.dims[0], "TM": 1, "TN": 1, **d})
+    assert tile({"BX": 32, "BY": 8, "TM": 8, "TN": 4, "BK": 16, "STAGES": 2}) == {
+        "warps": 8, "WN": 2, "WM": 4, "BM": 64, "BN": 128, "frags": True,
+        "tc_smem": 2 * (64 * 20 + 16 * 136) * 4, "tc_smem_min": 2 * (64 * 20 + 16 * 40) * 4,
+        "mp_smem": 2 * (64 * 20 + 16 * 128) * 4 + 2 * (64 * 24 + 16 * 136) * 2}
+    assert all(tile(d)["frags"] and tile(d)["tc_smem"] <= 49152 for d in tc)
+    assert all(tile(d)["frags"] and tile(d)["mp_smem"] <= 232448 for d in mp)
     # no knob a path ignores: PAD on the cp.async ring, VEC on the tensor-core paths
     assert not any(c.defines.get("PAD") and c.defines.get("USE_CP_ASYNC") for c in cands)
     assert not any(d.get("VEC", 1) != 1 for d in tc + mp)
