@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
+from kopt.claims import catalog_scan
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Sweep
@@ -70,8 +71,10 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
             "device_class": r["device_class"], "run_id": r["run_id"],
             "next_iteration": int(r["iteration"]) + 1, "selected": ctx.selected,
             "bottleneck": ctx.bottleneck, "evidence": ctx.triggered is not None,
-            "stop": st.stop,
+            "stop": st.stop, "sm": sm,
             "scan": {a: [asdict(s) for s in v] for a, v in scans.items()},
+            "catalog_scan": {a: [asdict(s) for s in v]
+                             for a, v in catalog_scan(cat, sm, ctx).items()},
             "triples": [list(t) for t in triples if t in have],
             "empty_triples": [list(t) for t in triples if t not in have]})
     return plans
