@@ -710,6 +710,47 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
         out.print(t)
 
 
+@main.command("methods")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def methods_cmd(store: Path | None, fmt: str) -> None:
+    """Each catalog method's record over the whole store, per device class and the
+    bottleneck it was applied under: times tried, accepted (in an iteration's named winner),
+    its median own gain (best speedup of a triple holding it over the same triple without
+    it, as the loop judges it) and times judged ineffective."""
+    from kopt.catalog import load_catalog
+    from kopt.history import method_effectiveness
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    order = {m: i for i, m in enumerate(load_catalog().methods)}
+    rows = sorted(method_effectiveness(root), key=lambda r: (
+        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"]))
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        out.print(f"no method was tried in the store {escape(str(root))}", highlight=False)
+        return
+    t = Table(title=escape(f"method effectiveness over the store {root}"),
+              caption="gain: the method's own, as the loop judges it (best speedup of a "
+              "triple holding it over the same triple without it); median over the "
+              "iterations that measured one")
+    for c in ("method", "device class", "bottleneck", "tried", "accepted", "median gain",
+              "ineffective"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"]),
+                  str(r["tried"]), str(r["accepted"]), _speedup(r["median_gain"]),
+                  str(r["ineffective"]))
+    out.print(t)
+    never = [m for m in order if m not in {r["method"] for r in rows}]
+    if never:
+        out.print(f"{len(never)} catalog methods never tried: {', '.join(never)}",
+                  highlight=False)
+
+
 @main.command("triage")
 @click.argument("trace", required=False, type=click.Path(path_type=Path))
 @click.option("--mapping", type=click.Path(path_type=Path), default=None,

@@ -31,9 +31,11 @@ group by candidate_id
 
 RUN_SQL = "select run_id, sweep, sweep_dir, backend, devices from runs where run_id = ?"
 
-# Per (run, iteration, device class): the closing state (latest row), the methods its
-# candidates tried, and per method the best geometric-mean speedup over the iteration's
-# baseline of a candidate holding it (correct on every problem size the baseline ran).
+# Per (run, iteration, device class) and method a candidate's triple held: the
+# iteration's closing state (latest row) and the method's own gain, read as the loop reads
+# it (kopt.loop.close_iteration): the best geometric-mean speedup over the iteration's
+# baseline of a triple holding it (correct on every problem size the baseline ran) over
+# the best of the same triple without it (or the baseline's 1.0 when that was not run).
 METHOD_RECORDS_SQL = """
 with st as (
   select run_id, iteration, device_class, state from iterations
@@ -54,14 +56,28 @@ with st as (
                                                    and c.speedup is not null)) end gain
   from c left join need using (run_id, iteration, device_class)
   group by c.run_id, c.iteration, c.device_class, c.candidate_id
+), trip as (
+  select run_id, iteration, device_class, cm, mm, lm, max(gain) g from per_cand
+  where gain is not null group by all
+), own as (
+  select t.run_id, t.iteration, t.device_class, x.m method, t.g / coalesce(w.g, 1.0) gain
+  from trip t, (select unnest([0, 1, 2]) k) ks,
+       lateral (select [t.cm, t.mm, t.lm][k + 1] m) x
+  left join trip w on w.run_id = t.run_id and w.iteration = t.iteration
+    and w.device_class = t.device_class
+    and w.cm is not distinct from (case when k = 0 then null else t.cm end)
+    and w.mm is not distinct from (case when k = 1 then null else t.mm end)
+    and w.lm is not distinct from (case when k = 2 then null else t.lm end)
+  where x.m is not null
 ), tried as (
-  select run_id, iteration, device_class, m as method, max(gain) gain
+  select distinct run_id, iteration, device_class, m as method
   from (select *, unnest([cm, mm, lm]) m from per_cand) where m is not null
-  group by all
 )
 select t.method, t.device_class,
        coalesce(st.state->>'$.bottleneck_before', 'unknown') as bottleneck,
-       t.run_id, t.iteration, t.gain,
+       t.run_id, t.iteration, (select max(o.gain) from own o where o.run_id = t.run_id
+         and o.iteration = t.iteration and o.device_class = t.device_class
+         and o.method = t.method) as gain,
        coalesce(st.state->>'$.best.iteration' = t.iteration::varchar
                 and list_contains(from_json(st.state->'$.best.triple', '["varchar"]'),
                                   t.method), false) as accepted,
@@ -71,6 +87,11 @@ select t.method, t.device_class,
 from tried t left join st using (run_id, iteration, device_class)
 order by t.method, t.device_class, bottleneck, t.run_id, t.iteration
 """
+
+METHODS_SQL = "select method, device_class, bottleneck, count(*) tried, " + \
+    "count(*) filter (where accepted) accepted, median(gain) median_gain, " + \
+    "count(*) filter (where ineffective) ineffective, count(gain) measured " + \
+    "from (" + METHOD_RECORDS_SQL + ") group by all order by all"
 
 
 def _rows(store: Path | str, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -106,9 +127,21 @@ def run_info(store: Path | str, run_id: str) -> dict[str, Any] | None:
 def method_records(store: Path | str) -> list[dict[str, Any]]:
     """One row per (method, device class, run, iteration) in which a candidate's triple held
     the method, over the whole store: ``bottleneck`` (the iteration baseline's, the one the
-    method was applied under; ``unknown`` without NCU), ``gain`` (the best geometric-mean
-    speedup over the iteration's baseline of a candidate holding it, correct on every
-    problem size; None when none was), ``accepted`` (the method is in the winner the
+    method was applied under; ``unknown`` without NCU), ``gain`` (the method's own, as the
+    loop judges it: the best geometric-mean speedup over the iteration's baseline of a
+    triple holding it, correct on every problem size, over the best of the same triple
+    without it, or over 1.0 when that was not measured; None when no candidate holding it
+    was correct), ``accepted`` (the method is in the winner the
     iteration named as its new best), ``ineffective`` (the iteration's state lists it so)
     and ``closed`` (the iteration has a stored state)."""
     return _rows(store, METHOD_RECORDS_SQL, [])
+
+
+def method_effectiveness(store: Path | str) -> list[dict[str, Any]]:
+    """Each method's record over the whole store per ``device_class`` and ``bottleneck``
+    (the one it was applied under; ``unknown`` without NCU), from :func:`method_records`:
+    ``tried`` (iterations in which a candidate held it), ``accepted`` (of those, the ones
+    whose named winner held it), ``median_gain`` (median of its own gain, None when no
+    candidate holding it was correct), ``ineffective`` (iterations that judged it so) and
+    ``measured`` (iterations with a gain figure)."""
+    return _rows(store, METHODS_SQL, [])
