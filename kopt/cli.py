@@ -710,6 +710,37 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
         out.print(t)
 
 
+@main.command("export")
+@click.argument("sweep_name")
+@STORE_OPT
+@click.option("--run", "run_id", default=None, help="A run id (default: the sweep's latest run).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the header, the T4 JSON and the sources (default: "
+                   "export-SWEEP_NAME).")
+def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
+               out_dir: Path | None) -> None:
+    """Write SWEEP_NAME's best configuration per device class and problem size as a C
+    header of #defines (one block per class: -DKOPT_DEVICE_<CLASS> picks it,
+    -DKOPT_PROBLEM_SIZE=i the size), as T4 autotuning JSON, and the realized best sources."""
+    from kopt.export import ExportError, export
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    try:
+        res = export(sweep_name, root, out_dir or Path(f"export-{sweep_name}"), run_id)
+    except ExportError as e:
+        _fail(str(e))
+    for r in res.rows:
+        out.print(escape(f"{r['device_class']} size {r['size']} "
+                         f"({' '.join(f'{k}={v}' for k, v in r['dims'].items())}): "
+                         f"{r['candidate_id']} "
+                         + " ".join(f"{k}={v}" for k, v in sorted(r["defines"].items()))),
+                  highlight=False)
+    for p in [res.header, res.t4, *res.sources]:
+        out.print(f"wrote {escape(str(p))}", highlight=False)
+
+
 @main.command("methods")
 @STORE_OPT
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")

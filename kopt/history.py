@@ -22,11 +22,15 @@ qualify row_number() over (partition by launch, metric order by created_at desc)
 order by launch, metric
 """
 
-CANDIDATE_BUILDS_SQL = """
-select candidate_id, any_value(defines) defines, any_value(params) params,
-       any_value(backend) backend, any_value(run_id) run_id
-from candidates where run_id = ? and candidate_id in (select unnest(?::varchar[]))
-group by candidate_id
+# per candidate, device class and problem size: its fastest correct final-rung row (the
+# one kopt best reads; a winner is measured again as the next iteration's baseline)
+CANDIDATE_ROWS_SQL = """
+select candidate_id, device_class, dims, defines, params, backend, compute_method, memory_method,
+       latency_method, median_ms, iqr_ms, samples_ms, compile_s, max_abs_err, created_at
+from candidates
+where run_id = ? and status = 'ok' and final and candidate_id in (select unnest(?::varchar[]))
+qualify row_number() over (partition by candidate_id, device_class, dims
+                           order by median_ms, iteration desc) = 1
 """
 
 RUN_SQL = "select run_id, sweep, sweep_dir, backend, devices from runs where run_id = ?"
@@ -109,12 +113,14 @@ def candidate_metrics(store: Path | str, run_id: str, device_class: str, candida
                                                 candidate_id])
 
 
-def candidate_builds(store: Path | str, run_id: str, candidate_ids: list[str]
-                     ) -> dict[str, dict[str, Any]]:
-    """candidate id -> ``defines`` and ``params`` (JSON text), ``backend`` and ``run_id``
-    of those candidates of ``run_id``."""
-    rows = _rows(store, CANDIDATE_BUILDS_SQL, [run_id, candidate_ids])
-    return {r["candidate_id"]: r for r in rows}
+def candidate_rows(store: Path | str, run_id: str, candidate_ids: list[str]
+                   ) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(candidate id, device class, dims JSON) -> that candidate's fastest correct
+    final-rung row there in ``run_id``: ``defines``/``params`` (JSON text), ``backend``,
+    the triple, ``median_ms``, ``iqr_ms``, ``samples_ms``, ``compile_s``, ``max_abs_err``,
+    ``created_at``."""
+    rows = _rows(store, CANDIDATE_ROWS_SQL, [run_id, candidate_ids])
+    return {(r["candidate_id"], r["device_class"], r["dims"]): r for r in rows}
 
 
 def run_info(store: Path | str, run_id: str) -> dict[str, Any] | None:
