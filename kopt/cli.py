@@ -710,6 +710,78 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
         out.print(t)
 
 
+@main.command("export")
+@click.argument("sweep_name")
+@STORE_OPT
+@click.option("--run", "run_id", default=None, help="A run id (default: the sweep's latest run).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the header, the T4 JSON and the sources (default: "
+                   "export-SWEEP_NAME).")
+def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
+               out_dir: Path | None) -> None:
+    """Write SWEEP_NAME's best configuration per device class and problem size as a C
+    header of #defines (one block per class: -DKOPT_DEVICE_<CLASS> picks it,
+    -DKOPT_PROBLEM_SIZE=i the size), as T4 autotuning JSON, and the realized best sources."""
+    from kopt.export import ExportError, export
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    try:
+        res = export(sweep_name, root, out_dir or Path(f"export-{sweep_name}"), run_id)
+    except ExportError as e:
+        _fail(str(e))
+    for r in res.rows:
+        out.print(escape(f"{r['device_class']} size {r['size']} "
+                         f"({' '.join(f'{k}={v}' for k, v in r['dims'].items())}): "
+                         f"{r['candidate_id']} "
+                         + " ".join(f"{k}={v}" for k, v in sorted(r["defines"].items()))),
+                  highlight=False)
+    for p in [res.header, res.t4, *res.sources]:
+        out.print(f"wrote {escape(str(p))}", highlight=False)
+
+
+@main.command("methods")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def methods_cmd(store: Path | None, fmt: str) -> None:
+    """Each catalog method's record over the whole store, per device class and the
+    bottleneck it was applied under: times tried, accepted (in an iteration's named winner),
+    its median own gain (best speedup of a triple holding it over the same triple without
+    it, as the loop judges it) and times judged ineffective."""
+    from kopt.catalog import load_catalog
+    from kopt.history import method_effectiveness
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    order = {m: i for i, m in enumerate(load_catalog().methods)}
+    rows = sorted(method_effectiveness(root), key=lambda r: (
+        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"]))
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        out.print(f"no method was tried in the store {escape(str(root))}", highlight=False)
+        return
+    t = Table(title=escape(f"method effectiveness over the store {root}"),
+              caption="gain: the method's own, as the loop judges it (best speedup of a "
+              "triple holding it over the same triple without it); median over the "
+              "iterations that measured one")
+    for c in ("method", "device class", "bottleneck", "tried", "accepted", "median gain",
+              "ineffective"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"]),
+                  str(r["tried"]), str(r["accepted"]), _speedup(r["median_gain"]),
+                  str(r["ineffective"]))
+    out.print(t)
+    never = [m for m in order if m not in {r["method"] for r in rows}]
+    if never:
+        out.print(f"{len(never)} catalog methods never tried: {', '.join(never)}",
+                  highlight=False)
+
+
 @main.command("triage")
 @click.argument("trace", required=False, type=click.Path(path_type=Path))
 @click.option("--mapping", type=click.Path(path_type=Path), default=None,

@@ -7,11 +7,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kopt.catalog import load_catalog
+from kopt.bottleneck import Evidence, aggregate, analyze
+from kopt.bottleneck import _cond as condition_holds  # the loop's own reading of a trigger
+from kopt.catalog import Catalog, load_catalog
+from kopt.claims import catalog_scan
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
+from kopt.history import candidate_metrics
 from kopt.loop import IterState
 from kopt.spec import Sweep
-from kopt.store import connect
+from kopt.store import connect, default_root
 
 LATEST_SQL = """
 select r.run_id, r.backend, r.devices, i.iteration, i.device_class, i.state
@@ -32,9 +36,23 @@ def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
 
 
 def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any]]:
-    """Per device class: the state it continues from, every realized method's scan
-    (admitted or skipped with the reason), the triples the next iteration will run and
-    ``empty_triples``: admissible ones whose every launch config the restrictions exclude.
+    """Per device class, what the next iteration starts from and may try (also what
+    ``kopt propose --format json`` prints):
+
+    - ``device_class``, ``run_id``, ``next_iteration``, ``sm`` (the SM arch as an int, None
+      on a CPU device), ``selected``, ``bottleneck``, ``evidence`` (whether NCU trigger
+      verdicts exist), ``stop`` (why the loop stopped, '' when it goes on);
+    - ``scan``: every realized method per axis, admitted or skipped with the reason;
+      ``catalog_scan``: the same over every catalog method (what a submitted version may
+      claim: :mod:`kopt.claims`);
+    - ``triples``: the admitted triples the next iteration will run; ``empty_triples``:
+      admissible ones whose every launch config the restrictions exclude;
+    - ``best``: the current best (``candidate_id``, ``iteration``, ``triple``, ``params``,
+      ``defines``, ``speedup`` over its own iteration's baseline, ``median_ms``) or None;
+      ``best_source``: the kernel source it is built from (absolute path; ``best.defines``
+      as ``-D`` flags realize it);
+    - ``trigger_evidence``: the NCU evidence behind the triggers (:func:`trigger_evidence`),
+      read from the current best's latest profile; None without one.
 
     Without a stored run of this sweep it answers for iteration 1 on this machine's
     device (no NCU evidence: every method counts as triggered).
@@ -70,8 +88,79 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
             "device_class": r["device_class"], "run_id": r["run_id"],
             "next_iteration": int(r["iteration"]) + 1, "selected": ctx.selected,
             "bottleneck": ctx.bottleneck, "evidence": ctx.triggered is not None,
-            "stop": st.stop,
+            "stop": st.stop, "sm": sm,
             "scan": {a: [asdict(s) for s in v] for a, v in scans.items()},
+            "catalog_scan": {a: [asdict(s) for s in v]
+                             for a, v in catalog_scan(cat, sm, ctx).items()},
             "triples": [list(t) for t in triples if t in have],
-            "empty_triples": [list(t) for t in triples if t not in have]})
+            "empty_triples": [list(t) for t in triples if t not in have],
+            "best": st.best, "best_source": str(space.source),
+            "trigger_evidence": _best_evidence(store, r, st, cat)})
     return plans
+
+
+def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,
+                   cat: Catalog) -> dict[str, Any] | None:
+    """:func:`trigger_evidence` from the current best's latest NCU profile in its run."""
+    if row["run_id"] is None or not (st.best or {}).get("candidate_id"):
+        return None
+    rows = candidate_metrics(store if store is not None else default_root(), row["run_id"],
+                             row["device_class"], st.best["candidate_id"], st.iteration)
+    if not rows:
+        return None
+    return {"candidate_id": st.best["candidate_id"], "iteration": rows[0]["iteration"],
+            "dims": json.loads(rows[0]["dims"]) if rows[0]["dims"] else None,
+            **trigger_evidence(aggregate(rows), cat)}
+
+
+def trigger_evidence(metrics: dict[str, float], catalog: Catalog | None = None
+                     ) -> dict[str, Any]:
+    """What one candidate's aggregated NCU metrics (:func:`kopt.bottleneck.aggregate`) say
+    about every catalog trigger.
+
+    Returns:
+        ``bottleneck``, ``scores`` (axis -> score in [0, 1]), ``stalls`` (reason -> warps
+        per issue-active cycle) and ``triggers``: method id -> ``{"text", "verdict",
+        "conditions"}``. ``verdict`` is True, False or None (text-only, or a figure is
+        missing); ``conditions`` is the trigger's tree: ``{"all"|"any": [...], "holds"}``
+        nodes over leaves, each with ``holds`` and the figure read: ``metric``, ``value``,
+        ``op``, ``threshold``; a ratio's ``ratio`` (numerator, denominator metric names),
+        ``values`` and ``value``; a stall's ``stall`` reason, its ``metric`` and ``value``,
+        and ``rank`` (1 = the largest stall) with ``rank_top``, or ``op``/``threshold``.
+    """
+    cat = catalog or load_catalog()
+    ev = analyze(metrics, cat)
+    out: dict[str, Any] = {}
+    for mid, m in cat.methods.items():
+        t = m.trigger or {}
+        tree = _explain(t, metrics, ev, cat) if ("all" in t or "any" in t) else None
+        out[mid] = {"text": t.get("text", ""), "verdict": tree["holds"] if tree else None,
+                    "conditions": tree}
+    return {"bottleneck": ev.bottleneck, "scores": ev.scores, "stalls": ev.stalls,
+            "triggers": out}
+
+
+def _explain(c: dict[str, Any], metrics: dict[str, float], ev: Evidence, cat: Catalog
+             ) -> dict[str, Any]:
+    """One trigger condition with the figures it reads and whether it holds."""
+    holds = condition_holds(c, metrics, ev, cat.stall_metric)
+    if "all" in c or "any" in c:
+        mode = "all" if "all" in c else "any"
+        return {mode: [_explain(x, metrics, ev, cat) for x in c[mode]], "holds": holds}
+    if "stall" in c:
+        name = cat.stall_metric.format(reason=c["stall"])
+        leaf = {"stall": c["stall"], "metric": name, "value": metrics.get(name)}
+        if "rank_top" in c:
+            order = sorted(ev.stalls, key=lambda r: -ev.stalls[r])
+            leaf |= {"rank": order.index(c["stall"]) + 1 if c["stall"] in order else None,
+                     "rank_top": int(c["rank_top"])}
+        else:
+            leaf |= {"op": c["op"], "threshold": c["value"]}
+        return {**leaf, "holds": holds}
+    if "ratio" in c:
+        num, den = (metrics.get(m) for m in c["ratio"])
+        value = num / den if num is not None and den else None
+        return {"ratio": list(c["ratio"]), "values": [num, den], "value": value,
+                "op": c["op"], "threshold": c["value"], "holds": holds}
+    return {"metric": c.get("metric"), "value": metrics.get(c.get("metric", "")),
+            "op": c.get("op"), "threshold": c.get("value"), "holds": holds}

@@ -1,0 +1,100 @@
+"""``kopt propose --format json``: what a loop driver needs, from a store holding a real H200
+profile (tests/data/ncu-h200/vadd_full.ncu-rep) of an iteration's winner."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from test_ncu import rows as ncu_rows
+
+from conftest import ROOT
+from kopt.bottleneck import aggregate, triggers
+from kopt.cli import main
+from kopt.loop import IterState
+from kopt.store import dumps, now, write_table
+
+SWEEP = ROOT / "sweeps" / "vector_add"
+DC = "nvidia-h200-sm90"
+CP = "memory.cache_policy"
+
+
+def store_with_a_profiled_winner(root):
+    """Run r1 of vector_add: iteration 1 won with memory.cache_policy (candidate w1), whose
+    NCU profile is the real H200 vector_add report."""
+    prof = ncu_rows("vadd_full")
+    best = {"candidate_id": "w1", "build_id": "b1", "triple": [None, CP, None],
+            "params": {"THREADS": 256}, "defines": {"THREADS": 256, "CACHE_HINTS": 1},
+            "speedup": 1.2, "median_ms": 1.5, "dims": '{"N": 67108864}', "iteration": 1}
+    st = IterState(iteration=1, selected=[CP], best=best, bottleneck_before="memory",
+                   bottleneck_after="memory", triggered=triggers(aggregate(prof)))
+    write_table(root, "runs", "vector_add", "r1", [{
+        "run_id": "r1", "sweep": "vector_add", "event": "finished", "backend": "cuda",
+        "sweep_dir": str(SWEEP), "created_at": now(),
+        "devices": dumps([{"device_class": DC, "sm": 90, "name": "NVIDIA H200"}])}])
+    write_table(root, "iterations", "vector_add", "r1", [{
+        "run_id": "r1", "sweep": "vector_add", "iteration": 1, "device_class": DC,
+        "state": st.to_json(), "created_at": now()}])
+    write_table(root, "metrics", "vector_add", "r1", [{
+        "run_id": "r1", "sweep": "vector_add", "iteration": 1, "candidate_id": "w1",
+        "device_class": DC, "dims": '{"N": 67108864}', "created_at": now(), **r}
+        for r in prof])
+
+
+def test_propose_json_has_triples_reasons_evidence_and_the_best_source(tmp_path):
+    store_with_a_profiled_winner(tmp_path / "st")
+    r = CliRunner().invoke(main, ["propose", str(SWEEP), "--store", str(tmp_path / "st"),
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    [plan] = json.loads(r.stdout)
+    assert plan["device_class"] == DC and plan["run_id"] == "r1" and plan["sm"] == 90
+    assert plan["next_iteration"] == 2 and plan["selected"] == [CP]
+    assert plan["bottleneck"] == "memory" and plan["evidence"] is True
+    reasons = {s["method"]: s["reason"] for a in plan["scan"].values() for s in a}
+    assert reasons == {"compute.thread_coarsening": "", "compute.launch_config": "no_trigger",
+                       "memory.vectorized_access": "no_trigger", CP: "already_selected",
+                       "latency.persistent_kernel": "no_trigger"}
+    assert plan["triples"] == [["compute.thread_coarsening", None, None]]
+    assert plan["best"]["candidate_id"] == "w1"
+    assert plan["best"]["defines"] == {"THREADS": 256, "CACHE_HINTS": 1}
+    assert plan["best_source"] == str(SWEEP / "vector_add.cu")
+    ev = plan["trigger_evidence"]
+    assert ev["candidate_id"] == "w1" and ev["iteration"] == 1
+    assert ev["dims"] == {"N": 67108864} and ev["bottleneck"] == "memory"
+    assert ev["scores"]["memory"] == pytest.approx(0.8056, abs=1e-3)
+    # the metric, its value and the threshold behind each verdict
+    tc = ev["triggers"]["compute.thread_coarsening"]
+    assert tc["verdict"] is True and tc["conditions"]["holds"] is True
+    ipc, occ = tc["conditions"]["all"]
+    assert ipc["metric"] == "sm__inst_executed.avg.per_cycle_active"
+    assert ipc["value"] == pytest.approx(0.71207, abs=1e-4)
+    assert (ipc["op"], ipc["threshold"], ipc["holds"]) == ("<", 1, True)
+    assert occ["value"] == pytest.approx(74.248, abs=1e-3) and occ["threshold"] == 50
+    lc = ev["triggers"]["compute.launch_config"]["conditions"]
+    assert lc["holds"] is False
+    assert lc["any"][0]["metric"] == "launch__waves_per_multiprocessor"
+    assert lc["any"][0]["value"] == pytest.approx(62.0606, abs=1e-3)
+    assert lc["any"][1]["values"] == pytest.approx([74.248206, 100.0])
+    assert lc["any"][1]["value"] == pytest.approx(0.742482, abs=1e-5)
+    assert (lc["any"][1]["op"], lc["any"][1]["threshold"]) == ("<", 0.7)
+    va = ev["triggers"]["memory.vectorized_access"]["conditions"]["all"][2]
+    assert (va["stall"], va["rank"], va["rank_top"], va["holds"]) == ("lg_throttle", 14, 3,
+                                                                      False)
+    assert ev["triggers"]["memory.kernel_fusion"] == {
+        "text": ev["triggers"]["memory.kernel_fusion"]["text"], "verdict": None,
+        "conditions": None}  # a text-only trigger: NCU cannot decide it
+    # every verdict is the loop's own (kopt.bottleneck.triggers) on the same figures
+    assert {m: t["verdict"] for m, t in ev["triggers"].items()} == triggers(
+        aggregate(ncu_rows("vadd_full")))
+
+
+def test_propose_json_without_a_stored_run_has_no_best_or_evidence(tmp_path):
+    r = CliRunner().invoke(main, ["propose", str(ROOT / "tests" / "fixtures" / "steps"),
+                                  "--store", str(tmp_path / "st"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    [plan] = json.loads(r.stdout)
+    assert plan["run_id"] is None and plan["best"] is None
+    assert plan["trigger_evidence"] is None
+    assert plan["best_source"] == str(ROOT / "tests" / "fixtures" / "steps" / "steps.cpp")
+    assert plan["triples"] == [["compute.thread_coarsening", None, None],
+                               ["compute.ilp_unroll", None, None],
+                               ["compute.branch_eliminate", None, None]]
