@@ -49,8 +49,13 @@ class Method:
     trigger: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def arch_ok(self, sm: int | None) -> bool:
-        """True when the method can run on SM arch ``sm`` (None: a CPU device, no SM gate)."""
-        return sm is None or sm >= self.min_sm
+        """True when the method can run on SM arch ``sm`` (None: a CPU device, no SM gate):
+        ``sm >= min_sm``, and for an ``sm_90a`` method exactly sm 90 (the ``a`` targets'
+        features, wgmma and setmaxnreg, exist on compute capability 9.0 only: CUDA C++
+        Programming Guide, "Feature Availability", architecture-specific features)."""
+        if sm is None:
+            return True
+        return sm >= self.min_sm and (not self.needs_sm90a or sm == 90)
 
 
 @dataclass(frozen=True)

@@ -166,12 +166,12 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
             refusals.append(Refusal("one_method_per_axis", f"{' and '.join(on)} are all on "
                                     f"the {axis} axis; claim at most one method per axis"))
     for m in known:
-        if not m.arch_ok(sm):
+        if sm is not None and sm < m.min_sm:
             refusals.append(Refusal("arch_gate", f"{m.id} needs sm_{m.min_sm} or newer; the "
                                     f"device is sm_{sm}"))
-        elif m.needs_sm90a and sm is not None and sm < 90:
+        elif not m.arch_ok(sm):
             refusals.append(Refusal("arch_gate", f"{m.id} needs the sm_90a target (an sm_90 "
-                                    f"device); the device is sm_{sm}"))
+                                    f"device only); the device is sm_{sm}"))
     for a, b in itertools.combinations(known, 2):
         if cat.conflict(a.id, b.id):
             refusals.append(Refusal("conflict", f"{a.id} and {b.id} conflict in the "

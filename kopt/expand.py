@@ -127,7 +127,7 @@ def scan_axes(space: Space, catalog: Catalog, sm: int | None,
             reason = ""
             if m.id in sel:
                 reason = "already_selected"
-            elif not m.arch_ok(sm) or (m.needs_sm90a and sm is not None and sm < 90):
+            elif not m.arch_ok(sm):
                 reason = "arch_incompatible"
             elif any(catalog.conflict(m.id, s) for s in sel):
                 reason = "conflict"

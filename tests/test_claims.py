@@ -63,9 +63,14 @@ def test_arch_gates_min_sm_and_sm90a():
     assert lines("memory.async_copy", sm=None) == ["ok"]  # a CPU device: no SM gate
     assert check_claim(["compute.warp_specialization", "memory.async_copy"], SMALL, 80
                        ).lines() == [
-        "arch_gate: compute.warp_specialization needs the sm_90a target (an sm_90 device); "
-        "the device is sm_80"]
+        "arch_gate: compute.warp_specialization needs the sm_90a target (an sm_90 device "
+        "only); the device is sm_80"]
     assert check_claim(["compute.warp_specialization", "memory.async_copy"], SMALL, 90).ok
+    # sm_90a code does not run on a newer arch (sm_100): the gate is exact
+    assert check_claim(["compute.warp_specialization", "memory.async_copy"], SMALL, 100
+                       ).lines() == [
+        "arch_gate: compute.warp_specialization needs the sm_90a target (an sm_90 device "
+        "only); the device is sm_100"]
 
 
 def test_conflicts_in_the_claim_and_with_selected_methods():
