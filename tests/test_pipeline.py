@@ -244,7 +244,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     the note says so, and the loop's total is the first baseline's median over its median,
     both from the closing contest's rows."""
     from kopt.cli import closing_line
-    from kopt.observer import Observer
+    from kopt.observer import ProgressCallback
     from kopt.report import write_report
 
     d = copy_fixture("steps")
@@ -252,7 +252,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     src = d / "steps.cpp"
     src.write_text(f'#define TRIGGER_FILE "{trigger}"\n' + src.read_text())
 
-    class FlipAtClosing(Observer):
+    class FlipAtClosing(ProgressCallback):
         def __init__(self) -> None:
             self.faults: list[str] = []
 
@@ -311,9 +311,9 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
 
 def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fixture,
                                                               tmp_path):
-    from kopt.observer import Observer
+    from kopt.observer import ProgressCallback
 
-    class KillFirstDevice(Observer):
+    class KillFirstDevice(ProgressCallback):
         """SIGKILLs device actor 0's process after its first result, once."""
 
         def __init__(self) -> None:
