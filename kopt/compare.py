@@ -13,8 +13,9 @@ noises; otherwise the pair is TIED. kopt's figures differ in three ways, each it
   relative to the median (``IQR_PER_SIGMA``: the interquartile range of a normal
   distribution is 1.349 standard deviations; workers.timing uses the same ratio);
 - a floor, ``MIN_REL_NOISE`` = 1%: no difference below it is called real (clock and L2
-  state alone move GPU medians that much between runs; NVBench has no floor, and calls a
-  pair with no noise at all "unknown" where kopt ties it within 1%);
+  state alone move GPU medians that much between runs). NVBench has no floor, and its
+  script takes a zero or missing noise as unknown: it uses the other side's, or reports the
+  pair "unknown" when both are; kopt counts no noise as none, and the floor decides;
 - ``inclusive``: the larger of the two noises instead of the smaller, to choose which
   candidates to re-measure side by side (kopt.contest's screening): timings taken at
   different times also differ by drift, and there a wider net costs only a re-measurement.

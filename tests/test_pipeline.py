@@ -152,6 +152,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     of the loop is certain; the closing contest re-measures the first baseline and both
     winners side by side and the loop's total comes from it alone."""
     from kopt.cli import closing_line
+    from kopt.compare import RULE
     from kopt.propose import propose
     from kopt.report import write_report
 
@@ -223,6 +224,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     summary = write_report(s.run_id, store, tmp_path / "rep")
     text = summary.read_text()
     assert "## Iterations on cpu-" in text and B in text
+    assert f"Noise: {RULE}." in text  # the one noise model's rule (kopt.compare), stated
     assert f"the loop's total: {closing['speedup']:.3g}x the first baseline" in text
     assert (tmp_path / "rep" / "speedup_per_iteration.png").read_bytes()[:4] == b"\x89PNG"
     src = next((tmp_path / "rep").glob("best-*.cpp")).read_text()
