@@ -105,7 +105,7 @@ def speedup_threshold(ref_rel_iqr: float | None, cmp_rel_iqr: float | None,
                      inclusive)
 
 
-def geo_mean(xs: Sequence[float] | Iterable[float]) -> float:
+def geo_mean(xs: Iterable[float]) -> float:
     """Geometric mean of positive numbers (e.g. medians or speedups across problem sizes);
     the one geometric mean of kopt (``statistics.geometric_mean``).
 
