@@ -15,9 +15,9 @@ the device actor and its sandbox, and the store: the driver's overhead.
 
 Reported: candidates/s over the run's wall time (``runs.wall_s``: actor start, reference
 check, builds, runs, end-of-run compaction) and over the steady state (first to last
-result), then the run's phases from a small Observer and the store: build-task round trips,
-device round trips (actor busy seconds, sandbox seconds, timed samples), store writes.
-``--profile`` runs pass 2 under cProfile (the driver process only) and prints the top
+result), then the run's phases from a small progress callback and the store: build-task
+round trips, device round trips (actor busy seconds, sandbox seconds, timed samples), store
+writes. ``--profile`` runs pass 2 under cProfile (the driver process only) and prints the top
 functions; ``--timeline`` writes Ray's chrome-tracing timeline (both passes). Ends with
 bench/overhead.py's ratio for the measured run. Target (issue #5): >= 200 no-op
 candidates/s on the 2-core development machine.
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kopt.observer import Observer
+from kopt.observer import ProgressCallback
 
 TARGET_PER_S = 200.0
 
@@ -100,8 +100,9 @@ def write_sweep(root: Path, n: int) -> Path:
     return root
 
 
-class Clock(Observer):
-    """Observer recording when each phase's events reach the driver (perf_counter seconds)."""
+class Clock(ProgressCallback):
+    """Progress callback recording when each phase's events reach the driver (perf_counter
+    seconds)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from kopt.observer import Observer
+from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
 
@@ -101,7 +101,7 @@ def main() -> None:
     """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
 
 
-class ProgressObserver(Observer):
+class ProgressObserver(ProgressCallback):
     """Rich progress: builds done, runs done, failures, ETA."""
 
     def __init__(self) -> None:

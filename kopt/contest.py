@@ -3,7 +3,8 @@ side, interleaved, before one is named; a winner still within noise of others is
 
 Step 1 (:func:`contenders`): from an iteration's ranked candidates (geometric-mean
 speedup over the baseline across problem sizes), the leader and every candidate
-TIED with it (kopt.compare.label, inclusive: the larger of the two noises, on the
+TIED with it (kopt.compare.label, inclusive: the larger of the two noises, since the
+ranked timings were not taken side by side; on kopt.compare.across_sizes: the
 geometric-mean medians with each side's worst relative noise across sizes), at most
 ``limit`` in all.
 
@@ -13,9 +14,10 @@ temperature and neighbours hit every contender alike (workers.harness
 ``contest`` jobs).
 
 Step 3 (:func:`decide`): the fastest geometric-mean median of the re-measured
-samples leads; every contender TIED with it is in the tie; the winner is the
-tie's simplest member (fewest methods, then lowest median), since a method that
-buys nothing measurable is not worth carrying into the next iteration.
+samples leads; every contender TIED with it (kopt.compare.label, NVBench's rule: the
+smaller of the two noises, as the samples were taken side by side) is in the tie; the
+winner is the tie's simplest member (fewest methods, then lowest median), since a method
+that buys nothing measurable is not worth carrying into the next iteration.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kopt.compare import Label, geo_mean, label
+from kopt.compare import Label, across_sizes, label
 
 CONTEST_LIMIT = 4  # contenders re-measured side by side, the leader included
 CONTEST_ROUNDS = 30  # interleaved samples per contender and problem size
@@ -46,17 +48,6 @@ class Verdict:
     tied: list[str] = field(default_factory=list)
     labels: dict[str, Label] = field(default_factory=dict)
     medians_ms: dict[str, float] = field(default_factory=dict)
-
-
-def across_sizes(xs: list[tuple[float, float | None]]) -> tuple[float, float]:
-    """One ``(median_ms, iqr_ms)`` for a candidate measured on several problem sizes: the
-    geometric mean of the medians, with the worst relative IQR across the sizes.
-
-    Raises:
-        ValueError: no size, or a non-positive median.
-    """
-    med = geo_mean([m for m, _ in xs])
-    return med, max((iqr or 0.0) / m for m, iqr in xs) * med
 
 
 def _n_methods(r: dict[str, Any]) -> int:

@@ -2,15 +2,32 @@
 
 After each iteration, per device class: the winner is the correct candidate
 with the best geometric-mean speedup over the iteration's baseline across the
-problem sizes (it must be correct on all of them). It counts as a gain only
-beyond the measured noise: speedup > 1 + max(1%, half the relative IQR of the
-winner plus half that of the baseline). A gain selects the winner's methods
-and makes it the next baseline. A method is ineffective (under the bottleneck
-it was tried against; admissible again once the bottleneck changes) when no
-triple holding it beat, beyond noise, the best candidate of the same triple
-without it -- so a method riding along with another one's gain is not credited --
-or, where that triple failed or was not measured (a --max-candidates sample), the
-iteration's baseline; then a method can take credit for its triple partner's gain.
+problem sizes (it must be correct on all of them; kopt.compare.geo_mean). It
+counts as a gain only beyond the measured noise, by kopt's one noise model
+(kopt.compare.speedup_label, NVBench's comparison rule): FASTER than the baseline
+when ``1 - 1/speedup`` exceeds ``max(1%, the smaller relative sigma)``, each
+side's relative sigma its worst relative IQR across the problem sizes over 1.349.
+Not ``inclusive`` (the larger sigma), although the two were not timed side by
+side: NVBench compares separate runs with the smaller noise too, and with the larger
+one a single noisy side would veto any gain (a relative sigma above 100% can never be
+beaten, as no candidate is more than 100% faster); ``inclusive`` is for choosing
+contenders, where it costs only a re-measurement (kopt.contest). A gain selects the
+winner's methods and makes it the next baseline. A method is ineffective (under
+the bottleneck it was tried against; admissible again once the bottleneck changes)
+when no triple holding it was FASTER, by the same rule on the two candidates' own
+noises, than the best candidate of the same triple without it -- so a method
+riding along with another one's gain is not credited -- or, where that triple
+failed or was not measured (a --max-candidates sample), the iteration's baseline;
+then a method can take credit for its triple partner's gain.
+
+Before the one noise model the loop had a rule of its own: ``speedup > 1 +
+max(1%, half the relative IQR of the winner plus half that of the baseline)``, one
+threshold for every method. Outcomes that change: the threshold is now a sigma (IQR /
+1.349) of the quieter side, never more than the old one, so e.g. 1.035x at 4% relative
+IQR on both sides is now a gain (it was not); the difference is now relative to the
+reference's time (NVBench's ``frac_diff``), so at the 1% floor a speedup must exceed
+1/0.99 = 1.0101x, not 1.01x; and each method is judged on the noise of the two
+candidates compared instead of the winner's and the baseline's.
 """
 
 from __future__ import annotations
@@ -20,10 +37,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kopt.compare import geo_mean, speedup_label, speedup_threshold
 from kopt.expand import Context
 from kopt.store import connect
-
-MIN_NOISE = 0.01
 
 RANK_SQL = """
 with it0 as (
@@ -36,12 +52,11 @@ with it0 as (
 select candidate_id, any_value(compute_method) compute_method,
        any_value(memory_method) memory_method, any_value(latency_method) latency_method,
        any_value(params) params, any_value(defines) defines, bool_or(is_baseline) is_baseline,
-       exp(avg(ln(speedup))) speedup, max(iqr_ms / median_ms) rel_iqr,
+       list(speedup) speedups, list(iqr_ms / median_ms) rel_iqrs,
        min(median_ms) median_ms, arg_min(dims, dims) dims, any_value(build_id) build_id
 from it where status = 'ok' and speedup is not null
 group by candidate_id
 having count(*) = (select n from need)
-order by speedup desc, candidate_id
 """
 
 
@@ -117,7 +132,11 @@ class IterState:
 def rank(store: Path, run_id: str, iteration: int, device_class: str,
          rung: int | None = None) -> list[dict[str, Any]]:
     """Correct candidates of one iteration and class, best geometric-mean speedup first, from
-    one successive-halving rung (default: the last one measured)."""
+    one successive-halving rung (default: the last one measured).
+
+    Each row: the candidate's columns, ``triple``, ``speedup`` (kopt.compare.geo_mean of its
+    speedups over the baseline across problem sizes) and ``rel_iqr`` (its worst ``iqr_ms /
+    median_ms`` across them; None when no size has an IQR)."""
     con = connect(store)
     try:
         cur = con.execute(RANK_SQL, {"run_id": run_id, "iteration": iteration,
@@ -130,6 +149,9 @@ def rank(store: Path, run_id: str, iteration: int, device_class: str,
         r["params"] = json.loads(r["params"])
         r["defines"] = json.loads(r["defines"])
         r["triple"] = [r["compute_method"], r["memory_method"], r["latency_method"]]
+        r["speedup"] = geo_mean(r.pop("speedups"))
+        r["rel_iqr"] = max((x for x in r.pop("rel_iqrs") if x is not None), default=None)
+    rows.sort(key=lambda r: (-r["speedup"], r["candidate_id"]))
     return rows
 
 
@@ -149,29 +171,29 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     if st.best is None:
         st.best = {**_brief(base), "iteration": iteration}
     win = ranked[0]
-    noise = max(MIN_NOISE, (win["rel_iqr"] or 0) / 2 + (base["rel_iqr"] or 0) / 2)
-    st.noise, st.gain = noise, win["speedup"]
-    best_of: dict[tuple, float] = {}
+    st.noise = speedup_threshold(base["rel_iqr"], win["rel_iqr"])
+    st.gain = win["speedup"]
+    best_of: dict[tuple, dict[str, Any]] = {}  # triple -> its fastest candidate
     for r in ranked:
         t = tuple(r["triple"])
-        best_of[t] = max(best_of.get(t, 0.0), r["speedup"])
-    gain_of: dict[str, float] = {}
-    for t, sp in best_of.items():
+        if t not in best_of or r["speedup"] > best_of[t]["speedup"]:
+            best_of[t] = r
+    tried: dict[str, bool] = {}  # method -> some triple holding it gained by it
+    for t, r in best_of.items():
         for i, m in enumerate(t):
             if m:
-                without = t[:i] + (None,) + t[i + 1:]
                 # the same triple without m; when it failed or was not run (e.g. outside a
-                # --max-candidates sample), the iteration's baseline (speedup 1) instead
-                ref = best_of.get(without) or 1.0
-                gain_of[m] = max(gain_of.get(m, 0.0), sp / ref)
-    for m, g in gain_of.items():
-        if g <= 1 + noise:
-            st.ineffective[m] = bottleneck_before
-        else:
+                # --max-candidates sample), the iteration's baseline instead
+                ref = best_of.get(t[:i] + (None,) + t[i + 1:]) or base
+                tried[m] = tried.get(m, False) or _gains(r, ref)
+    for m, gained in tried.items():
+        if gained:
             st.ineffective.pop(m, None)
-    if win["is_baseline"] or win["speedup"] <= 1 + noise:
+        else:
+            st.ineffective[m] = bottleneck_before
+    if win["is_baseline"] or not _gains(win, base):
         st.stop = (f"no gain beyond noise: the best candidate is {win['speedup']:.3f}x the "
-                   f"baseline, noise {noise:.3f}")
+                   f"baseline, noise {st.noise:.3f}")
         return st
     st.selected += [m for m in win["triple"] if m and m not in st.selected]
     for m in win["triple"]:  # part of the winner: selected, whatever its own margin was
@@ -180,6 +202,13 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     # from separate timing runs, so the loop's total is measured side by side at its close
     st.best = {**_brief(win), "iteration": iteration}
     return st
+
+
+def _gains(r: dict[str, Any], ref: dict[str, Any]) -> bool:
+    """Whether ranked candidate ``r`` is FASTER than ``ref`` beyond noise (kopt.compare, see
+    the module docstring); both speedups are over the same baseline."""
+    return speedup_label(r["speedup"] / ref["speedup"], ref["rel_iqr"],
+                         r["rel_iqr"]) == "FASTER"
 
 
 def _brief(r: dict[str, Any]) -> dict[str, Any]:

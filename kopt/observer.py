@@ -1,4 +1,10 @@
-"""Observer hooks for a running sweep (kept free of heavy imports: the CLI loads it)."""
+"""Progress callbacks for a running sweep (kept free of heavy imports: the CLI loads it).
+
+These are callbacks, not measurements (TVM MetaSchedule calls its kind
+``MeasureCallback``): they hear what the driver did. Measurement observers in Kernel
+Tuner's sense, whose readings become columns of a candidate's row, are node-side:
+workers.observers.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,10 @@ if TYPE_CHECKING:
     from workers.build import BuildResult
 
 
-class Observer:
-    """Hooks the driver calls as a sweep progresses (Kernel Tuner's observer idea).
-    Every hook is a no-op here; subclass and override the ones you need."""
+class ProgressCallback:
+    """Hooks the driver calls as a sweep progresses (phases, builds, results, iterations,
+    faults, contests, the end). Every hook is a no-op here; subclass and override the ones
+    you need. Formerly ``Observer``, still importable under that name."""
 
     def on_run(self, run_id: str, store: Path) -> None: ...
     def on_phase(self, label: str) -> None: ...
@@ -31,3 +38,6 @@ class Observer:
     def on_note(self, message: str) -> None: ...
     def on_contest(self, device_class: str, verdict: Verdict) -> None: ...
     def on_finish(self, summary: RunSummary) -> None: ...
+
+
+Observer = ProgressCallback  # the old name, for code written before the rename

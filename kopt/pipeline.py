@@ -1340,6 +1340,7 @@ class Driver:
             "throttle_reasons": outcome.get("throttle_reasons"),
             "throttled_samples": outcome.get("throttled_samples"),
             "throttled": outcome.get("throttled"),
+            "power_w": outcome.get("power_w"),
             "wall_s": outcome.get("wall_s"), "flops": work[0], "bytes": work[1],
             "input_sets": outcome.get("input_sets"), "full_ms": outcome.get("full_ms"),
             "escaped_ms": outcome.get("escaped_ms"),

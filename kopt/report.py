@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kopt.compare import RULE
 from kopt.loop import IterState
 from kopt.store import connect, iteration_states, run_record
 
@@ -120,7 +121,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
 
     for dc, sts in states.items():
         closing = sts[-1].closing
-        md += ["", f"## Iterations on {dc}", "",
+        md += ["", f"## Iterations on {dc}", "", f"Noise: {RULE}.", "",
                "| it | correct | triples tried | winner | params | median ms | speedup "
                "| vs first baseline, side by side "
                "| bottleneck before -> after | NCU (winner) | stop |", "|" + "---|" * 11]

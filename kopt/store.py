@@ -64,7 +64,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("iqr_ms", pa.float64()), ("mean_ms", pa.float64()), ("n_samples", pa.int32()),
         ("samples_ms", pa.list_(pa.float64())), ("sm_clock_mhz", pa.float64()),
         ("temperature_c", pa.float64()), ("throttle_reasons", pa.int64()),
-        ("throttled_samples", pa.int32()), ("throttled", pa.bool_()),
+        ("throttled_samples", pa.int32()), ("throttled", pa.bool_()), ("power_w", pa.float64()),
         ("wall_s", pa.float64()), ("flops", pa.float64()), ("bytes", pa.float64()),
         ("created_at", TS),
     ]),

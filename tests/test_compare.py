@@ -77,3 +77,72 @@ def test_the_loops_close_never_names_a_contender_that_failed_its_check():
     assert c["best_id"] == "w2" and c["speedup"] is None
     with pytest.raises(ValueError):
         close_loop("b", "w2", winner_of, {}, {"b": "x", "w1": "x", "w2": "x"})
+
+
+def test_the_noise_model_edge_cases():
+    """kopt.compare's one rule, with real values: NVBench's smaller noise, kopt's 1% floor,
+    either side of the threshold, zero and unknown IQRs, inclusive."""
+    from kopt.compare import MIN_REL_NOISE, speedup_label, speedup_threshold, threshold
+
+    # zero IQR on both sides: the floor alone; 0.99% apart ties, 1.01% does not
+    assert threshold(0.0, 0.0) == MIN_REL_NOISE == 0.01
+    assert label((2.0, 0.0), (1.9802, 0.0)) == "TIED"
+    assert label((2.0, 0.0), (1.9798, 0.0)) == "FASTER"
+    assert label((2.0, None), (2.03, None)) == "SLOWER"  # unknown IQR: no noise
+    # one side noiseless: NVBench's smaller noise is 0, the floor decides
+    assert threshold(0.0, 0.2) == 0.01 and label((1.0, 0.0), (0.97, 0.27)) == "FASTER"
+    # inclusive: the larger one (0.27 / 1.349 / 0.97 = 20.6%) ties the same pair
+    assert threshold(0.0, 0.2, inclusive=True) == 0.2
+    assert label((1.0, 0.0), (0.97, 0.27), inclusive=True) == "TIED"
+    # above the floor: 3% sigma each, 2.9% apart ties, 3.1% apart does not
+    assert threshold(0.03, 0.05) == 0.03 and threshold(0.03, 0.05, inclusive=True) == 0.05
+    q = 0.03 * 1.349
+    assert label((1.0, q), (1.029, q * 1.029)) == "TIED"
+    assert label((1.0, q), (1.031, q * 1.031)) == "SLOWER"
+    # the speedup form is the same rule: 1 - 1/s against the threshold of the two IQRs
+    assert speedup_threshold(0.04, 0.0, inclusive=True) == pytest.approx(0.04 / 1.349)
+    assert speedup_threshold(0.04, 0.0) == 0.01
+    assert speedup_label(1.0102, 0.0, 0.0) == "FASTER"  # 1 - 1/1.0102 = 1.01%
+    assert speedup_label(1.0101, 0.0, 0.0) == "TIED"  # 1 - 1/1.0101 = 0.99990%
+    assert speedup_label(0.98, 0.0, 0.0) == "SLOWER"
+    assert speedup_label(1.035, 0.04, 0.04, inclusive=True) == "FASTER"
+    assert speedup_label(1.06, 0.0, 0.1, inclusive=True) == "TIED"
+    with pytest.raises(ValueError):
+        speedup_label(0.0, 0.0, 0.0)
+
+
+def test_one_geometric_mean_across_sizes():
+    from kopt.compare import across_sizes
+
+    assert geo_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geo_mean(iter([3.0])) == pytest.approx(3.0)
+    for bad in ([], [1.0, 0.0], [-1.0]):
+        with pytest.raises(ValueError, match="geometric mean needs positive values"):
+            geo_mean(bad)
+    # medians 1 ms and 4 ms (rel IQR 10% and 5%): 2 ms with the worst 10%
+    assert across_sizes([(1.0, 0.1), (4.0, 0.2)]) == pytest.approx((2.0, 0.2))
+    assert across_sizes([(1.0, None)]) == (1.0, 0.0)
+
+
+def test_rank_takes_the_geometric_mean_and_worst_noise_across_sizes(tmp_path):
+    """kopt.loop.rank summarises a candidate's sizes with kopt.compare.geo_mean (no SQL
+    geometric mean of its own) and its worst relative IQR, best speedup first."""
+    from kopt.loop import rank
+    from kopt.store import write_table
+
+    def row(cid, dims, med, iqr, base=False):
+        return {"run_id": "r1", "sweep": "s", "iteration": 1, "job_key": f"{cid}{dims}",
+                "candidate_id": cid, "device_class": "cpu", "dims": dims, "status": "ok",
+                "median_ms": med, "iqr_ms": iqr, "is_baseline": base, "params": "{}",
+                "defines": "{}"}
+
+    write_table(tmp_path, "candidates", "s", "r1", [
+        row("b", '{"N": 1}', 1.0, 0.01, True), row("b", '{"N": 2}', 8.0, 0.08, True),
+        row("a", '{"N": 1}', 0.5, 0.05), row("a", '{"N": 2}', 8.0, None),
+        row("c", '{"N": 1}', 0.25, 0.0), row("c", '{"N": 2}', 64.0, 0.0)])
+    ranked = rank(tmp_path, "r1", 1, "cpu")
+    assert [r["candidate_id"] for r in ranked] == ["a", "b", "c"]
+    a, b, c = ranked
+    assert a["speedup"] == pytest.approx(2 ** 0.5) and a["rel_iqr"] == pytest.approx(0.1)
+    assert b["speedup"] == pytest.approx(1.0) and b["rel_iqr"] == pytest.approx(0.01)
+    assert c["speedup"] == pytest.approx(0.5 ** 0.5) and c["rel_iqr"] == 0.0

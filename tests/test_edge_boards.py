@@ -65,3 +65,20 @@ def test_kopt_env_on_a_jetson_exits_0_with_unknown_figures():
     assert "0: Orin (nvgpu) sm unknown memory unknown" in p.stdout
     assert "NVML GPU 0 memory: Not Supported; shown as unknown" in p.stdout
     assert "540.4.0" in p.stdout
+
+
+def test_the_harness_nvml_observer_on_a_jetson(monkeypatch):
+    """The timing harness's NVML observer (workers.observers) on the stand-in: every read
+    is refused, so every figure is unknown (None), no batch counts as throttled, nothing
+    raises."""
+    from workers.observers import NvmlObserver
+
+    monkeypatch.setitem(sys.modules, "pynvml", _load_stand_in())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    obs = NvmlObserver()
+    assert obs.reader.sample() == {"sm_clock_mhz": None, "temperature_c": None,
+                                   "throttle_reasons": None, "power_w": None}
+    obs.before_batch()
+    assert obs.after_batch([1.0, 1.1]) is False
+    assert obs.results() == {"sm_clock_mhz": None, "temperature_c": None,
+                             "throttle_reasons": 0, "power_w": None}

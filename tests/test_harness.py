@@ -119,18 +119,20 @@ class _ThrottledNvml:
 
 def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
     from workers.harness import Harness
+    from workers.observers import NvmlObserver
 
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
     h = Harness("cpu")
     j = job(artifact(tmp_path, src, 0), src, ref)
-    h.nvml = _ThrottledNvml(n_hot=4)  # the first two batches (5 samples each) are throttled
+    # the first two batches (5 samples each) are throttled
+    h.observers = [NvmlObserver(_ThrottledNvml(n_hot=4))]
     res = h.run(j)
     assert res["status"] == "ok" and res["throttled_samples"] == 10 and not res["throttled"]
     assert res["n_samples"] >= TIMING["min_samples"] and res["throttle_reasons"] == 0x21
-    h.nvml = _ThrottledNvml(n_hot=10**6)  # throttled throughout: flagged, not hidden
+    h.observers = [NvmlObserver(_ThrottledNvml(n_hot=10**6))]  # throttled throughout: flagged
     res = h.run(j)
     assert res["throttled"] and res["throttled_samples"] == res["n_samples"] > 0
-    assert res["sm_clock_mhz"] == 1200.0
+    assert res["sm_clock_mhz"] == 1200.0 and res["power_w"] is None  # the stand-in has none
 
 
 def test_the_cache_flush_runs_before_every_sample_unless_turned_off(tmp_path):

@@ -1,7 +1,10 @@
 """Loop state: winners beyond noise, selected / ineffective methods, the next scan."""
 
+import pytest
+
 from conftest import VADD_CPP, VADD_REF, write_sweep
 from kopt.catalog import load_catalog
+from kopt.compare import speedup_label, speedup_threshold
 from kopt.expand import Context, expand, scan_axes
 from kopt.loop import IterState, close_iteration
 from kopt.spec import load_sweep
@@ -42,8 +45,52 @@ def test_within_noise_is_no_gain():
               cand("b", (None, None, None), 1.0, base=True, rel_iqr=0.04)]
     st = close_iteration(IterState(), ranked, 1, {}, None)
     assert st.stop.startswith("no gain beyond noise") and st.selected == []
-    assert st.noise == 0.04 and st.ineffective == {U: None}
+    # kopt.compare's threshold: the larger relative sigma (IQR / 1.349), not an IQR
+    assert st.noise == pytest.approx(0.04 / 1.349) and st.ineffective == {U: None}
     assert st.best["candidate_id"] == "b"
+
+
+def test_the_gain_test_is_the_shared_noise_rule():
+    """kopt.loop decides a gain with kopt.compare's rule (NVBench's smaller noise), for every
+    speedup and noise; the cases where that changed the loop's outcome are explicit."""
+    for sp in (1.005, 1.0101, 1.0102, 1.02, 1.035, 1.06, 1.1, 1.3, 11.5):
+        for rw, rb in ((0.0, 0.0), (0.01, 0.01), (0.04, 0.04), (0.1, 0.0), (0.3, 0.0),
+                       (2.88, 0.43)):
+            st = close_iteration(IterState(), [cand("a", (U, None, None), sp, rel_iqr=rw),
+                                               cand("b", (None, None, None), 1.0, base=True,
+                                                    rel_iqr=rb)], 1, {}, None)
+            assert (st.stop == "") == (speedup_label(sp, rb, rw) == "FASTER")
+            assert st.noise == speedup_threshold(rb, rw)
+
+    def gain(sp, rw, rb):
+        return close_iteration(IterState(), [cand("a", (U, None, None), sp, rel_iqr=rw),
+                                             cand("b", (None, None, None), 1.0, base=True,
+                                                  rel_iqr=rb)], 1, {}, None)
+
+    # 1.035x at 4% relative IQR on both sides: beyond max(1%, 0.04 / 1.349) now; the loop's
+    # old rule (1 + max(1%, 0.04/2 + 0.04/2)) called it no gain
+    assert gain(1.035, 0.04, 0.04).selected == [U]
+    # noiseless: 1.0101x is 0.9999% less time, within the 1% floor (the old 1.01x passed it)
+    assert gain(1.0101, 0.0, 0.0).stop.startswith("no gain beyond noise")
+    assert gain(1.0102, 0.0, 0.0).selected == [U]
+    # a fast candidate with a long tail (IQR 2.9x its median, a loaded CPU): the quieter
+    # baseline's noise decides, so 11.5x is a gain (the larger noise would veto any speedup)
+    assert gain(11.5, 2.88, 0.43).selected == [U]
+
+
+def test_a_method_is_judged_on_the_noise_of_the_two_candidates_compared():
+    """V adds 4.6% to P (both 1% noisy): beyond their noise, so V is effective even though
+    the baseline is 20% noisy (the old rule judged every method on the winner's and the
+    baseline's noise and called V ineffective)."""
+    ranked = [cand("w", (U, None, None), 2.0), cand("vp", (None, V, P), 1.36),
+              cand("p", (None, None, P), 1.30),
+              cand("b", (None, None, None), 1.0, base=True, rel_iqr=0.2)]
+    st = close_iteration(IterState(), ranked, 1, {}, "memory")
+    assert st.stop == "" and st.selected == [U] and st.ineffective == {}
+    # the same pair within noise of each other: V is ineffective, P (1.3x vs 20%) is not
+    ranked[1] = cand("vp", (None, V, P), 1.305)
+    st = close_iteration(IterState(), ranked, 1, {}, "memory")
+    assert st.ineffective == {V: "memory"}
 
 
 def test_failed_baseline_stops():

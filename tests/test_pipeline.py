@@ -152,6 +152,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     of the loop is certain; the closing contest re-measures the first baseline and both
     winners side by side and the loop's total comes from it alone."""
     from kopt.cli import closing_line
+    from kopt.compare import RULE
     from kopt.propose import propose
     from kopt.report import write_report
 
@@ -223,6 +224,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     summary = write_report(s.run_id, store, tmp_path / "rep")
     text = summary.read_text()
     assert "## Iterations on cpu-" in text and B in text
+    assert f"Noise: {RULE}." in text  # the one noise model's rule (kopt.compare), stated
     assert f"the loop's total: {closing['speedup']:.3g}x the first baseline" in text
     assert (tmp_path / "rep" / "speedup_per_iteration.png").read_bytes()[:4] == b"\x89PNG"
     src = next((tmp_path / "rep").glob("best-*.cpp")).read_text()
@@ -244,7 +246,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     the note says so, and the loop's total is the first baseline's median over its median,
     both from the closing contest's rows."""
     from kopt.cli import closing_line
-    from kopt.observer import Observer
+    from kopt.observer import ProgressCallback
     from kopt.report import write_report
 
     d = copy_fixture("steps")
@@ -252,7 +254,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     src = d / "steps.cpp"
     src.write_text(f'#define TRIGGER_FILE "{trigger}"\n' + src.read_text())
 
-    class FlipAtClosing(Observer):
+    class FlipAtClosing(ProgressCallback):
         def __init__(self) -> None:
             self.faults: list[str] = []
 
@@ -311,9 +313,9 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
 
 def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fixture,
                                                               tmp_path):
-    from kopt.observer import Observer
+    from kopt.observer import ProgressCallback
 
-    class KillFirstDevice(Observer):
+    class KillFirstDevice(ProgressCallback):
         """SIGKILLs device actor 0's process after its first result, once."""
 
         def __init__(self) -> None:

@@ -82,13 +82,10 @@ import torch
 from workers import nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
+from workers.observers import NvmlObserver, Observer
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
-# NVML clocks-event reasons that mean thermal or power throttling (nvml.h:
-# SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40,
-# HwPowerBrakeSlowdown 0x80); idle, application-clock and sync-boost bits do not count
-THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
 # input sets (seeds seed + 2, ...) held back until after the samples: a timed call on values
@@ -170,6 +167,11 @@ class Harness:
     much longer it may take (workers.sandbox): after the inputs and reference outputs are
     made (``{"stage": "prepared"}``) and after the first checked call (``{"stage":
     "called", "call_ms": ...}``).
+
+    ``observers``: measurement observers (workers.observers) called around every batch of
+    timed samples; their results are columns of the outcome. CUDA: an
+    :class:`~workers.observers.NvmlObserver` (clock, temperature, throttle, power; each
+    None where NVML cannot say); CPU: none.
     """
 
     def __init__(self, device: str, progress: Callable[[dict], None] | None = None):
@@ -185,7 +187,7 @@ class Harness:
         else:
             l2 = _llc_bytes()
         self.flush_buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.int8, device=self.device)
-        self.nvml = _Nvml() if self.is_cuda else None
+        self.observers: list[Observer] = [NvmlObserver()] if self.is_cuda else []
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self._deadline = math.inf  # perf_counter time by which the job must answer
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
@@ -706,19 +708,20 @@ class Harness:
 
     def time(self, lib: Any, job: dict, d: Data, call_ms: float) -> dict:
         """Warm-up, then samples in batches of up to 5 until the median is stable
-        (workers.timing.should_stop) or the budget is spent; NVML read around each batch,
-        throttled batches set aside. ``call_ms``: the first checked call's time, which sizes
-        the batches to the job's budget. Raises _Wrong when a timed call's output is wrong,
+        (workers.timing.should_stop) or the budget is spent; the observers called around
+        each batch, batches one of them calls disturbed (NVML: throttled) set aside.
+        ``call_ms``: the first checked call's time, which sizes the batches to the job's
+        budget. Raises _Wrong when a timed call's output is wrong,
         _TooSlow when not even ``min_samples`` fit in the budget."""
         t = job["timing"]
         n_warm = self.warm_up(lib, job, d, call_ms)
         self.check_cuda(lib, "warm-up")
-        clean: list[float] = []  # samples of batches with no thermal/power throttling
-        held: list[float] = []  # samples of throttled batches, set aside
-        batches, reasons = 0, 0  # samples per batch between NVML readings
+        clean: list[float] = []  # samples of batches no observer called disturbed
+        held: list[float] = []  # samples of disturbed (throttled) batches, set aside
+        batches = 0
         flush = t.get("flush", True)
-        clocks: list[float] = []
-        temp = None
+        for o in self.observers:
+            o.begin()
         max_batches = 3 * math.ceil(t["max_samples"] / 5)  # re-measure at most 2x over
         cut = False
         while not should_stop(clean, t["min_samples"], t["max_samples"], t["max_time_ms"],
@@ -732,17 +735,14 @@ class Harness:
             if not batch:
                 cut = True
                 break
-            before = self.nvml.sample() if self.nvml else {}
+            for o in self.observers:
+                o.before_batch()
             xs, bad = self.samples([(lib, job)] * batch, d, flush)
             if bad:
                 raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
             batches += 1
-            after = self.nvml.sample() if self.nvml else {}
-            bits = (before.get("throttle_reasons") or 0) | (after.get("throttle_reasons") or 0)
-            reasons |= bits
-            clocks += [c for c in (before.get("sm_clock_mhz"), after.get("sm_clock_mhz")) if c]
-            temp = after.get("temperature_c", temp)
-            (held if bits & THROTTLE_MASK else clean).extend(xs)
+            disturbed = [o.after_batch(xs) for o in self.observers]  # every one reads
+            (held if any(disturbed) else clean).extend(xs)
         self.check_cuda(lib, "timing")
         # too few clean samples: report them all, flagged, rather than nothing
         throttled = len(clean) < t["min_samples"] and bool(held)
@@ -754,9 +754,8 @@ class Harness:
         out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
                "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled}
-        if self.nvml:
-            out.update(sm_clock_mhz=sum(clocks) / len(clocks) if clocks else None,
-                       throttle_reasons=reasons, temperature_c=temp)
+        for o in self.observers:
+            out.update(o.results())
         if cut and len(samples) < t["min_samples"]:
             out["too_slow"] = True
         return out
@@ -1024,34 +1023,6 @@ def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -
                 f"({want}): the check compares against rounded values; compute the "
                 "reference in the output's precision or higher")
     return ""
-
-
-class _Nvml:
-    """SM clock (MHz), temperature (C) and throttle-reason bits of GPU 0 through nvidia-ml-py."""
-
-    def __init__(self) -> None:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            vis = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
-            self.h = (pynvml.nvmlDeviceGetHandleByUUID(vis) if vis.startswith("GPU-")
-                      else pynvml.nvmlDeviceGetHandleByIndex(int(vis or 0)))
-            self.nv = pynvml
-        except Exception:
-            self.nv = None
-
-    def sample(self) -> dict:
-        if self.nv is None:
-            return {}
-        nv = self.nv
-        try:
-            return {"sm_clock_mhz": float(nv.nvmlDeviceGetClockInfo(self.h, nv.NVML_CLOCK_SM)),
-                    "temperature_c": float(nv.nvmlDeviceGetTemperature(self.h,
-                                                                       nv.NVML_TEMPERATURE_GPU)),
-                    "throttle_reasons": int(nv.nvmlDeviceGetCurrentClocksEventReasons(self.h))}
-        except Exception:
-            return {}
 
 
 def _numel(shape: list[int]) -> int:
