@@ -46,6 +46,7 @@ start=$SECONDS
 say() { echo "$*" | tee -a "$summary"; }
 kt() { timeout "$1" python3 -m kopt.cli "${@:2}"; }  # kopt with a time limit (seconds)
 q() { kopt query --store "$store" --format csv "$1" 2>&1; }  # csv of a store query
+q1() { q "$1" | tail -n +2 | tail -1 | tr -d '"'; }  # its last row (one column), or nothing
 begin() { step_start=$SECONDS; echo; echo "=== $1"; }
 took() { echo "$((SECONDS - step_start)) s"; }
 say "# kopt triage -> sweep -> port walk-through ($mode mode)"
@@ -73,7 +74,8 @@ have_git=$(command -v git > /dev/null && git --version > /dev/null 2>&1 && echo 
 begin "1. the user repository (toyllm) as a fresh git repository"
 cp -r "$fix/repo" "$repo"
 if [ "$have_git" = 1 ]; then
-  git -C "$repo" init -q -b main && git -C "$repo" add -A \
+  git -C "$repo" init -q && git -C "$repo" symbolic-ref HEAD refs/heads/main \
+    && git -C "$repo" add -A \
     && git -C "$repo" -c user.name=toyllm -c user.email=toyllm@localhost commit -qm \
        "toyllm: decoder, LayerNorm kernel, test, benchmark" \
     && git -C "$repo" log --oneline
@@ -150,7 +152,7 @@ else
 fi
 tid=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['triage_id'])" \
   "$work/triage/triage.json" 2>/dev/null)
-say "- mapping + formal triage $tid: launches without a stage (of all): $(q "select count(*) filter (where stage is null) || ' of ' || count(*) from triage_launches where triage_id = '$tid'" | tail -1)"
+say "- mapping + formal triage $tid: launches without a stage (of all): $(q1 "select count(*) filter (where stage is null) || ' of ' || count(*) from triage_launches where triage_id = '$tid'")"
 python3 - "$work/triage/triage.json" <<'EOF' 2>/dev/null | tee -a "$summary"
 import json, sys
 t = json.load(open(sys.argv[1]))
@@ -211,11 +213,11 @@ backend=cuda; [ $mode = cpu ] && backend=cpu
 # a candidate in one line: its methods and params, e.g. memory.kernel_fusion LN_ITEMS: 1, ...
 cand_sql="concat_ws(' ', compute_method, memory_method, latency_method,
   regexp_replace(params, '[{}\"]', '', 'g'))"
-cand() { q "select $cand_sql || '; ' || round(median_ms, 5) || ' ms' from candidates
-  where run_id = '$run_id' and $1" | tail -1 | tr -d '"'; }
+cand() { q1 "select $cand_sql || '; ' || round(median_ms, 5) || ' ms' from candidates
+  where run_id = '$run_id' and $1"; }
 kt 330 sweep "$skel" --backend $backend --store "$store" --top 8 2>&1 \
   | grep -v "^built\|^ran " | tee -a "$logs/sweep.txt"
-run_id=$(q "select run_id from runs order by created_at" | tail -1)
+run_id=$(q1 "select run_id from runs order by created_at")
 {
   echo "## kopt best"
   kopt best toy_layer_norm --store "$store"
@@ -229,9 +231,13 @@ run_id=$(q "select run_id from runs order by created_at" | tail -1)
 } 2>&1 | tee -a "$logs/sweep.txt"
 q "select * exclude (samples_ms) from candidates where run_id = '$run_id' order by median_ms nulls last" \
   > "$logs/candidates.csv"
-say "- sweep: run $run_id on $backend ($(took)); statuses: $(q "select string_agg(status || ' ' || n, ', ') from (select status, count(*) n from candidates where run_id = '$run_id' group by 1)" | tail -1 | tr -d '"')"
-say "  baseline: $(cand "is_baseline limit 1")"
-say "  fastest:  $(cand "status = 'ok' order by median_ms limit 1")"
+if [ -n "$run_id" ]; then
+  say "- sweep: run $run_id on $backend ($(took)); statuses: $(q1 "select string_agg(status || ' ' || n, ', ') from (select status, count(*) n from candidates where run_id = '$run_id' group by 1)")"
+  say "  baseline: $(cand "is_baseline limit 1")"
+  say "  fastest:  $(cand "status = 'ok' order by median_ms limit 1")"
+else
+  say "- sweep: NO run stored ($(took)); see sweep.txt"
+fi
 
 # -------------------------------------------------------------- 6. port
 begin "6. kopt port into the repository, its own build, test and benchmark"
@@ -242,7 +248,7 @@ else
 fi
 if [ "$have_git" != 1 ]; then
   say "- port: SKIPPED, git is not on this machine (kopt port makes a git branch); see the header"
-elif [ -z "$run_id" ] || [ "$run_id" = run_id ]; then
+elif [ -z "$run_id" ]; then
   say "- port: SKIPPED, the sweep stored no run"
 else
   head_before=$(git -C "$repo" rev-parse HEAD)
@@ -267,11 +273,11 @@ else
     git -C "$repo" diff --stat main "$branch"
     git -C "$repo" diff main "$branch" | head -30
   } 2>&1 | tee -a "$logs/port.txt"
-  before=$(q "select bench_value from ports where run_id = '$run_id' and step = 'bench_before'" | tail -1)
-  after=$(q "select bench_value from ports where run_id = '$run_id' and step = 'bench'" | tail -1)
+  before=$(q1 "select bench_value from ports where run_id = '$run_id' and step = 'bench_before'")
+  after=$(q1 "select bench_value from ports where run_id = '$run_id' and step = 'bench'")
   test_line=$(q "select output_tail from ports where run_id = '$run_id' and step = 'test'" \
     | grep "sizes passed" | tail -1)
-  say "- port: exit $port_rc, status $(q "select any_value(status) from ports where run_id = '$run_id'" | tail -1), branch ${branch:-?} ($(took))"
+  say "- port: exit $port_rc, status $(q1 "select any_value(status) from ports where run_id = '$run_id'"), branch ${branch:-?} ($(took))"
   say "  ported: $(cand "candidate_id = (select any_value(candidate_id) from ports where run_id = '$run_id')")"
   say "  repository test: ${test_line:-no result}"
   say "  repository benchmark (layer_norm_ms, 2048 x 1024): before $before, after $after"
