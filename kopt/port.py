@@ -203,7 +203,7 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
     root, rel = check_repo(Path(target))
     w = winner(run_id, store, device_class)
     header = (f"kopt port: sweep {w['sweep']}, run {run_id}, candidate {w['candidate_id']} "
-              f"({w['device_class']}, {w['median_ms']} ms in the sweep)")
+              f"({w['device_class']}, {w['median_ms']:.4g} ms in the sweep)")
     text = realized_source(Path(w["sweep_dir"]), w["backend"], w["defines"], header)
     if text is None:
         raise PortError(f"the sweep folder {w['sweep_dir']} of run {run_id} no longer loads: "

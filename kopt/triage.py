@@ -488,6 +488,20 @@ def _params_of(kernel: str) -> list[str]:
     return [*out, cur.strip()]
 
 
+def _xyz(geometry: str | None, x: int) -> tuple[int, int, int]:
+    """A kernels-table geometry (``"32,4,1"``, ``"2,64,1 (+1 more)"``) as (x, y, z); ``(x, 1,
+    1)`` when the trace had none."""
+    if not geometry:
+        return (x, 1, 1)
+    v = [int(s) for s in geometry.split(" ")[0].split(",")] + [1, 1]
+    return v[0], v[1], v[2]
+
+
+def _used(xyz: tuple[int, int, int]) -> int:
+    """How many axes a launch must list: up to the last one above 1, at least x."""
+    return max([1] + [i + 1 for i, v in enumerate(xyz) if v > 1])
+
+
 def write_sweep_skeleton(kernel: dict[str, Any], folder: Path) -> Path:
     """A sweep folder skeleton for ``kernel`` (a kernels-table row) under ``folder``:
     ``sweep.yaml`` (kernel mode, the launch's grid and block as the baseline), ``<name>.cu``
@@ -496,8 +510,7 @@ def write_sweep_skeleton(kernel: dict[str, Any], folder: Path) -> Path:
     name = short_name(kernel["kernel"])
     d = folder / f"k{kernel['rank']}_{name}"  # rank: two kernels may share a short name
     d.mkdir(parents=True, exist_ok=True)
-    grid = (kernel.get("grid") or "1,1,1").split(" ")[0].split(",")
-    block = (kernel.get("block") or "128,1,1").split(" ")[0].split(",")
+    grid, block = _xyz(kernel.get("grid"), 1), _xyz(kernel.get("block"), 128)
     params = _params_of(kernel["kernel"])
     args = ", ".join(f"{t} a{i}" for i, t in enumerate(params)) or "/* TODO: parameters */"
     (d / f"{name}.cu").write_text(
@@ -508,17 +521,24 @@ def write_sweep_skeleton(kernel: dict[str, Any], folder: Path) -> Path:
         "// TODO: paste the kernel's body; the parameter list below is guessed from the "
         "demangled name\n"
         f'extern "C" __global__ void {name}({args}) {{\n}}\n')
-    dims = {"GX": int(grid[0]), "BX": int(block[0])}
+    # the launch's geometry: every axis up to the last one above 1 (a launch lists x, y, z
+    # in order); the grid as problem dims, block x swept, block y/z kept as they were
+    gn, bn = ("GX", "GY", "GZ")[:_used(grid)], ("BX", "BY", "BZ")[:_used(block)]
+    dims = dict(zip(gn, grid))
+    sweep = {"BX": sorted({64, 128, 256, block[0]}),
+             **{n: [v] for n, v in zip(bn[1:], block[1:])}}
+    base = ", ".join(f"{n}: {v}" for n, v in zip(bn, block))
+    threads = " * ".join(bn)
     (d / "sweep.yaml").write_text(
         f"# kopt triage skeleton for {name}: fill in the TODOs, then `kopt preflight .`\n"
         f"name: {name}\nkernel: {name}.cu\nreference: ref.py\n"
-        f"# problem dims seen at the launch (grid x, block x); TODO: the real sizes\n"
+        f"# the launch's grid ({kernel.get('grid')}) as problem dims; TODO: the real sizes\n"
         f"dims:\n  - {json.dumps(dims)}\n"
         "args: {}          # TODO: one entry per pointer argument, its shape in dims\n"
-        "params:\n  BX: [" + ", ".join(str(b) for b in sorted({64, 128, 256, int(block[0])}))
-        + "]\n"
-        f"baseline: {{BX: {int(block[0])}}}\n"
-        f"launch:\n  kernel: {name}\n  block: [BX]\n  grid: [GX]\n")
+        "params:\n" + "".join(f"  {n}: {v}\n" for n, v in sweep.items())
+        + (f'restrictions:\n  - "{threads} <= 1024"\n' if len(bn) > 1 else "")
+        + f"baseline: {{{base}}}   # the traced launch's block ({kernel.get('block')})\n"
+        f"launch:\n  kernel: {name}\n  block: [{', '.join(bn)}]\n  grid: [{', '.join(gn)}]\n")
     (d / "ref.py").write_text(
         f'"""Reference for {name} (kopt triage skeleton).\n\nTODO: `inputs` builds the '
         "kernel's input tensors for the dims in sweep.yaml; `reference` computes what the "

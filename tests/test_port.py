@@ -133,6 +133,9 @@ def test_port_builds_tests_benches_on_a_new_branch(swept, tmp_path):
     branch = steps["build"]["branch"]
     ported = git(repo, "show", f"{branch}:kernel.cpp")
     assert ported.startswith("// kopt port: sweep vadd, run " + run_id)
+    # the sweep's figure to 4 significant digits, not Python's repr (3.2215914999999997)
+    figure = f"{float(best[0]['median_ms']):.4g} ms in the sweep)\n"
+    assert ported.splitlines(keepends=True)[0].endswith(figure)
     assert f"#define CHUNK {chunk}\n" in ported.split("#ifndef")[0]
     assert git(repo, "rev-parse", f"{branch}~1") == head
     assert git(repo, "diff", "--name-only", head, branch) == "kernel.cpp"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from conftest import ROOT
@@ -155,6 +157,28 @@ def test_cli_tables_store_csv_json_plot_and_known_routes(tmp_path):
     r = run("triage", EAGER, "--format", "csv", "--no-store")
     assert r.exit_code == 0 and r.stdout.startswith("# kernels\nkernel,mangled,total_us,")
     assert "\n# paths\n" in r.output and "\n# actions\n" in r.output
+
+
+def test_skeleton_launch_is_the_traced_launch(tmp_path):
+    """Each sweep skeleton's baseline geometry is the traced launch's on every axis: the layer
+    norm's 32 x 4 block (128 threads, not 32), the GEMMs' 2 x 64 grid."""
+    t = triage(GRAPH, sweeps=tmp_path)
+    skeletons = {a["rank"]: Path(a["sweep_dir"]) for a in t.actions if a["sweep_dir"]}
+    assert sorted(skeletons) == [1, 2, 3, 4, 5, 6, 7]
+    for k in t.kernels:
+        if k["rank"] not in skeletons:
+            continue
+        doc = yaml.safe_load((skeletons[k["rank"]] / "sweep.yaml").read_text())
+        dims, base, launch = doc["dims"][0], doc["baseline"], doc["launch"]
+        grid = [dims[n] for n in launch["grid"]] + [1, 1]
+        block = [base[n] for n in launch["block"]] + [1, 1]
+        assert ",".join(map(str, grid[:3])) == k["grid"].split(" ")[0], k["kernel"]
+        assert ",".join(map(str, block[:3])) == k["block"].split(" ")[0], k["kernel"]
+    ln = yaml.safe_load((skeletons[5] / "sweep.yaml").read_text())
+    assert ln["launch"] == {"kernel": "vectorized_layer_norm_kernel", "block": ["BX", "BY"],
+                            "grid": ["GX"]}
+    assert ln["baseline"] == {"BX": 32, "BY": 4} and ln["params"]["BY"] == [4]
+    assert ln["dims"] == [{"GX": 2048}] and ln["restrictions"] == ["BX * BY <= 1024"]
 
 
 def test_bad_input_is_one_line(tmp_path):
