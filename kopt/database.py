@@ -82,9 +82,8 @@ qualify row_number() over (partition by run_id order by created_at desc) = 1
 
 METRICS_VIEW = "create or replace view metrics as select * from {src}"
 
-
-
 _GLOB = re.compile(r"([\[*?])")
+
 
 def _literal(path: str) -> str:
     """``path`` as a DuckDB file pattern that matches only itself: glob characters
@@ -610,8 +609,9 @@ class Database:
         """``(candidate_id, dims JSON, job_key, build_id, median_ms, iqr_ms)`` of the
         correct rows of the last successive-halving rung with a positive median, of class
         ``device_class`` and ``iteration`` (None: each candidate's earliest iteration)."""
-        return [tuple(r.values()) for r in self._records(  # type: ignore[misc]
-            FINAL_OK_SQL, {"r": run_id, "i": iteration, "d": device_class})]
+        return [(r["candidate_id"], r["dims"], r["job_key"], r["build_id"], r["median_ms"],
+                 r["iqr_ms"]) for r in self._records(
+                     FINAL_OK_SQL, {"r": run_id, "i": iteration, "d": device_class})]
 
     def rank(self, run_id: str, iteration: int, device_class: str,
              rung: int | None = None) -> list[dict[str, Any]]:

@@ -8,18 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from kopt.catalog import load_catalog
+from kopt.database import Database
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Sweep
-from kopt.store import connect
-
-LATEST_SQL = """
-select r.run_id, r.backend, r.devices, i.iteration, i.device_class, i.state
-from runs r join iterations i using (run_id)
-where r.sweep = $sweep
-qualify row_number() over (partition by i.device_class
-                           order by r.run_id desc, i.iteration desc, i.created_at desc) = 1
-"""
 
 
 def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
@@ -40,12 +32,7 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
     device (no NCU evidence: every method counts as triggered).
     """
     cat = load_catalog()
-    con = connect(store)
-    try:
-        cur = con.execute(LATEST_SQL, {"sweep": sweep.name})
-        rows = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    rows = Database(store).latest_states(sweep.name)
     plans = []
     if not rows:
         backend, dc, sm = _local_device(sweep)
