@@ -2,7 +2,7 @@
 
 Writes the store with the same layout and schema kopt uses (kopt.store.SCHEMAS), reports
 the Parquet write rate, then times the queries kopt runs: ``kopt best`` (kopt.select.best),
-the top-k of a run, an iteration's ranking (kopt.loop.RANK_SQL) and a metrics lookup for
+the top-k of a run, an iteration's ranking (kopt.database.Database.rank) and a metrics lookup for
 the top candidates. Each query's time is the median of 3 runs on a fresh connection.
 
     python bench/store.py [--candidates 1000000] [--metrics 50000000] [--dir DIR]
@@ -23,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kopt.loop import RANK_SQL
-from kopt.select import BEST_SQL, TOP_SQL
-from kopt.store import SCHEMAS, connect
+from kopt.database import Database
+from kopt.store import SCHEMAS
 
 RUNS, CLASSES, METRICS_PER_CAND = 10, ["h200-sm90", "orin-sm87", "cpu-x86_64"], 50
 
@@ -113,22 +112,16 @@ def main() -> None:
     print(f"wrote {a.candidates:,} candidate + {a.metrics:,} metric rows: {wt:.1f} s, "
           f"{rows / wt / 1e6:.2f} M rows/s, {nbytes / 2**20:.0f} MiB on disk")
 
-    def q(sql: str, params: dict) -> None:
-        con = connect(root)
-        con.execute(sql, params).fetchall()
-        con.close()
-
+    db = Database(root)  # each call: a fresh connection
     top = "select candidate_id from candidates where run_id = 'run09' and status = 'ok' " \
           "order by median_ms limit 10"
     results = {
-        "best per device class (kopt best)": timed(lambda: q(BEST_SQL, {"sweep": "sgemm",
-                                                                         "run_id": None})),
-        "top-5 of a run per class": timed(lambda: q(TOP_SQL, {"run_id": "run09", "k": 5})),
-        "rank one iteration (loop)": timed(lambda: q(RANK_SQL, {
-            "run_id": "run09", "iteration": 1, "device_class": CLASSES[0]})),
-        "metrics of the top 10": timed(lambda: q(
+        "best per device class (kopt best)": timed(lambda: db.best("sgemm")),
+        "top-5 of a run per class": timed(lambda: db.top_k("run09", 5)),
+        "rank one iteration (loop)": timed(lambda: db.rank("run09", 1, CLASSES[0])),
+        "metrics of the top 10": timed(lambda: db.query(
             f"select candidate_id, metric, value from metrics where run_id = 'run09' and "
-            f"candidate_id in ({top})", {})),
+            f"candidate_id in ({top})")),
     }
     for name, s in results.items():
         print(f"{name:38s} {s:7.3f} s  {'ok' if s < 1 else 'MISS (target < 1 s)'}")

@@ -72,9 +72,7 @@ class _Group(click.Group):
     """Store problems surface as one clear line, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        import duckdb
-
-        from kopt.store import QueryError, explain
+        from kopt.database import DatabaseError, explain
         from workers.build import EnvError, check_env
 
         warnings.showwarning = _note
@@ -83,7 +81,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (QueryError, EnvError) as e:
             _fail(str(e))
-        except duckdb.Error as e:
+        except DatabaseError as e:
             _fail(str(explain(e)))
         except OSError as e:  # a path in the way: a file where a folder goes, or the reverse
             hint = {errno.EEXIST: "a file is in the way: move it or choose another path",
@@ -470,12 +468,12 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
 
     The query reads only the store's views: other files, URLs and extensions are refused.
     """
-    from kopt.store import open_query
+    from kopt.database import Database
 
     if not _store(store).is_dir():
         _fail(f"no store at {_store(store)} (run `kopt sweep` first, or pass --store DIR)")
     try:
-        res = open_query(sql, _store(store))
+        res = Database(_store(store)).open_query(sql)
     except QueryError as e:
         _fail(str(e))
     with res:
@@ -514,9 +512,10 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
 def _run_state_note(root: Path, run_id: str) -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
     was killed; how to resume it) or still running (who writes it)."""
-    from kopt.store import lock_holder, run_record
+    from kopt.database import Database
+    from kopt.store import lock_holder
 
-    rec = run_record(root, run_id) or {}
+    rec = Database(root).run(run_id) or {}
     if rec.get("status") == "interrupted":
         console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
                       "figures measured before it stopped; finish it with " + escape(
@@ -535,20 +534,18 @@ def _run_state_note(root: Path, run_id: str) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> None:
     """Best correct candidate per device class (and problem size) of SWEEP_NAME."""
+    from kopt.database import Database
     from kopt.select import best as select_best
-    from kopt.store import query as run_query
-    from kopt.store import run_record
 
     root = _store(store)
     if not root.is_dir():
         _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     rows = select_best(sweep_name, root, run_id)
     if not rows:
-        _, sweeps = run_query("select distinct sweep from runs order by 1", root)
-        names = [s[0] for s in sweeps]
+        names = Database(root).sweeps()
         if sweep_name not in names:
             _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
-        if run_id and run_record(root, run_id) is None:
+        if run_id and Database(root).run(run_id) is None:
             _fail(f"no run {run_id!r} in {root}")
         _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
               + (f" run {run_id}" if run_id else " (latest run)")
@@ -750,13 +747,13 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
     its median own gain (best speedup of a triple holding it over the same triple without
     it, as the loop judges it) and times judged ineffective."""
     from kopt.catalog import load_catalog
-    from kopt.history import method_effectiveness
+    from kopt.database import Database
 
     root = _store(store)
     if not root.is_dir():
         _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     order = {m: i for i, m in enumerate(load_catalog().methods)}
-    rows = sorted(method_effectiveness(root), key=lambda r: (
+    rows = sorted(Database(root).method_effectiveness(), key=lambda r: (
         order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"]))
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))

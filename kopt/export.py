@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kopt.history import candidate_rows, run_info
+from kopt.database import Database
 from kopt.select import best
 
 T4_VERSION = "1.0.0"
@@ -96,7 +96,7 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
                           + (f" run {run_id}" if run_id else "") + f" in {store}; "
                           "`kopt best` and `kopt query` show what the store holds")
     run = picked[0]["run_id"]
-    got = candidate_rows(store, run, sorted({r["candidate_id"] for r in picked}))
+    got = Database(store).candidate_rows(run, sorted({r["candidate_id"] for r in picked}))
     rows = []
     sizes: dict[str, int] = {}
     for p in picked:
@@ -117,7 +117,7 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
         raise ExportError(f"device classes {', '.join(v)} would share the macro {m}; export "
                           "one run of each (--run)")
     out.mkdir(parents=True, exist_ok=True)
-    info = run_info(store, run) or {}
+    info = Database(store).run_info(run) or {}
     res = Exported(header=out / f"{sweep}.h", t4=out / f"{sweep}.t4.json")
     res.header.write_text(header_text(sweep, run, rows))
     res.t4.write_text(json.dumps(t4_results(rows), indent=1) + "\n")

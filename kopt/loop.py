@@ -38,26 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from kopt.compare import geo_mean, speedup_label, speedup_threshold
+from kopt.database import Database
 from kopt.expand import Context
-from kopt.store import connect
-
-RANK_SQL = """
-with it0 as (
-  select * from candidates where run_id = $run_id and iteration = $iteration
-    and device_class = $device_class
-), it as (
-  select * from it0 where coalesce(rung, 0) = coalesce($rung, (select max(coalesce(rung, 0))
-                                                                from it0))
-), need as (select count(distinct dims) n from it where is_baseline)
-select candidate_id, any_value(compute_method) compute_method,
-       any_value(memory_method) memory_method, any_value(latency_method) latency_method,
-       any_value(params) params, any_value(defines) defines, bool_or(is_baseline) is_baseline,
-       list(speedup) speedups, list(iqr_ms / median_ms) rel_iqrs,
-       min(median_ms) median_ms, arg_min(dims, dims) dims, any_value(build_id) build_id
-from it where status = 'ok' and speedup is not null
-group by candidate_id
-having count(*) = (select n from need)
-"""
 
 
 @dataclass
@@ -137,14 +119,7 @@ def rank(store: Path, run_id: str, iteration: int, device_class: str,
     Each row: the candidate's columns, ``triple``, ``speedup`` (kopt.compare.geo_mean of its
     speedups over the baseline across problem sizes) and ``rel_iqr`` (its worst ``iqr_ms /
     median_ms`` across them; None when no size has an IQR)."""
-    con = connect(store)
-    try:
-        cur = con.execute(RANK_SQL, {"run_id": run_id, "iteration": iteration,
-                                     "device_class": device_class, "rung": rung})
-        cols = [d[0] for d in cur.description]
-        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    rows = Database(store).rank(run_id, iteration, device_class, rung)
     for r in rows:
         r["params"] = json.loads(r["params"])
         r["defines"] = json.loads(r["defines"])

@@ -34,6 +34,7 @@ from kopt import __version__
 from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, triggers, wanted_metrics
 from kopt.catalog import Catalog, load_catalog
 from kopt.contest import CONTEST_ROUNDS, Verdict, close_loop, contenders, decide
+from kopt.database import Database
 from kopt.devices import (
     Slot,
     actor_options,
@@ -50,7 +51,6 @@ from kopt.spec import Space, SpecError, Sweep
 from kopt.store import (
     RunLock,
     Writer,
-    connect,
     done_job_keys,
     dumps,
     iteration_states,
@@ -889,17 +889,7 @@ class Driver:
         """Candidate id -> dims (JSON) -> ``(job_key, build_id, median_ms, iqr_ms)`` of the
         correct, final-rung rows of class ``dc`` (of ``iteration``; None: the earliest
         iteration that measured each candidate)."""
-        con = connect(self.store)
-        try:
-            rows = con.execute(
-                "select candidate_id, dims, job_key, build_id, median_ms, iqr_ms from "
-                "candidates where run_id = $r and ($i is null or iteration = $i) and "
-                "device_class = $d and status = 'ok' and median_ms > 0 and final "
-                "qualify row_number() over (partition by candidate_id, dims "
-                "order by iteration) = 1",  # halving: the last rung's
-                {"r": run_id, "i": iteration, "d": dc}).fetchall()
-        finally:
-            con.close()
+        rows = Database(self.store).final_ok(run_id, dc, iteration)  # halving: the last rung's
         out: dict[str, dict[str, tuple[str, str, float, float]]] = {}
         for c, dims, key, b, med, iqr in rows:
             out.setdefault(c, {})[dims] = (key, b, med, iqr)

@@ -157,10 +157,10 @@ def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[st
     """
     import json
 
+    from kopt.database import Database
     from kopt.select import best
-    from kopt.store import connect, run_record
 
-    rec = run_record(store, run_id)
+    rec = Database(store).run(run_id)
     if rec is None:
         raise PortError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep "
                         "from runs\"` lists runs)")
@@ -175,13 +175,7 @@ def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[st
         raise PortError(f"run {run_id} has no correct candidate"
                         + (f" on {device_class}" if device_class else "") + " to port")
     row = next((r for r in rows if r["named"]), rows[0])
-    con = connect(store)
-    try:
-        backend, defines = con.execute(
-            "select backend, defines from candidates where run_id = ? and candidate_id = ? "
-            "limit 1", [run_id, row["candidate_id"]]).fetchone()
-    finally:
-        con.close()
+    backend, defines = Database(store).candidate_build(run_id, row["candidate_id"]) or (None, None)
     return {"sweep": rec["sweep"], "sweep_dir": rec["sweep_dir"], "backend": backend,
             "candidate_id": row["candidate_id"], "device_class": row["device_class"],
             "defines": json.loads(defines or "{}"), "median_ms": row["median_ms"]}
@@ -196,8 +190,9 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
     Raises:
         PortError: refused before anything changed (see :func:`check_repo`, :func:`winner`).
     """
+    from kopt.database import Database
     from kopt.report import realized_source
-    from kopt.store import now, write_table
+    from kopt.store import now
 
     store = Path(store).resolve()
     root, rel = check_repo(Path(target))
@@ -243,7 +238,7 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
             res.status = f"{step}_failed"
             break
     at = now()
-    write_table(store, "ports", w["sweep"], run_id, [{
+    Database(store).commit("ports", w["sweep"], run_id, [{
         "port_id": res.port_id, "run_id": run_id, "sweep": w["sweep"],
         "candidate_id": res.candidate_id, "device_class": res.device_class,
         "repo": str(root), "file": rel, "branch": branch, "base_commit": base,

@@ -11,19 +11,11 @@ from kopt.bottleneck import Evidence, aggregate, analyze
 from kopt.bottleneck import _cond as condition_holds  # the loop's own reading of a trigger
 from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan
+from kopt.database import Database
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
-from kopt.history import candidate_metrics
 from kopt.loop import IterState
 from kopt.spec import Sweep
-from kopt.store import connect, default_root
-
-LATEST_SQL = """
-select r.run_id, r.backend, r.devices, i.iteration, i.device_class, i.state
-from runs r join iterations i using (run_id)
-where r.sweep = $sweep
-qualify row_number() over (partition by i.device_class
-                           order by r.run_id desc, i.iteration desc, i.created_at desc) = 1
-"""
+from kopt.store import default_root
 
 
 def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
@@ -58,12 +50,7 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
     device (no NCU evidence: every method counts as triggered).
     """
     cat = load_catalog()
-    con = connect(store)
-    try:
-        cur = con.execute(LATEST_SQL, {"sweep": sweep.name})
-        rows = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    rows = Database(store).latest_states(sweep.name)
     plans = []
     if not rows:
         backend, dc, sm = _local_device(sweep)
@@ -104,8 +91,9 @@ def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,
     """:func:`trigger_evidence` from the current best's latest NCU profile in its run."""
     if row["run_id"] is None or not (st.best or {}).get("candidate_id"):
         return None
-    rows = candidate_metrics(store if store is not None else default_root(), row["run_id"],
-                             row["device_class"], st.best["candidate_id"], st.iteration)
+    db = Database(store if store is not None else default_root())
+    rows = db.candidate_metrics(row["run_id"], row["device_class"], st.best["candidate_id"],
+                                st.iteration)
     if not rows:
         return None
     return {"candidate_id": st.best["candidate_id"], "iteration": rows[0]["iteration"],

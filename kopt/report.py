@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kopt.compare import RULE
+from kopt.database import Database
 from kopt.loop import IterState
-from kopt.store import connect, iteration_states, run_record
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -21,12 +21,6 @@ TOP_METRICS = [
 
 class ReportError(ValueError):
     """No such run, or nothing to report."""
-
-
-def _rows(con: Any, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
 def _methods(triple: list[str | None] | None) -> str:
@@ -72,7 +66,8 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         ReportError: the run is not in the store.
     """
     store = Path(store)
-    rec = run_record(store, run_id)
+    db = Database(store)
+    rec = db.run(run_id)
     if rec is None:
         raise ReportError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep, "
                           "status from runs\"` lists runs)")
@@ -80,25 +75,10 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     env = json.loads(rec.get("env") or "{}")
     devices = json.loads(rec.get("devices") or "[]")
     states: dict[str, list[IterState]] = {}
-    for _it, dc, js in iteration_states(store, run_id):
+    for _it, dc, js in db.iteration_states(run_id):
         states.setdefault(dc, []).append(IterState.from_json(js))
-    con = connect(store)
-    try:
-        counts = _rows(con, "select status, count(*) n from candidates where run_id = ? "
-                            "group by 1 order by 1", [run_id])
-        figs = _rows(con, "select iteration, candidate_id, device_class, metric, value from "
-                          "metrics where run_id = ?", [run_id])
-        rungs = _rows(con, "select iteration, device_class, coalesce(rung, 0) rung, "
-                           "count(distinct candidate_id) n, max(n_samples) samples from "
-                           "candidates where run_id = ? group by all order by all", [run_id])
-        cand = _rows(con, "select iteration, device_class, candidate_id, params, median_ms, "
-                          "speedup, "
-                          "compute_method, memory_method, latency_method, is_baseline "
-                          "from candidates where run_id = ? and status = 'ok'", [run_id])
-        failed = _rows(con, "select device_class, status, error from candidates "
-                            "where run_id = ? and status != 'ok' order by all", [run_id])
-    finally:
-        con.close()
+    h = db.run_history(run_id)
+    counts, figs, rungs, cand, failed = h.statuses, h.metrics, h.rungs, h.correct, h.failures
     metric_of: dict[tuple, dict[str, float]] = {}
     for f in figs:
         key = (f["iteration"], f["device_class"], f["candidate_id"])

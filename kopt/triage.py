@@ -30,7 +30,6 @@ import json
 import math
 import re
 import shutil
-import sqlite3
 import subprocess
 import tempfile
 import time
@@ -243,42 +242,26 @@ def read_nsys_sqlite(path: Path, shown: Path | None = None) -> list[Launch]:
     Raises:
         TriageError: no kernel table (the capture lacked ``--trace=cuda``).
     """
+    from kopt.database import TraceError, read_nsys_export
+
     shown = shown or path
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-            raise TriageError(f"{shown}: table CUPTI_ACTIVITY_KIND_KERNEL missing; capture with "
-                              "`nsys profile --trace=cuda,nvtx` and export to SQLite again")
-        cols = {r[1] for r in con.execute("pragma table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
-        strings = dict(con.execute("select id, value from StringIds"))
-        graph = ("graphNodeId is not null" if "graphNodeId" in cols else "0") + (
-            " or coalesce(graphId, 0) != 0" if "graphId" in cols else "")
-        mangled = "mangledName" if "mangledName" in cols else "null"
-        rows = con.execute(
-            f"select start, end, demangledName, shortName, {mangled}, gridX, gridY, gridZ, "
-            f"blockX, blockY, blockZ, correlationId, ({graph}) from CUPTI_ACTIVITY_KIND_KERNEL"
-        ).fetchall()
-        calls: dict[int, tuple[float, int]] = {}
-        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            for corr, start, tid in con.execute(
-                    "select correlationId, min(start), min(globalTid) from "
-                    "CUPTI_ACTIVITY_KIND_RUNTIME group by correlationId"):
-                calls[corr] = (start / 1e3, tid)
-        ranges: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-        if "NVTX_EVENTS" in tables:
-            for start, end, text, text_id, tid in con.execute(
-                    "select start, end, text, textId, globalTid from NVTX_EVENTS "
-                    "where eventType in (59, 60) and end is not null"):
-                name = text if text is not None else strings.get(text_id, "?")
-                ranges[tid].append((start / 1e3, end / 1e3, str(name)))
-    except sqlite3.DatabaseError as e:
+        ex = read_nsys_export(path)
+    except TraceError as e:
         raise TriageError(f"{shown}: not a readable Nsight Systems SQLite export ({e}); "
                           "export it again with `nsys export --type sqlite`") from None
-    finally:
-        con.close()
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in ex.tables:
+        raise TriageError(f"{shown}: table CUPTI_ACTIVITY_KIND_KERNEL missing; capture with "
+                          "`nsys profile --trace=cuda,nvtx` and export to SQLite again")
+    strings = ex.strings
+    calls = {corr: (start / 1e3, tid) for corr, start, tid in ex.calls}
+    ranges: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
+    for start, end, text, text_id, tid in ex.ranges:
+        name = text if text is not None else strings.get(text_id, "?")
+        ranges[tid].append((start / 1e3, end / 1e3, str(name)))
     launches, launch_at = [], defaultdict(list)
-    for i, (s, e, dem, short, mang, gx, gy, gz, bx, by, bz, corr, in_graph) in enumerate(rows):
+    for i, (s, e, dem, short, mang, gx, gy, gz, bx, by, bz, corr, in_graph) in enumerate(
+            ex.kernels):
         name = strings.get(dem) or strings.get(short) or f"kernel_{dem}"
         launches.append(Launch(name=name, mangled=strings.get(mang), start_us=s / 1e3,
                                dur_us=(e - s) / 1e3, grid=(gx, gy, gz), block=(bx, by, bz),
@@ -617,14 +600,15 @@ def launch_rows(t: Triage, layer_pattern: str = LAYER_PATTERN) -> list[dict[str,
 def store_triage(t: Triage, root: Path) -> None:
     """Write the tables to the store as ``triage_kernels``, ``triage_paths``,
     ``triage_actions`` and ``triage_launches`` (partition sweep=triage, run=triage id)."""
-    from kopt.store import now, write_table
+    from kopt.database import Database
+    from kopt.store import now
 
-    at = now()
+    at, db = now(), Database(root)
     for table, rows in (("triage_kernels", t.kernels), ("triage_paths", t.paths),
                         ("triage_actions", t.actions), ("triage_launches", launch_rows(t))):
-        write_table(root, table, "triage", t.triage_id,
-                    [{**r, "triage_id": t.triage_id, "trace": t.trace, "created_at": at}
-                     for r in rows])
+        db.commit(table, "triage", t.triage_id,
+                  [{**r, "triage_id": t.triage_id, "trace": t.trace, "created_at": at}
+                   for r in rows])
 
 
 def _bar(ranges: tuple[str, ...]) -> str:

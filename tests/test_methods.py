@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from kopt.cli import main
-from kopt.history import method_effectiveness, method_records
+from kopt.database import Database
 from kopt.loop import IterState
 from kopt.store import now, write_table
 
@@ -59,7 +59,8 @@ def write_history(root):
 
 def test_per_iteration_records_read_each_method_as_the_loop_does(tmp_path):
     write_history(tmp_path)
-    got = {(r["method"], r["run_id"], r["iteration"]): r for r in method_records(tmp_path)}
+    got = {(r["method"], r["run_id"], r["iteration"]): r
+           for r in Database(tmp_path).method_records()}
     assert set(got) == {(U, "r1", 1), (V, "r1", 1), (P, "r1", 2), (V, "r2", 1), (U, "r2", 1)}
     # V's own gain: V alone over the baseline (1.0), U+V over U (0.99): 1.0 -- not the 1.98
     # it rode along with
@@ -77,7 +78,7 @@ def test_per_iteration_records_read_each_method_as_the_loop_does(tmp_path):
 def test_methods_table_and_json_over_the_whole_store(tmp_path):
     write_history(tmp_path)
     eff = {(r["method"], r["device_class"], r["bottleneck"]): r
-           for r in method_effectiveness(tmp_path)}
+           for r in Database(tmp_path).method_effectiveness()}
     assert {k: (r["tried"], r["accepted"], r["ineffective"], r["measured"])
             for k, r in eff.items()} == {
         (U, CPU, "unknown"): (1, 1, 0, 1), (V, CPU, "unknown"): (1, 0, 1, 1),
