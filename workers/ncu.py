@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.reap import package_env
+
 LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"
 NCU_TIMEOUT_S = 300.0
 
@@ -192,7 +194,7 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
     for s in sections or []:
         cmd += ["--section", s]
     cmd += [sys.executable, "-m", "workers.ncu_target", *target]
-    penv = {**os.environ, **(env or {}), "TMPDIR": str(tmp)}
+    penv = {**package_env(), **(env or {}), "TMPDIR": str(tmp)}  # runs in tmp: no cwd import
     with open(LOCK_PATH, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per node
         try:

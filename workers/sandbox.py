@@ -21,6 +21,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workers.reap import package_env
+
 START_TIMEOUT_S = 180.0
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
@@ -36,7 +38,7 @@ class Sandbox:
 
     def __init__(self, device: str, env: dict[str, str] | None = None):
         self.device = device
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**package_env(), **(env or {})}  # found from any cwd
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.info: dict[str, Any] = {}
