@@ -10,6 +10,7 @@ restates it in the spec. Kernel mode (a sweep with ``launch:``) parses a
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +37,15 @@ _TYPEDEF_PRELUDE = "".join(
     ["half", "__half", "__nv_bfloat16", "bfloat16", "nv_bfloat16", "int8_t", "int16_t",
      "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t", "bool"])
 _C_WORDS = {"signed", "unsigned", "char", "short", "int", "long"}
-_SOLVE_RE = re.compile(
-    r'extern\s+"C"\s*(?:__host__\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+solve\s*\(([^)]*)\)',
-    re.S)
 # one level of nested parentheses, e.g. __launch_bounds__((BX) * (BY))
 _PARENS = r"\((?:[^()]|\([^()]*\))*\)"
+# the arguments may hold parentheses: `int N __attribute__((unused))`, `int N = (1 << 4)`
+_SOLVE_RE = re.compile(
+    r'extern\s+"C"\s*(?:__host__\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+solve\s*'
+    r"\(((?:[^()]|" + _PARENS + r")*)\)", re.S)
+# what an argument may carry that says nothing about its type: attributes, a default value
+_DECOR = re.compile(r"\[\[.*?\]\]|__attribute__\s*" + _PARENS + r"|=(?:[^,()]|" + _PARENS + r")*",
+                    re.S)
 _GLOBAL_RE = re.compile(
     r'(template\s*<[^>]*>\s*)?(?:extern\s+"C"\s*)?(?:static\s+)?__global__\s+'
     r"(?:__launch_bounds__\s*" + _PARENS + r"\s*)?void\s+"
@@ -121,7 +126,7 @@ def parse_signature(source: str, filename: str = "<source>") -> Signature:
         ContractError: no or several ``solve`` definitions, an unnamed argument,
             a pointer-to-pointer, or an unsupported type.
     """
-    found = _SOLVE_RE.findall(_strip_comments(source))
+    found = _SOLVE_RE.findall(_extern_c_blocks(_strip_comments(source)))
     if not found:
         hint = ""
         kernels = sorted({m.group(2) for m in _GLOBAL_RE.finditer(_strip_comments(source))})
@@ -177,7 +182,7 @@ def parse_kernel_signature(source: str, kernel: str, filename: str = "<source>")
 
 
 def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
-    params = _STRIP.sub(" ", params_text)
+    params = _STRIP.sub(" ", _DECOR.sub(" ", params_text))
     try:
         ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void {fname}({params});", filename)
     except pycparser.c_parser.ParseError as e:
@@ -196,6 +201,10 @@ def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
                 continue
             raise ContractError(f"{filename}: every {fname} argument needs a name")
         args.append(_arg(p, filename, fname))
+    twice = sorted(n for n, k in Counter(a.name for a in args).items() if k > 1)
+    if twice:
+        raise ContractError(f"{filename}: {fname} argument {twice[0]!r} is named twice; give "
+                            "every argument its own name")
     return tuple(args)
 
 
@@ -232,6 +241,26 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", " ", src)
 
 
+_BLOCK = re.compile(r'extern\s+"C"\s*\{')
+
+
+def _extern_c_blocks(src: str) -> str:
+    """``src`` with each ``extern "C" { ... }`` block opened: its braces dropped and every
+    ``void solve(`` inside marked ``extern "C"``, as if declared one by one."""
+    out, pos = [], 0
+    for m in _BLOCK.finditer(src):
+        if m.start() < pos:  # inside a block already opened
+            continue
+        depth, i = 1, m.end()
+        while i < len(src) and depth:
+            depth += {"{": 1, "}": -1}.get(src[i], 0)
+            i += 1
+        body = src[m.end():i - 1 if depth == 0 else i]
+        out += [src[pos:m.start()], re.sub(r"\bvoid(\s+solve\s*\()", r'extern "C" void\1', body)]
+        pos = i
+    return "".join(out) + src[pos:]
+
+
 def _type_name(t: c_ast.TypeDecl, where: str) -> str:
     """The C type name of a declaration's base type, integer spellings made canonical
     (``long int`` -> ``long``, ``unsigned`` -> ``unsigned int``, ``signed`` -> ``int``).
@@ -264,8 +293,8 @@ def _arg(p: c_ast.Decl, filename: str, fname: str = "solve") -> Arg:
     if isinstance(t, c_ast.PtrDecl):
         inner = t.type
         if not isinstance(inner, c_ast.TypeDecl):
-            raise ContractError(f"{where}: pointers to pointers or arrays are not supported; "
-                                "pass flat device buffers")
+            raise ContractError(f"{where}: pointers to pointers, arrays or functions are not "
+                                "supported; pass flat device buffers")
         cname = _type_name(inner, where)
         kind = "input" if "const" in (inner.quals or []) else "output"
     elif isinstance(t, c_ast.TypeDecl):

@@ -179,3 +179,60 @@ def test_odd_inputs_are_the_references_fault_in_one_line(tmp_path, make, why):
            "timing": {"timeout_s": 10}, "prepare_only": True}
     with pytest.raises(JobError, match=why.replace("(", r"\(").replace(")", r"\)")):
         Harness("cpu").run(job)
+
+
+# -- a fourth trial -------------------------------------------------------------------------
+
+def _repo(tmp_path):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for cmd in (["init", "-q"], ["config", "user.email", "t@example.com"],
+                ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True)
+    (repo / "k.cpp").write_text("int x;\n")
+    subprocess.run(["git", "-C", str(repo), "add", "k.cpp"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "k"], check=True)
+    return repo
+
+
+def test_port_to_a_missing_or_untracked_file_is_refused(tmp_path):
+    from kopt.port import PortError, check_repo
+
+    repo = _repo(tmp_path)
+    with pytest.raises(PortError, match=r"new\.cpp: no such file; a port replaces a file"):
+        check_repo(repo / "new.cpp")
+    assert not (repo / "new.cpp").exists()
+    (repo / "loose.cpp").write_text("int y;\n")
+    with pytest.raises(PortError, match=r"loose\.cpp: not tracked by git .*`git add` and "
+                                        r"commit it first"):
+        check_repo(repo / "loose.cpp")
+    assert check_repo(repo / "k.cpp")[1] == "k.cpp"
+
+
+@pytest.mark.parametrize("src", [
+    'extern "C" { void solve(const float* x, float* y, int N) { } }',
+    'extern "C" {\n#include <cmath>\nstatic int h(int a) { if (a) { return a; } return 0; }\n'
+    "__host__ void solve(const float* x, float* y, int N) { }\n}\n",
+    'extern "C" void solve(const float* x, float* y, int N __attribute__((unused))) { }',
+    'extern "C" void solve(const float* x, float* y, [[maybe_unused]] int N = (1 << 4)) { }',
+], ids=["block", "block-with-more", "attribute", "default-value"])
+def test_prototypes_cpp_allows_are_read(src):
+    from kopt.contract import parse_signature
+
+    assert parse_signature(src, "k.cpp").describe() == "solve(const float* x, float* y, int N)"
+
+
+def test_an_extern_c_block_builds_and_runs(tmp_path):
+    from kopt.preflight import run_preflight
+    from kopt.spec import load_sweep
+
+    d = base(tmp_path, **{"add.cpp": 'extern "C" {\nvoid solve(const float* x, float* y, '
+                                     "int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n}\n"})
+    assert run_preflight(load_sweep(d), "cpu")["status"] == "ok"
+
+
+def test_an_argument_named_twice_is_refused_at_load(tmp_path):
+    d = base(tmp_path, **{"add.cpp": 'extern "C" void solve(const float* x, float* x, int N) {}'})
+    assert_spec_error(d, "solve argument 'x' is named twice; give every argument its own name")
