@@ -236,3 +236,59 @@ def test_an_extern_c_block_builds_and_runs(tmp_path):
 def test_an_argument_named_twice_is_refused_at_load(tmp_path):
     d = base(tmp_path, **{"add.cpp": 'extern "C" void solve(const float* x, float* x, int N) {}'})
     assert_spec_error(d, "solve argument 'x' is named twice; give every argument its own name")
+
+
+def test_a_damaged_store_file_is_noted_once_per_command(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.store import write_table
+
+    demo_store(tmp_path)
+    bad = write_table(tmp_path, "candidates", "demo", "r1", [
+        {"run_id": "r1", "sweep": "demo", "job_key": "b", "status": "ok"}])
+    bad.write_bytes(bad.read_bytes()[:100])
+    for _ in range(2):  # every command notes it again, once
+        r = CliRunner().invoke(main, ["best", "demo", "--store", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        assert r.output.count("note: damaged store file") == 1, r.output
+
+
+def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.cli import _summary_line
+    from kopt.pipeline import RunSummary
+    from kopt.store import Writer
+
+    demo_store(tmp_path)  # job "a" measured before the resume
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("candidates", [{"run_id": "r1", "sweep": "demo", "job_key": k, "candidate_id": k,
+                          "status": s, "iteration": 1} for k, s in (("b", "ok"),
+                                                                     ("c", "wrong_result"))])
+    w.flush()
+    resumed = RunSummary("r1", "demo", "cpu", n_candidates=3, n_jobs=3, n_skipped=1,
+                         status_counts={"ok": 1, "wrong_result": 1}, wall_s=2.0)
+    assert _summary_line(resumed, tmp_path) == (
+        "run [bold]r1[/]: 3 candidates, 3 jobs (1 measured before this resume, 2 now) in "
+        "2.0 s; whole run: ok 2, wrong_result 1")
+    fresh = RunSummary("r2", "demo", "cpu", n_candidates=2, n_jobs=2, n_skipped=0,
+                       status_counts={"ok": 2}, wall_s=1.0)
+    assert _summary_line(fresh, tmp_path) == (
+        "run [bold]r2[/]: 2 candidates, 2 jobs (2 measured) in 1.0 s; ok 2")
+
+
+def test_resuming_a_finished_run_measures_nothing(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.store import query
+
+    demo_store(tmp_path, sweep="vector_add")
+    before = query("select * from candidates", tmp_path)
+    r = CliRunner().invoke(main, ["sweep", str(ROOT / "sweeps" / "vector_add"), "--store",
+                                  str(tmp_path), "--backend", "cpu", "--resume", "r1"])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == ("run r1 is finished: every job is measured and its winners are "
+                                "stored; nothing to resume (`kopt best vector_add --run r1` or "
+                                "`kopt report r1` show it)")
+    assert query("select * from candidates", tmp_path) == before
+    assert query("select count(*) from contests", tmp_path)[1] == [(0,)]
