@@ -908,5 +908,25 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
     console.print(f"ported: {where}; nothing merged (`git merge {escape(res.branch)}` when "
                   "you are happy with it)", highlight=False, soft_wrap=True)
 
+
+class _NotEmpty(click.ParamType):
+    """``inner`` (a path or text type) that refuses an empty or blank value: ``--store ""``
+    would be the current folder, ``--resume ""`` a new run, ``--run ""`` no run at all."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner, self.name = inner, inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"empty ({value!r}); give a value (an unset shell variable?)", param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+
+for _cmd in main.commands.values():  # every path and text argument of every command
+    for _p in _cmd.params:
+        if _p.name != "sql" and (isinstance(_p.type, click.Path) or _p.type is click.STRING):
+            _p.type = _NotEmpty(_p.type)
+
 if __name__ == "__main__":
     main()

@@ -292,3 +292,20 @@ def test_resuming_a_finished_run_measures_nothing(tmp_path):
                                 "`kopt report r1` show it)")
     assert query("select * from candidates", tmp_path) == before
     assert query("select count(*) from contests", tmp_path)[1] == [(0,)]
+
+
+@pytest.mark.parametrize("args, name", [
+    (["sweep", str(ROOT / "sweeps" / "vector_add"), "--store", ""], "'--store'"),
+    (["sweep", str(ROOT / "sweeps" / "vector_add"), "--resume", " "], "'--resume'"),
+    (["best", "vector_add", "--run", ""], "'--run'"),
+    (["report", ""], "'RUN_ID'"),
+    (["port", "r1", "--to", ""], "'--to'"),
+], ids=["store", "resume", "run", "report", "port-to"])
+def test_an_empty_argument_is_refused_naming_it(tmp_path, monkeypatch, args, name):
+    """`--store ""` was the current folder (a sweep wrote its store there), `--resume ""` a new
+    run, `--run ""` "no correct candidate of the latest run"."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert f"Error: Invalid value for {name}: empty (" in r.output, r.output
+    assert "give a value" in r.output and list(tmp_path.iterdir()) == []
