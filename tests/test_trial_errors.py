@@ -309,3 +309,15 @@ def test_an_empty_argument_is_refused_naming_it(tmp_path, monkeypatch, args, nam
     assert r.exit_code == 2, r.output
     assert f"Error: Invalid value for {name}: empty (" in r.output, r.output
     assert "give a value" in r.output and list(tmp_path.iterdir()) == []
+
+
+def test_the_report_of_an_interrupted_run_says_what_was_not_recorded(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.report import write_report
+
+    demo_store(tmp_path / "st", event="running")  # its driver was killed: no closing record
+    text = write_report("r1", tmp_path / "st", tmp_path / "rep").read_text()
+    assert ("Status: interrupted; backend cpu; candidates, jobs and wall time not recorded "
+            "(the run stopped before its end); statuses: ok 1") in text
+    assert "None" not in text.split("## Environment")[0]
