@@ -688,10 +688,16 @@ def env(address: str | None, fmt: str) -> None:
     """Per Ray node: GPUs and SM arch, driver, nvcc, ncu and counter access, CUTLASS, torch, ray."""
     import ray
 
-    from kopt.pipeline import ensure_ray
+    from kopt.pipeline import SweepError, attach, ensure_ray
     from workers.envinfo import collect
 
-    ensure_ray(address)
+    if address and address != "auto":  # as `kopt sweep --address`: one line, at once
+        try:
+            attach(address, f"--address {address}")
+        except SweepError as e:
+            _fail(str(e))
+    else:
+        ensure_ray(address)
     task = ray.remote(num_cpus=0)(collect)
     refs = []
     for node in ray.nodes():

@@ -321,3 +321,15 @@ def test_the_report_of_an_interrupted_run_says_what_was_not_recorded(tmp_path):
     assert ("Status: interrupted; backend cpu; candidates, jobs and wall time not recorded "
             "(the run stopped before its end); statuses: ok 1") in text
     assert "None" not in text.split("## Environment")[0]
+
+
+@pytest.mark.parametrize("address, why", [
+    ("not a host", "--address not a host: 'not a host' is not HOST:PORT"),
+    ("127.0.0.1:1", "--address 127.0.0.1:1: no Ray head answers at 127.0.0.1:1"),
+])
+def test_kopt_env_with_an_address_nobody_answers_is_one_line(address, why):
+    """Was a ValueError traceback (not HOST:PORT) or minutes of Ray retries (no head)."""
+    r = CliRunner().invoke(main, ["env", "--address", address])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {why}"), r.output
