@@ -156,14 +156,20 @@ def cluster_address(path: str | Path) -> str:
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
                          "to the head of a local-provider cluster (or pass --address HOST:PORT)")
-
+    if not isinstance(head, str) or not re.fullmatch(r"[\w.-]+", head):
+        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is {head!r}; expected one "
+                         "host name or IPv4 address (e.g. 10.0.0.5)")
+    cmds = cfg.get("head_start_ray_commands") or []
+    if not isinstance(cmds, list) or not all(isinstance(c, str) for c in cmds):
+        raise SweepError(f"--cluster {p}: field 'head_start_ray_commands' is {cmds!r}; "
+                         "expected a list of shell commands (- ray start --head --port=6379)")
     port = 6379
-    for cmd in cfg.get("head_start_ray_commands") or []:
+    for cmd in cmds:
         m = re.search(r"--port[= ](\S+)", str(cmd))
         if m:
-            if not m.group(1).isdigit():
+            if not m.group(1).isdigit() or not 0 < int(m.group(1)) < 65536:
                 raise SweepError(f"--cluster {p}: head_start_ray_commands has --port "
-                                 f"{m.group(1)!r}; expected a port number")
+                                 f"{m.group(1)!r}; expected a port from 1 to 65535")
             port = int(m.group(1))
     return f"{head}:{port}"
 

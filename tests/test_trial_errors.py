@@ -4,6 +4,8 @@ is one line naming the file or field and the fix, never a traceback."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -333,3 +335,24 @@ def test_kopt_env_with_an_address_nobody_answers_is_one_line(address, why):
     assert r.exit_code == 2, r.output
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {why}"), r.output
+
+
+@pytest.mark.parametrize("text, why", [
+    ("provider: {head_ip: h}\nhead_start_ray_commands: 5\n",
+     "field 'head_start_ray_commands' is 5; expected a list of shell commands"),
+    ("provider: {head_ip: h}\nhead_start_ray_commands: 'ray start --head --port=7000'\n",
+     "field 'head_start_ray_commands' is 'ray start --head --port=7000'; expected a list"),
+    ("provider: {head_ip: [a, b]}\n", "field 'provider.head_ip' is ['a', 'b']; expected one host"),
+    ("provider: {head_ip: 5}\n", "field 'provider.head_ip' is 5; expected one host"),
+    ("provider: {head_ip: h}\nhead_start_ray_commands: ['ray start --head --port=99999']\n",
+     "--port '99999'; expected a port from 1 to 65535"),
+], ids=["cmds-int", "cmds-text", "head-list", "head-int", "port-range"])
+def test_a_cluster_file_with_fields_of_the_wrong_type(tmp_path, text, why):
+    """Was a TypeError traceback (cmds-int), a silently wrong port 6379 (cmds-text: its
+    characters were read as commands) or an address like "['a', 'b']:6379"."""
+    from kopt.pipeline import SweepError, cluster_address
+
+    f = tmp_path / "cl.yaml"
+    f.write_text(text)
+    with pytest.raises(SweepError, match=re.escape(f"--cluster {f}: ") + ".*" + re.escape(why)):
+        cluster_address(f)
