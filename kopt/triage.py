@@ -110,7 +110,7 @@ def read_trace(path: Path | str) -> list[Launch]:
     if not path.is_file():
         raise TriageError(f"{path}: no such trace file")
     if path.suffix == ".nsys-rep":
-        return _read_nsys_rep(path)
+        return _checked(path, _read_nsys_rep(path))
     with tempfile.TemporaryDirectory(prefix="kopt-triage-") as tmp:
         real = path
         if _is_gzip(path):
@@ -125,9 +125,20 @@ def read_trace(path: Path | str) -> list[Launch]:
             launches = read_nsys_sqlite(real, shown=path)
         else:
             launches = read_torch_trace(real, shown=path)
+    return _checked(path, launches)
+
+
+def _checked(path: Path, launches: list[Launch]) -> list[Launch]:
+    """``launches`` sorted by GPU start; TriageError when there are none, or one has a start
+    or duration no clock gives (not finite, or a negative duration): its shares would lie."""
     if not launches:
         raise TriageError(f"{path}: no GPU kernels in the trace; profile with CUDA activity on "
                           "(torch.profiler ProfilerActivity.CUDA, or nsys --trace=cuda)")
+    for k in launches:
+        if not (math.isfinite(k.start_us) and math.isfinite(k.dur_us) and k.dur_us >= 0):
+            raise TriageError(f"{path}: kernel {k.name[:80]!r} starts at {k.start_us} us and "
+                              f"lasts {k.dur_us} us, which no profiler writes; the trace is "
+                              "damaged or edited: export it again")
     return sorted(launches, key=lambda k: k.start_us)
 
 

@@ -356,3 +356,19 @@ def test_a_cluster_file_with_fields_of_the_wrong_type(tmp_path, text, why):
     f.write_text(text)
     with pytest.raises(SweepError, match=re.escape(f"--cluster {f}: ") + ".*" + re.escape(why)):
         cluster_address(f)
+
+
+@pytest.mark.parametrize("ts, dur, shown", [(0, -5, "starts at 0.0 us and lasts -5.0 us"),
+                                            ("1e400", 1, "starts at inf us and lasts 1.0 us")],
+                         ids=["negative-duration", "infinite-start"])
+def test_a_kernel_time_no_profiler_writes_is_refused(tmp_path, ts, dur, shown):
+    """A negative duration was 100% of the trace's kernel time: a silently wrong table."""
+    from kopt.triage import TriageError, read_trace
+
+    t = tmp_path / "t.json"
+    k = '{"ph": "X", "cat": "kernel", "name": "k", "ts": ' + f'{ts}, "dur": {dur}' + "}"
+    t.write_text('{"traceEvents": [' + k + ', {"ph": "X", "cat": "kernel", "name": "j", '
+                 '"ts": 9, "dur": 2}]}')
+    with pytest.raises(TriageError, match=re.escape(f"{t}: kernel 'k' {shown}, which no "
+                                                    "profiler writes")):
+        read_trace(t)
