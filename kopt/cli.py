@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import errno
 import json
+import signal
 import sys
 import threading
 import time
@@ -419,6 +420,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         obs.stop()
         _fail(str(e))
     except KeyboardInterrupt:
+        # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         obs.stop()
         rid = getattr(obs, "run_id", None)
         if rid is None:

@@ -12,6 +12,7 @@ result, crash or timeout is a row with its status, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -22,7 +23,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -628,13 +629,14 @@ class Driver:
             self._close_loop(states, actors, infos, writer, run_id)
         except KeyboardInterrupt:
             summary.interrupted = True
-            writer.flush()
-            writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
-                                 "n_candidates": summary.n_candidates,
-                                 "n_jobs": summary.n_jobs,
-                                 "wall_s": time.perf_counter() - t_start
-                                 + (prev.get("wall_s") or 0.0)}])
-            writer.flush()
+            with _signals_held():  # a second Ctrl-C must not cut the flush: nothing lost
+                writer.flush()
+                writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
+                                     "n_candidates": summary.n_candidates,
+                                     "n_jobs": summary.n_jobs,
+                                     "wall_s": time.perf_counter() - t_start
+                                     + (prev.get("wall_s") or 0.0)}])
+                writer.flush()
             raise
         finally:
             for i, a in enumerate(actors):
@@ -1356,6 +1358,20 @@ class Driver:
 
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored inside (main thread only): what runs there finishes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:

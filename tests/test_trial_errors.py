@@ -372,3 +372,54 @@ def test_a_kernel_time_no_profiler_writes_is_refused(tmp_path, ts, dur, shown):
     with pytest.raises(TriageError, match=re.escape(f"{t}: kernel 'k' {shown}, which no "
                                                     "profiler writes")):
         read_trace(t)
+
+
+@pytest.mark.slow
+def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
+    """Ctrl-C held down (SIGINT to the process group every 50 ms for 6 s): was "Aborted!", a
+    traceback from Ray's shutdown, exit -2 and measurements reported as run but not stored."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from kopt.store import query
+
+    d = tmp_path / "va"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    spec = yaml.safe_load((d / "sweep.yaml").read_text())
+    spec["cpu"].update(dims=[{"N": 65536}], params={"NT": [1], "CHUNK": [16384, 32768, 65536]},
+                       methods={"compute.ilp_unroll": {"params": {"UNROLL": [2, 4]}},
+                                "memory.vectorized_access": {"params": {"VEC": [4, 8]}}},
+                       timing={"warmup_ms": 1, "min_samples": 3, "max_samples": 5})
+    (d / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    store = tmp_path / "st"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu", "--store",
+         str(store)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: (os.setsid(), signal.signal(signal.SIGINT, signal.SIG_DFL)))
+    assert p.stdout is not None
+    seen = []
+    for line in p.stdout:  # the progress line every 10 s: "it 1: built 27/27, ran 6/27, ..."
+        seen.append(line)
+        m = re.search(r"ran (\d+)/27", line)
+        if m and int(m.group(1)) >= 1:
+            ran = int(m.group(1))
+            break
+    else:
+        raise AssertionError("".join(seen))
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 6 and p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+        time.sleep(0.05)
+    out = "".join(seen) + p.stdout.read()
+    assert p.wait(timeout=120) == 130, out
+    assert "Traceback" not in out and "Aborted" not in out, out
+    assert "interrupted: every finished measurement is stored" in out, out
+    assert query("select status from runs", store)[1] == [("interrupted",)]
+    assert query("select count(*) from candidates", store)[1][0][0] >= ran
