@@ -423,3 +423,12 @@ def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
     assert "interrupted: every finished measurement is stored" in out, out
     assert query("select status from runs", store)[1] == [("interrupted",)]
     assert query("select count(*) from candidates", store)[1][0][0] >= ran
+
+
+@pytest.mark.parametrize("seed, why", [(2**70, "less than or equal to"),
+                                       (-1, "greater than or equal to 0")])
+def test_a_seed_torch_cannot_take_is_refused_at_load(tmp_path, seed, why):
+    """2**70 was "ref.py: inputs() raised ValueError('Overflow when unpacking long long')" on
+    every candidate: the reference blamed for the spec's field."""
+    d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\nseed: {seed}\n")
+    assert_spec_error(d, "field 'seed'", why)
