@@ -240,10 +240,12 @@ def test_an_argument_named_twice_is_refused_at_load(tmp_path):
     assert_spec_error(d, "solve argument 'x' is named twice; give every argument its own name")
 
 
-def test_a_damaged_store_file_is_noted_once_per_command(tmp_path):
+def test_a_damaged_store_file_is_noted_once_per_command(tmp_path, monkeypatch):
+    from pathlib import Path
+
     from test_store_safety import demo_store
 
-    from kopt.store import write_table
+    from kopt.store import readable_parts, write_table
 
     demo_store(tmp_path)
     bad = write_table(tmp_path, "candidates", "demo", "r1", [
@@ -253,6 +255,14 @@ def test_a_damaged_store_file_is_noted_once_per_command(tmp_path):
         r = CliRunner().invoke(main, ["best", "demo", "--store", str(tmp_path)])
         assert r.exit_code == 0, r.output
         assert r.output.count("note: damaged store file") == 1, r.output
+    # one file read through a relative and an absolute store path is still one note, naming
+    # it by its absolute path
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.warns(UserWarning) as notes:
+        readable_parts(Path(tmp_path.name), [Path(tmp_path.name) / bad.relative_to(tmp_path)])
+        readable_parts(tmp_path, [bad])
+    assert len({str(n.message) for n in notes}) == 1
+    assert str(notes[0].message).startswith(f"damaged store file {bad} (")
 
 
 def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
