@@ -891,6 +891,8 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
     merged. Exit 1 when a command fails (the branch stays for inspection)."""
     from kopt.port import PortError, port
 
+    if _store(store).is_dir():
+        _run_state_note(_store(store), run_id)  # the winner of an unfinished run: say so
     try:
         res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
                    timeout_s=timeout_s, device_class=device_class)

@@ -442,3 +442,16 @@ def test_a_seed_torch_cannot_take_is_refused_at_load(tmp_path, seed, why):
     every candidate: the reference blamed for the spec's field."""
     d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\nseed: {seed}\n")
     assert_spec_error(d, "field 'seed'", why)
+
+
+def test_porting_the_winner_of_an_interrupted_run_says_so(tmp_path):
+    """Was silent: the best of the jobs measured before the driver died, ported as the winner."""
+    from test_store_safety import demo_store
+
+    demo_store(tmp_path / "st", event="running")  # no driver holds it: interrupted
+    repo = _repo(tmp_path)
+    r = CliRunner().invoke(main, ["port", "r1", "--store", str(tmp_path / "st"), "--to",
+                                  str(repo / "k.cpp")])
+    lines = r.output.splitlines()
+    assert lines[0].startswith("note: run r1 was interrupted: these are the figures measured "
+                               "before it stopped; finish it with `kopt sweep "), r.output
