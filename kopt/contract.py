@@ -242,6 +242,7 @@ def _strip_comments(src: str) -> str:
 
 
 _BLOCK = re.compile(r'extern\s+"C"\s*\{')
+_BRACE = re.compile(r"[{}]")
 
 
 def _extern_c_blocks(src: str) -> str:
@@ -251,10 +252,12 @@ def _extern_c_blocks(src: str) -> str:
     for m in _BLOCK.finditer(src):
         if m.start() < pos:  # inside a block already opened
             continue
-        depth, i = 1, m.end()
-        while i < len(src) and depth:
-            depth += {"{": 1, "}": -1}.get(src[i], 0)
-            i += 1
+        depth, i = 1, len(src)
+        for b in _BRACE.finditer(src, m.end()):
+            depth += 1 if b.group() == "{" else -1
+            if depth == 0:
+                i = b.end()
+                break
         body = src[m.end():i - 1 if depth == 0 else i]
         out += [src[pos:m.start()], re.sub(r"\bvoid(\s+solve\s*\()", r'extern "C" void\1', body)]
         pos = i
