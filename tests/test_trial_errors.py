@@ -455,3 +455,28 @@ def test_porting_the_winner_of_an_interrupted_run_says_so(tmp_path):
     lines = r.output.splitlines()
     assert lines[0].startswith("note: run r1 was interrupted: these are the figures measured "
                                "before it stopped; finish it with `kopt sweep "), r.output
+
+
+@pytest.mark.parametrize("what", ["sweep.yaml", "add.cpp", "ref.py"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+def test_a_file_that_never_ends_is_refused_not_read(tmp_path, what, kind):
+    """A FIFO blocked kopt for ever; /dev/zero (a symlink to it) or a 65 MiB file was read
+    into memory until the machine ran out of it."""
+    import os
+
+    from kopt.spec import SpecError, load_sweep
+
+    d = base(tmp_path)
+    (d / what).unlink()
+    if kind == "fifo":
+        os.mkfifo(d / what)
+    elif kind == "dev-zero":
+        (d / what).symlink_to("/dev/zero")
+    else:
+        with open(d / what, "wb") as f:
+            f.truncate(65 * 2**20)  # sparse: no disk used
+    why = ("not a regular file (a device, FIFO or socket); name the file itself"
+           if kind != "huge" else "65 MiB, over the 64 MiB kopt reads as a source, spec or "
+                                  "reference")
+    with pytest.raises(SpecError, match=re.escape(f"{d / what}: {why}")):
+        load_sweep(d)
