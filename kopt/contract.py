@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import stat
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,18 +227,28 @@ def parse_signature_file(path: str | Path, kernel: str | None = None) -> Signatu
 MAX_TEXT_BYTES = 64 * 2**20  # a kernel source, sweep.yaml or ref.py larger than this is not one
 
 
+def check_plain_file(path: Path, error: Callable[[str], Exception]) -> None:
+    """Raise ``error`` (one line naming ``path`` and the fix) when ``path`` is a device, FIFO
+    or socket (reading one blocks or never ends) or a file over ``MAX_TEXT_BYTES``. A path
+    that cannot be stat'ed passes: the caller's read reports it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise error(f"{path}: not a regular file (a device, FIFO or socket); name the file "
+                    "itself")
+    if st.st_size > MAX_TEXT_BYTES:
+        raise error(f"{path}: {st.st_size / 2**20:.0f} MiB, over the {MAX_TEXT_BYTES >> 20} "
+                    "MiB kopt reads as a source, spec or reference; name the file itself")
+
+
 def read_text(path: Path, error: type[Exception]) -> str:
     """The UTF-8 text of ``path``; a directory, a device, FIFO or socket (reading one would
     block or never end), a file over ``MAX_TEXT_BYTES``, an unreadable file or bytes that are
     not UTF-8 raise ``error`` with one line naming the file and the fix."""
+    check_plain_file(path, error)
     try:
-        st = path.stat()
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            raise error(f"{path}: not a regular file (a device, FIFO or socket); name the file "
-                        "itself")
-        if st.st_size > MAX_TEXT_BYTES:
-            raise error(f"{path}: {st.st_size / 2**20:.0f} MiB, over the {MAX_TEXT_BYTES >> 20} "
-                        "MiB kopt reads as a source, spec or reference; name the file itself")
         return path.read_text(encoding="utf-8")
     except IsADirectoryError:
         raise error(f"{path}: is a directory, not a file; name the file itself") from None

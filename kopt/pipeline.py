@@ -141,7 +141,10 @@ def cluster_address(path: str | Path) -> str:
     """
     import yaml
 
+    from kopt.contract import check_plain_file
+
     p = Path(path)
+    check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
     try:
         cfg = yaml.safe_load(p.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:

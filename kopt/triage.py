@@ -410,7 +410,10 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     """
     import yaml
 
+    from kopt.contract import check_plain_file
+
     path = Path(path)
+    check_plain_file(path, TriageError)
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:

@@ -480,3 +480,23 @@ def test_a_file_that_never_ends_is_refused_not_read(tmp_path, what, kind):
                                   "reference")
     with pytest.raises(SpecError, match=re.escape(f"{d / what}: {why}")):
         load_sweep(d)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_cluster_or_routes_file_that_never_ends_is_refused(tmp_path, kind):
+    """--cluster /dev/zero and --known /dev/zero were a MemoryError traceback; a FIFO a hang."""
+    import os
+
+    from kopt.pipeline import SweepError, cluster_address
+    from kopt.triage import TriageError, load_routes
+
+    f = tmp_path / "f.yaml"
+    if kind == "fifo":
+        os.mkfifo(f)
+    else:
+        f.symlink_to("/dev/zero")
+    why = re.escape(f"{f}: not a regular file (a device, FIFO or socket); name the file itself")
+    with pytest.raises(SweepError, match="--cluster " + why):
+        cluster_address(f)
+    with pytest.raises(TriageError, match=why):
+        load_routes(f)
