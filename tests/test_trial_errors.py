@@ -500,3 +500,23 @@ def test_a_cluster_or_routes_file_that_never_ends_is_refused(tmp_path, kind):
         cluster_address(f)
     with pytest.raises(TriageError, match=why):
         load_routes(f)
+
+
+def test_an_input_of_the_wrong_size_names_the_reference_and_the_spec(tmp_path):
+    """Was "input 'x' has 63 elements; args says [64]": no file, no fix."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    d = base(tmp_path, **{"ref.py": "import torch\n"
+                                    "def inputs(seed, N):\n    return {'x': torch.ones(N - 1)}\n"
+                                    "def reference(x, N):\n    return x\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0, "args": {"x": ["N"]},
+           "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+           "timing": {"timeout_s": 10}, "prepare_only": True}
+    with pytest.raises(JobError, match=re.escape("ref.py: inputs() returned 'x' with 63 "
+                                                 "elements, not the 64 of its shape [64] in "
+                                                 "sweep.yaml args: make them agree")):
+        Harness("cpu").run(job)
