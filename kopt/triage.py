@@ -426,8 +426,10 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     out = []
     for i, r in enumerate(routes):
         if not isinstance(r, dict) or not isinstance(r.get("pattern"), str):
-            raise TriageError(f"{path}: field 'routes[{i}].pattern' missing; give each route "
-                              "a regex `pattern` matched against kernel names")
+            what = ("missing" if not isinstance(r, dict) or r.get("pattern") is None else
+                    f"{r['pattern']!r}, not text")
+            raise TriageError(f"{path}: field 'routes[{i}].pattern' {what}; give each route "
+                              "a regex `pattern` (quoted text) matched against kernel names")
         unknown = set(r) - {"pattern", "operator", "source", "tuning", "owner"}
         if unknown:
             raise TriageError(f"{path}: field 'routes[{i}].{sorted(unknown)[0]}' is unknown; "

@@ -520,3 +520,17 @@ def test_an_input_of_the_wrong_size_names_the_reference_and_the_spec(tmp_path):
                                                  "elements, not the 64 of its shape [64] in "
                                                  "sweep.yaml args: make them agree")):
         Harness("cpu").run(job)
+
+
+@pytest.mark.parametrize("route, what", [("{pattern: 5}", "5, not text"),
+                                         ("{pattern: [a]}", "['a'], not text"),
+                                         ("{owner: x}", "missing")])
+def test_a_route_pattern_that_is_not_text_is_named_as_such(tmp_path, route, what):
+    """`pattern: 5` was reported as "missing"."""
+    from kopt.triage import TriageError, load_routes
+
+    f = tmp_path / "k.yaml"
+    f.write_text(f"routes: [{route}]\n")
+    with pytest.raises(TriageError, match=re.escape(f"field 'routes[0].pattern' {what}; give "
+                                                    "each route a regex `pattern` (quoted text)")):
+        load_routes(f)
