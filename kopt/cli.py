@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import errno
 import json
+import signal
 import sys
 import threading
 import time
@@ -53,6 +54,9 @@ def _note(message: Warning | str, category: type[Warning], filename: str, lineno
     from kopt.store import StoreWarning
 
     if issubclass(category, StoreWarning):
+        if str(message) in _noted:  # one note per damaged file per command
+            return
+        _noted.add(str(message))
         console.print(f"[yellow]note:[/] {escape(str(message))}", highlight=False,
                       soft_wrap=True)
     else:
@@ -60,6 +64,7 @@ def _note(message: Warning | str, category: type[Warning], filename: str, lineno
 
 
 _show_warning = warnings.showwarning
+_noted: set[str] = set()  # the store notes this command has printed
 
 
 def _spec_notes(sw: Any) -> None:
@@ -72,10 +77,18 @@ class _Group(click.Group):
     """Store problems surface as one clear line, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from kopt.store import StoreWarning
+
+        _noted.clear()
+        with warnings.catch_warnings():  # every store note reaches _note, once per command
+            warnings.simplefilter("always", StoreWarning)
+            warnings.showwarning = _note
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         from kopt.database import DatabaseError, explain
         from workers.build import EnvError, check_env
 
-        warnings.showwarning = _note
         try:
             check_env()
             return super().invoke(ctx)
@@ -89,8 +102,6 @@ class _Group(click.Group):
                     errno.EISDIR: "is a folder, not a file",
                     errno.EACCES: "no permission"}.get(e.errno or 0, "")
             _fail(f"{e.filename or ''}: {e.strerror or e}" + (f" ({hint})" if hint else ""))
-        finally:
-            warnings.showwarning = _show_warning
 
 
 @click.group(cls=_Group)
@@ -313,6 +324,28 @@ def _methods(r: dict[str, Any]) -> str:
     return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
+def _summary_line(summary: Any, root: Path) -> str:
+    """The run's closing count line. After ``--resume`` the counts are the whole run's (read
+    from the store), with how many jobs were measured before and how many now."""
+    counts = summary.status_counts
+    done = summary.n_jobs - summary.n_skipped
+    if summary.n_skipped:
+        from kopt.store import connect
+
+        con = connect(root)
+        try:
+            counts = dict(con.execute("select status, count(*) from candidates where run_id = ? "
+                                      "group by 1", [summary.run_id]).fetchall())
+        finally:
+            con.close()
+    text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    how = (f"{summary.n_skipped} measured before this resume, {done} now"
+           if summary.n_skipped else f"{done} measured")
+    return (f"run [bold]{summary.run_id}[/]: {summary.n_candidates} candidates, "
+            f"{summary.n_jobs} jobs ({how}) in {summary.wall_s:.1f} s; "
+            + (f"whole run: {text}" if summary.n_skipped else text or "nothing to run"))
+
+
 @main.command()
 @click.argument("sweep_dir", type=click.Path(path_type=Path))
 @STORE_OPT
@@ -361,6 +394,16 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         _fail("--cluster and --address both name a Ray head: give one")
     if seed is not None and (strategy or "exhaustive") != "random" and not resume:
         _fail(f"--seed {seed} only applies to --strategy random")
+    if resume and root.is_dir():
+        from kopt.store import run_record
+
+        rec = run_record(root, resume)
+        if rec is not None and rec.get("status") == "finished" and rec.get("sweep") == sw.name:
+            console.print(escape(f"run {resume} is finished: every job is measured and its "
+                                 f"winners are stored; nothing to resume (`kopt best {sw.name} "
+                                 f"--run {resume}` or `kopt report {resume}` show it)"),
+                          highlight=False, soft_wrap=True)
+            sys.exit(0)
     obs = ProgressObserver()
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
@@ -375,6 +418,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         obs.stop()
         _fail(str(e))
     except KeyboardInterrupt:
+        # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         obs.stop()
         rid = getattr(obs, "run_id", None)
         if rid is None:
@@ -384,10 +429,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                           + escape(f"with `kopt sweep {sweep_dir} --store {root} --resume {rid}`"),
                           highlight=False)
         sys.exit(130)
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.status_counts.items()))
-    console.print(f"run [bold]{summary.run_id}[/]: {summary.n_candidates} candidates, "
-                  f"{summary.n_jobs} jobs ({summary.n_skipped} already stored) in "
-                  f"{summary.wall_s:.1f} s; {counts or 'nothing new to run'}", highlight=False)
+    console.print(_summary_line(summary, root), highlight=False)
     for it, rungs in sorted(summary.rungs.items()):
         if len(rungs) > 1:
             console.print(f"iteration {it}, successive halving: " + ", ".join(
@@ -646,10 +688,16 @@ def env(address: str | None, fmt: str) -> None:
     """Per Ray node: GPUs and SM arch, driver, nvcc, ncu and counter access, CUTLASS, torch, ray."""
     import ray
 
-    from kopt.pipeline import ensure_ray
+    from kopt.pipeline import SweepError, attach, ensure_ray
     from workers.envinfo import collect
 
-    ensure_ray(address)
+    if address and address != "auto":  # as `kopt sweep --address`: one line, at once
+        try:
+            attach(address, f"--address {address}")
+        except SweepError as e:
+            _fail(str(e))
+    else:
+        ensure_ray(address)
     task = ray.remote(num_cpus=0)(collect)
     refs = []
     for node in ray.nodes():
@@ -912,6 +960,8 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
     merged. Exit 1 when a command fails (the branch stays for inspection)."""
     from kopt.port import PortError, port
 
+    if _store(store).is_dir():
+        _run_state_note(_store(store), run_id)  # the winner of an unfinished run: say so
     try:
         res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
                    timeout_s=timeout_s, device_class=device_class)
@@ -937,6 +987,26 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
         sys.exit(1)
     console.print(f"ported: {where}; nothing merged (`git merge {escape(res.branch)}` when "
                   "you are happy with it)", highlight=False, soft_wrap=True)
+
+
+class _NotEmpty(click.ParamType):
+    """``inner`` (a path or text type) that refuses an empty or blank value: ``--store ""``
+    would be the current folder, ``--resume ""`` a new run, ``--run ""`` no run at all."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner, self.name = inner, inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"empty ({value!r}); give a value (an unset shell variable?)", param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+
+for _cmd in main.commands.values():  # every path and text argument of every command
+    for _p in _cmd.params:
+        if _p.name != "sql" and (isinstance(_p.type, click.Path) or _p.type is click.STRING):
+            _p.type = _NotEmpty(_p.type)
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,9 @@ restates it in the spec. Kernel mode (a sweep with ``launch:``) parses a
 from __future__ import annotations
 
 import re
+import stat
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +39,15 @@ _TYPEDEF_PRELUDE = "".join(
     ["half", "__half", "__nv_bfloat16", "bfloat16", "nv_bfloat16", "int8_t", "int16_t",
      "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t", "bool"])
 _C_WORDS = {"signed", "unsigned", "char", "short", "int", "long"}
-_SOLVE_RE = re.compile(
-    r'extern\s+"C"\s*(?:__host__\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+solve\s*\(([^)]*)\)',
-    re.S)
 # one level of nested parentheses, e.g. __launch_bounds__((BX) * (BY))
 _PARENS = r"\((?:[^()]|\([^()]*\))*\)"
+# the arguments may hold parentheses: `int N __attribute__((unused))`, `int N = (1 << 4)`
+_SOLVE_RE = re.compile(
+    r'extern\s+"C"\s*(?:__host__\s+)?(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+solve\s*'
+    r"\(((?:[^()]|" + _PARENS + r")*)\)", re.S)
+# what an argument may carry that says nothing about its type: attributes, a default value
+_DECOR = re.compile(r"\[\[.*?\]\]|__attribute__\s*" + _PARENS + r"|=(?:[^,()]|" + _PARENS + r")*",
+                    re.S)
 _GLOBAL_RE = re.compile(
     r'(template\s*<[^>]*>\s*)?(?:extern\s+"C"\s*)?(?:static\s+)?__global__\s+'
     r"(?:__launch_bounds__\s*" + _PARENS + r"\s*)?void\s+"
@@ -121,7 +128,7 @@ def parse_signature(source: str, filename: str = "<source>") -> Signature:
         ContractError: no or several ``solve`` definitions, an unnamed argument,
             a pointer-to-pointer, or an unsupported type.
     """
-    found = _SOLVE_RE.findall(_strip_comments(source))
+    found = _SOLVE_RE.findall(_extern_c_blocks(_strip_comments(source)))
     if not found:
         hint = ""
         kernels = sorted({m.group(2) for m in _GLOBAL_RE.finditer(_strip_comments(source))})
@@ -177,7 +184,7 @@ def parse_kernel_signature(source: str, kernel: str, filename: str = "<source>")
 
 
 def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
-    params = _STRIP.sub(" ", params_text)
+    params = _STRIP.sub(" ", _DECOR.sub(" ", params_text))
     try:
         ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void {fname}({params});", filename)
     except pycparser.c_parser.ParseError as e:
@@ -196,6 +203,10 @@ def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
                 continue
             raise ContractError(f"{filename}: every {fname} argument needs a name")
         args.append(_arg(p, filename, fname))
+    twice = sorted(n for n, k in Counter(a.name for a in args).items() if k > 1)
+    if twice:
+        raise ContractError(f"{filename}: {fname} argument {twice[0]!r} is named twice; give "
+                            "every argument its own name")
     return tuple(args)
 
 
@@ -213,9 +224,30 @@ def parse_signature_file(path: str | Path, kernel: str | None = None) -> Signatu
     return parse_signature(text, str(p))
 
 
+MAX_TEXT_BYTES = 64 * 2**20  # a kernel source, sweep.yaml or ref.py larger than this is not one
+
+
+def check_plain_file(path: Path, error: Callable[[str], Exception]) -> None:
+    """Raise ``error`` (one line naming ``path`` and the fix) when ``path`` is a device, FIFO
+    or socket (reading one blocks or never ends) or a file over ``MAX_TEXT_BYTES``. A path
+    that cannot be stat'ed passes: the caller's read reports it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise error(f"{path}: not a regular file (a device, FIFO or socket); name the file "
+                    "itself")
+    if st.st_size > MAX_TEXT_BYTES:
+        raise error(f"{path}: {st.st_size / 2**20:.0f} MiB, over the {MAX_TEXT_BYTES >> 20} "
+                    "MiB kopt reads as a source, spec or reference; name the file itself")
+
+
 def read_text(path: Path, error: type[Exception]) -> str:
-    """The UTF-8 text of ``path``; a directory, an unreadable file or bytes that are not UTF-8
-    raise ``error`` with one line naming the file and the fix."""
+    """The UTF-8 text of ``path``; a directory, a device, FIFO or socket (reading one would
+    block or never end), a file over ``MAX_TEXT_BYTES``, an unreadable file or bytes that are
+    not UTF-8 raise ``error`` with one line naming the file and the fix."""
+    check_plain_file(path, error)
     try:
         return path.read_text(encoding="utf-8")
     except IsADirectoryError:
@@ -230,6 +262,29 @@ def read_text(path: Path, error: type[Exception]) -> str:
 def _strip_comments(src: str) -> str:
     src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
     return re.sub(r"//[^\n]*", " ", src)
+
+
+_BLOCK = re.compile(r'extern\s+"C"\s*\{')
+_BRACE = re.compile(r"[{}]")
+
+
+def _extern_c_blocks(src: str) -> str:
+    """``src`` with each ``extern "C" { ... }`` block opened: its braces dropped and every
+    ``void solve(`` inside marked ``extern "C"``, as if declared one by one."""
+    out, pos = [], 0
+    for m in _BLOCK.finditer(src):
+        if m.start() < pos:  # inside a block already opened
+            continue
+        depth, i = 1, len(src)
+        for b in _BRACE.finditer(src, m.end()):
+            depth += 1 if b.group() == "{" else -1
+            if depth == 0:
+                i = b.end()
+                break
+        body = src[m.end():i - 1 if depth == 0 else i]
+        out += [src[pos:m.start()], re.sub(r"\bvoid(\s+solve\s*\()", r'extern "C" void\1', body)]
+        pos = i
+    return "".join(out) + src[pos:]
 
 
 def _type_name(t: c_ast.TypeDecl, where: str) -> str:
@@ -264,8 +319,8 @@ def _arg(p: c_ast.Decl, filename: str, fname: str = "solve") -> Arg:
     if isinstance(t, c_ast.PtrDecl):
         inner = t.type
         if not isinstance(inner, c_ast.TypeDecl):
-            raise ContractError(f"{where}: pointers to pointers or arrays are not supported; "
-                                "pass flat device buffers")
+            raise ContractError(f"{where}: pointers to pointers, arrays or functions are not "
+                                "supported; pass flat device buffers")
         cname = _type_name(inner, where)
         kind = "input" if "const" in (inner.quals or []) else "output"
     elif isinstance(t, c_ast.TypeDecl):

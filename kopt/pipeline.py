@@ -12,6 +12,7 @@ result, crash or timeout is a row with its status, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -22,7 +23,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,10 @@ def cluster_address(path: str | Path) -> str:
     """
     import yaml
 
+    from kopt.contract import check_plain_file
+
     p = Path(path)
+    check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
     try:
         cfg = yaml.safe_load(p.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
@@ -156,14 +160,20 @@ def cluster_address(path: str | Path) -> str:
     if not head:
         raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
                          "to the head of a local-provider cluster (or pass --address HOST:PORT)")
-
+    if not isinstance(head, str) or not re.fullmatch(r"[\w.-]+", head):
+        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is {head!r}; expected one "
+                         "host name or IPv4 address (e.g. 10.0.0.5)")
+    cmds = cfg.get("head_start_ray_commands") or []
+    if not isinstance(cmds, list) or not all(isinstance(c, str) for c in cmds):
+        raise SweepError(f"--cluster {p}: field 'head_start_ray_commands' is {cmds!r}; "
+                         "expected a list of shell commands (- ray start --head --port=6379)")
     port = 6379
-    for cmd in cfg.get("head_start_ray_commands") or []:
+    for cmd in cmds:
         m = re.search(r"--port[= ](\S+)", str(cmd))
         if m:
-            if not m.group(1).isdigit():
+            if not m.group(1).isdigit() or not 0 < int(m.group(1)) < 65536:
                 raise SweepError(f"--cluster {p}: head_start_ray_commands has --port "
-                                 f"{m.group(1)!r}; expected a port number")
+                                 f"{m.group(1)!r}; expected a port from 1 to 65535")
             port = int(m.group(1))
     return f"{head}:{port}"
 
@@ -622,13 +632,14 @@ class Driver:
             self._close_loop(states, actors, infos, writer, run_id)
         except KeyboardInterrupt:
             summary.interrupted = True
-            writer.flush()
-            writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
-                                 "n_candidates": summary.n_candidates,
-                                 "n_jobs": summary.n_jobs,
-                                 "wall_s": time.perf_counter() - t_start
-                                 + (prev.get("wall_s") or 0.0)}])
-            writer.flush()
+            with _signals_held():  # a second Ctrl-C must not cut the flush: nothing lost
+                writer.flush()
+                writer.add("runs", [{**run_row, "event": "interrupted", "created_at": now(),
+                                     "n_candidates": summary.n_candidates,
+                                     "n_jobs": summary.n_jobs,
+                                     "wall_s": time.perf_counter() - t_start
+                                     + (prev.get("wall_s") or 0.0)}])
+                writer.flush()
             raise
         finally:
             for i, a in enumerate(actors):
@@ -1341,6 +1352,20 @@ class Driver:
 
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored inside (main thread only): what runs there finishes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:

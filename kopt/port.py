@@ -116,8 +116,9 @@ def check_repo(target: Path) -> tuple[Path, str]:
     """The repository root of ``target`` and the file's path relative to it.
 
     Raises:
-        PortError: not in a git work tree, the file has uncommitted changes, or the
-            repository is mid-merge / rebase / cherry-pick / revert.
+        PortError: not in a git work tree, no such file or one git does not track (a port
+            replaces a tracked file; it never creates one), the file has uncommitted
+            changes, or the repository is mid-merge / rebase / cherry-pick / revert.
     """
     folder = target.parent
     if not folder.is_dir():
@@ -134,7 +135,13 @@ def check_repo(target: Path) -> tuple[Path, str]:
         raise PortError(f"--to {target}: cannot be resolved ({e}); name a real file") from None
     if real.is_dir():
         raise PortError(f"--to {target}: is a directory; name the source file to replace")
+    if not real.exists():
+        raise PortError(f"--to {target}: no such file; a port replaces a file the repository "
+                        "tracks (check the path; nothing was changed)")
     rel = os.path.relpath(real, root.resolve())
+    if _git(root, "ls-files", "--", rel) == "":
+        raise PortError(f"--to {target}: not tracked by git in {root}; `git add` and commit it "
+                        "first, then port again (nothing was changed)")
     for marker, what in (("MERGE_HEAD", "a merge"), ("rebase-merge", "a rebase"),
                          ("rebase-apply", "a rebase"), ("CHERRY_PICK_HEAD", "a cherry-pick"),
                          ("REVERT_HEAD", "a revert")):

@@ -85,9 +85,11 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         metric_of.setdefault(key, {})[f["metric"]] = f["value"]  # last launch wins
 
     md = [f"# kopt report: {rec['sweep']}, run {run_id}", "",
-          f"Status: {rec['status']}; backend {rec['backend']}; {rec.get('n_candidates')} "
-          f"candidates, {rec.get('n_jobs')} jobs; wall {rec.get('wall_s') or 0:.1f} s; "
-          "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
+          f"Status: {rec['status']}; backend {rec['backend']}; "
+          + (f"{rec['n_candidates']} candidates, {rec['n_jobs']} jobs; wall "
+             f"{rec.get('wall_s') or 0:.1f} s; " if rec.get("n_jobs") is not None else
+             "candidates, jobs and wall time not recorded (the run stopped before its end); ")
+          + "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
           "## Environment", "", "| | |", "|---|---|"]
     md += [f"| host | {env.get('host', rec.get('host'))} ({env.get('platform', '')}) |"]
     for d in devices:

@@ -163,7 +163,7 @@ class SweepFile(_Model):
     flags: list[str] = []
     include_dirs: list[str] = []
     timing: Timing = Timing()
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**63 - 16)  # seeds seed, seed + 1, ... fit torch's int64
     flops: str | None = None
     bytes: str | None = None
     iterations: int = Field(1, ge=1)

@@ -205,9 +205,9 @@ def readable_parts(root: Path, files: Iterable[Path]) -> list[Path]:
             ok.append(f)
             continue
         warnings.warn(StoreWarning(
-            f"damaged store file {f} ({why}): skipped, everything else is read and written; "
-            f"move it out of the store (e.g. into {root / 'quarantine'}) or restore it from "
-            "a copy"), stacklevel=2)
+            f"damaged store file {f.absolute()} ({why}): skipped, everything else is read and "
+            f"written; move it out of the store (e.g. into {root.absolute() / 'quarantine'}) "
+            "or restore it from a copy"), stacklevel=2)
     return ok
 
 

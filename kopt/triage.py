@@ -109,7 +109,7 @@ def read_trace(path: Path | str) -> list[Launch]:
     if not path.is_file():
         raise TriageError(f"{path}: no such trace file")
     if path.suffix == ".nsys-rep":
-        return _read_nsys_rep(path)
+        return _checked(path, _read_nsys_rep(path))
     with tempfile.TemporaryDirectory(prefix="kopt-triage-") as tmp:
         real = path
         if _is_gzip(path):
@@ -124,9 +124,20 @@ def read_trace(path: Path | str) -> list[Launch]:
             launches = read_nsys_sqlite(real, shown=path)
         else:
             launches = read_torch_trace(real, shown=path)
+    return _checked(path, launches)
+
+
+def _checked(path: Path, launches: list[Launch]) -> list[Launch]:
+    """``launches`` sorted by GPU start; TriageError when there are none, or one has a start
+    or duration no clock gives (not finite, or a negative duration): its shares would lie."""
     if not launches:
         raise TriageError(f"{path}: no GPU kernels in the trace; profile with CUDA activity on "
                           "(torch.profiler ProfilerActivity.CUDA, or nsys --trace=cuda)")
+    for k in launches:
+        if not (math.isfinite(k.start_us) and math.isfinite(k.dur_us) and k.dur_us >= 0):
+            raise TriageError(f"{path}: kernel {k.name[:80]!r} starts at {k.start_us} us and "
+                              f"lasts {k.dur_us} us, which no profiler writes; the trace is "
+                              "damaged or edited: export it again")
     return sorted(launches, key=lambda k: k.start_us)
 
 
@@ -382,7 +393,10 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     """
     import yaml
 
+    from kopt.contract import check_plain_file
+
     path = Path(path)
+    check_plain_file(path, TriageError)
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
@@ -395,8 +409,10 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     out = []
     for i, r in enumerate(routes):
         if not isinstance(r, dict) or not isinstance(r.get("pattern"), str):
-            raise TriageError(f"{path}: field 'routes[{i}].pattern' missing; give each route "
-                              "a regex `pattern` matched against kernel names")
+            what = ("missing" if not isinstance(r, dict) or r.get("pattern") is None else
+                    f"{r['pattern']!r}, not text")
+            raise TriageError(f"{path}: field 'routes[{i}].pattern' {what}; give each route "
+                              "a regex `pattern` (quoted text) matched against kernel names")
         unknown = set(r) - {"pattern", "operator", "source", "tuning", "owner"}
         if unknown:
             raise TriageError(f"{path}: field 'routes[{i}].{sorted(unknown)[0]}' is unknown; "

@@ -99,7 +99,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     r = _kopt(*args, "--resume", run_id)
     out, _ = r.communicate(timeout=400)
     assert r.returncode == 0, out
-    assert f"({len(before)} already stored)" in out
+    assert f"({len(before)} measured before this resume, {14 - len(before)} now)" in out
     _, rows = query("select job_key, median_ms from candidates", store)
     assert len(rows) == 14 and len({k for k, _ in rows}) == 14
     after = dict(rows)

@@ -4,6 +4,8 @@ is one line naming the file or field and the fix, never a traceback."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -179,3 +181,356 @@ def test_odd_inputs_are_the_references_fault_in_one_line(tmp_path, make, why):
            "timing": {"timeout_s": 10}, "prepare_only": True}
     with pytest.raises(JobError, match=why.replace("(", r"\(").replace(")", r"\)")):
         Harness("cpu").run(job)
+
+
+# -- a fourth trial -------------------------------------------------------------------------
+
+def _repo(tmp_path):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for cmd in (["init", "-q"], ["config", "user.email", "t@example.com"],
+                ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True)
+    (repo / "k.cpp").write_text("int x;\n")
+    subprocess.run(["git", "-C", str(repo), "add", "k.cpp"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "k"], check=True)
+    return repo
+
+
+def test_port_to_a_missing_or_untracked_file_is_refused(tmp_path):
+    from kopt.port import PortError, check_repo
+
+    repo = _repo(tmp_path)
+    with pytest.raises(PortError, match=r"new\.cpp: no such file; a port replaces a file"):
+        check_repo(repo / "new.cpp")
+    assert not (repo / "new.cpp").exists()
+    (repo / "loose.cpp").write_text("int y;\n")
+    with pytest.raises(PortError, match=r"loose\.cpp: not tracked by git .*`git add` and "
+                                        r"commit it first"):
+        check_repo(repo / "loose.cpp")
+    assert check_repo(repo / "k.cpp")[1] == "k.cpp"
+
+
+@pytest.mark.parametrize("src", [
+    'extern "C" { void solve(const float* x, float* y, int N) { } }',
+    'extern "C" {\n#include <cmath>\nstatic int h(int a) { if (a) { return a; } return 0; }\n'
+    "__host__ void solve(const float* x, float* y, int N) { }\n}\n",
+    'extern "C" void solve(const float* x, float* y, int N __attribute__((unused))) { }',
+    'extern "C" void solve(const float* x, float* y, [[maybe_unused]] int N = (1 << 4)) { }',
+], ids=["block", "block-with-more", "attribute", "default-value"])
+def test_prototypes_cpp_allows_are_read(src):
+    from kopt.contract import parse_signature
+
+    assert parse_signature(src, "k.cpp").describe() == "solve(const float* x, float* y, int N)"
+
+
+def test_an_extern_c_block_builds_and_runs(tmp_path):
+    from kopt.preflight import run_preflight
+    from kopt.spec import load_sweep
+
+    d = base(tmp_path, **{"add.cpp": 'extern "C" {\nvoid solve(const float* x, float* y, '
+                                     "int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n}\n"})
+    assert run_preflight(load_sweep(d), "cpu")["status"] == "ok"
+
+
+def test_an_argument_named_twice_is_refused_at_load(tmp_path):
+    d = base(tmp_path, **{"add.cpp": 'extern "C" void solve(const float* x, float* x, int N) {}'})
+    assert_spec_error(d, "solve argument 'x' is named twice; give every argument its own name")
+
+
+def test_a_damaged_store_file_is_noted_once_per_command(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from test_store_safety import demo_store
+
+    from kopt.store import readable_parts, write_table
+
+    demo_store(tmp_path)
+    bad = write_table(tmp_path, "candidates", "demo", "r1", [
+        {"run_id": "r1", "sweep": "demo", "job_key": "b", "status": "ok"}])
+    bad.write_bytes(bad.read_bytes()[:100])
+    for _ in range(2):  # every command notes it again, once
+        r = CliRunner().invoke(main, ["best", "demo", "--store", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        assert r.output.count("note: damaged store file") == 1, r.output
+    # one file read through a relative and an absolute store path is still one note, naming
+    # it by its absolute path
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.warns(UserWarning) as notes:
+        readable_parts(Path(tmp_path.name), [Path(tmp_path.name) / bad.relative_to(tmp_path)])
+        readable_parts(tmp_path, [bad])
+    assert len({str(n.message) for n in notes}) == 1
+    assert str(notes[0].message).startswith(f"damaged store file {bad} (")
+
+
+def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.cli import _summary_line
+    from kopt.pipeline import RunSummary
+    from kopt.store import Writer
+
+    demo_store(tmp_path)  # job "a" measured before the resume
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("candidates", [{"run_id": "r1", "sweep": "demo", "job_key": k, "candidate_id": k,
+                          "status": s, "iteration": 1} for k, s in (("b", "ok"),
+                                                                     ("c", "wrong_result"))])
+    w.flush()
+    resumed = RunSummary("r1", "demo", "cpu", n_candidates=3, n_jobs=3, n_skipped=1,
+                         status_counts={"ok": 1, "wrong_result": 1}, wall_s=2.0)
+    assert _summary_line(resumed, tmp_path) == (
+        "run [bold]r1[/]: 3 candidates, 3 jobs (1 measured before this resume, 2 now) in "
+        "2.0 s; whole run: ok 2, wrong_result 1")
+    fresh = RunSummary("r2", "demo", "cpu", n_candidates=2, n_jobs=2, n_skipped=0,
+                       status_counts={"ok": 2}, wall_s=1.0)
+    assert _summary_line(fresh, tmp_path) == (
+        "run [bold]r2[/]: 2 candidates, 2 jobs (2 measured) in 1.0 s; ok 2")
+
+
+def test_resuming_a_finished_run_measures_nothing(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.store import query
+
+    demo_store(tmp_path, sweep="vector_add")
+    before = query("select * from candidates", tmp_path)
+    r = CliRunner().invoke(main, ["sweep", str(ROOT / "sweeps" / "vector_add"), "--store",
+                                  str(tmp_path), "--backend", "cpu", "--resume", "r1"])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == ("run r1 is finished: every job is measured and its winners are "
+                                "stored; nothing to resume (`kopt best vector_add --run r1` or "
+                                "`kopt report r1` show it)")
+    assert query("select * from candidates", tmp_path) == before
+    assert query("select count(*) from contests", tmp_path)[1] == [(0,)]
+
+
+@pytest.mark.parametrize("args, name", [
+    (["sweep", str(ROOT / "sweeps" / "vector_add"), "--store", ""], "'--store'"),
+    (["sweep", str(ROOT / "sweeps" / "vector_add"), "--resume", " "], "'--resume'"),
+    (["best", "vector_add", "--run", ""], "'--run'"),
+    (["report", ""], "'RUN_ID'"),
+    (["port", "r1", "--to", ""], "'--to'"),
+], ids=["store", "resume", "run", "report", "port-to"])
+def test_an_empty_argument_is_refused_naming_it(tmp_path, monkeypatch, args, name):
+    """`--store ""` was the current folder (a sweep wrote its store there), `--resume ""` a new
+    run, `--run ""` "no correct candidate of the latest run"."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert f"Error: Invalid value for {name}: empty (" in r.output, r.output
+    assert "give a value" in r.output and list(tmp_path.iterdir()) == []
+
+
+def test_the_report_of_an_interrupted_run_says_what_was_not_recorded(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.report import write_report
+
+    demo_store(tmp_path / "st", event="running")  # its driver was killed: no closing record
+    text = write_report("r1", tmp_path / "st", tmp_path / "rep").read_text()
+    assert ("Status: interrupted; backend cpu; candidates, jobs and wall time not recorded "
+            "(the run stopped before its end); statuses: ok 1") in text
+    assert "None" not in text.split("## Environment")[0]
+
+
+@pytest.mark.parametrize("address, why", [
+    ("not a host", "--address not a host: 'not a host' is not HOST:PORT"),
+    ("127.0.0.1:1", "--address 127.0.0.1:1: no Ray head answers at 127.0.0.1:1"),
+])
+def test_kopt_env_with_an_address_nobody_answers_is_one_line(address, why):
+    """Was a ValueError traceback (not HOST:PORT) or minutes of Ray retries (no head)."""
+    r = CliRunner().invoke(main, ["env", "--address", address])
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {why}"), r.output
+
+
+@pytest.mark.parametrize("text, why", [
+    ("provider: {head_ip: h}\nhead_start_ray_commands: 5\n",
+     "field 'head_start_ray_commands' is 5; expected a list of shell commands"),
+    ("provider: {head_ip: h}\nhead_start_ray_commands: 'ray start --head --port=7000'\n",
+     "field 'head_start_ray_commands' is 'ray start --head --port=7000'; expected a list"),
+    ("provider: {head_ip: [a, b]}\n", "field 'provider.head_ip' is ['a', 'b']; expected one host"),
+    ("provider: {head_ip: 5}\n", "field 'provider.head_ip' is 5; expected one host"),
+    ("provider: {head_ip: h}\nhead_start_ray_commands: ['ray start --head --port=99999']\n",
+     "--port '99999'; expected a port from 1 to 65535"),
+], ids=["cmds-int", "cmds-text", "head-list", "head-int", "port-range"])
+def test_a_cluster_file_with_fields_of_the_wrong_type(tmp_path, text, why):
+    """Was a TypeError traceback (cmds-int), a silently wrong port 6379 (cmds-text: its
+    characters were read as commands) or an address like "['a', 'b']:6379"."""
+    from kopt.pipeline import SweepError, cluster_address
+
+    f = tmp_path / "cl.yaml"
+    f.write_text(text)
+    with pytest.raises(SweepError, match=re.escape(f"--cluster {f}: ") + ".*" + re.escape(why)):
+        cluster_address(f)
+
+
+@pytest.mark.parametrize("ts, dur, shown", [(0, -5, "starts at 0.0 us and lasts -5.0 us"),
+                                            ("1e400", 1, "starts at inf us and lasts 1.0 us")],
+                         ids=["negative-duration", "infinite-start"])
+def test_a_kernel_time_no_profiler_writes_is_refused(tmp_path, ts, dur, shown):
+    """A negative duration was 100% of the trace's kernel time: a silently wrong table."""
+    from kopt.triage import TriageError, read_trace
+
+    t = tmp_path / "t.json"
+    k = '{"ph": "X", "cat": "kernel", "name": "k", "ts": ' + f'{ts}, "dur": {dur}' + "}"
+    t.write_text('{"traceEvents": [' + k + ', {"ph": "X", "cat": "kernel", "name": "j", '
+                 '"ts": 9, "dur": 2}]}')
+    with pytest.raises(TriageError, match=re.escape(f"{t}: kernel 'k' {shown}, which no "
+                                                    "profiler writes")):
+        read_trace(t)
+
+
+@pytest.mark.slow
+def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
+    """Ctrl-C held down (SIGINT to the process group every 50 ms for 6 s): was "Aborted!", a
+    traceback from Ray's shutdown, exit -2 and measurements reported as run but not stored."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from kopt.store import query
+
+    d = tmp_path / "va"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    spec = yaml.safe_load((d / "sweep.yaml").read_text())
+    spec["cpu"].update(dims=[{"N": 65536}], params={"NT": [1], "CHUNK": [16384, 32768, 65536]},
+                       methods={"compute.ilp_unroll": {"params": {"UNROLL": [2, 4]}},
+                                "memory.vectorized_access": {"params": {"VEC": [4, 8]}}},
+                       timing={"warmup_ms": 1, "min_samples": 3, "max_samples": 5})
+    (d / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    store = tmp_path / "st"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu", "--store",
+         str(store)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: (os.setsid(), signal.signal(signal.SIGINT, signal.SIG_DFL)))
+    assert p.stdout is not None
+    seen = []
+    for line in p.stdout:  # the progress line every 10 s: "it 1: built 27/27, ran 6/27, ..."
+        seen.append(line)
+        m = re.search(r"ran (\d+)/27", line)
+        if m and int(m.group(1)) >= 1:
+            ran = int(m.group(1))
+            break
+    else:
+        raise AssertionError("".join(seen))
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 6 and p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+        time.sleep(0.05)
+    out = "".join(seen) + p.stdout.read()
+    assert p.wait(timeout=120) == 130, out
+    assert "Traceback" not in out and "Aborted" not in out, out
+    assert "interrupted: every finished measurement is stored" in out, out
+    assert query("select status from runs", store)[1] == [("interrupted",)]
+    assert query("select count(*) from candidates", store)[1][0][0] >= ran
+
+
+@pytest.mark.parametrize("seed, why", [(2**70, "less than or equal to"),
+                                       (-1, "greater than or equal to 0")])
+def test_a_seed_torch_cannot_take_is_refused_at_load(tmp_path, seed, why):
+    """2**70 was "ref.py: inputs() raised ValueError('Overflow when unpacking long long')" on
+    every candidate: the reference blamed for the spec's field."""
+    d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\nseed: {seed}\n")
+    assert_spec_error(d, "field 'seed'", why)
+
+
+def test_porting_the_winner_of_an_interrupted_run_says_so(tmp_path):
+    """Was silent: the best of the jobs measured before the driver died, ported as the winner."""
+    from test_store_safety import demo_store
+
+    demo_store(tmp_path / "st", event="running")  # no driver holds it: interrupted
+    repo = _repo(tmp_path)
+    r = CliRunner().invoke(main, ["port", "r1", "--store", str(tmp_path / "st"), "--to",
+                                  str(repo / "k.cpp")])
+    lines = r.output.splitlines()
+    assert lines[0].startswith("note: run r1 was interrupted: these are the figures measured "
+                               "before it stopped; finish it with `kopt sweep "), r.output
+
+
+@pytest.mark.parametrize("what", ["sweep.yaml", "add.cpp", "ref.py"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+def test_a_file_that_never_ends_is_refused_not_read(tmp_path, what, kind):
+    """A FIFO blocked kopt for ever; /dev/zero (a symlink to it) or a 65 MiB file was read
+    into memory until the machine ran out of it."""
+    import os
+
+    from kopt.spec import SpecError, load_sweep
+
+    d = base(tmp_path)
+    (d / what).unlink()
+    if kind == "fifo":
+        os.mkfifo(d / what)
+    elif kind == "dev-zero":
+        (d / what).symlink_to("/dev/zero")
+    else:
+        with open(d / what, "wb") as f:
+            f.truncate(65 * 2**20)  # sparse: no disk used
+    why = ("not a regular file (a device, FIFO or socket); name the file itself"
+           if kind != "huge" else "65 MiB, over the 64 MiB kopt reads as a source, spec or "
+                                  "reference")
+    with pytest.raises(SpecError, match=re.escape(f"{d / what}: {why}")):
+        load_sweep(d)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_cluster_or_routes_file_that_never_ends_is_refused(tmp_path, kind):
+    """--cluster /dev/zero and --known /dev/zero were a MemoryError traceback; a FIFO a hang."""
+    import os
+
+    from kopt.pipeline import SweepError, cluster_address
+    from kopt.triage import TriageError, load_routes
+
+    f = tmp_path / "f.yaml"
+    if kind == "fifo":
+        os.mkfifo(f)
+    else:
+        f.symlink_to("/dev/zero")
+    why = re.escape(f"{f}: not a regular file (a device, FIFO or socket); name the file itself")
+    with pytest.raises(SweepError, match="--cluster " + why):
+        cluster_address(f)
+    with pytest.raises(TriageError, match=why):
+        load_routes(f)
+
+
+def test_an_input_of_the_wrong_size_names_the_reference_and_the_spec(tmp_path):
+    """Was "input 'x' has 63 elements; args says [64]": no file, no fix."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    d = base(tmp_path, **{"ref.py": "import torch\n"
+                                    "def inputs(seed, N):\n    return {'x': torch.ones(N - 1)}\n"
+                                    "def reference(x, N):\n    return x\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0, "args": {"x": ["N"]},
+           "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+           "timing": {"timeout_s": 10}, "prepare_only": True}
+    with pytest.raises(JobError, match=re.escape("ref.py: inputs() returned 'x' with 63 "
+                                                 "elements, not the 64 of its shape [64] in "
+                                                 "sweep.yaml args: make them agree")):
+        Harness("cpu").run(job)
+
+
+@pytest.mark.parametrize("route, what", [("{pattern: 5}", "5, not text"),
+                                         ("{pattern: [a]}", "['a'], not text"),
+                                         ("{owner: x}", "missing")])
+def test_a_route_pattern_that_is_not_text_is_named_as_such(tmp_path, route, what):
+    """`pattern: 5` was reported as "missing"."""
+    from kopt.triage import TriageError, load_routes
+
+    f = tmp_path / "k.yaml"
+    f.write_text(f"routes: [{route}]\n")
+    with pytest.raises(TriageError, match=re.escape(f"field 'routes[0].pattern' {what}; give "
+                                                    "each route a regex `pattern` (quoted text)")):
+        load_routes(f)

@@ -459,8 +459,9 @@ class Harness:
                 raise JobError("error", f"{ref_name}: input {n!r} is {t.dtype} but solve takes "
                                f"{a['ctype']}* (torch.{a['dtype']})")
             if n in shapes and t.numel() != _numel(shapes[n]):
-                raise JobError("error", f"input {n!r} has {t.numel()} elements; args says "
-                               f"{shapes[n]}")
+                raise JobError("error", f"{ref_name}: inputs() returned {n!r} with {t.numel()} "
+                               f"elements, not the {_numel(shapes[n])} of its shape {shapes[n]} "
+                               "in sweep.yaml args: make them agree")
             if t.numel() > 0 and not bool(t.any()):
                 raise JobError("error", f"{ref_name}: input {n!r} is all zeros; kopt never "
                                "checks or times on zeros (they hide unwritten outputs)")
