@@ -330,14 +330,9 @@ def _summary_line(summary: Any, root: Path) -> str:
     counts = summary.status_counts
     done = summary.n_jobs - summary.n_skipped
     if summary.n_skipped:
-        from kopt.store import connect
+        from kopt.database import Database
 
-        con = connect(root)
-        try:
-            counts = dict(con.execute("select status, count(*) from candidates where run_id = ? "
-                                      "group by 1", [summary.run_id]).fetchall())
-        finally:
-            con.close()
+        counts = Database(root).status_counts(summary.run_id)
     text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     how = (f"{summary.n_skipped} measured before this resume, {done} now"
            if summary.n_skipped else f"{done} measured")

@@ -530,6 +530,8 @@ qualify row_number() over (partition by candidate_id, device_class, dims
                            order by median_ms, iteration desc) = 1
 """
 
+STATUS_COUNTS_SQL = "select status, count(*) n from candidates where run_id = ? group by 1"
+
 RUN_INFO_SQL = "select run_id, sweep, sweep_dir, backend, devices from runs where run_id = ?"
 
 # Per (run, iteration, device class) and method a candidate's triple held: the
@@ -729,6 +731,11 @@ class Database:
         connection."""
         got = self._fetch(*((REPORT_SQL[f], [run_id]) for f in REPORT_SQL))
         return RunHistory(**dict(zip(REPORT_SQL, got)))
+
+    def status_counts(self, run_id: str) -> dict[str, int]:
+        """Status -> number of stored candidate rows (jobs) of ``run_id``, the whole run's
+        (a resumed run's rows from before the resume too)."""
+        return {r["status"]: r["n"] for r in self._records(STATUS_COUNTS_SQL, [run_id])}
 
     def candidate_metrics(self, run_id: str, device_class: str, candidate_id: str,
                           iteration: int) -> list[dict[str, Any]]:

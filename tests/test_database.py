@@ -229,3 +229,8 @@ def test_the_moved_names_stay_importable_from_kopt_store():
     assert all(getattr(kopt.store, n) is getattr(kopt.database, n) for n in kopt.store._MOVED)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         kopt.store.nope  # noqa: B018
+
+
+def test_status_counts_are_the_whole_runs_rows(db):
+    assert db.status_counts("r1") == {"ok": 6, "wrong_result": 1}
+    assert db.status_counts("r2") == {}
