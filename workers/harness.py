@@ -82,6 +82,7 @@ import torch
 from workers import nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
+from workers.records import Status
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
@@ -1147,10 +1148,10 @@ def main(rfd: int, wfd: int, device: str) -> None:
         except JobError as e:
             res = {"status": e.status, "error": str(e), "fatal": e.fatal}
         except torch.OutOfMemoryError as e:
-            res = {"status": "error", "error": f"out of memory: {e}", "fatal": True}
+            res = {"status": Status.ERROR, "error": f"out of memory: {e}", "fatal": True}
         except Exception as e:
             fatal = h.is_cuda and "CUDA" in str(e)
-            res = {"status": "crashed" if fatal else "error",
+            res = {"status": Status.CRASHED if fatal else Status.ERROR,
                    "error": f"{e!r}\n{traceback.format_exc(limit=3)}", "fatal": fatal}
         wconn.send(res)
         if res.get("fatal"):

@@ -21,6 +21,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workers.records import Status
+
 START_TIMEOUT_S = 180.0
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
@@ -94,7 +96,7 @@ class Sandbox:
             if not ready:
                 self.kill()
                 self.restarts += 1
-                return {"status": "timeout", "error": f"no answer within {timeout_s:.0f} s "
+                return {"status": Status.TIMEOUT, "error": f"no answer within {timeout_s:.0f} s "
                         "(hang, endless loop, or one call longer than timing.timeout_s); "
                         "harness killed and restarted", "wall_s": time.perf_counter() - t0}
             try:
@@ -102,7 +104,7 @@ class Sandbox:
             except (EOFError, OSError):
                 code = self.kill()
                 self.restarts += 1
-                return {"status": "crashed", "error": f"harness died: {describe_exit(code)}. "
+                return {"status": Status.CRASHED, "error": f"harness died: {describe_exit(code)}. "
                         f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
             if not res.get("progress"):
                 break
@@ -110,7 +112,7 @@ class Sandbox:
             if res.get("stage") == "prepared":
                 base = time.perf_counter()
         res["wall_s"] = time.perf_counter() - t0
-        if res.get("status") not in (None, "ok"):  # what the kernel's code said, e.g. why
+        if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
             if said:
                 res["error"] = "; ".join(x for x in (res.get("error"),
