@@ -8,8 +8,14 @@ compiler measures the compiler. Every device actor holds at most
 ``inflight`` jobs (backpressure), so one slow device never hoards work.
 Results are rows appended to the store as they arrive; a compile error, wrong
 result, crash or timeout is a row with its status, never an exception.
-"""
 
+The pieces, in TVM MetaSchedule's terms: kopt.builder (Builder: build inputs -> build
+results), kopt.runner (Runner: run inputs -> futures of run results, on Ray device actors
+or in process), kopt.scheduler (moves one batch between them), kopt.strategy (search
+strategies: exhaustive, random, halving; the NCU-guided loop, its contests and profiles);
+workers.records holds the typed records that cross processes. This module attaches to
+Ray, checks what can be checked first, and drives a run (:class:`Driver`).
+"""
 from __future__ import annotations
 
 import json
@@ -59,7 +65,7 @@ from kopt.strategy.ncu_loop import (
 from kopt.strategy.profiling import profile, resolve
 from kopt.strategy.random_sample import RANDOM_FRACTION
 from workers import build as wbuild
-from workers.records import RunOutcome, Status, TuningRecord
+from workers.records import RunJob, RunOutcome, Status, TuningRecord
 
 
 @dataclass
@@ -459,12 +465,12 @@ class Driver:
     def _check_reference(self) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py."""
-        common = {**self._common, "build_id": "", "job_key": "reference"}
         seen: set[str] = set()
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             for d in self.space.dims:
-                res = self.runner.call(i, "prepare", {**common, "dims": d})
+                res = self.runner.call(i, "prepare",
+                                       RunJob("reference", "", d, self._common).payload())
                 if res["status"] != Status.OK:
                     raise SweepError(f"{self.sweep.reference}: inputs()/reference() failed for "
                                      f"dims {d} on {dc} ({res['status']}): "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -64,7 +65,8 @@ class DeviceActor:
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job.build_id, artifact))
-            res = RunOutcome.from_dict(self.sandbox.run(job.payload(path), job.timeout_s))
+            res = RunOutcome.from_dict(self.sandbox.run(replace(job, artifact=path),
+                                                        job.timeout_s))
         except Exception as e:  # the harness could not even be restarted
             res = RunOutcome.fault(Status.ERROR, f"device actor: {e!r}")
         self.busy_s += time.perf_counter() - t0

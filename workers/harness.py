@@ -82,7 +82,7 @@ import torch
 from workers import nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
-from workers.records import Status
+from workers.records import RunJob, Status
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
@@ -1129,7 +1129,8 @@ def _cpu_name() -> str:
 
 
 def main(rfd: int, wfd: int, device: str) -> None:
-    """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict."""
+    """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict; ``job`` a
+    workers.records.RunJob or the job dict of :meth:`Harness.run`."""
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     try:
         h = Harness(device, progress=lambda msg: wconn.send({"progress": True, **msg}))
@@ -1143,7 +1144,7 @@ def main(rfd: int, wfd: int, device: str) -> None:
         except EOFError:
             return
         try:
-            res = h.run(job)
+            res = h.run(job.payload() if isinstance(job, RunJob) else job)
             res.setdefault("fatal", False)
         except JobError as e:
             res = {"status": e.status, "error": str(e), "fatal": e.fatal}

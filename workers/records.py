@@ -105,6 +105,8 @@ class RunJob:
         common: the part every job of the sweep shares (kopt.builder.job_base: reference,
             seed, args, scalars, tolerance, timing, signature).
         timing: overrides ``common["timing"]`` (a successive-halving screening rung).
+        artifact: the artifact's path on the device's node, once the device side has it
+            (it crosses the sandbox's pipe with the job).
     """
 
     job_key: str
@@ -112,16 +114,16 @@ class RunJob:
     dims: dict[str, int]
     common: dict[str, Any]
     timing: dict[str, Any] | None = None
+    artifact: str | None = None
 
-    def payload(self, artifact: str | None = None) -> dict[str, Any]:
-        """The harness's job dict (workers.harness.Harness.run), with the artifact's local
-        path when given."""
+    def payload(self) -> dict[str, Any]:
+        """The harness's job dict (workers.harness.Harness.run)."""
         out = {**self.common, "build_id": self.build_id, "job_key": self.job_key,
                "dims": self.dims}
         if self.timing:
             out["timing"] = self.timing
-        if artifact is not None:
-            out["artifact"] = artifact
+        if self.artifact is not None:
+            out["artifact"] = self.artifact
         return out
 
     @property
@@ -232,5 +234,5 @@ class TuningRecord:
     def row(self) -> dict[str, Any]:
         """The store row (``status`` as its plain string)."""
         out = dataclasses.asdict(self)
-        out["status"] = self.status.value
+        out["status"] = Status(self.status).value
         return out

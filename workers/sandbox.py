@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers.records import Status
+from workers.records import RunJob, Status
 
 START_TIMEOUT_S = 180.0
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
@@ -71,8 +71,9 @@ class Sandbox:
             raise RuntimeError(hello.get("error", "harness failed to start"))
         self.info = hello["info"]
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send ``job``; return its outcome dict (``status``, ``error`` and figures).
+    def run(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send ``job`` (a RunJob with its artifact's path, or the harness's job dict);
+        return its outcome dict (``status``, ``error`` and figures).
 
         A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
         and restarts the harness on the next call. Never raises for a job.

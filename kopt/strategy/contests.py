@@ -11,7 +11,7 @@ from kopt.contest import CONTEST_ROUNDS, Verdict, contenders, decide
 from kopt.runner import DeviceError
 from kopt.store import connect, now
 from kopt.strategy.context import RunContext
-from workers.records import Status
+from workers.records import RunJob, Status
 
 SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a contest
 
@@ -76,8 +76,8 @@ class SideBySide:
 
     def _contest(self, cids: list[str], dims: str, rounds: int) -> dict[str, Any]:
         entries = [self.by_cand[c][dims] for c in cids]
-        jobs = [{**self.ctx.common, "build_id": e[1], "job_key": e[0],
-                 "dims": json.loads(dims)} for e in entries]
+        jobs = [RunJob(e[0], e[1], json.loads(dims), self.ctx.common).payload()
+                for e in entries]
         arts = [self.ctx.builder.artifacts[e[1]] for e in entries]
         try:
             return self.ctx.runner.call(self.device, "contest", jobs, rounds, *arts)

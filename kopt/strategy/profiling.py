@@ -11,7 +11,7 @@ from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, wante
 from kopt.runner import DeviceError
 from kopt.store import now
 from kopt.strategy.context import RunContext
-from workers.records import Status
+from workers.records import RunJob, Status
 
 # (ranked row, its job rows, the row of its first dims)
 Todo = tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]
@@ -60,8 +60,8 @@ def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] 
     if not cuda or not metrics or ctx.sweep.ncu.top_k <= 0:
         why = "NCU needs the cuda backend" if not cuda else "ncu unavailable or top_k is 0"
         return [{"status": Status.NOT_PROFILED, "error": why, "rows": []} for _ in todo]
-    payloads = [{**ctx.common, "build_id": r["build_id"], "job_key": first["job_key"],
-                 "dims": json.loads(first["dims"])} for r, _, first in todo]
+    payloads = [RunJob(first["job_key"], r["build_id"], json.loads(first["dims"]),
+                       ctx.common).payload() for r, _, first in todo]
     kernels = [[k["name"] for k in (ctx.builder.results[r["build_id"]].kernels
                                     if r["build_id"] in ctx.builder.results else [])]
                for r, _, _ in todo]
