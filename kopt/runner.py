@@ -17,7 +17,6 @@ from typing import Any
 import ray
 
 from kopt.devices import Node, Slot, actor_options, alive_nodes, plan_slots
-from workers.build import ensure_artifact
 from workers.device_actor import DeviceActor, remote_actor
 from workers.records import RunJob, RunOutcome, Status
 
@@ -257,7 +256,3 @@ class LocalRunner(Runner):
             d.shutdown()
         return busy
 
-
-def artifact_path(build_id: str, artifact: bytes) -> str:
-    """Where the device side keeps ``artifact`` (workers.build.ensure_artifact)."""
-    return str(ensure_artifact(build_id, artifact))

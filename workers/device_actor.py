@@ -116,7 +116,7 @@ class DeviceActor:
             out = [{"status": r.status, "error": r.error, "command": r.command,
                     "seconds": r.seconds, "rows": [asdict(x) for x in r.rows]} for r in res]
         except Exception as e:
-            out = [{"status": "crashed", "error": f"profile: {e!r}", "rows": [],
+            out = [{"status": Status.CRASHED, "error": f"profile: {e!r}", "rows": [],
                     "seconds": 0.0} for _ in jobs]
         self.busy_s += time.perf_counter() - t0
         return out
