@@ -312,3 +312,7 @@ def test_a_batch_moves_through_the_in_process_builder_and_runner(tmp_path):
     o, info = got["broken"]
     assert o.status == "compile_error" and "operator '>' has no left operand" in o.error
     assert info is None
+    # the builder's batch call: results in input order, the error a value, not raised
+    bids = [jobs[-1].build_id, jobs[0].build_id]
+    res = LocalBuilder().build([builds[b] for b in bids])
+    assert [(r.build_id, r.ok) for r in res] == [(bids[0], False), (bids[1], True)]

@@ -180,7 +180,12 @@ class RunOutcome:
 @dataclass
 class TuningRecord:
     """One row of the ``candidates`` table (kopt.store's schema): a job, its build and its
-    outcome. Times: ``compile_s``/``wall_s`` in seconds, ``*_ms`` in milliseconds."""
+    outcome. Times: ``compile_s``/``wall_s`` in seconds, ``*_ms`` in milliseconds.
+
+    ``NOT_STORED`` names the fields the ``candidates`` table has no column for (observers
+    see them in the row; the store drops them): storing them is a schema change."""
+
+    NOT_STORED = ("input_sets", "full_ms", "escaped_ms", "leaked_bytes")
 
     run_id: str
     sweep: str
