@@ -61,6 +61,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("temperature_c", pa.float64()), ("throttle_reasons", pa.int64()),
         ("throttled_samples", pa.int32()), ("throttled", pa.bool_()), ("power_w", pa.float64()),
         ("wall_s", pa.float64()), ("flops", pa.float64()), ("bytes", pa.float64()),
+        # issue 11's guards: input sets checked, the probe's full and escaped time (ms),
+        # device memory a job left allocated (bytes)
+        ("input_sets", pa.int32()), ("full_ms", pa.float64()), ("escaped_ms", pa.float64()),
+        ("leaked_bytes", pa.int64()),
         ("created_at", TS),
     ]),
     "profiles": pa.schema([

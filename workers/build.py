@@ -31,14 +31,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from workers import deps, nvrtc
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
+from workers.records import BuildJob, BuildResult
 
 SHIM = Path(__file__).with_name("kopt_shim.h")
 # nvcc's -O is the host compiler's level only. Host -O0 would save ~25 ms of a ~1.9 s
@@ -145,64 +144,10 @@ def compiler_identity(backend: str) -> str:
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
 
 
-@dataclass
-class BuildJob:
-    """What to build. ``source`` is the text (it travels to any node).
-
-    Attributes:
-        build_id: content address (see kopt.pipeline.build_id).
-        backend: ``cuda`` or ``cpu``.
-        source: kernel source text; ``source_name`` its file name (suffix matters).
-        source_dir: the sweep folder, added as ``-I`` for relative includes.
-        defines: ``-DNAME=value`` pairs.
-        flags: extra compiler flags from the spec.
-        target: ``sm_90``, ``sm_90a``, ... or ``host``.
-        include_dirs: extra ``-I`` folders.
-        mode: ``solve`` (nvcc / c++ -> a shared object) or ``kernel`` (NVRTC -> a cubin).
-        launch: kernel mode's launch block (kopt.spec.Space.launch_spec): the kernel name
-            and the geometry expressions, stored in the artifact for the harness.
-    """
-
-    build_id: str
-    backend: str
-    source: str
-    source_name: str
-    source_dir: str
-    defines: dict[str, Any]
-    flags: list[str] = field(default_factory=list)
-    target: str = "host"
-    include_dirs: list[str] = field(default_factory=list)
-    mode: str = "solve"
-    launch: dict[str, Any] | None = None
-
-
 ARTIFACT = {"solve": "solve.so", "kernel": "kernel.kopt"}
 # beside meta.json in a cache entry: the artifact's size and sha256 and the local files the
 # build read ({path relative to the source folder: sha256}), checked on every lookup
 VERIFY = "verify.json"
-
-
-@dataclass
-class BuildResult:
-    """A build's outcome (a value: ``ok`` False carries the compiler's error text).
-
-    Units: compile_s in seconds; registers per thread; bytes for smem/spills. ``note``:
-    why a cache entry of the same build id was not used (a damaged artifact, a changed
-    local header), empty otherwise.
-    """
-
-    build_id: str
-    ok: bool
-    error: str = ""
-    compile_s: float = 0.0
-    cached: bool = False
-    registers: int | None = None
-    smem_bytes: int | None = None
-    spill_bytes: int | None = None
-    kernels: list[dict] = field(default_factory=list)
-    command: str = ""
-    log: str = ""
-    note: str = ""
 
 
 def arch_flag(flags: list[str]) -> str | None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import ray
 
 from workers.build import ensure_artifact
+from workers.records import RunJob, RunOutcome, Status
 from workers.sandbox import Sandbox
 
 
@@ -58,17 +60,18 @@ class DeviceActor:
         """The actor's pid: a cheap liveness check."""
         return os.getpid()
 
-    def run(self, job: dict[str, Any], artifact: bytes) -> dict[str, Any]:
-        """Run one job (see workers.harness) and return its outcome dict; never raises."""
+    def run(self, job: RunJob, artifact: bytes) -> RunOutcome:
+        """Run one job (see workers.harness) and return its outcome; never raises."""
         t0 = time.perf_counter()
         try:
-            job = {**job, "artifact": str(ensure_artifact(job["build_id"], artifact))}
-            res = self.sandbox.run(job, job["timing"]["timeout_s"])
+            path = str(ensure_artifact(job.build_id, artifact))
+            res = RunOutcome.from_dict(self.sandbox.run(replace(job, artifact=path),
+                                                        job.timeout_s))
         except Exception as e:  # the harness could not even be restarted
-            res = {"status": "error", "error": f"device actor: {e!r}"}
+            res = RunOutcome.fault(Status.ERROR, f"device actor: {e!r}")
         self.busy_s += time.perf_counter() - t0
         self.jobs += 1
-        res["job_key"] = job["job_key"]
+        res.job_key = job.job_key
         return res
 
     def contest(self, jobs: list[dict[str, Any]], rounds: int, *artifacts: bytes
@@ -88,7 +91,7 @@ class DeviceActor:
             timeout = sum(j["timing"]["timeout_s"] for j in jobs) * 2
             res = self.sandbox.run(job, timeout)
         except Exception as e:
-            res = {"status": "error", "error": f"device actor: {e!r}"}
+            res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         self.busy_s += time.perf_counter() - t0
         return res
 
@@ -113,7 +116,7 @@ class DeviceActor:
             out = [{"status": r.status, "error": r.error, "command": r.command,
                     "seconds": r.seconds, "rows": [asdict(x) for x in r.rows]} for r in res]
         except Exception as e:
-            out = [{"status": "crashed", "error": f"profile: {e!r}", "rows": [],
+            out = [{"status": Status.CRASHED, "error": f"profile: {e!r}", "rows": [],
                     "seconds": 0.0} for _ in jobs]
         self.busy_s += time.perf_counter() - t0
         return out

@@ -83,6 +83,7 @@ from workers import nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import NvmlObserver, Observer
+from workers.records import RunJob, Status
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
@@ -1100,7 +1101,8 @@ def _cpu_name() -> str:
 
 
 def main(rfd: int, wfd: int, device: str) -> None:
-    """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict."""
+    """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict; ``job`` a
+    workers.records.RunJob or the job dict of :meth:`Harness.run`."""
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     try:
         h = Harness(device, progress=lambda msg: wconn.send({"progress": True, **msg}))
@@ -1114,15 +1116,15 @@ def main(rfd: int, wfd: int, device: str) -> None:
         except EOFError:
             return
         try:
-            res = h.run(job)
+            res = h.run(job.payload() if isinstance(job, RunJob) else job)
             res.setdefault("fatal", False)
         except JobError as e:
             res = {"status": e.status, "error": str(e), "fatal": e.fatal}
         except torch.OutOfMemoryError as e:
-            res = {"status": "error", "error": f"out of memory: {e}", "fatal": True}
+            res = {"status": Status.ERROR, "error": f"out of memory: {e}", "fatal": True}
         except Exception as e:
             fatal = h.is_cuda and "CUDA" in str(e)
-            res = {"status": "crashed" if fatal else "error",
+            res = {"status": Status.CRASHED if fatal else Status.ERROR,
                    "error": f"{e!r}\n{traceback.format_exc(limit=3)}", "fatal": fatal}
         wconn.send(res)
         if res.get("fatal"):

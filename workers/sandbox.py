@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.reap import package_env
+from workers.records import RunJob, Status
 
 START_TIMEOUT_S = 180.0
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
@@ -71,8 +72,9 @@ class Sandbox:
             raise RuntimeError(hello.get("error", "harness failed to start"))
         self.info = hello["info"]
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send ``job``; return its outcome dict (``status``, ``error`` and figures).
+    def run(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send ``job`` (a RunJob with its artifact's path, or the harness's job dict);
+        return its outcome dict (``status``, ``error`` and figures).
 
         A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
         and restarts the harness on the next call. Never raises for a job.
@@ -96,7 +98,7 @@ class Sandbox:
             if not ready:
                 self.kill()
                 self.restarts += 1
-                return {"status": "timeout", "error": f"no answer within {timeout_s:.0f} s "
+                return {"status": Status.TIMEOUT, "error": f"no answer within {timeout_s:.0f} s "
                         "(hang, endless loop, or one call longer than timing.timeout_s); "
                         "harness killed and restarted", "wall_s": time.perf_counter() - t0}
             try:
@@ -104,7 +106,7 @@ class Sandbox:
             except (EOFError, OSError):
                 code = self.kill()
                 self.restarts += 1
-                return {"status": "crashed", "error": f"harness died: {describe_exit(code)}. "
+                return {"status": Status.CRASHED, "error": f"harness died: {describe_exit(code)}. "
                         f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
             if not res.get("progress"):
                 break
@@ -112,7 +114,7 @@ class Sandbox:
             if res.get("stage") == "prepared":
                 base = time.perf_counter()
         res["wall_s"] = time.perf_counter() - t0
-        if res.get("status") not in (None, "ok"):  # what the kernel's code said, e.g. why
+        if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
             if said:
                 res["error"] = "; ".join(x for x in (res.get("error"),

@@ -1,0 +1,45 @@
+"""What the NCU-guided loop's device work shares within one run (the run's builder,
+runner, store writer and rows), so that each piece takes one argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kopt.builder import Builder
+from kopt.catalog import Catalog
+from kopt.observer import Observer
+from kopt.runner import Runner
+from kopt.spec import Sweep
+from kopt.store import Writer
+
+
+@dataclass
+class RunContext:
+    """One run's shared parts.
+
+    Attributes:
+        rows: job key -> the ``candidates`` row written in this run.
+        agg: ``(iteration, device class, candidate id)`` -> aggregated NCU metrics of a
+            candidate profiled in this run.
+        common: the sweep-wide part of every run job (kopt.builder.job_base).
+    """
+
+    sweep: Sweep
+    store: Path
+    run_id: str
+    writer: Writer
+    builder: Builder
+    runner: Runner
+    catalog: Catalog
+    backend: str = "cpu"
+    observers: list[Observer] = field(default_factory=list)
+    common: dict[str, Any] = field(default_factory=dict)
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    agg: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)
+
+    def fault(self, message: str) -> None:
+        """Tell every observer about a fault."""
+        for o in self.observers:
+            o.on_fault(message)

@@ -1,0 +1,113 @@
+"""NCU profiles for the NCU-guided loop: which metrics each device class's ncu knows, and
+one ncu process per iteration and class for the baseline and the top-k, whose metrics
+become ``metrics`` rows and whose axis scores become ``profiles`` rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, wanted_metrics
+from kopt.runner import DeviceError
+from kopt.store import now
+from kopt.strategy.context import RunContext
+from workers.records import RunJob, Status
+
+# (ranked row, its job rows, the row of its first dims)
+Todo = tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]
+
+
+def resolve(ctx: RunContext) -> dict[str, list[str]]:
+    """Per device class, the metric names its ncu knows (aliases applied); missing names
+    are reported once."""
+    wanted = wanted_metrics(ctx.sweep.ncu.metrics or [], ctx.catalog)
+    out: dict[str, list[str]] = {}
+    for i, info in enumerate(ctx.runner.infos):
+        dc = info["device_class"]
+        if dc in out or ctx.sweep.ncu.top_k <= 0:
+            continue
+        try:
+            avail = ctx.runner.call(i, "query_metrics", timeout=600)
+        except DeviceError:
+            avail = None
+        keep, aliased, missing = resolve_metrics(wanted, set(avail) if avail else None)
+        out[dc] = keep
+        for o in ctx.observers:
+            o.on_metrics(dc, aliased, missing)
+    return out
+
+
+def _todo(ctx: RunContext, it: int, dc: str, picks: list[dict[str, Any]],
+          evidence: dict[str, Evidence]) -> list[Todo]:
+    todo = []
+    for r in picks:
+        if (it, dc, r["candidate_id"]) in ctx.agg:  # profiled already (the baseline)
+            evidence[r["candidate_id"]] = analyze(ctx.agg[(it, dc, r["candidate_id"])],
+                                                  ctx.catalog)
+            continue
+        job_rows = [row for row in ctx.rows.values()
+                    if row["iteration"] == it and row["candidate_id"] == r["candidate_id"]
+                    and row["device_class"] == dc]
+        if job_rows:
+            todo.append((r, job_rows, min(job_rows, key=lambda row: row["dims"])))
+    return todo
+
+
+def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] | None
+             ) -> list[dict[str, Any]]:
+    """One ncu process for every candidate of ``todo``; one status dict each."""
+    cuda = ctx.backend == "cuda"
+    if not cuda or not metrics or ctx.sweep.ncu.top_k <= 0:
+        why = "NCU needs the cuda backend" if not cuda else "ncu unavailable or top_k is 0"
+        return [{"status": Status.NOT_PROFILED, "error": why, "rows": []} for _ in todo]
+    payloads = [RunJob(first["job_key"], r["build_id"], json.loads(first["dims"]),
+                       ctx.common).payload() for r, _, first in todo]
+    kernels = [[k["name"] for k in (ctx.builder.results[r["build_id"]].kernels
+                                    if r["build_id"] in ctx.builder.results else [])]
+               for r, _, _ in todo]
+    return ctx.runner.call(device, "profile_many", payloads, kernels, metrics,
+                           ctx.sweep.ncu.sections,
+                           *[ctx.builder.artifacts[r["build_id"]] for r, _, _ in todo])
+
+
+def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any]
+            ) -> Evidence:
+    """Write one candidate's metrics and profile rows; returns its evidence."""
+    r, job_rows, first = todo
+    rows = status.get("rows") or []
+    if rows:
+        ctx.writer.add("metrics", [{
+            "run_id": ctx.run_id, "sweep": ctx.sweep.name, "iteration": it,
+            "candidate_id": r["candidate_id"], "device_class": dc, "dims": first["dims"],
+            "kernel": x["kernel"], "launch": x["launch"], "metric": x["metric"],
+            "value": x["value"], "unit": x["unit"], "created_at": now()} for x in rows])
+    agg = aggregate(rows)
+    ev = analyze(agg, ctx.catalog) if rows else Evidence()
+    ctx.agg[(it, dc, r["candidate_id"])] = agg
+    ctx.writer.add("profiles", [{
+        "run_id": ctx.run_id, "job_key": row["job_key"], "profile_status": status["status"],
+        "profile_error": status.get("error") or None,
+        "compute_score": ev.scores.get("compute"), "memory_score": ev.scores.get("memory"),
+        "latency_score": ev.scores.get("latency"), "bottleneck": ev.bottleneck,
+        "created_at": now()} for row in job_rows])
+    return ev
+
+
+def profile(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]],
+            metrics: list[str] | None) -> dict[str, Evidence]:
+    """Profile the baseline and the top-k of one iteration on one device of class ``dc``;
+    write metrics rows and the candidates' profile status and axis scores. Returns
+    candidate id -> its evidence."""
+    k = ctx.sweep.ncu.top_k
+    picks = [r for r in ranked if r["is_baseline"]] + [r for r in ranked[:k]
+                                                      if not r["is_baseline"]]
+    evidence: dict[str, Evidence] = {}
+    live = ctx.runner.live(dc)
+    if not live:
+        return evidence
+    todo = _todo(ctx, it, dc, picks, evidence)
+    if not todo:
+        return evidence
+    for t, status in zip(todo, _capture(ctx, live[0], todo, metrics)):
+        evidence[t[0]["candidate_id"]] = _record(ctx, it, dc, t, status)
+    return evidence

@@ -1,0 +1,318 @@
+"""Issue 13.1: the search strategies (kopt.strategy) as objects, each tested without Ray on
+fixed fixtures: exhaustive, random, successive halving, the NCU-guided loop's decisions and
+the side-by-side contest's culprit search (on a scripted device)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kopt.bottleneck import Evidence
+from kopt.catalog import load_catalog
+from kopt.contest import Verdict
+from kopt.expand import Candidate, sample_key, stable_hash
+from kopt.loop import IterState
+from kopt.runner import DeviceError, Runner
+from kopt.strategy import Exhaustive, Job, RandomSample, SuccessiveHalving, make
+from kopt.strategy.contests import SideBySide
+from kopt.strategy.context import RunContext
+from kopt.strategy.ncu_loop import NO_TRIPLE, NcuLoop
+from kopt.strategy.random_sample import RANDOM_FRACTION
+
+TIMING = {"warmup_ms": 10.0, "min_samples": 20, "max_samples": 200, "timeout_s": 30.0}
+
+
+def cands(n: int) -> list[Candidate]:
+    """The baseline and ``n - 1`` others, ids ``c01``..; the baseline's id sorts last."""
+    base = Candidate("zz-base", (None, None, None), {}, {}, [0, 1], is_baseline=True)
+    return [base] + [Candidate(f"c{k:02d}", (f"m{k}", None, None), {}, {}, [0, 1])
+                     for k in range(1, n)]
+
+
+def jobs_of(cs: list[Candidate], dc: str = "cpu-a", timing: dict | None = None) -> list[Job]:
+    return [Job(f"{c.candidate_id}/{dc}/{d}", c, dc, d, {"N": 8 << d}, "b-" + c.candidate_id,
+                timing=timing) for c in cs for d in c.dims_ok]
+
+
+def ranked(*ids: str) -> list[dict[str, Any]]:
+    return [{"candidate_id": c, "is_baseline": c == "zz-base"} for c in ids]
+
+
+def test_exhaustive_measures_the_whole_selection_once_with_the_spec_timing():
+    cs = cands(7)
+    s = Exhaustive(None)
+    assert s.select(iter(cs)) == cs
+    assert [c.candidate_id for c in Exhaustive(3).select(iter(cs))] == ["zz-base", "c01",
+                                                                        "c02"]
+    assert s.first_timing() is None and s.sample_reason() == "capped by --max-candidates"
+    jobs = jobs_of(cs)
+    s.start(jobs)
+    assert s.generate() == jobs and not s.needs_ranking()
+    assert s.generate() is None
+
+
+def test_random_draws_a_quarter_of_the_space_by_the_seed():
+    cs = cands(12)
+    for seed in (0, 1):
+        got = RandomSample(None, seed).select(iter(cs))
+        others = sorted(cs[1:], key=sample_key(seed))
+        n = max(2, math.ceil(RANDOM_FRACTION * 12))
+        assert n == 3 and got == [cs[0]] + others[:n - 1]
+    assert RandomSample(None, 0).sample_reason() == "--strategy random samples 25%"
+    five = RandomSample(5, 7).select(iter(cs))
+    assert five == [cs[0]] + sorted(cs[1:], key=sample_key(7))[:4]
+    assert RandomSample(5, 7).sample_reason() == "capped by --max-candidates"
+
+
+def test_halving_keeps_the_best_third_and_the_baseline_rung_by_rung():
+    cs = cands(10)  # the baseline and 9 others, each on 2 problem sizes
+    s = SuccessiveHalving(None, TIMING)
+    screen = {**TIMING, "min_samples": 5, "max_samples": 5, "warmup_ms": 2.0}
+    assert s.first_timing() == screen
+    rung0 = jobs_of(cs, timing=screen)
+    s.start(rung0)
+    assert s.generate() == rung0 and s.needs_ranking()
+    # 10 correct candidates: keep max(ceil(10 / 3), 3) = 4 ranked first, and the baseline
+    s.notify({"cpu-a": ranked("c05", "c02", "zz-base", "c09", "c01", "c03", "c04", "c06",
+                              "c07", "c08")})
+    rung1 = s.generate()
+    assert {j.candidate.candidate_id for j in rung1} == {"c05", "c02", "c09", "zz-base"}
+    assert len(rung1) == 8 and {j.rung for j in rung1} == {1}
+    assert {j.timing["min_samples"] for j in rung1} == {15}
+    first = next(j for j in rung0 if j.candidate.candidate_id == "c05" and j.dims_index == 0)
+    assert stable_hash({"job": first.job_key, "rung": 1}) in {j.job_key for j in rung1}
+    assert s.needs_ranking()
+    # 3 correct (c09 failed): max(ceil(3 / 3), min(3, 3)) = 3 kept; the last rung has the
+    # spec's own timing, and nothing is ranked after it
+    s.notify({"cpu-a": ranked("c02", "zz-base", "c05")})
+    rung2 = s.generate()
+    assert {j.candidate.candidate_id for j in rung2} == {"c02", "c05", "zz-base"}
+    assert {j.timing for j in rung2} == {None} and {j.rung for j in rung2} == {2}
+    assert not s.needs_ranking() and s.generate() is None
+
+
+def test_halving_drops_a_class_with_nothing_correct():
+    s = SuccessiveHalving(None, TIMING)
+    s.start(jobs_of(cands(4), "cpu-a") + jobs_of(cands(4), "cpu-b"))
+    s.generate()
+    s.notify({"cpu-a": ranked("c01", "zz-base", "c02", "c03")})
+    assert {j.device_class for j in s.generate()} == {"cpu-a"}
+    s.notify({})
+    assert s.generate() is None
+
+
+def test_strategies_by_name():
+    assert [type(make(n, None, 0, TIMING)).__name__ for n in ("exhaustive", "random",
+                                                              "halving")] == [
+        "Exhaustive", "RandomSample", "SuccessiveHalving"]
+    with pytest.raises(ValueError, match="expected one of exhaustive, random, halving"):
+        make("grid", None, 0, TIMING)
+
+
+def row(cid: str, speedup: float, triple: list, base: bool = False) -> dict[str, Any]:
+    return {"candidate_id": cid, "build_id": "b" + cid, "triple": triple, "params": {},
+            "defines": {}, "speedup": speedup, "median_ms": 1.0 / speedup, "dims": "[]",
+            "rel_iqr": 0.01, "is_baseline": base}
+
+
+def test_the_ncu_loop_stops_a_class_whose_plan_holds_only_the_baseline():
+    loop = NcuLoop(["a", "b"], 3)
+    loop.exhausted(1, {"a": 1, "b": 5})  # iteration 1 always runs
+    assert loop.active() == ["a", "b"]
+    loop.exhausted(2, {"a": 1, "b": 5})
+    assert loop.active() == ["b"] and loop.states["a"].stop == NO_TRIPLE.format(it=2)
+    assert loop.contexts(["b"])["b"].selected == []
+
+
+def test_the_ncu_loop_closes_an_iteration_from_contest_and_evidence():
+    loop = NcuLoop(["a"], 2)
+    rows = [row("x", 2.2, ["m2", None, None]), row("w", 2.0, ["m1", None, None]),
+            row("bad", 3.0, ["m3", None, None]), row("base", 1.0, [None, None, None], True)]
+    verdict = Verdict(winner="w", tied=["w", "x"], labels={"w": "TIED", "x": "TIED"},
+                      medians_ms={"w": 0.5, "x": 0.51})
+    order = loop.order(rows, verdict, {"bad": "wrong_result: off by one"})
+    assert [r["candidate_id"] for r in order] == ["w", "x", "base"]
+    ev = {"base": Evidence(scores={"memory": 0.9}, ranked=["memory"]),
+          "w": Evidence(scores={"compute": 0.8}, ranked=["compute"])}
+    st = loop.close(1, "a", order, verdict, {"bad": "wrong_result: off by one"}, ev,
+                    {"m2": True})
+    assert loop.states["a"] is st and st.iteration == 1 and st.stop == ""
+    assert st.best["candidate_id"] == "w" and st.selected == ["m1"]
+    assert st.scores_before == {"memory": 0.9} and st.bottleneck_before == "memory"
+    assert st.scores_after == {"compute": 0.8} and st.bottleneck_after == "compute"
+    assert st.triggered == {"m2": True} and st.tie == ["w", "x"]
+    assert st.contest == {"w": {"label": "TIED", "median_ms": 0.5},
+                          "x": {"label": "TIED", "median_ms": 0.51}}
+    assert st.dropped == {"bad": "wrong_result: off by one"}
+    # the last iteration stops the loop; no evidence: the winner's scores stay unknown
+    st2 = loop.close(2, "a", [row("v", 1.9, ["m1", "m4", None]),
+                              row("w", 1.0, ["m1", None, None], True)], None, {}, {}, None)
+    assert st2.stop == "reached --iterations 2" and st2.selected == ["m1", "m4"]
+    assert st2.scores_after == {} and st2.bottleneck_before == "compute"
+
+
+def test_the_closing_names_the_best_of_every_winner_side_by_side():
+    def state(it: int, base: str, best: str) -> IterState:
+        return IterState(iteration=it, baseline={"candidate_id": base, "speedup": 1.0},
+                         best={"candidate_id": best, "speedup": 2.0})
+
+    hist = [state(1, "b0", "w1"), state(2, "w1", "w2"), state(3, "w2", "w2")]
+    first, winner_of = NcuLoop.winners(hist[-1], hist)
+    assert first["candidate_id"] == "b0" and winner_of == {"b0": 0, "w1": 1, "w2": 2}
+    assert NcuLoop.winners(IterState(), []) is None
+
+    def res(ms: float) -> dict[str, dict[str, Any]]:
+        return {"[8]": {"median_ms": ms, "iqr_ms": ms * 0.01, "job_key": "k"}}
+
+    closing, best, failed = NcuLoop.closing(first, "w2", winner_of, hist,
+                                            {"b0": res(8.0), "w1": res(2.0), "w2": res(1.0)},
+                                            {}, "")
+    assert best == "w2" and failed == "" and closing["speedup"] == pytest.approx(8.0)
+    assert closing["best"] == {"iteration": 1, "candidate_id": "w2", "speedup": 2.0}
+    closing, best, failed = NcuLoop.closing(first, "w2", winner_of, hist, {}, {},
+                                            "lost: device actor failed")
+    assert best is None and failed == "lost: device actor failed"
+    assert closing["speedup"] is None and closing["final_winner"] == "w2"
+    assert NcuLoop.no_winner(first, "b0", {"b0": 0})["speedup"] == 1.0
+
+
+class ScriptedDevice(Runner):
+    """One device whose contests answer from a script: a contender whose build id is in
+    ``wrong`` fails the check (named by its job key when ``names``), the others measure
+    ``ms[build id]``; ``dead``: every call fails as a dead actor would."""
+
+    def __init__(self, ms: dict[str, float], wrong: set[str], names: bool,
+                 dead: bool = False):
+        super().__init__()
+        self.infos = [{"device_class": "cpu-a"}]
+        self.ms, self.wrong, self.names, self.down = ms, wrong, names, dead
+        self.calls: list[list[str]] = []
+
+    def run(self, inputs):  # pragma: no cover - contests only
+        raise NotImplementedError
+
+    def collect(self, fut):  # pragma: no cover - contests only
+        raise NotImplementedError
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        jobs, rounds = args[0], args[1]
+        self.calls.append([j["build_id"] for j in jobs])
+        if self.down:
+            raise DeviceError("device actor failed: RayActorError")
+        bad = [j for j in jobs if j["build_id"] in self.wrong]
+        if bad:
+            return {"status": "wrong_result",
+                    "error": f"{bad[0]['job_key']}: out[3] off" if self.names else "mismatch"}
+        return {"status": "ok", "results": [
+            {"median_ms": self.ms[j["build_id"]], "iqr_ms": 0.01, "n_samples": rounds,
+             "samples_ms": [self.ms[j["build_id"]]] * rounds} for j in jobs]}
+
+
+class Faults:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_fault(self, message: str) -> None:
+        self.seen.append(message)
+
+
+def side_by_side(tmp_path: Path, device: ScriptedDevice, faults: Faults):
+    from kopt.builder import LocalBuilder
+
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in ("ba", "bb", "bc")})
+    ctx = RunContext(None, tmp_path, "r1", None, builder, device, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {c: {"[8]": (f"key-{c}", f"b{c}", 1.0, 0.01), "[16]": (f"key2-{c}", f"b{c}",
+                                                                     2.0, 0.01)}
+               for c in ("a", "b", "c")}
+    return SideBySide(ctx, 0, "cpu-a", by_cand).run()
+
+
+def test_a_contender_named_by_the_error_is_dropped_and_the_rest_measured(tmp_path):
+    dev, faults = ScriptedDevice({"ba": 1.0, "bc": 3.0}, {"bb"}, names=True), Faults()
+    results, dropped, error = side_by_side(tmp_path, dev, faults)
+    assert error == "" and dropped == {"b": "wrong_result: key2-b: out[3] off"}
+    assert {c: {d: r["median_ms"] for d, r in per.items()} for c, per in results.items()} == {
+        "a": {"[16]": 1.0, "[8]": 1.0}, "c": {"[16]": 3.0, "[8]": 3.0}}
+    assert results["a"]["[8]"]["job_key"] == "key-a"
+    assert dev.calls == [["ba", "bb", "bc"], ["ba", "bc"], ["ba", "bc"]]
+    assert faults.seen == ["contest on cpu-a: candidate b failed its check (wrong_result: "
+                           "key2-b: out[3] off); dropped: it cannot win"]
+
+
+def test_an_unnamed_failure_is_found_by_running_each_contender_alone(tmp_path):
+    dev, faults = ScriptedDevice({"ba": 1.0, "bc": 3.0}, {"bb"}, names=False), Faults()
+    results, dropped, error = side_by_side(tmp_path, dev, faults)
+    assert error == "" and dropped == {"b": "wrong_result: mismatch"}
+    assert dev.calls[:4] == [["ba", "bb", "bc"], ["ba"], ["bb"], ["bc"]]
+    assert sorted(results) == ["a", "c"]
+
+
+def test_a_dead_device_stops_the_contest_with_its_reason(tmp_path):
+    dev, faults = ScriptedDevice({}, set(), names=True, dead=True), Faults()
+    results, dropped, error = side_by_side(tmp_path, dev, faults)
+    assert (results, dropped) == ({}, {})
+    assert error == "lost: device actor failed: RayActorError"
+
+
+class Rows:
+    """The scheduler's emit: every job's outcome and device, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[Job, Any, dict | None]] = []
+
+    def emit(self, job: Job, outcome: Any, info: dict | None) -> None:
+        self.got.append((job, outcome, info))
+
+
+def test_a_batch_moves_through_the_in_process_builder_and_runner(tmp_path):
+    """The scheduler with kopt.builder.LocalBuilder and kopt.runner.LocalRunner (the device
+    side's code in this process, no Ray): three vector_add candidates and a build that does
+    not compile; every job is emitted once, measured or with its compile error."""
+    import dataclasses
+
+    from kopt.builder import LocalBuilder, build_id, build_job, job_base
+    from kopt.expand import iter_candidates, space_digest
+    from kopt.runner import LocalRunner
+    from kopt.scheduler import Scheduler
+    from kopt.spec import load_sweep
+    from workers.build import compiler_identity
+    from workers.records import Status
+
+    sw = load_sweep(Path(__file__).resolve().parent.parent / "sweeps" / "vector_add")
+    space = sw.space("cpu")
+    digest, ident = space_digest(space), compiler_identity("cpu")
+    chosen = Exhaustive(3).select(iter_candidates(space, load_catalog(), None,
+                                                  source_digest=digest))
+    broken = dataclasses.replace(chosen[1], candidate_id="broken",
+                                 defines={**chosen[1].defines, "VEC": "(("})
+    builds, jobs = {}, []
+    for c in chosen + [broken]:
+        bid = build_id(space, c, digest, ident)
+        builds[bid] = build_job(space, c, bid, space.source_text())
+        jobs.append(Job(f"job-{c.candidate_id}", c, "cpu-test", 0, space.dims[0], bid))
+    runner, rows = LocalRunner("cpu", 1, "cpu-test"), Rows()
+    try:
+        Scheduler(LocalBuilder(), runner, job_base(sw, space), rows.emit, [], 2, {}, True,
+                  {}).run(jobs, builds)
+    finally:
+        runner.close()
+    got = {j.candidate.candidate_id: (o, info) for j, o, info in rows.got}
+    # the compile error is a row as soon as its build fails; the baseline runs first
+    assert [j.candidate.candidate_id for j, _, _ in rows.got] == [
+        "broken", *(c.candidate_id for c in chosen)] and chosen[0].is_baseline
+    for c in chosen:
+        o, info = got[c.candidate_id]
+        assert o.status == Status.OK and o.median_ms > 0 and o.n_samples >= 5, o
+        assert o.job_key == f"job-{c.candidate_id}" and info["device_class"] == "cpu-test"
+    o, info = got["broken"]
+    assert o.status == "compile_error" and "operator '>' has no left operand" in o.error
+    assert info is None
+    # the builder's batch call: results in input order, the error a value, not raised
+    bids = [jobs[-1].build_id, jobs[0].build_id]
+    res = LocalBuilder().build([builds[b] for b in bids])
+    assert [(r.build_id, r.ok) for r in res] == [(bids[0], False), (bids[1], True)]
