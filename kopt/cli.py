@@ -29,6 +29,7 @@ from rich.table import Table
 from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
+from kopt.strategy.base import STRATEGIES
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
@@ -357,7 +358,7 @@ def _summary_line(summary: Any, root: Path) -> str:
               help="A Ray cluster-launcher YAML (ray_cluster.yaml): attach to its head.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None,
               help="Optimization-loop iterations (default: the spec's `iterations`).")
-@click.option("--strategy", type=click.Choice(["exhaustive", "random", "halving"]),
+@click.option("--strategy", type=click.Choice(list(STRATEGIES)),
               default=None,
               help="(default exhaustive) exhaustive: measure every candidate fully; "
                    "random: a uniform sample (--max-candidates, or a quarter of the space; "
