@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file, read_text
+from kopt.contract import ContractError, Signature, parse_signature_file, read_text, too_deep
 from kopt.expr import _FUNCS, all_of, inline
 from workers import deps
 from workers.build import arch_flag
@@ -357,6 +357,8 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     root = spec_path.parent.resolve()
     try:
         raw = yaml.load(read_text(spec_path, SpecError), Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise SpecError(too_deep(spec_path, "YAML")) from None
     except yaml.YAMLError as e:
         text = str(e).replace("<unicode string>", str(spec_path))
         raise SpecError(f"{spec_path}: not valid YAML: {text}") from None
@@ -558,6 +560,8 @@ def _check_ref(ref: Path, err: Any) -> None:
         raise err("reference", str(e)) from None
     except SyntaxError as e:
         raise err("reference", f"{ref} does not parse: {e}") from None
+    except (RecursionError, MemoryError):  # Python's parser: MemoryError past its own limit
+        raise err("reference", too_deep(ref, "Python")) from None
     funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     if "reference" not in funcs:
         raise err("reference", f"{ref} must define `def reference(**kwargs)` returning the "

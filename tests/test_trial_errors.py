@@ -534,3 +534,54 @@ def test_a_route_pattern_that_is_not_text_is_named_as_such(tmp_path, route, what
     with pytest.raises(TriageError, match=re.escape(f"field 'routes[0].pattern' {what}; give "
                                                     "each route a regex `pattern` (quoted text)")):
         load_routes(f)
+
+
+# -- a fifth trial --------------------------------------------------------------------------
+
+DEEP = 5000  # brackets inside one another: past Python's recursion limit (1000)
+KERNEL_MODE = ("kernel: k.cu\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+               "launch: {kernel: k, block: [32], grid: [2]}\n")
+
+
+@pytest.mark.parametrize("what", ["sweep.yaml", "ref.py", "kernel-prototype"])
+def test_a_file_nested_too_deeply_is_named_not_a_traceback(tmp_path, what):
+    """Each was a RecursionError traceback (PyYAML, Python's parser, pycparser): sweep.yaml
+    with `extra: [[[...]]]`, a ref.py with `x = 1+1+...+1`, a kernel-mode prototype with
+    `int ((((N))))` 900 deep."""
+    if what == "sweep.yaml":
+        d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                                "extra: " + "[" * DEEP + "]" * DEEP + "\n")
+        parser, shown = "YAML", str(d / "sweep.yaml")
+    elif what == "ref.py":
+        d = base(tmp_path, **{"ref.py": REF + "x = 1" + " + 1" * 100_000 + "\n"})
+        parser, shown = "Python", str((d / "ref.py").resolve())
+    else:
+        d = base(tmp_path, yaml=KERNEL_MODE, **{"k.cu": "__global__ void k(const float* x, int "
+                                                         + "(" * 900 + "N" + ")" * 900 + ") {}\n"})
+        parser, shown = "C", f"{(d / 'k.cu').resolve()} (k prototype)"
+    r = CliRunner().invoke(main, ["preflight", str(d), "--backend", "cpu"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert (f"{shown}: nested too deeply for a {parser} parser (brackets or operators inside "
+            "one another past Python's recursion limit); write it flatter") in r.output
+
+
+@pytest.mark.parametrize("what", ["trace", "mapping", "known"])
+def test_a_triage_input_nested_too_deeply_is_one_line(tmp_path, what):
+    """A trace (TRACE or --mapping) or --known routes file 5000 brackets deep was a
+    RecursionError traceback."""
+    import json
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1}]}))
+    deep = tmp_path / ("deep.yaml" if what == "known" else "deep.json")
+    deep.write_text(("routes: " if what == "known" else '{"traceEvents": ')
+                    + "[" * DEEP + "]" * DEEP + ("\n" if what == "known" else "}"))
+    args = {"trace": [str(deep)], "mapping": [str(good), "--mapping", str(deep)],
+            "known": [str(good), "--known", str(deep)]}[what]
+    r = CliRunner().invoke(main, ["triage", *args, "--no-store"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    parser = "YAML" if what == "known" else "JSON"
+    assert f"error: {deep}: nested too deeply for a {parser} parser" in r.output
