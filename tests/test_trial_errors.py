@@ -585,3 +585,46 @@ def test_a_triage_input_nested_too_deeply_is_one_line(tmp_path, what):
     assert len(r.output.strip().splitlines()) == 1, r.output
     parser = "YAML" if what == "known" else "JSON"
     assert f"error: {deep}: nested too deeply for a {parser} parser" in r.output
+
+
+@pytest.mark.parametrize("field", ["ts", "dur"])
+def test_a_trace_time_no_float_holds_is_one_line(tmp_path, field):
+    """`"ts": 10**400` (an integer JSON allows, no float holds) was an OverflowError
+    traceback."""
+    import json
+
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1, field: 10**400}]}))
+    r = CliRunner().invoke(main, ["triage", str(t), "--no-store"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert (f"error: {t}: not a trace (or known-routes file) kopt can read: OverflowError: "
+            "'int too large to convert to float'") in r.output
+
+
+@pytest.mark.parametrize("args, why", [
+    (["port", "r1", "--to", "f.cpp", "--timeout", "1e308"],
+     "Invalid value for '--timeout': 1e+308 is not in the range 1<=x<=604800.0"),
+    (["port", "r1", "--to", "f.cpp", "--timeout", "nan"],
+     "Invalid value for '--timeout': 'nan' is not a finite number"),
+    (["triage", "t.json", "--min-share", "nan"],
+     "Invalid value for '--min-share': 'nan' is not a finite number"),
+], ids=["timeout-huge", "timeout-nan", "min-share-nan"])
+def test_a_number_option_no_clock_or_share_holds_is_refused(tmp_path, args, why):
+    """`kopt port --timeout 1e308` ran the port and died in the timer (OverflowError
+    traceback, the port branch left behind); NaN passed click's range checks (`--min-share
+    nan` kept every kernel, `--timeout nan` timed nothing)."""
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert why in r.output, r.output
+
+
+@pytest.mark.parametrize("out, figure", [("took 1e999 ms\n", None),
+                                         ("took 0.5 ms\nlast 1e999 then 2.5\n", 2.5),
+                                         ("took 0.5 ms\n1e999\n", 0.5)])
+def test_a_bench_number_no_float_holds_is_no_figure(out, figure):
+    """`--bench "echo took 1e999 ms"` gave figures inf and inf and the ratio "(nanx)"."""
+    from kopt.port import bench_figure
+
+    assert bench_figure(out) == figure
