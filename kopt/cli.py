@@ -49,7 +49,10 @@ class _Finite(click.FloatRange):
         return v
 
 
-WEEK_S = 7 * 86400.0  # the longest --timeout: beyond it no timer is meant
+WEEK_S = 7 * 86400.0
+# the most CPU device actors per node: each takes a core of its own (the pipeline refuses
+# more than the cluster has, once Ray is up); past this, listing the slots never ends
+MAX_CPU_DEVICES = 4096  # the longest --timeout: beyond it no timer is meant
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
 
@@ -365,8 +368,8 @@ def _summary_line(summary: Any, root: Path) -> str:
               help="Cap per device class: the baseline plus a deterministic sample.")
 @click.option("--resume", "resume", metavar="RUN_ID", default=None,
               help="Finish a killed run; nothing already measured is measured again.")
-@click.option("--cpu-devices", type=click.IntRange(min=1), default=1, show_default=True,
-              help="CPU backend: how many single-thread CPU device actors.")
+@click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
+              show_default=True, help="CPU backend: how many single-thread CPU device actors.")
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None,
               help="A Ray cluster-launcher YAML (ray_cluster.yaml): attach to its head.")

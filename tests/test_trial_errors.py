@@ -628,3 +628,39 @@ def test_a_bench_number_no_float_holds_is_no_figure(out, figure):
     from kopt.port import bench_figure
 
     assert bench_figure(out) == figure
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_a_build_cache_that_is_a_file_is_refused_before_ray(tmp_path, where):
+    """`KOPT_CACHE=afile kopt sweep ...` started Ray, printed Ray's "Unhandled error"
+    traceback, and stored every candidate as a compile_error whose text was a
+    NotADirectoryError traceback ("the baseline failed")."""
+    import os
+    import subprocess
+    import sys
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    cache = f if where == "file" else f / "sub" / "deeper"
+    d = base(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu",
+                        "--store", str(tmp_path / "st")], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env={**os.environ, "KOPT_CACHE": str(cache)})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (f"error: $KOPT_CACHE={str(cache)!r}: {f} is a file, not a folder; point "
+            "KOPT_CACHE at a folder for the build cache") in p.stderr
+    assert not (tmp_path / "st").exists()  # refused before anything was started or stored
+
+
+def test_more_cpu_devices_than_any_node_has_is_refused_at_once(tmp_path):
+    """`--cpu-devices 100000000000000000000` hung (a list of that many device slots)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(base(tmp_path)),
+                        "--backend", "cpu", "--cpu-devices", str(10**20)],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert ("Invalid value for '--cpu-devices': 100000000000000000000 is not in the range "
+            "1<=x<=4096") in p.stderr
