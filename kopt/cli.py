@@ -797,6 +797,8 @@ def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
                   highlight=False)
     for p in [res.header, res.t4, *res.sources]:
         out.print(f"wrote {escape(str(p))}", highlight=False)
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
 
 
 @main.command("methods")

@@ -664,3 +664,48 @@ def test_more_cpu_devices_than_any_node_has_is_refused_at_once(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert ("Invalid value for '--cpu-devices': 100000000000000000000 is not in the range "
             "1<=x<=4096") in p.stderr
+
+
+@pytest.mark.parametrize("change", ["none", "edited", "moved"])
+def test_export_says_when_the_sweep_folder_changed_or_is_gone(tmp_path, change):
+    """`kopt export` wrote no best-*.cpp, silently, when the run's sweep folder was moved;
+    after an edit of the kernel it wrote the edited source as "the realized source of the
+    best", silently."""
+    from test_export import X86, cand
+
+    from conftest import VADD_CPP, VADD_REF
+    from kopt.spec import load_sweep
+    from kopt.store import now, write_table
+
+    sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 1024}]\n"
+                            "params: {CHUNK: [64, 256]}\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    st = tmp_path / "st"
+    write_table(st, "candidates", "demo", "r1", [
+        cand("r1", X86, "b", 1024, 2.0, {"CHUNK": 64}, base=True),
+        cand("r1", X86, "c1", 1024, 1.0, {"CHUNK": 256})])
+    write_table(st, "runs", "demo", "r1", [{
+        "run_id": "r1", "sweep": "demo", "event": "finished", "backend": "cpu",
+        "sweep_dir": str(sweep_dir), "spec_hash": load_sweep(sweep_dir).spec_hash,
+        "created_at": now()}])
+    if change == "edited":
+        (sweep_dir / "k.cpp").write_text(VADD_CPP + "// edited after the run\n")
+    elif change == "moved":
+        sweep_dir.rename(tmp_path / "elsewhere")
+    r = CliRunner().invoke(main, ["export", "demo", "--store", str(st), "--out",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("note:")]
+    written = sorted(p.name for p in (tmp_path / "out").glob("best-*"))
+    if change == "none":
+        assert notes == [] and written == ["best-cpu-x86_64.cpp"]
+    elif change == "edited":
+        assert notes == [f"note: run r1's sweep folder {sweep_dir} changed since the run "
+                         "(sweep.yaml, a source, a header or ref.py): the best-*.cu/.cpp files "
+                         "hold today's source with the winner's defines, not the source that "
+                         "was measured"], r.output
+        assert written == ["best-cpu-x86_64.cpp"]
+    else:
+        assert len(notes) == 1 and notes[0].startswith(
+            f"note: no best-*.cu/.cpp written: run r1's sweep folder {sweep_dir} does not load "
+            f"now ({sweep_dir}: no such file"), r.output
+        assert written == []
