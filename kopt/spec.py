@@ -147,7 +147,8 @@ class BackendBlock(_Model):
 class SweepFile(_Model):
     """The whole of sweep.yaml (schema; semantic checks come after)."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    # a store folder name (``sweep=NAME``): file systems cap one at 255 bytes
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=128)
     kernel: str
     launch: Launch | None = None
     reference: str = "ref.py"

@@ -709,3 +709,11 @@ def test_export_says_when_the_sweep_folder_changed_or_is_gone(tmp_path, change):
             f"note: no best-*.cu/.cpp written: run r1's sweep folder {sweep_dir} does not load "
             f"now ({sweep_dir}: no such file"), r.output
         assert written == []
+
+
+def test_a_sweep_name_no_folder_can_hold_is_refused_at_load(tmp_path):
+    """`name: aaa...` (300 characters) started Ray, then stopped at the store's folder
+    `sweep=aaa...`: "File name too long"."""
+    d = base(tmp_path, yaml=f"name: {'a' * 300}\nkernel: add.cpp\ndims: [{{N: 64}}]\n"
+                            "args: {x: [N]}\n")
+    assert_spec_error(d, "field 'name'", "at most 128 characters")
