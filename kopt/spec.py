@@ -144,11 +144,15 @@ class BackendBlock(_Model):
     timing: Timing | None = None
 
 
+# a sweep's name is a store folder's (``sweep=NAME``): file systems cap one at 255 bytes
+MAX_NAME = 128
+
+
 class SweepFile(_Model):
     """The whole of sweep.yaml (schema; semantic checks come after)."""
 
-    # a store folder name (``sweep=NAME``): file systems cap one at 255 bytes
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=128)
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+                             max_length=MAX_NAME)
     kernel: str
     launch: Launch | None = None
     reference: str = "ref.py"
@@ -387,6 +391,10 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     def err(fieldname: str, msg: str) -> SpecError:
         return SpecError(f"{spec_path}: field '{fieldname}': {msg}")
 
+    if sf.name is None and len(root.name) > MAX_NAME:
+        raise err("name", f"missing, and the folder's name ({len(root.name)} characters) is "
+                  f"too long to be the sweep's store folder; give `name:` (at most {MAX_NAME} "
+                  "characters: letters, digits, _ . -)")
     ref = root / sf.reference
     if not ref.exists():
         raise err("reference", f"file {ref} does not exist; it must define reference(**kwargs)")

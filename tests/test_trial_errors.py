@@ -717,3 +717,12 @@ def test_a_sweep_name_no_folder_can_hold_is_refused_at_load(tmp_path):
     d = base(tmp_path, yaml=f"name: {'a' * 300}\nkernel: add.cpp\ndims: [{{N: 64}}]\n"
                             "args: {x: [N]}\n")
     assert_spec_error(d, "field 'name'", "at most 128 characters")
+
+
+def test_a_nameless_sweep_in_a_folder_too_long_for_a_name_is_refused_at_load(tmp_path):
+    """A sweep without `name:` in a folder of 250 characters took the folder's name and
+    stopped after Ray started ("File name too long" for `sweep=bbb...`)."""
+    d = write_sweep(tmp_path / ("b" * 250), "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n",
+                    {"add.cpp": ADD, "ref.py": REF})
+    assert_spec_error(d, "field 'name': missing, and the folder's name (250 characters) is too "
+                      "long to be the sweep's store folder; give `name:` (at most 128")
