@@ -442,7 +442,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                       "work of one call is the same for every launch config")
         for where, i, d in _all_dims(sf):
             try:
-                float(e({**sf.scalars, **d}))
+                amount = float(e({**sf.scalars, **d}))
             except KeyError:
                 continue  # a backend's own dims without that name: Sweep.work is not asked
             except ZeroDivisionError:
@@ -451,6 +451,9 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
             except (ExprError, OverflowError) as ex:
                 raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
                           "work of one call with smaller operands") from None
+            if not amount >= 0:  # a negative (or NaN) amount of work: every rate would lie
+                raise err(fname, f"{getattr(sf, fname)!r} is {amount:g} at {where}[{i}] = {d}; "
+                          f"{fname} counts the work of one call: 0 or more")
     spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared)

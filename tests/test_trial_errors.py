@@ -726,3 +726,12 @@ def test_a_nameless_sweep_in_a_folder_too_long_for_a_name_is_refused_at_load(tmp
                     {"add.cpp": ADD, "ref.py": REF})
     assert_spec_error(d, "field 'name': missing, and the folder's name (250 characters) is too "
                       "long to be the sweep's store folder; give `name:` (at most 128")
+
+
+@pytest.mark.parametrize("field", ["flops", "bytes"])
+def test_a_negative_amount_of_work_is_refused_at_load(tmp_path, field):
+    """`flops: "-N"` was accepted: the rate column showed a negative TFLOP/s."""
+    d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\n"
+                            f"{field}: '0 - 4 * N'\n")
+    assert_spec_error(d, f"field '{field}': '0 - 4 * N' is -256 at dims[0] = {{'N': 64}}; "
+                      f"{field} counts the work of one call: 0 or more")
