@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import errno
 import json
+import math
 import signal
 import sys
 import threading
@@ -36,6 +37,23 @@ out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
 MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
+class _Finite(click.FloatRange):
+    """A FloatRange that refuses NaN, which passes every range check (``--min-share nan``
+    kept every kernel), and infinities (``--timeout 1e308``, ``inf``: an OverflowError
+    traceback in the timer)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
+
+
+WEEK_S = 7 * 86400.0
+# the most CPU device actors per node: each takes a core of its own (the pipeline refuses
+# more than the cluster has, once Ray is up); past this, listing the slots never ends
+MAX_CPU_DEVICES = 4096  # the longest --timeout: beyond it no timer is meant
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
 
@@ -351,8 +369,8 @@ def _summary_line(summary: Any, root: Path) -> str:
               help="Cap per device class: the baseline plus a deterministic sample.")
 @click.option("--resume", "resume", metavar="RUN_ID", default=None,
               help="Finish a killed run; nothing already measured is measured again.")
-@click.option("--cpu-devices", type=click.IntRange(min=1), default=1, show_default=True,
-              help="CPU backend: how many single-thread CPU device actors.")
+@click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
+              show_default=True, help="CPU backend: how many single-thread CPU device actors.")
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
 @click.option("--cluster", type=click.Path(dir_okay=False), default=None,
               help="A Ray cluster-launcher YAML (ray_cluster.yaml): attach to its head.")
@@ -780,6 +798,8 @@ def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
                   highlight=False)
     for p in [res.header, res.t4, *res.sources]:
         out.print(f"wrote {escape(str(p))}", highlight=False)
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
 
 
 @main.command("methods")
@@ -831,7 +851,7 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
               help="The trace timed (CUDA graphs on); the same as TRACE.")
 @click.option("--known", type=click.Path(path_type=Path), default=None,
               help="YAML of known routes (routes: [{pattern, operator, source, tuning, owner}]).")
-@click.option("--min-share", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+@click.option("--min-share", type=_Finite(0, 1), default=0.05, show_default=True,
               help="Kernels below this share of the trace's kernel time are left alone.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
 @click.option("--top", "top_k", type=click.IntRange(min=1), default=15, show_default=True,
@@ -864,8 +884,10 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
             tr.store_triage(t, _store(store))
     except tr.TriageError as e:
         _fail(str(e))
-    except (KeyError, ValueError, TypeError, AttributeError, pa.ArrowException) as e:
+    except (KeyError, ValueError, TypeError, AttributeError, OverflowError,
+            pa.ArrowException) as e:
         # a trace, a --known file or a plot name kopt cannot use: one line, not a traceback
+        # (OverflowError: a time like 10**400, an integer no float holds)
         files = ", ".join(str(f) for f in (mapping, formal, known) if f)
         _fail(f"{files}: not a trace (or known-routes file) kopt can read: "
               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}; PyTorch "
@@ -943,7 +965,7 @@ def _triage_tables(t: Any, top_k: int) -> None:
 @click.option("--test", "test_cmd", default=None, help="Test command.")
 @click.option("--bench", default=None,
               help="Benchmark command: its last printed number is the figure (before/after).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600,
+@click.option("--timeout", "timeout_s", type=_Finite(1, WEEK_S), default=600,
               show_default=True, help="Seconds per command.")
 @click.option("--device-class", default=None, help="Whose winner, when the run has several.")
 @STORE_OPT

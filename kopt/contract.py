@@ -187,6 +187,8 @@ def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
     params = _STRIP.sub(" ", _DECOR.sub(" ", params_text))
     try:
         ast = pycparser.CParser().parse(_TYPEDEF_PRELUDE + f"void {fname}({params});", filename)
+    except RecursionError:
+        raise ContractError(too_deep(f"{filename} ({fname} prototype)", "C")) from None
     except pycparser.c_parser.ParseError as e:
         which = _unknown_type_arg(params, fname, filename)
         what = (f"{fname}{which} has a type kopt does not know" if which
@@ -241,6 +243,15 @@ def check_plain_file(path: Path, error: Callable[[str], Exception]) -> None:
     if st.st_size > MAX_TEXT_BYTES:
         raise error(f"{path}: {st.st_size / 2**20:.0f} MiB, over the {MAX_TEXT_BYTES >> 20} "
                     "MiB kopt reads as a source, spec or reference; name the file itself")
+
+
+def too_deep(path: Path | str, parser: str, fix: str = "write it flatter") -> str:
+    """The one line for input nested deeper than a recursive parser (PyYAML, json, Python's
+    own, pycparser) can follow: its RecursionError (Python's parser: MemoryError) is the
+    file's fault, not kopt's. ``parser`` names the format, e.g. ``"YAML"``; ``fix`` what to
+    do about it."""
+    return (f"{path}: nested too deeply for a {parser} parser (brackets or operators inside "
+            f"one another past Python's recursion limit); {fix}")
 
 
 def read_text(path: Path, error: type[Exception]) -> str:

@@ -532,7 +532,8 @@ qualify row_number() over (partition by candidate_id, device_class, dims
 
 STATUS_COUNTS_SQL = "select status, count(*) n from candidates where run_id = ? group by 1"
 
-RUN_INFO_SQL = "select run_id, sweep, sweep_dir, backend, devices from runs where run_id = ?"
+RUN_INFO_SQL = ("select run_id, sweep, sweep_dir, backend, devices, spec_hash from runs "
+                "where run_id = ?")
 
 # Per (run, iteration, device class) and method a candidate's triple held: the
 # iteration's closing state (latest row) and the method's own gain, read as the loop reads
@@ -756,8 +757,8 @@ class Database:
         return {(r["candidate_id"], r["device_class"], r["dims"]): r for r in rows}
 
     def run_info(self, run_id: str) -> dict[str, Any] | None:
-        """``run_id``, ``sweep``, ``sweep_dir``, ``backend`` and ``devices`` (JSON text) of a
-        run's latest ``runs`` row, or None."""
+        """``run_id``, ``sweep``, ``sweep_dir``, ``backend``, ``devices`` (JSON text) and
+        ``spec_hash`` of a run's latest ``runs`` row, or None."""
         rows = self._records(RUN_INFO_SQL, [run_id])
         return rows[0] if rows else None
 

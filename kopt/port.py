@@ -22,6 +22,7 @@ or ``0.42 ms``. None when no line holds a number.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -75,11 +76,12 @@ class PortResult:
 
 
 def bench_figure(output: str) -> float | None:
-    """The last number on the last line of ``output`` that holds one (see the module doc)."""
+    """The last number on the last line of ``output`` that holds one (see the module doc);
+    a number no float holds (``1e999``) is no figure: it would make every ratio NaN."""
     for line in reversed(output.splitlines()):
-        nums = _NUMBER.findall(line)
+        nums = [v for v in map(float, _NUMBER.findall(line)) if math.isfinite(v)]
         if nums:
-            return float(nums[-1])
+            return nums[-1]
     return None
 
 

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file, read_text
+from kopt.contract import ContractError, Signature, parse_signature_file, read_text, too_deep
 from kopt.expr import _FUNCS, all_of, inline
 from workers import deps
 from workers.build import arch_flag
@@ -144,10 +144,15 @@ class BackendBlock(_Model):
     timing: Timing | None = None
 
 
+# a sweep's name is a store folder's (``sweep=NAME``): file systems cap one at 255 bytes
+MAX_NAME = 128
+
+
 class SweepFile(_Model):
     """The whole of sweep.yaml (schema; semantic checks come after)."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+                             max_length=MAX_NAME)
     kernel: str
     launch: Launch | None = None
     reference: str = "ref.py"
@@ -357,6 +362,8 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     root = spec_path.parent.resolve()
     try:
         raw = yaml.load(read_text(spec_path, SpecError), Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise SpecError(too_deep(spec_path, "YAML")) from None
     except yaml.YAMLError as e:
         text = str(e).replace("<unicode string>", str(spec_path))
         raise SpecError(f"{spec_path}: not valid YAML: {text}") from None
@@ -384,6 +391,10 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     def err(fieldname: str, msg: str) -> SpecError:
         return SpecError(f"{spec_path}: field '{fieldname}': {msg}")
 
+    if sf.name is None and len(root.name) > MAX_NAME:
+        raise err("name", f"missing, and the folder's name ({len(root.name)} characters) is "
+                  f"too long to be the sweep's store folder; give `name:` (at most {MAX_NAME} "
+                  "characters: letters, digits, _ . -)")
     ref = root / sf.reference
     if not ref.exists():
         raise err("reference", f"file {ref} does not exist; it must define reference(**kwargs)")
@@ -431,7 +442,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                       "work of one call is the same for every launch config")
         for where, i, d in _all_dims(sf):
             try:
-                float(e({**sf.scalars, **d}))
+                amount = float(e({**sf.scalars, **d}))
             except KeyError:
                 continue  # a backend's own dims without that name: Sweep.work is not asked
             except ZeroDivisionError:
@@ -440,6 +451,9 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
             except (ExprError, OverflowError) as ex:
                 raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
                           "work of one call with smaller operands") from None
+            if not amount >= 0:  # a negative (or NaN) amount of work: every rate would lie
+                raise err(fname, f"{getattr(sf, fname)!r} is {amount:g} at {where}[{i}] = {d}; "
+                          f"{fname} counts the work of one call: 0 or more")
     spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared)
@@ -558,6 +572,8 @@ def _check_ref(ref: Path, err: Any) -> None:
         raise err("reference", str(e)) from None
     except SyntaxError as e:
         raise err("reference", f"{ref} does not parse: {e}") from None
+    except (RecursionError, MemoryError):  # Python's parser: MemoryError past its own limit
+        raise err("reference", too_deep(ref, "Python")) from None
     funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     if "reference" not in funcs:
         raise err("reference", f"{ref} must define `def reference(**kwargs)` returning the "

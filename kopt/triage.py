@@ -195,10 +195,15 @@ def read_torch_trace(path: Path, shown: Path | None = None) -> list[Launch]:
     Raises:
         TriageError: not JSON, or no ``traceEvents`` list.
     """
+    from kopt.contract import too_deep
+
     shown = shown or path
     try:
         with open(path, "rb") as f:
             doc = json.load(f)
+    except RecursionError:
+        raise TriageError(too_deep(shown, "JSON", "the trace is damaged or edited: export it "
+                                              "again")) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise TriageError(f"{shown}: neither an Nsight Systems SQLite export nor a PyTorch "
                           f"trace JSON ({e}); pass the profiler's export_chrome_trace file") \
@@ -393,12 +398,14 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     """
     import yaml
 
-    from kopt.contract import check_plain_file
+    from kopt.contract import check_plain_file, too_deep
 
     path = Path(path)
     check_plain_file(path, TriageError)
     try:
         doc = yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise TriageError(too_deep(path, "YAML")) from None
     except (OSError, yaml.YAMLError) as e:
         raise TriageError(f"{path}: cannot read the routes file ({str(e).splitlines()[0]})") \
             from None

@@ -534,3 +534,204 @@ def test_a_route_pattern_that_is_not_text_is_named_as_such(tmp_path, route, what
     with pytest.raises(TriageError, match=re.escape(f"field 'routes[0].pattern' {what}; give "
                                                     "each route a regex `pattern` (quoted text)")):
         load_routes(f)
+
+
+# -- a fifth trial --------------------------------------------------------------------------
+
+DEEP = 5000  # brackets inside one another: past Python's recursion limit (1000)
+KERNEL_MODE = ("kernel: k.cu\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+               "launch: {kernel: k, block: [32], grid: [2]}\n")
+
+
+@pytest.mark.parametrize("what", ["sweep.yaml", "ref.py", "kernel-prototype"])
+def test_a_file_nested_too_deeply_is_named_not_a_traceback(tmp_path, what):
+    """Each was a RecursionError traceback (PyYAML, Python's parser, pycparser): sweep.yaml
+    with `extra: [[[...]]]`, a ref.py with `x = 1+1+...+1`, a kernel-mode prototype with
+    `int ((((N))))` 900 deep."""
+    if what == "sweep.yaml":
+        d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                                "extra: " + "[" * DEEP + "]" * DEEP + "\n")
+        parser, shown = "YAML", str(d / "sweep.yaml")
+    elif what == "ref.py":
+        d = base(tmp_path, **{"ref.py": REF + "x = 1" + " + 1" * 100_000 + "\n"})
+        parser, shown = "Python", str((d / "ref.py").resolve())
+    else:
+        d = base(tmp_path, yaml=KERNEL_MODE, **{"k.cu": "__global__ void k(const float* x, int "
+                                                         + "(" * 900 + "N" + ")" * 900 + ") {}\n"})
+        parser, shown = "C", f"{(d / 'k.cu').resolve()} (k prototype)"
+    r = CliRunner().invoke(main, ["preflight", str(d), "--backend", "cpu"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert (f"{shown}: nested too deeply for a {parser} parser (brackets or operators inside "
+            "one another past Python's recursion limit); write it flatter") in r.output
+
+
+@pytest.mark.parametrize("what", ["trace", "mapping", "known"])
+def test_a_triage_input_nested_too_deeply_is_one_line(tmp_path, what):
+    """A trace (TRACE or --mapping) or --known routes file 5000 brackets deep was a
+    RecursionError traceback."""
+    import json
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1}]}))
+    deep = tmp_path / ("deep.yaml" if what == "known" else "deep.json")
+    deep.write_text(("routes: " if what == "known" else '{"traceEvents": ')
+                    + "[" * DEEP + "]" * DEEP + ("\n" if what == "known" else "}"))
+    args = {"trace": [str(deep)], "mapping": [str(good), "--mapping", str(deep)],
+            "known": [str(good), "--known", str(deep)]}[what]
+    r = CliRunner().invoke(main, ["triage", *args, "--no-store"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    parser = "YAML" if what == "known" else "JSON"
+    assert f"error: {deep}: nested too deeply for a {parser} parser" in r.output
+
+
+@pytest.mark.parametrize("field", ["ts", "dur"])
+def test_a_trace_time_no_float_holds_is_one_line(tmp_path, field):
+    """`"ts": 10**400` (an integer JSON allows, no float holds) was an OverflowError
+    traceback."""
+    import json
+
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1, field: 10**400}]}))
+    r = CliRunner().invoke(main, ["triage", str(t), "--no-store"])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert (f"error: {t}: not a trace (or known-routes file) kopt can read: OverflowError: "
+            "'int too large to convert to float'") in r.output
+
+
+@pytest.mark.parametrize("args, why", [
+    (["port", "r1", "--to", "f.cpp", "--timeout", "1e308"],
+     "Invalid value for '--timeout': 1e+308 is not in the range 1<=x<=604800.0"),
+    (["port", "r1", "--to", "f.cpp", "--timeout", "nan"],
+     "Invalid value for '--timeout': 'nan' is not a finite number"),
+    (["triage", "t.json", "--min-share", "nan"],
+     "Invalid value for '--min-share': 'nan' is not a finite number"),
+], ids=["timeout-huge", "timeout-nan", "min-share-nan"])
+def test_a_number_option_no_clock_or_share_holds_is_refused(tmp_path, args, why):
+    """`kopt port --timeout 1e308` ran the port and died in the timer (OverflowError
+    traceback, the port branch left behind); NaN passed click's range checks (`--min-share
+    nan` kept every kernel, `--timeout nan` timed nothing)."""
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert why in r.output, r.output
+
+
+@pytest.mark.parametrize("out, figure", [("took 1e999 ms\n", None),
+                                         ("took 0.5 ms\nlast 1e999 then 2.5\n", 2.5),
+                                         ("took 0.5 ms\n1e999\n", 0.5)])
+def test_a_bench_number_no_float_holds_is_no_figure(out, figure):
+    """`--bench "echo took 1e999 ms"` gave figures inf and inf and the ratio "(nanx)"."""
+    from kopt.port import bench_figure
+
+    assert bench_figure(out) == figure
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file"])
+def test_a_build_cache_that_is_a_file_is_refused_before_ray(tmp_path, where):
+    """`KOPT_CACHE=afile kopt sweep ...` started Ray, printed Ray's "Unhandled error"
+    traceback, and stored every candidate as a compile_error whose text was a
+    NotADirectoryError traceback ("the baseline failed")."""
+    import os
+    import subprocess
+    import sys
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    cache = f if where == "file" else f / "sub" / "deeper"
+    d = base(tmp_path)
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu",
+                        "--store", str(tmp_path / "st")], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env={**os.environ, "KOPT_CACHE": str(cache)})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (f"error: $KOPT_CACHE={str(cache)!r}: {f} is a file, not a folder; point "
+            "KOPT_CACHE at a folder for the build cache") in p.stderr
+    assert not (tmp_path / "st").exists()  # refused before anything was started or stored
+
+
+def test_more_cpu_devices_than_any_node_has_is_refused_at_once(tmp_path):
+    """`--cpu-devices 100000000000000000000` hung (a list of that many device slots)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(base(tmp_path)),
+                        "--backend", "cpu", "--cpu-devices", str(10**20)],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert ("Invalid value for '--cpu-devices': 100000000000000000000 is not in the range "
+            "1<=x<=4096") in p.stderr
+
+
+@pytest.mark.parametrize("change", ["none", "edited", "moved"])
+def test_export_says_when_the_sweep_folder_changed_or_is_gone(tmp_path, change):
+    """`kopt export` wrote no best-*.cpp, silently, when the run's sweep folder was moved;
+    after an edit of the kernel it wrote the edited source as "the realized source of the
+    best", silently."""
+    from test_export import X86, cand
+
+    from conftest import VADD_CPP, VADD_REF
+    from kopt.spec import load_sweep
+    from kopt.store import now, write_table
+
+    sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 1024}]\n"
+                            "params: {CHUNK: [64, 256]}\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    st = tmp_path / "st"
+    write_table(st, "candidates", "demo", "r1", [
+        cand("r1", X86, "b", 1024, 2.0, {"CHUNK": 64}, base=True),
+        cand("r1", X86, "c1", 1024, 1.0, {"CHUNK": 256})])
+    write_table(st, "runs", "demo", "r1", [{
+        "run_id": "r1", "sweep": "demo", "event": "finished", "backend": "cpu",
+        "sweep_dir": str(sweep_dir), "spec_hash": load_sweep(sweep_dir).spec_hash,
+        "created_at": now()}])
+    if change == "edited":
+        (sweep_dir / "k.cpp").write_text(VADD_CPP + "// edited after the run\n")
+    elif change == "moved":
+        sweep_dir.rename(tmp_path / "elsewhere")
+    r = CliRunner().invoke(main, ["export", "demo", "--store", str(st), "--out",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("note:")]
+    written = sorted(p.name for p in (tmp_path / "out").glob("best-*"))
+    if change == "none":
+        assert notes == [] and written == ["best-cpu-x86_64.cpp"]
+    elif change == "edited":
+        assert notes == [f"note: run r1's sweep folder {sweep_dir} changed since the run "
+                         "(sweep.yaml, a source, a header or ref.py): the best-*.cu/.cpp files "
+                         "hold today's source with the winner's defines, not the source that "
+                         "was measured"], r.output
+        assert written == ["best-cpu-x86_64.cpp"]
+    else:
+        assert len(notes) == 1 and notes[0].startswith(
+            f"note: no best-*.cu/.cpp written: run r1's sweep folder {sweep_dir} does not load "
+            f"now ({sweep_dir}: no such file"), r.output
+        assert written == []
+
+
+def test_a_sweep_name_no_folder_can_hold_is_refused_at_load(tmp_path):
+    """`name: aaa...` (300 characters) started Ray, then stopped at the store's folder
+    `sweep=aaa...`: "File name too long"."""
+    d = base(tmp_path, yaml=f"name: {'a' * 300}\nkernel: add.cpp\ndims: [{{N: 64}}]\n"
+                            "args: {x: [N]}\n")
+    assert_spec_error(d, "field 'name'", "at most 128 characters")
+
+
+def test_a_nameless_sweep_in_a_folder_too_long_for_a_name_is_refused_at_load(tmp_path):
+    """A sweep without `name:` in a folder of 250 characters took the folder's name and
+    stopped after Ray started ("File name too long" for `sweep=bbb...`)."""
+    d = write_sweep(tmp_path / ("b" * 250), "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n",
+                    {"add.cpp": ADD, "ref.py": REF})
+    assert_spec_error(d, "field 'name': missing, and the folder's name (250 characters) is too "
+                      "long to be the sweep's store folder; give `name:` (at most 128")
+
+
+@pytest.mark.parametrize("field", ["flops", "bytes"])
+def test_a_negative_amount_of_work_is_refused_at_load(tmp_path, field):
+    """`flops: "-N"` was accepted: the rate column showed a negative TFLOP/s."""
+    d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\n"
+                            f"{field}: '0 - 4 * N'\n")
+    assert_spec_error(d, f"field '{field}': '0 - 4 * N' is -256 at dims[0] = {{'N': 64}}; "
+                      f"{field} counts the work of one call: 0 or more")

@@ -80,9 +80,26 @@ COMPILE_TIMEOUT_S, _TIMEOUT_BAD = env_number("KOPT_COMPILE_TIMEOUT_S", 600.0, 1.
 COMPILE_MEM_GB, _MEM_BAD = env_number("KOPT_COMPILE_MEM_GB", 8.0, 0.5, 4096.0)
 
 
+def _cache_bad() -> str:
+    """"" or why ``$KOPT_CACHE`` cannot hold the build cache: it, or the nearest folder
+    above it that exists, is a file (every build failed with a NotADirectoryError
+    traceback as its error text). Creates nothing."""
+    raw = os.environ.get("KOPT_CACHE")
+    if not raw:
+        return ""
+    p = Path(raw).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.is_dir():
+        return ""
+    return (f"$KOPT_CACHE={raw!r}: {p} is a file, not a folder; point KOPT_CACHE at a "
+            "folder for the build cache (default ~/.cache/kopt)")
+
+
 def check_env() -> None:
-    """Raise EnvError naming each KOPT_COMPILE_* variable whose value is unusable."""
-    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD) if x)
+    """Raise EnvError naming each KOPT_COMPILE_* variable whose value is unusable, and a
+    ``$KOPT_CACHE`` that is (or lies under) a file."""
+    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, _cache_bad()) if x)
     if bad:
         raise EnvError(bad)
 
