@@ -120,12 +120,14 @@ def cluster_address(path: str | Path) -> str:
     """
     import yaml
 
-    from kopt.contract import check_plain_file
+    from kopt.contract import check_plain_file, too_deep
 
     p = Path(path)
     check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
     try:
         cfg = yaml.safe_load(p.read_text())
+    except RecursionError:
+        raise SweepError(too_deep(f"--cluster {p}", "YAML")) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SweepError(f"--cluster {p}: cannot read it ({first}); pass the Ray "

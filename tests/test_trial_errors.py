@@ -735,3 +735,16 @@ def test_a_negative_amount_of_work_is_refused_at_load(tmp_path, field):
                             f"{field}: '0 - 4 * N'\n")
     assert_spec_error(d, f"field '{field}': '0 - 4 * N' is -256 at dims[0] = {{'N': 64}}; "
                       f"{field} counts the work of one call: 0 or more")
+
+
+def test_a_cluster_file_nested_too_deeply_is_one_line(tmp_path):
+    """`kopt sweep --cluster deep.yaml` was a RecursionError traceback (PyYAML)."""
+    d = base(tmp_path)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("provider: " + "[" * DEEP + "]" * DEEP + "\n")
+    r = CliRunner().invoke(main, ["sweep", str(d), "--backend", "cpu", "--cluster", str(deep),
+                                  "--store", str(tmp_path / "st")])
+    assert r.exit_code != 0 and "Traceback" not in r.output, r.output
+    assert (f"--cluster {deep}: nested too deeply for a YAML parser (brackets or operators "
+            "inside one another past Python's recursion limit); write it flatter") in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
