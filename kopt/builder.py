@@ -214,7 +214,7 @@ class RayBuilder(Builder):
                 fut.ref, fut.attempt, fut.artifact = again.ref, again.attempt, again.artifact
                 self.artifacts[fut.build_id] = again.artifact
                 return None
-            res = BuildResult(fut.build_id, False, f"build task: {e}")
+            res = BuildResult(fut.build_id, False, f"build task: {_task_error(e)}")
         fut.result, fut.ref = res, None
         self.results[fut.build_id] = res
         return res
@@ -239,3 +239,12 @@ class RayBuilder(Builder):
 def start_identity(toolchain: str) -> Any:
     """Start the compiler-identity task (a Ray ref of ``(identity, environment)``)."""
     return ray.remote(num_cpus=0)(_identity_remote).remote(toolchain)
+
+
+def _task_error(e: Exception) -> str:
+    """One line for a build task that raised (e.g. a full disk): the exception the task
+    raised, not Ray's whole remote traceback; Ray's own error's first line otherwise."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}".splitlines()[0][:500]
+    return (str(e).splitlines() or [type(e).__name__])[0][:500]

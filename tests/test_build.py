@@ -194,3 +194,16 @@ def test_a_compiler_and_what_it_started_die_with_the_build(tmp_path):
     p = subprocess.run([sys.executable, "-m", "workers.reap", "5", str(tmp_path / "nvcc")],
                        capture_output=True, text=True)
     assert p.returncode == 127 and p.stderr.startswith("cannot start")
+
+
+def test_a_build_task_that_raised_is_one_line():
+    """A build task that raised (a full disk): its error, not Ray's remote traceback."""
+    import ray
+
+    from kopt.builder import _task_error
+
+    e = ray.exceptions.RayTaskError(
+        "build", "Traceback (most recent call last):\n  File ...\nOSError: no space",
+        OSError(28, "No space left on device"))
+    assert _task_error(e) == "OSError: [Errno 28] No space left on device"
+    assert _task_error(ray.exceptions.RayError("node died\nmore")) == "node died"
