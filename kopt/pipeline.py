@@ -395,7 +395,8 @@ class Driver:
         self.ncu_names = resolve(self.ctx) if backend == "cuda" else {}
         try:
             self._iterate(bool(stored))
-            close_loop_on_devices(self.ctx, self.loop)
+            if self.submission is None:  # a submitted iteration's builds lack the earlier
+                close_loop_on_devices(self.ctx, self.loop)  # winners': no closing contest
         except KeyboardInterrupt:
             self._interrupted(t_start, prev)
             raise
