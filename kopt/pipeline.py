@@ -395,8 +395,7 @@ class Driver:
         self.ncu_names = resolve(self.ctx) if backend == "cuda" else {}
         try:
             self._iterate(bool(stored))
-            if self.submission is None:  # a submitted iteration's builds lack the earlier
-                close_loop_on_devices(self.ctx, self.loop)  # winners': no closing contest
+            close_loop_on_devices(self.ctx, self.loop)
         except KeyboardInterrupt:
             self._interrupted(t_start, prev)
             raise
@@ -559,6 +558,7 @@ class Driver:
         self.summary.n_candidates += len({(j.device_class, j.candidate.candidate_id)
                                           for j in jobs})
         self._measure(it, jobs, builds)
+        self.builder.build(list(sub.prebuilds.values()))  # what its contests re-measure
         self._close(it, classes)
 
     def _close(self, it: int, classes: list[str]) -> None:

@@ -86,8 +86,9 @@ def stored_source(db: Database, space: Space, source_hash: str) -> Space:
 
 
 def _prior(db: Database, run_id: str, retry: bool
-           ) -> tuple[int, dict[str, IterState]]:
-    """The iteration a submission runs as and each class's state before it."""
+           ) -> tuple[int, dict[int, dict[str, IterState]]]:
+    """The iteration a submission runs as, and the run's states (iteration -> class ->
+    state; the one before it is there)."""
     states: dict[int, dict[str, IterState]] = {}
     for it, dc, js in db.iteration_states(run_id):
         states.setdefault(it, {})[dc] = IterState.from_json(js)
@@ -99,7 +100,7 @@ def _prior(db: Database, run_id: str, retry: bool
     if it - 1 not in states:
         raise SubmitError([f"run {run_id}: --retry needs a submitted iteration to retry; "
                            f"iteration {last} is the sweep's own (submit without --retry)"])
-    return it, states[it - 1]
+    return it, states
 
 
 def _plan_for(sweep: Sweep, db: Database, run_id: str, dc: str, it: int, st: IterState,
@@ -135,7 +136,8 @@ def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods:
     if rec is None:
         raise SubmitError([f"run {run_id}: no such run in {root} (`kopt query \"select run_id, "
                            "sweep from runs\"` lists runs)"])
-    it, prior = _prior(db, run_id, retry)
+    it, states = _prior(db, run_id, retry)
+    prior = states[it - 1]
     tries = db.submit_tries(run_id, it)
     if tries >= max_tries:
         raise SubmitError([f"iteration {it} of run {run_id} already had {tries} tries "
@@ -152,17 +154,45 @@ def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods:
     space = sweep.space(rec["backend"])
     parents, pspace = {}, {}
     for dc, st in prior.items():
-        row = db.candidate_lineage(run_id, (st.best or {}).get("candidate_id", ""))
+        row = _lineage_row(db, run_id, (st.best or {}).get("candidate_id", ""), space, pspace)
         if row is None:
             raise SubmitError([f"run {run_id}: iteration {it - 1} on {dc} has no best "
                                "candidate to derive from (its baseline failed)"])
         parents[dc] = row
-        src = row["source_hash"] or space_digest(space)
-        row["source_hash"] = src
-        pspace[src] = space if row["submitter"] in (None, "sweep") else \
-            stored_source(db, space, src)
-    return _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
-                   submitter, prior, parents, pspace)
+    sub = _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
+                  submitter, prior, parents, pspace)
+    for cid in _contested(db, run_id, it, states, retry):
+        row = _lineage_row(db, run_id, cid, space, pspace)
+        if row is not None:
+            sub.rebuild[cid] = row
+    return sub
+
+
+def _lineage_row(db: Database, run_id: str, cid: str, space: Space,
+                 pspace: dict[str, Space]) -> dict[str, Any] | None:
+    """Candidate ``cid``'s lineage row, its source's space added to ``pspace``."""
+    row = db.candidate_lineage(run_id, cid)
+    if row is None:
+        return None
+    src = row["source_hash"] or space_digest(space)
+    row["source_hash"] = src
+    if src not in pspace:
+        pspace[src] = (space if row["submitter"] in (None, "sweep")
+                       else stored_source(db, space, src))
+    return row
+
+
+def _contested(db: Database, run_id: str, it: int, states: dict[int, dict[str, IterState]],
+               retry: bool) -> set[str]:
+    """Earlier candidates a submitted iteration's contests may re-measure: the first
+    baseline and every iteration's best (the loop's closing contest) and, on a retry, the
+    iteration's correct candidates of earlier tries (its own contest)."""
+    out = {h.best["candidate_id"] for per in states.values() for h in per.values() if h.best}
+    out |= {h.baseline["candidate_id"] for h in states.get(1, {}).values() if h.baseline}
+    if retry:
+        out |= {r["candidate_id"] for r in db.lineage_rows(run_id)
+                if r["iteration"] == it and r["status"] == "ok"}
+    return out
 
 
 def _record(db: Database, sweep: Sweep, run_id: str, it: int, try_no: int, space: Space,
@@ -199,6 +229,7 @@ class Node:
     speedup: float | None = None
     statuses: dict[str, int] = dataclasses.field(default_factory=dict)
     members: list[str] = dataclasses.field(default_factory=list)
+    order: tuple[int, int, str] = (0, 0, "")  # (iteration, try, name): the nodes' order
 
     def line(self) -> str:
         """The node as one line of text."""
@@ -209,9 +240,10 @@ class Node:
 
 
 def lineage(root: Path, run_id: str) -> list[Node]:
-    """The version tree of ``run_id`` as nodes, parents before children: one per (device
-    class, iteration, source): a sweep's iteration (its methods: the winner's triple) or a
-    submitted version (its claimed methods); a re-measured parent is not a node again.
+    """The version tree of ``run_id`` as nodes, by class, iteration, try and name (parents
+    before children): one per (device class, iteration, source): a sweep's iteration (its
+    methods: the winner's triple) or a submitted version (its claimed methods); a
+    re-measured parent is not a node again.
 
     Raises:
         SubmitError: no such run.
@@ -235,9 +267,10 @@ def lineage(root: Path, run_id: str) -> list[Node]:
             label = (f"it {it} {name} (try {tr}, {r['submitter']}, source {key[2][:8]})"
                      if name else f"it {it} sweep (source {key[2][:8]})")
             nodes[key] = Node(key, label, r["claimed_methods"] or "",
-                              base_of.get((dc, it)) if it > 1 else None)
+                              base_of.get((dc, it)) if it > 1 else None,
+                              order=(it, tr or 0, name or ""))
         _take(nodes[key], r)
-    return list(nodes.values())
+    return sorted(nodes.values(), key=lambda n: (n.key[0], n.order))
 
 
 def _take(n: Node, r: dict[str, Any]) -> None:

@@ -19,12 +19,13 @@ pytestmark = pytest.mark.slow
 FAST = "compute.thread_coarsening"
 
 
-def _version(folder, name, work, wrong=False):
-    """A copy of the fixture's source doing ``work`` units (a wrong result with ``wrong``)."""
+def _version(folder, name, work, wrong=False, sub="versions"):
+    """A copy of the fixture's source doing ``work`` units (a wrong result with ``wrong``)
+    as ``folder/sub/name``."""
     text = (folder / "base.cpp").read_text().replace("#define WORK 64", f"#define WORK {work}")
     if wrong:
         text = text.replace("x[i] + y[i]", "x[i] - y[i]")
-    path = folder / "versions" / name
+    path = folder / sub / name
     path.parent.mkdir(exist_ok=True)
     path.write_text(text)
     return path
@@ -103,3 +104,39 @@ def test_submit_versions_retry_and_lineage(ray_local, copy_fixture, tmp_path):
     assert res.exit_code == 0 and res.output.splitlines() == text
     assert os.path.isfile(store / "source-files" / by_name["v2_fast.cpp"].source_hash
                           / "v2_fast.cpp")
+
+    # iteration 3 through the CLI (a folder of versions, JSON out): its parent is iteration
+    # 2's winner, a submitted version rebuilt from its stored copy
+    v3 = _version(folder, "v3.cpp", 1, sub="it3")
+    (folder / "note.md").write_text("vectorize: a quarter of the chain again")
+    # iteration 2's winner after the retry re-closed it (v2_fast at T=1 or T=2: equal work)
+    w2 = json.loads(db.query(f"select state from iterations where run_id = '{run}' and "
+                             "iteration = 2 order by created_at desc limit 1")[1][0][0]
+                    )["best"]["candidate_id"]
+    assert w2 in sub.created[by_name["v2_fast.cpp"].source_hash]
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(v3.parent), "--methods",
+                                    "memory.vectorized_access", "--note",
+                                    str(folder / "note.md"), "--submitter", "agent-y",
+                                    "--store", str(store), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.splitlines()[-1])
+    assert out["iteration"] == 3 and [v["name"] for v in out["versions"]] == ["v3.cpp"]
+    made = out["versions"][0]["candidates"]
+    _, rows = db.query(f"select candidate_id, is_baseline, status, parent_id, submitter, speedup "
+                       f"from candidates where run_id = '{run}' and iteration = 3 order by 1")
+    assert {r[0] for r in rows if not r[1]} == set(made) and len(made) == 2
+    assert [r[0] for r in rows if r[1]] == [w2]  # the parent, re-measured as the baseline
+    assert all(r[2] == "ok" and r[3] == w2 and r[4] == "agent-y" and r[5] > 2
+               for r in rows if not r[1])
+    # the loop's closing contest re-measured the first baseline and every winner (their
+    # builds made again in this process): iteration 3's winner is the loop's best
+    closing = json.loads(db.query(f"select state from iterations where run_id = '{run}' and "
+                                  "iteration = 3 order by created_at desc limit 1")[1][0][0]
+                         )["closing"]
+    assert closing["final_winner"] in made and closing["winner_of"][w2] == 2
+    assert closing["best"]["candidate_id"] in made and closing["speedup"] > 8
+    n3 = lineage(store, run)[-1]
+    assert n3.label.startswith("it 3 v3.cpp (try 1, agent-y") and n3.parent == w2
+    assert [t.split(" (")[0] for t in lineage_text(lineage(store, run))] == [
+        "it 1 sweep", "  └─ it 2 v2_fast.cpp", "    └─ it 3 v3.cpp", "  └─ it 2 v2_wrong.cpp",
+        "  └─ it 2 v2_fix.cpp"]  # iteration 3 under iteration 2's winner

@@ -78,6 +78,10 @@ class Submitted(SearchStrategy):
         self.iteration, self.versions, self.prior = iteration, versions, prior
         self.parents, self.parent_space = parents, parent_space
         self.created: dict[str, list[str]] = {v.source_hash: [] for v in versions}
+        # candidate id -> lineage row of an earlier candidate a contest may re-measure (its
+        # build is made before the iteration closes: :attr:`prebuilds`)
+        self.rebuild: dict[str, dict[str, Any]] = {}
+        self.prebuilds: dict[str, Any] = {}
 
     def select(self, cands: Iterable[Candidate]) -> list[Candidate]:
         """Every candidate of a version's space (its launch configs)."""
@@ -121,6 +125,11 @@ class Submitted(SearchStrategy):
                     self.created[v.source_hash].append(c.candidate_id)
             jobs += plan.jobs
             builds.update(plan.builds)
+            again = _Planner(self.iteration, dc, plat, driver.compilers[plat], driver.builder)
+            for row in self.rebuild.values():
+                sp = self.parent_space[row["source_hash"]]
+                again.add(sp, row["source_hash"], _parent_candidate(row, sp), {}, jobs=False)
+            self.prebuilds.update(again.builds)
         return jobs, builds
 
 
@@ -133,10 +142,14 @@ class _Planner:
         self.jobs: list[Job] = []
         self.builds: dict[str, Any] = {}
 
-    def add(self, space: Space, digest: str, c: Candidate, lineage: dict[str, Any]) -> None:
+    def add(self, space: Space, digest: str, c: Candidate, lineage: dict[str, Any],
+            jobs: bool = True) -> None:
+        """Candidate ``c`` of ``space``: its build and (with ``jobs``) its jobs."""
         bid = build_id(space, c, digest, self.compiler, self.plat)
         self.builds[bid] = self.builder.plan(build_job(space, c, bid, space.source_text()),
                                              self.plat)
+        if not jobs:
+            return
         self.jobs += [Job(stable_hash({"candidate": c.candidate_id, "dims": space.dims[di],
                                        "device_class": self.dc, "iteration": self.iteration,
                                        "build": bid}),
