@@ -742,6 +742,76 @@ def _gpu_line(g: dict[str, Any]) -> str:
             + (f"{mem / 2**30:.0f} GiB" if mem is not None else "memory unknown"))
 
 
+@main.command("submit")
+@click.argument("run_id")
+@click.option("--source", type=click.Path(path_type=Path), required=True,
+              help="The new version's kernel source, or a folder of versions.")
+@click.option("--methods", required=True, help="Claimed methods: compute.X,memory.Y,latency.Z.")
+@click.option("--note", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The analysis (a text file): why these methods.")
+@click.option("--submitter", default=None, help="Who or what submits (default: $USER).")
+@click.option("--retry", is_flag=True, help="Another try at the last submitted iteration.")
+@click.option("--max-tries", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Submissions allowed per iteration.")
+@click.option("--store", type=click.Path(path_type=Path), default=None)
+@click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
+               submitter: str | None, retry: bool, max_tries: int, store: Path | None,
+               address: str | None, fmt: str) -> None:
+    """Run new kernel versions as the next iteration of RUN_ID: each version x its sweep's
+    launch configs against the run's current best; prints the candidate ids it created.
+    A claim that breaks the catalog's rules is refused (one line per rule, exit 1)."""
+    import os
+
+    from kopt.claims import parse_claim
+    from kopt.pipeline import SweepError
+    from kopt.store import RunLocked
+    from kopt.submit import SubmitError, run_submission, source_files
+
+    root = _store(store)
+    try:
+        files = source_files(source)
+        text = note.read_text() if note is not None else ""
+        sub, summary = run_submission(root, run_id, files, parse_claim(methods), text,
+                                      submitter or os.environ.get("USER") or "user", retry,
+                                      max_tries, address=address)
+    except SubmitError as e:
+        for line in e.lines:
+            console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
+                          soft_wrap=True)
+        sys.exit(1)
+    except OSError as e:
+        _fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
+    except (SweepError, RunLocked, SpecError) as e:
+        _fail(str(e), 1)
+    out_rows = [{"name": v.name, "source_hash": v.source_hash, "iteration": sub.iteration,
+                 "candidates": sub.created[v.source_hash]} for v in sub.versions]
+    if fmt == "json":
+        click.echo(json.dumps({"run_id": summary.run_id, "iteration": sub.iteration,
+                               "versions": out_rows}))
+        return
+    for r in out_rows:
+        click.echo(f"{r['name']} (source {r['source_hash']}, iteration {r['iteration']}): "
+                   + " ".join(r["candidates"]))
+
+
+@main.command("lineage")
+@click.argument("run_id")
+@click.option("--store", type=click.Path(path_type=Path), default=None)
+def lineage_cmd(run_id: str, store: Path | None) -> None:
+    """The version tree of RUN_ID: each node's best candidate, median, speedup over its
+    parent, statuses and claimed methods."""
+    from kopt.submit import SubmitError, lineage, lineage_text
+
+    try:
+        nodes = lineage(_store(store), run_id)
+    except SubmitError as e:
+        _fail(e.lines[0], 1)
+    for line in lineage_text(nodes):
+        click.echo(line)
+
+
 @main.command("catalog")
 @click.option("--axis", type=click.Choice(["compute", "memory", "latency"]), default=None)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")

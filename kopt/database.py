@@ -598,6 +598,24 @@ METHODS_SQL = "select method, device_class, bottleneck, count(*) tried, " + \
     "from (" + METHOD_RECORDS_SQL + ") group by all order by all"
 
 
+# issue 15's lineage: a candidate's own columns, a stored source, the versions of a run
+CANDIDATE_LINEAGE_SQL = """
+select candidate_id, compute_method, memory_method, latency_method, params, defines, arch,
+       parent_id, source_hash, submitter, claimed_methods, note
+from candidates where run_id = ? and candidate_id = ? order by created_at desc limit 1
+"""
+SOURCE_SQL = "select name, text from sources where source_hash = ? limit 1"
+SUBMIT_TRIES_SQL = ("select coalesce(max(try_no), 0) tries from versions "
+                    "where run_id = ? and iteration = ?")
+LINEAGE_ROWS_SQL = """
+select iteration, device_class, candidate_id, is_baseline, status, median_ms, speedup,
+       compute_method, memory_method, latency_method, parent_id, source_hash,
+       coalesce(submitter, 'sweep') submitter, claimed_methods
+from candidates where run_id = ? order by iteration, created_at, candidate_id
+"""
+VERSIONS_SQL = "select * from versions where run_id = ? order by iteration, try_no, created_at"
+
+
 class Database:
     """The tuning records of the store at ``root`` (default ``$KOPT_STORE`` or
     ``./kopt-store``): commit them, read the best back, answer history queries.
@@ -782,6 +800,31 @@ class Database:
         candidate holding it was correct), ``ineffective`` (iterations that judged it so) and
         ``measured`` (iterations with a gain figure)."""
         return self._records(METHODS_SQL, [])
+
+    def candidate_lineage(self, run_id: str, candidate_id: str) -> dict[str, Any] | None:
+        """A candidate of ``run_id`` as a parent of submitted versions: its triple, ``params``
+        / ``defines`` (JSON), ``arch`` and lineage columns (``parent_id``, ``source_hash``,
+        ``submitter``, ``claimed_methods``, ``note``); None when it has no row."""
+        rows = self._records(CANDIDATE_LINEAGE_SQL, [run_id, candidate_id])
+        return rows[0] if rows else None
+
+    def source(self, source_hash: str) -> dict[str, Any] | None:
+        """The stored copy (``name``, ``text``) of the source with digest ``source_hash``."""
+        rows = self._records(SOURCE_SQL, [source_hash])
+        return rows[0] if rows else None
+
+    def submit_tries(self, run_id: str, iteration: int) -> int:
+        """How many times versions were submitted into ``iteration`` of ``run_id`` (0: none)."""
+        return int(self._records(SUBMIT_TRIES_SQL, [run_id, iteration])[0]["tries"])
+
+    def lineage_rows(self, run_id: str) -> list[dict[str, Any]]:
+        """Every candidate row of ``run_id`` with its figures and lineage columns, by
+        iteration (``submitter`` 'sweep' where a store predates the column)."""
+        return self._records(LINEAGE_ROWS_SQL, [run_id])
+
+    def versions(self, run_id: str) -> list[dict[str, Any]]:
+        """The ``versions`` rows of ``run_id`` (one per submitted version and try)."""
+        return self._records(VERSIONS_SQL, [run_id])
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

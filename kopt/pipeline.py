@@ -300,7 +300,9 @@ class Driver:
                  max_candidates: int | None = None, resume: str | None = None,
                  cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
                  observers: list[Observer] | None = None, catalog: Catalog | None = None,
-                 strategy: str | None = None, seed: int | None = None):
+                 strategy: str | None = None, seed: int | None = None,
+                 submission: Any = None):
+        self.submission = submission  # kopt.strategy.submitted.Submitted: one more iteration
         if strategy is not None and strategy not in STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
         self._strategy_req, self._seed_req = strategy, seed
@@ -507,6 +509,8 @@ class Driver:
                         "devices": dumps(infos), "options": dumps(options),
                         "host": platform.node(), "env": dumps(env), "kopt_version": __version__}
         writer.add("runs", [{**self.run_row, "event": "running", "created_at": now()}])
+        writer.add("sources", [{"source_hash": self.digest, "name": self.space.source.name,
+                                "text": self.space.source_text(), "created_at": now()}])
         writer.flush()
         for o in self.observers:
             o.on_run(run_id, self.store)
@@ -517,6 +521,9 @@ class Driver:
     # -- iterations ----------------------------------------------------------------------
     def _iterate(self, resumed_states: bool) -> None:
         """The baseline's profile (when the spec asks for it), then every iteration."""
+        if self.submission is not None:
+            self._submitted(self.submission)
+            return
         if self.ncu_names and self.sweep.ncu.profile_baseline and not resumed_states:
             self._profile_baseline()
         for it in range(1, self.iterations + 1):
@@ -540,7 +547,27 @@ class Driver:
         self.summary.n_candidates += sum(n for dc, n in counts.items()
                                          if not loop.states[dc].stop)
         self._measure(it, jobs, builds)
-        for dc in [d for d in active if not loop.states[d].stop]:
+        self._close(it, [d for d in active if not loop.states[d].stop])
+        return True
+
+    def _submitted(self, sub: Any) -> None:
+        """One more iteration of a stored run: the versions of ``sub``
+        (kopt.strategy.submitted.Submitted) against their parent, closed as any iteration."""
+        self.search = sub
+        it, classes = sub.iteration, list(self.classes)
+        sub.prepare(self.loop, classes)
+        jobs, builds = sub.plan_jobs(self, classes)
+        self.summary.n_candidates += len({(j.device_class, j.candidate.candidate_id)
+                                          for j in jobs})
+        self._measure(it, jobs, builds)
+        self.builder.build(list(sub.prebuilds.values()))  # what its contests re-measure
+        self._close(it, classes)
+
+    def _close(self, it: int, classes: list[str]) -> None:
+        """Close iteration ``it`` of each class (a resumed run's stored state where it has
+        one), write its state and tell the observers."""
+        loop = self.loop
+        for dc in classes:
             if loop.resumed(it, dc):
                 continue
             st = close_iteration_on_devices(self.ctx, loop, it, dc, self.ncu_names.get(dc))
@@ -548,7 +575,6 @@ class Driver:
             self.ctx.writer.flush()
             for o in self.observers:
                 o.on_iteration(dc, st)
-        return True
 
     def _measure(self, it: int, jobs: list[Job], builds: dict[str, wbuild.BuildJob]) -> None:
         """Measure iteration ``it``'s batches as the search strategy generates them
@@ -658,7 +684,8 @@ class Driver:
             throttled_samples=o.throttled_samples, throttled=o.throttled, power_w=o.power_w,
             wall_s=o.wall_s,
             flops=work[0], bytes=work[1], input_sets=o.input_sets, full_ms=o.full_ms,
-            escaped_ms=o.escaped_ms, leaked_bytes=o.leaked_bytes, created_at=now())
+            escaped_ms=o.escaped_ms, leaked_bytes=o.leaked_bytes, created_at=now(),
+            **(job.lineage or {"source_hash": self.digest, "submitter": "sweep"}))
 
     # -- the end -------------------------------------------------------------------------
     def _stop_devices(self) -> None:

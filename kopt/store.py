@@ -66,6 +66,25 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("input_sets", pa.int32()), ("full_ms", pa.float64()), ("escaped_ms", pa.float64()),
         ("leaked_bytes", pa.int64()),
         ("created_at", TS),
+        # lineage (issue 15): the candidate it was derived from (NULL for a sweep's), the
+        # digest of its source (a ``sources`` row), who submitted it ('sweep' for a sweep's
+        # own candidates), the methods it claims (comma-separated) and the analysis text
+        ("parent_id", pa.string()), ("source_hash", pa.string()), ("submitter", pa.string()),
+        ("claimed_methods", pa.string()), ("note", pa.string()),
+    ]),
+    # a stored copy of every kernel source a run measured, keyed by its digest
+    # (kopt.expand.space_digest)
+    "sources": pa.schema([
+        ("source_hash", pa.string()), ("name", pa.string()), ("text", pa.string()),
+        ("created_at", TS),
+    ]),
+    # one row per version submitted into a run (`kopt submit`): its iteration, try, parent
+    # candidate, source, submitter, claimed methods and analysis
+    "versions": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("try_no", pa.int32()), ("source_hash", pa.string()), ("name", pa.string()),
+        ("parent_id", pa.string()), ("submitter", pa.string()),
+        ("claimed_methods", pa.string()), ("note", pa.string()), ("created_at", TS),
     ]),
     "profiles": pa.schema([
         ("run_id", pa.string()), ("job_key", pa.string()), ("profile_status", pa.string()),

@@ -235,6 +235,13 @@ class TuningRecord:
     escaped_ms: float | None
     leaked_bytes: int | None
     created_at: Any
+    # lineage (issue 15): parent candidate id, source digest, submitter, claimed methods
+    # (comma-separated), analysis text
+    parent_id: str | None = None
+    source_hash: str | None = None
+    submitter: str | None = None
+    claimed_methods: str | None = None
+    note: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The store row (``status`` as its plain string)."""

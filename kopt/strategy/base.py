@@ -25,6 +25,9 @@ class Job:
     iteration: int = 1
     rung: int = 0  # successive-halving rung (0: the screen, or the only rung)
     timing: dict[str, Any] | None = None  # overrides the spec's timing (screening rungs)
+    # lineage columns of its row (parent_id, source_hash, submitter, claimed_methods, note);
+    # None: the sweep's own source (kopt.pipeline.Driver's defaults)
+    lineage: dict[str, Any] | None = None
 
 
 class SearchStrategy(ABC):
