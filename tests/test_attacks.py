@@ -63,3 +63,18 @@ def test_a_tolerance_that_zeros_pass_is_refused(tmp_path):
     ok = Harness("cpu").run(job("", d2 / "k.cpp", d2 / "ref.py", {"N": 256},
                                 {"x": ["N"], "out": ["N"]}, prepare_only=True))
     assert ok["status"] == "ok"
+
+
+def test_the_replay_rule_needs_unseen_calls_slower_than_every_sample():
+    """Replayed: both unseen calls over 2x the seen ones and over the samples' 90th
+    percentile. An honest candidate on a loaded CPU, whose samples already showed calls that
+    slow (preemption) often, is not named (it was, under load: an honest kernel `replayed`);
+    one stray preempted sample does not hide a replayer."""
+    from workers.harness import replayed
+
+    fast = [0.07, 0.071, 0.072, 0.073, 0.07]
+    assert replayed(0.071, [0.07, 0.072], [0.40, 0.41], fast)  # the content-keyed replayer
+    assert replayed(0.071, [0.07, 0.072], [0.40, 0.41], fast * 4 + [4.08])  # one stray
+    assert not replayed(0.071, [0.07, 0.072], [0.40, 0.41], fast + [0.45, 0.5])  # noisy
+    assert not replayed(0.071, [0.07, 0.072], [0.40, 0.12], fast)  # one unseen call fast
+    assert not replayed(0.071, [0.07, 0.30], [0.40, 0.41], fast)  # a seen call as slow
