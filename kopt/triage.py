@@ -374,15 +374,6 @@ def kernel_table(launches: list[Launch], layer_pattern: str = LAYER_PATTERN
     return rows
 
 
-def stage_shares(launches: list[Launch]) -> dict[str, float]:
-    """Share (0..1) of all kernel time per stage (``(no range)`` for unattributed kernels)."""
-    total = sum(k.dur_us for k in launches) or math.inf
-    out: Counter[str] = Counter()
-    for k in launches:
-        out[stage_of(k.ranges) or "(no range)"] += k.dur_us / total
-    return dict(out.most_common())
-
-
 def load_routes(path: Path | str) -> list[dict[str, Any]]:
     """The known routes of a YAML file::
 
