@@ -45,6 +45,7 @@ from kopt.store import (
     default_root,
     lock_holder,
     readable_parts,
+    table_schema,
     write_table,
 )
 
@@ -145,7 +146,7 @@ class Writer:
         parts = readable_parts(self.root, folder.glob("part-*.parquet"))  # damaged: left alone
         if len(parts) < 2:
             return
-        t = pa.concat_tables([pq.read_table(p, schema=SCHEMAS[table]) for p in parts])
+        t = pa.concat_tables([pq.read_table(p, schema=table_schema(table)) for p in parts])
         if key:
             con = duckdb.connect(":memory:")
             con.register("t", t)
@@ -153,7 +154,7 @@ class Writer:
             rel = con.sql(f"select * from t qualify row_number() over (partition by "
                           f"{cols} order by created_at desc) = 1")
             t = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table")
-                 else rel.fetch_arrow_table()).cast(SCHEMAS[table])
+                 else rel.fetch_arrow_table()).cast(table_schema(table))
             con.close()
         name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = folder / f".{name}.tmp"
@@ -182,7 +183,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
         root = root.resolve()
     con = duckdb.connect(":memory:")
     allowed: list[str] = []
-    for table, schema in sorted(SCHEMAS.items(), key=lambda kv: kv[0] != "profiles"):
+    for table in sorted(SCHEMAS, key=lambda name: name != "profiles"):
+        schema = table_schema(table)
         files = readable_parts(root, (root / table).glob("sweep=*/run=*/part-*.parquet"))
         if files:
             pats = [_literal(str(f)) for f in files]

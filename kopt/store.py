@@ -39,6 +39,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workers.observers import observer_columns
+
 TS = pa.timestamp("us", tz="UTC")
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -168,6 +170,28 @@ def now() -> Any:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def table_schema(table: str) -> pa.Schema:
+    """``SCHEMAS[table]`` and after it every column the registered measurement observers
+    declare for ``table`` that it lacks (workers.observers ``observer_columns``), so that
+    a plug-in's results are stored without a change here.
+
+    Raises:
+        KeyError: an unknown table.
+        ValueError: an observer declares a type Arrow does not know (the message names
+            the column).
+    """
+    schema = SCHEMAS[table]
+    for name, typ in observer_columns(table).items():
+        if schema.get_field_index(name) < 0:
+            try:
+                schema = schema.append(pa.field(name, pa.type_for_alias(typ)))
+            except (ValueError, KeyError):
+                raise ValueError(f"measurement observer column {name!r} of {table!r}: "
+                                 f"{typ!r} is not an Arrow type name (use e.g. float64, "
+                                 "int64, bool, string)") from None
+    return schema
+
+
 def write_table(root: Path, table: str, sweep: str, run_id: str,
                 rows: list[dict[str, Any]]) -> Path:
     """Write ``rows`` as one new Parquet file of ``table``; atomic (temp name + rename).
@@ -175,7 +199,7 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
     Missing columns are null; unknown keys raise KeyError-free (they are dropped).
     Returns the file's path.
     """
-    schema = SCHEMAS[table]
+    schema = table_schema(table)
     cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
     t = pa.table(cols, schema=schema)
     folder = root / table / f"sweep={sweep}" / f"run={run_id}"
