@@ -5,8 +5,9 @@
 2. faster than its parent -- the iteration's baseline -- beyond noise, by kopt's one noise
    model (kopt.compare, as the loop's own gain test kopt.loop.gains reads it), and
 3. when sweep.yaml names one (``review: {command, timeout_s}``), its validation command
-   exits 0. The command runs only for a winner that passed 1 and 2, through the shell in
-   the sweep's folder, with the winner in environment variables (:data:`ENV`); a failing,
+   exits 0. The command runs for a winner that is new (not the baseline) and passed 1 --
+   also when it failed 2, so that every reason is stored -- through the shell in the
+   sweep's folder, with the winner in environment variables (:data:`ENV`); a failing,
    timed-out or unstartable command rejects the winner with its exit status and output
    tail, never stops the run.
 
@@ -86,7 +87,7 @@ def judge(win: dict[str, Any] | None, base: dict[str, Any] | None,
 def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> Verdict:
     """The gate's verdict on iteration ``it``'s winner on class ``dc`` (``ranked``: its
     ranking in the loop's order, the winner first); runs the validation command when the
-    sweep names one and checks 1 and 2 pass."""
+    sweep names one, on a winner that is not the baseline and is correct on every size."""
     win = ranked[0] if ranked else None
     base = next((r for r in ranked if r["is_baseline"]), None)
     db = Database(ctx.store)
@@ -96,7 +97,8 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> V
                 judge(win, base, sizes, ctx.sweep.space(ctx.backend).dims),
                 win["speedup"] if win else None, geo_mean(meds) if meds else None)
     cmd = ctx.sweep.review
-    if v.reasons or win is None or cmd is None:
+    if win is None or cmd is None or win["is_baseline"] or any(
+            r.startswith("not correct") for r in v.reasons):
         v.accepted = not v.reasons
         return v
     from kopt.port import run_command
