@@ -668,6 +668,11 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
                 t.add_row(axis, str(s["priority"]), escape(s["method"]),
                           "yes" if s["admitted"] else "no", escape(s["reason"]))
         out.print(t)
+        if p.get("triples_from") == "catalog":
+            out.print(f"the best is a submitted version ({escape(p['best_source'])}): the "
+                      f"next version may claim any of {len(p['triples'])} admissible catalog "
+                      "triples (`--format json` lists them)", highlight=False)
+            continue
         out.print(f"{len(p['triples'])} triples besides the baseline:")
         for tr in p["triples"]:
             out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
