@@ -5,7 +5,9 @@ A submission is one more iteration of the run (or, with ``retry``, another try a
 one, up to ``max_tries``), planned by kopt.strategy.submitted and run by
 kopt.pipeline.Driver as any iteration of the NCU loop. The sources are stored in the store
 (the ``sources`` table, and a copy under ``STORE/source-files/HASH/NAME`` that builds read);
-each try is a ``versions`` row.
+each try is a ``versions`` row. :func:`record` checks and records a try, :func:`load`
+rebuilds its strategy from the store, so that ``kopt submit --detach`` (:func:`detach`) runs
+it in a background process of its own after refusals were given at once.
 """
 
 from __future__ import annotations
