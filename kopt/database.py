@@ -617,6 +617,29 @@ from candidates where run_id = ? order by iteration, created_at, candidate_id
 """
 VERSIONS_SQL = "select * from versions where run_id = ? order by iteration, try_no, created_at"
 
+# issue 15's review gate and `kopt wait`
+WINNER_SIZES_SQL = """
+select dims, status, median_ms from candidates
+where run_id = ? and iteration = ? and device_class = ? and candidate_id = ? and final
+"""
+REVIEWS_SQL = """
+select * from reviews where run_id = ? and iteration = ?
+qualify row_number() over (partition by device_class order by created_at desc) = 1
+order by device_class
+"""
+ITERATION_CANDIDATES_SQL = """
+select device_class, candidate_id, bool_or(is_baseline) is_baseline from candidates
+where run_id = ? and iteration = ? group by all order by device_class, min(created_at), 2
+"""
+PROGRESS_SQL = """
+select (select max(created_at) from versions where run_id = $r and iteration = $i) submitted_at,
+       (select min(created_at) from (select max(created_at) created_at from iterations
+         where run_id = $r and iteration = $i group by device_class)) closed_at,
+       (select greatest(coalesce((select max(iteration) from iterations where run_id = $r), 0),
+                        coalesce((select max(iteration) from versions where run_id = $r), 0))
+       ) last_iteration
+"""
+
 
 class Database:
     """The tuning records of the store at ``root`` (default ``$KOPT_STORE`` or
@@ -827,6 +850,30 @@ class Database:
     def versions(self, run_id: str) -> list[dict[str, Any]]:
         """The ``versions`` rows of ``run_id`` (one per submitted version and try)."""
         return self._records(VERSIONS_SQL, [run_id])
+
+    def winner_sizes(self, run_id: str, iteration: int, device_class: str,
+                     candidate_id: str) -> list[dict[str, Any]]:
+        """One candidate's final-rung rows in one iteration and class: ``dims`` (JSON),
+        ``status``, ``median_ms`` (what the review gate checks, kopt.review)."""
+        return self._records(WINNER_SIZES_SQL, [run_id, iteration, device_class,
+                                                candidate_id])
+
+    def reviews(self, run_id: str, iteration: int) -> list[dict[str, Any]]:
+        """The latest ``reviews`` row of each device class for ``iteration`` of ``run_id``."""
+        return self._records(REVIEWS_SQL, [run_id, iteration])
+
+    def iteration_candidates(self, run_id: str, iteration: int) -> list[dict[str, Any]]:
+        """``device_class``, ``candidate_id``, ``is_baseline`` of every candidate measured in
+        ``iteration`` of ``run_id``, in the order they were first stored."""
+        return self._records(ITERATION_CANDIDATES_SQL, [run_id, iteration])
+
+    def progress(self, run_id: str, iteration: int) -> dict[str, Any]:
+        """Where ``iteration`` of ``run_id`` stands (what `kopt wait` polls):
+        ``submitted_at`` (its latest ``versions`` row, None when nothing was submitted into
+        it), ``closed_at`` (the earliest of its classes' latest ``iterations`` rows, None when
+        none is stored) and ``last_iteration`` (the highest iteration stored or submitted,
+        0 when none)."""
+        return self._records(PROGRESS_SQL, {"r": run_id, "i": iteration})[0]
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

@@ -160,13 +160,13 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
                 # the same triple without m; when it failed or was not run (e.g. outside a
                 # --max-candidates sample), the iteration's baseline instead
                 ref = best_of.get(t[:i] + (None,) + t[i + 1:]) or base
-                tried[m] = tried.get(m, False) or _gains(r, ref)
+                tried[m] = tried.get(m, False) or gains(r, ref)
     for m, gained in tried.items():
         if gained:
             st.ineffective.pop(m, None)
         else:
             st.ineffective[m] = bottleneck_before
-    if win["is_baseline"] or not _gains(win, base):
+    if win["is_baseline"] or not gains(win, base):
         st.stop = (f"no gain beyond noise: the best candidate is {win['speedup']:.3f}x the "
                    f"baseline, noise {st.noise:.3f}")
         return st
@@ -179,7 +179,7 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     return st
 
 
-def _gains(r: dict[str, Any], ref: dict[str, Any]) -> bool:
+def gains(r: dict[str, Any], ref: dict[str, Any]) -> bool:
     """Whether ranked candidate ``r`` is FASTER than ``ref`` beyond noise (kopt.compare, see
     the module docstring); both speedups are over the same baseline."""
     return speedup_label(r["speedup"] / ref["speedup"], ref["rel_iqr"],

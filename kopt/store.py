@@ -156,6 +156,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
         ("device_class", pa.string()), ("state", pa.string()), ("created_at", TS),
     ]),
+    # the review gate (kopt.review): one row per closing of an iteration and class
+    "reviews": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("device_class", pa.string()), ("candidate_id", pa.string()),
+        ("accepted", pa.bool_()), ("reasons", pa.string()), ("speedup", pa.float64()),
+        ("median_ms", pa.float64()), ("command", pa.string()), ("exit_status", pa.int32()),
+        ("timed_out", pa.bool_()), ("output_tail", pa.string()), ("created_at", TS),
+    ]),
 }
 
 

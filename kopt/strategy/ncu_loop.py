@@ -17,6 +17,7 @@ from kopt.bottleneck import Evidence, triggers
 from kopt.contest import Verdict, close_loop
 from kopt.expand import Context
 from kopt.loop import IterState, close_iteration, rank
+from kopt.review import gate
 from kopt.store import iteration_states, now
 from kopt.strategy import contests, profiling
 from kopt.strategy.context import RunContext
@@ -145,7 +146,8 @@ class NcuLoop:
 
 def close_iteration_on_devices(ctx: RunContext, loop: NcuLoop, it: int, dc: str,
                                metrics: list[str] | None) -> IterState:
-    """Close iteration ``it`` of class ``dc``: rank, contest, NCU profiles, verdict."""
+    """Close iteration ``it`` of class ``dc``: rank, contest, NCU profiles, verdict, the
+    review gate (kopt.review: a rejected winner does not become the best)."""
     ranked = rank(ctx.store, ctx.run_id, it, dc)
     verdict, dropped = contests.contest(ctx, it, dc, ranked)
     ranked = loop.order(ranked, verdict, dropped)
@@ -154,7 +156,10 @@ def close_iteration_on_devices(ctx: RunContext, loop: NcuLoop, it: int, dc: str,
     after = ev.get(win) if win else None
     trig = (triggers(ctx.agg[(it, dc, win)], ctx.catalog, after)
             if after is not None and after.scores else None)
-    return loop.close(it, dc, ranked, verdict, dropped, ev, trig)
+    prev = loop.states[dc]
+    st = loop.close(it, dc, ranked, verdict, dropped, ev, trig)
+    loop.states[dc] = st = gate(ctx, it, dc, prev, st, ranked)  # kopt.review
+    return st
 
 
 def _history(ctx: RunContext) -> dict[str, list[IterState]]:
