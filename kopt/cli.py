@@ -751,14 +751,17 @@ def _gpu_line(g: dict[str, Any]) -> str:
               help="The analysis (a text file): why these methods.")
 @click.option("--submitter", default=None, help="Who or what submits (default: $USER).")
 @click.option("--retry", is_flag=True, help="Another try at the last submitted iteration.")
+@click.option("--idea", "ideas", multiple=True,
+              help="A source of the version's idea (repeatable): a catalog method id, a URL, "
+                   "or KIND:REF (paper:, kernel:, other:); stored in the provenance table.")
 @click.option("--max-tries", type=click.IntRange(min=1), default=3, show_default=True,
               help="Submissions allowed per iteration.")
 @click.option("--store", type=click.Path(path_type=Path), default=None)
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
-               submitter: str | None, retry: bool, max_tries: int, store: Path | None,
-               address: str | None, fmt: str) -> None:
+               submitter: str | None, retry: bool, ideas: tuple[str, ...], max_tries: int,
+               store: Path | None, address: str | None, fmt: str) -> None:
     """Run new kernel versions as the next iteration of RUN_ID: each version x its sweep's
     launch configs against the run's current best; prints the candidate ids it created.
     A claim that breaks the catalog's rules is refused (one line per rule, exit 1)."""
@@ -775,7 +778,7 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         text = note.read_text() if note is not None else ""
         sub, summary = run_submission(root, run_id, files, parse_claim(methods), text,
                                       submitter or os.environ.get("USER") or "user", retry,
-                                      max_tries, address=address)
+                                      max_tries, address=address, ideas=ideas)
     except SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,

@@ -84,6 +84,9 @@ def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any
     agg = aggregate(rows)
     ev = analyze(agg, ctx.catalog) if rows else Evidence()
     ctx.agg[(it, dc, r["candidate_id"])] = agg
+    if not rows:
+        ctx.unprofiled[(it, dc, r["candidate_id"])] = (
+            f"{status['status']}: {status.get('error') or 'no metric rows'}")
     ctx.writer.add("profiles", [{
         "run_id": ctx.run_id, "job_key": row["job_key"], "profile_status": status["status"],
         "profile_error": status.get("error") or None,
