@@ -262,6 +262,7 @@ def lineage_picture(store: Path, run_id: str, out: Path) -> tuple[str, list[str]
     for d, n, up in order:
         ok = n.best is not None
         ax.text(d, at[n.key][1], n.caption(), ha="left", va="center", fontsize=7,
+                parse_math=False,
                 bbox={"boxstyle": "round", "fc": "#e8f4e8" if ok else "#f8e4e4", "ec": "gray"})
         if up is not None:
             ax.annotate("", xy=(d - 0.03, at[n.key][1]), xytext=(at[up.key][0] + 0.15,

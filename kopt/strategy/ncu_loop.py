@@ -180,11 +180,12 @@ def _digest_methods(ctx: RunContext, it: int, win: dict[str, Any] | None
 
 def _no_figures(ctx: RunContext, it: int, dc: str, ids: list[str | None]) -> str | None:
     """Why the parent's or the winner's profile (``ids``) has no NCU metric, or None."""
+    if ctx.backend != "cuda":
+        return f"no NCU metrics: the {ctx.backend} backend has no profiler (NCU needs cuda)"
     for cid in ids:
         if cid is not None and not ctx.agg.get((it, dc, cid)):
             why = ctx.unprofiled.get((it, dc, cid)) or "not profiled in this iteration"
-            return (f"no NCU metrics (the {ctx.backend} backend has no profiler: {why})"
-                    if ctx.backend != "cuda" else f"no NCU metrics for {cid}: {why}")
+            return f"no NCU metrics for {cid}: {why}"
     return None
 
 
