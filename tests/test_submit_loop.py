@@ -68,6 +68,15 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert out2["iteration"] == 2
     assert [v["name"] for v in out2["versions"]] == ["v2_fast.cpp", "v2_wrong.cpp"]
     fast_ids = out2["versions"][0]["candidates"]
+    # an idea that names no catalog method is refused in one line before anything is recorded
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(folder / "it2"), "--methods",
+                                    FAST, "--idea", "catalog:compute.coarsening", "--retry",
+                                    "--store", str(store)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.output.splitlines() == ["refused: --idea catalog:compute.coarsening: not a "
+                                       "catalog method (`kopt catalog` lists them); write "
+                                       "paper:, kernel: or other: for an idea from elsewhere"]
+    assert db.submit_tries(run, 2) == 1
     # the fix, resubmitted into iteration 2 (its idea: a catalog method, named as such)
     _version(folder, "v2_fix.cpp", 8, sub="fix")
     out_fix = json.loads(kopt("submit", run, "--source", folder / "fix" / "v2_fix.cpp",
