@@ -760,11 +760,15 @@ def _gpu_line(g: dict[str, Any]) -> str:
               help="Submissions allowed per iteration (default: sweep.yaml submit.max_tries, 3).")
 @click.option("--detach", is_flag=True, help="Check and record, then run the iteration in a "
               "background process and return at once (`kopt wait` for its verdict).")
+@click.option("--idea", "ideas", multiple=True,
+              help="A source of the version's idea (repeatable): a catalog method id, a URL, "
+                   "or KIND:REF (paper:, kernel:, other:); stored in the provenance table.")
 @click.option("--store", type=click.Path(path_type=Path), default=None)
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
                submitter: str | None, retry: bool, max_tries: int | None, detach: bool,
+               ideas: tuple[str, ...],
                store: Path | None, address: str | None, fmt: str) -> None:
     """Run new kernel versions as the next iteration of RUN_ID: each version x its sweep's
     launch configs against the run's current best; prints the candidate ids it created.
@@ -782,7 +786,8 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         text = note.read_text() if note is not None else ""
         sweep = sm.open_run(root, run_id)
         it, try_no = sm.record(sweep, root, run_id, files, parse_claim(methods), text,
-                               submitter or os.environ.get("USER") or "user", retry, max_tries)
+                               submitter or os.environ.get("USER") or "user", retry, max_tries,
+                               ideas)
         if detach:
             log: Path | None = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)

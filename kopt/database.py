@@ -555,7 +555,7 @@ with st as (
 ), per_cand as (
   select c.run_id, c.iteration, c.device_class, c.candidate_id,
          any_value(c.compute_method) cm, any_value(c.memory_method) mm,
-         any_value(c.latency_method) lm,
+         any_value(c.latency_method) lm, bool_or(c.is_baseline) base,
          case when count(*) filter (where c.status = 'ok' and c.speedup is not null)
                    = any_value(need.n)
               then exp(avg(ln(c.speedup)) filter (where c.status = 'ok'
@@ -576,8 +576,10 @@ with st as (
     and w.lm is not distinct from (case when k = 2 then null else t.lm end)
   where x.m is not null
 ), tried as (
+  -- not the baseline's triple: a submitted iteration's baseline is its parent, whose
+  -- methods earlier iterations applied
   select distinct run_id, iteration, device_class, m as method
-  from (select *, unnest([cm, mm, lm]) m from per_cand) where m is not null
+  from (select *, unnest([cm, mm, lm]) m from per_cand where not base) where m is not null
 )
 select t.method, t.device_class,
        coalesce(st.state->>'$.bottleneck_before', 'unknown') as bottleneck,
@@ -806,15 +808,16 @@ class Database:
         return rows[0] if rows else None
 
     def method_records(self) -> list[dict[str, Any]]:
-        """One row per (method, device class, run, iteration) in which a candidate's triple held
-        the method, over the whole store: ``bottleneck`` (the iteration baseline's, the one the
-        method was applied under; ``unknown`` without NCU), ``gain`` (the method's own, as the
-        loop judges it: the best geometric-mean speedup over the iteration's baseline of a
-        triple holding it, correct on every problem size, over the best of the same triple
-        without it, or over 1.0 when that was not measured; None when no candidate holding it
-        was correct), ``accepted`` (the method is in the winner the
-        iteration named as its new best), ``ineffective`` (the iteration's state lists it so)
-        and ``closed`` (the iteration has a stored state)."""
+        """One row per (method, device class, run, iteration) in which a candidate's triple
+        held the method (not the baseline's: a submitted iteration's baseline is its parent,
+        whose methods earlier iterations tried), over the whole store: ``bottleneck`` (the
+        iteration baseline's, the one the method was applied under; ``unknown`` without
+        NCU), ``gain`` (the method's own, as the loop judges it: the best geometric-mean
+        speedup over the iteration's baseline of a triple holding it, correct on every
+        problem size, over the best of the same triple without it, or over 1.0 when that was
+        not measured; None when no candidate holding it was correct), ``accepted`` (the
+        method is in the winner the iteration named as its new best), ``ineffective`` (the
+        iteration's state lists it so) and ``closed`` (the iteration has a stored state)."""
         return self._records(METHOD_RECORDS_SQL, [])
 
     def method_effectiveness(self) -> list[dict[str, Any]]:

@@ -155,7 +155,9 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
             best_of[t] = r
     tried: dict[str, bool] = {}  # method -> some triple holding it gained by it
     for t, r in best_of.items():
-        for i, m in enumerate(t):
+        # the baseline's own methods are not tried here: a submitted iteration's baseline is
+        # its parent, whose triple earlier iterations applied (a sweep's holds none)
+        for i, m in enumerate(t if not r["is_baseline"] else ()):
             if m:
                 # the same triple without m; when it failed or was not run (e.g. outside a
                 # --max-candidates sample), the iteration's baseline instead

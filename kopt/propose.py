@@ -186,3 +186,50 @@ def _explain(c: dict[str, Any], metrics: dict[str, float], ev: Evidence, cat: Ca
                 "op": c["op"], "threshold": c["value"], "holds": holds}
     return {"metric": c.get("metric"), "value": metrics.get(c.get("metric", "")),
             "op": c.get("op"), "threshold": c.get("value"), "holds": holds}
+
+
+def _leaves(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The leaf conditions of an :func:`_explain` tree, in the trigger's order."""
+    if "all" in node or "any" in node:
+        return [x for c in node.get("all", node.get("any", [])) for x in _leaves(c)]
+    return [node]
+
+
+def _leaf_figure(leaf: dict[str, Any]) -> tuple[str | None, str | None, Any, Any]:
+    """``(metric, op, threshold, value)`` of one leaf: a ratio as ``num/den``; a stall read
+    by rank as its metric, op ``rank<=``, threshold ``rank_top`` and value its rank."""
+    if "ratio" in leaf:
+        return "/".join(leaf["ratio"]), leaf["op"], leaf["threshold"], leaf["value"]
+    if "rank_top" in leaf:
+        return leaf["metric"], "rank<=", leaf["rank_top"], leaf["rank"]
+    return leaf.get("metric"), leaf.get("op"), leaf.get("threshold"), leaf.get("value")
+
+
+def trigger_digest(method: str, before: dict[str, float], after: dict[str, float],
+                   catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The figures behind ``method``'s catalog trigger on two profiles: the parent's
+    aggregated NCU metrics (``before``) and the iteration winner's (``after``), as
+    :func:`kopt.bottleneck.aggregate` gives them (``{}``: not profiled).
+
+    Returns:
+        One dict per leaf condition, in the trigger's order: ``metric`` (a ratio as
+        ``num/den``), ``op``, ``threshold``, ``before``, ``after`` (the figure read: a
+        value, a ratio, or a stall's rank among all stall reasons with op ``rank<=``) and
+        ``holds_before`` / ``holds_after`` (None where a figure is missing). [] when the
+        trigger is text only.
+
+    Raises:
+        KeyError: ``method`` is not a catalog method.
+    """
+    cat = catalog or load_catalog()
+    t = cat.methods[method].trigger or {}
+    if "all" not in t and "any" not in t:
+        return []
+    trees = [_leaves(_explain(t, m, analyze(m, cat), cat)) for m in (before, after)]
+    out = []
+    for b, a in zip(*trees):
+        metric, op, threshold, value = _leaf_figure(b)
+        out.append({"metric": metric, "op": op, "threshold": threshold, "before": value,
+                    "after": _leaf_figure(a)[3], "holds_before": b["holds"],
+                    "holds_after": a["holds"]})
+    return out

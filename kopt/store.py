@@ -88,6 +88,27 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("parent_id", pa.string()), ("submitter", pa.string()),
         ("claimed_methods", pa.string()), ("note", pa.string()), ("created_at", TS),
     ]),
+    # the sources of each submitted version's idea (`kopt submit --idea`, and each claimed
+    # catalog method): kind catalog | paper | url | kernel | other, and the reference
+    "provenance": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("try_no", pa.int32()), ("source_hash", pa.string()), ("kind", pa.string()),
+        ("ref", pa.string()), ("created_at", TS),
+    ]),
+    # the evidence digest of each closed iteration and device class (one row set per
+    # closing; the latest set by created_at is the iteration's): per trigger condition of
+    # each method the iteration's winner selected or a version claimed, the metric, its
+    # threshold and its value on the parent (the iteration's baseline, ``before``) and on
+    # the iteration's winner (``after``); NULL values and a ``note`` where nothing was
+    # profiled (the CPU backend) or the trigger is text only
+    "evidence": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("device_class", pa.string()), ("method", pa.string()), ("source", pa.string()),
+        ("metric", pa.string()), ("op", pa.string()), ("threshold", pa.float64()),
+        ("before", pa.float64()), ("after", pa.float64()), ("holds_before", pa.bool_()),
+        ("holds_after", pa.bool_()), ("parent_id", pa.string()), ("winner_id", pa.string()),
+        ("accepted", pa.bool_()), ("note", pa.string()), ("created_at", TS),
+    ]),
     "profiles": pa.schema([
         ("run_id", pa.string()), ("job_key", pa.string()), ("profile_status", pa.string()),
         ("profile_error", pa.string()), ("compute_score", pa.float64()),

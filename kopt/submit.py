@@ -19,11 +19,13 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from kopt.catalog import load_catalog
+from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan, check_claim_for_plan
 from kopt.database import Database
 from kopt.expand import space_digest
@@ -33,6 +35,7 @@ from kopt.store import now
 from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
+IDEA_KINDS = ("catalog", "paper", "url", "kernel", "other")  # the `provenance` table's kinds
 
 
 class SubmitError(ValueError):
@@ -59,6 +62,41 @@ def source_files(source: Path) -> list[Path]:
                            f"({', '.join(SOURCE_SUFFIXES)}); pass a file or a folder of them"])
     raise SubmitError([f"--source {source}: no such file or folder; pass the new version's "
                        "source file (or a folder of versions)"])
+
+
+def _is_url(text: str) -> bool:
+    """Whether ``text`` parses as a URL with a scheme and a host (``https://...``)."""
+    u = urlparse(text)
+    return bool(u.scheme and u.netloc) and not any(c.isspace() for c in text)
+
+
+def parse_idea(text: str, catalog: Catalog) -> tuple[str, str]:
+    """One ``--idea`` as ``(kind, ref)`` (kinds: :data:`IDEA_KINDS`): ``KIND:REF`` names the
+    kind (``paper:Merrill & Garland 2016``, ``kernel:cub::BlockReduce``); else a catalog
+    method id is ``catalog``, a URL (``https://...``) is ``url``, anything else ``other``.
+
+    Raises:
+        SubmitError: empty text, a ``catalog:`` that names no catalog method, a ``url:``
+            that does not parse as one.
+    """
+    text = text.strip()
+    kind, sep, rest = text.partition(":")
+    if sep and kind in IDEA_KINDS:
+        text = rest.strip()
+    elif text in catalog.methods:
+        kind = "catalog"
+    else:
+        kind = "url" if _is_url(text) else "other"
+    if not text:
+        raise SubmitError(["--idea: empty; give a catalog method id, a URL, or KIND:REF "
+                           f"(kinds: {', '.join(IDEA_KINDS)})"])
+    if kind == "catalog" and text not in catalog.methods:
+        raise SubmitError([f"--idea catalog:{text}: not a catalog method (`kopt catalog` lists "
+                           "them); write paper:, kernel: or other: for an idea from elsewhere"])
+    if kind == "url" and not _is_url(text):
+        raise SubmitError([f"--idea url:{text}: not a URL (scheme and host, e.g. "
+                           "https://host/path); write other:TEXT for anything else"])
+    return kind, text
 
 
 def store_source(root: Path, space: Space, path: Path) -> tuple[Path, str, str]:
@@ -130,16 +168,21 @@ def _sms(rec: dict[str, Any]) -> dict[str, int | None]:
 
 
 def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: list[str],
-           note: str, submitter: str, retry: bool = False, max_tries: int | None = None
-           ) -> tuple[int, int]:
+           note: str, submitter: str, retry: bool = False, max_tries: int | None = None,
+           ideas: Sequence[str] = ()) -> tuple[int, int]:
     """Check a submission and record it: the claim against each class's plan (one line per
     broken rule, rule name first), the tries left (``max_tries``, default the sweep's
-    ``submit.max_tries``), then the sources and ``versions`` rows stored. Returns the
-    iteration it runs as and its try (1 for the first submission into it).
+    ``submit.max_tries``), then the sources, ``versions`` rows and ``provenance`` rows (each
+    of ``ideas``, :func:`parse_idea`, and each claimed method as kind ``catalog``) stored.
+    Returns the iteration it runs as and its try (1 for the first submission into it).
 
     Raises:
-        SubmitError: a refused claim, no tries left, no such run, a lost parent source.
+        SubmitError: a refused claim or idea, no tries left, no such run, a lost parent
+            source.
     """
+    cat = load_catalog()
+    known = list(dict.fromkeys([("catalog", m) for m in methods if m in cat.methods]
+                               + [parse_idea(i, cat) for i in ideas]))
     db = Database(root)
     rec = db.run_info(run_id)
     if rec is None:
@@ -163,8 +206,12 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
         raise SubmitError(lines)
     space = sweep.space(rec["backend"])
     parents = _parents(db, run_id, it, prior, space, {})
-    _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note, submitter,
-            next(iter(parents.values()))["candidate_id"])
+    digests = _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
+                      submitter, next(iter(parents.values()))["candidate_id"])
+    db.commit("provenance", sweep.name, run_id, [
+        {"run_id": run_id, "sweep": sweep.name, "iteration": it, "try_no": tries + 1,
+         "source_hash": h, "kind": kind, "ref": ref, "created_at": now()}
+        for h in digests for kind, ref in known])
     return it, tries + 1
 
 
@@ -260,8 +307,8 @@ def _contested(db: Database, run_id: str, it: int, states: dict[int, dict[str, I
 
 def _record(db: Database, sweep: Sweep, run_id: str, it: int, try_no: int, space: Space,
             sources: list[Path], methods: list[str], note: str, submitter: str,
-            parent_id: str) -> None:
-    """Store the sources and ``versions`` rows of one try."""
+            parent_id: str) -> list[str]:
+    """Store the sources and ``versions`` rows of one try; returns the sources' digests."""
     srows, vrows = [], []
     for path in sources:
         _, digest, text = store_source(db.root, space, path)
@@ -273,6 +320,7 @@ def _record(db: Database, sweep: Sweep, run_id: str, it: int, try_no: int, space
                       "claimed_methods": ",".join(methods), "note": note, "created_at": now()})
     db.commit("sources", sweep.name, run_id, srows)
     db.commit("versions", sweep.name, run_id, vrows)
+    return [v["source_hash"] for v in vrows]
 
 
 @dataclasses.dataclass
@@ -296,6 +344,18 @@ class Node:
         fig = (f"best {self.best} median {self.median_ms:.4g} ms, {self.speedup:.3g}x over "
                f"its parent" if self.best else "no correct candidate")
         return f"{self.label} [{self.methods or 'no methods'}]: {fig}; {st}"
+
+    def caption(self) -> str:
+        """The node as the report's lineage picture labels it: its name and try, methods,
+        the best median (ms) and speedup over its parent (a root: over its iteration's
+        baseline), and its status counts (one line each)."""
+        head = self.label.split(", source ")[0].split(" (source ")[0]
+        head = head + ")" if "(" in head and not head.endswith(")") else head
+        fig = (f"{self.median_ms:.4g} ms, {self.speedup:.3g}x over "
+               + ("parent" if self.parent else "baseline") if self.best
+               else "no correct candidate")
+        st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+        return "\n".join([head, self.methods or "no methods", fig, st])
 
 
 def lineage(root: Path, run_id: str) -> list[Node]:
@@ -344,24 +404,32 @@ def _take(n: Node, r: dict[str, Any]) -> None:
                                              r["latency_method"]) if m)
 
 
-def lineage_text(nodes: list[Node]) -> list[str]:
-    """The tree as indented lines: each node under the node that holds its parent."""
-    owner = {}
+def lineage_order(nodes: list[Node]) -> list[tuple[int, Node, Node | None]]:
+    """The tree depth first: ``(depth, node, the node holding its parent or None)``, each
+    node under the node that holds its parent candidate."""
+    owner: dict[str, Node] = {}
     for n in nodes:
         for c in n.members:
-            owner.setdefault(c, n.key)
+            owner.setdefault(c, n)
     kids: dict[Any, list[Node]] = {}
     for n in nodes:
-        kids.setdefault(owner.get(n.parent) if n.parent else None, []).append(n)
-    out: list[str] = []
-    _walk(kids, None, 0, out)
+        up = owner.get(n.parent) if n.parent else None
+        kids.setdefault(up.key if up else None, []).append(n)
+    out: list[tuple[int, Node, Node | None]] = []
+    _walk(kids, None, None, 0, out)
     return out
 
 
-def _walk(kids: dict[Any, list[Node]], key: Any, depth: int, out: list[str]) -> None:
+def _walk(kids: dict[Any, list[Node]], up: Node | None, key: Any, depth: int,
+          out: list[tuple[int, Node, Node | None]]) -> None:
     for n in kids.get(key, []):
-        out.append("  " * depth + ("└─ " if depth else "") + n.line())
-        _walk(kids, n.key, depth + 1, out)
+        out.append((depth, n, up))
+        _walk(kids, n, n.key, depth + 1, out)
+
+
+def lineage_text(nodes: list[Node]) -> list[str]:
+    """The tree as indented lines: each node under the node that holds its parent."""
+    return ["  " * d + ("└─ " if d else "") + n.line() for d, n, _ in lineage_order(nodes)]
 
 
 def open_run(root: Path, run_id: str) -> Sweep:
@@ -393,9 +461,10 @@ def open_run(root: Path, run_id: str) -> Sweep:
 
 def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[str], note: str,
                    submitter: str, retry: bool = False, max_tries: int | None = None,
-                   observers: list[Any] | None = None, address: str | None = None
-                   ) -> tuple[Submitted, Any]:
-    """Check, record (:func:`record`) and run a submission into ``run_id``
+                   observers: list[Any] | None = None, address: str | None = None,
+                   ideas: Sequence[str] = ()) -> tuple[Submitted, Any]:
+    """Check, record (:func:`record`; ``ideas``: the sources of its idea, the
+    ``provenance`` table) and run a submission into ``run_id``
     (:func:`run_recorded`); returns the strategy (``created``: source digest -> candidate
     ids) and the run's summary (kopt.pipeline.RunSummary).
 
@@ -406,7 +475,7 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
     """
     sweep = open_run(root, run_id)
     it, try_no = record(sweep, root, run_id, sources, methods, note, submitter, retry,
-                        max_tries)
+                        max_tries, ideas)
     return run_recorded(root, run_id, it, try_no, observers, address, sweep)
 
 

@@ -90,6 +90,9 @@ def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any
     ev = analyze(agg, ctx.catalog) if rows else Evidence()
     ctx.agg[(it, dc, r["candidate_id"])] = agg
     columns = {k: status.get(k) for k in observer_columns("profiles")}
+    if not rows:
+        ctx.unprofiled[(it, dc, r["candidate_id"])] = (
+            f"{status.get('profile_status')}: {status.get('profile_error') or 'no metric rows'}")
     ctx.writer.add("profiles", [{
         "run_id": ctx.run_id, "job_key": row["job_key"], **columns,
         "compute_score": ev.scores.get("compute"), "memory_score": ev.scores.get("memory"),
