@@ -38,11 +38,13 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
       ``catalog_scan``: the same over every catalog method (what a submitted version may
       claim: :mod:`kopt.claims`);
     - ``triples``: the admitted triples the next iteration will run; ``empty_triples``:
-      admissible ones whose every launch config the restrictions exclude;
+      admissible ones whose every launch config the restrictions exclude (both empty once a
+      submitted version's methods are selected: the sweep's ``-D`` realizations do not
+      describe its source, and only ``catalog_scan`` applies);
     - ``best``: the current best (``candidate_id``, ``iteration``, ``triple``, ``params``,
       ``defines``, ``speedup`` over its own iteration's baseline, ``median_ms``) or None;
-      ``best_source``: the kernel source it is built from (absolute path; ``best.defines``
-      as ``-D`` flags realize it);
+      ``best_source``: the kernel source it is built from (absolute path: the sweep's, or a
+      submitted version's stored copy; ``best.defines`` as ``-D`` flags realize it);
     - ``trigger_evidence``: the NCU evidence behind the triggers (:func:`trigger_evidence`),
       read from the current best's latest profile; None without one.
 
@@ -65,10 +67,13 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
         space = sweep.space(r["backend"])
         ctx = st.context()
         scans = scan_axes(space, cat, sm, ctx=ctx)
-        triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
+        # once a submitted version's methods are selected, the sweep's -D realizations no
+        # longer describe the best's source: no triples, only catalog_scan (kopt.claims)
+        own = set(ctx.selected) <= set(space.methods)
+        triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)] if own else []
         # a triple whose every launch config the restrictions exclude runs nothing
         have: set[tuple] = set()  # streamed: a large space is never held
-        for c in iter_candidates(space, cat, sm, ctx=ctx):
+        for c in iter_candidates(space, cat, sm, ctx=ctx) if own else ():
             have.add(c.triple)
             have.update(c.aliases)
         plans.append({
@@ -81,9 +86,28 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
                              for a, v in catalog_scan(cat, sm, ctx).items()},
             "triples": [list(t) for t in triples if t in have],
             "empty_triples": [list(t) for t in triples if t not in have],
-            "best": st.best, "best_source": str(space.source),
+            "best": st.best, "best_source": _best_source(store, r, st, space),
             "trigger_evidence": _best_evidence(store, r, st, cat)})
     return plans
+
+
+def _best_source(store: Path | str | None, row: dict[str, Any], st: IterState,
+                 space: Any) -> str:
+    """The current best's kernel source: the sweep's own, or for a submitted version its
+    stored copy (``STORE/source-files/HASH/NAME``, re-written when missing)."""
+    cid = (st.best or {}).get("candidate_id")
+    if row["run_id"] is None or not cid:
+        return str(space.source)
+    from kopt.submit import SubmitError, stored_source
+
+    db = Database(store if store is not None else default_root())
+    lin = db.candidate_lineage(row["run_id"], cid)
+    if not lin or lin["submitter"] in (None, "sweep") or not lin["source_hash"]:
+        return str(space.source)
+    try:
+        return str(stored_source(db, space, lin["source_hash"]).source)
+    except SubmitError:
+        return str(space.source)
 
 
 def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,
