@@ -80,9 +80,9 @@ ln_v3_vec_kernel(const float4* x, const float4* weight, const float4* bias, floa
     for (int i = 0; i < VPT; ++i) {
         const int c = i * THREADS + threadIdx.x;
         if (c < n4) {
-            const float a = v[i].x - mean, b = v[i].y - mean, d = v[i].z - mean,
-                        e = v[i].w - mean;
-            q += (a * a + b * b) + (d * d + e * e);
+            const float dx = v[i].x - mean, dy = v[i].y - mean, dz = v[i].z - mean,
+                        dw = v[i].w - mean;
+            q += (dx * dx + dy * dy) + (dz * dz + dw * dw);
         }
     }
     const float rstd = rsqrtf(block_sum(q, sq_slots) / (float)COLS + eps);
