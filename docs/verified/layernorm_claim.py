@@ -8,7 +8,9 @@ most preferred first: what the code does, nothing else). Per axis the claim is t
 those the scan (`catalog_scan`) admits; when the planned method is not admitted the next
 realized one that is admitted is claimed instead, and the note says so; when none is, the
 planned method is claimed all the same and the note says why (a note lifts the catalog's
-`not_admitted` and `priority_order` rules, never the hard ones). NOTE_OUT is NOTE_IN plus a
+`not_admitted` and `priority_order` rules, never the hard ones). An axis a version inherits
+from its predecessor (INHERITED: v3 holds v2's reduction) is claimed only when the parent does
+not apply it already (the plan's ``selected``). NOTE_OUT is NOTE_IN plus a
 generated section: the evidence the claim was made on (bottleneck, axis scores, top stalls,
 each claimed method's trigger and its figures) and the higher-priority methods the scan
 admitted on the claimed axes. Prints the claim (compute.X,latency.Y) as the last line.
@@ -22,11 +24,15 @@ from pathlib import Path
 from typing import Any
 
 # what each version's code realizes, per axis, most preferred first (see notes/vN.md)
+SHUFFLE = {"compute": ["compute.warp_reduction"],
+           "latency": ["latency.warp_shuffle_sync", "latency.reduce_sync_count"]}
 PLANS: dict[str, dict[str, list[str]]] = {
-    "v2": {"compute": ["compute.warp_reduction"],
-           "latency": ["latency.warp_shuffle_sync", "latency.reduce_sync_count"]},
-    "v3": {"memory": ["memory.vectorized_access", "memory.kernel_fusion"]},
+    "v2": SHUFFLE,
+    "v3": {"memory": ["memory.vectorized_access", "memory.kernel_fusion"], **SHUFFLE},
 }
+# axes a version carries over from its predecessor: claimed only when the parent lacks them
+# (v3 holds v2's reduction; when v2 did not win, v3's parent is v1 and the claim must cover it)
+INHERITED = {"v3": {"compute", "latency"}}
 
 
 def leaves(cond: dict[str, Any] | None) -> list[str]:
@@ -65,6 +71,13 @@ def choose(plan: dict[str, Any], version: str) -> tuple[list[str], list[str]]:
     scan = {r["method"]: r for rows in plan["catalog_scan"].values() for r in rows}
     claim, lines = [], []
     for axis, wanted in PLANS[version].items():
+        if axis in INHERITED.get(version, ()):
+            if set(wanted) & set(plan["selected"]):
+                continue  # the parent applies it already (selected by an earlier iteration)
+            lines.append(f"- {axis}: this version also holds the previous version's edit "
+                         f"({'/'.join(wanted)}), which the parent does not apply (it did not "
+                         "win its iteration): claimed too, so that the claim covers every "
+                         "edit over the parent.")
         admitted = [m for m in wanted if scan.get(m, {}).get("admitted")]
         pick = admitted[0] if admitted else wanted[0]
         claim.append(pick)
