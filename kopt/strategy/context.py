@@ -10,6 +10,7 @@ from typing import Any
 from kopt.builder import Builder
 from kopt.catalog import Catalog
 from kopt.observer import Observer
+from kopt.phases import PhaseRecorder
 from kopt.runner import Runner
 from kopt.spec import Sweep
 from kopt.store import Writer
@@ -24,6 +25,7 @@ class RunContext:
         agg: ``(iteration, device class, candidate id)`` -> aggregated NCU metrics of a
             candidate profiled in this run.
         common: the sweep-wide part of every run job (kopt.builder.job_base).
+        phases: the run's time breakdown (NCU captures and contests are device phases).
     """
 
     sweep: Sweep
@@ -38,6 +40,7 @@ class RunContext:
     common: dict[str, Any] = field(default_factory=dict)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     agg: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)
+    phases: PhaseRecorder = field(default_factory=PhaseRecorder)
 
     def fault(self, message: str) -> None:
         """Tell every observer about a fault."""
