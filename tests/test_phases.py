@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -99,3 +102,20 @@ def test_the_report_draws_the_timeline_and_the_phase_table(vector_add_run, tmp_p
     text = summary.read_text()
     assert "## Where the time went" in text and "![timeline.png](timeline.png)" in text
     assert "| startup | run | 0.00 |" in text and "| first_result | run |" in text
+
+
+def test_reading_a_device_info_or_node_environment_imports_no_torch(tmp_path):
+    """The driver unpickles each device's info and the node's environment before the first
+    build result; a ``torch.__version__`` in them (a TorchVersion, not a str) made it import
+    torch there (4.0 s of the driver's time under cProfile on a loaded CPU run)."""
+    from workers.envinfo import collect
+    from workers.harness import Harness, device_info
+
+    blob = tmp_path / "info.pkl"
+    blob.write_bytes(pickle.dumps([collect(), device_info(Harness("cpu"))]))
+    code = (f"import pickle, sys; pickle.loads(open({str(blob)!r}, 'rb').read()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
