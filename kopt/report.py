@@ -346,14 +346,14 @@ def _timeline(rows: list[dict[str, Any]], out: Path) -> list[str]:
     for y, (_, rs) in enumerate(reversed(lanes)):
         for r in rs:
             ax.broken_barh([(r["start_s"], max(r["end_s"] - r["start_s"], 1e-3))], (y - 0.4, 0.8),
-                           color=color[r["phase"]])
+                           color=color[r["phase"]], edgecolor="white", linewidth=0.5)
     ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)], fontsize=7)
     end = max(r["end_s"] for r in rows)
     ax.axvline(end, color="black", lw=0.8)
     ax.set_xlabel("seconds since the driver process started")
     ax.set_title(f"where the run's time went ({end:.1f} s to the end of the run)")
     ax.legend(handles=[Patch(color=color[k], label=k) for k in kinds],
-              fontsize=7, loc="lower right")
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / "timeline.png", dpi=110)
