@@ -74,6 +74,7 @@ class PhaseRecorder:
         self._waits: dict[int, dict[str, Any]] = {}  # device -> its last build-wait row
         self.first_submit: float | None = None  # first build submitted
         self.first_sent: float | None = None  # first job sent to a device
+        self._seen: set[str] = set()  # phases with a row
 
     def now(self) -> float:
         """Seconds since the process started (monotone)."""
@@ -92,6 +93,7 @@ class PhaseRecorder:
                "device_class": (info or {}).get("device_class"),
                "device": (info or {}).get("device_id"), "node": (info or {}).get("node_ip")}
         self.rows.append(row)
+        self._seen.add(phase)
         return row
 
     def begin(self, phase: str, info: dict | None = None) -> None:
@@ -106,7 +108,7 @@ class PhaseRecorder:
 
     def has(self, phase: str) -> bool:
         """Whether ``phase`` has a row already."""
-        return any(r["phase"] == phase for r in self.rows)
+        return phase in self._seen
 
     # -- builds and jobs (the scheduler's and builder's moments) ------------------------
     def build_submitted(self) -> None:
@@ -172,17 +174,16 @@ def phase_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, float, flo
     builds' compiler seconds."""
     out = [(r["phase"], "run", r["start_s"], r["end_s"], r["end_s"] - r["start_s"])
            for p in RUN_PHASES for r in rows if r["phase"] == p and not r.get("device")]
-    devs = sorted({(r["device_class"] or "", r["device"]) for r in rows if r.get("device")})
-    for dc, dev in devs:
-        for p in DEVICE_PHASES:
-            mine = [r for r in rows if r["phase"] == p and r.get("device") == dev]
-            if mine:
-                out.append((p, f"{dc} {dev}", min(r["start_s"] for r in mine),
-                            max(r["end_s"] for r in mine),
-                            sum(r["end_s"] - r["start_s"] for r in mine)))
-    builds = [r for r in rows if r["phase"] == "build"]
-    if builds:
-        out.append((f"build x{len(builds)}", "compilers", min(r["start_s"] for r in builds),
-                    max(r["end_s"] for r in builds),
-                    sum(r["end_s"] - r["start_s"] for r in builds)))
+    groups: dict[tuple[str, str], list[float]] = {}  # (where, phase) -> first, last, total, n
+    for r in rows:
+        if r.get("device") or r["phase"] == "build":
+            where = (f"{r.get('device_class') or ''} {r['device']}" if r.get("device")
+                     else "compilers")
+            g = groups.setdefault((where, r["phase"]), [r["start_s"], r["end_s"], 0.0, 0])
+            g[0], g[1] = min(g[0], r["start_s"]), max(g[1], r["end_s"])
+            g[2], g[3] = g[2] + r["end_s"] - r["start_s"], g[3] + 1
+    order = {p: k for k, p in enumerate((*DEVICE_PHASES, "build"))}
+    for (where, p), (a, b, total, n) in sorted(groups.items(), key=lambda kv: (
+            kv[0][0] == "compilers", kv[0][0], order.get(kv[0][1], len(order)))):
+        out.append((f"build x{n}" if p == "build" else p, where, a, b, total))
     return out
