@@ -18,6 +18,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kopt.expand import Candidate, stable_hash
+from kopt.phases import PhaseRecorder
 from kopt.spec import Space, Sweep
 from workers import build as wbuild
 from workers.records import BuildJob, BuildResult
@@ -88,10 +89,12 @@ class Builder(ABC):
     """Build inputs -> build results; every result carries its error instead of raising.
 
     ``artifacts`` (build id -> the artifact: bytes, or a reference the runner resolves) and
-    ``results`` (build id -> BuildResult) hold every build of the run so far.
+    ``results`` (build id -> BuildResult) hold every build of the run so far; ``phases``
+    (kopt.phases) hears when the first build was submitted.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, phases: PhaseRecorder | None = None) -> None:
+        self.phases = phases or PhaseRecorder()
         self.artifacts: dict[str, Any] = {}
         self.results: dict[str, BuildResult] = {}
         self.jobs: dict[str, BuildJob] = {}  # every build planned in this run
@@ -132,6 +135,7 @@ class LocalBuilder(Builder):
     """Builds in this process with workers.build (no Ray): for tests and tools."""
 
     def submit(self, job: BuildJob) -> BuildFuture:
+        self.phases.build_submitted()
         res, data = wbuild.build(job)
         self.jobs[job.build_id] = job
         self.results[job.build_id] = res
@@ -148,8 +152,8 @@ class RayBuilder(Builder):
     kills its worker every time). ``routes``: platform -> node ids that build for it on a
     mixed-platform cluster (kopt.devices.build_nodes), None on a single-platform one."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, phases: PhaseRecorder | None = None) -> None:
+        super().__init__(phases)
         self.platform: dict[str, str] = {}  # build id -> platform it targets
         self.routes: dict[str, list[str]] | None = None
         self._early: dict[str, BuildFuture] = {}  # started before the devices were up
@@ -176,6 +180,7 @@ class RayBuilder(Builder):
             self._early[b] = self._launch(b, job, 1)
 
     def _launch(self, b: str, job: BuildJob, attempt: int) -> BuildFuture:
+        self.phases.build_submitted()
         opts: dict[str, Any] = {}
         if self.routes is not None:  # the next node of the platform on each attempt
             ids = self.routes[self.platform[b]]
@@ -196,6 +201,7 @@ class RayBuilder(Builder):
             fut = fut or self._launch(b, job, 1)
             self.artifacts[b] = fut.artifact
             return fut
+        self.phases.build_submitted()
         self.artifacts[b] = hit[1] if len(hit[1]) < INLINE_BYTES else ray.put(hit[1])
         self.results[b] = hit[0]
         return BuildFuture(b, None, hit[0])

@@ -343,6 +343,19 @@ def _methods(r: dict[str, Any]) -> str:
     return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
+def _phases_table(rows: list[dict[str, Any]]) -> Table:
+    """The run's phase times (kopt.phases.phase_summary) as a table."""
+    from kopt.phases import phase_summary
+
+    t = Table(title="where the run's time went: seconds since the process started "
+                    "(`kopt report RUN_ID` draws the timeline)")
+    for c in ("phase", "where", "start s", "end s", "seconds"):
+        t.add_column(c, overflow="fold")
+    for phase, where, start, end, secs in phase_summary(rows):
+        t.add_row(phase, escape(where), f"{start:.2f}", f"{end:.2f}", f"{secs:.2f}")
+    return t
+
+
 def _summary_line(summary: Any, root: Path) -> str:
     """The run's closing count line. After ``--resume`` the counts are the whole run's (read
     from the store), with how many jobs were measured before and how many now."""
@@ -480,6 +493,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     for dc, st in sorted(summary.states.items()):
         if st.closing:
             out.print(closing_line(dc, st.closing), highlight=False)
+    if summary.phases:
+        out.print(_phases_table(summary.phases))
     sys.exit(exit_code)
 
 

@@ -166,9 +166,9 @@ class Writer:
 
 def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
-    ``iterations``, ``contests``, ``triage_kernels``, ``triage_paths``, ``triage_actions``,
-    ``triage_launches``, ``ports`` over the store at ``root`` (empty views when a table has
-    no files).
+    ``iterations``, ``contests``, ``phases``, ``triage_kernels``, ``triage_paths``,
+    ``triage_actions``, ``triage_launches``, ``ports`` over the store at ``root`` (empty views
+    when a table has no files).
 
     The views read the store's readable part files by name (no globbing: any store path
     works); damaged files are skipped with a :class:`StoreWarning`. The connection may
@@ -618,6 +618,15 @@ select iteration, device_class, candidate_id, is_baseline, status, median_ms, sp
 from candidates where run_id = ? order by iteration, created_at, candidate_id
 """
 VERSIONS_SQL = "select * from versions where run_id = ? order by iteration, try_no, created_at"
+# issue 14.1: a run's time breakdown, the rows of its latest process (a resumed run has one
+# set per process)
+PHASES_SQL = """
+select phase, device_class, device, node, start_s, end_s, started_at, ended_at, detail,
+       process_start
+from phases where run_id = ?
+qualify process_start = max(process_start) over ()
+order by start_s, end_s, phase
+"""
 
 # issue 15's review gate and `kopt wait`
 WINNER_SIZES_SQL = """
@@ -877,6 +886,13 @@ class Database:
         none is stored) and ``last_iteration`` (the highest iteration stored or submitted,
         0 when none)."""
         return self._records(PROGRESS_SQL, {"r": run_id, "i": iteration})[0]
+
+    def phases(self, run_id: str) -> list[dict[str, Any]]:
+        """The ``phases`` rows of ``run_id``'s latest process (kopt.phases: ``phase``,
+        ``device_class``, ``device``, ``node``, ``start_s``/``end_s`` in seconds since that
+        process started, ``started_at``/``ended_at``, ``detail``, ``process_start``), by
+        start; [] for a run from before the table."""
+        return self._records(PHASES_SQL, [run_id])
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

@@ -50,6 +50,7 @@ from kopt.devices import build_nodes, local_gpu_count, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, rank
 from kopt.observer import Observer
+from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
 from kopt.spec import Space, SpecError, Sweep
@@ -91,6 +92,8 @@ class RunSummary:
     interrupted: bool = False
     states: dict[str, IterState] = field(default_factory=dict)
     rungs: dict[int, dict[int, int]] = field(default_factory=dict)  # it -> rung -> candidates
+    # the run's time breakdown (kopt.phases rows, as stored in ``phases``)
+    phases: list[dict[str, Any]] = field(default_factory=list)
 
 
 def new_run_id(sweep: str) -> str:
@@ -291,6 +294,7 @@ class Driver:
             ``HALVING_SAMPLES[0]`` samples, the best 1/``HALVING_ETA`` re-measured with more,
             the last rung with the spec's timing; the baseline is in every rung).
         seed: the random strategy's sample.
+        phases: the run's time breakdown so far (kopt.phases; default: a new one).
 
     Raises:
         ValueError: an unknown strategy.
@@ -301,7 +305,8 @@ class Driver:
                  cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
                  observers: list[Observer] | None = None, catalog: Catalog | None = None,
                  strategy: str | None = None, seed: int | None = None,
-                 submission: Any = None):
+                 submission: Any = None, phases: PhaseRecorder | None = None):
+        self.phases = phases or PhaseRecorder()
         self.submission = submission  # kopt.strategy.submitted.Submitted: one more iteration
         if strategy is not None and strategy not in STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
@@ -316,7 +321,7 @@ class Driver:
         self.space_sizes: dict[str, int] = {}  # device class -> candidates in its last space
         self.catalog = catalog or load_catalog()
         self.search: SearchStrategy | None = None
-        self.builder = RayBuilder()
+        self.builder = RayBuilder(self.phases)
         self._lost: dict[str, str] = {}  # device class -> why its jobs could not run
         self.wait_build_s: dict[int, float] = {}  # device slot -> s idle waiting for builds
         self._ident_ref: Any = None  # the compiler-identity task started with the devices
@@ -384,6 +389,7 @@ class Driver:
 
     def _run(self, run_id: str) -> RunSummary:
         t_start = time.perf_counter()
+        self.phases.begin("run")
         prev, stored = self._resume()
         backend = pick_backend(self.sweep, self.backend_req)
         self.space = space = self.sweep.space(backend)
@@ -402,7 +408,9 @@ class Driver:
             self._interrupted(t_start, prev)
             raise
         finally:
+            self.phases.begin("stop_devices")
             self._stop_devices()
+            self.phases.end("stop_devices")
         summary.states = self.loop.states
         summary.wall_s = time.perf_counter() - t_start
         self._finish(prev)
@@ -442,7 +450,9 @@ class Driver:
         self._early = not self.resume and not (backend == "cuda"
                                                and self.sweep.ncu.profile_baseline)
         self.runner = RayRunner(backend, self.cpu_devices)
-        infos = self.runner.start(self._while_devices_start)
+        self.phases.begin("devices")
+        infos = self.runner.start(self._while_devices_start, self.phases)
+        self.phases.end("devices", detail=f"{len(infos)} device actors")
         self.classes = self.runner.classes()
         platforms = {i.get("platform") or "" for i in infos}
         try:
@@ -481,8 +491,10 @@ class Driver:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py."""
         seen: set[str] = set()
+        self.phases.begin("reference")
         for dc in self.classes:
             i = self.runner.live(dc)[0]
+            self.phases.begin("reference", self.runner.infos[i])
             for d in self.space.dims:
                 res = self.runner.call(i, "prepare",
                                        RunJob("reference", "", d, self._common).payload())
@@ -495,6 +507,8 @@ class Driver:
                         seen.add(note)
                         for o in self.observers:
                             o.on_note(note)
+            self.phases.end("reference", self.runner.infos[i])
+        self.phases.end("reference")
 
     def _open_run(self, run_id: str, backend: str, env: dict[str, Any]) -> None:
         """The run's writer, context, summary and ``running`` record."""
@@ -516,7 +530,8 @@ class Driver:
             o.on_run(run_id, self.store)
         self.summary = RunSummary(run_id, sweep.name, backend, 0, 0, 0, devices=infos)
         self.ctx = RunContext(sweep, self.store, run_id, writer, self.builder, self.runner,
-                              self.catalog, backend, self.observers, self._common)
+                              self.catalog, backend, self.observers, self._common,
+                              phases=self.phases)
 
     # -- iterations ----------------------------------------------------------------------
     def _iterate(self, resumed_states: bool) -> None:
@@ -640,7 +655,7 @@ class Driver:
         lost builds resubmitted, dead devices replaced, orphaned jobs ``lost``)."""
         sched = Scheduler(self.builder, self.runner, self._common, self._emit, self.observers,
                           self.inflight, self.wait_build_s, self.space.backend == "cpu",
-                          self._lost, self._tick)
+                          self._lost, self._tick, self.phases)
         sched.run(todo, builds)
         self.summary.compile_cpu_s += sched.compile_cpu_s
 
@@ -705,11 +720,12 @@ class Driver:
                                  "n_candidates": s.n_candidates, "n_jobs": s.n_jobs,
                                  "wall_s": time.perf_counter() - t_start
                                  + (prev.get("wall_s") or 0.0)}])
-            writer.flush()
+            self._write_phases()
 
     def _finish(self, prev: dict[str, Any]) -> None:
         """The ``finished`` record (a resumed run's figures add up), the store compacted,
         the observers told."""
+        self.phases.begin("store")
         s, writer = self.summary, self.ctx.writer
         if not (prev.get("status") == "finished" and s.n_skipped == s.n_jobs):
             # resuming a finished run with nothing left to do leaves its record alone
@@ -727,8 +743,20 @@ class Driver:
         writer.compact("metrics", ["run_id", "iteration", "candidate_id", "device_class", "dims",
                                    "kernel", "launch", "metric"])
         writer.flush()
+        self.phases.end("store")
+        self._write_phases()
         for o in self.observers:
             o.on_finish(s)
+
+    def _write_phases(self) -> None:
+        """Close the run's phases (``run`` and the ``end`` point) and write them as the
+        ``phases`` rows of this process (also the summary's)."""
+        self.phases.end("run")
+        t = self.phases.now()
+        self.phases.span("end", t, t)
+        self.summary.phases = self.phases.table_rows(self.ctx.run_id, self.sweep.name)
+        self.ctx.writer.add("phases", self.summary.phases)
+        self.ctx.writer.flush()
 
 
 @contextlib.contextmanager
@@ -834,8 +862,12 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
 
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
     neither starts an embedded local Ray instance. Everything :func:`check_before_ray`
-    can check fails before Ray starts.
+    can check fails before Ray starts. The run's phases (kopt.phases) count from the
+    process's start.
     """
+    phases = PhaseRecorder()
+    phases.span("startup", 0.0, phases.now())
+    phases.begin("checks")
     if resume:
         RunLock(store, resume).check()  # before Ray starts: one run has one writer
     if threading.current_thread() is threading.main_thread():
@@ -844,6 +876,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         signal.signal(signal.SIGTERM, _terminate)
     check_before_ray(sweep, Path(store), backend, resume,
                      local=not cluster and address in (None, "local"))
+    phases.end("checks")
+    phases.begin("ray")
     if cluster or (address and address != "auto"):
         renv, notes = cluster_runtime_env(sweep)
         for o in observers or []:
@@ -853,11 +887,12 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
                f"--cluster {cluster}" if cluster else f"--address {address}", renv)
     else:
         ensure_ray(address)
+    phases.end("ray")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)  # again: ray.init installs its own
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                   iterations=iterations, observers=observers, strategy=strategy,
-                  seed=seed).run()
+                  seed=seed, phases=phases).run()
 
 
 __all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",

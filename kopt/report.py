@@ -178,7 +178,9 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                "Ineffective: " + (", ".join(f"{k} (under {v or 'unknown'} bottleneck)"
                                            for k, v in last.ineffective.items()) or "none") + "."]
         md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]
-    plots = _plots(states, cand, out)
+    phase_rows = db.phases(run_id)
+    md += _phase_lines(phase_rows)
+    plots = _plots(states, cand, out) + _timeline(phase_rows, out)
     tree = lineage_picture(store, run_id, out)
     if tree:
         md += ["", "## Lineage", "", f"![the version tree]({tree[0]})", "", "```"] + [
@@ -327,3 +329,80 @@ def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: 
             plt.close(fig)
             names.append(fname)
     return names
+
+
+def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The run's time breakdown (kopt.phases) as a markdown table; a line saying so when
+    the run has none (a run from before the ``phases`` table)."""
+    from kopt.phases import phase_summary
+
+    if not rows:
+        return ["", "## Where the time went", "", "This run recorded no phases (a run from "
+                "before the `phases` table)."]
+    md = ["", "## Where the time went", "",
+          "Seconds since the driver process started (interpreter and imports included); "
+          "per device: the total of each kind of interval. Timeline: `timeline.png`.", "",
+          "| phase | where | start s | end s | seconds |", "|---|---|---|---|---|"]
+    md += [f"| {p} | {w} | {a:.2f} | {b:.2f} | {d:.2f} |" for p, w, a, b, d in
+           phase_summary(rows)]
+    return md
+
+
+MAX_BUILD_LANES = 32  # rows of build bars in the timeline (more builds at once share the last)
+
+
+def _lanes(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The timeline's rows, top to bottom: one per run-level phase (a waterfall), the
+    builds stacked into as many rows as ran at once, one per device."""
+    from kopt.phases import RUN_PHASES
+
+    lanes = [(r["phase"], [r]) for p in RUN_PHASES for r in rows
+             if r["phase"] == p and not r.get("device") and p not in ("run", "end")]
+    build_lanes: list[list[dict[str, Any]]] = []
+    for r in sorted((r for r in rows if r["phase"] == "build"), key=lambda r: r["start_s"]):
+        free = next((ln for ln in build_lanes if ln[-1]["end_s"] <= r["start_s"]), None)
+        if free is None and len(build_lanes) < MAX_BUILD_LANES:
+            build_lanes.append(free := [])
+        (free if free is not None else build_lanes[-1]).append(r)
+    lanes += [(f"build {k + 1}", ln) for k, ln in enumerate(build_lanes)]
+    devs = sorted({(r.get("device_class") or "", r["device"]) for r in rows if r.get("device")})
+    lanes += [(f"{dc} {dev}", [r for r in rows if r.get("device") == dev]) for dc, dev in devs]
+    return lanes
+
+
+def _timeline(rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """Draw ``timeline.png``: the run's phases as a waterfall, the builds and each device's
+    intervals (busy, waiting for builds, NCU, contests, reference, start) against seconds
+    since the process started. Returns ``["timeline.png"]`` ([] without phases)."""
+    if not rows:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    lanes = _lanes(rows)
+    kinds = sorted({r["phase"] for _, rs in lanes for r in rs})
+    color = {k: plt.get_cmap("tab20")(i % 20) for i, k in enumerate(kinds)}
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.3 * len(lanes)))
+    for y, (_, rs) in enumerate(reversed(lanes)):
+        by_kind: dict[str, list[tuple[float, float]]] = {}
+        for r in rs:  # one call per lane and kind: a run of 10^5 jobs draws in seconds
+            by_kind.setdefault(r["phase"], []).append(
+                (r["start_s"], max(r["end_s"] - r["start_s"], 1e-3)))
+        for kind, spans in by_kind.items():
+            ax.broken_barh(spans, (y - 0.4, 0.8), color=color[kind], edgecolor="white",
+                           linewidth=0.5)
+    ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)], fontsize=7)
+    end = max(r["end_s"] for r in rows)
+    ax.axvline(end, color="black", lw=0.8)
+    ax.set_xlabel("seconds since the driver process started")
+    ax.set_title(f"where the run's time went ({end:.1f} s to the end of the run)")
+    ax.legend(handles=[Patch(color=color[k], label=k) for k in kinds],
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "timeline.png", dpi=110)
+    plt.close(fig)
+    return ["timeline.png"]

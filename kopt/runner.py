@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from kopt.devices import Node, Slot, actor_options, alive_nodes, plan_slots
+from kopt.phases import PhaseRecorder
 from workers.device_actor import DeviceActor, remote_actor
 from workers.records import RunJob, RunOutcome, Status
 
@@ -123,9 +124,11 @@ class RayRunner(Runner):
         self.nodes: list[Node] = []
         self.slots: list[Slot] = []
 
-    def start(self, on_launch: Callable[[], None] | None = None) -> list[dict]:
+    def start(self, on_launch: Callable[[], None] | None = None,
+              phases: PhaseRecorder | None = None) -> list[dict]:
         """Start the actors; ``on_launch`` runs once they are asked for, before their start
-        is awaited. Returns the devices' infos.
+        is awaited. Returns the devices' infos; ``phases`` gets a ``device_start`` interval
+        per device (asked for until its info came back, in device order).
 
         Raises:
             SweepError: the CPU devices would leave no CPU for builds, or an actor fails
@@ -134,6 +137,7 @@ class RayRunner(Runner):
         self.nodes = alive_nodes()
         self.slots = plan_slots(self.nodes, self.backend, self.cpu_devices)
         self._check_cpus(ray.cluster_resources().get("CPU", 0))
+        t_launch = phases.now() if phases is not None else 0.0
         self.actors = [self._new_actor(s) for s in self.slots]
         if on_launch is not None:
             on_launch()
@@ -144,6 +148,8 @@ class RayRunner(Runner):
                 where = f" on node {slot.node_id}" if slot.node_id else ""
                 raise SweepError(f"a {self.backend} device actor{where} failed to start: "
                                  f"{e}") from None
+            if phases is not None:
+                phases.span("device_start", t_launch, phases.now(), self.infos[-1])
         return self.infos
 
     def _check_cpus(self, cpus: float) -> None:

@@ -21,6 +21,7 @@ import ray
 
 from kopt.builder import Builder, BuildFuture
 from kopt.observer import Observer
+from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, RunFuture, RunInput, Runner
 from kopt.strategy.base import Job
 from workers.records import BuildJob, BuildResult, RunJob, RunOutcome, Status
@@ -45,6 +46,7 @@ class Scheduler:
         hold_for_builds: dispatch nothing while builds are pending (CPU devices).
         lost_why: device class -> why its jobs could not run (kept across batches).
         tick: called once per turn of the wait loop (the store's time-based flush).
+        phases: the run's time breakdown: builds, device busy and build-wait intervals.
 
     Attributes:
         compile_cpu_s: compiler seconds of the batch's builds (cache hits count 0).
@@ -53,7 +55,8 @@ class Scheduler:
     def __init__(self, builder: Builder, runner: Runner, common: dict[str, Any], emit: Emit,
                  observers: list[Observer], inflight: int, wait_build_s: dict[int, float],
                  hold_for_builds: bool, lost_why: dict[str, str],
-                 tick: Callable[[], None] | None = None):
+                 tick: Callable[[], None] | None = None,
+                 phases: PhaseRecorder | None = None):
         self.builder, self.runner, self.common, self.emit = builder, runner, common, emit
         self.observers, self.inflight_max = observers, inflight
         self.wait_build_s, self.hold, self.lost_why = wait_build_s, hold_for_builds, lost_why
@@ -70,6 +73,8 @@ class Scheduler:
         self.t_mark = time.perf_counter()
         self.tick = tick
         self.compile_cpu_s = 0.0
+        self.phases = phases or PhaseRecorder()
+        self.sent_at: dict[int, float] = {}  # id of a run future -> when it was sent
 
     # -- the batch ------------------------------------------------------------------------
     def run(self, todo: list[Job], builds: dict[str, BuildJob]) -> None:
@@ -96,6 +101,7 @@ class Scheduler:
         t_now = time.perf_counter()
         for i in self.waiting:
             self.wait_build_s[i] = self.wait_build_s.get(i, 0.0) + t_now - self.t_mark
+            self.phases.waited(i, self.runner.infos[i], self.t_mark, t_now)
         self.t_mark = t_now
         for ref in done:
             if ref in self.pending:
@@ -128,6 +134,7 @@ class Scheduler:
 
     def _built(self, b: str, res: BuildResult) -> None:
         self.compile_cpu_s += 0.0 if res.cached else res.compile_s
+        self.phases.build_done(res.compile_s or 0.0, bool(res.cached), b)
         for o in self.observers:
             if res.note:  # a cache entry that failed its check
                 o.on_fault(f"build {b}: {res.note}")
@@ -160,11 +167,14 @@ class Scheduler:
             i = min(free, key=lambda k: (self.inflight[k], self.sent.get(k, 0)))
             job = self.ready[infos[i]["device_class"]].popleft()
             run = RunJob(job.job_key, job.build_id, job.dims, self.common, job.timing)
+            sent = self.phases.job_sent()
             fut = self.runner.run([RunInput(i, run, self.builder.artifacts[job.build_id],
                                             job)])[0]
             if fut.ref is None:
+                self.phases.job_done(i, infos[i], sent)
                 self._finish_run(fut)
                 continue
+            self.sent_at[id(fut)] = sent
             self.running[fut.ref] = fut
             self.inflight[i] += 1
             self.sent[i] = self.sent.get(i, 0) + 1
@@ -172,6 +182,8 @@ class Scheduler:
     def _collect_run(self, fut: RunFuture) -> None:
         self.inflight[fut.device] -= 1
         self.runner.collect(fut)
+        self.phases.job_done(fut.device, self.runner.infos[fut.device],
+                             self.sent_at.pop(id(fut)), ok=fut.died is None)
         self._finish_run(fut)
 
     def _finish_run(self, fut: RunFuture) -> None:

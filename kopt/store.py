@@ -173,6 +173,15 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("timed_out", pa.bool_()), ("output_tail", pa.string()),
         ("bench_value", pa.float64()), ("status", pa.string()), ("created_at", TS),
     ]),
+    # where a run's time went (kopt.phases, issue 14.1): one row per interval, seconds since
+    # the driver process started (``process_start``; a resumed run has one set per process);
+    # device phases name their device, ``build`` rows their build id in ``detail``
+    "phases": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("process_start", TS),
+        ("phase", pa.string()), ("device_class", pa.string()), ("device", pa.string()),
+        ("node", pa.string()), ("start_s", pa.float64()), ("end_s", pa.float64()),
+        ("started_at", TS), ("ended_at", TS), ("detail", pa.string()), ("created_at", TS),
+    ]),
     "iterations": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
         ("device_class", pa.string()), ("state", pa.string()), ("created_at", TS),

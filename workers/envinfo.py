@@ -121,7 +121,8 @@ def collect() -> dict[str, Any]:
     try:
         import torch
 
-        torch_v, torch_cuda = torch.__version__, torch.version.cuda
+        # plain str: a TorchVersion would make every unpickler (the driver) import torch
+        torch_v, torch_cuda = str(torch.__version__), torch.version.cuda
     except Exception:
         torch_v = torch_cuda = None
     try:

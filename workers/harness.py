@@ -1087,13 +1087,13 @@ def device_info(h: Harness) -> dict:
         return {"backend": "cuda", "name": name, "sm": sm, "arch": f"sm_{sm}",
                 "memory_bytes": int(p.total_memory), "l2_bytes": int(p.L2_cache_size),
                 "multiprocessors": int(p.multi_processor_count), "platform": machine,
-                "device_class": f"{_slug(name)}-sm{sm}", "torch": torch.__version__,
+                "device_class": f"{_slug(name)}-sm{sm}", "torch": str(torch.__version__),
                 "cuda": torch.version.cuda, "node": platform.node()}
     name = _cpu_name()
     return {"backend": "cpu", "name": name, "sm": None, "arch": "host", "platform": machine,
             "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "l2_bytes": _llc_bytes(), "multiprocessors": torch.get_num_threads(),
-            "device_class": f"cpu-{machine}", "torch": torch.__version__, "cuda": None,
+            "device_class": f"cpu-{machine}", "torch": str(torch.__version__), "cuda": None,
             "node": platform.node()}
 
 

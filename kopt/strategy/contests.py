@@ -70,10 +70,15 @@ class SideBySide:
         jobs = [RunJob(e[0], e[1], json.loads(dims), self.ctx.common).payload()
                 for e in entries]
         arts = [self.ctx.builder.artifacts[e[1]] for e in entries]
+        info = self.ctx.runner.infos[self.device]
+        self.ctx.phases.begin("contest", info)
         try:
             return self.ctx.runner.call(self.device, "contest", jobs, rounds, *arts)
         except DeviceError as e:
             return {"status": Status.LOST, "error": str(e), "actor": True}
+        finally:
+            self.ctx.phases.end("contest", info, detail=f"{len(cids)} contenders, {rounds} "
+                                "rounds")
 
     def _size(self, dims: str) -> str:
         """Contest one problem size until it passes; returns an error that stops it all."""

@@ -10,6 +10,7 @@ from typing import Any
 from kopt.builder import Builder
 from kopt.catalog import Catalog
 from kopt.observer import Observer
+from kopt.phases import PhaseRecorder
 from kopt.runner import Runner
 from kopt.spec import Sweep
 from kopt.store import Writer
@@ -26,6 +27,7 @@ class RunContext:
         unprofiled: the same keys -> why its profile holds no metric (the profiler's
             status and error; e.g. no NCU on the CPU backend).
         common: the sweep-wide part of every run job (kopt.builder.job_base).
+        phases: the run's time breakdown (NCU captures and contests are device phases).
     """
 
     sweep: Sweep
@@ -42,6 +44,7 @@ class RunContext:
     agg: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)
     # (iteration, device class, candidate id) -> why a profile of it holds no metrics
     unprofiled: dict[tuple[int, str, str], str] = field(default_factory=dict)
+    phases: PhaseRecorder = field(default_factory=PhaseRecorder)
 
     def fault(self, message: str) -> None:
         """Tell every observer about a fault."""

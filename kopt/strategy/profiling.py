@@ -29,10 +29,12 @@ def resolve(ctx: RunContext) -> dict[str, list[str]]:
         dc = info["device_class"]
         if dc in out or ctx.sweep.ncu.top_k <= 0:
             continue
+        ctx.phases.begin("ncu", info)
         try:
             avail = ctx.runner.call(i, "query_metrics", timeout=600)
         except DeviceError:
             avail = None
+        ctx.phases.end("ncu", info, detail="ncu --query-metrics")
         keep, aliased, missing = resolve_metrics(wanted, set(avail) if avail else None)
         out[dc] = keep
         for o in ctx.observers:
@@ -69,9 +71,14 @@ def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] 
     kernels = [[k["name"] for k in (ctx.builder.results[r["build_id"]].kernels
                                     if r["build_id"] in ctx.builder.results else [])]
                for r, _, _ in todo]
-    return ctx.runner.call(device, "profile_many", payloads, kernels, metrics,
-                           ctx.sweep.ncu.sections,
-                           *[ctx.builder.artifacts[r["build_id"]] for r, _, _ in todo])
+    info = ctx.runner.infos[device]
+    ctx.phases.begin("ncu", info)
+    try:
+        return ctx.runner.call(device, "profile_many", payloads, kernels, metrics,
+                               ctx.sweep.ncu.sections,
+                               *[ctx.builder.artifacts[r["build_id"]] for r, _, _ in todo])
+    finally:
+        ctx.phases.end("ncu", info, detail=f"{len(todo)} candidates")
 
 
 def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any]

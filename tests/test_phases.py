@@ -1,0 +1,121 @@
+"""Issue 14.1: every run records where its time went (the ``phases`` table) and
+``kopt report`` draws it."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kopt.database import Database
+from kopt.phases import RUN_PHASES, PhaseRecorder, phase_summary, process_start_epoch
+from kopt.pipeline import run_sweep
+from kopt.report import write_report
+from kopt.spec import load_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+DEV = {"device_class": "cpu-x", "device_id": "n/cpu-1", "node_ip": "n"}
+
+
+def test_the_process_start_is_before_this_test_and_the_clock_counts_from_it():
+    """The recorder's zero is the process's start (interpreter and imports before it), not
+    the moment the recorder was made."""
+    t0 = process_start_epoch()
+    assert t0 < time.time() - 0.5  # pytest and kopt took longer than that to import
+    rec = PhaseRecorder()
+    assert abs(rec.started - t0) < 0.05
+    assert abs(rec.now() - (time.time() - t0)) < 0.05
+
+
+def test_busy_intervals_queue_behind_the_last_job_and_build_waits_join():
+    rec = PhaseRecorder(started=time.time())
+    a = rec.job_sent()
+    b = rec.job_sent()  # a second job queued on the same device (inflight 2)
+    time.sleep(0.02)
+    rec.job_done(0, DEV, a)
+    time.sleep(0.02)
+    rec.job_done(0, DEV, b)
+    busy = [r for r in rec.rows if r["phase"] == "busy"]
+    assert len(busy) == 2 and busy[1]["start_s"] == busy[0]["end_s"]  # not from when sent
+    assert [r["phase"] for r in rec.rows].count("first_result") == 1
+    p = time.perf_counter()
+    rec.waited(0, DEV, p, p + 1.0)
+    rec.waited(0, DEV, p + 1.0, p + 2.5)  # the next turn of the scheduler's loop
+    waits = [r for r in rec.rows if r["phase"] == "build_wait"]
+    assert len(waits) == 1 and waits[0]["end_s"] - waits[0]["start_s"] == pytest.approx(2.5)
+    table = {(ph, where): secs for ph, where, _, _, secs in phase_summary(rec.rows)}
+    assert table[("build_wait", "cpu-x n/cpu-1")] == pytest.approx(2.5)
+    assert table[("first_result", "run")] > 0.0
+
+
+@pytest.fixture(scope="module")
+def vector_add_run(ray_local, tmp_path_factory):
+    store = tmp_path_factory.mktemp("phases") / "store"
+    s = run_sweep(load_sweep(ROOT / "sweeps" / "vector_add"), store, backend="cpu",
+                  max_candidates=2)
+    return s, store, time.time() - process_start_epoch()
+
+
+def _once(rows, phase):
+    mine = [r for r in rows if r["phase"] == phase and r["device"] is None]
+    assert len(mine) == 1, (phase, mine)
+    return mine[0]
+
+
+def test_a_vector_add_run_stores_each_phase_once_in_order(vector_add_run):
+    s, store, wall = vector_add_run
+    rows = Database(store).phases(s.run_id)
+    assert {r["phase"] for r in rows if r["device"] is None} == {*RUN_PHASES, "build"}
+    p = {ph: _once(rows, ph) for ph in RUN_PHASES}
+    assert all(0.0 <= r["start_s"] <= r["end_s"] <= p["end"]["end_s"] for r in rows)
+    assert p["end"]["end_s"] <= wall  # the run ended before this test read the store
+    assert p["startup"]["start_s"] == 0.0 and p["startup"]["end_s"] > 0.0
+    # each moment after the one it waits for
+    after = [("checks", "startup"), ("ray", "checks"), ("devices", "ray"),
+             ("reference", "devices"), ("first_build", "ray"), ("first_result", "reference"),
+             ("run", "ray"), ("stop_devices", "first_result"), ("store", "stop_devices"),
+             ("end", "store")]
+    assert [(a, b) for a, b in after if p[a]["start_s"] < p[b]["end_s"]] == []
+    assert p["run"]["end_s"] - p["run"]["start_s"] >= s.wall_s
+    # the device's intervals: its start, the reference, one busy interval per job
+    dev = [r for r in rows if r["device"] is not None]
+    assert {r["device_class"] for r in dev} == {s.devices[0]["device_class"]}
+    busy = sorted((r for r in dev if r["phase"] == "busy"), key=lambda r: r["start_s"])
+    assert len(busy) == s.n_jobs == 2
+    assert busy[0]["end_s"] <= busy[1]["start_s"]
+    assert {"device_start", "reference", "busy"} <= {r["phase"] for r in dev}
+    _, built = Database(store).query(f"select count(*) from candidates where run_id = "
+                                     f"'{s.run_id}' and not build_cached")
+    assert len([r for r in rows if r["phase"] == "build"]) == built[0][0]
+    assert s.phases and {r["phase"] for r in s.phases} == {r["phase"] for r in rows}
+
+
+def test_the_report_draws_the_timeline_and_the_phase_table(vector_add_run, tmp_path):
+    s, store, _ = vector_add_run
+    summary = write_report(s.run_id, store, tmp_path / "report")
+    png = tmp_path / "report" / "timeline.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    text = summary.read_text()
+    assert "## Where the time went" in text and "![timeline.png](timeline.png)" in text
+    assert "| startup | run | 0.00 |" in text and "| first_result | run |" in text
+
+
+def test_reading_a_device_info_or_node_environment_imports_no_torch(tmp_path):
+    """The driver unpickles each device's info and the node's environment before the first
+    build result; a ``torch.__version__`` in them (a TorchVersion, not a str) made it import
+    torch there (4.0 s of the driver's time under cProfile on a loaded CPU run)."""
+    from workers.envinfo import collect
+    from workers.harness import Harness, device_info
+
+    blob = tmp_path / "info.pkl"
+    blob.write_bytes(pickle.dumps([collect(), device_info(Harness("cpu"))]))
+    code = (f"import pickle, sys; pickle.loads(open({str(blob)!r}, 'rb').read()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
