@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# sweeps/gemm_cutlass on an H200 (device tool, nvidia-h200): CUTLASS 3.x bf16 GEMMs built for
+# sm_90a from the nvidia-cutlass package's headers, against torch.matmul (cuBLAS). Usage (repo
+# root, on the GPU host; copy nvidia_cutlass-*.whl into .devsite/ first when the host's
+# Python lacks the package):
+#   bash docs/verified/h200_cutlass.sh [MAX_CANDIDATES]      (default 40)
+# Prints: the sweep (cold build cache), compile CPU-seconds, the same sweep again into a new
+# store (every build a cache hit), the winner's median and TFLOP/s, and torch.matmul's under
+# the same flush and statistics (a separate Python step: kopt's reference-as-contender timing,
+# issue 17 item 1, is not on this branch). Everything goes to $OUT (or /tmp/kopt-verify).
+set -uo pipefail
+. docs/verified/device_env.sh
+if ! python3 -c "import cutlass_library" 2>/dev/null; then
+  whl=$(ls .devsite/nvidia_cutlass-*.whl 2>/dev/null | head -1)
+  if [ -z "$whl" ]; then
+    echo "nvidia-cutlass is not installed and no .devsite/nvidia_cutlass-*.whl: copy the wheel there" | tee "$out/cutlass.txt"
+    exit 1
+  fi
+  python3 -m pip install -q --no-deps --target /tmp/site-cutlass "$whl" 2>&1 | tail -2 \
+    || { mkdir -p /tmp/site-cutlass && unzip -qo "$whl" -d /tmp/site-cutlass; }
+  export PYTHONPATH=/tmp/site-cutlass:${PYTHONPATH:-$PWD}
+fi
+n=${1:-40}
+log="$out/cutlass.txt"
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+  nvcc --version | tail -1
+  echo "cpus $(nproc)"
+  python3 -c "import cutlass_library, torch; print('nvidia-cutlass at', cutlass_library.__path__[0], 'torch', torch.__version__)"
+} 2>&1 | tee "$log"
+export KOPT_CACHE=/tmp/kopt-cutlass-cache
+rm -rf "$KOPT_CACHE" /tmp/kopt-cutlass-store /tmp/kopt-cutlass-store2
+start=$SECONDS
+kopt sweep sweeps/gemm_cutlass --backend cuda --store /tmp/kopt-cutlass-store \
+  --max-candidates "$n" --top 10 2>&1 | grep -v "^built\|^ran " | tee -a "$log"
+echo "sweep 1 (cold cache) wall_s $((SECONDS - start)) (incl. Ray start)" | tee -a "$log"
+q() { kopt query --store "$1" --format csv "$2" 2>&1 | tee -a "$log"; }
+echo "== builds, sweep 1: status, candidates, compile CPU-seconds, cache hits" | tee -a "$log"
+q /tmp/kopt-cutlass-store "select status, arch, count(*) n, round(sum(compile_s) filter (where not build_cached), 1) compile_s_spent, round(max(compile_s), 1) max_compile_s, sum(case when build_cached then 1 else 0 end) cache_hits from candidates group by 1, 2 order by 1"
+q /tmp/kopt-cutlass-store "select status, count(*) n, any_value(error) error from candidates where status <> 'ok' group by 1"
+echo "== winner and baseline (median_ms, TFLOP/s = flops / median)" | tee -a "$log"
+q /tmp/kopt-cutlass-store "select is_baseline, params, median_ms, iqr_ms, n_samples, round(flops / median_ms / 1e9, 1) tflops, registers, max_abs_err from candidates where status = 'ok' and (is_baseline or median_ms = (select min(median_ms) from candidates where status = 'ok')) order by median_ms"
+q /tmp/kopt-cutlass-store "select * exclude (samples_ms) from candidates order by median_ms nulls last" > "$out/cutlass-candidates.csv"
+gzip -f "$out/cutlass-candidates.csv"
+start=$SECONDS
+kopt sweep sweeps/gemm_cutlass --backend cuda --store /tmp/kopt-cutlass-store2 \
+  --max-candidates "$n" --top 3 2>&1 | grep -v "^built\|^ran " | tail -8 | tee -a "$log"
+echo "sweep 2 (same build cache, new store) wall_s $((SECONDS - start))" | tee -a "$log"
+echo "== builds, sweep 2: candidates, compile CPU-seconds, cache hits" | tee -a "$log"
+q /tmp/kopt-cutlass-store2 "select count(*) n, round(coalesce(sum(compile_s) filter (where not build_cached), 0), 1) compile_s_spent, sum(case when build_cached then 1 else 0 end) cache_hits from candidates"
+echo "== torch.matmul bf16 (cuBLAS), same flush and statistics (separate Python step)" | tee -a "$log"
+python3 docs/verified/h200_cutlass_matmul.py 4096 4096 4096 2>&1 | tee -a "$log"
