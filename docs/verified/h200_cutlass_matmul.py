@@ -1,7 +1,9 @@
 """torch.matmul (cuBLAS) on the bf16 GEMM of sweeps/gemm_cutlass, timed as kopt's harness
 times a candidate: the L2 flushed (a buffer of 2x the L2 zeroed) before every sample, CUDA
 events around the call alone, median of 50 samples after a 25 ms warm-up. Prints one line,
-``torch_matmul_bf16 M N K median_ms tflops``. Usage: python3 h200_cutlass_matmul.py M N K"""
+``torch_matmul_bf16 M N K median_ms tflops``, and with a kopt winner's median (ms) the
+winner's TFLOP/s and its speed relative to torch.matmul.
+Usage: python3 h200_cutlass_matmul.py M N K [WINNER_MEDIAN_MS]"""
 import statistics
 import sys
 import time
@@ -30,3 +32,7 @@ for _ in range(50):
     ms.append(start.elapsed_time(end))
 med = statistics.median(ms)
 print(f"torch_matmul_bf16 {M} {N} {K} median_ms {med:.4f} tflops {2 * M * N * K / med / 1e9:.1f}")
+if len(sys.argv) > 4 and sys.argv[4].strip():
+    win = float(sys.argv[4])
+    print(f"kopt_winner median_ms {win:.4f} tflops {2 * M * N * K / win / 1e9:.1f} "
+          f"speed_vs_torch_matmul {med / win:.3f}x (target >= 0.95)")
