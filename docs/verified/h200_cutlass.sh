@@ -10,7 +10,9 @@
 # issue 17 item 1, is not on this branch). Everything goes to $OUT (or /tmp/kopt-verify).
 set -uo pipefail
 . docs/verified/device_env.sh
-if ! python3 -c "import cutlass_library" 2>/dev/null; then
+# find_spec, as kopt's `pkg:` include_dirs: the headers are needed, not the package's Python
+has_cutlass() { python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('cutlass_library') is None)"; }
+if ! has_cutlass; then
   whl=$(ls .devsite/nvidia_cutlass-*.whl 2>/dev/null | head -1)
   if [ -z "$whl" ]; then
     echo "nvidia-cutlass is not installed and no .devsite/nvidia_cutlass-*.whl: copy the wheel there" | tee "$out/cutlass.txt"
@@ -19,6 +21,7 @@ if ! python3 -c "import cutlass_library" 2>/dev/null; then
   python3 -m pip install -q --no-deps --target /tmp/site-cutlass "$whl" 2>&1 | tail -2 \
     || { mkdir -p /tmp/site-cutlass && unzip -qo "$whl" -d /tmp/site-cutlass; }
   export PYTHONPATH=/tmp/site-cutlass:${PYTHONPATH:-$PWD}
+  has_cutlass || { echo "the wheel did not install: $whl" | tee "$out/cutlass.txt"; exit 1; }
 fi
 n=${1:-40}
 log="$out/cutlass.txt"
@@ -26,7 +29,7 @@ log="$out/cutlass.txt"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
   nvcc --version | tail -1
   echo "cpus $(nproc)"
-  python3 -c "import cutlass_library, torch; print('nvidia-cutlass at', cutlass_library.__path__[0], 'torch', torch.__version__)"
+  python3 -c "import importlib.util as u, torch; print('nvidia-cutlass at', u.find_spec('cutlass_library').submodule_search_locations[0], 'torch', torch.__version__)"
 } 2>&1 | tee "$log"
 export KOPT_CACHE=/tmp/kopt-cutlass-cache
 rm -rf "$KOPT_CACHE" /tmp/kopt-cutlass-store /tmp/kopt-cutlass-store2
