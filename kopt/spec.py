@@ -750,7 +750,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
 
 
 # the pip distribution that installs a package, for the message when it is missing
-PIP_NAMES = {"cutlass_library": "nvidia-cutlass", "cutlass": "nvidia-cutlass"}
+PIP_NAMES = {"cutlass_library": "nvidia-cutlass"}
 
 
 def include_dir(entry: str, root: Path) -> Path:
