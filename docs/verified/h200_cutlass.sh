@@ -7,9 +7,11 @@
 # SWEEP gemm_cutlass_fp32 is the fp32-accuracy problem (3xTF32), against torch.matmul in
 # plain FP32 (TF32 off).
 # Prints: the sweep (cold build cache), compile CPU-seconds, 12 of the same candidates again
-# into a new store (every build a cache hit), the winner's median and TFLOP/s, and torch.matmul's under
-# the same flush and statistics (a separate Python step: kopt's reference-as-contender timing,
+# into a new store (every build a cache hit), the winner's median and TFLOP/s, and
+# torch.matmul's under the same flush and statistics (a separate Python step: kopt's reference-as-contender timing,
 # issue 17 item 1, is not on this branch). Everything goes to $OUT (or /tmp/kopt-verify).
+# compile_s_spent sums the compiler's wall time over the builds that ran (cache hits keep the
+# time of the build they reuse and are left out): with one nvcc per core, CPU-seconds.
 set -uo pipefail
 . docs/verified/device_env.sh
 # find_spec, as kopt's `pkg:` include_dirs: the headers are needed, not the package's Python
