@@ -164,11 +164,11 @@ def admissible_triples(space: Space, catalog: Catalog, sm: int | None,
     return triples
 
 
-def _target(methods: tuple[str | None, ...], catalog: Catalog, backend: str,
+def _target(methods: tuple[str | None, ...], catalog: Catalog, space: Space,
             sm: int | None) -> str:
-    if backend == "cpu":
+    if space.backend == "cpu":
         return "host"
-    needs_a = any(m and catalog.methods[m].needs_sm90a for m in methods)
+    needs_a = space.needs_sm90a or any(m and catalog.methods[m].needs_sm90a for m in methods)
     return f"sm_{sm}a" if needs_a else f"sm_{sm}"
 
 
@@ -190,7 +190,7 @@ class _Plan:
         self.values = [pspace[n] for n in self.names]
         # a method define named like a param: several configs can realize one build
         self.override = bool(self.mdefines.keys() & pspace.keys())
-        self.target = _target((*triple, *sel), catalog, space.backend, sm)
+        self.target = _target((*triple, *sel), catalog, space, sm)
         # candidate ids: sha256 over json.dumps({"backend", "defines", "source"},
         # sort_keys=True), assembled from each define's encoded "key: value" piece
         self.pieces = [[_piece(n, self.mdefines[n] if n in self.mdefines else v) for v in vals]
@@ -284,6 +284,10 @@ def iter_candidates(space: Space, catalog: Catalog, sm: int | None,
 
     Args and raises: as :func:`expand`; errors surface when the generator reaches them.
     """
+    if space.needs_sm90a and sm is not None and sm != 90:
+        raise SpecError(f"{space.source.name} needs the sm_90a target (sweep.yaml: "
+                        f"`needs_sm90a: true`), which an sm_{sm} device cannot run: run the "
+                        "sweep on an sm_90 device (H100/H200)")
     digest = source_digest or space_digest(space)
     # names were checked against params, method params/defines and dims when the spec loaded
     restrictions = [parse(space.resolve(text)) for text in space.restrictions]

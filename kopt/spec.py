@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import hashlib
+import importlib.util
 import itertools
 import json
 import keyword
@@ -158,6 +159,7 @@ class BackendBlock(_Model):
     flags: list[str] = []
     dims: list[dict[str, StrictInt]] | None = None
     include_dirs: list[str] = []
+    needs_sm90a: bool = False
     timing: Timing | None = None
 
 
@@ -184,6 +186,7 @@ class SweepFile(_Model):
     methods: dict[str, MethodRealization] = {}
     flags: list[str] = []
     include_dirs: list[str] = []
+    needs_sm90a: bool = False
     timing: Timing = Timing()
     seed: int = Field(0, ge=0, le=2**63 - 16)  # seeds seed, seed + 1, ... fit torch's int64
     flops: str | None = None
@@ -210,7 +213,11 @@ class Space:
         methods: method id -> realization, only ids in the catalog.
         flags: extra compiler flags.
         dims: problem sizes for this backend.
-        include_dirs: extra -I paths (absolute).
+        include_dirs: extra -I paths (absolute; a ``pkg:`` entry resolved to the folder
+            inside the installed Python package, see :func:`include_dir`).
+        needs_sm90a: every candidate needs the ``sm_90a`` target (CUDA only): kopt builds
+            them all for ``sm_90a`` and records that as their ``arch``; a device of another
+            arch cannot run the sweep (kopt.expand refuses it).
         timing: the timing settings for this backend.
         launch: kernel mode's kernel and launch geometry, its derived names inlined (every
             expression names only params, dims and scalars); None for a ``solve`` source.
@@ -232,6 +239,7 @@ class Space:
     timing: Timing = field(default_factory=Timing)
     launch: Launch | None = None
     derived: dict[str, str] = field(default_factory=dict)
+    needs_sm90a: bool = False
 
     def resolve(self, text: str) -> str:
         """``text`` (a restriction) with this space's derived names inlined
@@ -424,7 +432,8 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     blocks: dict[str, tuple[str, BackendBlock]] = {}
     top = BackendBlock(kernel=sf.kernel, launch=sf.launch, derived=sf.derived, params=sf.params,
                        restrictions=sf.restrictions, baseline=sf.baseline, methods=sf.methods,
-                       flags=sf.flags, include_dirs=sf.include_dirs)
+                       flags=sf.flags, include_dirs=sf.include_dirs,
+                       needs_sm90a=sf.needs_sm90a)
     primary = _backend_of(sf.kernel, err, "kernel")
     blocks[primary] = ("", top)
     for name in ("cpu", "cuda"):
@@ -743,13 +752,60 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     if bad is not None:
         raise err(f"{prefix}flags", f"{bad!r} sets the GPU arch, which kopt chooses per device "
                   "class (sm_90 on an H100/H200; sm_90a automatically for methods that need "
-                  "it) and records as the `arch` column: remove it")
+                  "it, or for every candidate with `needs_sm90a: true`) and records as the "
+                  "`arch` column: remove it")
+    if blk.needs_sm90a and backend != "cuda":
+        raise err(f"{prefix}needs_sm90a", f"sm_90a is a GPU target; {blk.kernel} is a {backend} "
+                  "source: drop `needs_sm90a` or move it to the CUDA backend's section")
+    incs = []
+    for i, d in enumerate(blk.include_dirs):
+        try:
+            incs.append(str(include_dir(d, root)))
+        except ValueError as e:
+            raise err(f"{prefix}include_dirs[{i}]", str(e)) from None
     return Space(
         backend=backend, source=src.resolve(), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
         flags=list(blk.flags), dims=[dict(d) for d in dims],
-        include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
-        timing=blk.timing or sf.timing, launch=launch, derived=derived)
+        include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
+        needs_sm90a=blk.needs_sm90a)
+
+
+# the pip distribution that installs a package, for the message when it is missing
+PIP_NAMES = {"cutlass_library": "nvidia-cutlass"}
+
+
+def include_dir(entry: str, root: Path) -> Path:
+    """The absolute folder an ``include_dirs`` entry names: a path relative to the sweep
+    folder ``root`` (or absolute), or ``pkg:PACKAGE/SUB/PATH``, the folder SUB/PATH inside
+    the installed Python package PACKAGE (found with importlib.util.find_spec, which
+    imports nothing), e.g. ``pkg:cutlass_library/source/include`` for the CUTLASS headers
+    of ``pip install nvidia-cutlass``. Resolved where the spec loads: every node that builds
+    must have the package at the same path (one machine, or the same environment).
+
+    Raises:
+        ValueError: the package is not installed (the message names it and the pip
+            command), or it has no such folder.
+    """
+    if not entry.startswith("pkg:"):
+        return (root / entry).resolve()
+    pkg, _, sub = entry[4:].strip("/").partition("/")
+    try:
+        found = importlib.util.find_spec(pkg) if pkg.isidentifier() else None
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        pip = PIP_NAMES.get(pkg)
+        how = f"pip install {pip}" if pip else "pip install the distribution that provides it"
+        raise ValueError(f"{entry!r} names the Python package {pkg!r}, which is not installed "
+                         f"here: {how}")
+    base = (Path(found.submodule_search_locations[0]) if found.submodule_search_locations
+            else Path(str(found.origin)).parent)
+    path = (base / sub).resolve()
+    if not path.is_dir():
+        raise ValueError(f"{entry!r}: the package {pkg!r} (at {base}) has no folder {sub!r}; "
+                         "name a folder inside it")
+    return path
 
 
 def _scope(blk: BackendBlock, dims: list[dict[str, int]], scalars: dict[str, float | int]

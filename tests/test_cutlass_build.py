@@ -1,0 +1,78 @@
+"""The CUTLASS sweeps build in CI: kopt's own builder compiles sweeps/gemm_cutlass's baseline
+(a CUTLASS 3.x warp-specialized TMA GEMM from the `nvidia-cutlass` package's headers) for
+sm_90a, and the artifact holds sm_90a code only; gemm_cutlass_fp32's (3xTF32) for sm_90.
+The package is installed by the README's install line (`pip install -e '.[test,cutlass]'`),
+so the tests run wherever nvcc does."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from kopt.builder import build_id, build_job
+from kopt.catalog import load_catalog
+from kopt.expand import iter_candidates, space_digest
+from kopt.spec import load_sweep
+from workers import build as wb
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+def _cuobjdump() -> str:
+    """cuobjdump on PATH, else the one of the nvidia-cuda-cuobjdump wheel (the test extra)."""
+    exe = shutil.which("cuobjdump")
+    spec = importlib.util.find_spec("nvidia")
+    for d in (spec.submodule_search_locations or []) if exe is None and spec else []:
+        exe = next((str(p) for p in sorted(Path(d).glob("*/bin/cuobjdump"))), None)
+        if exe:
+            break
+    assert exe, "no cuobjdump: pip install nvidia-cuda-cuobjdump (kopt's test extra)"
+    return exe
+
+
+def _build_baseline(name: str, tmp_path: Path) -> tuple[Any, Any, Any, bytes]:
+    """(space, baseline candidate, artifact) of sweeps/NAME's baseline built through kopt's
+    builder for an sm_90 device, into a fresh cache."""
+    space = load_sweep(ROOT / "sweeps" / name).space("cuda")
+    base = next(iter_candidates(space, load_catalog(), 90))
+    bid = build_id(space, base, space_digest(space), wb.compiler_identity(space.toolchain),
+                   platform.machine())
+    res, data = wb.build(build_job(space, base, bid, space.source_text()), cache=tmp_path)
+    assert res.ok, res.error
+    # ptxas compiled the kernel (CUTLASS's shared memory is dynamic) without spills
+    assert base.is_baseline and res.kernels and res.registers and res.spill_bytes == 0
+    return space, base, res, data
+
+
+def _archs(data: bytes, tmp_path: Path) -> set[str]:
+    so = tmp_path / "solve.so"
+    so.write_bytes(data)
+    elf = subprocess.run([_cuobjdump(), "-lelf", str(so)], capture_output=True, text=True,
+                         check=True).stdout
+    return set(re.findall(r"sm_\d+a?", elf))
+
+
+def test_gemm_cutlass_baseline_builds_for_sm90a(tmp_path):
+    space, base, res, data = _build_baseline("gemm_cutlass", tmp_path)
+    assert base.target == "sm_90a"
+    assert {"KSCHED": 0, "ESCHED": 0, "TILE_M": 128, "TILE_N": 128}.items() <= base.defines.items()
+    assert "-gencode=arch=compute_90a,code=sm_90a" in res.command
+    assert _archs(data, tmp_path) == {"sm_90a"}
+    # the CUTLASS headers count as the build's inputs: a new nvidia-cutlass is a new build
+    assert any(p.endswith("cutlass/gemm/kernel/gemm_universal.hpp") for p in space.local_inputs())
+
+
+def test_gemm_cutlass_fp32_baseline_builds_for_sm90(tmp_path):
+    # 3xTF32 through CUTLASS 2.x's Sm80 kernel (mma.sync): plain sm_90, no sm_90a needed
+    space, base, res, data = _build_baseline("gemm_cutlass_fp32", tmp_path)
+    assert base.target == "sm_90" and not space.needs_sm90a
+    assert "-gencode=arch=compute_90,code=sm_90" in res.command
+    assert _archs(data, tmp_path) == {"sm_90"}
