@@ -612,7 +612,7 @@ SOURCE_SQL = "select name, text from sources where source_hash = ? limit 1"
 SUBMIT_TRIES_SQL = ("select coalesce(max(try_no), 0) tries from versions "
                     "where run_id = ? and iteration = ?")
 LINEAGE_ROWS_SQL = """
-select iteration, device_class, candidate_id, is_baseline, status, median_ms, speedup,
+select iteration, device_class, candidate_id, is_baseline, status, median_ms, speedup, dims,
        compute_method, memory_method, latency_method, parent_id, source_hash,
        coalesce(submitter, 'sweep') submitter, claimed_methods
 from candidates where run_id = ? order by iteration, created_at, candidate_id

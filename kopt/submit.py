@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan, check_claim_for_plan
+from kopt.compare import geo_mean
 from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.loop import IterState
@@ -332,28 +333,40 @@ class Node:
     methods: str
     parent: str | None = None  # the parent candidate id
     best: str | None = None  # its fastest correct candidate (speedup over the parent)
-    median_ms: float | None = None
-    speedup: float | None = None
+    median_ms: float | None = None  # the best's, geometric mean over the problem sizes
+    speedup: float | None = None  # the best's over the parent, geometric mean over the sizes
     statuses: dict[str, int] = dataclasses.field(default_factory=dict)
     members: list[str] = dataclasses.field(default_factory=list)
     order: tuple[int, int, str] = (0, 0, "")  # (iteration, try, name): the nodes' order
+    # candidate id -> problem size (dims JSON) -> (median ms, speedup) of its correct rows
+    figures: dict[str, dict[str, tuple[float, float]]] = dataclasses.field(
+        default_factory=dict)
+    sizes: set[str] = dataclasses.field(default_factory=set)  # every size the node ran
+    triples: dict[str, str] = dataclasses.field(default_factory=dict)  # candidate -> methods
 
     def line(self) -> str:
         """The node as one line of text."""
         st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
         fig = (f"best {self.best} median {self.median_ms:.4g} ms, {self.speedup:.3g}x over "
-               f"its parent" if self.best else "no correct candidate")
+               f"its parent{self._over()}" if self.best else "no correct candidate")
         return f"{self.label} [{self.methods or 'no methods'}]: {fig}; {st}"
+
+    def _over(self) -> str:
+        """`` (geometric mean of N sizes)`` when the node ran more than one problem size."""
+        n = len(self.figures.get(self.best or "", {}))
+        return f" (geometric mean of {n} sizes)" if n > 1 else ""
 
     def caption(self) -> str:
         """The node as the report's lineage picture labels it: its name and try, methods,
         the best median (ms) and speedup over its parent (a root: over its iteration's
-        baseline), and its status counts (one line each)."""
+        baseline; both geometric means over the problem sizes), and its status counts (one
+        line each)."""
         head = self.label.split(", source ")[0].split(" (source ")[0]
         head = head + ")" if "(" in head and not head.endswith(")") else head
         fig = (f"{self.median_ms:.4g} ms, {self.speedup:.3g}x over "
-               + ("parent" if self.parent else "baseline") if self.best
-               else "no correct candidate")
+               + ("parent" if self.parent else "baseline") + self._over().replace(
+                   " (geometric mean of", " (geo. mean,").replace(" sizes)", " sizes)")
+               if self.best else "no correct candidate")
         st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
         return "\n".join([head, self.methods or "no methods", fig, st])
 
@@ -389,21 +402,39 @@ def lineage(root: Path, run_id: str) -> list[Node]:
                               base_of.get((dc, it)) if it > 1 else None,
                               order=(it, tr or 0, name or ""))
         _take(nodes[key], r)
+    for n in nodes.values():
+        _settle(n)
     return sorted(nodes.values(), key=lambda n: (n.key[0], n.order))
 
 
 def _take(n: Node, r: dict[str, Any]) -> None:
-    """Count row ``r`` into node ``n`` (its fastest correct candidate is the node's best)."""
+    """Count row ``r`` (one candidate on one problem size) into node ``n``."""
     n.statuses[r["status"]] = n.statuses.get(r["status"], 0) + 1
-    n.members.append(r["candidate_id"])
-    if r["status"] == "ok" and r["speedup"] is not None and (
-            n.speedup is None or r["speedup"] > n.speedup):
-        n.best, n.median_ms, n.speedup = r["candidate_id"], r["median_ms"], r["speedup"]
-        if n.label.startswith(f"it {n.key[1]} sweep"):
-            n.methods = ",".join(m for m in (r["compute_method"], r["memory_method"],
-                                             r["latency_method"]) if m)
+    if r["candidate_id"] not in n.members:
+        n.members.append(r["candidate_id"])
+    n.sizes.add(r.get("dims") or "")
+    if r["status"] == "ok" and r["speedup"] is not None and r["median_ms"] is not None:
+        n.figures.setdefault(r["candidate_id"], {})[r.get("dims") or ""] = (
+            r["median_ms"], r["speedup"])
+        n.triples[r["candidate_id"]] = ",".join(
+            m for m in (r["compute_method"], r["memory_method"], r["latency_method"]) if m)
 
 
+def _settle(n: Node) -> None:
+    """The node's best: among its candidates correct on the most of its problem sizes, the
+    one with the highest geometric mean speedup over its parent across those sizes
+    (kopt.compare.geo_mean), so that nodes run on the same sizes compare like for like;
+    its median is the geometric mean of its medians over the same sizes."""
+    if not n.figures:
+        return
+    most = max(len(f) for f in n.figures.values())
+    cid, figs = max(((c, f) for c, f in n.figures.items() if len(f) == most),
+                    key=lambda cf: (geo_mean(s for _, s in cf[1].values()), cf[0]))
+    n.best = cid
+    n.median_ms = geo_mean(m for m, _ in figs.values())
+    n.speedup = geo_mean(s for _, s in figs.values())
+    if n.label.startswith(f"it {n.key[1]} sweep"):
+        n.methods = n.triples.get(cid, "")  # a sweep's node: its best's triple
 def lineage_order(nodes: list[Node]) -> list[tuple[int, Node, Node | None]]:
     """The tree depth first: ``(depth, node, the node holding its parent or None)``, each
     node under the node that holds its parent candidate."""

@@ -114,3 +114,25 @@ def test_evidence_rows_say_why_when_nothing_was_profiled(tmp_path):
     [one] = evidence_rows(ctx, 1, DC, ranked[1:], IterState(best={"candidate_id": "p"}))
     assert (one.get("method"), one["winner_id"], one["accepted"], one["note"]) == (
         None, "p", False, "no method selected or claimed in this iteration")
+
+
+def test_a_lineage_node_compares_its_candidates_over_every_problem_size():
+    """A node's best is the candidate correct on the most sizes with the highest geometric
+    mean speedup; its figures are geometric means over those sizes (a candidate fast on one
+    size only, or a node's figure from one size, would compare unlike with like)."""
+    from kopt.submit import Node, _settle, _take
+
+    n = Node(("a", 2, "h"), "it 2 sweep (source h)", "")
+    rows = [("c1", "d1", 1.0, 2.0), ("c1", "d2", 4.0, 1.0), ("c2", "d1", 0.5, 4.0),
+            ("c2", "d2", None, None), ("c3", "d1", 2.0, 1.0), ("c3", "d2", 2.0, 1.0)]
+    for cid, dims, ms, sp in rows:
+        _take(n, {"status": "ok" if ms else "wrong_result", "candidate_id": cid, "dims": dims,
+                  "median_ms": ms, "speedup": sp, "compute_method": None,
+                  "memory_method": "memory.vectorized_access" if cid == "c1" else None,
+                  "latency_method": None})
+    _settle(n)
+    assert (n.best, n.median_ms, n.speedup) == ("c1", 2.0, pytest.approx(2 ** 0.5))
+    assert n.methods == "memory.vectorized_access" and n.members == ["c1", "c2", "c3"]
+    assert n.statuses == {"ok": 5, "wrong_result": 1}
+    assert n.line().endswith("1.41x over its parent (geometric mean of 2 sizes); "
+                             "ok 5, wrong_result 1")
