@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     ValidationError,
@@ -173,6 +174,9 @@ class SweepFile(_Model):
     bytes: str | None = None
     iterations: int = Field(1, ge=1)
     ncu: Ncu = Ncu()
+    # issue 17.1: time ref.py's contender (else reference) as a row of its own per problem
+    # size and device class; every table shows candidates against it
+    reference_timing: StrictBool = True
     cpu: BackendBlock | None = None
     cuda: BackendBlock | None = None
 
@@ -289,6 +293,7 @@ class Sweep:
     flops: str | None = None
     bytes: str | None = None
     warnings: list[str] = field(default_factory=list)
+    reference_timing: bool = True
 
     def work(self, dims: dict[str, int]) -> tuple[float | None, float | None]:
         """(floating-point operations, bytes moved) of one ``solve`` call at ``dims``, from the
@@ -464,7 +469,8 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         args={a: [_inlined(e, shared, f"args.{a}[{j}]", err) if isinstance(e, str) else e
                   for j, e in enumerate(shape)] for a, shape in sf.args.items()},
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
-        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes)
+        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes,
+        reference_timing=sf.reference_timing)
 
 
 # Most restriction evaluations one method's check may take (its space projected on the
