@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_harness import TIMING, artifact, job
 
 from conftest import write_sweep
 from kopt.cli import main
 from kopt.database import Database, query
 from kopt.devices import peaks
 from kopt.pipeline import run_sweep
+from kopt.report import write_report
 from kopt.select import best
 from kopt.spec import load_sweep
-from test_harness import TIMING, artifact, job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,6 +130,9 @@ def test_a_cpu_sweep_stores_the_reference_and_every_table_compares_with_it(ray_l
         assert b["tflops"] == pytest.approx(json.loads(b["dims"])["N"]
                                             / (b["median_ms"] * 1e9), rel=1e-12)
         assert b["max_abs_err"] == 0.0 and b["max_rel_err"] == 0.0
+    md = write_report(s.run_id, store, tmp_path / "report").read_text()
+    assert "## The reference" in md and "| contender | ok |" in md
+    assert all(f"| {b['vs_reference']:.3f}x |" in md for b in rows)
     # opt-out: no reference row, nothing to compare with
     (d / "sweep.yaml").write_text(spec + "\nreference_timing: false\n")
     s2 = run_sweep(load_sweep(d), store, backend="cpu", max_candidates=1)
