@@ -479,7 +479,9 @@ class Driver:
 
     def _check_reference(self) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
-        before anything is built; a failure stops the sweep with an error naming ref.py."""
+        before anything is built; a failure stops the sweep with an error naming ref.py.
+        With ``reference_timing`` (the default), that device then times the reference
+        (:meth:`_time_reference`); its rows are written with the run's first records."""
         seen: set[str] = set()
         self._ref_rows: list[dict[str, Any]] = []
         for dc in self.classes:
