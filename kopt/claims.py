@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kopt.catalog import AXES, Catalog, load_catalog
-from kopt.expand import AxisScan, Context, scan_axes
+from kopt.expand import AxisScan, Context, admissible_triples, scan_axes
 
 RULES = ("unknown_method", "one_method_per_axis", "arch_gate", "conflict", "requires",
          "priority_order", "not_admitted")
@@ -102,6 +102,15 @@ def catalog_scan(catalog: Catalog, sm: int | None, ctx: Context | None = None
     (the same function, given every method as realized)."""
     every = SimpleNamespace(methods=catalog.methods)  # scan_axes reads only `.methods`
     return scan_axes(every, catalog, sm, ctx=ctx)  # type: ignore[arg-type]
+
+
+def catalog_triples(catalog: Catalog, sm: int | None, ctx: Context | None = None
+                    ) -> list[tuple[str | None, ...]]:
+    """Every admissible triple over the whole catalog (:func:`kopt.expand.admissible_triples`
+    given every method as realized, as :func:`catalog_scan`), the baseline first: what a
+    version written from scratch may claim."""
+    every = SimpleNamespace(methods=catalog.methods)
+    return admissible_triples(every, catalog, sm, ctx=ctx)  # type: ignore[arg-type]
 
 
 def _suggest(mid: str, catalog: Catalog) -> str:

@@ -680,6 +680,11 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
                 t.add_row(axis, str(s["priority"]), escape(s["method"]),
                           "yes" if s["admitted"] else "no", escape(s["reason"]))
         out.print(t)
+        if p.get("triples_from") == "catalog":
+            out.print(f"the best is a submitted version ({escape(p['best_source'])}): the "
+                      f"next version may claim any of {len(p['triples'])} admissible catalog "
+                      "triples (`--format json` lists them)", highlight=False)
+            continue
         out.print(f"{len(p['triples'])} triples besides the baseline:")
         for tr in p["triples"]:
             out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
@@ -763,32 +768,45 @@ def _gpu_line(g: dict[str, Any]) -> str:
               help="The analysis (a text file): why these methods.")
 @click.option("--submitter", default=None, help="Who or what submits (default: $USER).")
 @click.option("--retry", is_flag=True, help="Another try at the last submitted iteration.")
-@click.option("--max-tries", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Submissions allowed per iteration.")
+@click.option("--max-tries", type=click.IntRange(min=1), default=None,
+              help="Submissions allowed per iteration (default: sweep.yaml submit.max_tries, 3).")
+@click.option("--detach", is_flag=True, help="Check and record, then run the iteration in a "
+              "background process and return at once (`kopt wait` for its verdict).")
+@click.option("--idea", "ideas", multiple=True,
+              help="A source of the version's idea (repeatable): a catalog method id, a URL, "
+                   "or KIND:REF (paper:, kernel:, other:); stored in the provenance table.")
 @click.option("--store", type=click.Path(path_type=Path), default=None)
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
-               submitter: str | None, retry: bool, max_tries: int, store: Path | None,
-               address: str | None, fmt: str) -> None:
+               submitter: str | None, retry: bool, max_tries: int | None, detach: bool,
+               ideas: tuple[str, ...],
+               store: Path | None, address: str | None, fmt: str) -> None:
     """Run new kernel versions as the next iteration of RUN_ID: each version x its sweep's
     launch configs against the run's current best; prints the candidate ids it created.
     A claim that breaks the catalog's rules is refused (one line per rule, exit 1)."""
     import os
 
+    from kopt import submit as sm
     from kopt.claims import parse_claim
     from kopt.pipeline import SweepError
     from kopt.store import RunLocked
-    from kopt.submit import SubmitError, run_submission, source_files
 
     root = _store(store)
     try:
-        files = source_files(source)
+        files = sm.source_files(source)
         text = note.read_text() if note is not None else ""
-        sub, summary = run_submission(root, run_id, files, parse_claim(methods), text,
-                                      submitter or os.environ.get("USER") or "user", retry,
-                                      max_tries, address=address)
-    except SubmitError as e:
+        sweep = sm.open_run(root, run_id)
+        it, try_no = sm.record(sweep, root, run_id, files, parse_claim(methods), text,
+                               submitter or os.environ.get("USER") or "user", retry, max_tries,
+                               ideas)
+        if detach:
+            log: Path | None = sm.detach(root, run_id, it, try_no, address)
+            sub = sm.planned_ids(sweep, root, run_id, it, try_no)
+        else:
+            log = None
+            sub, _ = sm.run_recorded(root, run_id, it, try_no, address=address, sweep=sweep)
+    except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
                           soft_wrap=True)
@@ -797,15 +815,93 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         _fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
     except (SweepError, RunLocked, SpecError) as e:
         _fail(str(e), 1)
-    out_rows = [{"name": v.name, "source_hash": v.source_hash, "iteration": sub.iteration,
-                 "candidates": sub.created[v.source_hash]} for v in sub.versions]
+    _submitted(run_id, try_no, sub, log, fmt)
+
+
+def _submitted(run_id: str, try_no: int, sub: Any, log: Path | None, fmt: str) -> None:
+    """`kopt submit`'s output: per version (of ``sub``, kopt.strategy.submitted.Submitted)
+    its source digest and candidate ids (``candidates``: the same list, its older name)."""
+    it = sub.iteration
+    rows = [{"name": v.name, "source_hash": v.source_hash,
+             "candidate_ids": sub.created[v.source_hash],
+             "candidates": sub.created[v.source_hash]} for v in sub.versions]
     if fmt == "json":
-        click.echo(json.dumps({"run_id": summary.run_id, "iteration": sub.iteration,
-                               "versions": out_rows}))
+        click.echo(json.dumps({"run_id": run_id, "iteration": it, "try": try_no,
+                               "versions": rows, "log": str(log) if log else None}))
         return
-    for r in out_rows:
-        click.echo(f"{r['name']} (source {r['source_hash']}, iteration {r['iteration']}): "
-                   + " ".join(r["candidates"]))
+    for r in rows:
+        click.echo(f"{r['name']} (source {r['source_hash']}, iteration {it}, try {try_no}): "
+                   + " ".join(r["candidate_ids"]))
+    if log is not None:
+        click.echo(f"running in the background; log: {log}; `kopt wait {run_id}` for the "
+                   "verdict")
+
+
+@main.command("run-submitted", hidden=True)
+@click.argument("run_id")
+@click.option("--iteration", type=click.IntRange(min=1), required=True)
+@click.option("--try", "try_no", type=click.IntRange(min=1), required=True)
+@click.option("--store", type=click.Path(path_type=Path), required=True)
+@click.option("--address", default=None)
+def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
+                      address: str | None) -> None:
+    """A recorded try run by `kopt submit --detach` in its background process; its exit
+    status goes into STORE/submit-logs/RUN_ID-itN-tryK.json."""
+    from kopt import submit as sm
+    from kopt.pipeline import SweepError
+    from kopt.store import RunLocked
+
+    rc, obs = 1, ProgressObserver()
+    try:
+        sm.run_recorded(store, run_id, iteration, try_no, [obs], address)
+        rc = 0
+    except sm.SubmitError as e:
+        console.print(f"[bold red]error:[/] {escape(e.lines[0])}", highlight=False)
+    except (SweepError, RunLocked, SpecError) as e:
+        console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+    except KeyboardInterrupt:
+        rc = 130
+    finally:
+        obs.stop()
+        sm.mark_exit(store, run_id, iteration, try_no, rc)
+    sys.exit(rc)
+
+
+@main.command("wait")
+@click.argument("run_id")
+@click.option("--iteration", type=click.IntRange(min=1), default=None,
+              help="Which iteration (default: the run's latest, stored or submitted).")
+@click.option("--timeout", "timeout_s", type=_Finite(0, WEEK_S), default=None,
+              help="Give up after this many seconds (exit 3).")
+@click.option("--poll", "poll_s", type=_Finite(0.05, 3600), default=2.0, show_default=True,
+              help="Seconds between two looks at the store.")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s: float,
+             store: Path | None, fmt: str) -> None:
+    """Block until an iteration of RUN_ID is closed, then print its verdict per device
+    class: winner, median, speedup, accepted by the review gate and why, ineffective
+    methods, bottleneck before/after, stop decision, candidate ids. Exit 1 when it can no
+    longer close, 3 on --timeout."""
+    from kopt.wait import WaitError, wait
+
+    try:
+        v = wait(_store(store), run_id, iteration, timeout_s, poll_s)
+    except WaitError as e:
+        _fail(str(e), e.code)
+    if fmt == "json":
+        click.echo(json.dumps(v, default=str))
+        return
+    for c in v["classes"]:
+        ok = {True: "accepted", False: "rejected", None: "not reviewed"}[c["accepted"]]
+        click.echo(f"{c['device_class']} iteration {c['iteration']}: winner "
+                   f"{c['winner'] or 'none'}, {_fmt(c['median_ms'])} ms, "
+                   f"{_speedup(c['speedup'])} over the baseline; {ok}"
+                   + (": " + "; ".join(c["reasons"]) if c["reasons"] else ""))
+        click.echo(f"  best {c['best']}; bottleneck {c['bottleneck_before'] or 'unknown'} -> "
+                   f"{c['bottleneck_after'] or 'unknown'}; ineffective: "
+                   f"{', '.join(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
+        click.echo(f"  candidates: {' '.join(c['candidates']) or 'none'}")
 
 
 @main.command("lineage")

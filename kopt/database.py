@@ -45,6 +45,7 @@ from kopt.store import (
     default_root,
     lock_holder,
     readable_parts,
+    table_schema,
     write_table,
 )
 
@@ -172,7 +173,7 @@ class Writer:
         parts = readable_parts(self.root, folder.glob("part-*.parquet"))  # damaged: left alone
         if len(parts) < 2:
             return
-        t = pa.concat_tables([pq.read_table(p, schema=SCHEMAS[table]) for p in parts])
+        t = pa.concat_tables([pq.read_table(p, schema=table_schema(table)) for p in parts])
         if key:
             con = duckdb.connect(":memory:")
             con.register("t", t)
@@ -180,7 +181,7 @@ class Writer:
             rel = con.sql(f"select * from t qualify row_number() over (partition by "
                           f"{cols} order by created_at desc) = 1")
             t = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table")
-                 else rel.fetch_arrow_table()).cast(SCHEMAS[table])
+                 else rel.fetch_arrow_table()).cast(table_schema(table))
             con.close()
         name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         tmp = folder / f".{name}.tmp"
@@ -210,8 +211,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     allowed: list[str] = []
     # the candidates view reads the profiles and reference views: they come first
-    for table, schema in sorted(SCHEMAS.items(),
-                                key=lambda kv: kv[0] not in ("profiles", "reference")):
+    for table in sorted(SCHEMAS, key=lambda name: name not in ("profiles", "reference")):
+        schema = table_schema(table)
         files = readable_parts(root, (root / table).glob("sweep=*/run=*/part-*.parquet"))
         if files:
             pats = [_literal(str(f)) for f in files]
@@ -594,7 +595,7 @@ with st as (
 ), per_cand as (
   select c.run_id, c.iteration, c.device_class, c.candidate_id,
          any_value(c.compute_method) cm, any_value(c.memory_method) mm,
-         any_value(c.latency_method) lm,
+         any_value(c.latency_method) lm, bool_or(c.is_baseline) base,
          case when count(*) filter (where c.status = 'ok' and c.speedup is not null)
                    = any_value(need.n)
               then exp(avg(ln(c.speedup)) filter (where c.status = 'ok'
@@ -615,8 +616,10 @@ with st as (
     and w.lm is not distinct from (case when k = 2 then null else t.lm end)
   where x.m is not null
 ), tried as (
+  -- not the baseline's triple: a submitted iteration's baseline is its parent, whose
+  -- methods earlier iterations applied
   select distinct run_id, iteration, device_class, m as method
-  from (select *, unnest([cm, mm, lm]) m from per_cand) where m is not null
+  from (select *, unnest([cm, mm, lm]) m from per_cand where not base) where m is not null
 )
 select t.method, t.device_class,
        coalesce(st.state->>'$.bottleneck_before', 'unknown') as bottleneck,
@@ -655,6 +658,29 @@ select iteration, device_class, candidate_id, is_baseline, status, median_ms, sp
 from candidates where run_id = ? order by iteration, created_at, candidate_id
 """
 VERSIONS_SQL = "select * from versions where run_id = ? order by iteration, try_no, created_at"
+
+# issue 15's review gate and `kopt wait`
+WINNER_SIZES_SQL = """
+select dims, status, median_ms from candidates
+where run_id = ? and iteration = ? and device_class = ? and candidate_id = ? and final
+"""
+REVIEWS_SQL = """
+select * from reviews where run_id = ? and iteration = ?
+qualify row_number() over (partition by device_class order by created_at desc) = 1
+order by device_class
+"""
+ITERATION_CANDIDATES_SQL = """
+select device_class, candidate_id, bool_or(is_baseline) is_baseline from candidates
+where run_id = ? and iteration = ? group by all order by device_class, min(created_at), 2
+"""
+PROGRESS_SQL = """
+select (select max(created_at) from versions where run_id = $r and iteration = $i) submitted_at,
+       (select min(created_at) from (select max(created_at) created_at from iterations
+         where run_id = $r and iteration = $i group by device_class)) closed_at,
+       (select greatest(coalesce((select max(iteration) from iterations where run_id = $r), 0),
+                        coalesce((select max(iteration) from versions where run_id = $r), 0))
+       ) last_iteration
+"""
 
 
 class Database:
@@ -822,15 +848,16 @@ class Database:
         return rows[0] if rows else None
 
     def method_records(self) -> list[dict[str, Any]]:
-        """One row per (method, device class, run, iteration) in which a candidate's triple held
-        the method, over the whole store: ``bottleneck`` (the iteration baseline's, the one the
-        method was applied under; ``unknown`` without NCU), ``gain`` (the method's own, as the
-        loop judges it: the best geometric-mean speedup over the iteration's baseline of a
-        triple holding it, correct on every problem size, over the best of the same triple
-        without it, or over 1.0 when that was not measured; None when no candidate holding it
-        was correct), ``accepted`` (the method is in the winner the
-        iteration named as its new best), ``ineffective`` (the iteration's state lists it so)
-        and ``closed`` (the iteration has a stored state)."""
+        """One row per (method, device class, run, iteration) in which a candidate's triple
+        held the method (not the baseline's: a submitted iteration's baseline is its parent,
+        whose methods earlier iterations tried), over the whole store: ``bottleneck`` (the
+        iteration baseline's, the one the method was applied under; ``unknown`` without
+        NCU), ``gain`` (the method's own, as the loop judges it: the best geometric-mean
+        speedup over the iteration's baseline of a triple holding it, correct on every
+        problem size, over the best of the same triple without it, or over 1.0 when that was
+        not measured; None when no candidate holding it was correct), ``accepted`` (the
+        method is in the winner the iteration named as its new best), ``ineffective`` (the
+        iteration's state lists it so) and ``closed`` (the iteration has a stored state)."""
         return self._records(METHOD_RECORDS_SQL, [])
 
     def method_effectiveness(self) -> list[dict[str, Any]]:
@@ -866,6 +893,30 @@ class Database:
     def versions(self, run_id: str) -> list[dict[str, Any]]:
         """The ``versions`` rows of ``run_id`` (one per submitted version and try)."""
         return self._records(VERSIONS_SQL, [run_id])
+
+    def winner_sizes(self, run_id: str, iteration: int, device_class: str,
+                     candidate_id: str) -> list[dict[str, Any]]:
+        """One candidate's final-rung rows in one iteration and class: ``dims`` (JSON),
+        ``status``, ``median_ms`` (what the review gate checks, kopt.review)."""
+        return self._records(WINNER_SIZES_SQL, [run_id, iteration, device_class,
+                                                candidate_id])
+
+    def reviews(self, run_id: str, iteration: int) -> list[dict[str, Any]]:
+        """The latest ``reviews`` row of each device class for ``iteration`` of ``run_id``."""
+        return self._records(REVIEWS_SQL, [run_id, iteration])
+
+    def iteration_candidates(self, run_id: str, iteration: int) -> list[dict[str, Any]]:
+        """``device_class``, ``candidate_id``, ``is_baseline`` of every candidate measured in
+        ``iteration`` of ``run_id``, in the order they were first stored."""
+        return self._records(ITERATION_CANDIDATES_SQL, [run_id, iteration])
+
+    def progress(self, run_id: str, iteration: int) -> dict[str, Any]:
+        """Where ``iteration`` of ``run_id`` stands (what `kopt wait` polls):
+        ``submitted_at`` (its latest ``versions`` row, None when nothing was submitted into
+        it), ``closed_at`` (the earliest of its classes' latest ``iterations`` rows, None when
+        none is stored) and ``last_iteration`` (the highest iteration stored or submitted,
+        0 when none)."""
+        return self._records(PROGRESS_SQL, {"r": run_id, "i": iteration})[0]
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

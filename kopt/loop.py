@@ -155,18 +155,20 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
             best_of[t] = r
     tried: dict[str, bool] = {}  # method -> some triple holding it gained by it
     for t, r in best_of.items():
-        for i, m in enumerate(t):
+        # the baseline's own methods are not tried here: a submitted iteration's baseline is
+        # its parent, whose triple earlier iterations applied (a sweep's holds none)
+        for i, m in enumerate(t if not r["is_baseline"] else ()):
             if m:
                 # the same triple without m; when it failed or was not run (e.g. outside a
                 # --max-candidates sample), the iteration's baseline instead
                 ref = best_of.get(t[:i] + (None,) + t[i + 1:]) or base
-                tried[m] = tried.get(m, False) or _gains(r, ref)
+                tried[m] = tried.get(m, False) or gains(r, ref)
     for m, gained in tried.items():
         if gained:
             st.ineffective.pop(m, None)
         else:
             st.ineffective[m] = bottleneck_before
-    if win["is_baseline"] or not _gains(win, base):
+    if win["is_baseline"] or not gains(win, base):
         st.stop = (f"no gain beyond noise: the best candidate is {win['speedup']:.3f}x the "
                    f"baseline, noise {st.noise:.3f}")
         return st
@@ -179,7 +181,7 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     return st
 
 
-def _gains(r: dict[str, Any], ref: dict[str, Any]) -> bool:
+def gains(r: dict[str, Any], ref: dict[str, Any]) -> bool:
     """Whether ranked candidate ``r`` is FASTER than ``ref`` beyond noise (kopt.compare, see
     the module docstring); both speedups are over the same baseline."""
     return speedup_label(r["speedup"] / ref["speedup"], ref["rel_iqr"],

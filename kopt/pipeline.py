@@ -684,7 +684,7 @@ class Driver:
         """Store the row of ``job`` (one per job key, whatever Ray retried)."""
         if job.job_key in self.ctx.rows:
             return
-        row = self._record(job, outcome, info).row()
+        row = self._record(job, outcome, info).row(outcome.observed())
         self.ctx.rows[job.job_key] = row
         self.ctx.writer.add("candidates", [row])
         counts = self.summary.status_counts

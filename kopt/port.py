@@ -85,13 +85,14 @@ def bench_figure(output: str) -> float | None:
     return None
 
 
-def run_command(step: str, command: str, cwd: Path, timeout_s: float) -> Step:
-    """Run ``command`` through the shell in ``cwd``; its whole process group is killed at
-    ``timeout_s`` seconds."""
+def run_command(step: str, command: str, cwd: Path, timeout_s: float,
+                env: dict[str, str] | None = None) -> Step:
+    """Run ``command`` through the shell in ``cwd`` (``env``: its environment, default this
+    process's); its whole process group is killed at ``timeout_s`` seconds."""
     t0 = time.monotonic()
     p = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, errors="replace",
-                         start_new_session=True)
+                         start_new_session=True, env=env)
     timed_out = False
     try:
         out, err = p.communicate(timeout=timeout_s)

@@ -10,11 +10,11 @@ from typing import Any
 from kopt.bottleneck import Evidence, aggregate, analyze
 from kopt.bottleneck import _cond as condition_holds  # the loop's own reading of a trigger
 from kopt.catalog import Catalog, load_catalog
-from kopt.claims import catalog_scan
+from kopt.claims import catalog_scan, catalog_triples
 from kopt.database import Database
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
-from kopt.spec import Sweep
+from kopt.spec import Space, Sweep
 from kopt.store import default_root
 
 
@@ -39,10 +39,15 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
       claim: :mod:`kopt.claims`);
     - ``triples``: the admitted triples the next iteration will run; ``empty_triples``:
       admissible ones whose every launch config the restrictions exclude;
+      ``triples_from``: ``sweep`` (the sweep's ``-D`` realizations) or, once the best is a
+      submitted version (``kopt submit``), ``catalog``: the sweep's switches do not apply
+      to that source, so ``scan`` is the catalog scan and ``triples`` every admissible
+      catalog triple (what the next submitted version may claim);
     - ``best``: the current best (``candidate_id``, ``iteration``, ``triple``, ``params``,
       ``defines``, ``speedup`` over its own iteration's baseline, ``median_ms``) or None;
-      ``best_source``: the kernel source it is built from (absolute path; ``best.defines``
-      as ``-D`` flags realize it);
+      ``best_source``: the kernel source it is built from (absolute path: the sweep's
+      source, or the store's copy of a submitted version; ``best.defines`` as ``-D`` flags
+      realize it);
     - ``trigger_evidence``: the NCU evidence behind the triggers (:func:`trigger_evidence`),
       read from the current best's latest profile; None without one.
 
@@ -51,39 +56,68 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
     """
     cat = load_catalog()
     rows = Database(store).latest_states(sweep.name)
-    plans = []
     if not rows:
         backend, dc, sm = _local_device(sweep)
         rows = [{"run_id": None, "backend": backend, "device_class": dc, "iteration": 0,
                  "state": IterState().to_json(), "sm": sm}]
-    for r in rows:
-        st = IterState.from_json(r["state"])
-        sm = r.get("sm")
-        if r.get("devices"):
-            devs = [d for d in json.loads(r["devices"]) if d["device_class"] == r["device_class"]]
-            sm = devs[0]["sm"] if devs else None
-        space = sweep.space(r["backend"])
-        ctx = st.context()
-        scans = scan_axes(space, cat, sm, ctx=ctx)
-        triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
-        # a triple whose every launch config the restrictions exclude runs nothing
-        have: set[tuple] = set()  # streamed: a large space is never held
-        for c in iter_candidates(space, cat, sm, ctx=ctx):
-            have.add(c.triple)
-            have.update(c.aliases)
-        plans.append({
-            "device_class": r["device_class"], "run_id": r["run_id"],
+    return [_plan(sweep, store, r, cat) for r in rows]
+
+
+def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalog
+          ) -> dict[str, Any]:
+    """One device class's plan (see :func:`propose`) from its latest state row ``r``."""
+    st = IterState.from_json(r["state"])
+    sm = r.get("sm")
+    if r.get("devices"):
+        devs = [d for d in json.loads(r["devices"]) if d["device_class"] == r["device_class"]]
+        sm = devs[0]["sm"] if devs else None
+    space = sweep.space(r["backend"])
+    ctx = st.context()
+    plan = {"device_class": r["device_class"], "run_id": r["run_id"],
             "next_iteration": int(r["iteration"]) + 1, "selected": ctx.selected,
             "bottleneck": ctx.bottleneck, "evidence": ctx.triggered is not None,
             "stop": st.stop, "sm": sm,
-            "scan": {a: [asdict(s) for s in v] for a, v in scans.items()},
             "catalog_scan": {a: [asdict(s) for s in v]
                              for a, v in catalog_scan(cat, sm, ctx).items()},
-            "triples": [list(t) for t in triples if t in have],
-            "empty_triples": [list(t) for t in triples if t not in have],
             "best": st.best, "best_source": str(space.source),
-            "trigger_evidence": _best_evidence(store, r, st, cat)})
-    return plans
+            "trigger_evidence": _best_evidence(store, r, st, cat)}
+    submitted = _submitted_source(store, r, st, space)
+    if submitted is not None:
+        # the best is a submitted version: the sweep's -D realizations are switches of the
+        # sweep's own source, not of it; what may come next is any admissible catalog triple
+        return {**plan, "triples_from": "catalog", "best_source": str(submitted),
+                "scan": plan["catalog_scan"], "empty_triples": [],
+                "triples": [list(t) for t in catalog_triples(cat, sm, ctx) if any(t)]}
+    triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
+    # a triple whose every launch config the restrictions exclude runs nothing
+    have: set[tuple] = set()  # streamed: a large space is never held
+    for c in iter_candidates(space, cat, sm, ctx=ctx):
+        have.add(c.triple)
+        have.update(c.aliases)
+    return {**plan, "triples_from": "sweep",
+            "scan": {a: [asdict(s) for s in v]
+                     for a, v in scan_axes(space, cat, sm, ctx=ctx).items()},
+            "triples": [list(t) for t in triples if t in have],
+            "empty_triples": [list(t) for t in triples if t not in have]}
+
+
+def _submitted_source(store: Path | str | None, r: dict[str, Any], st: IterState,
+                      space: Space) -> Path | None:
+    """The stored copy of the current best's source when the best is a submitted version
+    (``kopt submit``) or applies a method the sweep does not realize; else None."""
+    cid = (st.best or {}).get("candidate_id")
+    if r["run_id"] is None or not cid:
+        return None
+    db = Database(store if store is not None else default_root())
+    row = db.candidate_lineage(r["run_id"], cid) or {}
+    own = row.get("submitter") in (None, "sweep") or not row.get("source_hash")
+    if own and set(st.selected) <= set(space.methods):
+        return None
+    if own:
+        return space.source
+    from kopt.submit import stored_source
+
+    return stored_source(db, space, row["source_hash"]).source
 
 
 def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,
@@ -152,3 +186,50 @@ def _explain(c: dict[str, Any], metrics: dict[str, float], ev: Evidence, cat: Ca
                 "op": c["op"], "threshold": c["value"], "holds": holds}
     return {"metric": c.get("metric"), "value": metrics.get(c.get("metric", "")),
             "op": c.get("op"), "threshold": c.get("value"), "holds": holds}
+
+
+def _leaves(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The leaf conditions of an :func:`_explain` tree, in the trigger's order."""
+    if "all" in node or "any" in node:
+        return [x for c in node.get("all", node.get("any", [])) for x in _leaves(c)]
+    return [node]
+
+
+def _leaf_figure(leaf: dict[str, Any]) -> tuple[str | None, str | None, Any, Any]:
+    """``(metric, op, threshold, value)`` of one leaf: a ratio as ``num/den``; a stall read
+    by rank as its metric, op ``rank<=``, threshold ``rank_top`` and value its rank."""
+    if "ratio" in leaf:
+        return "/".join(leaf["ratio"]), leaf["op"], leaf["threshold"], leaf["value"]
+    if "rank_top" in leaf:
+        return leaf["metric"], "rank<=", leaf["rank_top"], leaf["rank"]
+    return leaf.get("metric"), leaf.get("op"), leaf.get("threshold"), leaf.get("value")
+
+
+def trigger_digest(method: str, before: dict[str, float], after: dict[str, float],
+                   catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The figures behind ``method``'s catalog trigger on two profiles: the parent's
+    aggregated NCU metrics (``before``) and the iteration winner's (``after``), as
+    :func:`kopt.bottleneck.aggregate` gives them (``{}``: not profiled).
+
+    Returns:
+        One dict per leaf condition, in the trigger's order: ``metric`` (a ratio as
+        ``num/den``), ``op``, ``threshold``, ``before``, ``after`` (the figure read: a
+        value, a ratio, or a stall's rank among all stall reasons with op ``rank<=``) and
+        ``holds_before`` / ``holds_after`` (None where a figure is missing). [] when the
+        trigger is text only.
+
+    Raises:
+        KeyError: ``method`` is not a catalog method.
+    """
+    cat = catalog or load_catalog()
+    t = cat.methods[method].trigger or {}
+    if "all" not in t and "any" not in t:
+        return []
+    trees = [_leaves(_explain(t, m, analyze(m, cat), cat)) for m in (before, after)]
+    out = []
+    for b, a in zip(*trees):
+        metric, op, threshold, value = _leaf_figure(b)
+        out.append({"metric": metric, "op": op, "threshold": threshold, "before": value,
+                    "after": _leaf_figure(a)[3], "holds_before": b["holds"],
+                    "holds_after": a["holds"]})
+    return out

@@ -180,6 +180,10 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                                            for k, v in last.ineffective.items()) or "none") + "."]
         md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]
     plots = _plots(states, cand, out)
+    tree = lineage_picture(store, run_id, out)
+    if tree:
+        md += ["", "## Lineage", "", f"![the version tree]({tree[0]})", "", "```"] + [
+            f"{ln}" for ln in tree[1]] + ["```"]
     if plots:
         md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     (out / "summary.md").write_text("\n".join(md) + "\n")
@@ -270,6 +274,45 @@ def _next_steps(st: IterState) -> list[str]:
     if st.ineffective:
         steps.append("ineffective methods become admissible again when the bottleneck changes")
     return steps or ["run more iterations (`--iterations`)"]
+
+
+def lineage_picture(store: Path, run_id: str, out: Path) -> tuple[str, list[str]] | None:
+    """Draw ``run_id``'s version tree (kopt.submit.lineage: one box per node, labelled
+    with :meth:`kopt.submit.Node.caption`, an arrow from the node holding each node's
+    parent candidate) as ``out/lineage.png``. Returns the file's name and the tree as text
+    lines (kopt.submit.lineage_text), or None when the run has no candidate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kopt.submit import SubmitError, lineage, lineage_order, lineage_text
+
+    try:
+        nodes = lineage(store, run_id)
+    except SubmitError:
+        return None
+    order = lineage_order(nodes)
+    depth = max(d for d, _, _ in order)
+    fig, ax = plt.subplots(figsize=(3.4 * (depth + 1) + 0.6, 1.05 * len(order) + 0.6))
+    at = {n.key: (d, -i) for i, (d, n, _) in enumerate(order)}
+    for d, n, up in order:
+        ok = n.best is not None
+        ax.text(d, at[n.key][1], n.caption(), ha="left", va="center", fontsize=7,
+                parse_math=False,
+                bbox={"boxstyle": "round", "fc": "#e8f4e8" if ok else "#f8e4e4", "ec": "gray"})
+        if up is not None:
+            ax.annotate("", xy=(d - 0.03, at[n.key][1]), xytext=(at[up.key][0] + 0.15,
+                                                                 at[up.key][1] - 0.3),
+                        arrowprops={"arrowstyle": "->", "color": "gray",
+                                    "connectionstyle": "angle,angleA=-90,angleB=180"})
+    ax.set_xlim(-0.1, depth + 1.0)
+    ax.set_ylim(-len(order) + 0.4, 0.6)
+    ax.axis("off")
+    ax.set_title(f"run {run_id}: versions (parent -> child)", fontsize=9)
+    fig.savefig(out / "lineage.png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return "lineage.png", lineage_text(nodes)
 
 
 def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: Path

@@ -94,6 +94,23 @@ class Ncu(_Model):
     profile_baseline: bool = False
 
 
+class Review(_Model):
+    """The review gate's extra validation command (issue 15): run on each iteration's
+    winner, in the sweep's folder, through the shell, with the winner in ``KOPT_*``
+    environment variables (docs/spec.md); exit status 0 accepts it. ``timeout_s``: seconds
+    before its process group is killed (the winner is then rejected)."""
+
+    command: str = Field(min_length=1)
+    timeout_s: float = Field(300.0, gt=0, le=86400)
+
+
+class SubmitSettings(_Model):
+    """``kopt submit``'s settings: ``max_tries`` submissions per iteration (the first and
+    its fixes); ``kopt submit --max-tries`` overrides it."""
+
+    max_tries: int = Field(3, ge=1)
+
+
 class MethodRealization(_Model):
     """How one kernel realizes a catalog method: defines always passed, extra params."""
 
@@ -174,6 +191,8 @@ class SweepFile(_Model):
     bytes: str | None = None
     iterations: int = Field(1, ge=1)
     ncu: Ncu = Ncu()
+    review: Review | None = None
+    submit: SubmitSettings = SubmitSettings()
     # issue 17.1: time ref.py's contender (else reference) as a row of its own per problem
     # size and device class; every table shows candidates against it
     reference_timing: StrictBool = True
@@ -293,6 +312,8 @@ class Sweep:
     flops: str | None = None
     bytes: str | None = None
     warnings: list[str] = field(default_factory=list)
+    review: Review | None = None
+    submit: SubmitSettings = field(default_factory=SubmitSettings)
     reference_timing: bool = True
 
     def work(self, dims: dict[str, int]) -> tuple[float | None, float | None]:
@@ -469,8 +490,8 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         args={a: [_inlined(e, shared, f"args.{a}[{j}]", err) if isinstance(e, str) else e
                   for j, e in enumerate(shape)] for a, shape in sf.args.items()},
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
-        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes,
-        reference_timing=sf.reference_timing)
+        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes, review=sf.review,
+        submit=sf.submit, reference_timing=sf.reference_timing)
 
 
 # Most restriction evaluations one method's check may take (its space projected on the

@@ -39,6 +39,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workers.observers import observer_columns
+
 TS = pa.timestamp("us", tz="UTC")
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -105,6 +107,27 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("try_no", pa.int32()), ("source_hash", pa.string()), ("name", pa.string()),
         ("parent_id", pa.string()), ("submitter", pa.string()),
         ("claimed_methods", pa.string()), ("note", pa.string()), ("created_at", TS),
+    ]),
+    # the sources of each submitted version's idea (`kopt submit --idea`, and each claimed
+    # catalog method): kind catalog | paper | url | kernel | other, and the reference
+    "provenance": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("try_no", pa.int32()), ("source_hash", pa.string()), ("kind", pa.string()),
+        ("ref", pa.string()), ("created_at", TS),
+    ]),
+    # the evidence digest of each closed iteration and device class (one row set per
+    # closing; the latest set by created_at is the iteration's): per trigger condition of
+    # each method the iteration's winner selected or a version claimed, the metric, its
+    # threshold and its value on the parent (the iteration's baseline, ``before``) and on
+    # the iteration's winner (``after``); NULL values and a ``note`` where nothing was
+    # profiled (the CPU backend) or the trigger is text only
+    "evidence": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("device_class", pa.string()), ("method", pa.string()), ("source", pa.string()),
+        ("metric", pa.string()), ("op", pa.string()), ("threshold", pa.float64()),
+        ("before", pa.float64()), ("after", pa.float64()), ("holds_before", pa.bool_()),
+        ("holds_after", pa.bool_()), ("parent_id", pa.string()), ("winner_id", pa.string()),
+        ("accepted", pa.bool_()), ("note", pa.string()), ("created_at", TS),
     ]),
     "profiles": pa.schema([
         ("run_id", pa.string()), ("job_key", pa.string()), ("profile_status", pa.string()),
@@ -174,6 +197,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
         ("device_class", pa.string()), ("state", pa.string()), ("created_at", TS),
     ]),
+    # the review gate (kopt.review): one row per closing of an iteration and class
+    "reviews": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("iteration", pa.int32()),
+        ("device_class", pa.string()), ("candidate_id", pa.string()),
+        ("accepted", pa.bool_()), ("reasons", pa.string()), ("speedup", pa.float64()),
+        ("median_ms", pa.float64()), ("command", pa.string()), ("exit_status", pa.int32()),
+        ("timed_out", pa.bool_()), ("output_tail", pa.string()), ("created_at", TS),
+    ]),
 }
 
 
@@ -188,6 +219,28 @@ def now() -> Any:
     return dt.datetime.now(dt.timezone.utc)
 
 
+def table_schema(table: str) -> pa.Schema:
+    """``SCHEMAS[table]`` and after it every column the registered measurement observers
+    declare for ``table`` that it lacks (workers.observers ``observer_columns``), so that
+    a plug-in's results are stored without a change here.
+
+    Raises:
+        KeyError: an unknown table.
+        ValueError: an observer declares a type Arrow does not know (the message names
+            the column).
+    """
+    schema = SCHEMAS[table]
+    for name, typ in observer_columns(table).items():
+        if schema.get_field_index(name) < 0:
+            try:
+                schema = schema.append(pa.field(name, pa.type_for_alias(typ)))
+            except (ValueError, KeyError):
+                raise ValueError(f"measurement observer column {name!r} of {table!r}: "
+                                 f"{typ!r} is not an Arrow type name (use e.g. float64, "
+                                 "int64, bool, string)") from None
+    return schema
+
+
 def write_table(root: Path, table: str, sweep: str, run_id: str,
                 rows: list[dict[str, Any]]) -> Path:
     """Write ``rows`` as one new Parquet file of ``table``; atomic (temp name + rename).
@@ -195,7 +248,7 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
     Missing columns are null; unknown keys raise KeyError-free (they are dropped).
     Returns the file's path.
     """
-    schema = SCHEMAS[table]
+    schema = table_schema(table)
     cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
     t = pa.table(cols, schema=schema)
     folder = root / table / f"sweep={sweep}" / f"run={run_id}"

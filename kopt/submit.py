@@ -5,28 +5,37 @@ A submission is one more iteration of the run (or, with ``retry``, another try a
 one, up to ``max_tries``), planned by kopt.strategy.submitted and run by
 kopt.pipeline.Driver as any iteration of the NCU loop. The sources are stored in the store
 (the ``sources`` table, and a copy under ``STORE/source-files/HASH/NAME`` that builds read);
-each try is a ``versions`` row.
+each try is a ``versions`` row. :func:`record` checks and records a try, :func:`load`
+rebuilds its strategy from the store, so that ``kopt submit --detach`` (:func:`detach`) runs
+it in a background process of its own after refusals were given at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import platform
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from kopt.catalog import load_catalog
+from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan, check_claim_for_plan
 from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
 from kopt.store import now
-from kopt.strategy.submitted import Submitted, Version, version_space
+from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
 
-MAX_TRIES = 3  # submissions per iteration (the first and two fixes), `--max-tries`
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
+IDEA_KINDS = ("catalog", "paper", "url", "kernel", "other")  # the `provenance` table's kinds
 
 
 class SubmitError(ValueError):
@@ -53,6 +62,41 @@ def source_files(source: Path) -> list[Path]:
                            f"({', '.join(SOURCE_SUFFIXES)}); pass a file or a folder of them"])
     raise SubmitError([f"--source {source}: no such file or folder; pass the new version's "
                        "source file (or a folder of versions)"])
+
+
+def _is_url(text: str) -> bool:
+    """Whether ``text`` parses as a URL with a scheme and a host (``https://...``)."""
+    u = urlparse(text)
+    return bool(u.scheme and u.netloc) and not any(c.isspace() for c in text)
+
+
+def parse_idea(text: str, catalog: Catalog) -> tuple[str, str]:
+    """One ``--idea`` as ``(kind, ref)`` (kinds: :data:`IDEA_KINDS`): ``KIND:REF`` names the
+    kind (``paper:Merrill & Garland 2016``, ``kernel:cub::BlockReduce``); else a catalog
+    method id is ``catalog``, a URL (``https://...``) is ``url``, anything else ``other``.
+
+    Raises:
+        SubmitError: empty text, a ``catalog:`` that names no catalog method, a ``url:``
+            that does not parse as one.
+    """
+    text = text.strip()
+    kind, sep, rest = text.partition(":")
+    if sep and kind in IDEA_KINDS:
+        text = rest.strip()
+    elif text in catalog.methods:
+        kind = "catalog"
+    else:
+        kind = "url" if _is_url(text) else "other"
+    if not text:
+        raise SubmitError(["--idea: empty; give a catalog method id, a URL, or KIND:REF "
+                           f"(kinds: {', '.join(IDEA_KINDS)})"])
+    if kind == "catalog" and text not in catalog.methods:
+        raise SubmitError([f"--idea catalog:{text}: not a catalog method (`kopt catalog` lists "
+                           "them); write paper:, kernel: or other: for an idea from elsewhere"])
+    if kind == "url" and not _is_url(text):
+        raise SubmitError([f"--idea url:{text}: not a URL (scheme and host, e.g. "
+                           "https://host/path); write other:TEXT for anything else"])
+    return kind, text
 
 
 def store_source(root: Path, space: Space, path: Path) -> tuple[Path, str, str]:
@@ -110,10 +154,7 @@ def _plan_for(sweep: Sweep, db: Database, run_id: str, dc: str, it: int, st: Ite
     from kopt.propose import propose
 
     ctx = st.context()
-    space = sweep.space(db.run_info(run_id)["backend"])
-    # propose() plans with the sweep's -D realizations: not once a submitted method is selected
-    usable = not retry and set(ctx.selected) <= set(space.methods)
-    for p in (propose(sweep, db.root) if usable else []):
+    for p in (propose(sweep, db.root) if not retry else []):
         if p["run_id"] == run_id and p["device_class"] == dc and p["next_iteration"] == it:
             return p
     return {"sm": sm, "selected": ctx.selected,
@@ -121,16 +162,27 @@ def _plan_for(sweep: Sweep, db: Database, run_id: str, dc: str, it: int, st: Ite
                              for a, v in catalog_scan(load_catalog(), sm, ctx).items()}}
 
 
-def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: list[str],
-            note: str, submitter: str, retry: bool = False, max_tries: int = MAX_TRIES
-            ) -> Submitted:
+def _sms(rec: dict[str, Any]) -> dict[str, int | None]:
+    """Device class -> SM arch (None on a CPU device) of a run's ``runs`` record."""
+    return {d["device_class"]: d.get("sm") for d in json.loads(rec["devices"] or "[]")}
+
+
+def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: list[str],
+           note: str, submitter: str, retry: bool = False, max_tries: int | None = None,
+           ideas: Sequence[str] = ()) -> tuple[int, int]:
     """Check a submission and record it: the claim against each class's plan (one line per
-    broken rule, rule name first), the tries left, then the sources and ``versions`` rows
-    stored. Returns the strategy that runs it.
+    broken rule, rule name first), the tries left (``max_tries``, default the sweep's
+    ``submit.max_tries``), then the sources, ``versions`` rows and ``provenance`` rows (each
+    of ``ideas``, :func:`parse_idea`, and each claimed method as kind ``catalog``) stored.
+    Returns the iteration it runs as and its try (1 for the first submission into it).
 
     Raises:
-        SubmitError: a refused claim, no tries left, no such run, a lost parent source.
+        SubmitError: a refused claim or idea, no tries left, no such run, a lost parent
+            source.
     """
+    cat = load_catalog()
+    known = list(dict.fromkeys([("catalog", m) for m in methods if m in cat.methods]
+                               + [parse_idea(i, cat) for i in ideas]))
     db = Database(root)
     rec = db.run_info(run_id)
     if rec is None:
@@ -138,12 +190,13 @@ def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods:
                            "sweep from runs\"` lists runs)"])
     it, states = _prior(db, run_id, retry)
     prior = states[it - 1]
-    tries = db.submit_tries(run_id, it)
-    if tries >= max_tries:
+    tries, limit = db.submit_tries(run_id, it), max_tries or sweep.submit.max_tries
+    if tries >= limit:
         raise SubmitError([f"iteration {it} of run {run_id} already had {tries} tries "
-                           f"(--max-tries {max_tries}); submit into a new iteration "
+                           f"(--max-tries {limit}, sweep.yaml submit.max_tries "
+                           f"{sweep.submit.max_tries}); submit into a new iteration "
                            "(without --retry) or raise --max-tries"])
-    sm_of = {d["device_class"]: d.get("sm") for d in json.loads(rec["devices"] or "[]")}
+    sm_of = _sms(rec)
     lines = []
     for dc, st in prior.items():
         check = check_claim_for_plan(methods, _plan_for(sweep, db, run_id, dc, it, st,
@@ -152,19 +205,76 @@ def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods:
     if lines:
         raise SubmitError(lines)
     space = sweep.space(rec["backend"])
-    parents, pspace = {}, {}
+    parents = _parents(db, run_id, it, prior, space, {})
+    digests = _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
+                      submitter, next(iter(parents.values()))["candidate_id"])
+    db.commit("provenance", sweep.name, run_id, [
+        {"run_id": run_id, "sweep": sweep.name, "iteration": it, "try_no": tries + 1,
+         "source_hash": h, "kind": kind, "ref": ref, "created_at": now()}
+        for h in digests for kind, ref in known])
+    return it, tries + 1
+
+
+def _parents(db: Database, run_id: str, it: int, prior: dict[str, IterState], space: Space,
+             pspace: dict[str, Space]) -> dict[str, dict[str, Any]]:
+    """Device class -> the lineage row of the best candidate of iteration ``it - 1``
+    (the parent of iteration ``it``), each parent's source space added to ``pspace``.
+
+    Raises:
+        SubmitError: a class has no best candidate (its baseline failed).
+    """
+    parents = {}
     for dc, st in prior.items():
         row = _lineage_row(db, run_id, (st.best or {}).get("candidate_id", ""), space, pspace)
         if row is None:
             raise SubmitError([f"run {run_id}: iteration {it - 1} on {dc} has no best "
                                "candidate to derive from (its baseline failed)"])
         parents[dc] = row
-    sub = _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
-                  submitter, prior, parents, pspace)
-    for cid in _contested(db, run_id, it, states, retry):
+    return parents
+
+
+def load(sweep: Sweep, root: Path, run_id: str, it: int, try_no: int) -> Submitted:
+    """The strategy that runs try ``try_no`` of iteration ``it`` of ``run_id``, as
+    :func:`record` stored it (its ``versions`` rows and the run's states).
+
+    Raises:
+        SubmitError: no such try recorded, a lost parent source.
+    """
+    db = Database(root)
+    rec = db.run_info(run_id)
+    states: dict[int, dict[str, IterState]] = {}
+    for i, dc, js in db.iteration_states(run_id):
+        states.setdefault(i, {})[dc] = IterState.from_json(js)
+    rows = [v for v in db.versions(run_id) if v["iteration"] == it and v["try_no"] == try_no]
+    if rec is None or not rows or it - 1 not in states:
+        raise SubmitError([f"run {run_id}: no try {try_no} of iteration {it} recorded in "
+                           f"{root}; submit it with `kopt submit`"])
+    space, pspace = sweep.space(rec["backend"]), {}
+    parents = _parents(db, run_id, it, states[it - 1], space, pspace)
+    versions = [Version(v["name"], stored_source(db, space, v["source_hash"]).source,
+                        v["source_hash"], [m for m in (v["claimed_methods"] or "").split(",") if m],
+                        v["note"] or "", v["submitter"]) for v in rows]
+    sub = Submitted(it, versions, states[it - 1], parents, pspace)
+    for cid in _contested(db, run_id, it, states, try_no > 1):
         row = _lineage_row(db, run_id, cid, space, pspace)
         if row is not None:
             sub.rebuild[cid] = row
+    return sub
+
+
+def planned_ids(sweep: Sweep, root: Path, run_id: str, it: int, try_no: int) -> Submitted:
+    """The strategy of try ``try_no`` of iteration ``it`` (:func:`load`) with ``created``
+    filled before it runs: per version the candidate ids the run will store, computed as
+    the strategy plans them (kopt.strategy.submitted.version_candidates, on the SM arch of
+    each of the run's device classes)."""
+    rec = Database(root).run_info(run_id) or {"devices": "[]", "backend": sweep.primary}
+    sub = load(sweep, root, run_id, it, try_no)
+    space, cat = sweep.space(rec["backend"]), load_catalog()
+    for sm in dict.fromkeys(_sms(rec).values()):
+        for v in sub.versions:
+            made = sub.created[v.source_hash]
+            made += [c.candidate_id for c in version_candidates(space, cat, sm, v)
+                     if c.candidate_id not in made]
     return sub
 
 
@@ -197,14 +307,11 @@ def _contested(db: Database, run_id: str, it: int, states: dict[int, dict[str, I
 
 def _record(db: Database, sweep: Sweep, run_id: str, it: int, try_no: int, space: Space,
             sources: list[Path], methods: list[str], note: str, submitter: str,
-            prior: dict[str, IterState], parents: dict[str, dict[str, Any]],
-            pspace: dict[str, Space]) -> Submitted:
-    """Store the sources and ``versions`` rows; the strategy that runs them."""
-    versions, srows, vrows = [], [], []
-    parent_id = next(iter(parents.values()))["candidate_id"]
+            parent_id: str) -> list[str]:
+    """Store the sources and ``versions`` rows of one try; returns the sources' digests."""
+    srows, vrows = [], []
     for path in sources:
-        copy, digest, text = store_source(db.root, space, path)
-        versions.append(Version(path.name, copy, digest, methods, note, submitter))
+        _, digest, text = store_source(db.root, space, path)
         srows.append({"source_hash": digest, "name": path.name, "text": text,
                       "created_at": now()})
         vrows.append({"run_id": run_id, "sweep": sweep.name, "iteration": it,
@@ -213,7 +320,7 @@ def _record(db: Database, sweep: Sweep, run_id: str, it: int, try_no: int, space
                       "claimed_methods": ",".join(methods), "note": note, "created_at": now()})
     db.commit("sources", sweep.name, run_id, srows)
     db.commit("versions", sweep.name, run_id, vrows)
-    return Submitted(it, versions, prior, parents, pspace)
+    return [v["source_hash"] for v in vrows]
 
 
 @dataclasses.dataclass
@@ -237,6 +344,18 @@ class Node:
         fig = (f"best {self.best} median {self.median_ms:.4g} ms, {self.speedup:.3g}x over "
                f"its parent" if self.best else "no correct candidate")
         return f"{self.label} [{self.methods or 'no methods'}]: {fig}; {st}"
+
+    def caption(self) -> str:
+        """The node as the report's lineage picture labels it: its name and try, methods,
+        the best median (ms) and speedup over its parent (a root: over its iteration's
+        baseline), and its status counts (one line each)."""
+        head = self.label.split(", source ")[0].split(" (source ")[0]
+        head = head + ")" if "(" in head and not head.endswith(")") else head
+        fig = (f"{self.median_ms:.4g} ms, {self.speedup:.3g}x over "
+               + ("parent" if self.parent else "baseline") if self.best
+               else "no correct candidate")
+        st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+        return "\n".join([head, self.methods or "no methods", fig, st])
 
 
 def lineage(root: Path, run_id: str) -> list[Node]:
@@ -285,40 +404,44 @@ def _take(n: Node, r: dict[str, Any]) -> None:
                                              r["latency_method"]) if m)
 
 
-def lineage_text(nodes: list[Node]) -> list[str]:
-    """The tree as indented lines: each node under the node that holds its parent."""
-    owner = {}
+def lineage_order(nodes: list[Node]) -> list[tuple[int, Node, Node | None]]:
+    """The tree depth first: ``(depth, node, the node holding its parent or None)``, each
+    node under the node that holds its parent candidate."""
+    owner: dict[str, Node] = {}
     for n in nodes:
         for c in n.members:
-            owner.setdefault(c, n.key)
+            owner.setdefault(c, n)
     kids: dict[Any, list[Node]] = {}
     for n in nodes:
-        kids.setdefault(owner.get(n.parent) if n.parent else None, []).append(n)
-    out: list[str] = []
-    _walk(kids, None, 0, out)
+        up = owner.get(n.parent) if n.parent else None
+        kids.setdefault(up.key if up else None, []).append(n)
+    out: list[tuple[int, Node, Node | None]] = []
+    _walk(kids, None, None, 0, out)
     return out
 
 
-def _walk(kids: dict[Any, list[Node]], key: Any, depth: int, out: list[str]) -> None:
+def _walk(kids: dict[Any, list[Node]], up: Node | None, key: Any, depth: int,
+          out: list[tuple[int, Node, Node | None]]) -> None:
     for n in kids.get(key, []):
-        out.append("  " * depth + ("└─ " if depth else "") + n.line())
-        _walk(kids, n.key, depth + 1, out)
+        out.append((depth, n, up))
+        _walk(kids, n, n.key, depth + 1, out)
 
 
-def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[str], note: str,
-                   submitter: str, retry: bool = False, max_tries: int = MAX_TRIES,
-                   observers: list[Any] | None = None, address: str | None = None
-                   ) -> tuple[Submitted, Any]:
-    """Check, record and run a submission into ``run_id`` (see :func:`prepare`) on the
-    attached (or an embedded local) Ray; returns the strategy (``created``: source digest ->
-    candidate ids) and the run's summary (kopt.pipeline.RunSummary).
+def lineage_text(nodes: list[Node]) -> list[str]:
+    """The tree as indented lines: each node under the node that holds its parent."""
+    return ["  " * d + ("└─ " if d else "") + n.line() for d, n, _ in lineage_order(nodes)]
+
+
+def open_run(root: Path, run_id: str) -> Sweep:
+    """The sweep of stored run ``run_id``, checked to be unchanged since the run and free
+    (no other process writing it).
 
     Raises:
-        SubmitError: as :func:`prepare`; the run's sweep folder cannot be loaded.
+        SubmitError: no such run; its sweep folder does not load.
         kopt.store.RunLocked: another process is writing the run.
         kopt.pipeline.SweepError: the sweep changed since the run.
     """
-    from kopt.pipeline import Driver, ensure_ray, resumable_run
+    from kopt.pipeline import resumable_run
     from kopt.spec import SpecError, load_sweep
     from kopt.store import RunLock
 
@@ -333,7 +456,81 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
                            f"{e}"]) from None
     RunLock(root, run_id).check()
     resumable_run(root, run_id, sweep)
-    sub = prepare(sweep, root, run_id, sources, methods, note, submitter, retry, max_tries)
+    return sweep
+
+
+def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[str], note: str,
+                   submitter: str, retry: bool = False, max_tries: int | None = None,
+                   observers: list[Any] | None = None, address: str | None = None,
+                   ideas: Sequence[str] = ()) -> tuple[Submitted, Any]:
+    """Check, record (:func:`record`; ``ideas``: the sources of its idea, the
+    ``provenance`` table) and run a submission into ``run_id``
+    (:func:`run_recorded`); returns the strategy (``created``: source digest -> candidate
+    ids) and the run's summary (kopt.pipeline.RunSummary).
+
+    Raises:
+        SubmitError: as :func:`record`, :func:`open_run`.
+        kopt.store.RunLocked: another process is writing the run.
+        kopt.pipeline.SweepError: the sweep changed since the run.
+    """
+    sweep = open_run(root, run_id)
+    it, try_no = record(sweep, root, run_id, sources, methods, note, submitter, retry,
+                        max_tries, ideas)
+    return run_recorded(root, run_id, it, try_no, observers, address, sweep)
+
+
+def run_recorded(root: Path, run_id: str, it: int, try_no: int,
+                 observers: list[Any] | None = None, address: str | None = None,
+                 sweep: Sweep | None = None) -> tuple[Submitted, Any]:
+    """Run try ``try_no`` of iteration ``it`` (recorded by :func:`record`) on the attached
+    (or an embedded local) Ray, as kopt.pipeline.Driver runs any iteration of the loop;
+    returns the strategy and the run's summary.
+
+    Raises:
+        SubmitError: as :func:`load`, :func:`open_run`.
+        kopt.store.RunLocked: another process is writing the run.
+    """
+    from kopt.pipeline import Driver, _terminate, ensure_ray
+
+    sweep = sweep or open_run(root, run_id)
+    sub = load(sweep, root, run_id, it, try_no)
     ensure_ray(address)
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM stops it as Ctrl-C does: what was measured flushed, the run interrupted
+        signal.signal(signal.SIGTERM, _terminate)
     summary = Driver(sweep, root, resume=run_id, observers=observers, submission=sub).run()
     return sub, summary
+
+
+def detach(root: Path, run_id: str, it: int, try_no: int, address: str | None = None
+           ) -> Path:
+    """Run try ``try_no`` of iteration ``it`` in a background process of its own session
+    (``python -m kopt.cli run-submitted``, which outlives this one); returns its log file,
+    ``STORE/submit-logs/RUN_ID-itN-tryK.log``. Next to it, ``.json`` names the process
+    (``pid``, ``host``) and, once it ends, its exit status ``rc`` (what `kopt wait` reads)."""
+    log = job_file(root, run_id, it, try_no, ".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "kopt.cli", "run-submitted", run_id, "--iteration", str(it),
+           "--try", str(try_no), "--store", str(Path(root).absolute())]
+    with open(log, "ab") as f:
+        p = subprocess.Popen(cmd + (["--address", address] if address else []), stdout=f,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    job_file(root, run_id, it, try_no, ".json").write_text(json.dumps(
+        {"pid": p.pid, "host": platform.node(), "log": str(log.absolute())}))
+    return log
+
+
+def job_file(root: Path, run_id: str, it: int, try_no: int, suffix: str) -> Path:
+    """``STORE/submit-logs/RUN_ID-itN-tryK`` + ``suffix``: a detached try's log / record."""
+    return Path(root) / "submit-logs" / f"{run_id}-it{it}-try{try_no}{suffix}"
+
+
+def mark_exit(root: Path, run_id: str, it: int, try_no: int, rc: int) -> None:
+    """Write a detached try's exit status ``rc`` into its record (:func:`detach`)."""
+    path = job_file(root, run_id, it, try_no, ".json")
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        rec = {}
+    path.write_text(json.dumps({**rec, "rc": rc}))

@@ -170,3 +170,15 @@ def test_propose_sets_apart_triples_the_restrictions_empty(tmp_path):
     assert [None, V, None] in plan["empty_triples"] and [U, V, None] in plan["empty_triples"]
     assert not any(V in t for t in plan["triples"])
     assert [U, None, None] in plan["triples"]
+
+
+def test_a_submitted_iterations_parent_keeps_its_methods_out_of_ineffective():
+    """Issue 15: a submitted iteration's baseline is its parent, a version whose triple holds
+    the methods an earlier iteration selected (U); the new version (V) wins. U was not tried
+    in this iteration, so it is not judged (before: the parent "gained nothing over itself"
+    and U, selected in iteration 2, was listed ineffective in iteration 3)."""
+    prev = IterState(iteration=2, selected=[U], best={"candidate_id": "p", "iteration": 2})
+    ranked = [cand("v", (None, V, None), 2.0), cand("p", (U, None, None), 1.0, base=True)]
+    st = close_iteration(prev, ranked, 3, {}, None)
+    assert st.selected == [U, V] and st.best["candidate_id"] == "v"
+    assert st.ineffective == {}

@@ -155,3 +155,264 @@ def test_power_is_a_stored_column_null_in_older_stores(tmp_path):
     _, rows = query("select job_key, sm_clock_mhz, power_w from candidates order by job_key",
                     tmp_path)
     assert rows == [("new", 1755.0, 402.25), ("old", 1980.0, None)]
+
+
+# -- measurement plug-ins (issue 13.5): NCU as a profiling observer, a registry, columns --
+
+METRICS = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+SGEMM_ROWS = [("matmul_kernel", 0, "gpu__time_duration.sum", 935424.0, "ns"),
+              ("matmul_kernel", 0, "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+               66.1024209, "%")]
+
+
+def _fake_ncu(tmp_path, monkeypatch, prof):
+    """tests/test_ncu.py's stand-in ncu (it runs the real target and writes a real H200
+    report of one sgemm launch) on $NCU; ``prof``: the jobs it says it profiled."""
+    import test_ncu
+
+    from workers import ncu
+
+    fake = tmp_path / "ncu"
+    fake.write_text(test_ncu.FAKE_NCU.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("NCU", str(fake))
+    monkeypatch.setenv("FAKE_REPORT", str(test_ncu.DATA / "sgemm_full.ncu-rep"))
+    monkeypatch.setenv("FAKE_PROF", prof)
+    monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
+
+
+def _rows(res):
+    import pytest
+
+    return [(r["kernel"], r["launch"], r["metric"], pytest.approx(r["value"]), r["unit"])
+            for r in res["ncu_rows"]]
+
+
+def _built(tmp_path, build_id):
+    """faulty.cpp's honest mode built for the CPU as ``build_id``: the artifact's bytes and
+    the sweep-wide part of a run job for it (kopt.builder.job_base's fields)."""
+    from test_harness import job
+
+    from workers import build as wb
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    bj = wb.BuildJob(build_id, "cpu", src.read_text(), src.name, str(src.parent), {"MODE": 0})
+    res, data = wb.build(bj, cache=tmp_path / "built")
+    assert res.ok, res.error
+    return data, {k: v for k, v in job("", src, ref, timing=TIMING).items()
+                  if k not in ("artifact", "dims")}
+
+
+def test_ncu_is_a_profiling_observer_whose_results_are_its_columns(tmp_path, monkeypatch):
+    """NcuObserver.profile wraps a profiled launch of each candidate of a batch (one ncu
+    process; each on its own when the launches cannot be told apart) and returns, per
+    candidate, the columns it declares (``profile_status``, ``profile_error``) and the
+    metric rows; a stand-in ncu, the real target, a real H200 report."""
+    from test_harness import artifact, job
+
+    from workers.observers import NcuObserver, ProfileTarget, ProfilingObserver
+
+    assert issubclass(NcuObserver, ProfilingObserver) and NcuObserver.table == "profiles"
+    assert NcuObserver.columns == {"profile_status": "string", "profile_error": "string"}
+    assert NcuObserver.devices == ("cuda",)
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    batch = [ProfileTarget({**job(artifact(tmp_path, src, 0), src, ref), "device": "cpu"},
+                           ["matmul_kernel"]) for _ in range(2)]
+    obs = NcuObserver(metrics=METRICS, sections=None, unknown_option=1)
+
+    _fake_ncu(tmp_path, monkeypatch, "1")  # one ncu process; the launch is job 1's
+    res = obs.profile(batch)
+    assert [(r["profile_status"], r["profile_error"]) for r in res] == [
+        ("no_kernels", "ncu profiled no kernel matching ['matmul_kernel']"), ("ok", None)]
+    assert res[0]["ncu_rows"] == [] and _rows(res[1]) == SGEMM_ROWS
+    assert "--many" in res[1]["ncu_command"] and res[1]["ncu_seconds"] > 0
+
+    _fake_ncu(tmp_path, monkeypatch, "0,1")  # two launches claimed, one in the report:
+    res = obs.profile(batch)  # each candidate then gets its own ncu process
+    assert [(r["profile_status"], r["profile_error"]) for r in res] == [("ok", None)] * 2
+    assert [_rows(r) for r in res] == [SGEMM_ROWS] * 2
+    assert not any("--many" in r["ncu_command"] for r in res)
+
+
+def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatch):
+    """kopt.strategy.profiling through the device actor (kopt.runner.LocalRunner: the
+    device side in this process): every profiling observer registered for the device
+    wraps the pass; NCU's rows become ``metrics`` rows, and every declared column -- NCU's
+    status and error and a third, toy observer's -- a ``profiles`` column, with no change
+    in the driver."""
+    import json
+    import types
+
+    import pytest
+
+    from kopt.catalog import load_catalog
+    from kopt.database import Database
+    from kopt.runner import LocalRunner
+    from kopt.spec import load_sweep
+    from kopt.store import query
+    from kopt.strategy import profiling
+    from kopt.strategy.context import RunContext
+    from workers import observers
+    from workers.observers import NcuObserver, ProfilingObserver, register
+    from workers.records import BuildResult
+
+    class CpuNcu(NcuObserver):  # the stand-in ncu runs the target on the CPU
+        devices = ("cpu",)
+
+    class KernelCount(ProfilingObserver):
+        columns = {"toy_kernels": "int64"}
+        devices = ("cpu",)
+
+        def profile(self, batch):
+            return [{"toy_kernels": len(t.kernels) + len(self.options["metrics"])}
+                    for t in batch]
+
+    monkeypatch.setattr(observers, "_registered", [])
+    register(CpuNcu)
+    register(KernelCount)
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    _fake_ncu(tmp_path, monkeypatch, "1")
+    data, common = _built(tmp_path, "t-prof")
+    builder = types.SimpleNamespace(
+        results={"t-prof": BuildResult("t-prof", True, kernels=[{"name": "matmul_kernel"}])},
+        artifacts={"t-prof": data})
+    sweep = load_sweep(FIXTURES.parent.parent / "sweeps" / "vector_add")
+    rows = {f"j{i}": {"iteration": 1, "candidate_id": f"c{i}", "device_class": "cpu-test",
+                      "dims": json.dumps({"N": 4096}), "job_key": f"j{i}"} for i in (0, 1)}
+    ranked = [{"candidate_id": f"c{i}", "build_id": "t-prof", "is_baseline": i == 0}
+              for i in (0, 1)]
+    store = tmp_path / "store"
+    runner = LocalRunner("cpu", 1, "cpu-test")
+    try:
+        ctx = RunContext(sweep, store, "r1", Database(store).writer(sweep.name, "r1"),
+                         builder, runner, load_catalog(), backend="cuda", common=common,
+                         rows=rows)
+        ev = profiling.profile(ctx, 1, "cpu-test", ranked, METRICS)
+        ctx.writer.flush()
+    finally:
+        runner.close()
+    assert set(ev) == {"c0", "c1"} and ev["c0"].scores == {}
+    _, prof = query("select job_key, profile_status, profile_error, toy_kernels "
+                    "from profiles_raw order by job_key", store)
+    assert prof == [("j0", "no_kernels", "ncu profiled no kernel matching ['matmul_kernel']",
+                     3), ("j1", "ok", None, 3)]
+    _, met = query("select candidate_id, kernel, launch, metric, value, unit from metrics "
+                   "order by metric", store)
+    assert met == [("c1", k, n, m, pytest.approx(v), u) for k, n, m, v, u in SGEMM_ROWS]
+
+
+TOY_PLUGIN = '''
+from workers.observers import Observer
+
+
+class SamplesSeen(Observer):
+    """A toy measurement source: the samples of every batch around which it was called."""
+
+    columns = {"toy_samples": "int64"}
+    devices = ("cpu", "cuda")
+
+    def begin(self):
+        self.n = 0
+
+    def after_batch(self, samples_ms):
+        self.n += len(samples_ms)
+        return False
+
+    def results(self):
+        return {"toy_samples": self.n}
+'''
+
+
+def _install_plugin(tmp_path, monkeypatch, module, module_text, entry):
+    """An installed package on sys.path and $PYTHONPATH (so the sandbox sees it): module
+    ``module`` and the ``kopt.observers`` entry point ``entry`` (``name = module:Class``)."""
+    import os
+
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / f"{module}.py").write_text(module_text)
+    meta = tmp_path / "plug" / f"{module}-0.1.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (meta / "entry_points.txt").write_text(f"[kopt.observers]\n{entry}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "plug"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path / "plug"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+def test_a_plugged_in_observer_adds_a_stored_column(tmp_path, monkeypatch):
+    """A third measurement source, installed as a package with a ``kopt.observers`` entry
+    point and changing nothing in kopt/ or workers/: the sandboxed harness calls it around
+    every batch, its result reaches the run outcome, and the store keeps it as a
+    ``candidates`` column of its declared type."""
+    import dataclasses
+    import json
+
+    from kopt.database import Database
+    from kopt.runner import LocalRunner, RunInput
+    from kopt.store import now, query, table_schema
+    from workers.observers import observer_columns, registered
+    from workers.records import RunJob, Status, TuningRecord
+
+    _install_plugin(tmp_path, monkeypatch, "kopt_toy_observer", TOY_PLUGIN,
+                    "samples_seen = kopt_toy_observer:SamplesSeen")
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    assert [c.__name__ for c in registered()] == ["NvmlObserver", "NcuObserver", "SamplesSeen"]
+    assert observer_columns("candidates")["toy_samples"] == "int64"
+    assert str(table_schema("candidates").field("toy_samples").type) == "int64"
+    data, common = _built(tmp_path, "t-toy")
+    runner = LocalRunner("cpu", 1, "cpu-test")
+    try:
+        fut = runner.run([RunInput(0, RunJob("j-toy", "t-toy", {"N": 4096}, common), data)])[0]
+        o = runner.collect(fut)
+    finally:
+        runner.close()
+    assert o.status == Status.OK and o.throttled_samples == 0
+    assert o.observed() == {"toy_samples": o.n_samples}  # every sample, each seen once
+    blank = {f.name: None for f in dataclasses.fields(TuningRecord)}
+    rec = TuningRecord(**{**blank, "run_id": "r1", "sweep": "s", "job_key": "j-toy",
+                          "status": o.status, "median_ms": o.median_ms, "params": json.dumps({}),
+                          "created_at": now()})
+    Database(tmp_path / "store").commit("candidates", "s", "r1", [rec.row(o.observed())])
+    _, got = query("select job_key, toy_samples, typeof(toy_samples) from candidates",
+                   tmp_path / "store")
+    assert got == [("j-toy", o.n_samples, "BIGINT")]
+
+
+def test_the_builtin_observers_add_no_column_and_bad_plugins_are_named(tmp_path, monkeypatch):
+    """NVML's and NCU's declared columns are the store's existing ones (same names, same
+    types: the schema is unchanged); registering a non-observer, a plug-in that cannot be
+    loaded or a column type Arrow does not know each fail with a message naming it."""
+    import pyarrow as pa
+    import pytest
+
+    from kopt.store import SCHEMAS, table_schema
+    from workers import observers
+    from workers.observers import register, registered
+
+    for table in ("candidates", "profiles"):
+        assert table_schema(table) == SCHEMAS[table]
+        for name, typ in observers.observer_columns(table).items():
+            assert SCHEMAS[table].field(name).type == pa.type_for_alias(typ)
+    assert observers.timing_observers("cpu") == []
+    assert [type(o).__name__ for o in observers.timing_observers("cuda")] == ["NvmlObserver"]
+    assert [type(o).__name__ for o in observers.profiling_observers("cuda", metrics=["m"])
+            ] == ["NcuObserver"]
+    with pytest.raises(TypeError, match="is not a workers.observers.Observer subclass"):
+        register(dict)
+
+    class Odd(Observer):
+        columns = {"odd": "float65"}
+
+    monkeypatch.setattr(observers, "_registered", [])
+    register(Odd)
+    with pytest.raises(ValueError, match="column 'odd' of 'candidates': 'float65' is not an "
+                                         "Arrow type name"):
+        table_schema("candidates")
+    monkeypatch.setattr(observers, "_registered", [])
+    _install_plugin(tmp_path, monkeypatch, "kopt_broken_observer",
+                    "raise ImportError('no such library')\n",
+                    "broken = kopt_broken_observer:Nothing")
+    with pytest.raises(RuntimeError, match=r"plug-in broken = kopt_broken_observer:Nothing "
+                                           r"\(entry point group kopt.observers\) cannot be "
+                                           r"loaded: ImportError\('no such library'\)"):
+        registered()

@@ -75,7 +75,7 @@ def _kopt(*args, **kw):
 def test_resume_after_the_driver_is_killed(tmp_path):
     store = tmp_path / "store"
     args = ["sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(store),
-            "--backend", "cpu", "--max-candidates", "14"]
+            "--backend", "cpu", "--max-candidates", "8"]
     p = _kopt(*args)
     deadline = time.time() + 240
     n = 0
@@ -90,7 +90,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     assert p.poll() is None, p.stdout.read()
     os.killpg(p.pid, signal.SIGKILL)  # the driver and everything it started
     p.wait()
-    assert 3 <= n < 14
+    assert 3 <= n < 8
     before = dict(query("select job_key, median_ms from candidates", store)[1])
     run_id = query("select run_id from runs", store)[1][0][0]
     # its last event says running, but no driver holds its lock: the next command knows
@@ -99,9 +99,9 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     r = _kopt(*args, "--resume", run_id)
     out, _ = r.communicate(timeout=400)
     assert r.returncode == 0, out
-    assert f"({len(before)} measured before this resume, {14 - len(before)} now)" in out
+    assert f"({len(before)} measured before this resume, {8 - len(before)} now)" in out
     _, rows = query("select job_key, median_ms from candidates", store)
-    assert len(rows) == 14 and len({k for k, _ in rows}) == 14
+    assert len(rows) == 8 and len({k for k, _ in rows}) == 8
     after = dict(rows)
     assert all(after[k] == v for k, v in before.items())  # nothing measured twice
     assert query("select status from runs", store)[1] == [("finished",)]
@@ -112,7 +112,7 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     marked interrupted, the resume command printed, exit 130."""
     store = tmp_path / "store"
     p = _kopt("sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(store),
-              "--backend", "cpu", "--max-candidates", "14")
+              "--backend", "cpu", "--max-candidates", "8")
     deadline, n = time.time() + 240, 0
     while time.time() < deadline and p.poll() is None and n < 2:
         time.sleep(0.5)

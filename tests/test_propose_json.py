@@ -98,3 +98,40 @@ def test_propose_json_without_a_stored_run_has_no_best_or_evidence(tmp_path):
     assert plan["triples"] == [["compute.thread_coarsening", None, None],
                                ["compute.ilp_unroll", None, None],
                                ["compute.branch_eliminate", None, None]]
+
+
+def test_propose_json_after_a_submitted_winner_scans_the_catalog_and_names_its_copy(tmp_path):
+    """Iteration 2 of r1 was won by a submitted version claiming compute.warp_reduction, a
+    method vector_add does not realize: propose plans iteration 3 (no -D triples: the sweep's
+    realizations do not describe that source), the catalog scan says the method is selected,
+    and best_source is the version's stored copy (re-written from the store when missing)."""
+    root = tmp_path / "st"
+    store_with_a_profiled_winner(root)
+    wr, text = "compute.warp_reduction", "// v2: warp shuffles\n"
+    best = {"candidate_id": "v2c", "triple": [wr, None, None], "params": {"THREADS": 256},
+            "defines": {"THREADS": 256}, "speedup": 1.3, "median_ms": 1.2, "iteration": 2}
+    st = IterState(iteration=2, selected=[CP, wr], best=best, bottleneck_before="memory",
+                   bottleneck_after="memory")
+    write_table(root, "iterations", "vector_add", "r1", [{
+        "run_id": "r1", "sweep": "vector_add", "iteration": 2, "device_class": DC,
+        "state": st.to_json(), "created_at": now()}])
+    write_table(root, "candidates", "vector_add", "r1", [{
+        "run_id": "r1", "sweep": "vector_add", "iteration": 2, "candidate_id": "v2c",
+        "device_class": DC, "status": "ok", "params": dumps({"THREADS": 256}),
+        "defines": dumps({"THREADS": 256}), "source_hash": "h2", "submitter": "agent",
+        "claimed_methods": wr, "created_at": now()}])
+    write_table(root, "sources", "vector_add", "r1", [{
+        "source_hash": "h2", "name": "v2.cu", "text": text, "created_at": now()}])
+    r = CliRunner().invoke(main, ["propose", str(SWEEP), "--store", str(root),
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    [plan] = json.loads(r.stdout)
+    assert plan["next_iteration"] == 3 and plan["selected"] == [CP, wr]
+    assert plan["triples_from"] == "catalog" and plan["empty_triples"] == []
+    assert plan["triples"] and all(wr not in t for t in plan["triples"])
+    scan = {s["method"]: s for a in plan["catalog_scan"].values() for s in a}
+    assert scan[wr]["reason"] == "already_selected" and not scan[wr]["admitted"]
+    assert scan["latency.warp_shuffle_sync"]["admitted"] is True  # no evidence: all held
+    copy = root / "source-files" / "h2" / "v2.cu"
+    assert plan["best"]["candidate_id"] == "v2c" and plan["best_source"] == str(copy)
+    assert copy.read_text() == text

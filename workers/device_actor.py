@@ -16,6 +16,7 @@ from typing import Any
 import ray
 
 from workers.build import ensure_artifact
+from workers.observers import ProfileTarget, profiling_observers
 from workers.records import RunJob, RunOutcome, Status
 from workers.sandbox import Sandbox
 
@@ -98,26 +99,26 @@ class DeviceActor:
     def profile_many(self, jobs: list[dict[str, Any]], kernels: list[list[str]],
                      metrics: list[str], sections: list[str] | None, *artifacts: bytes
                      ) -> list[dict[str, Any]]:
-        """Nsight Compute capture of several candidates in one ncu process
-        (workers.ncu.capture_many; ``artifacts`` in the order of ``jobs``, top-level
-        arguments so that Ray resolves them); when their launches cannot be told apart, each
-        is captured on its own. Never raises; one dict per job as :meth:`profile`."""
-        from dataclasses import asdict
-
-        from workers import ncu
-
+        """A profiled pass over several candidates: each profiling observer registered for
+        this device (workers.observers ``profiling_observers``, given ``metrics`` and
+        ``sections``; CUDA: :class:`~workers.observers.NcuObserver`, one ncu process for
+        the batch) wraps one launch of each. ``kernels``: each job's mangled kernel names;
+        ``artifacts`` in the order of ``jobs``, top-level arguments so that Ray resolves
+        them. Never raises; per job in order, the observers' results merged (NCU:
+        ``profile_status``, ``profile_error``, ``ncu_rows``, ``ncu_command``,
+        ``ncu_seconds``)."""
         t0 = time.perf_counter()
+        out: list[dict[str, Any]] = [{} for _ in jobs]
         try:
-            jobs = [{**j, "device": self.backend, "artifact": str(ensure_artifact(
-                j["build_id"], a))} for j, a in zip(jobs, artifacts)]
-            res = ncu.capture_many(list(zip(jobs, kernels)), metrics, sections)
-            if res is None:  # one capture per candidate
-                res = [ncu.capture(j, ks, metrics, sections) for j, ks in zip(jobs, kernels)]
-            out = [{"status": r.status, "error": r.error, "command": r.command,
-                    "seconds": r.seconds, "rows": [asdict(x) for x in r.rows]} for r in res]
+            batch = [ProfileTarget({**j, "device": self.backend, "artifact": str(
+                ensure_artifact(j["build_id"], a))}, ks)
+                for j, a, ks in zip(jobs, artifacts, kernels)]
+            for o in profiling_observers(self.backend, metrics=metrics, sections=sections):
+                for mine, res in zip(out, o.profile(batch)):
+                    mine.update(res)
         except Exception as e:
-            out = [{"status": Status.CRASHED, "error": f"profile: {e!r}", "rows": [],
-                    "seconds": 0.0} for _ in jobs]
+            out = [{"profile_status": Status.CRASHED, "profile_error": f"profile: {e!r}"}
+                   for _ in jobs]
         self.busy_s += time.perf_counter() - t0
         return out
 

@@ -83,7 +83,7 @@ import torch
 from workers import nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
-from workers.observers import NvmlObserver, Observer
+from workers.observers import Observer, timing_observers
 from workers.records import RunJob, Status
 from workers.timing import should_stop, summarize
 
@@ -171,9 +171,10 @@ class Harness:
     "called", "call_ms": ...}``).
 
     ``observers``: measurement observers (workers.observers) called around every batch of
-    timed samples; their results are columns of the outcome. CUDA: an
+    timed samples; their results are columns of the outcome: the registered ones for the
+    device (workers.observers ``timing_observers``). CUDA: an
     :class:`~workers.observers.NvmlObserver` (clock, temperature, throttle, power; each
-    None where NVML cannot say); CPU: none.
+    None where NVML cannot say); CPU: none, unless a plug-in measures CPUs.
     """
 
     def __init__(self, device: str, progress: Callable[[dict], None] | None = None):
@@ -189,7 +190,7 @@ class Harness:
         else:
             l2 = _llc_bytes()
         self.flush_buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.int8, device=self.device)
-        self.observers: list[Observer] = [NvmlObserver()] if self.is_cuda else []
+        self.observers: list[Observer] = timing_observers("cuda" if self.is_cuda else "cpu")
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self._deadline = math.inf  # perf_counter time by which the job must answer
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)

@@ -14,6 +14,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.observers import observer_columns
+
 
 class Status(str, enum.Enum):
     """A job's status (the ``status`` column). A ``str`` enum: each member equals its stored
@@ -173,6 +175,13 @@ class RunOutcome:
         return cls(status=status, **{k: v for k, v in d.items() if k in names},
                    extra={k: v for k, v in d.items() if k not in names and k != "status"})
 
+    def observed(self) -> dict[str, Any]:
+        """What registered measurement observers (workers.observers) declared as
+        ``candidates`` columns and have no field here (a plug-in's results, kept in
+        ``extra``): column name -> value."""
+        cols = observer_columns("candidates")
+        return {k: v for k, v in self.extra.items() if k in cols}
+
     @classmethod
     def fault(cls, status: Status, error: str) -> RunOutcome:
         """An outcome with no figures: the job could not run (``lost``, ``compile_error``)."""
@@ -185,7 +194,9 @@ class TuningRecord:
     outcome. Times: ``compile_s``/``wall_s`` in seconds, ``*_ms`` in milliseconds.
 
     Every field is a column of the ``candidates`` table (kopt.store.SCHEMAS); stores
-    written before a column existed read it as NULL."""
+    written before a column existed read it as NULL. A measurement observer plug-in's
+    columns (:meth:`RunOutcome.observed`) go into the row beside these fields (kopt.store
+    ``table_schema`` adds their columns)."""
 
     run_id: str
     sweep: str
@@ -245,8 +256,10 @@ class TuningRecord:
     note: str | None = None
     max_rel_err: float | None = None  # issue 17.4: the check's largest |out - ref| / |ref|
 
-    def row(self) -> dict[str, Any]:
-        """The store row (``status`` as its plain string)."""
+    def row(self, observed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The store row (``status`` as its plain string), with ``observed`` (plug-in
+        observers' columns, :meth:`RunOutcome.observed`) beside the fields, never over
+        one."""
         out = dataclasses.asdict(self)
         out["status"] = Status(self.status).value
-        return out
+        return {**(observed or {}), **out}

@@ -23,6 +23,8 @@ class RunContext:
         rows: job key -> the ``candidates`` row written in this run.
         agg: ``(iteration, device class, candidate id)`` -> aggregated NCU metrics of a
             candidate profiled in this run.
+        unprofiled: the same keys -> why its profile holds no metric (the profiler's
+            status and error; e.g. no NCU on the CPU backend).
         common: the sweep-wide part of every run job (kopt.builder.job_base).
     """
 
@@ -38,6 +40,8 @@ class RunContext:
     common: dict[str, Any] = field(default_factory=dict)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     agg: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)
+    # (iteration, device class, candidate id) -> why a profile of it holds no metrics
+    unprofiled: dict[tuple[int, str, str], str] = field(default_factory=dict)
 
     def fault(self, message: str) -> None:
         """Tell every observer about a fault."""

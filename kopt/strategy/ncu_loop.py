@@ -14,9 +14,13 @@ import dataclasses
 from typing import Any
 
 from kopt.bottleneck import Evidence, triggers
+from kopt.claims import parse_claim
 from kopt.contest import Verdict, close_loop
+from kopt.database import Database
 from kopt.expand import Context
 from kopt.loop import IterState, close_iteration, rank
+from kopt.propose import trigger_digest
+from kopt.review import gate
 from kopt.store import iteration_states, now
 from kopt.strategy import contests, profiling
 from kopt.strategy.context import RunContext
@@ -145,7 +149,8 @@ class NcuLoop:
 
 def close_iteration_on_devices(ctx: RunContext, loop: NcuLoop, it: int, dc: str,
                                metrics: list[str] | None) -> IterState:
-    """Close iteration ``it`` of class ``dc``: rank, contest, NCU profiles, verdict."""
+    """Close iteration ``it`` of class ``dc``: rank, contest, NCU profiles, verdict, the
+    review gate (kopt.review: a rejected winner does not become the best)."""
     ranked = rank(ctx.store, ctx.run_id, it, dc)
     verdict, dropped = contests.contest(ctx, it, dc, ranked)
     ranked = loop.order(ranked, verdict, dropped)
@@ -154,7 +159,67 @@ def close_iteration_on_devices(ctx: RunContext, loop: NcuLoop, it: int, dc: str,
     after = ev.get(win) if win else None
     trig = (triggers(ctx.agg[(it, dc, win)], ctx.catalog, after)
             if after is not None and after.scores else None)
-    return loop.close(it, dc, ranked, verdict, dropped, ev, trig)
+    prev = loop.states[dc]
+    st = loop.close(it, dc, ranked, verdict, dropped, ev, trig)
+    loop.states[dc] = st = gate(ctx, it, dc, prev, st, ranked)  # kopt.review
+    ctx.writer.add("evidence", evidence_rows(ctx, it, dc, ranked, st))
+    return st
+
+
+def _digest_methods(ctx: RunContext, it: int, win: dict[str, Any] | None
+                    ) -> dict[str, list[str]]:
+    """Method -> why it is in iteration ``it``'s evidence digest: ``selected`` (in the
+    winner's triple, the winner not the baseline) and/or ``claimed`` (by a version
+    submitted into the iteration, any try)."""
+    out: dict[str, list[str]] = {}
+    for m in (win["triple"] if win and not win["is_baseline"] else []):
+        if m:
+            out.setdefault(m, []).append("selected")
+    for v in Database(ctx.store).versions(ctx.run_id):
+        for m in parse_claim(v["claimed_methods"] or "") if v["iteration"] == it else []:
+            if "claimed" not in out.setdefault(m, []):
+                out[m].append("claimed")
+    return out
+
+
+def _no_figures(ctx: RunContext, it: int, dc: str, ids: list[str | None]) -> str | None:
+    """Why the parent's or the winner's profile (``ids``) has no NCU metric, or None."""
+    if ctx.backend != "cuda":
+        return f"no NCU metrics: the {ctx.backend} backend has no profiler (NCU needs cuda)"
+    for cid in ids:
+        if cid is not None and not ctx.agg.get((it, dc, cid)):
+            why = ctx.unprofiled.get((it, dc, cid)) or "not profiled in this iteration"
+            return f"no NCU metrics for {cid}: {why}"
+    return None
+
+
+def evidence_rows(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]],
+                  st: IterState) -> list[dict[str, Any]]:
+    """The ``evidence`` rows of iteration ``it`` on ``dc`` (``ranked`` as closed, ``st`` its
+    state): per trigger condition of each selected or claimed method
+    (kopt.propose.trigger_digest), the figure on the parent (the iteration's baseline)
+    and on the iteration's winner; one row with a ``note`` for a method whose trigger is
+    text only, and one (method NULL) when the iteration selected and claimed nothing."""
+    base = next((r for r in ranked if r["is_baseline"]), None)
+    win = ranked[0] if ranked else None
+    pid, wid = (base or {}).get("candidate_id"), (win or {}).get("candidate_id")
+    before, after = ctx.agg.get((it, dc, pid), {}), ctx.agg.get((it, dc, wid), {})
+    missing = _no_figures(ctx, it, dc, [pid, wid])
+    common = {"run_id": ctx.run_id, "sweep": ctx.sweep.name, "iteration": it,
+              "device_class": dc, "parent_id": pid, "winner_id": wid, "created_at": now(),
+              "accepted": bool(win and not win["is_baseline"] and (st.best or {}).get(
+                  "candidate_id") == wid and st.best.get("iteration") == it)}
+    rows = []
+    for m, why in _digest_methods(ctx, it, win).items():
+        one = {**common, "method": m, "source": ",".join(why)}
+        if m not in ctx.catalog.methods:
+            rows.append({**one, "note": "not a catalog method: no trigger to read"})
+            continue
+        leaves = trigger_digest(m, before, after, ctx.catalog)
+        rows += [{**one, **leaf, "note": missing} for leaf in leaves] or [
+            {**one, "note": "the trigger is text only: no NCU figure decides it"}]
+    return rows or [{**common, "note": ("no correct candidate to compare" if not ranked else
+                                        "no method selected or claimed in this iteration")}]
 
 
 def _history(ctx: RunContext) -> dict[str, list[IterState]]:

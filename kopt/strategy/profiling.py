@@ -1,6 +1,8 @@
 """NCU profiles for the NCU-guided loop: which metrics each device class's ncu knows, and
-one ncu process per iteration and class for the baseline and the top-k, whose metrics
-become ``metrics`` rows and whose axis scores become ``profiles`` rows."""
+one profiled pass per iteration and class for the baseline and the top-k (the device
+actor's profiling observers, workers.observers; Nsight Compute's: one ncu process). The
+observers' declared columns become ``profiles`` columns; NCU's metric rows become
+``metrics`` rows and, scored, the axis scores of ``profiles``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, wante
 from kopt.runner import DeviceError
 from kopt.store import now
 from kopt.strategy.context import RunContext
+from workers.observers import observer_columns
 from workers.records import RunJob, Status
 
 # (ranked row, its job rows, the row of its first dims)
@@ -55,11 +58,12 @@ def _todo(ctx: RunContext, it: int, dc: str, picks: list[dict[str, Any]],
 
 def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] | None
              ) -> list[dict[str, Any]]:
-    """One ncu process for every candidate of ``todo``; one status dict each."""
+    """One profiled pass (one ncu process) for every candidate of ``todo``; the observers'
+    results for each (``profile_status``, ``profile_error``, ``ncu_rows``, ...)."""
     cuda = ctx.backend == "cuda"
     if not cuda or not metrics or ctx.sweep.ncu.top_k <= 0:
         why = "NCU needs the cuda backend" if not cuda else "ncu unavailable or top_k is 0"
-        return [{"status": Status.NOT_PROFILED, "error": why, "rows": []} for _ in todo]
+        return [{"profile_status": Status.NOT_PROFILED, "profile_error": why} for _ in todo]
     payloads = [RunJob(first["job_key"], r["build_id"], json.loads(first["dims"]),
                        ctx.common).payload() for r, _, first in todo]
     kernels = [[k["name"] for k in (ctx.builder.results[r["build_id"]].kernels
@@ -72,9 +76,10 @@ def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] 
 
 def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any]
             ) -> Evidence:
-    """Write one candidate's metrics and profile rows; returns its evidence."""
+    """Write one candidate's metrics and profile rows (every profiling observer's declared
+    column from ``status``, its results); returns its evidence."""
     r, job_rows, first = todo
-    rows = status.get("rows") or []
+    rows = status.get("ncu_rows") or []
     if rows:
         ctx.writer.add("metrics", [{
             "run_id": ctx.run_id, "sweep": ctx.sweep.name, "iteration": it,
@@ -84,9 +89,12 @@ def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any
     agg = aggregate(rows)
     ev = analyze(agg, ctx.catalog) if rows else Evidence()
     ctx.agg[(it, dc, r["candidate_id"])] = agg
+    columns = {k: status.get(k) for k in observer_columns("profiles")}
+    if not rows:
+        ctx.unprofiled[(it, dc, r["candidate_id"])] = (
+            f"{status.get('profile_status')}: {status.get('profile_error') or 'no metric rows'}")
     ctx.writer.add("profiles", [{
-        "run_id": ctx.run_id, "job_key": row["job_key"], "profile_status": status["status"],
-        "profile_error": status.get("error") or None,
+        "run_id": ctx.run_id, "job_key": row["job_key"], **columns,
         "compute_score": ev.scores.get("compute"), "memory_score": ev.scores.get("memory"),
         "latency_score": ev.scores.get("latency"), "bottleneck": ev.bottleneck,
         "created_at": now()} for row in job_rows])

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kopt.builder import build_id, build_job
-from kopt.catalog import AXES
+from kopt.catalog import AXES, Catalog
 from kopt.expand import Candidate, iter_candidates, stable_hash
 from kopt.loop import IterState
 from kopt.spec import Space
@@ -56,6 +56,16 @@ def version_space(space: Space, path: Path) -> Space:
     headers resolve from the sweep's folder too."""
     return dataclasses.replace(space, source=path, methods={},
                                include_dirs=[str(space.source.parent), *space.include_dirs])
+
+
+def version_candidates(space: Space, catalog: Catalog, sm: int | None, v: Version
+                       ) -> Iterator[Candidate]:
+    """The candidates of version ``v`` on a device of SM arch ``sm`` (None: CPU): every
+    launch config of its space (:func:`version_space`), its claimed triple, none a baseline.
+    Their ids are what the run stores (``kopt submit --detach`` prints them before)."""
+    for c in iter_candidates(version_space(space, v.path), catalog, sm,
+                             source_digest=v.source_hash):
+        yield dataclasses.replace(c, triple=v.triple(), is_baseline=False, aliases=[])
 
 
 class Submitted(SearchStrategy):
@@ -118,9 +128,7 @@ class Submitted(SearchStrategy):
                 lineage = {"parent_id": parent["candidate_id"], "source_hash": v.source_hash,
                            "submitter": v.submitter, "claimed_methods": ",".join(v.methods),
                            "note": v.note}
-                for c in iter_candidates(vspace, driver.catalog, info["sm"],
-                                         source_digest=v.source_hash):
-                    c = dataclasses.replace(c, triple=v.triple(), is_baseline=False, aliases=[])
+                for c in version_candidates(driver.space, driver.catalog, info["sm"], v):
                     plan.add(vspace, v.source_hash, c, lineage)
                     self.created[v.source_hash].append(c.candidate_id)
             jobs += plan.jobs

@@ -1,0 +1,170 @@
+"""Issue 15's first "Done when": the loop played on the CPU backend the way an agent drives
+it, through the CLI only: a baseline sweep, ``kopt propose --format json``, two versions
+submitted for iteration 2 (one correct and faster, one wrong), a resubmitted fix
+(``--retry``), iteration 3, ``kopt lineage``; then the provenance and evidence ledgers and
+``kopt methods`` checked by SQL, and the report's lineage picture."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from test_submit import _version
+
+from kopt.cli import main
+from kopt.database import Database
+from kopt.pipeline import run_sweep
+from kopt.spec import load_sweep
+from kopt.submit import lineage, lineage_text
+
+pytestmark = pytest.mark.slow
+
+FAST, VEC = "compute.thread_coarsening", "memory.vectorized_access"
+IPC = "sm__inst_executed.avg.per_cycle_active"
+OCC = "sm__warps_active.avg.pct_of_peak_sustained_active"
+NO_NCU = "no NCU metrics: the cpu backend has no profiler (NCU needs cuda)"
+CUB = "https://github.com/NVIDIA/cccl/tree/main/cub"
+
+
+def kopt(*args):
+    """``kopt ARGS`` in-process; its stdout (exit status 0 asserted)."""
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+def state(db, run, it):
+    _, rows = db.query(f"select state from iterations where run_id = '{run}' and iteration = "
+                       f"{it} order by created_at desc limit 1")
+    return json.loads(rows[0][0])
+
+
+def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_path):
+    folder = copy_fixture("submit")
+    store = tmp_path / "store"
+    run = run_sweep(load_sweep(folder), store, backend="cpu").run_id
+    db = Database(store)
+    st1 = state(db, run, 1)
+    base1, best1 = st1["baseline"]["candidate_id"], st1["best"]["candidate_id"]
+
+    # the plan as JSON: no NCU on a CPU, so every catalog method counts as triggered
+    [plan] = json.loads(kopt("propose", folder, "--store", store, "--format", "json"))
+    dc = plan["device_class"]
+    assert (plan["run_id"], plan["next_iteration"], plan["sm"]) == (run, 2, None)
+    assert (plan["evidence"], plan["trigger_evidence"], plan["triples"]) == (False, None, [])
+    assert plan["best"]["candidate_id"] == best1
+    assert plan["best_source"] == str(folder / "base.cpp")
+    admitted = {s["method"]: s["admitted"] for a in plan["catalog_scan"].values() for s in a}
+    assert admitted[FAST] is True and admitted[VEC] is True
+
+    # iteration 2: a folder of two versions (v2_fast: 16x less work; v2_wrong: a wrong sum)
+    _version(folder, "v2_fast.cpp", 4, sub="it2")
+    _version(folder, "v2_wrong.cpp", 4, wrong=True, sub="it2")
+    (folder / "why.md").write_text("the chain dominates: coarsen (priority 4; 1-3 need tensor "
+                                   "cores, fp16 or launch limits this kernel does not have)")
+    out2 = json.loads(kopt("submit", run, "--source", folder / "it2", "--methods", FAST,
+                           "--note", folder / "why.md", "--submitter", "agent-x", "--idea",
+                           CUB, "--idea", "paper:Volkov 2010, Better performance at lower "
+                           "occupancy", "--store", store, "--format", "json"))
+    assert out2["iteration"] == 2
+    assert [v["name"] for v in out2["versions"]] == ["v2_fast.cpp", "v2_wrong.cpp"]
+    fast_ids = out2["versions"][0]["candidates"]
+    # an idea that names no catalog method is refused in one line before anything is recorded
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(folder / "it2"), "--methods",
+                                    FAST, "--idea", "catalog:compute.coarsening", "--retry",
+                                    "--store", str(store)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.output.splitlines() == ["refused: --idea catalog:compute.coarsening: not a "
+                                       "catalog method (`kopt catalog` lists them); write "
+                                       "paper:, kernel: or other: for an idea from elsewhere"]
+    assert db.submit_tries(run, 2) == 1
+    # the fix, resubmitted into iteration 2 (its idea: a catalog method, named as such)
+    _version(folder, "v2_fix.cpp", 8, sub="fix")
+    out_fix = json.loads(kopt("submit", run, "--source", folder / "fix" / "v2_fix.cpp",
+                              "--methods", FAST, "--note", folder / "why.md", "--submitter",
+                              "agent-x", "--retry", "--idea", FAST, "--store", store,
+                              "--format", "json"))
+    assert out_fix["iteration"] == 2
+    st2 = state(db, run, 2)
+    parent2, w2 = st2["baseline"]["candidate_id"], st2["best"]["candidate_id"]
+    assert parent2 == best1 and w2 in fast_ids and st2["selected"] == [FAST]
+
+    # iteration 3 under iteration 2's winner
+    _version(folder, "v3.cpp", 1, sub="it3")
+    out3 = json.loads(kopt("submit", run, "--source", folder / "it3", "--methods", VEC,
+                           "--note", folder / "why.md", "--submitter", "agent-y", "--idea",
+                           "kernel:cub::BlockLoad (vectorized)", "--store", store,
+                           "--format", "json"))
+    v3_ids = out3["versions"][0]["candidates"]
+    st3 = state(db, run, 3)
+    assert st3["baseline"]["candidate_id"] == w2 and st3["best"]["candidate_id"] in v3_ids
+    assert st3["selected"] == [FAST, VEC] and st3["ineffective"] == {}
+
+    # lineage: the tree, each submitted node under the node holding its parent
+    tree = kopt("lineage", run, "--store", store).splitlines()
+    assert [t.split(" (")[0] for t in tree] == [
+        "it 1 sweep", "  └─ it 2 v2_fast.cpp", "    └─ it 3 v3.cpp", "  └─ it 2 v2_wrong.cpp",
+        "  └─ it 2 v2_fix.cpp"]
+    assert "v2_wrong.cpp (try 1, agent-x" in tree[3] and "no correct candidate" in tree[3]
+    assert "wrong_result 2" in tree[3] and "it 2 v2_fix.cpp (try 2, agent-x" in tree[4]
+
+    # the provenance ledger, by SQL: each version's ideas, claimed methods as catalog ideas
+    _, prov = db.query(f"select p.iteration, p.try_no, v.name, p.kind, p.ref from provenance p "
+                       f"join versions v using (run_id, iteration, try_no, source_hash) "
+                       f"where p.run_id = '{run}' order by all")
+    vol = "Volkov 2010, Better performance at lower occupancy"
+    assert prov == [
+        (2, 1, "v2_fast.cpp", "catalog", FAST), (2, 1, "v2_fast.cpp", "paper", vol),
+        (2, 1, "v2_fast.cpp", "url", CUB), (2, 1, "v2_wrong.cpp", "catalog", FAST),
+        (2, 1, "v2_wrong.cpp", "paper", vol), (2, 1, "v2_wrong.cpp", "url", CUB),
+        (2, 2, "v2_fix.cpp", "catalog", FAST),
+        (3, 1, "v3.cpp", "catalog", VEC),
+        (3, 1, "v3.cpp", "kernel", "cub::BlockLoad (vectorized)")]
+
+    # the evidence digest, by SQL (each iteration's latest closing): on a CPU the trigger's
+    # metrics and thresholds with NULL figures and the reason; the parent and the winner
+    # are the iteration's baseline and best
+    _, ev = db.query(f"""
+        select iteration, method, source, metric, op, threshold, before, after, parent_id,
+               winner_id, accepted, note from evidence where run_id = '{run}'
+        qualify created_at = max(created_at) over (partition by iteration, device_class)
+        order by iteration, method, metric""")
+    ratio = ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed/"
+             "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+    stall = "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio"
+    w3 = st3["best"]["candidate_id"]
+    # iteration 1 (the sweep's: launch configs only) selected nothing; its winner is the
+    # fastest of T=1 (the baseline) and T=2, kept only when beyond noise
+    win1 = ev[0][9]
+    assert ev[0] == (1, None, None, None, None, None, None, None, base1, win1,
+                     win1 == best1 != base1, "no method selected or claimed in this iteration")
+    assert ev[1:] == [
+        (2, FAST, "selected,claimed", IPC, "<", 1.0, None, None, parent2, w2, True, NO_NCU),
+        (2, FAST, "selected,claimed", OCC, ">=", 50.0, None, None, parent2, w2, True, NO_NCU),
+        (3, VEC, "selected,claimed", "gpu__compute_memory_throughput.avg.pct_of_peak_"
+         "sustained_elapsed", "<", 70.0, None, None, w2, w3, True, NO_NCU),
+        (3, VEC, "selected,claimed", ratio, ">", 1.0, None, None, w2, w3, True, NO_NCU),
+        (3, VEC, "selected,claimed", stall, "rank<=", 3.0, None, None, w2, w3, True, NO_NCU)]
+    # iteration 2 was closed twice (the first try, then the retry): two row sets
+    _, sets = db.query(f"select count(distinct created_at) from evidence where run_id = "
+                       f"'{run}' and iteration = 2")
+    assert sets == [(2,)]
+
+    # kopt methods over the store: each method tried once, kept once, never ineffective (the
+    # parent's FAST in iteration 3 is not counted as tried again)
+    rows = json.loads(kopt("methods", "--store", store, "--format", "json"))
+    assert [(r["method"], r["device_class"], r["bottleneck"], r["tried"], r["accepted"],
+             r["ineffective"], r["measured"]) for r in rows] == [
+        (FAST, dc, "unknown", 1, 1, 0, 1), (VEC, dc, "unknown", 1, 1, 0, 1)]
+    assert rows[0]["median_gain"] > 4 and rows[1]["median_gain"] > 2
+
+    # the report's lineage picture, its labels from the store
+    kopt("report", run, "--store", store, "--out", tmp_path / "rep")
+    assert (tmp_path / "rep" / "lineage.png").stat().st_size > 10_000
+    summary = (tmp_path / "rep" / "summary.md").read_text()
+    assert "![the version tree](lineage.png)" in summary
+    assert "\n".join(lineage_text(lineage(store, run))) in summary
+    n3 = lineage(store, run)[-1]
+    _, [(ms, sp)] = db.query(f"select median_ms, speedup from candidates where run_id = '{run}' "
+                             f"and iteration = 3 and candidate_id = '{n3.best}'")
+    assert n3.caption().split("\n") == [
+        "it 3 v3.cpp (try 1, agent-y)", VEC, f"{ms:.4g} ms, {sp:.3g}x over parent", "ok 2"]
