@@ -301,6 +301,11 @@ def closing_line(device_class: str, closing: dict[str, Any]) -> str:
     return line + (f"; {closing['note']}" if closing.get("note") else "")
 
 
+REF_NOTE = ("vs reference: the median of ref.py's contender (else reference), timed as the "
+            "candidates are, over the candidate's ('-': not timed; `reference_timing` in "
+            "sweep.yaml)")
+
+
 def _speedup(v: float | None) -> str:
     v = _figure(v)
     return "-" if v is None else f"{v:.3f}x"
@@ -331,8 +336,14 @@ def _rate(r: dict[str, Any]) -> str:
     (>= 10 FLOP per byte moved), else GB/s; ``-`` when neither is a positive figure."""
     tf, gb = _figure(r.get("tflops")), _figure(r.get("gbps"))
     if tf is not None and (gb is None or tf * 1e3 >= 10 * gb):
-        return f"{tf:.3g} TFLOP/s"
-    return f"{gb:.4g} GB/s" if gb is not None else "-"
+        return f"{tf:.3g} TFLOP/s" + _of_peak(r.get("pct_peak_flops"))
+    return f"{gb:.4g} GB/s" + _of_peak(r.get("pct_peak_bw")) if gb is not None else "-"
+
+
+def _of_peak(pct: Any) -> str:
+    """`` (N% of peak)`` for a known share of the device's peak, else nothing."""
+    v = _figure(pct)
+    return "" if v is None else f" ({v:.3g}% of peak)"
 
 
 def _methods(r: dict[str, Any]) -> str:
@@ -478,9 +489,9 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     t = Table(title=f"{escape(sw.name)}: fastest correct candidates ({summary.backend}); "
                     "* = the loop's named best; speedup over the row's own iteration's "
                     "baseline; side by side: the closing contest (first baseline and "
-                    "iteration winners re-measured together)")
+                    "iteration winners re-measured together); " + REF_NOTE)
     for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
-              "speedup", "side by side ms", "vs first baseline", "rate"):
+              "speedup", "side by side ms", "vs first baseline", "vs reference", "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), str(r["iteration"]),
@@ -488,7 +499,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                   + (" (baseline)" if r["is_baseline"] else ""),
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _speedup(r["speedup"]), _fmt(r["side_by_side_ms"]),
-                  _speedup(r["vs_first_baseline"]), _rate(r))
+                  _speedup(r["vs_first_baseline"]), _speedup(r["vs_reference"]), _rate(r))
     out.print(t)
     for dc, st in sorted(summary.states.items()):
         if st.closing:
@@ -627,17 +638,18 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
         return
     t = Table(title=escape(f"best of {sweep_name} (run {rows[0]['run_id']})"))
     for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
-              "loop speedup", "rate"):
+              "loop speedup", "vs reference", "rate", "max abs / rel err"):
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), _methods(r), _kv(r["params"]),
                   _fmt(r["median_ms"]),
                   _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _speedup(r["loop_speedup"]),
-                  _rate(r))
+                  _speedup(r["vs_reference"]), _rate(r),
+                  f"{_fmt(r['max_abs_err'])} / {_fmt(r['max_rel_err'])}")
     out.print(t)
     out.print("speedup: over the baseline of the candidate's own iteration; loop speedup: the "
               "first baseline's median over the named best's, re-measured side by side at "
-              "the loop's close", highlight=False)
+              "the loop's close; " + REF_NOTE, highlight=False)
     for dc, note in dict.fromkeys((r["device_class"], r["loop_note"]) for r in rows
                                   if r["loop_note"]):
         out.print(f"{dc}: {note}", highlight=False)

@@ -59,11 +59,22 @@ with base as (
 ), prof as (
   select * exclude (created_at) from profiles_raw
   qualify row_number() over (partition by run_id, job_key order by created_at desc) = 1
+), ref as (
+  select run_id, device_class, dims, peak_tflops, peak_gbps,
+         case when status = 'ok' then median_ms end as ref_ms
+  from reference
 )
 select raw.*, case when raw.status = 'ok' then nullif(base.base_ms, 0) / nullif(raw.median_ms, 0)
                    end as speedup,
        nullif(raw.flops, 0) / nullif(raw.median_ms * 1e9, 0) as tflops,
        nullif(raw.bytes, 0) / nullif(raw.median_ms * 1e6, 0) as gbps,
+       case when raw.status = 'ok' then ref.ref_ms end as reference_ms,
+       case when raw.status = 'ok' then nullif(ref.ref_ms, 0) / nullif(raw.median_ms, 0)
+            end as vs_reference,
+       100 * nullif(raw.flops, 0) / nullif(raw.median_ms * 1e9, 0) / nullif(ref.peak_tflops, 0)
+         as pct_peak_flops,
+       100 * nullif(raw.bytes, 0) / nullif(raw.median_ms * 1e6, 0) / nullif(ref.peak_gbps, 0)
+         as pct_peak_bw,
        coalesce(raw.rung, 0) = max(coalesce(raw.rung, 0)) over (
          partition by raw.run_id, raw.iteration, raw.device_class) as final,
        prof.* exclude (run_id, job_key)
@@ -71,6 +82,22 @@ from {src} raw left join base on base.run_id = raw.run_id and base.iteration = r
   and base.device_class = raw.device_class and base.dims = raw.dims
   and base.rung_k = coalesce(raw.rung, 0)
 left join prof on prof.run_id = raw.run_id and prof.job_key = raw.job_key
+left join ref on ref.run_id = raw.run_id and ref.device_class = raw.device_class
+  and ref.dims = raw.dims
+"""
+
+# issue 17.1: ref.py's timed function per run, device class and problem size (latest row),
+# with the rates and the share of the device's peak that candidates get
+REFERENCE_VIEW = """
+create or replace view reference as
+select *, nullif(flops, 0) / nullif(median_ms * 1e9, 0) as tflops,
+       nullif(bytes, 0) / nullif(median_ms * 1e6, 0) as gbps,
+       100 * nullif(flops, 0) / nullif(median_ms * 1e9, 0) / nullif(peak_tflops, 0)
+         as pct_peak_flops,
+       100 * nullif(bytes, 0) / nullif(median_ms * 1e6, 0) / nullif(peak_gbps, 0)
+         as pct_peak_bw
+from {src}
+qualify row_number() over (partition by run_id, device_class, dims order by created_at desc) = 1
 """
 
 RUNS_VIEW = """
@@ -166,9 +193,9 @@ class Writer:
 
 def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
-    ``iterations``, ``contests``, ``phases``, ``triage_kernels``, ``triage_paths``,
-    ``triage_actions``, ``triage_launches``, ``ports`` over the store at ``root`` (empty views
-    when a table has no files).
+    ``iterations``, ``contests``, ``phases``, ``reference``, ``triage_kernels``,
+    ``triage_paths``, ``triage_actions``, ``triage_launches``, ``ports`` over the store at
+    ``root`` (empty views when a table has no files).
 
     The views read the store's readable part files by name (no globbing: any store path
     works); damaged files are skipped with a :class:`StoreWarning`. The connection may
@@ -183,7 +210,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
         root = root.resolve()
     con = duckdb.connect(":memory:")
     allowed: list[str] = []
-    for table in sorted(SCHEMAS, key=lambda name: name != "profiles"):
+    # the candidates view reads the profiles and reference views: they come first
+    for table in sorted(SCHEMAS, key=lambda name: name not in ("profiles", "reference")):
         schema = table_schema(table)
         files = readable_parts(root, (root / table).glob("sweep=*/run=*/part-*.parquet"))
         if files:
@@ -196,6 +224,7 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
                 {f.name: pa.array([], f.type) for f in schema}, schema=schema))
             src = f"_empty_{table}"
         view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW,
+                "reference": REFERENCE_VIEW,
                 "profiles": "create or replace view profiles_raw as select * from {src}"
                 }.get(table, "create or replace view {table} as select * from {src}")
         try:
@@ -412,7 +441,8 @@ with scope as (
     and ($run_id is not null or run_id = (select max(run_id) from candidates where sweep = $sweep))
 ), """ + NAMED_CTE + """
 select device_class, dims, candidate_id, compute_method, memory_method, latency_method,
-       params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, run_id, device_name,
+       params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, reference_ms, vs_reference,
+       pct_peak_flops, pct_peak_bw, max_abs_err, max_rel_err, run_id, device_name,
        coalesce(candidate_id = named_id, false) as named,
        case when candidate_id = named_id then tie_size else 0 end as tied_with,
        case when candidate_id = named_id then v.vs_first_baseline end as loop_speedup,
@@ -448,7 +478,9 @@ found as (
 select f.device_class, f.dims, f.iteration, f.candidate_id, f.is_baseline, f.compute_method,
        f.memory_method, f.latency_method, f.carried, f.params, f.median_ms, f.iqr_ms,
        f.speedup, v.side_by_side_ms, v.vs_first_baseline, f.tflops, f.gbps,
-       f.registers, f.spill_bytes, coalesce(f.candidate_id = n.named_id, false) as named
+       f.reference_ms, f.vs_reference, f.pct_peak_flops, f.pct_peak_bw, f.max_abs_err,
+       f.max_rel_err, f.registers, f.spill_bytes,
+       coalesce(f.candidate_id = n.named_id, false) as named
 from found f left join named n using (run_id, device_class)
 left join vs_first v using (run_id, device_class, dims, candidate_id)
 qualify row_number() over (partition by f.device_class, f.dims
@@ -477,10 +509,14 @@ REPORT_SQL = {
              "count(distinct candidate_id) n, max(n_samples) samples from candidates "
              "where run_id = ? group by all order by all",
     "correct": "select iteration, device_class, candidate_id, params, median_ms, speedup, "
+               "vs_reference, max_abs_err, max_rel_err, "
                "compute_method, memory_method, latency_method, is_baseline "
                "from candidates where run_id = ? and status = 'ok'",
     "failures": "select device_class, status, error from candidates "
                 "where run_id = ? and status != 'ok' order by all",
+    "reference": "select device_class, dims, impl, status, error, median_ms, iqr_ms, "
+                 "n_samples, tflops, gbps, pct_peak_flops, pct_peak_bw, max_abs_err, "
+                 "max_rel_err from reference where run_id = ? order by device_class, dims",
 }
 
 Params = Sequence[Any] | dict[str, Any]
@@ -499,6 +535,9 @@ class RunHistory:
         correct: the ``ok`` rows: iteration, class, candidate id, params (JSON),
             ``median_ms``, ``speedup``, the method triple, ``is_baseline``.
         failures: ``device_class``, ``status``, ``error`` of every row not ``ok``.
+        reference: the reference's row per device class and problem size (the
+            ``reference`` view: ``impl``, ``status``, ``median_ms``, rates, share of peak,
+            errors against ``reference()``).
     """
 
     statuses: list[dict[str, Any]] = field(default_factory=list)
@@ -506,6 +545,7 @@ class RunHistory:
     rungs: list[dict[str, Any]] = field(default_factory=list)
     correct: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    reference: list[dict[str, Any]] = field(default_factory=list)
 
 
 # issue 15's reads: kopt propose --format json, kopt export, kopt methods

@@ -192,3 +192,34 @@ def build_nodes(nodes: list[Node], platforms: set[str]) -> dict[str, list[str]] 
             raise ValueError(f"no alive node of platform {p} with a CPU to build on")
         out[p] = ids
     return out
+
+
+# Dense peak rates from NVIDIA's datasheets (no sparsity): "NVIDIA H200 Tensor Core GPU"
+# (nvidia.com/en-us/data-center/h200, SXM and NVL columns), "NVIDIA H100 Tensor Core GPU"
+# (nvidia.com/en-us/data-center/h100, SXM and PCIe columns) and "NVIDIA A100 Tensor Core GPU"
+# (nvidia.com/en-us/data-center/a100). The Hopper datasheets quote bf16/fp16 "with
+# sparsity": the dense rate is half of that. float32 is the CUDA-core (non-tensor) rate, what an
+# fp32-accurate kernel is held to; float64 the FP64 tensor-core rate. Keys: a substring of
+# the device name torch reports (first match wins). TFLOP/s per dtype, and GB/s.
+PEAKS: list[tuple[str, dict[str, float], float]] = [
+    ("H200 NVL", {"float64": 60.0, "float32": 60.0, "bfloat16": 835.5, "float16": 835.5},
+     4800.0),
+    ("H200", {"float64": 67.0, "float32": 67.0, "bfloat16": 989.5, "float16": 989.5}, 4800.0),
+    ("H100 PCIe", {"float64": 51.0, "float32": 51.0, "bfloat16": 756.5, "float16": 756.5},
+     2000.0),
+    ("H100", {"float64": 67.0, "float32": 67.0, "bfloat16": 989.5, "float16": 989.5}, 3350.0),
+    ("A100-SXM4-80GB", {"float64": 19.5, "float32": 19.5, "bfloat16": 312.0,
+                        "float16": 312.0}, 2039.0),
+    ("A100-SXM4-40GB", {"float64": 19.5, "float32": 19.5, "bfloat16": 312.0,
+                        "float16": 312.0}, 1555.0),
+]
+
+
+def peaks(device_name: str | None, dtype: str | None) -> tuple[float | None, float | None]:
+    """(peak TFLOP/s for ``dtype``, peak GB/s) of the device named ``device_name`` (as torch
+    names it, e.g. ``NVIDIA H200``) from :data:`PEAKS`; None where not known (a CPU, a GPU
+    not in the table, a dtype it does not list)."""
+    for key, flops, gbps in PEAKS:
+        if device_name and key.lower() in device_name.lower():
+            return flops.get(dtype or ""), gbps
+    return None, None

@@ -46,7 +46,7 @@ from kopt.builder import (
     start_identity,
 )
 from kopt.catalog import Catalog, load_catalog
-from kopt.devices import build_nodes, local_gpu_count, predicted_target
+from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, rank
 from kopt.observer import Observer
@@ -489,9 +489,12 @@ class Driver:
 
     def _check_reference(self) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
-        before anything is built; a failure stops the sweep with an error naming ref.py."""
+        before anything is built; a failure stops the sweep with an error naming ref.py.
+        With ``reference_timing`` (the default), that device then times the reference
+        (:meth:`_time_reference`); its rows are written with the run's first records."""
         seen: set[str] = set()
         self.phases.begin("reference")
+        self._ref_rows: list[dict[str, Any]] = []
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             self.phases.begin("reference", self.runner.infos[i])
@@ -507,8 +510,36 @@ class Driver:
                         seen.add(note)
                         for o in self.observers:
                             o.on_note(note)
+                if self.sweep.reference_timing:
+                    self._ref_rows.append(self._time_reference(i, d))
             self.phases.end("reference", self.runner.infos[i])
         self.phases.end("reference")
+
+    def _time_reference(self, i: int, dims: dict[str, int]) -> dict[str, Any]:
+        """The ``reference`` row of device ``i``'s class at ``dims``: ref.py's contender (else
+        reference) timed by the harness as candidates are (workers.harness
+        ``Harness.time_reference``), with the sweep's work and the device's peaks for the
+        dtype of solve's first output (kopt.devices.peaks). A failure is a row with its
+        status and a note, never a stop."""
+        info = self.runner.infos[i]
+        job = {**RunJob("reference", "", dims, self._common).payload(), "job_key": "reference"}
+        res = self.runner.call(i, "time_reference", job)
+        dtype = next((a.dtype for a in self.space.signature.outputs), None)
+        flops, nbytes = self.sweep.work(dims)
+        peak_tflops, peak_gbps = peaks(info.get("name"), dtype)
+        if res.get("status") != Status.OK:
+            for o in self.observers:
+                o.on_note(f"the reference could not be timed at dims {dims} on "
+                          f"{info['device_class']} ({res.get('status')}): {res.get('error')}")
+        cols = ("median_ms", "min_ms", "iqr_ms", "mean_ms", "n_samples", "samples_ms",
+                "warmup_runs", "throttled", "sm_clock_mhz", "max_abs_err", "max_rel_err",
+                "impl", "error", "wall_s")
+        return {"sweep": self.sweep.name, "dims": dumps(dims), "backend": self.space.backend,
+                "device_class": info["device_class"], "device_name": info.get("name"),
+                "node": info.get("node_ip"), "device_id": info.get("device_id"),
+                "status": str(res.get("status") or Status.ERROR),
+                **{c: res.get(c) for c in cols}, "flops": flops, "bytes": nbytes,
+                "dtype": dtype, "peak_tflops": peak_tflops, "peak_gbps": peak_gbps}
 
     def _open_run(self, run_id: str, backend: str, env: dict[str, Any]) -> None:
         """The run's writer, context, summary and ``running`` record."""
@@ -525,6 +556,8 @@ class Driver:
         writer.add("runs", [{**self.run_row, "event": "running", "created_at": now()}])
         writer.add("sources", [{"source_hash": self.digest, "name": self.space.source.name,
                                 "text": self.space.source_text(), "created_at": now()}])
+        writer.add("reference", [{**r, "run_id": run_id, "created_at": now()}
+                                 for r in self._ref_rows])
         writer.flush()
         for o in self.observers:
             o.on_run(run_id, self.store)
@@ -693,6 +726,7 @@ class Driver:
             registers=meta.registers if meta else None,
             smem_bytes=meta.smem_bytes if meta else None,
             spill_bytes=meta.spill_bytes if meta else None, max_abs_err=o.max_abs_err,
+            max_rel_err=o.max_rel_err,
             median_ms=o.median_ms, min_ms=o.min_ms, iqr_ms=o.iqr_ms, mean_ms=o.mean_ms,
             n_samples=o.n_samples, samples_ms=o.samples_ms, sm_clock_mhz=o.sm_clock_mhz,
             temperature_c=o.temperature_c, throttle_reasons=o.throttle_reasons,
@@ -740,6 +774,7 @@ class Driver:
         writer.compact("candidates", ["run_id", "job_key"])
         writer.compact("contests", ["run_id", "iteration", "device_class", "dims",
                                     "candidate_id"])
+        writer.compact("reference", ["run_id", "device_class", "dims"])
         writer.compact("metrics", ["run_id", "iteration", "candidate_id", "device_class", "dims",
                                    "kernel", "launch", "metric"])
         writer.flush()

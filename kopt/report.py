@@ -100,6 +100,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         md.append(f"| {k} | {env.get(k) if env.get(k) is not None else 'not found'} |")
     md += [f"| note | {n} |" for n in env.get("notes") or []]
     md.append(f"| kopt | {rec.get('kopt_version')} |")
+    md += _reference_section(h.reference, db.best(rec["sweep"], run_id))
 
     for dc, sts in states.items():
         closing = sts[-1].closing
@@ -189,6 +190,42 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     (out / "summary.md").write_text("\n".join(md) + "\n")
     return out / "summary.md"
+
+
+def _num(v: Any, spec: str = ".4g", unit: str = "") -> str:
+    """``v`` formatted, ``-`` when None."""
+    return "-" if v is None else f"{v:{spec}}{unit}"
+
+
+def _reference_section(refs: list[dict[str, Any]], best: list[dict[str, Any]]) -> list[str]:
+    """Markdown: the reference's timing per device class and problem size (ref.py's
+    contender, else reference, timed as candidates are), and the best candidate of each
+    against it, with rates, share of the device's peak and the errors against
+    reference(). Empty when the run timed no reference."""
+    if not refs:
+        return []
+    md = ["", "## The reference", "",
+          "ref.py's `contender` (else `reference`), timed by the harness as every candidate "
+          "is (same flush, warm-up, samples, statistics); % of peak: the device's datasheet "
+          "peak for the sweep's dtype (kopt.devices.PEAKS; `-`: not known).", "",
+          "| device class | dims | timed | status | median ms | IQR ms | TFLOP/s | GB/s "
+          "| % of peak (flops / bw) | max abs err | max rel err |", "|" + "---|" * 11]
+    for r in refs:
+        md.append(f"| {r['device_class']} | {_kv(json.loads(r['dims']))} | {r['impl'] or '-'} "
+                  f"| {r['status']} | {_num(r['median_ms'])} | {_num(r['iqr_ms'])} "
+                  f"| {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} "
+                  f"| {_num(r['pct_peak_flops'], '.3g')} / {_num(r['pct_peak_bw'], '.3g')} "
+                  f"| {_num(r['max_abs_err'], '.3g')} | {_num(r['max_rel_err'], '.3g')} |")
+    md += ["", "| device class | dims | best candidate | median ms | vs reference "
+           "| TFLOP/s | GB/s | % of peak (flops / bw) | max abs err | max rel err |",
+           "|" + "---|" * 10]
+    for b in best:
+        md.append(f"| {b['device_class']} | {_kv(json.loads(b['dims']))} | {b['candidate_id']} "
+                  f"| {_num(b['median_ms'])} | {_num(b['vs_reference'], '.3f', 'x')} "
+                  f"| {_num(b['tflops'], '.3g')} | {_num(b['gbps'], '.4g')} "
+                  f"| {_num(b['pct_peak_flops'], '.3g')} / {_num(b['pct_peak_bw'], '.3g')} "
+                  f"| {_num(b['max_abs_err'], '.3g')} | {_num(b['max_rel_err'], '.3g')} |")
+    return md
 
 
 def _vs_first(closing: dict[str, Any], best: dict[str, Any]) -> str:

@@ -27,7 +27,14 @@ def best(sweep: str, store: Path | str | None = None, run_id: str | None = None
         (the loop named it), ``tied_with`` (size of its tie within noise; 0: no tie),
         ``loop_speedup`` (the first baseline's median over this one's, both from the closing
         contest's side-by-side measurement of this problem size; None without one) and
-        ``loop_note`` (e.g. later iterations did not improve on it).
+        ``loop_note`` (e.g. later iterations did not improve on it); against the reference
+        (issue 17: ref.py's contender, else reference, timed as candidates are):
+        ``reference_ms`` and ``vs_reference`` (reference_ms / median_ms: above 1 is faster
+        than the reference; None when the reference was not timed or not ``ok``); rates
+        ``tflops``, ``gbps`` and their share of the device's peak for the sweep's dtype in
+        percent, ``pct_peak_flops``, ``pct_peak_bw`` (None where the sweep gives no
+        flops/bytes or the peak is not known: kopt.devices.peaks); ``max_abs_err`` and
+        ``max_rel_err`` of its checked outputs against reference().
     """
     return Database(store).best(sweep, run_id)
 
@@ -44,5 +51,7 @@ def top(run_id: str, k: int = 5, store: Path | str | None = None) -> list[dict[s
     ``side_by_side_ms`` and ``vs_first_baseline`` (the first baseline's median over theirs,
     measured side by side). Returns dicts with ``iteration``, the triple, ``carried`` (JSON
     list of the methods selected before that iteration, applied to every candidate of it),
-    params, median_ms, iqr_ms, speedup, side_by_side_ms, vs_first_baseline and ``named``."""
+    params, median_ms, iqr_ms, speedup, side_by_side_ms, vs_first_baseline, ``named`` and,
+    as :func:`best`, reference_ms, vs_reference, pct_peak_flops, pct_peak_bw, max_abs_err and
+    max_rel_err."""
     return Database(store).top_k(run_id, k)

@@ -26,6 +26,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     ValidationError,
@@ -195,6 +196,9 @@ class SweepFile(_Model):
     ncu: Ncu = Ncu()
     review: Review | None = None
     submit: SubmitSettings = SubmitSettings()
+    # issue 17.1: time ref.py's contender (else reference) as a row of its own per problem
+    # size and device class; every table shows candidates against it
+    reference_timing: StrictBool = True
     cpu: BackendBlock | None = None
     cuda: BackendBlock | None = None
 
@@ -318,6 +322,7 @@ class Sweep:
     warnings: list[str] = field(default_factory=list)
     review: Review | None = None
     submit: SubmitSettings = field(default_factory=SubmitSettings)
+    reference_timing: bool = True
 
     def work(self, dims: dict[str, int]) -> tuple[float | None, float | None]:
         """(floating-point operations, bytes moved) of one ``solve`` call at ``dims``, from the
@@ -495,7 +500,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                   for j, e in enumerate(shape)] for a, shape in sf.args.items()},
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
         raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes, review=sf.review,
-        submit=sf.submit)
+        submit=sf.submit, reference_timing=sf.reference_timing)
 
 
 # Most restriction evaluations one method's check may take (its space projected on the

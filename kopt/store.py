@@ -73,6 +73,26 @@ SCHEMAS: dict[str, pa.Schema] = {
         # own candidates), the methods it claims (comma-separated) and the analysis text
         ("parent_id", pa.string()), ("source_hash", pa.string()), ("submitter", pa.string()),
         ("claimed_methods", pa.string()), ("note", pa.string()),
+        # issue 17.4: the largest |out - ref| / |ref| of the check (ref != 0)
+        ("max_rel_err", pa.float64()),
+    ]),
+    # issue 17.1: ref.py's timed function (``contender``, else ``reference``), timed by the
+    # harness as candidates are, once per run, device class and problem size; ``impl`` says
+    # which function; ``peak_tflops`` / ``peak_gbps``: the device's peak for the sweep's
+    # dtype (kopt.devices.peaks; NULL where not known)
+    "reference": pa.schema([
+        ("run_id", pa.string()), ("sweep", pa.string()), ("dims", pa.string()),
+        ("backend", pa.string()), ("device_class", pa.string()),
+        ("device_name", pa.string()), ("node", pa.string()), ("device_id", pa.string()),
+        ("impl", pa.string()), ("status", pa.string()), ("error", pa.string()),
+        ("median_ms", pa.float64()), ("min_ms", pa.float64()), ("iqr_ms", pa.float64()),
+        ("mean_ms", pa.float64()), ("n_samples", pa.int32()),
+        ("samples_ms", pa.list_(pa.float64())), ("warmup_runs", pa.int32()),
+        ("throttled", pa.bool_()), ("sm_clock_mhz", pa.float64()),
+        ("max_abs_err", pa.float64()), ("max_rel_err", pa.float64()),
+        ("flops", pa.float64()), ("bytes", pa.float64()), ("dtype", pa.string()),
+        ("peak_tflops", pa.float64()), ("peak_gbps", pa.float64()),
+        ("wall_s", pa.float64()), ("created_at", TS),
     ]),
     # a stored copy of every kernel source a run measured, keyed by its digest
     # (kopt.expand.space_digest)

@@ -144,6 +144,19 @@ class DeviceActor:
         checks ref.py once before anything is built. Returns an outcome dict."""
         return self.sandbox.run({**job, "prepare_only": True}, job["timing"]["timeout_s"])
 
+    def time_reference(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Time ref.py's ``contender`` (else ``reference``) at ``job``'s dims on this device,
+        as candidates are timed (workers.harness ``Harness.time_reference``). Never raises:
+        an outcome dict (``status``, ``error``, the timing figures, ``impl``,
+        ``max_abs_err``, ``max_rel_err``)."""
+        t0 = time.perf_counter()
+        try:
+            res = self.sandbox.run({**job, "time_reference": True}, job["timing"]["timeout_s"])
+        except Exception as e:  # the harness could not even be restarted
+            res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
+        self.busy_s += time.perf_counter() - t0
+        return res
+
     def stats(self) -> dict[str, float]:
         """Seconds spent running jobs, job count and harness restarts."""
         return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts}

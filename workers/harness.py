@@ -196,6 +196,7 @@ class Harness:
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
         self.sample_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
+        self.rel_err = self.worst_rel = 0.0  # of the last check / checked calls (see there)
 
     # -- loading -------------------------------------------------------------------------
     def lib(self, path: str, sig: list[dict]) -> Any:
@@ -359,25 +360,8 @@ class Harness:
         against solve's outputs: names, element counts, dtypes, NaN. Returns them and notes."""
         sig = job["signature"]
         fn = mod.reference
-        params = inspect.signature(fn).parameters
-        kwargs = {**{k: v.clone() for k, v in inputs.items()}, **scalars}
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            kwargs = {k: v for k, v in kwargs.items() if k in params}
-            missing = [p.name for p in params.values() if p.name not in kwargs
-                       and p.default is p.empty
-                       and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-            if missing:
-                outs = {a["name"] for a in sig if a["kind"] == "output"}
-                why = []
-                for m in missing:
-                    if m in outs:
-                        why.append(f"{m!r} is an output of solve; an in/out argument reaches "
-                                   "reference() only when inputs() returns it (its initial "
-                                   "values)")
-                    else:
-                        why.append(f"{m!r} is not an argument of solve")
-                raise JobError("error", f"{ref_name}: reference() takes {', '.join(missing)} "
-                               f"that kopt cannot give: {'; '.join(why)}")
+        kwargs = _ref_kwargs(fn, sig, {**{k: v.clone() for k, v in inputs.items()},
+                                       **scalars}, ref_name)
         try:
             ref = fn(**kwargs)
         except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
@@ -493,8 +477,12 @@ class Harness:
 
     # -- running -------------------------------------------------------------------------
     def call(self, lib: Any, job: dict, d: Data, b: int = 0) -> None:
-        """One ``solve`` call (kernel mode: one kernel launch) on buffer set ``b`` of ``d``."""
+        """One ``solve`` call (kernel mode: one kernel launch; the reference contender: one
+        call of ref.py's timed function, :class:`RefCall`) on buffer set ``b`` of ``d``."""
         buf = d.bufs[b]
+        if isinstance(lib, RefCall):
+            lib.run(buf, d.scalars)
+            return
         args = []
         for a in job["signature"]:
             n = a["name"]
@@ -535,8 +523,10 @@ class Harness:
     def check(self, d: Data, b: int, k: int, tol: dict) -> tuple[bool, float, str]:
         """Compare buffer set ``b``'s outputs with input set ``k``'s expected ones, every
         element, in float64: ``|got - expected| <= atol + rtol * |expected|``, NaN never
-        passes. Returns (ok, max abs error, what differs)."""
+        passes. Returns (ok, max abs error, what differs); the largest relative error of
+        floating-point outputs (:func:`abs_rel_error`) is kept as ``self.rel_err``."""
         worst, msgs = 0.0, []
+        self.rel_err = 0.0
         for n, exp in d.input_set(k).expected.items():
             got = d.bufs[b].outputs[n]
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
@@ -544,6 +534,7 @@ class Harness:
                 ok = torch.isclose(g, e, rtol=tol["rtol"], atol=tol["atol"], equal_nan=False)
                 diff = (g - e).abs()
                 diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+                self.rel_err = max(self.rel_err, abs_rel_error(g, e)[1])
             else:
                 ok = got == exp.to(got.dtype)
                 diff = (got.long() - exp.long()).abs().double()
@@ -597,8 +588,10 @@ class Harness:
         """The correctness check: one call on each input set, each in its own buffers (other
         values at other addresses), every output element compared. The first call's time is
         measured (ms, host clock around the call and a synchronize) and reported through
-        ``progress``. Returns (max abs error, first call's ms, what failed or "")."""
+        ``progress``. Returns (max abs error, first call's ms, what failed or ""); the
+        largest relative error over the calls is kept as ``self.worst_rel``."""
         worst, first_ms = 0.0, 0.0
+        self.worst_rel = 0.0
         for k in range(1 if job.get(UNGUARDED) else len(d.sets)):
             self.load(d, k, k)
             self._sync()
@@ -614,6 +607,7 @@ class Harness:
                 return worst, first_ms, bad
             ok, err, msg = self.check(d, k, k, job["tolerance"])
             worst = max(worst, err)
+            self.worst_rel = max(self.worst_rel, self.rel_err)
             if not ok:
                 seed = d.sets[k].seed
                 return worst, first_ms, (msg if k == 0 else
@@ -648,13 +642,14 @@ class Harness:
         randomly chosen input set (``picks``: the input sets, see ``Data.input_set``, when
         given) loaded into buffer set 0 (outputs poisoned), then the L2
         (CPU: last-level cache) flushed when ``flush``; CUDA events around the call on the
-        GPU, a monotonic clock on the CPU; after it, its outputs verified (``verify``).
+        GPU, a monotonic clock on the CPU; after it, its outputs verified (``verify``; not
+        the reference contender's, which returns its result rather than writing the outputs).
         Returns the times and, per call that failed verification, what was wrong."""
         guarded = not calls[0][1].get(UNGUARDED)
         picks = picks or [self.rng.randrange(len(d.sets)) if guarded else 0 for _ in calls]
         if not guarded:  # bench/check_cost.py: the timing of kopt before issue 11
             return self._unguarded_samples(calls, d, flush), []
-        oks: list[torch.Tensor] = []
+        oks: list[Any] = []  # per call: a 0-dim bool tensor (True: the reference contender)
         times: list[float] = []
         if self.is_cuda:
             evs = []
@@ -668,7 +663,7 @@ class Harness:
                 self.call(lib, job, d)
                 e.record()
                 evs.append((s, e))
-                oks.append(self.verify(d, 0, k))
+                oks.append(True if isinstance(lib, RefCall) else self.verify(d, 0, k))
             torch.cuda.synchronize()
             times = [s.elapsed_time(e) for s, e in evs]
         else:
@@ -679,7 +674,7 @@ class Harness:
                 t0 = time.perf_counter_ns()
                 self.call(lib, job, d)
                 times.append((time.perf_counter_ns() - t0) / 1e6)
-                oks.append(self.verify(d, 0, k))
+                oks.append(True if isinstance(lib, RefCall) else self.verify(d, 0, k))
         bad = [f"{job.get('job_key', '?')}: a timed call on input set {k + 1} gave wrong "
                "output (outputs are poisoned before and verified after every timed call)"
                for ok, (_, job), k in zip(oks, calls, picks) if not bool(ok)]
@@ -883,6 +878,8 @@ class Harness:
         """
         if job.get("contest"):
             return self.contest(job)
+        if job.get("time_reference"):
+            return self.time_reference(job)
         d = self.prepare(job, reference=not job.get("no_reference"))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self.progress({"stage": "prepared"})
@@ -894,7 +891,7 @@ class Harness:
         out: dict[str, Any] = {"input_sets": len(d.sets)}
         try:
             err, call_ms, msg = self.checked_calls(lib, job, d)
-            out["max_abs_err"] = err
+            out["max_abs_err"], out["max_rel_err"] = err, self.worst_rel
             if msg:
                 return {**out, "status": "wrong_result", "error": msg}
             if job.get("check_only"):
@@ -947,6 +944,41 @@ class Harness:
             out.update(leaked_bytes=leak, fatal=True)
         return {**out, "status": status, "error": error}
 
+    def time_reference(self, job: dict) -> dict:
+        """Time ref.py's ``contender(**kwargs)`` (what a user gets from the library, e.g.
+        ``A @ B`` through cuBLAS), else its ``reference``, as candidates are timed: the same
+        inputs, warm-up, samples, stopping rule, cache flush, clock and observers
+        (:meth:`time`). Not its checks: it allocates and returns its result rather than
+        writing solve's outputs, so no output is verified and no canary or const input is
+        watched. Returns an outcome dict: the timing figures, ``impl`` (``contender`` or
+        ``reference``) and ``max_abs_err`` / ``max_rel_err`` of its first call's result
+        against the reference outputs of input set 1 (0 when it is the reference); status
+        ``ok`` or ``too_slow``. Raises JobError (``error``) naming ref.py for a function that
+        raises or returns no tensor per output."""
+        d = self.prepare(job)
+        self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
+        self.progress({"stage": "prepared"})
+        mod = self.ref_module(job["reference"])
+        impl = "contender" if callable(getattr(mod, "contender", None)) else "reference"
+        lib = RefCall(getattr(mod, impl), job["signature"], Path(job["reference"]).name)
+        self.load(d, 0, 0)
+        self._sync()
+        t0 = time.perf_counter()
+        got = lib.run(d.bufs[0], d.scalars)
+        self._sync()
+        call_ms = (time.perf_counter() - t0) * 1e3
+        self.progress({"stage": "called", "call_ms": call_ms})
+        out: dict[str, Any] = {"impl": impl, "input_sets": len(d.sets),
+                               **lib.errors(got, d.sets[0].expected)}
+        try:
+            out.update(self.time(lib, job, d, call_ms))
+        except _TooSlow as e:
+            return {**out, **self._slow(e, job, out)}
+        if out.pop("too_slow", False):
+            return {**out, "status": "too_slow",
+                    "error": _slow_text(call_ms, job, out["n_samples"])}
+        return {**out, "status": "ok", "error": ""}
+
     def _leak(self, before: int | None) -> int:
         """Bytes of device memory (outside torch) gained since ``before``, 0 under
         ``LEAK_BYTES``."""
@@ -967,6 +999,97 @@ class Harness:
                 "mean_ms": ms, "n_samples": 1, "samples_ms": [ms],
                 "error": _slow_text(ms, job, 1, e.where)}
 
+
+class RefCall:
+    """ref.py's timed function (``contender`` or ``reference``) in the harness's place of a
+    loaded artifact (:meth:`Harness.call`): called on a buffer set's inputs (in/out ones
+    too) and the scalars, by name; its result, a fresh tensor, is what it returns. It has
+    the error interface of a kernel-mode launcher (``take_error``, ``synchronize``):
+    nothing to report, a failure is an exception, raised as JobError (``error``)."""
+
+    def __init__(self, fn: Callable, sig: list[dict], ref_name: str):
+        self.fn, self.sig, self.ref_name = fn, sig, ref_name
+        self.names: list[str] | None = None  # the arguments it takes, found at the first call
+
+    def run(self, buf: Buffers, scalars: dict[str, Any]) -> Any:
+        """One call on ``buf``'s inputs; returns the function's result. Its signature is read
+        once (at the first call, outside the timed ones), not in the timed interval."""
+        given = {**buf.inputs, **scalars}
+        if self.names is None:
+            self.names = list(_ref_kwargs(self.fn, self.sig, given, self.ref_name))
+        kwargs = {n: given[n] for n in self.names}
+        try:
+            with torch.no_grad():
+                return self.fn(**kwargs)
+        except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
+            raise JobError("error", f"{self.ref_name}: {self.fn.__name__}() raised {e!r} "
+                           "(timed as the reference)") from None
+
+    def errors(self, got: Any, expected: dict[str, torch.Tensor]) -> dict[str, float]:
+        """``max_abs_err`` and ``max_rel_err`` (:func:`abs_rel_error`) of the result ``got``
+        (a tensor, or a dict by output name) against ``expected``, worst over the outputs.
+        Raises JobError when an output is missing or not a tensor of the expected size."""
+        if isinstance(got, torch.Tensor) and len(expected) == 1:
+            got = {next(iter(expected)): got}
+        worst_abs, worst_rel = 0.0, 0.0
+        for n, exp in expected.items():
+            g = got.get(n) if isinstance(got, dict) else None
+            if not isinstance(g, torch.Tensor) or g.numel() != exp.numel():
+                raise JobError("error", f"{self.ref_name}: {self.fn.__name__}() must return "
+                               f"output {n!r} as a tensor of {exp.numel()} elements, as "
+                               "reference() does")
+            a, r = abs_rel_error(g.reshape(exp.shape).to(exp.device), exp)
+            worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
+        return {"max_abs_err": worst_abs, "max_rel_err": worst_rel}
+
+    def take_error(self) -> str:
+        """No launch error to report (an exception was raised at the call)."""
+        return ""
+
+    def synchronize(self) -> str:
+        """Wait for the device (CUDA); nothing to report."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return ""
+
+
+def abs_rel_error(got: torch.Tensor, exp: torch.Tensor) -> tuple[float, float]:
+    """(max ``|got - exp|``, max ``|got - exp| / |exp|`` over the elements where ``exp`` is not
+    0), in float64; NaN counts as infinite. Both 0.0 for empty tensors."""
+    if not got.numel():
+        return 0.0, 0.0
+    g, e = got.double(), exp.double()
+    diff = (g - e).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    nz = e != 0
+    rel = float((diff[nz] / e[nz].abs()).max()) if bool(nz.any()) else 0.0
+    return float(diff.max()), rel
+
+
+def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: str
+                ) -> dict[str, Any]:
+    """Of ``given`` (inputs, in/out initial values and scalars by name), what ref.py's ``fn``
+    (``reference`` or ``contender``) takes (all of it when it takes ``**kwargs``). Raises
+    JobError naming what it takes that kopt cannot give."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return dict(given)
+    missing = [p.name for p in params.values() if p.name not in given
+               and p.default is p.empty
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if missing:
+        outs = {a["name"] for a in sig if a["kind"] == "output"}
+        why = []
+        for m in missing:
+            if m in outs:
+                why.append(f"{m!r} is an output of solve; an in/out argument reaches "
+                           f"{fn.__name__}() only when inputs() returns it (its initial "
+                           "values)")
+            else:
+                why.append(f"{m!r} is not an argument of solve")
+        raise JobError("error", f"{ref_name}: {fn.__name__}() takes {', '.join(missing)} "
+                       f"that kopt cannot give: {'; '.join(why)}")
+    return {k: v for k, v in given.items() if k in params}
 
 def replayed(median_ms: float, seen_ms: list[float], unseen_ms: list[float],
              samples_ms: list[float]) -> bool:

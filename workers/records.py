@@ -144,6 +144,7 @@ class RunOutcome:
     error: str = ""
     job_key: str = ""
     max_abs_err: float | None = None
+    max_rel_err: float | None = None
     median_ms: float | None = None
     min_ms: float | None = None
     iqr_ms: float | None = None
@@ -253,6 +254,7 @@ class TuningRecord:
     submitter: str | None = None
     claimed_methods: str | None = None
     note: str | None = None
+    max_rel_err: float | None = None  # issue 17.4: the check's largest |out - ref| / |ref|
 
     def row(self, observed: dict[str, Any] | None = None) -> dict[str, Any]:
         """The store row (``status`` as its plain string), with ``observed`` (plug-in

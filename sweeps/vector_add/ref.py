@@ -10,3 +10,8 @@ def inputs(seed: int, N: int) -> dict[str, torch.Tensor]:
 def reference(x: torch.Tensor, y: torch.Tensor, N: int) -> torch.Tensor:
     # float64 then rounded: the exact float32 sum, which the kernel must match
     return (x.double() + y.double()).float()
+
+
+def contender(x: torch.Tensor, y: torch.Tensor, N: int) -> torch.Tensor:
+    # timed as the reference row (sweep.yaml reference_timing): what torch does in float32
+    return x + y
