@@ -567,12 +567,16 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
 
 def _run_state_note(root: Path, run_id: str) -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
-    was killed; how to resume it) or still running (who writes it)."""
+    was killed; how to resume it), still running (who writes it), or without a record
+    (a damaged or partial store: :func:`kopt.store.no_run`)."""
     from kopt.database import Database
-    from kopt.store import lock_holder
+    from kopt.store import lock_holder, no_run
 
     rec = Database(root).run(run_id) or {}
-    if rec.get("status") == "interrupted":
+    if not rec:
+        console.print("[yellow]note:[/] " + escape(no_run(root, run_id)), highlight=False,
+                      soft_wrap=True)
+    elif rec.get("status") == "interrupted":
         console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
                       "figures measured before it stopped; finish it with " + escape(
                           f"`kopt sweep {rec.get('sweep_dir')} --store {root} --resume "
@@ -599,10 +603,14 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     rows = select_best(sweep_name, root, run_id)
     if not rows:
         names = Database(root).sweeps()
+        from kopt.store import no_run, runs_missing
+
+        if sweep_name not in names and runs_missing(root):
+            _fail(f"no sweep {sweep_name!r} found: {runs_missing(root)}")
         if sweep_name not in names:
             _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
         if run_id and Database(root).run(run_id) is None:
-            _fail(f"no run {run_id!r} in {root}")
+            _fail(no_run(root, run_id))
         _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
               + (f" run {run_id}" if run_id else " (latest run)")
               + "; `kopt query \"select status, error from candidates\"` shows why", 1)

@@ -53,7 +53,16 @@ from kopt.observer import Observer
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
 from kopt.spec import Space, SpecError, Sweep
-from kopt.store import RunLock, Writer, done_job_keys, dumps, iteration_states, now, run_record
+from kopt.store import (
+    RunLock,
+    Writer,
+    done_job_keys,
+    dumps,
+    iteration_states,
+    no_run,
+    now,
+    run_record,
+)
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
 from kopt.strategy.contests import SOLO_ROUNDS
 from kopt.strategy.context import RunContext
@@ -766,8 +775,7 @@ def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
     """
     rec = run_record(store, run_id)
     if not rec:
-        raise SweepError(f"--resume {run_id}: no such run in {store} "
-                         "(`kopt query \"select run_id, sweep, status from runs\"` lists runs)")
+        raise SweepError(f"--resume {run_id}: {no_run(store, run_id)}")
     if rec["sweep"] != sweep.name:
         raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
                          f"not {sweep.name!r}")

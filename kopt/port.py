@@ -171,8 +171,9 @@ def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[st
 
     rec = Database(store).run(run_id)
     if rec is None:
-        raise PortError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep "
-                        "from runs\"` lists runs)")
+        from kopt.store import no_run
+
+        raise PortError(no_run(store, run_id))
     rows = best(rec["sweep"], store, run_id)
     classes = sorted({r["device_class"] for r in rows})
     if device_class is not None:

@@ -10,6 +10,7 @@ from typing import Any
 from kopt.compare import RULE
 from kopt.database import Database
 from kopt.loop import IterState
+from kopt.store import no_run
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -69,8 +70,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     db = Database(store)
     rec = db.run(run_id)
     if rec is None:
-        raise ReportError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep, "
-                          "status from runs\"` lists runs)")
+        raise ReportError(no_run(store, run_id))
     out.mkdir(parents=True, exist_ok=True)
     env = json.loads(rec.get("env") or "{}")
     devices = json.loads(rec.get("devices") or "[]")

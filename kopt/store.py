@@ -234,6 +234,47 @@ def readable_parts(root: Path, files: Iterable[Path]) -> list[Path]:
     return ok
 
 
+def runs_missing(root: Path | str) -> str | None:
+    """One line naming a store whose ``runs/`` folder is gone while other tables are there
+    (a damaged or partial copy), with the fix; None when ``runs/`` is there or the store is
+    empty."""
+    root = Path(root)
+    tables = sorted(t for t in SCHEMAS if (root / t).is_dir())
+    if not tables or "runs" in tables:
+        return None
+    return (f"store {root} is damaged or partial: its runs/ folder (every run's record) is "
+            f"missing while {', '.join(tables)} are there; restore {root / 'runs'} from a "
+            "copy of the store, or start a new run")
+
+
+def no_run(root: Path | str, run_id: str) -> str:
+    """Why the store at ``root`` has no ``runs`` record of ``run_id``, as one line with the
+    fix: a damaged or partial store (the ``runs/`` folder gone, or the run's record folder
+    gone or unreadable while other tables hold its rows) is named as such, with the
+    missing folder; otherwise "no run ... (how to list runs)"."""
+    root = Path(root)
+    tables = sorted(t for t in SCHEMAS if (root / t).is_dir())
+    held = sorted({t for t in tables for d in (root / t).glob("sweep=*")
+                   if "/" not in run_id and (d / f"run={run_id}").is_dir()})
+    others = [t for t in held if t != "runs"]
+    rows = (f"; run {run_id}'s rows are still in {', '.join(others)} (`kopt best`, `kopt "
+            "query` read them)" if others else "")
+    partial = runs_missing(root)
+    if partial:
+        return partial + rows
+    if "runs" in held:
+        return (f"store {root} is damaged: run {run_id}'s record in runs/ cannot be read "
+                "(see the damaged-file note); restore it from a copy of the store" + rows)
+    if held:
+        sweep = next(d.name for d in (root / held[0]).glob("sweep=*")
+                     if (d / f"run={run_id}").is_dir())
+        return (f"store {root} is damaged or partial: runs/ holds no record of run {run_id} "
+                f"(folder {root / 'runs' / sweep / f'run={run_id}'} is missing); restore it "
+                f"from a copy of the store, or start a new run{rows}")
+    return (f"no run {run_id!r} in {root} (`kopt query \"select run_id, sweep, status from "
+            "runs\"` lists runs)")
+
+
 def _folder(root: Path) -> Path:
     """``root``, unless it is a file (StoreError)."""
     if root.exists() and not root.is_dir():

@@ -22,7 +22,7 @@ from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
-from kopt.store import now
+from kopt.store import no_run, now
 from kopt.strategy.submitted import Submitted, Version, version_space
 
 MAX_TRIES = 3  # submissions per iteration (the first and two fixes), `--max-tries`
@@ -134,8 +134,7 @@ def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods:
     db = Database(root)
     rec = db.run_info(run_id)
     if rec is None:
-        raise SubmitError([f"run {run_id}: no such run in {root} (`kopt query \"select run_id, "
-                           "sweep from runs\"` lists runs)"])
+        raise SubmitError([f"run {run_id}: {no_run(root, run_id)}"])
     it, states = _prior(db, run_id, retry)
     prior = states[it - 1]
     tries = db.submit_tries(run_id, it)
@@ -324,8 +323,7 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
 
     info = Database(root).run_info(run_id)
     if info is None:
-        raise SubmitError([f"run {run_id}: no such run in {root} (`kopt query \"select "
-                           "run_id, sweep from runs\"` lists runs)"])
+        raise SubmitError([f"run {run_id}: {no_run(root, run_id)}"])
     try:
         sweep = load_sweep(info["sweep_dir"])
     except SpecError as e:

@@ -748,3 +748,42 @@ def test_a_cluster_file_nested_too_deeply_is_one_line(tmp_path):
     assert (f"--cluster {deep}: nested too deeply for a YAML parser (brackets or operators "
             "inside one another past Python's recursion limit); write it flatter") in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+# -- a sixth trial --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lost", ["runs-folder", "run-record"])
+def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, lost):
+    """A store whose runs/ folder (or one run's folder in it) was deleted while the other
+    tables are there: `kopt report`, `kopt best --run`, `--resume` said "no run"."""
+    import shutil
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "st")
+    demo_store(st, run_id="r2")
+    shutil.rmtree(st / "runs" if lost == "runs-folder" else st / "runs" / "sweep=demo" / "run=r1")
+    if lost == "runs-folder":
+        why = (f"store {st} is damaged or partial: its runs/ folder (every run's record) is "
+               f"missing while candidates are there; restore {st / 'runs'} from a copy of the "
+               "store, or start a new run; run r1's rows are still in candidates (`kopt best`, "
+               "`kopt query` read them)")
+    else:
+        why = (f"store {st} is damaged or partial: runs/ holds no record of run r1 (folder "
+               f"{st / 'runs' / 'sweep=demo' / 'run=r1'} is missing); restore it from a copy of "
+               "the store, or start a new run; run r1's rows are still in candidates (`kopt "
+               "best`, `kopt query` read them)")
+    for args in (["report", "r1"], ["best", "demo", "--run", "r1"],
+                 ["sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
+                  "--resume", "r1"]):
+        r = CliRunner().invoke(main, [*args, "--store", str(st)])
+        assert r.exit_code == (0 if args[0] == "best" else 2), r.output
+        assert "Traceback" not in r.output, r.output
+        if args[0] == "best":  # the rows it still has, and the note
+            assert "best of demo (run r1)" in r.output and f"note: {why}" in " ".join(
+                r.output.split()), r.output
+        else:
+            assert " ".join(r.output.split()).endswith(why), r.output
+    assert sorted(p.name for p in (st / "candidates" / "sweep=demo").iterdir()) == ["run=r1",
+                                                                                    "run=r2"]
+    assert not (st / "runs" / "sweep=vector_add").exists()  # the resume started nothing
