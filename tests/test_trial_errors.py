@@ -787,3 +787,38 @@ def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, l
     assert sorted(p.name for p in (st / "candidates" / "sweep=demo").iterdir()) == ["run=r1",
                                                                                     "run=r2"]
     assert not (st / "runs" / "sweep=vector_add").exists()  # the resume started nothing
+
+
+@pytest.mark.parametrize("end, how", [("os._exit(3)", "exit code 3"),
+                                      ("os.abort()", "killed by SIGABRT")],
+                         ids=["os-exit", "abort"])
+def test_a_reference_that_ends_the_process_is_named_before_anything_is_built(tmp_path, end, how):
+    """A reference() calling os._exit was reported as the candidate `crashed: harness died:
+    exit code 3` (preflight built the baseline first and showed it as the crash)."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.sandbox import Sandbox
+
+    d = base(tmp_path, **{"ref.py": "import os\nimport torch\n"
+                                    "def inputs(seed, N):\n    return {'x': torch.ones(N)}\n"
+                                    f"def reference(x, N):\n    {end}\n"})
+    ref = (d / "ref.py").resolve()
+    r = CliRunner().invoke(main, ["preflight", str(d), "--backend", "cpu"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert " ".join(r.output.split()).startswith(
+        f"error: {ref}: inputs()/reference() failed for dims {{'N': 64}} (error): {ref}: the "
+        f"harness process ended ({how}) while its inputs()/reference() ran, before any "
+        "candidate code was called; they must return (no os._exit, sys.exit or abort): fix "
+        "them"), r.output
+    assert "nothing was built" in r.output and "compile_s" not in r.output
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    sb = Sandbox("cpu")  # a candidate's job (as a sweep's): the reference's fault, not its own
+    try:
+        out = sb.run({"reference": str(ref), "dims": {"N": 64}, "seed": 0, "args": {},
+                      "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+                      "timing": {"timeout_s": 10}, "artifact": "/nonexistent.so"}, 10)
+    finally:
+        sb.close()
+    assert out["status"] == "error" and out["error"].startswith(
+        f"{ref}: the harness process ended ({how}) while its inputs()/reference() ran"), out
