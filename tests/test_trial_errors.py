@@ -822,3 +822,28 @@ def test_a_reference_that_ends_the_process_is_named_before_anything_is_built(tmp
         sb.close()
     assert out["status"] == "error" and out["error"].startswith(
         f"{ref}: the harness process ended ({how}) while its inputs()/reference() ran"), out
+
+
+@pytest.mark.parametrize("keys, shown", [("{'x': t, 'xx': t}", "'xx'"),
+                                         ("{'x': t, 'N': t, 3: t}", "'N', 3")],
+                         ids=["typo", "scalar-and-int"])
+def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, shown):
+    """inputs() returning a key no argument has (a typo `xx` beside `x`, the scalar `N`) was
+    ignored silently."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    d = base(tmp_path, **{"ref.py": "import torch\ndef inputs(seed, N):\n"
+                                    "    t = torch.randn(N, generator=torch.Generator().manual_seed(seed))\n"
+                                    f"    return {keys}\n"
+                                    "def reference(x, N):\n    return x\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0, "args": {},
+           "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+           "timing": {"timeout_s": 10}, "prepare_only": True}
+    with pytest.raises(JobError, match=re.escape(
+            f"ref.py: inputs() returned {shown}, which no pointer argument of solve is named; "
+            "its keys are argument names: x, y (rename or drop the rest)")):
+        Harness("cpu").run(job)
