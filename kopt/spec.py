@@ -722,12 +722,29 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         raise err(f"{prefix}flags", f"{bad!r} sets the GPU arch, which kopt chooses per device "
                   "class (sm_90 on an H100/H200; sm_90a automatically for methods that need "
                   "it) and records as the `arch` column: remove it")
+    _check_include_dirs(blk.include_dirs, root, prefix, err)
     return Space(
         backend=backend, source=src.resolve(), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=[str((root / d).resolve()) for d in blk.include_dirs],
         timing=blk.timing or sf.timing, launch=launch, derived=derived)
+
+
+def _check_include_dirs(dirs: list[str], root: Path, prefix: str, err: Any) -> None:
+    """Raise ``err`` (a SpecError) for an ``include_dirs`` entry that is not a folder: the
+    compiler would ignore it, and a header that should come from it would be found
+    elsewhere or not at all."""
+    for i, d in enumerate(dirs):
+        p = root / d
+        try:
+            ok, what = p.is_dir(), "a file" if p.exists() else "missing"
+        except (OSError, ValueError) as e:
+            ok, what = False, f"unusable ({e})"
+        if not ok:
+            raise err(f"{prefix}include_dirs[{i}]", f"{d!r} ({p.absolute()}) is {what}, not a "
+                      "folder; give an existing folder (relative paths are from the sweep "
+                      "folder) or drop the entry")
 
 
 def _scope(blk: BackendBlock, dims: list[dict[str, int]], scalars: dict[str, float | int]
