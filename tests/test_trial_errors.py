@@ -847,3 +847,33 @@ def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, sh
             f"ref.py: inputs() returned {shown}, which no pointer argument of solve is named; "
             "its keys are argument names: x, y (rename or drop the rest)")):
         Harness("cpu").run(job)
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_an_include_dir_that_is_no_folder_is_refused_at_load(tmp_path, where):
+    """`include_dirs: [nope]` was accepted (the compiler ignores a missing -I folder)."""
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "include_dirs: [inc, nope]\n")
+    (d / "inc").mkdir()
+    if where == "a-file":
+        (d / "nope").write_text("x")
+    what = "missing" if where == "missing" else "a file"
+    assert_spec_error(d, "field 'include_dirs[1]'", f"'nope' ({d.absolute() / 'nope'}) is {what}, "
+                      "not a folder; give an existing folder (relative paths are from the sweep "
+                      "folder) or drop the entry")
+
+
+@pytest.mark.parametrize("decl, why", [
+    ("auto N", "`auto` is a storage class or specifier"),
+    ("register N", "`register` is a storage class or specifier"),
+    ("const N", "it has no type (C would read an implicit int)"),
+], ids=["auto", "register", "const-only"])
+def test_an_argument_without_a_c_type_is_refused_naming_it(tmp_path, decl, why):
+    """`auto N` (C++: a template parameter) and `const N` were read as `int N`."""
+    from kopt.contract import supported_types
+
+    d = base(tmp_path, **{"add.cpp": f'extern "C" void solve(const float* x, float* y, {decl}) '
+                                     "{ }\n"})
+    assert_spec_error(d, f"add.cpp: solve argument 'N' is declared `{decl}`: {why}, not a C "
+                      "type; write it as `TYPE N` (or `const TYPE* N`, `TYPE* N`) with TYPE one "
+                      f"of: {supported_types()}")
