@@ -694,12 +694,15 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
               help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
 def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
     """Write a run's summary.md (environment, iterations, best candidate, plots)."""
-    from kopt.report import ReportError, write_report
+    from kopt.database import Database
+    from kopt.report import ReportError, source_notes, write_report
 
     try:
         path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
     except ReportError as e:
         _fail(str(e))
+    for note in source_notes(Database(_store(store)).run(run_id) or {}, run_id):
+        console.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
     out.print(f"wrote {escape(str(path))}", highlight=False)
 
 

@@ -123,7 +123,9 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
     res = Exported(header=out / f"{sweep}.h", t4=out / f"{sweep}.t4.json")
     res.header.write_text(header_text(sweep, run, rows))
     res.t4.write_text(json.dumps(t4_results(rows), indent=1) + "\n")
-    res.notes = _source_notes(info, run)
+    from kopt.report import source_notes
+
+    res.notes = source_notes(info, run)
     res.sources = _sources(rows, info, run, out)
     res.rows = [{k: v for k, v in r.items() if k != "row"} for r in rows]
     return res
@@ -190,28 +192,6 @@ def t4_results(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 {"name": "methods", "value": methods, "unit": ""},
                 {"name": "candidate_id", "value": r["candidate_id"], "unit": ""}]})
     return {"schema_version": T4_VERSION, "results": results}
-
-
-def _source_notes(info: dict[str, Any], run_id: str) -> list[str]:
-    """Why the realized sources would be missing or not the ones measured: the run's sweep
-    folder no longer loads (moved, deleted, broken), or its spec hash (sweep.yaml, sources,
-    headers, ref.py) differs from the run's (edited since)."""
-    from kopt.spec import load_sweep
-
-    where = info.get("sweep_dir")
-    if not where:
-        return []
-    try:
-        now = load_sweep(Path(where)).spec_hash
-    except Exception as e:  # noqa: BLE001 -- whatever stops it loading is the reason to say
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return [f"no best-*.cu/.cpp written: run {run_id}'s sweep folder {where} does not "
-                f"load now ({first}); restore it to get the realized sources"]
-    if info.get("spec_hash") and now != info["spec_hash"]:
-        return [f"run {run_id}'s sweep folder {where} changed since the run (sweep.yaml, a "
-                "source, a header or ref.py): the best-*.cu/.cpp files hold today's source "
-                "with the winner's defines, not the source that was measured"]
-    return []
 
 
 def _sources(rows: list[dict[str, Any]], info: dict[str, Any], run_id: str, out: Path

@@ -60,6 +60,29 @@ def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
     return "\n".join(lines) + "\n\n" + space.source_text()
 
 
+def source_notes(info: dict[str, Any], run_id: str) -> list[str]:
+    """Why the realized sources would be missing or not the ones measured: the run's sweep
+    folder no longer loads (moved, deleted, broken), or its spec hash (sweep.yaml, sources,
+    headers, ref.py) differs from the run's (edited since). ``info`` is the run's ``runs``
+    record (``sweep_dir``, ``spec_hash``); one line per note, none when all is well."""
+    from kopt.spec import load_sweep
+
+    where = info.get("sweep_dir")
+    if not where:
+        return []
+    try:
+        now = load_sweep(Path(where)).spec_hash
+    except Exception as e:  # noqa: BLE001 -- whatever stops it loading is the reason to say
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return [f"no best-*.cu/.cpp written: run {run_id}'s sweep folder {where} does not "
+                f"load now ({first}); restore it to get the realized sources"]
+    if info.get("spec_hash") and now != info["spec_hash"]:
+        return [f"run {run_id}'s sweep folder {where} changed since the run (sweep.yaml, a "
+                "source, a header or ref.py): the best-*.cu/.cpp files hold today's source "
+                "with the winner's defines, not the source that was measured"]
+    return []
+
+
 def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     """Write ``out/summary.md``, ``out/best-<device class>.<cu|cpp>`` and PNG plots.
 
@@ -174,6 +197,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
             name = f"best-{dc}{suffix}"
             (out / name).write_text(src)
             md.append(f"- realized source: [{name}]({name})")
+        md += [f"- note: {n}" for n in source_notes(rec, run_id)]
         md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
                "Ineffective: " + (", ".join(f"{k} (under {v or 'unknown'} bottleneck)"
                                            for k, v in last.ineffective.items()) or "none") + "."]

@@ -877,3 +877,37 @@ def test_an_argument_without_a_c_type_is_refused_naming_it(tmp_path, decl, why):
     assert_spec_error(d, f"add.cpp: solve argument 'N' is declared `{decl}`: {why}, not a C "
                       "type; write it as `TYPE N` (or `const TYPE* N`, `TYPE* N`) with TYPE one "
                       f"of: {supported_types()}")
+
+
+@pytest.mark.parametrize("change", ["none", "moved"])
+def test_report_says_when_the_sweep_folder_is_gone(tmp_path, change):
+    """`kopt report RUN` after the run's sweep folder was moved wrote no best source and said
+    nothing (export says it since the fifth trial)."""
+    from test_export import X86, cand
+
+    from conftest import VADD_CPP, VADD_REF
+    from kopt.spec import load_sweep
+    from kopt.store import now, write_table
+
+    sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 1024}]\n"
+                            "params: {CHUNK: [64, 256]}\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    st = tmp_path / "st"
+    write_table(st, "candidates", "demo", "r1", [
+        cand("r1", X86, "b", 1024, 2.0, {"CHUNK": 64}, base=True)])
+    write_table(st, "runs", "demo", "r1", [{
+        "run_id": "r1", "sweep": "demo", "event": "finished", "backend": "cpu",
+        "sweep_dir": str(sweep_dir), "spec_hash": load_sweep(sweep_dir).spec_hash,
+        "created_at": now()}])
+    if change == "moved":
+        sweep_dir.rename(tmp_path / "elsewhere")
+    r = CliRunner().invoke(main, ["report", "r1", "--store", str(st), "--out",
+                                  str(tmp_path / "rep")])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("note:")]
+    assert "# kopt report: demo, run r1" in (tmp_path / "rep" / "summary.md").read_text()
+    if change == "none":
+        assert notes == [], r.output
+    else:
+        assert len(notes) == 1 and notes[0].startswith(
+            f"note: no best-*.cu/.cpp written: run r1's sweep folder {sweep_dir} does not load "
+            f"now ({sweep_dir}: no such file"), r.output
