@@ -836,7 +836,8 @@ def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, sh
     from workers.harness import Harness, JobError
 
     d = base(tmp_path, **{"ref.py": "import torch\ndef inputs(seed, N):\n"
-                                    "    t = torch.randn(N, generator=torch.Generator().manual_seed(seed))\n"
+                                    "    g = torch.Generator().manual_seed(seed)\n"
+                                    "    t = torch.randn(N, generator=g)\n"
                                     f"    return {keys}\n"
                                     "def reference(x, N):\n    return x\n"})
     sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
