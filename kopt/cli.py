@@ -982,6 +982,12 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
                 _csv(f, rows)
         tr.plot(t, out_dir / "triage.png")
     if plot_file:
+        if not plot_file.suffix:  # matplotlib would pick PNG and rename it, silently
+            named = plot_file
+            plot_file = plot_file.with_name(plot_file.name.rstrip(".") + ".png")
+            console.print(escape(f"note: --plot {named} has no extension: writing {plot_file} "
+                                 "(PNG; name .svg, .pdf or .jpeg for another format)"),
+                          highlight=False, soft_wrap=True)
         try:
             tr.plot(t, plot_file)
         except ValueError as e:  # matplotlib: an extension it cannot write

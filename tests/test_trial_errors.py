@@ -912,3 +912,17 @@ def test_report_says_when_the_sweep_folder_is_gone(tmp_path, change):
         assert len(notes) == 1 and notes[0].startswith(
             f"note: no best-*.cu/.cpp written: run r1's sweep folder {sweep_dir} does not load "
             f"now ({sweep_dir}: no such file"), r.output
+
+
+@pytest.mark.parametrize("name", ["pic", "pic."])
+def test_a_plot_name_without_an_extension_is_written_as_png_and_said(tmp_path, name):
+    """`kopt triage T --plot pic` wrote `pic.png` (matplotlib's default) without a word:
+    `pic` never appeared; `pic.` wrote `pic.png` too."""
+    r = CliRunner().invoke(main, ["triage", str(ROOT / "tests" / "data" / "triage-h200" /
+                                                "toy_graph0.json.gz"), "--no-store",
+                                  "--plot", str(tmp_path / name)])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert (f"note: --plot {tmp_path / name} has no extension: writing {tmp_path / 'pic.png'} "
+            "(PNG; name .svg, .pdf or .jpeg for another format)") in " ".join(r.output.split())
+    assert [p.name for p in tmp_path.iterdir()] == ["pic.png"]
+    assert (tmp_path / "pic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
