@@ -311,7 +311,9 @@ def _kv(text: str | None, markup: bool = True) -> str:
     ``markup`` is False)."""
     if not text:
         return "-"
-    kv = " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
+    from kopt.store import stored_json
+
+    kv = " ".join(f"{k}={v}" for k, v in stored_json(text, "params or dims").items()) or "-"
     return escape(kv) if markup else kv
 
 
@@ -338,7 +340,9 @@ def _rate(r: dict[str, Any]) -> str:
 def _methods(r: dict[str, Any]) -> str:
     """The candidate's methods: those carried from earlier iterations' winners (``carried``,
     a JSON list, when the row has it) and its own triple."""
-    ms = json.loads(r.get("carried") or "[]") + [
+    from kopt.store import stored_json
+
+    ms = stored_json(r.get("carried"), "carried", list) + [
         r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
     return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 

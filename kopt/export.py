@@ -35,6 +35,7 @@ from typing import Any
 
 from kopt.database import Database
 from kopt.select import best
+from kopt.store import stored_json
 
 T4_VERSION = "1.0.0"
 
@@ -105,9 +106,10 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
         dc = p["device_class"]
         row = got[(p["candidate_id"], dc, p["dims"])]
         rows.append({"device_class": dc, "macro": device_macro(dc),
-                     "size": sizes.setdefault(dc, 0), "dims": json.loads(p["dims"]),
-                     "candidate_id": p["candidate_id"], "defines": json.loads(row["defines"]),
-                     "params": json.loads(row["params"]), "median_ms": row["median_ms"],
+                     "size": sizes.setdefault(dc, 0), "dims": stored_json(p["dims"], "dims"),
+                     "candidate_id": p["candidate_id"],
+                     "defines": stored_json(row["defines"], "defines"),
+                     "params": stored_json(row["params"], "params"), "median_ms": row["median_ms"],
                      "device_name": p.get("device_name"), "row": row})
         sizes[dc] += 1
     by_macro: dict[str, set[str]] = {}

@@ -62,6 +62,7 @@ from kopt.store import (
     no_run,
     now,
     run_record,
+    stored_json,
 )
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
 from kopt.strategy.contests import SOLO_ROUNDS
@@ -427,7 +428,7 @@ class Driver:
         rec = resumable_run(self.store, self.resume, self.sweep)
         if self.backend_req == "auto":
             self.backend_req = rec["backend"]
-        opts = json.loads(rec.get("options") or "{}")
+        opts = stored_json(rec.get("options"), "options")
         for name, mine in (("max_candidates", self.max_candidates),
                            ("iterations", self._iterations_req),
                            ("strategy", self._strategy_req), ("seed", self._seed_req)):

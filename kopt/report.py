@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from kopt.compare import RULE
 from kopt.database import Database
 from kopt.loop import IterState
-from kopt.store import no_run
+from kopt.store import no_run, stored_json
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -95,8 +94,8 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     if rec is None:
         raise ReportError(no_run(store, run_id))
     out.mkdir(parents=True, exist_ok=True)
-    env = json.loads(rec.get("env") or "{}")
-    devices = json.loads(rec.get("devices") or "[]")
+    env = stored_json(rec.get("env"), "env")
+    devices = stored_json(rec.get("devices"), "devices", list)
     states: dict[str, list[IterState]] = {}
     for _it, dc, js in db.iteration_states(run_id):
         states.setdefault(dc, []).append(IterState.from_json(js))
@@ -173,7 +172,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                 c = st.contest
                 desc = {x["candidate_id"]: _methods([x["compute_method"], x["memory_method"],
                                                      x["latency_method"]])
-                        + " " + _kv(json.loads(x["params"]))
+                        + " " + _kv(stored_json(x["params"], "params"))
                         for x in cand if x["iteration"] == st.iteration
                         and x["device_class"] == dc}
                 won = (st.best or {}).get("candidate_id")
@@ -287,7 +286,7 @@ def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: 
         names.append("speedup_per_iteration.png")
     first = [c for c in cand if c["iteration"] == 1]
     if first:
-        params = [json.loads(c["params"]) for c in first]
+        params = [stored_json(c["params"], "params") for c in first]
         keys = {k for p in params for k in p}
         key = max(sorted(keys), key=lambda k: len({str(p.get(k)) for p in params}), default=None)
         if key is not None:

@@ -275,6 +275,29 @@ def no_run(root: Path | str, run_id: str) -> str:
             "runs\"` lists runs)")
 
 
+def stored_json(text: str | None, column: str, want: type = dict) -> Any:
+    """The value of a JSON-text column of a stored row (``params``, ``defines``, ``dims``,
+    ``state``, ``devices``, ``options``, ``env``...): ``want()`` when empty.
+
+    Raises:
+        StoreError: the text is not JSON of type ``want`` (a row edited by hand or written
+            by another tool), one line naming the column and the fix.
+    """
+    if text is None or text == "":
+        return want()
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        value = None
+    if not isinstance(value, want):
+        shown = text if len(str(text)) <= 60 else str(text)[:57] + "..."
+        raise StoreError(f"damaged store row: column {column!r} holds {shown!r}, not a JSON "
+                         f"{'object' if want is dict else 'list'} as kopt writes it (the row was "
+                         "edited or written by another tool); find it with `kopt query` and "
+                         "move its part file out of the store, or restore it from a copy")
+    return value
+
+
 def _folder(root: Path) -> Path:
     """``root``, unless it is a file (StoreError)."""
     if root.exists() and not root.is_dir():

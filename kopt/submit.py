@@ -11,7 +11,6 @@ each try is a ``versions`` row.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
-from kopt.store import no_run, now
+from kopt.store import no_run, now, stored_json
 from kopt.strategy.submitted import Submitted, Version, version_space
 
 MAX_TRIES = 3  # submissions per iteration (the first and two fixes), `--max-tries`
@@ -142,7 +141,8 @@ def prepare(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods:
         raise SubmitError([f"iteration {it} of run {run_id} already had {tries} tries "
                            f"(--max-tries {max_tries}); submit into a new iteration "
                            "(without --retry) or raise --max-tries"])
-    sm_of = {d["device_class"]: d.get("sm") for d in json.loads(rec["devices"] or "[]")}
+    devices = stored_json(rec["devices"], "devices", list)
+    sm_of = {d.get("device_class"): d.get("sm") for d in devices if isinstance(d, dict)}
     lines = []
     for dc, st in prior.items():
         check = check_claim_for_plan(methods, _plan_for(sweep, db, run_id, dc, it, st,

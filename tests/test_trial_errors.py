@@ -926,3 +926,39 @@ def test_a_plot_name_without_an_extension_is_written_as_png_and_said(tmp_path, n
             "(PNG; name .svg, .pdf or .jpeg for another format)") in " ".join(r.output.split())
     assert [p.name for p in tmp_path.iterdir()] == ["pic.png"]
     assert (tmp_path / "pic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("cmd, column, text, kind", [
+    ("best", "params or dims", "7", "object"),
+    ("best", "params or dims", "{bad", "object"),
+    ("report", "env", "{bad", "object"),
+    ("report", "devices", "nope", "list"),
+], ids=["best-int", "best-garbage", "report-env", "report-devices"])
+def test_a_stored_json_column_that_is_damaged_is_one_line(tmp_path, cmd, column, text, kind):
+    """A row whose JSON-text column is not what kopt writes (edited by hand, another tool):
+    `kopt best` was an AttributeError or JSONDecodeError traceback, `kopt report` and
+    `kopt propose` a JSONDecodeError traceback."""
+    from test_store_safety import demo_store
+
+    from kopt.store import write_table
+
+    st = demo_store(tmp_path / "st")
+    if cmd == "best":
+        write_table(st, "candidates", "demo", "r1", [{
+            "run_id": "r1", "sweep": "demo", "job_key": "z", "candidate_id": "z",
+            "is_baseline": False, "status": "ok", "median_ms": 1.0, "dims": "{}",
+            "device_class": "cpu-x", "params": text, "iteration": 1}])
+        args = ["best", "demo"]
+    else:
+        import datetime as dt
+
+        write_table(st, "runs", "demo", "r1", [{
+            "run_id": "r1", "sweep": "demo", "event": "finished", "backend": "cpu",
+            "created_at": dt.datetime(2026, 1, 2, 3, 4, 6, tzinfo=dt.timezone.utc), column: text}])
+        args = ["report", "r1", "--out", str(tmp_path / "rep")]
+    r = CliRunner().invoke(main, [*args, "--store", str(st)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert " ".join(r.output.split()) == (
+        f"error: damaged store row: column {column!r} holds {text!r}, not a JSON {kind} as kopt "
+        "writes it (the row was edited or written by another tool); find it with `kopt query` "
+        "and move its part file out of the store, or restore it from a copy"), r.output
