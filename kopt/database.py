@@ -45,6 +45,7 @@ from kopt.store import (
     default_root,
     lock_holder,
     readable_parts,
+    table_parts,
     write_table,
 )
 
@@ -183,7 +184,7 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     allowed: list[str] = []
     for table, schema in sorted(SCHEMAS.items(), key=lambda kv: kv[0] != "profiles"):
-        files = readable_parts(root, (root / table).glob("sweep=*/run=*/part-*.parquet"))
+        files = table_parts(root, table)
         if files:
             pats = [_literal(str(f)) for f in files]
             allowed += pats + [str(f) for f in files]

@@ -298,6 +298,21 @@ def stored_json(text: str | None, column: str, want: type = dict) -> Any:
     return value
 
 
+def table_parts(root: Path, table: str) -> list[Path]:
+    """The readable part files of ``table`` (:func:`readable_parts`); a file where the
+    table's folder or one of its ``sweep=``/``run=`` folders goes is noted as a
+    :class:`StoreWarning` naming it (its rows, if any, cannot be read), not passed over."""
+    top = root / table
+    odd = [top] if top.exists() and not top.is_dir() else [
+        p for p in [*top.glob("sweep=*"), *top.glob("sweep=*/run=*")] if not p.is_dir()]
+    for p in odd:
+        warnings.warn(StoreWarning(
+            f"damaged store: {p.absolute()} is a file where a folder of table {table!r} goes; "
+            f"what it held is not read: move it out of the store and restore the folder from "
+            "a copy"), stacklevel=2)
+    return readable_parts(root, top.glob("sweep=*/run=*/part-*.parquet"))
+
+
 def _folder(root: Path) -> Path:
     """``root``, unless it is a file (StoreError)."""
     if root.exists() and not root.is_dir():

@@ -962,3 +962,22 @@ def test_a_stored_json_column_that_is_damaged_is_one_line(tmp_path, cmd, column,
         f"error: damaged store row: column {column!r} holds {text!r}, not a JSON {kind} as kopt "
         "writes it (the row was edited or written by another tool); find it with `kopt query` "
         "and move its part file out of the store, or restore it from a copy"), r.output
+
+
+@pytest.mark.parametrize("where", ["table", "sweep"])
+def test_a_file_where_a_store_folder_goes_is_noted(tmp_path, where):
+    """`candidates` (or its `sweep=NAME` folder) replaced by a file: `kopt best` said "no
+    correct candidate" with no word of the damage."""
+    import shutil
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "st")
+    bad = st / "candidates" if where == "table" else st / "candidates" / "sweep=demo"
+    shutil.rmtree(bad)
+    bad.write_text("x")
+    r = CliRunner().invoke(main, ["best", "demo", "--store", str(st)])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert (f"note: damaged store: {bad} is a file where a folder of table 'candidates' goes; "
+            "what it held is not read: move it out of the store and restore the folder from a "
+            "copy") in " ".join(r.output.split()), r.output
