@@ -569,15 +569,16 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                               highlight=False)
 
 
-def _run_state_note(root: Path, run_id: str) -> None:
+def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
     was killed; how to resume it), still running (who writes it), or without a record
-    (a damaged or partial store: :func:`kopt.store.no_run`)."""
+    (a damaged or partial store: :func:`kopt.store.no_run`; not when ``unrecorded`` is
+    False: the caller refuses such a run itself)."""
     from kopt.database import Database
     from kopt.store import lock_holder, no_run
 
     rec = Database(root).run(run_id) or {}
-    if not rec:
+    if not rec and unrecorded:
         console.print("[yellow]note:[/] " + escape(no_run(root, run_id)), highlight=False,
                       soft_wrap=True)
     elif rec.get("status") == "interrupted":
@@ -1070,7 +1071,7 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
     from kopt.port import PortError, port
 
     if _store(store).is_dir():
-        _run_state_note(_store(store), run_id)  # the winner of an unfinished run: say so
+        _run_state_note(_store(store), run_id, False)  # an unfinished run's winner: say so
     try:
         res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
                    timeout_s=timeout_s, device_class=device_class)

@@ -773,7 +773,9 @@ def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, l
                f"{st / 'runs' / 'sweep=demo' / 'run=r1'} is missing); restore it from a copy of "
                "the store, or start a new run; run r1's rows are still in candidates (`kopt "
                "best`, `kopt query` read them)")
+    repo = _repo(tmp_path)
     for args in (["report", "r1"], ["best", "demo", "--run", "r1"],
+                 ["port", "r1", "--to", str(repo / "k.cpp")],
                  ["sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
                   "--resume", "r1"]):
         r = CliRunner().invoke(main, [*args, "--store", str(st)])
@@ -782,6 +784,8 @@ def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, l
         if args[0] == "best":  # the rows it still has, and the note
             assert "best of demo (run r1)" in r.output and f"note: {why}" in " ".join(
                 r.output.split()), r.output
+        elif args[0] == "port":  # one line: the error, no note before it
+            assert " ".join(r.output.split()) == f"error: {why}", r.output
         else:
             assert " ".join(r.output.split()).endswith(why), r.output
     assert sorted(p.name for p in (st / "candidates" / "sweep=demo").iterdir()) == ["run=r1",
