@@ -727,7 +727,10 @@ def env(address: str | None, fmt: str) -> None:
         except SweepError as e:
             _fail(str(e))
     else:
-        ensure_ray(address)
+        try:
+            ensure_ray(address)
+        except SweepError as e:
+            _fail(str(e))
     task = ray.remote(num_cpus=0)(collect)
     refs = []
     for node in ray.nodes():

@@ -109,7 +109,14 @@ def new_run_id(sweep: str) -> str:
 
 
 def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> None:
-    """Attach to ``address`` or start an embedded local Ray instance (once per process)."""
+    """Attach to ``address`` or start an embedded local Ray instance (once per process).
+
+    Raises:
+        SweepError: the embedded instance did not start (Ray's own error, e.g. "The
+            current node timed out during startup" on an overloaded machine), or
+            ``--address auto`` found no running instance. Other addresses raise what Ray
+            raises (:func:`attach` words it).
+    """
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
@@ -118,7 +125,16 @@ def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> N
         kwargs["runtime_env"] = runtime_env
     # no address: a new embedded instance ("local"), never a `ray start` cluster that
     # happens to run on this machine (--address auto attaches to that one)
-    ray.init(address=address or "local", **kwargs)
+    try:
+        ray.init(address=address or "local", **kwargs)
+    except Exception as e:  # noqa: BLE001 -- Ray raises a bare Exception when its node fails
+        if address not in (None, "local", "auto"):
+            raise
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        what = "--address auto" if address == "auto" else "an embedded local instance"
+        raise SweepError(f"Ray did not start ({what}): {first}; nothing was measured or stored: "
+                         "run the command again once the machine is less loaded, or start Ray "
+                         "once with `ray start --head` and pass --address auto") from None
 
 
 def cluster_address(path: str | Path) -> str:

@@ -985,3 +985,26 @@ def test_a_file_where_a_store_folder_goes_is_noted(tmp_path, where):
     assert (f"note: damaged store: {bad} is a file where a folder of table 'candidates' goes; "
             "what it held is not read: move it out of the store and restore the folder from a "
             "copy") in " ".join(r.output.split()), r.output
+
+
+def test_ray_that_does_not_start_is_one_line(tmp_path, monkeypatch):
+    """Two sweeps started at once on a loaded machine: each died with a 40-line traceback
+    ending in Ray's "The current node timed out during startup" (raised by ray.init; here
+    ray.init raises that same exception, as it did in the trial)."""
+    import ray
+
+    def no_start(*a, **k):
+        raise Exception("The current node timed out during startup. This could happen because "
+                        "some of the raylet failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.setattr(ray, "init", no_start)
+    r = CliRunner().invoke(main, ["sweep", str(base(tmp_path)), "--backend", "cpu", "--store",
+                                  str(tmp_path / "st")])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r
+    assert " ".join(r.output.split()) == (
+        "error: Ray did not start (an embedded local instance): The current node timed out "
+        "during startup. This could happen because some of the raylet failed to startup or the "
+        "GCS has become overloaded.; nothing was measured or stored: run the command again once "
+        "the machine is less loaded, or start Ray once with `ray start --head` and pass "
+        "--address auto"), r.output
+    assert list((tmp_path / "st").rglob("*.parquet")) == []
