@@ -604,6 +604,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     dp = prefix if blk.dims is not None else ""  # where these dims are written
     for i, d in enumerate(dims):
         for k, v in d.items():
+            if k in sf.scalars:
+                raise err(f"scalars.{k}", f"{k!r} is also a dim ({dp}dims[{i}]); a name is a dim "
+                          "or a scalar, not both (the load's checks read one value, the run the "
+                          "other): drop one of them")
             if v < 1:
                 raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
                           "(an empty problem has nothing to measure); give values that are not "

@@ -1008,3 +1008,13 @@ def test_ray_that_does_not_start_is_one_line(tmp_path, monkeypatch):
         "the machine is less loaded, or start Ray once with `ray start --head` and pass "
         "--address auto"), r.output
     assert list((tmp_path / "st").rglob("*.parquet")) == []
+
+
+def test_a_name_that_is_both_a_dim_and_a_scalar_is_refused_at_load(tmp_path):
+    """`scalars: {N: 5}` beside `dims: [{N: 64}]` was accepted: the load checked the `args`
+    shapes with the scalar (5) while the run used the dim (64), the scalar ignored."""
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "scalars: {N: 5}\n")
+    assert_spec_error(d, "field 'scalars.N': 'N' is also a dim (dims[0]); a name is a dim or a "
+                      "scalar, not both (the load's checks read one value, the run the other): "
+                      "drop one of them")
