@@ -444,7 +444,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
             console.print("[yellow]interrupted[/] before the run started: nothing was stored")
         else:
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          + escape(f"with `kopt sweep {sweep_dir} --store {root} --resume {rid}`"),
+                          + escape(f"with `{_resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
         sys.exit(130)
     console.print(_summary_line(summary, root), highlight=False)
@@ -569,6 +569,15 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                               highlight=False)
 
 
+def _resume_command(sweep_dir: Path | str | None, root: Path, run_id: str) -> str:
+    """The shell command that resumes ``run_id``, its paths quoted for a POSIX shell
+    (a folder named ``o dd [x] (1)`` pastes as one word)."""
+    import shlex
+
+    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
+            f"--resume {shlex.quote(run_id)}")
+
+
 def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
     was killed; how to resume it), still running (who writes it), or without a record
@@ -584,8 +593,8 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     elif rec.get("status") == "interrupted":
         console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
                       "figures measured before it stopped; finish it with " + escape(
-                          f"`kopt sweep {rec.get('sweep_dir')} --store {root} --resume "
-                          f"{run_id}`"), highlight=False, soft_wrap=True)
+                          f"`{_resume_command(rec.get('sweep_dir'), root, run_id)}`"),
+                      highlight=False, soft_wrap=True)
     elif rec.get("status") == "running":
         console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
                       + escape(lock_holder(root, run_id) or "?") + "): figures so far",

@@ -1018,3 +1018,19 @@ def test_a_name_that_is_both_a_dim_and_a_scalar_is_refused_at_load(tmp_path):
     assert_spec_error(d, "field 'scalars.N': 'N' is also a dim (dims[0]); a name is a dim or a "
                       "scalar, not both (the load's checks read one value, the run the other): "
                       "drop one of them")
+
+
+def test_the_resume_command_shown_pastes_into_a_shell_with_odd_paths(tmp_path):
+    """`finish it with `kopt sweep /x/o dd [ü]/sw (1) --store ... --resume R`` was printed
+    unquoted: pasted into a shell it splits at the spaces and fails at the parenthesis."""
+    import shlex
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "o dd [ü] (1)" / "st", event="running")  # killed: interrupted
+    r = CliRunner().invoke(main, ["best", "demo", "--store", str(st)])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    cmd = text.split("finish it with `", 1)[1].split("`", 1)[0]
+    assert shlex.split(cmd) == ["kopt", "sweep", str(st / "sweeps" / "demo"), "--store", str(st),
+                                "--resume", "r1"], text
