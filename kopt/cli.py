@@ -793,6 +793,7 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
     import os
 
     from kopt.claims import parse_claim
+    from kopt.contract import read_text
     from kopt.pipeline import SweepError
     from kopt.store import RunLocked
     from kopt.submit import SubmitError, run_submission, source_files
@@ -800,7 +801,8 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
     root = _store(store)
     try:
         files = source_files(source)
-        text = note.read_text() if note is not None else ""
+        text = (read_text(note, lambda m: SubmitError([f"--note {m}"])) if note is not None
+                else "")
         sub, summary = run_submission(root, run_id, files, parse_claim(methods), text,
                                       submitter or os.environ.get("USER") or "user", retry,
                                       max_tries, address=address)

@@ -56,8 +56,24 @@ def source_files(source: Path) -> list[Path]:
 
 def store_source(root: Path, space: Space, path: Path) -> tuple[Path, str, str]:
     """Copy ``path`` into the store (``root/source-files/HASH/NAME``); returns the copy,
-    its digest (as a candidate id counts it) and its text."""
-    text = path.read_text()
+    its digest (as a candidate id counts it) and its text.
+
+    Raises:
+        SubmitError: the file cannot be read as UTF-8 text, or its prototype is not the
+            sweep's (the harness calls every version with the sweep's arguments).
+    """
+    from kopt.contract import ContractError, parse_signature_file, read_text
+
+    text = read_text(path, lambda m: SubmitError([f"--source {m}"]))
+    kernel = space.launch.kernel if space.launch is not None else None
+    try:
+        sig = parse_signature_file(path, kernel).describe()
+    except ContractError as e:
+        raise SubmitError([f"--source {e}"]) from None
+    if sig != space.signature.describe():
+        raise SubmitError([f"--source {path}: its prototype `{sig}` is not the sweep's "
+                           f"`{space.signature.describe()}`; a version keeps the sweep's "
+                           "arguments (kopt calls it with them)"])
     digest = space_digest(version_space(space, path))
     copy = root / "source-files" / digest / path.name
     copy.parent.mkdir(parents=True, exist_ok=True)

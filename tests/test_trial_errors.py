@@ -1034,3 +1034,61 @@ def test_the_resume_command_shown_pastes_into_a_shell_with_odd_paths(tmp_path):
     cmd = text.split("finish it with `", 1)[1].split("`", 1)[0]
     assert shlex.split(cmd) == ["kopt", "sweep", str(st / "sweeps" / "demo"), "--store", str(st),
                                 "--resume", "r1"], text
+
+
+def test_a_contender_whose_build_is_not_at_hand_is_dropped_not_a_keyerror(tmp_path):
+    """`kopt submit` after earlier submits (or with a source that does not build): the
+    closing contest looked up an earlier version's artifact this run never built, and the
+    command died with a KeyError traceback in kopt/strategy/contests.py."""
+    from test_strategies import TIMING, Faults, ScriptedDevice
+
+    from kopt.builder import LocalBuilder
+    from kopt.catalog import load_catalog
+    from kopt.strategy.contests import SideBySide
+    from kopt.strategy.context import RunContext
+
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in ("ba", "bc")})  # bb: built by another command
+    dev, faults = ScriptedDevice({"ba": 1.0, "bc": 3.0}, set(), names=True), Faults()
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {c: {"[8]": (f"key-{c}", f"b{c}", 1.0, 0.01)} for c in ("a", "b", "c")}
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", by_cand).run()
+    assert error == "" and sorted(results) == ["a", "c"] and dev.calls == [["ba", "bc"]]
+    assert dropped == {"b": "error: its build bb is not at hand in this run (a version submitted "
+                            "by an earlier command, or a build that failed): it cannot be "
+                            "re-measured side by side"}
+
+
+@pytest.mark.parametrize("text, why", [
+    (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0); save it as UTF-8"),
+    (b'extern "C" void solve(const float* x, int N) { }\n',
+     "its prototype `solve(const float* x, int N)` is not the sweep's `solve(const float* x, "
+     "float* y, int N)`; a version keeps the sweep's arguments (kopt calls it with them)"),
+    (b"int x;\n", 'no `extern "C" void solve(...)` found'),
+], ids=["not-utf8", "other-prototype", "no-solve"])
+def test_a_submitted_source_kopt_cannot_call_is_refused(tmp_path, text, why):
+    """`kopt submit --source bad.cpp`: a UnicodeDecodeError traceback (not UTF-8); a source
+    with another prototype or none was accepted, built and called with the sweep's
+    arguments."""
+    from kopt.spec import load_sweep
+    from kopt.submit import SubmitError, store_source
+
+    space = load_sweep(base(tmp_path)).space("cpu")
+    src = tmp_path / "v2.cpp"
+    src.write_bytes(text)
+    with pytest.raises(SubmitError) as e:
+        store_source(tmp_path / "st", space, src)
+    assert e.value.lines[0].startswith(f"--source {src}") and why in e.value.lines[0], e.value
+
+
+def test_a_submit_note_that_is_not_utf8_is_refused(tmp_path):
+    """`kopt submit ... --note bad.md` (not UTF-8) was a UnicodeDecodeError traceback."""
+    (tmp_path / "v2.cpp").write_text(ADD)
+    (tmp_path / "bad.md").write_bytes(b"\xff")
+    r = CliRunner().invoke(main, ["submit", "r1", "--source", str(tmp_path / "v2.cpp"),
+                                  "--methods", "compute.ilp_unroll", "--note",
+                                  str(tmp_path / "bad.md"), "--store", str(tmp_path / "st")])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert " ".join(r.output.split()) == (f"refused: --note {tmp_path / 'bad.md'}: not UTF-8 text "
+                                          "(byte 0xff at offset 0); save it as UTF-8"), r.output
