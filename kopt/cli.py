@@ -316,7 +316,9 @@ def _kv(text: str | None, markup: bool = True) -> str:
     ``markup`` is False)."""
     if not text:
         return "-"
-    kv = " ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "-"
+    from kopt.store import stored_json
+
+    kv = " ".join(f"{k}={v}" for k, v in stored_json(text, "params or dims").items()) or "-"
     return escape(kv) if markup else kv
 
 
@@ -349,7 +351,9 @@ def _of_peak(pct: Any) -> str:
 def _methods(r: dict[str, Any]) -> str:
     """The candidate's methods: those carried from earlier iterations' winners (``carried``,
     a JSON list, when the row has it) and its own triple."""
-    ms = json.loads(r.get("carried") or "[]") + [
+    from kopt.store import stored_json
+
+    ms = stored_json(r.get("carried"), "carried", list) + [
         r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
     return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
@@ -464,7 +468,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
             console.print("[yellow]interrupted[/] before the run started: nothing was stored")
         else:
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          + escape(f"with `kopt sweep {sweep_dir} --store {root} --resume {rid}`"),
+                          + escape(f"with `{_resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
         sys.exit(130)
     console.print(_summary_line(summary, root), highlight=False)
@@ -591,18 +595,32 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                               highlight=False)
 
 
-def _run_state_note(root: Path, run_id: str) -> None:
+def _resume_command(sweep_dir: Path | str | None, root: Path, run_id: str) -> str:
+    """The shell command that resumes ``run_id``, its paths quoted for a POSIX shell
+    (a folder named ``o dd [x] (1)`` pastes as one word)."""
+    import shlex
+
+    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
+            f"--resume {shlex.quote(run_id)}")
+
+
+def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
-    was killed; how to resume it) or still running (who writes it)."""
+    was killed; how to resume it), still running (who writes it), or without a record
+    (a damaged or partial store: :func:`kopt.store.no_run`; not when ``unrecorded`` is
+    False: the caller refuses such a run itself)."""
     from kopt.database import Database
-    from kopt.store import lock_holder
+    from kopt.store import lock_holder, no_run
 
     rec = Database(root).run(run_id) or {}
-    if rec.get("status") == "interrupted":
+    if not rec and unrecorded:
+        console.print("[yellow]note:[/] " + escape(no_run(root, run_id)), highlight=False,
+                      soft_wrap=True)
+    elif rec.get("status") == "interrupted":
         console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
                       "figures measured before it stopped; finish it with " + escape(
-                          f"`kopt sweep {rec.get('sweep_dir')} --store {root} --resume "
-                          f"{run_id}`"), highlight=False, soft_wrap=True)
+                          f"`{_resume_command(rec.get('sweep_dir'), root, run_id)}`"),
+                      highlight=False, soft_wrap=True)
     elif rec.get("status") == "running":
         console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
                       + escape(lock_holder(root, run_id) or "?") + "): figures so far",
@@ -625,10 +643,14 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     rows = select_best(sweep_name, root, run_id)
     if not rows:
         names = Database(root).sweeps()
+        from kopt.store import no_run, runs_missing
+
+        if sweep_name not in names and runs_missing(root):
+            _fail(f"no sweep {sweep_name!r} found: {runs_missing(root)}")
         if sweep_name not in names:
             _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
         if run_id and Database(root).run(run_id) is None:
-            _fail(f"no run {run_id!r} in {root}")
+            _fail(no_run(root, run_id))
         _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
               + (f" run {run_id}" if run_id else " (latest run)")
               + "; `kopt query \"select status, error from candidates\"` shows why", 1)
@@ -718,12 +740,15 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
               help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
 def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
     """Write a run's summary.md (environment, iterations, best candidate, plots)."""
-    from kopt.report import ReportError, write_report
+    from kopt.database import Database
+    from kopt.report import ReportError, source_notes, write_report
 
     try:
         path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
     except ReportError as e:
         _fail(str(e))
+    for note in source_notes(Database(_store(store)).run(run_id) or {}, run_id):
+        console.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
     out.print(f"wrote {escape(str(path))}", highlight=False)
 
 
@@ -743,7 +768,10 @@ def env(address: str | None, fmt: str) -> None:
         except SweepError as e:
             _fail(str(e))
     else:
-        ensure_ray(address)
+        try:
+            ensure_ray(address)
+        except SweepError as e:
+            _fail(str(e))
     task = ray.remote(num_cpus=0)(collect)
     refs = []
     for node in ray.nodes():
@@ -804,13 +832,15 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
 
     from kopt import submit as sm
     from kopt.claims import parse_claim
+    from kopt.contract import read_text
     from kopt.pipeline import SweepError
     from kopt.store import RunLocked
 
     root = _store(store)
     try:
         files = sm.source_files(source)
-        text = note.read_text() if note is not None else ""
+        text = (read_text(note, lambda m: sm.SubmitError([f"--note {m}"])) if note is not None
+                else "")
         sweep = sm.open_run(root, run_id)
         it, try_no = sm.record(sweep, root, run_id, files, parse_claim(methods), text,
                                submitter or os.environ.get("USER") or "user", retry, max_tries,
@@ -1094,6 +1124,12 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
                 _csv(f, rows)
         tr.plot(t, out_dir / "triage.png")
     if plot_file:
+        if not plot_file.suffix:  # matplotlib would pick PNG and rename it, silently
+            named = plot_file
+            plot_file = plot_file.with_name(plot_file.name.rstrip(".") + ".png")
+            console.print(escape(f"note: --plot {named} has no extension: writing {plot_file} "
+                                 "(PNG; name .svg, .pdf or .jpeg for another format)"),
+                          highlight=False, soft_wrap=True)
         try:
             tr.plot(t, plot_file)
         except ValueError as e:  # matplotlib: an extension it cannot write
@@ -1172,7 +1208,7 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
     from kopt.port import PortError, port
 
     if _store(store).is_dir():
-        _run_state_note(_store(store), run_id)  # the winner of an unfinished run: say so
+        _run_state_note(_store(store), run_id, False)  # an unfinished run's winner: say so
     try:
         res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
                    timeout_s=timeout_s, device_class=device_class)

@@ -205,11 +205,42 @@ def _parse_args(params_text: str, fname: str, filename: str) -> tuple[Arg, ...]:
                 continue
             raise ContractError(f"{filename}: every {fname} argument needs a name")
         args.append(_arg(p, filename, fname))
+    _written_types(params, plist, args, fname, filename)
     twice = sorted(n for n, k in Counter(a.name for a in args).items() if k > 1)
     if twice:
         raise ContractError(f"{filename}: {fname} argument {twice[0]!r} is named twice; give "
                             "every argument its own name")
     return tuple(args)
+
+
+def _written_types(params: str, plist: list, args: list[Arg], fname: str,
+                   filename: str) -> None:
+    """Raise ContractError for an argument pycparser read by C's old rules rather than as
+    written: a storage class or function specifier (``auto N``, ``register N``, ``static``;
+    C++ reads ``auto N`` as a template parameter, C89 as ``int``) or no type at all
+    (``const N``: an implicit ``int``). Names the kernel file, the argument and the types
+    accepted."""
+    pieces, depth, cur = [], 0, ""
+    for ch in params:  # the arguments' texts, split at top-level commas
+        depth += {"(": 1, "<": 1, ")": -1, ">": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            pieces.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    pieces.append(cur)
+    texts = dict(zip([p.name for p in plist], pieces)) if len(pieces) == len(plist) else {}
+    for p, a in zip([p for p in plist if isinstance(p, c_ast.Decl)], args):
+        text = " ".join(texts.get(a.name, a.name).split())
+        if p.storage or p.funcspec:
+            why = f"`{' '.join(p.storage + p.funcspec)}` is a storage class or specifier"
+        elif a.ctype == "int" and not _C_WORDS & set(re.findall(r"\w+", text)):
+            why = "it has no type (C would read an implicit int)"
+        else:
+            continue
+        raise ContractError(f"{filename}: {fname} argument {a.name!r} is declared `{text}`: "
+                            f"{why}, not a C type; write it as `TYPE {a.name}` (or `const TYPE* "
+                            f"{a.name}`, `TYPE* {a.name}`) with TYPE one of: {supported_types()}")
 
 
 def parse_signature_file(path: str | Path, kernel: str | None = None) -> Signature:

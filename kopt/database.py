@@ -45,6 +45,7 @@ from kopt.store import (
     default_root,
     lock_holder,
     readable_parts,
+    table_parts,
     table_schema,
     write_table,
 )
@@ -213,7 +214,7 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     # the candidates view reads the profiles and reference views: they come first
     for table in sorted(SCHEMAS, key=lambda name: name not in ("profiles", "reference")):
         schema = table_schema(table)
-        files = readable_parts(root, (root / table).glob("sweep=*/run=*/part-*.parquet"))
+        files = table_parts(root, table)
         if files:
             pats = [_literal(str(f)) for f in files]
             allowed += pats + [str(f) for f in files]

@@ -35,6 +35,7 @@ from typing import Any
 
 from kopt.database import Database
 from kopt.select import best
+from kopt.store import stored_json
 
 T4_VERSION = "1.0.0"
 
@@ -105,9 +106,10 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
         dc = p["device_class"]
         row = got[(p["candidate_id"], dc, p["dims"])]
         rows.append({"device_class": dc, "macro": device_macro(dc),
-                     "size": sizes.setdefault(dc, 0), "dims": json.loads(p["dims"]),
-                     "candidate_id": p["candidate_id"], "defines": json.loads(row["defines"]),
-                     "params": json.loads(row["params"]), "median_ms": row["median_ms"],
+                     "size": sizes.setdefault(dc, 0), "dims": stored_json(p["dims"], "dims"),
+                     "candidate_id": p["candidate_id"],
+                     "defines": stored_json(row["defines"], "defines"),
+                     "params": stored_json(row["params"], "params"), "median_ms": row["median_ms"],
                      "device_name": p.get("device_name"), "row": row})
         sizes[dc] += 1
     by_macro: dict[str, set[str]] = {}
@@ -123,7 +125,9 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
     res = Exported(header=out / f"{sweep}.h", t4=out / f"{sweep}.t4.json")
     res.header.write_text(header_text(sweep, run, rows))
     res.t4.write_text(json.dumps(t4_results(rows), indent=1) + "\n")
-    res.notes = _source_notes(info, run)
+    from kopt.report import source_notes
+
+    res.notes = source_notes(info, run)
     res.sources = _sources(rows, info, run, out)
     res.rows = [{k: v for k, v in r.items() if k != "row"} for r in rows]
     return res
@@ -190,28 +194,6 @@ def t4_results(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 {"name": "methods", "value": methods, "unit": ""},
                 {"name": "candidate_id", "value": r["candidate_id"], "unit": ""}]})
     return {"schema_version": T4_VERSION, "results": results}
-
-
-def _source_notes(info: dict[str, Any], run_id: str) -> list[str]:
-    """Why the realized sources would be missing or not the ones measured: the run's sweep
-    folder no longer loads (moved, deleted, broken), or its spec hash (sweep.yaml, sources,
-    headers, ref.py) differs from the run's (edited since)."""
-    from kopt.spec import load_sweep
-
-    where = info.get("sweep_dir")
-    if not where:
-        return []
-    try:
-        now = load_sweep(Path(where)).spec_hash
-    except Exception as e:  # noqa: BLE001 -- whatever stops it loading is the reason to say
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return [f"no best-*.cu/.cpp written: run {run_id}'s sweep folder {where} does not "
-                f"load now ({first}); restore it to get the realized sources"]
-    if info.get("spec_hash") and now != info["spec_hash"]:
-        return [f"run {run_id}'s sweep folder {where} changed since the run (sweep.yaml, a "
-                "source, a header or ref.py): the best-*.cu/.cpp files hold today's source "
-                "with the winner's defines, not the source that was measured"]
-    return []
 
 
 def _sources(rows: list[dict[str, Any]], info: dict[str, Any], run_id: str, out: Path

@@ -40,6 +40,7 @@ from typing import Any
 from kopt.compare import geo_mean, speedup_label, speedup_threshold
 from kopt.database import Database
 from kopt.expand import Context
+from kopt.store import stored_json
 
 
 @dataclass
@@ -108,7 +109,7 @@ class IterState:
     @classmethod
     def from_json(cls, text: str) -> IterState:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
+        return cls(**{k: v for k, v in stored_json(text, "state").items() if k in known})
 
 
 def rank(store: Path, run_id: str, iteration: int, device_class: str,
@@ -121,8 +122,8 @@ def rank(store: Path, run_id: str, iteration: int, device_class: str,
     median_ms`` across them; None when no size has an IQR)."""
     rows = Database(store).rank(run_id, iteration, device_class, rung)
     for r in rows:
-        r["params"] = json.loads(r["params"])
-        r["defines"] = json.loads(r["defines"])
+        r["params"] = stored_json(r["params"], "params")
+        r["defines"] = stored_json(r["defines"], "defines")
         r["triple"] = [r["compute_method"], r["memory_method"], r["latency_method"]]
         r["speedup"] = geo_mean(r.pop("speedups"))
         r["rel_iqr"] = max((x for x in r.pop("rel_iqrs") if x is not None), default=None)

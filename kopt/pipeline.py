@@ -54,7 +54,17 @@ from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
 from kopt.spec import Space, SpecError, Sweep
-from kopt.store import RunLock, Writer, done_job_keys, dumps, iteration_states, now, run_record
+from kopt.store import (
+    RunLock,
+    Writer,
+    done_job_keys,
+    dumps,
+    iteration_states,
+    no_run,
+    now,
+    run_record,
+    stored_json,
+)
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
 from kopt.strategy.contests import SOLO_ROUNDS
 from kopt.strategy.context import RunContext
@@ -102,7 +112,14 @@ def new_run_id(sweep: str) -> str:
 
 
 def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> None:
-    """Attach to ``address`` or start an embedded local Ray instance (once per process)."""
+    """Attach to ``address`` or start an embedded local Ray instance (once per process).
+
+    Raises:
+        SweepError: the embedded instance did not start (Ray's own error, e.g. "The
+            current node timed out during startup" on an overloaded machine), or
+            ``--address auto`` found no running instance. Other addresses raise what Ray
+            raises (:func:`attach` words it).
+    """
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
@@ -111,7 +128,16 @@ def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> N
         kwargs["runtime_env"] = runtime_env
     # no address: a new embedded instance ("local"), never a `ray start` cluster that
     # happens to run on this machine (--address auto attaches to that one)
-    ray.init(address=address or "local", **kwargs)
+    try:
+        ray.init(address=address or "local", **kwargs)
+    except Exception as e:  # noqa: BLE001 -- Ray raises a bare Exception when its node fails
+        if address not in (None, "local", "auto"):
+            raise
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        what = "--address auto" if address == "auto" else "an embedded local instance"
+        raise SweepError(f"Ray did not start ({what}): {first}; nothing was measured or stored: "
+                         "run the command again once the machine is less loaded, or start Ray "
+                         "once with `ray start --head` and pass --address auto") from None
 
 
 def cluster_address(path: str | Path) -> str:
@@ -426,7 +452,7 @@ class Driver:
         rec = resumable_run(self.store, self.resume, self.sweep)
         if self.backend_req == "auto":
             self.backend_req = rec["backend"]
-        opts = json.loads(rec.get("options") or "{}")
+        opts = stored_json(rec.get("options"), "options")
         for name, mine in (("max_candidates", self.max_candidates),
                            ("iterations", self._iterations_req),
                            ("strategy", self._strategy_req), ("seed", self._seed_req)):
@@ -829,8 +855,7 @@ def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
     """
     rec = run_record(store, run_id)
     if not rec:
-        raise SweepError(f"--resume {run_id}: no such run in {store} "
-                         "(`kopt query \"select run_id, sweep, status from runs\"` lists runs)")
+        raise SweepError(f"--resume {run_id}: {no_run(store, run_id)}")
     if rec["sweep"] != sweep.name:
         raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
                          f"not {sweep.name!r}")

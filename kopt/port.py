@@ -165,15 +165,15 @@ def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[st
         PortError: no such run, no correct candidate, or several device classes and none
             chosen.
     """
-    import json
-
     from kopt.database import Database
     from kopt.select import best
+    from kopt.store import stored_json
 
     rec = Database(store).run(run_id)
     if rec is None:
-        raise PortError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep "
-                        "from runs\"` lists runs)")
+        from kopt.store import no_run
+
+        raise PortError(no_run(store, run_id))
     rows = best(rec["sweep"], store, run_id)
     classes = sorted({r["device_class"] for r in rows})
     if device_class is not None:
@@ -188,7 +188,7 @@ def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[st
     backend, defines = Database(store).candidate_build(run_id, row["candidate_id"]) or (None, None)
     return {"sweep": rec["sweep"], "sweep_dir": rec["sweep_dir"], "backend": backend,
             "candidate_id": row["candidate_id"], "device_class": row["device_class"],
-            "defines": json.loads(defines or "{}"), "median_ms": row["median_ms"]}
+            "defines": stored_json(defines, "defines"), "median_ms": row["median_ms"]}
 
 
 def port(run_id: str, target: Path, store: Path, build: str | None = None,

@@ -49,7 +49,8 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
         iqr_ms, n_samples.
 
     Raises:
-        PreflightError: no device for the backend, or the harness cannot start.
+        PreflightError: no device for the backend, the harness cannot start, or ref.py's
+            inputs()/reference() fail (checked before the baseline is built).
         SpecError: the spec is inconsistent (e.g. the baseline breaks a restriction).
     """
     backend, sm, runnable = _local_backend(sweep, backend, arch)
@@ -63,39 +64,64 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
     job = wbuild.BuildJob(bid, backend, space.source_text(), space.source.name,
                           str(space.source.parent), base.defines, space.flags, base.target,
                           space.include_dirs, mode=space.mode, launch=space.launch_spec())
-    with tempfile.TemporaryDirectory(prefix="kopt-preflight-") as tmp:
-        res, data = wbuild.build(job, cache=Path(tmp))
-        out: dict[str, Any] = {"backend": backend, "device": "-",
-                               "signature": space.signature.describe(),
-                               "command": res.command, "compile_s": res.compile_s,
-                               "registers": res.registers, "smem_bytes": res.smem_bytes,
-                               "spill_bytes": res.spill_bytes, "dims": space.dims[0],
-                               "candidates": f"{n_cands} (x {len(space.dims)} problem sizes)"}
-        if space.launch is not None:  # kernel mode: the baseline's launch at the first size
-            try:
-                g = launch_geometry(space.launch, {**sweep.scalars, **space.dims[0],
-                                                   **base.defines})
-                out["launch"] = (f"grid {g['grid']} x block {g['block']}, dynamic shared "
-                                 f"memory {g['smem_bytes']} B (smem_bytes above: static)")
-            except ValueError as e:
-                out["launch"] = f"not evaluable: {e}"
-        if not res.ok:
-            return {**out, "status": "compile_error", "error": res.error}
-        if not runnable:
-            return {**out, "status": "built", "device": f"none (built for sm_{sm})",
-                    "note": "no GPU here: built and ptxas-checked only, not run"}
-        art = wbuild.ensure_artifact(bid, data, cache=Path(tmp))  # type: ignore[arg-type]
-        sb = Sandbox(backend, {"OMP_NUM_THREADS": "1"} if backend == "cpu" else None)
-        try:
-            sb.start()
-        except RuntimeError as e:
-            raise PreflightError(f"the {backend} harness did not start: {e}") from None
-        try:
+    sb = _start_checked(sweep, space, backend) if runnable else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="kopt-preflight-") as tmp:
+            res, data = wbuild.build(job, cache=Path(tmp))
+            out: dict[str, Any] = {"backend": backend, "device": "-",
+                                   "signature": space.signature.describe(),
+                                   "command": res.command, "compile_s": res.compile_s,
+                                   "registers": res.registers, "smem_bytes": res.smem_bytes,
+                                   "spill_bytes": res.spill_bytes, "dims": space.dims[0],
+                                   "candidates": f"{n_cands} (x {len(space.dims)} problem sizes)"}
+            if space.launch is not None:  # kernel mode: the baseline's launch at the first size
+                out["launch"] = _launch_line(sweep, space, base.defines)
+            if not res.ok:
+                return {**out, "status": "compile_error", "error": res.error}
+            if sb is None:
+                return {**out, "status": "built", "device": f"none (built for sm_{sm})",
+                        "note": "no GPU here: built and ptxas-checked only, not run"}
+            art = wbuild.ensure_artifact(bid, data, cache=Path(tmp))  # type: ignore[arg-type]
             outcome = sb.run({**job_base(sweep, space), "artifact": str(art), "build_id": bid,
                               "job_key": "preflight", "dims": space.dims[0]},
                              space.timing.timeout_s)
             out["device"] = sb.info.get("name", "-")
-        finally:
+    finally:
+        if sb is not None:
             sb.close()
     return {**out, **{k: outcome.get(k) for k in ("status", "error", "max_abs_err", "median_ms",
                                                    "iqr_ms", "n_samples")}}
+
+
+def _launch_line(sweep: Sweep, space: Any, defines: dict[str, Any]) -> str:
+    """Kernel mode: the baseline's launch at the first problem size, in words."""
+    try:
+        g = launch_geometry(space.launch, {**sweep.scalars, **space.dims[0], **defines})
+    except ValueError as e:
+        return f"not evaluable: {e}"
+    return (f"grid {g['grid']} x block {g['block']}, dynamic shared memory {g['smem_bytes']} B "
+            "(smem_bytes above: static)")
+
+
+def _start_checked(sweep: Sweep, space: Any, backend: str) -> Sandbox:
+    """A started harness that has run ref.py's inputs() and reference() at the first
+    problem size (the one preflight times; the harness keeps what they made), before
+    anything is built.
+
+    Raises:
+        PreflightError: the harness did not start, or ref.py failed (named, with why).
+    """
+    sb = Sandbox(backend, {"OMP_NUM_THREADS": "1"} if backend == "cpu" else None)
+    try:
+        sb.start()
+    except RuntimeError as e:
+        sb.close()
+        raise PreflightError(f"the {backend} harness did not start: {e}") from None
+    d = space.dims[0]
+    res = sb.run({**job_base(sweep, space), "build_id": "", "job_key": "reference", "dims": d,
+                  "prepare_only": True}, space.timing.timeout_s)
+    if res.get("status") != "ok":
+        sb.close()
+        raise PreflightError(f"{sweep.reference}: inputs()/reference() failed for dims {d} "
+                             f"({res.get('status')}): {res.get('error')}; nothing was built")
+    return sb

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from kopt.database import Database
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
-from kopt.store import default_root
+from kopt.store import default_root, stored_json
 
 
 def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
@@ -69,7 +68,8 @@ def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalo
     st = IterState.from_json(r["state"])
     sm = r.get("sm")
     if r.get("devices"):
-        devs = [d for d in json.loads(r["devices"]) if d["device_class"] == r["device_class"]]
+        devs = [d for d in stored_json(r["devices"], "devices", list)
+                if isinstance(d, dict) and d.get("device_class") == r["device_class"]]
         sm = devs[0]["sm"] if devs else None
     space = sweep.space(r["backend"])
     ctx = st.context()
@@ -131,7 +131,7 @@ def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,
     if not rows:
         return None
     return {"candidate_id": st.best["candidate_id"], "iteration": rows[0]["iteration"],
-            "dims": json.loads(rows[0]["dims"]) if rows[0]["dims"] else None,
+            "dims": stored_json(rows[0]["dims"], "dims") if rows[0]["dims"] else None,
             **trigger_evidence(aggregate(rows), cat)}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from kopt.compare import RULE
 from kopt.database import Database
 from kopt.loop import IterState
+from kopt.store import no_run, stored_json
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -59,6 +59,29 @@ def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
     return "\n".join(lines) + "\n\n" + space.source_text()
 
 
+def source_notes(info: dict[str, Any], run_id: str) -> list[str]:
+    """Why the realized sources would be missing or not the ones measured: the run's sweep
+    folder no longer loads (moved, deleted, broken), or its spec hash (sweep.yaml, sources,
+    headers, ref.py) differs from the run's (edited since). ``info`` is the run's ``runs``
+    record (``sweep_dir``, ``spec_hash``); one line per note, none when all is well."""
+    from kopt.spec import load_sweep
+
+    where = info.get("sweep_dir")
+    if not where:
+        return []
+    try:
+        now = load_sweep(Path(where)).spec_hash
+    except Exception as e:  # noqa: BLE001 -- whatever stops it loading is the reason to say
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return [f"no best-*.cu/.cpp written: run {run_id}'s sweep folder {where} does not "
+                f"load now ({first}); restore it to get the realized sources"]
+    if info.get("spec_hash") and now != info["spec_hash"]:
+        return [f"run {run_id}'s sweep folder {where} changed since the run (sweep.yaml, a "
+                "source, a header or ref.py): the best-*.cu/.cpp files hold today's source "
+                "with the winner's defines, not the source that was measured"]
+    return []
+
+
 def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     """Write ``out/summary.md``, ``out/best-<device class>.<cu|cpp>`` and PNG plots.
 
@@ -69,11 +92,10 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
     db = Database(store)
     rec = db.run(run_id)
     if rec is None:
-        raise ReportError(f"no run {run_id!r} in {store} (`kopt query \"select run_id, sweep, "
-                          "status from runs\"` lists runs)")
+        raise ReportError(no_run(store, run_id))
     out.mkdir(parents=True, exist_ok=True)
-    env = json.loads(rec.get("env") or "{}")
-    devices = json.loads(rec.get("devices") or "[]")
+    env = stored_json(rec.get("env"), "env")
+    devices = stored_json(rec.get("devices"), "devices", list)
     states: dict[str, list[IterState]] = {}
     for _it, dc, js in db.iteration_states(run_id):
         states.setdefault(dc, []).append(IterState.from_json(js))
@@ -151,7 +173,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                 c = st.contest
                 desc = {x["candidate_id"]: _methods([x["compute_method"], x["memory_method"],
                                                      x["latency_method"]])
-                        + " " + _kv(json.loads(x["params"]))
+                        + " " + _kv(stored_json(x["params"], "params"))
                         for x in cand if x["iteration"] == st.iteration
                         and x["device_class"] == dc}
                 won = (st.best or {}).get("candidate_id")
@@ -175,6 +197,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
             name = f"best-{dc}{suffix}"
             (out / name).write_text(src)
             md.append(f"- realized source: [{name}]({name})")
+        md += [f"- note: {n}" for n in source_notes(rec, run_id)]
         md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
                "Ineffective: " + (", ".join(f"{k} (under {v or 'unknown'} bottleneck)"
                                            for k, v in last.ineffective.items()) or "none") + "."]
@@ -211,7 +234,8 @@ def _reference_section(refs: list[dict[str, Any]], best: list[dict[str, Any]]) -
           "| device class | dims | timed | status | median ms | IQR ms | TFLOP/s | GB/s "
           "| % of peak (flops / bw) | max abs err | max rel err |", "|" + "---|" * 11]
     for r in refs:
-        md.append(f"| {r['device_class']} | {_kv(json.loads(r['dims']))} | {r['impl'] or '-'} "
+        md.append(f"| {r['device_class']} | {_kv(stored_json(r['dims'], 'dims'))} "
+                  f"| {r['impl'] or '-'} "
                   f"| {r['status']} | {_num(r['median_ms'])} | {_num(r['iqr_ms'])} "
                   f"| {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} "
                   f"| {_num(r['pct_peak_flops'], '.3g')} / {_num(r['pct_peak_bw'], '.3g')} "
@@ -220,7 +244,8 @@ def _reference_section(refs: list[dict[str, Any]], best: list[dict[str, Any]]) -
            "| TFLOP/s | GB/s | % of peak (flops / bw) | max abs err | max rel err |",
            "|" + "---|" * 10]
     for b in best:
-        md.append(f"| {b['device_class']} | {_kv(json.loads(b['dims']))} | {b['candidate_id']} "
+        md.append(f"| {b['device_class']} | {_kv(stored_json(b['dims'], 'dims'))} "
+                  f"| {b['candidate_id']} "
                   f"| {_num(b['median_ms'])} | {_num(b['vs_reference'], '.3f', 'x')} "
                   f"| {_num(b['tflops'], '.3g')} | {_num(b['gbps'], '.4g')} "
                   f"| {_num(b['pct_peak_flops'], '.3g')} / {_num(b['pct_peak_bw'], '.3g')} "
@@ -345,7 +370,7 @@ def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: 
         names.append("speedup_per_iteration.png")
     first = [c for c in cand if c["iteration"] == 1]
     if first:
-        params = [json.loads(c["params"]) for c in first]
+        params = [stored_json(c["params"], "params") for c in first]
         keys = {k for p in params for k in p}
         key = max(sorted(keys), key=lambda k: len({str(p.get(k)) for p in params}), default=None)
         if key is not None:

@@ -640,6 +640,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     dp = prefix if blk.dims is not None else ""  # where these dims are written
     for i, d in enumerate(dims):
         for k, v in d.items():
+            if k in sf.scalars:
+                raise err(f"scalars.{k}", f"{k!r} is also a dim ({dp}dims[{i}]); a name is a dim "
+                          "or a scalar, not both (the load's checks read one value, the run the "
+                          "other): drop one of them")
             if v < 1:
                 raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
                           "(an empty problem has nothing to measure); give values that are not "
@@ -768,6 +772,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             incs.append(str(include_dir(d, root)))
         except ValueError as e:
             raise err(f"{prefix}include_dirs[{i}]", str(e)) from None
+    _check_include_dirs(blk.include_dirs, incs, prefix, err)
     return Space(
         backend=backend, source=src.resolve(), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
@@ -811,6 +816,22 @@ def include_dir(entry: str, root: Path) -> Path:
         raise ValueError(f"{entry!r}: the package {pkg!r} (at {base}) has no folder {sub!r}; "
                          "name a folder inside it")
     return path
+
+
+def _check_include_dirs(dirs: list[str], paths: list[str], prefix: str, err: Any) -> None:
+    """Raise ``err`` (a SpecError) for an ``include_dirs`` entry (as written, ``dirs``;
+    resolved, ``paths``) that is not a folder: the compiler would ignore it, and a header
+    that should come from it would be found elsewhere or not at all."""
+    for i, (d, path) in enumerate(zip(dirs, paths)):
+        p = Path(path)
+        try:
+            ok, what = p.is_dir(), "a file" if p.exists() else "missing"
+        except (OSError, ValueError) as e:
+            ok, what = False, f"unusable ({e})"
+        if not ok:
+            raise err(f"{prefix}include_dirs[{i}]", f"{d!r} ({p.absolute()}) is {what}, not a "
+                      "folder; give an existing folder (relative paths are from the sweep "
+                      "folder) or drop the entry")
 
 
 def _scope(blk: BackendBlock, dims: list[dict[str, int]], scalars: dict[str, float | int]

@@ -316,6 +316,85 @@ def readable_parts(root: Path, files: Iterable[Path]) -> list[Path]:
     return ok
 
 
+def runs_missing(root: Path | str) -> str | None:
+    """One line naming a store whose ``runs/`` folder is gone while other tables are there
+    (a damaged or partial copy), with the fix; None when ``runs/`` is there or the store is
+    empty."""
+    root = Path(root)
+    tables = sorted(t for t in SCHEMAS if (root / t).is_dir())
+    if not tables or "runs" in tables:
+        return None
+    return (f"store {root} is damaged or partial: its runs/ folder (every run's record) is "
+            f"missing while {', '.join(tables)} are there; restore {root / 'runs'} from a "
+            "copy of the store, or start a new run")
+
+
+def no_run(root: Path | str, run_id: str) -> str:
+    """Why the store at ``root`` has no ``runs`` record of ``run_id``, as one line with the
+    fix: a damaged or partial store (the ``runs/`` folder gone, or the run's record folder
+    gone or unreadable while other tables hold its rows) is named as such, with the
+    missing folder; otherwise "no run ... (how to list runs)"."""
+    root = Path(root)
+    tables = sorted(t for t in SCHEMAS if (root / t).is_dir())
+    held = sorted({t for t in tables for d in (root / t).glob("sweep=*")
+                   if "/" not in run_id and (d / f"run={run_id}").is_dir()})
+    others = [t for t in held if t != "runs"]
+    rows = (f"; run {run_id}'s rows are still in {', '.join(others)} (`kopt best`, `kopt "
+            "query` read them)" if others else "")
+    partial = runs_missing(root)
+    if partial:
+        return partial + rows
+    if "runs" in held:
+        return (f"store {root} is damaged: run {run_id}'s record in runs/ cannot be read "
+                "(see the damaged-file note); restore it from a copy of the store" + rows)
+    if held:
+        sweep = next(d.name for d in (root / held[0]).glob("sweep=*")
+                     if (d / f"run={run_id}").is_dir())
+        return (f"store {root} is damaged or partial: runs/ holds no record of run {run_id} "
+                f"(folder {root / 'runs' / sweep / f'run={run_id}'} is missing); restore it "
+                f"from a copy of the store, or start a new run{rows}")
+    return (f"no run {run_id!r} in {root} (`kopt query \"select run_id, sweep, status from "
+            "runs\"` lists runs)")
+
+
+def stored_json(text: str | None, column: str, want: type = dict) -> Any:
+    """The value of a JSON-text column of a stored row (``params``, ``defines``, ``dims``,
+    ``state``, ``devices``, ``options``, ``env``...): ``want()`` when empty.
+
+    Raises:
+        StoreError: the text is not JSON of type ``want`` (a row edited by hand or written
+            by another tool), one line naming the column and the fix.
+    """
+    if text is None or text == "":
+        return want()
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        value = None
+    if not isinstance(value, want):
+        shown = text if len(str(text)) <= 60 else str(text)[:57] + "..."
+        raise StoreError(f"damaged store row: column {column!r} holds {shown!r}, not a JSON "
+                         f"{'object' if want is dict else 'list'} as kopt writes it (the row was "
+                         "edited or written by another tool); find it with `kopt query` and "
+                         "move its part file out of the store, or restore it from a copy")
+    return value
+
+
+def table_parts(root: Path, table: str) -> list[Path]:
+    """The readable part files of ``table`` (:func:`readable_parts`); a file where the
+    table's folder or one of its ``sweep=``/``run=`` folders goes is noted as a
+    :class:`StoreWarning` naming it (its rows, if any, cannot be read), not passed over."""
+    top = root / table
+    odd = [top] if top.exists() and not top.is_dir() else [
+        p for p in [*top.glob("sweep=*"), *top.glob("sweep=*/run=*")] if not p.is_dir()]
+    for p in odd:
+        warnings.warn(StoreWarning(
+            f"damaged store: {p.absolute()} is a file where a folder of table {table!r} goes; "
+            f"what it held is not read: move it out of the store and restore the folder from "
+            "a copy"), stacklevel=2)
+    return readable_parts(root, top.glob("sweep=*/run=*/part-*.parquet"))
+
+
 def _folder(root: Path) -> Path:
     """``root``, unless it is a file (StoreError)."""
     if root.exists() and not root.is_dir():

@@ -32,7 +32,7 @@ from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
-from kopt.store import now
+from kopt.store import no_run, now, stored_json
 from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
@@ -102,8 +102,24 @@ def parse_idea(text: str, catalog: Catalog) -> tuple[str, str]:
 
 def store_source(root: Path, space: Space, path: Path) -> tuple[Path, str, str]:
     """Copy ``path`` into the store (``root/source-files/HASH/NAME``); returns the copy,
-    its digest (as a candidate id counts it) and its text."""
-    text = path.read_text()
+    its digest (as a candidate id counts it) and its text.
+
+    Raises:
+        SubmitError: the file cannot be read as UTF-8 text, or its prototype is not the
+            sweep's (the harness calls every version with the sweep's arguments).
+    """
+    from kopt.contract import ContractError, parse_signature_file, read_text
+
+    text = read_text(path, lambda m: SubmitError([f"--source {m}"]))
+    kernel = space.launch.kernel if space.launch is not None else None
+    try:
+        sig = parse_signature_file(path, kernel).describe()
+    except ContractError as e:
+        raise SubmitError([f"--source {e}"]) from None
+    if sig != space.signature.describe():
+        raise SubmitError([f"--source {path}: its prototype `{sig}` is not the sweep's "
+                           f"`{space.signature.describe()}`; a version keeps the sweep's "
+                           "arguments (kopt calls it with them)"])
     digest = space_digest(version_space(space, path))
     copy = root / "source-files" / digest / path.name
     copy.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +181,8 @@ def _plan_for(sweep: Sweep, db: Database, run_id: str, dc: str, it: int, st: Ite
 
 def _sms(rec: dict[str, Any]) -> dict[str, int | None]:
     """Device class -> SM arch (None on a CPU device) of a run's ``runs`` record."""
-    return {d["device_class"]: d.get("sm") for d in json.loads(rec["devices"] or "[]")}
+    devices = stored_json(rec["devices"], "devices", list)
+    return {d.get("device_class"): d.get("sm") for d in devices if isinstance(d, dict)}
 
 
 def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: list[str],
@@ -187,8 +204,7 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
     db = Database(root)
     rec = db.run_info(run_id)
     if rec is None:
-        raise SubmitError([f"run {run_id}: no such run in {root} (`kopt query \"select run_id, "
-                           "sweep from runs\"` lists runs)"])
+        raise SubmitError([f"run {run_id}: {no_run(root, run_id)}"])
     it, states = _prior(db, run_id, retry)
     prior = states[it - 1]
     tries, limit = db.submit_tries(run_id, it), max_tries or sweep.submit.max_tries
@@ -478,8 +494,7 @@ def open_run(root: Path, run_id: str) -> Sweep:
 
     info = Database(root).run_info(run_id)
     if info is None:
-        raise SubmitError([f"run {run_id}: no such run in {root} (`kopt query \"select "
-                           "run_id, sweep from runs\"` lists runs)"])
+        raise SubmitError([f"run {run_id}: {no_run(root, run_id)}"])
     try:
         sweep = load_sweep(info["sweep_dir"])
     except SpecError as e:

@@ -70,7 +70,7 @@ def test_cuda_without_a_gpu_fails_before_ray(tmp_path):
 def test_unknown_or_foreign_resume_id_fails_before_ray(tmp_path):
     st = tmp_path / "st"
     rc, lines, secs = _kopt_fresh("sweep", VADD, "--store", str(st), "--resume", "nope")
-    assert (rc, lines) == (2, [f"error: --resume nope: no such run in {st} (`kopt query "
+    assert (rc, lines) == (2, [f"error: --resume nope: no run 'nope' in {st} (`kopt query "
                                "\"select run_id, sweep, status from runs\"` lists runs)"])
     assert secs < FAST_S
     w = Writer(st, "softmax", "r1")

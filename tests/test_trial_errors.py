@@ -748,3 +748,347 @@ def test_a_cluster_file_nested_too_deeply_is_one_line(tmp_path):
     assert (f"--cluster {deep}: nested too deeply for a YAML parser (brackets or operators "
             "inside one another past Python's recursion limit); write it flatter") in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+# -- a sixth trial --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lost", ["runs-folder", "run-record"])
+def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, lost):
+    """A store whose runs/ folder (or one run's folder in it) was deleted while the other
+    tables are there: `kopt report`, `kopt best --run`, `--resume` said "no run"."""
+    import shutil
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "st")
+    demo_store(st, run_id="r2")
+    shutil.rmtree(st / "runs" if lost == "runs-folder" else st / "runs" / "sweep=demo" / "run=r1")
+    if lost == "runs-folder":
+        why = (f"store {st} is damaged or partial: its runs/ folder (every run's record) is "
+               f"missing while candidates are there; restore {st / 'runs'} from a copy of the "
+               "store, or start a new run; run r1's rows are still in candidates (`kopt best`, "
+               "`kopt query` read them)")
+    else:
+        why = (f"store {st} is damaged or partial: runs/ holds no record of run r1 (folder "
+               f"{st / 'runs' / 'sweep=demo' / 'run=r1'} is missing); restore it from a copy of "
+               "the store, or start a new run; run r1's rows are still in candidates (`kopt "
+               "best`, `kopt query` read them)")
+    repo = _repo(tmp_path)
+    for args in (["report", "r1"], ["best", "demo", "--run", "r1"],
+                 ["port", "r1", "--to", str(repo / "k.cpp")],
+                 ["sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
+                  "--resume", "r1"]):
+        r = CliRunner().invoke(main, [*args, "--store", str(st)])
+        assert r.exit_code == (0 if args[0] == "best" else 2), r.output
+        assert "Traceback" not in r.output, r.output
+        if args[0] == "best":  # the rows it still has, and the note
+            assert "best of demo (run r1)" in r.output and f"note: {why}" in " ".join(
+                r.output.split()), r.output
+        elif args[0] == "port":  # one line: the error, no note before it
+            assert " ".join(r.output.split()) == f"error: {why}", r.output
+        else:
+            assert " ".join(r.output.split()).endswith(why), r.output
+    assert sorted(p.name for p in (st / "candidates" / "sweep=demo").iterdir()) == ["run=r1",
+                                                                                    "run=r2"]
+    assert not (st / "runs" / "sweep=vector_add").exists()  # the resume started nothing
+
+
+@pytest.mark.parametrize("end, how", [("os._exit(3)", "exit code 3"),
+                                      ("os.abort()", "killed by SIGABRT")],
+                         ids=["os-exit", "abort"])
+def test_a_reference_that_ends_the_process_is_named_before_anything_is_built(tmp_path, end, how):
+    """A reference() calling os._exit was reported as the candidate `crashed: harness died:
+    exit code 3` (preflight built the baseline first and showed it as the crash)."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.sandbox import Sandbox
+
+    d = base(tmp_path, **{"ref.py": "import os\nimport torch\n"
+                                    "def inputs(seed, N):\n    return {'x': torch.ones(N)}\n"
+                                    f"def reference(x, N):\n    {end}\n"})
+    ref = (d / "ref.py").resolve()
+    r = CliRunner().invoke(main, ["preflight", str(d), "--backend", "cpu"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert " ".join(r.output.split()).startswith(
+        f"error: {ref}: inputs()/reference() failed for dims {{'N': 64}} (error): {ref}: the "
+        f"harness process ended ({how}) while its inputs()/reference() ran, before any "
+        "candidate code was called; they must return (no os._exit, sys.exit or abort): fix "
+        "them"), r.output
+    assert "nothing was built" in r.output and "compile_s" not in r.output
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    sb = Sandbox("cpu")  # a candidate's job (as a sweep's): the reference's fault, not its own
+    try:
+        out = sb.run({"reference": str(ref), "dims": {"N": 64}, "seed": 0, "args": {},
+                      "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+                      "timing": {"timeout_s": 10}, "artifact": "/nonexistent.so"}, 10)
+    finally:
+        sb.close()
+    assert out["status"] == "error" and out["error"].startswith(
+        f"{ref}: the harness process ended ({how}) while its inputs()/reference() ran"), out
+
+
+@pytest.mark.parametrize("keys, shown", [("{'x': t, 'xx': t}", "'xx'"),
+                                         ("{'x': t, 'N': t, 3: t}", "'N', 3")],
+                         ids=["typo", "scalar-and-int"])
+def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, shown):
+    """inputs() returning a key no argument has (a typo `xx` beside `x`, the scalar `N`) was
+    ignored silently."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    d = base(tmp_path, **{"ref.py": "import torch\ndef inputs(seed, N):\n"
+                                    "    g = torch.Generator().manual_seed(seed)\n"
+                                    "    t = torch.randn(N, generator=g)\n"
+                                    f"    return {keys}\n"
+                                    "def reference(x, N):\n    return x\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0, "args": {},
+           "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+           "timing": {"timeout_s": 10}, "prepare_only": True}
+    with pytest.raises(JobError, match=re.escape(
+            f"ref.py: inputs() returned {shown}, which no pointer argument of solve is named; "
+            "its keys are argument names: x, y (rename or drop the rest)")):
+        Harness("cpu").run(job)
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_an_include_dir_that_is_no_folder_is_refused_at_load(tmp_path, where):
+    """`include_dirs: [nope]` was accepted (the compiler ignores a missing -I folder)."""
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "include_dirs: [inc, nope]\n")
+    (d / "inc").mkdir()
+    if where == "a-file":
+        (d / "nope").write_text("x")
+    what = "missing" if where == "missing" else "a file"
+    assert_spec_error(d, "field 'include_dirs[1]'", f"'nope' ({d.absolute() / 'nope'}) is {what}, "
+                      "not a folder; give an existing folder (relative paths are from the sweep "
+                      "folder) or drop the entry")
+
+
+@pytest.mark.parametrize("decl, why", [
+    ("auto N", "`auto` is a storage class or specifier"),
+    ("register N", "`register` is a storage class or specifier"),
+    ("const N", "it has no type (C would read an implicit int)"),
+], ids=["auto", "register", "const-only"])
+def test_an_argument_without_a_c_type_is_refused_naming_it(tmp_path, decl, why):
+    """`auto N` (C++: a template parameter) and `const N` were read as `int N`."""
+    from kopt.contract import supported_types
+
+    d = base(tmp_path, **{"add.cpp": f'extern "C" void solve(const float* x, float* y, {decl}) '
+                                     "{ }\n"})
+    assert_spec_error(d, f"add.cpp: solve argument 'N' is declared `{decl}`: {why}, not a C "
+                      "type; write it as `TYPE N` (or `const TYPE* N`, `TYPE* N`) with TYPE one "
+                      f"of: {supported_types()}")
+
+
+@pytest.mark.parametrize("change", ["none", "moved"])
+def test_report_says_when_the_sweep_folder_is_gone(tmp_path, change):
+    """`kopt report RUN` after the run's sweep folder was moved wrote no best source and said
+    nothing (export says it since the fifth trial)."""
+    from test_export import X86, cand
+
+    from conftest import VADD_CPP, VADD_REF
+    from kopt.spec import load_sweep
+    from kopt.store import now, write_table
+
+    sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 1024}]\n"
+                            "params: {CHUNK: [64, 256]}\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    st = tmp_path / "st"
+    write_table(st, "candidates", "demo", "r1", [
+        cand("r1", X86, "b", 1024, 2.0, {"CHUNK": 64}, base=True)])
+    write_table(st, "runs", "demo", "r1", [{
+        "run_id": "r1", "sweep": "demo", "event": "finished", "backend": "cpu",
+        "sweep_dir": str(sweep_dir), "spec_hash": load_sweep(sweep_dir).spec_hash,
+        "created_at": now()}])
+    if change == "moved":
+        sweep_dir.rename(tmp_path / "elsewhere")
+    r = CliRunner().invoke(main, ["report", "r1", "--store", str(st), "--out",
+                                  str(tmp_path / "rep")])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    notes = [ln for ln in r.output.splitlines() if ln.startswith("note:")]
+    assert "# kopt report: demo, run r1" in (tmp_path / "rep" / "summary.md").read_text()
+    if change == "none":
+        assert notes == [], r.output
+    else:
+        assert len(notes) == 1 and notes[0].startswith(
+            f"note: no best-*.cu/.cpp written: run r1's sweep folder {sweep_dir} does not load "
+            f"now ({sweep_dir}: no such file"), r.output
+
+
+@pytest.mark.parametrize("name", ["pic", "pic."])
+def test_a_plot_name_without_an_extension_is_written_as_png_and_said(tmp_path, name):
+    """`kopt triage T --plot pic` wrote `pic.png` (matplotlib's default) without a word:
+    `pic` never appeared; `pic.` wrote `pic.png` too."""
+    r = CliRunner().invoke(main, ["triage", str(ROOT / "tests" / "data" / "triage-h200" /
+                                                "toy_graph0.json.gz"), "--no-store",
+                                  "--plot", str(tmp_path / name)])
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert (f"note: --plot {tmp_path / name} has no extension: writing {tmp_path / 'pic.png'} "
+            "(PNG; name .svg, .pdf or .jpeg for another format)") in " ".join(r.output.split())
+    assert [p.name for p in tmp_path.iterdir()] == ["pic.png"]
+    assert (tmp_path / "pic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("cmd, column, text, kind", [
+    ("best", "params or dims", "7", "object"),
+    ("best", "params or dims", "{bad", "object"),
+    ("report", "env", "{bad", "object"),
+    ("report", "devices", "nope", "list"),
+], ids=["best-int", "best-garbage", "report-env", "report-devices"])
+def test_a_stored_json_column_that_is_damaged_is_one_line(tmp_path, cmd, column, text, kind):
+    """A row whose JSON-text column is not what kopt writes (edited by hand, another tool):
+    `kopt best` was an AttributeError or JSONDecodeError traceback, `kopt report` and
+    `kopt propose` a JSONDecodeError traceback."""
+    from test_store_safety import demo_store
+
+    from kopt.store import write_table
+
+    st = demo_store(tmp_path / "st")
+    if cmd == "best":
+        write_table(st, "candidates", "demo", "r1", [{
+            "run_id": "r1", "sweep": "demo", "job_key": "z", "candidate_id": "z",
+            "is_baseline": False, "status": "ok", "median_ms": 1.0, "dims": "{}",
+            "device_class": "cpu-x", "params": text, "iteration": 1}])
+        args = ["best", "demo"]
+    else:
+        import datetime as dt
+
+        write_table(st, "runs", "demo", "r1", [{
+            "run_id": "r1", "sweep": "demo", "event": "finished", "backend": "cpu",
+            "created_at": dt.datetime(2026, 1, 2, 3, 4, 6, tzinfo=dt.timezone.utc), column: text}])
+        args = ["report", "r1", "--out", str(tmp_path / "rep")]
+    r = CliRunner().invoke(main, [*args, "--store", str(st)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert " ".join(r.output.split()) == (
+        f"error: damaged store row: column {column!r} holds {text!r}, not a JSON {kind} as kopt "
+        "writes it (the row was edited or written by another tool); find it with `kopt query` "
+        "and move its part file out of the store, or restore it from a copy"), r.output
+
+
+@pytest.mark.parametrize("where", ["table", "sweep"])
+def test_a_file_where_a_store_folder_goes_is_noted(tmp_path, where):
+    """`candidates` (or its `sweep=NAME` folder) replaced by a file: `kopt best` said "no
+    correct candidate" with no word of the damage."""
+    import shutil
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "st")
+    bad = st / "candidates" if where == "table" else st / "candidates" / "sweep=demo"
+    shutil.rmtree(bad)
+    bad.write_text("x")
+    r = CliRunner().invoke(main, ["best", "demo", "--store", str(st)])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert (f"note: damaged store: {bad} is a file where a folder of table 'candidates' goes; "
+            "what it held is not read: move it out of the store and restore the folder from a "
+            "copy") in " ".join(r.output.split()), r.output
+
+
+def test_ray_that_does_not_start_is_one_line(tmp_path, monkeypatch):
+    """Two sweeps started at once on a loaded machine: each died with a 40-line traceback
+    ending in Ray's "The current node timed out during startup" (raised by ray.init; here
+    ray.init raises that same exception, as it did in the trial)."""
+    import ray
+
+    def no_start(*a, **k):
+        raise Exception("The current node timed out during startup. This could happen because "
+                        "some of the raylet failed to startup or the GCS has become overloaded.")
+
+    monkeypatch.setattr(ray, "init", no_start)
+    r = CliRunner().invoke(main, ["sweep", str(base(tmp_path)), "--backend", "cpu", "--store",
+                                  str(tmp_path / "st")])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r
+    assert " ".join(r.output.split()) == (
+        "error: Ray did not start (an embedded local instance): The current node timed out "
+        "during startup. This could happen because some of the raylet failed to startup or the "
+        "GCS has become overloaded.; nothing was measured or stored: run the command again once "
+        "the machine is less loaded, or start Ray once with `ray start --head` and pass "
+        "--address auto"), r.output
+    assert list((tmp_path / "st").rglob("*.parquet")) == []
+
+
+def test_a_name_that_is_both_a_dim_and_a_scalar_is_refused_at_load(tmp_path):
+    """`scalars: {N: 5}` beside `dims: [{N: 64}]` was accepted: the load checked the `args`
+    shapes with the scalar (5) while the run used the dim (64), the scalar ignored."""
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "scalars: {N: 5}\n")
+    assert_spec_error(d, "field 'scalars.N': 'N' is also a dim (dims[0]); a name is a dim or a "
+                      "scalar, not both (the load's checks read one value, the run the other): "
+                      "drop one of them")
+
+
+def test_the_resume_command_shown_pastes_into_a_shell_with_odd_paths(tmp_path):
+    """`finish it with `kopt sweep /x/o dd [ü]/sw (1) --store ... --resume R`` was printed
+    unquoted: pasted into a shell it splits at the spaces and fails at the parenthesis."""
+    import shlex
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "o dd [ü] (1)" / "st", event="running")  # killed: interrupted
+    r = CliRunner().invoke(main, ["best", "demo", "--store", str(st)])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    cmd = text.split("finish it with `", 1)[1].split("`", 1)[0]
+    assert shlex.split(cmd) == ["kopt", "sweep", str(st / "sweeps" / "demo"), "--store", str(st),
+                                "--resume", "r1"], text
+
+
+def test_a_contender_whose_build_is_not_at_hand_is_dropped_not_a_keyerror(tmp_path):
+    """`kopt submit` after earlier submits (or with a source that does not build): the
+    closing contest looked up an earlier version's artifact this run never built, and the
+    command died with a KeyError traceback in kopt/strategy/contests.py."""
+    from test_strategies import TIMING, Faults, ScriptedDevice
+
+    from kopt.builder import LocalBuilder
+    from kopt.catalog import load_catalog
+    from kopt.strategy.contests import SideBySide
+    from kopt.strategy.context import RunContext
+
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in ("ba", "bc")})  # bb: built by another command
+    dev, faults = ScriptedDevice({"ba": 1.0, "bc": 3.0}, set(), names=True), Faults()
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {c: {"[8]": (f"key-{c}", f"b{c}", 1.0, 0.01)} for c in ("a", "b", "c")}
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", by_cand).run()
+    assert error == "" and sorted(results) == ["a", "c"] and dev.calls == [["ba", "bc"]]
+    assert dropped == {"b": "error: its build bb is not at hand in this run (a version submitted "
+                            "by an earlier command, or a build that failed): it cannot be "
+                            "re-measured side by side"}
+
+
+@pytest.mark.parametrize("text, why", [
+    (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0); save it as UTF-8"),
+    (b'extern "C" void solve(const float* x, int N) { }\n',
+     "its prototype `solve(const float* x, int N)` is not the sweep's `solve(const float* x, "
+     "float* y, int N)`; a version keeps the sweep's arguments (kopt calls it with them)"),
+    (b"int x;\n", 'no `extern "C" void solve(...)` found'),
+], ids=["not-utf8", "other-prototype", "no-solve"])
+def test_a_submitted_source_kopt_cannot_call_is_refused(tmp_path, text, why):
+    """`kopt submit --source bad.cpp`: a UnicodeDecodeError traceback (not UTF-8); a source
+    with another prototype or none was accepted, built and called with the sweep's
+    arguments."""
+    from kopt.spec import load_sweep
+    from kopt.submit import SubmitError, store_source
+
+    space = load_sweep(base(tmp_path)).space("cpu")
+    src = tmp_path / "v2.cpp"
+    src.write_bytes(text)
+    with pytest.raises(SubmitError) as e:
+        store_source(tmp_path / "st", space, src)
+    assert e.value.lines[0].startswith(f"--source {src}") and why in e.value.lines[0], e.value
+
+
+def test_a_submit_note_that_is_not_utf8_is_refused(tmp_path):
+    """`kopt submit ... --note bad.md` (not UTF-8) was a UnicodeDecodeError traceback."""
+    (tmp_path / "v2.cpp").write_text(ADD)
+    (tmp_path / "bad.md").write_bytes(b"\xff")
+    r = CliRunner().invoke(main, ["submit", "r1", "--source", str(tmp_path / "v2.cpp"),
+                                  "--methods", "compute.ilp_unroll", "--note",
+                                  str(tmp_path / "bad.md"), "--store", str(tmp_path / "st")])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert " ".join(r.output.split()) == (f"refused: --note {tmp_path / 'bad.md'}: not UTF-8 text "
+                                          "(byte 0xff at offset 0); save it as UTF-8"), r.output

@@ -412,6 +412,7 @@ class Harness:
                 raise JobError("error", f"{ref_name}: inputs() raised {e!r}") from None
             if not isinstance(got, dict):
                 raise JobError("error", f"{ref_name}: inputs() must return a dict name -> tensor")
+            _known_keys(got, sig, ref_name)
         else:
             got = {}
             g = torch.Generator().manual_seed(seed)
@@ -1225,6 +1226,18 @@ def _slug(name: str) -> str:
 
     s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I)
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
+
+
+def _known_keys(got: dict, sig: list[dict], ref_name: str) -> None:
+    """Raise JobError (``error``) naming ref.py when inputs() returned a key that is no
+    pointer argument of solve (a typo would leave the real input unset or silently
+    ignored)."""
+    names = [a["name"] for a in sig if a["kind"] != "scalar"]
+    extra = [k for k in got if k not in names]
+    if extra:
+        raise JobError("error", f"{ref_name}: inputs() returned {', '.join(map(repr, extra))}, "
+                       "which no pointer argument of solve is named; its keys are argument "
+                       f"names: {', '.join(names) or '(none)'} (rename or drop the rest)")
 
 
 def _cpu_name() -> str:

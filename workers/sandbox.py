@@ -86,6 +86,7 @@ class Sandbox:
         # making the inputs and reference outputs is kopt's work, not the candidate's: the
         # job's own budget starts once the harness says "prepared"
         deadline = t0 + max(timeout_s, PREPARE_TIMEOUT_S)
+        prepared = False  # the harness said it made the inputs and reference outputs
         try:
             self.w.send(("run", job))
         except (BrokenPipeError, OSError):
@@ -104,15 +105,12 @@ class Sandbox:
             try:
                 res = self.r.recv()
             except (EOFError, OSError):
-                code = self.kill()
-                self.restarts += 1
-                return {"status": Status.CRASHED, "error": f"harness died: {describe_exit(code)}. "
-                        f"{self.tail(pos)}".strip(), "wall_s": time.perf_counter() - t0}
+                return {**self._died(job, pos, prepared), "wall_s": time.perf_counter() - t0}
             if not res.get("progress"):
                 break
             deadline = self._extend(res, deadline, timeout_s, base)
             if res.get("stage") == "prepared":
-                base = time.perf_counter()
+                base, prepared = time.perf_counter(), True
         res["wall_s"] = time.perf_counter() - t0
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
@@ -123,6 +121,24 @@ class Sandbox:
             self.kill()
             self.restarts += 1
         return res
+
+    def _died(self, job: RunJob | dict[str, Any], pos: int, prepared: bool) -> dict[str, Any]:
+        """The outcome of a job whose harness process died (it is reaped; the next job
+        restarts it): ``crashed``; or ``error`` naming ref.py when it died before the
+        inputs and reference outputs were made (ref.py's code ended the process, e.g.
+        ``os._exit``: no candidate code had been called)."""
+        code = self.kill()
+        self.restarts += 1
+        said = self.tail(pos)
+        ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
+        if not prepared and ref:
+            return {"status": Status.ERROR, "error": (
+                f"{ref}: the harness process ended ({describe_exit(code)}) while its "
+                "inputs()/reference() ran, before any candidate code was called; they must "
+                "return (no os._exit, sys.exit or abort): fix them"
+                + (f"; it printed: {said}" if said else ""))}
+        return {"status": Status.CRASHED,
+                "error": f"harness died: {describe_exit(code)}. {said}".strip()}
 
     @staticmethod
     def _extend(msg: dict[str, Any], deadline: float, timeout_s: float, base: float) -> float:

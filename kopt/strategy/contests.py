@@ -59,6 +59,11 @@ class SideBySide:
         for rows in self.by_cand.values():  # measured before a --resume: rebuild (cache hit)
             for _key, b, *_ in rows.values():
                 self.ctx.builder.ensure(b)
+        self._drop({c: f"{Status.ERROR}: its build {b} is not at hand in this run (a version "
+                       "submitted by an earlier command, or a build that failed): it cannot be "
+                       "re-measured side by side"
+                    for c, rows in self.by_cand.items() for _k, b, *_ in rows.values()
+                    if b not in self.ctx.builder.artifacts})
         for dims in sorted({d for rows in self.by_cand.values() for d in rows}):
             error = self._size(dims)
             if error:
@@ -121,6 +126,8 @@ class SideBySide:
 
     def _drop(self, bad: dict[str, str]) -> None:
         for c, w in bad.items():
+            if c not in self.alive:
+                continue
             self.dropped[c] = w
             self.alive.remove(c)
             self.results.pop(c, None)
