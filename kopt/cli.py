@@ -31,6 +31,7 @@ from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root
 from kopt.strategy.base import STRATEGIES
+from workers.records import Status
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
@@ -218,7 +219,7 @@ class ProgressObserver(ProgressCallback):
     def on_result(self, row: dict[str, Any]) -> None:
         if row["status"] == "compile_error":
             return
-        if row["status"] != "ok":
+        if row["status"] != Status.OK:
             self.failed += 1
         self.p.advance(self.tr)
         self.p.update(self.tr, extra=f"failed {self.failed}")
@@ -478,7 +479,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                 f"rung {r} measured {n} candidates" for r, n in sorted(rungs.items())),
                 highlight=False)
     rows = top(summary.run_id, top_k, root)
-    if not summary.status_counts.get("ok") and not summary.n_skipped:
+    if not summary.status_counts.get(Status.OK) and not summary.n_skipped:
         if set(summary.status_counts) == {"compile_error"} and obs.build_error is not None:
             from kopt.report import first_error
 
@@ -537,7 +538,7 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
         if r.get(k) not in (None, ""):
             t.add_row(k, _fmt(r[k]))
     out.print(t)
-    if r["status"] not in ("ok", "built"):
+    if r["status"] not in (Status.OK, "built"):
         sys.exit(1)
 
 

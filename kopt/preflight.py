@@ -12,6 +12,7 @@ from kopt.expand import iter_candidates, space_digest
 from kopt.pipeline import build_id, job_base
 from kopt.spec import Sweep, launch_geometry
 from workers import build as wbuild
+from workers.records import Status
 from workers.sandbox import Sandbox
 
 
@@ -120,7 +121,7 @@ def _start_checked(sweep: Sweep, space: Any, backend: str) -> Sandbox:
     d = space.dims[0]
     res = sb.run({**job_base(sweep, space), "build_id": "", "job_key": "reference", "dims": d,
                   "prepare_only": True}, space.timing.timeout_s)
-    if res.get("status") != "ok":
+    if res.get("status") != Status.OK:
         sb.close()
         raise PreflightError(f"{sweep.reference}: inputs()/reference() failed for dims {d} "
                              f"({res.get('status')}): {res.get('error')}; nothing was built")

@@ -29,6 +29,7 @@ from kopt.database import Database
 from kopt.loop import IterState, gains
 from kopt.store import now
 from kopt.strategy.context import RunContext
+from workers.records import Status
 
 # what the validation command finds in its environment (docs/spec.md)
 ENV = {"KOPT_SOURCE": "the winner's kernel source (absolute path; the sweep's own source, "
@@ -72,7 +73,7 @@ def judge(win: dict[str, Any] | None, base: dict[str, Any] | None,
     status = {json.dumps(json.loads(r["dims"]), sort_keys=True): r["status"] for r in sizes}
     for d in dims:
         got = status.get(json.dumps(d, sort_keys=True))
-        if got != "ok":
+        if got != Status.OK:
             out.append(f"not correct on problem size {d}: {got or 'not measured'}")
     if base is None:
         out.append("its parent (the iteration's baseline) was not measured on every size")
@@ -92,7 +93,7 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> V
     base = next((r for r in ranked if r["is_baseline"]), None)
     db = Database(ctx.store)
     sizes = db.winner_sizes(ctx.run_id, it, dc, win["candidate_id"]) if win else []
-    meds = [r["median_ms"] for r in sizes if r["status"] == "ok" and r["median_ms"]]
+    meds = [r["median_ms"] for r in sizes if r["status"] == Status.OK and r["median_ms"]]
     v = Verdict(win["candidate_id"] if win else None, False,
                 judge(win, base, sizes, ctx.sweep.space(ctx.backend).dims),
                 win["speedup"] if win else None, geo_mean(meds) if meds else None)

@@ -34,6 +34,7 @@ from kopt.loop import IterState
 from kopt.spec import Space, Sweep
 from kopt.store import no_run, now, stored_json
 from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
+from workers.records import Status
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
 IDEA_KINDS = ("catalog", "paper", "url", "kernel", "other")  # the `provenance` table's kinds
@@ -318,7 +319,7 @@ def _contested(db: Database, run_id: str, it: int, states: dict[int, dict[str, I
     out |= {h.baseline["candidate_id"] for h in states.get(1, {}).values() if h.baseline}
     if retry:
         out |= {r["candidate_id"] for r in db.lineage_rows(run_id)
-                if r["iteration"] == it and r["status"] == "ok"}
+                if r["iteration"] == it and r["status"] == Status.OK}
     return out
 
 
@@ -429,7 +430,7 @@ def _take(n: Node, r: dict[str, Any]) -> None:
     if r["candidate_id"] not in n.members:
         n.members.append(r["candidate_id"])
     n.sizes.add(r.get("dims") or "")
-    if r["status"] == "ok" and r["speedup"] is not None and r["median_ms"] is not None:
+    if r["status"] == Status.OK and r["speedup"] is not None and r["median_ms"] is not None:
         n.figures.setdefault(r["candidate_id"], {})[r.get("dims") or ""] = (
             r["median_ms"], r["speedup"])
         n.triples[r["candidate_id"]] = ",".join(

@@ -510,7 +510,7 @@ class Harness:
                 raise JobError("launch_error", f"{where}: launch failed: {msg}")
             msg = lib.synchronize()
             if msg:
-                raise JobError("crashed", f"{where}: {msg}", fatal=True)
+                raise JobError(Status.CRASHED, f"{where}: {msg}", fatal=True)
             return
         e = lib.kopt_last_error()
         if e:
@@ -519,7 +519,7 @@ class Harness:
         e = lib.kopt_synchronize()
         if e:
             msg = lib.kopt_error_string(e).decode()
-            raise JobError("crashed", f"{where}: {msg} (cudaError {e})", fatal=True)
+            raise JobError(Status.CRASHED, f"{where}: {msg} (cudaError {e})", fatal=True)
 
     def check(self, d: Data, b: int, k: int, tol: dict) -> tuple[bool, float, str]:
         """Compare buffer set ``b``'s outputs with input set ``k``'s expected ones, every
@@ -833,7 +833,7 @@ class Harness:
             if msg:
                 failed.append((e["job_key"], msg))
         if failed:
-            return {"status": "wrong_result", "failed": [k for k, _ in failed],
+            return {"status": Status.WRONG_RESULT, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         for e, lib in zip(entries, libs):
             self.warm_up(lib, e, d)
@@ -916,7 +916,7 @@ class Harness:
                         "error": f"{e} after leaking {leak / 2**20:.0f} MiB of device memory"}
             raise
         leak = self._leak(used1)
-        status, error = "ok", ""
+        status, error = Status.OK, ""
         if out.pop("too_slow", False):
             status, error = "too_slow", _slow_text(call_ms, job, out["n_samples"])
         if out.get("escaped_ms", 0.0) > max(ESCAPE_MS, ESCAPE_SHARE * out["median_ms"]):

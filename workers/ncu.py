@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.reap import package_env
+from workers.records import Status
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"
 NCU_TIMEOUT_S = 300.0
@@ -205,7 +206,7 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-                return ProfileResult("timeout", f"ncu ran past {timeout_s:.0f} s; killed",
+                return ProfileResult(Status.TIMEOUT, f"ncu ran past {timeout_s:.0f} s; killed",
                                      command=" ".join(cmd),
                                      seconds=time.perf_counter() - t0), ""
         finally:
@@ -217,9 +218,9 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
                              "performance counters (see NVIDIA's ERR_NVGPUCTRPERM page)",
                              command=cmd_s, seconds=dt), out
     if p.returncode != 0 or not rep.with_suffix(".ncu-rep").exists():
-        return ProfileResult("crashed", f"ncu exit code {p.returncode}: {out[-1500:]}",
+        return ProfileResult(Status.CRASHED, f"ncu exit code {p.returncode}: {out[-1500:]}",
                              command=cmd_s, seconds=dt), out
-    return ProfileResult("ok", "", command=cmd_s, seconds=dt), out
+    return ProfileResult(Status.OK, "", command=cmd_s, seconds=dt), out
 
 
 def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
@@ -242,16 +243,16 @@ def capture(job: dict[str, Any], kernels: list[str], metrics: list[str],
         jf = Path(tmp) / "job.json"
         jf.write_text(json.dumps(job))
         res, out = _run_ncu([str(jf)], kernels, metrics, sections, timeout_s, env, Path(tmp))
-        if res.status != "ok":
+        if res.status != Status.OK:
             return res
         try:
             rows = read_report(Path(tmp) / "report.ncu-rep", metrics)
         except RuntimeError as e:
-            return ProfileResult("crashed", str(e), command=res.command, seconds=res.seconds)
+            return ProfileResult(Status.CRASHED, str(e), command=res.command, seconds=res.seconds)
     if not rows:
         return ProfileResult("no_kernels", f"ncu profiled no kernel matching {kernels}: "
                              f"{out[-800:]}", command=res.command, seconds=res.seconds)
-    return ProfileResult("ok", "", rows, res.command, res.seconds)
+    return ProfileResult(Status.OK, "", rows, res.command, res.seconds)
 
 
 def split_launches(out: str, n_jobs: int) -> tuple[list[int], dict[int, str]] | None:
@@ -313,9 +314,9 @@ def capture_many(items: list[tuple[dict[str, Any], list[str]]], metrics: list[st
         jf.write_text(json.dumps([job for job, _ in items]))
         res, out = _run_ncu(["--many", str(jf)], kernels, metrics, sections,
                             timeout_s * len(items), env, Path(tmp))
-        if res.status in ("no_ncu", "no_permission", "timeout", "no_kernels"):
+        if res.status in ("no_ncu", "no_permission", Status.TIMEOUT, "no_kernels"):
             return [res for _ in items]
-        if res.status != "ok":
+        if res.status != Status.OK:
             return None
         split = split_launches(out, len(items))
         if split is None:
@@ -334,11 +335,11 @@ def capture_many(items: list[tuple[dict[str, Any], list[str]]], metrics: list[st
         first += n
         share = res.seconds / len(items)
         if i in failed:
-            out.append(ProfileResult("crashed", f"ncu target: {failed[i]}",
+            out.append(ProfileResult(Status.CRASHED, f"ncu target: {failed[i]}",
                                      command=res.command, seconds=share))
         elif not mine:
             out.append(ProfileResult("no_kernels", f"ncu profiled no kernel matching "
                                      f"{items[i][1]}", command=res.command, seconds=share))
         else:
-            out.append(ProfileResult("ok", "", mine, res.command, share))
+            out.append(ProfileResult(Status.OK, "", mine, res.command, share))
     return out
