@@ -8,7 +8,6 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from test_submit import _version
 
 from kopt.cli import main
 from kopt.database import Database
@@ -23,6 +22,18 @@ IPC = "sm__inst_executed.avg.per_cycle_active"
 OCC = "sm__warps_active.avg.pct_of_peak_sustained_active"
 NO_NCU = "no NCU metrics: the cpu backend has no profiler (NCU needs cuda)"
 CUB = "https://github.com/NVIDIA/cccl/tree/main/cub"
+
+
+def _version(folder, name, work, wrong=False, sub="versions"):
+    """A copy of the fixture's source doing ``work`` units (a wrong result with ``wrong``)
+    as ``folder/sub/name``."""
+    text = (folder / "base.cpp").read_text().replace("#define WORK 64", f"#define WORK {work}")
+    if wrong:
+        text = text.replace("x[i] + y[i]", "x[i] - y[i]")
+    path = folder / sub / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 def kopt(*args):
@@ -98,6 +109,19 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     st3 = state(db, run, 3)
     assert st3["baseline"]["candidate_id"] == w2 and st3["best"]["candidate_id"] in v3_ids
     assert st3["selected"] == [FAST, VEC] and st3["ineffective"] == {}
+    # each submitted candidate's lineage columns, and the stored copy of its source
+    _, rows = db.query(f"select candidate_id, parent_id, submitter, claimed_methods, status "
+                       f"from candidates where run_id = '{run}' and iteration = 3 and not "
+                       "is_baseline order by 1")
+    assert rows == [(c, w2, "agent-y", VEC, "ok") for c in sorted(v3_ids)]
+    _, src = db.query("select text from sources where source_hash = "
+                      f"'{out2['versions'][0]['source_hash']}'")
+    assert src == [((folder / "it2" / "v2_fast.cpp").read_text(),)]
+    # the loop's closing contest re-measured the first baseline and every winner side by
+    # side (iteration 2's winner rebuilt from its stored copy): iteration 3's is the best
+    closing = st3["closing"]
+    assert closing["best"]["candidate_id"] in v3_ids and closing["winner_of"][w2] == 2
+    assert closing["speedup"] > 8  # 64 units of work -> 1
 
     # lineage: the tree, each submitted node under the node holding its parent
     tree = kopt("lineage", run, "--store", store).splitlines()
