@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,9 +56,12 @@ def test_busy_intervals_queue_behind_the_last_job_and_build_waits_join():
 
 @pytest.fixture(scope="module")
 def vector_add_run(ray_local, tmp_path_factory):
-    store = tmp_path_factory.mktemp("phases") / "store"
-    s = run_sweep(load_sweep(ROOT / "sweeps" / "vector_add"), store, backend="cpu",
-                  max_candidates=2)
+    here = tmp_path_factory.mktemp("phases")
+    store, d = here / "store", here / "vector_add"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    src = d / "vector_add.cpp"  # a new digest: a cold build cache whatever ran before
+    src.write_text(src.read_text() + f"\n// cold cache {uuid.uuid4().hex}\n")
+    s = run_sweep(load_sweep(d), store, backend="cpu", max_candidates=2)
     return s, store, time.time() - process_start_epoch()
 
 

@@ -65,6 +65,20 @@ def test_vector_add_cpu_sweep_and_best(ray_local, tmp_path):
     assert own == [(b[0]["median_ms"], b[0]["speedup"])]
 
 
+def _smaller(folder, samples, keep_space=False):
+    """The ``cluster`` fixture copied into ``folder`` made CI-sized: ``samples`` samples per
+    candidate (40 in the fixture) and, unless ``keep_space``, 8 launch configs (of 24)."""
+    spec = folder / "sweep.yaml"
+    text = spec.read_text().replace("min_samples: 40, max_samples: 40",
+                                    f"min_samples: {samples}, max_samples: {samples}")
+    if not keep_space:
+        text = text.replace("U: [1, 2, 3, 4, 5, 6, 7, 8], V: [1, 2, 3]",
+                            "U: [1, 2, 3, 4], V: [1, 2]")
+    assert text != spec.read_text()
+    spec.write_text(text)
+    return folder
+
+
 def _kopt(*args, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "kopt.cli", *args], env=env,
@@ -334,13 +348,14 @@ def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fi
 
     obs = KillFirstDevice()
     store = tmp_path / "store"
-    s = run_sweep(load_sweep(copy_fixture("cluster")), store, backend="cpu", observers=[obs])
+    s = run_sweep(load_sweep(_smaller(copy_fixture("cluster"), 20)), store, backend="cpu",
+                  observers=[obs])
     assert obs.killed and any("died" in f for f in obs.faults), obs.faults
     assert any("replaced" in f for f in obs.faults), obs.faults
     _, rows = query("select job_key, status from candidates", store)
-    assert len(rows) == 24 and len({k for k, _ in rows}) == 24  # one row per job
+    assert len(rows) == 8 and len({k for k, _ in rows}) == 8  # one row per job
     assert {st for _, st in rows} == {"ok"}  # the killed actor's jobs ran again
-    assert s.status_counts == {"ok": 24}
+    assert s.status_counts == {"ok": 8}
 
 
 def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_local,
@@ -349,7 +364,7 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
     from kopt.pipeline import HALVING_SAMPLES
 
     store = tmp_path / "store"
-    sweep = load_sweep(copy_fixture("cluster"))
+    sweep = load_sweep(_smaller(copy_fixture("cluster"), 20, keep_space=True))
     s = run_sweep(sweep, store, backend="cpu", strategy="halving")
     # 24 screened; a third kept, then a third of those (at least 3), plus the baseline
     # when it is not among them
@@ -361,13 +376,13 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
     assert [r[:2] for r in rows] == [(0, 24), (1, r1), (2, r2)]
     assert rows[0][2] == rows[0][3] == HALVING_SAMPLES[0]
     assert rows[1][2] == rows[1][3] == HALVING_SAMPLES[1]
-    assert rows[2][2] == rows[2][3] == 40  # the spec's own timing: 40 samples
+    assert rows[2][2] == rows[2][3] == 20  # the spec's own timing: 20 samples
     assert all(r[4] for r in rows)  # the baseline is in every rung
     assert [r[5] for r in rows] == [False, False, True]
     # the winner comes from the last rung, which holds the best of rung 1
     b = best("cluster", store)[0]
     _, last = query("select candidate_id from candidates where rung = 2", store)
-    assert b["candidate_id"] in {c for c, in last} and b["n_samples"] == 40
+    assert b["candidate_id"] in {c for c, in last} and b["n_samples"] == 20
     # 24 candidates doing the same work: those of the last rung within noise of the fastest
     # (screened with the larger noise) are re-measured side by side (rows in `contests`, the
     # named winner among them); a leader clear of all of them needs no contest
