@@ -388,6 +388,8 @@ qualify row_number() over (partition by candidate_id, dims order by iteration) =
 """
 
 # kopt.loop.rank: geometric-mean speedup over the iteration's baseline across the sizes
+# a candidate's median_ms is its smallest over the problem sizes and dims the size it was
+# measured on (the pair belongs together: propose, the report and export show both)
 RANK_SQL = """
 with it0 as (
   select * from candidates where run_id = $run_id and iteration = $iteration
@@ -400,7 +402,7 @@ select candidate_id, any_value(compute_method) compute_method,
        any_value(memory_method) memory_method, any_value(latency_method) latency_method,
        any_value(params) params, any_value(defines) defines, bool_or(is_baseline) is_baseline,
        list(speedup) speedups, list(iqr_ms / median_ms) rel_iqrs,
-       min(median_ms) median_ms, arg_min(dims, dims) dims, any_value(build_id) build_id
+       min(median_ms) median_ms, arg_min(dims, median_ms) dims, any_value(build_id) build_id
 from it where status = 'ok' and speedup is not null
 group by candidate_id
 having count(*) = (select n from need)

@@ -182,3 +182,23 @@ def test_a_submitted_iterations_parent_keeps_its_methods_out_of_ineffective():
     st = close_iteration(prev, ranked, 3, {}, None)
     assert st.selected == [U, V] and st.best["candidate_id"] == "v"
     assert st.ineffective == {}
+
+
+def test_a_ranked_candidates_median_and_dims_belong_together(tmp_path):
+    """rank() gives a candidate's smallest median over the problem sizes and the size it was
+    measured on (before: the lexicographically first dims, here N=1000003, beside the
+    N=65536 median: propose showed a median under the wrong size)."""
+    from kopt.loop import rank
+    from kopt.store import write_table
+
+    rows = [{"run_id": "r", "sweep": "s", "iteration": 1, "device_class": "c",
+             "candidate_id": cid, "job_key": f"{cid}{n}", "is_baseline": cid == "b",
+             "status": "ok", "dims": f'{{"N": {n}}}', "median_ms": ms, "iqr_ms": ms / 100,
+             "speedup": sp, "params": "{}", "defines": "{}"}
+            for cid, n, ms, sp in [("b", 1000003, 0.9, 1.0), ("b", 65536, 0.15, 1.0),
+                                   ("w", 1000003, 0.45, 2.0), ("w", 65536, 0.1, 1.5)]]
+    write_table(tmp_path, "candidates", "s", "r", rows)
+    ranked = {r["candidate_id"]: r for r in rank(tmp_path, "r", 1, "c")}
+    assert (ranked["w"]["median_ms"], ranked["w"]["dims"]) == (0.1, '{"N": 65536}')
+    assert (ranked["b"]["median_ms"], ranked["b"]["dims"]) == (0.15, '{"N": 65536}')
+    assert ranked["w"]["speedup"] == pytest.approx(3 ** 0.5)
