@@ -49,12 +49,14 @@ class Method:
     trigger: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def arch_ok(self, sm: int | None) -> bool:
-        """True when the method can run on SM arch ``sm`` (None: a CPU device, no SM gate):
-        ``sm >= min_sm``, and for an ``sm_90a`` method exactly sm 90 (the ``a`` targets'
-        features, wgmma and setmaxnreg, exist on compute capability 9.0 only: CUDA C++
-        Programming Guide, "Feature Availability", architecture-specific features)."""
+        """True when the method can run on SM arch ``sm``: ``sm >= min_sm``, and for an
+        ``sm_90a`` method exactly sm 90 (the ``a`` targets' features, wgmma and setmaxnreg,
+        exist on compute capability 9.0 only: CUDA C++ Programming Guide, "Feature
+        Availability", architecture-specific features). ``sm`` None is a CPU device: only
+        the methods with no SM floor (``min_sm`` 0: coarsening, unrolling, tiling...);
+        tensor cores, warp shuffles, cp.async, ldmatrix and wgmma are GPU hardware."""
         if sm is None:
-            return True
+            return self.min_sm == 0 and not self.needs_sm90a
         return sm >= self.min_sm and (not self.needs_sm90a or sm == 90)
 
 

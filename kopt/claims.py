@@ -175,7 +175,10 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
             refusals.append(Refusal("one_method_per_axis", f"{' and '.join(on)} are all on "
                                     f"the {axis} axis; claim at most one method per axis"))
     for m in known:
-        if sm is not None and sm < m.min_sm:
+        if sm is None and not m.arch_ok(None):
+            refusals.append(Refusal("arch_gate", f"{m.id} is GPU hardware (sm_{m.min_sm} or "
+                                    "newer); the device is a CPU"))
+        elif sm is not None and sm < m.min_sm:
             refusals.append(Refusal("arch_gate", f"{m.id} needs sm_{m.min_sm} or newer; the "
                                     f"device is sm_{sm}"))
         elif not m.arch_ok(sm):

@@ -191,7 +191,8 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
            ideas: Sequence[str] = ()) -> tuple[int, int]:
     """Check a submission and record it: the claim against each class's plan (one line per
     broken rule, rule name first), the tries left (``max_tries``, default the sweep's
-    ``submit.max_tries``), then the sources, ``versions`` rows and ``provenance`` rows (each
+    ``submit.max_tries``; a ``retry`` without a ``note`` keeps the iteration's last one),
+    then the sources, ``versions`` rows and ``provenance`` rows (each
     of ``ideas``, :func:`parse_idea`, and each claimed method as kind ``catalog``) stored.
     Returns the iteration it runs as and its try (1 for the first submission into it).
 
@@ -208,6 +209,9 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
         raise SubmitError([f"run {run_id}: {no_run(root, run_id)}"])
     it, states = _prior(db, run_id, retry)
     prior = states[it - 1]
+    if retry and not note.strip():  # a fix of the same claim: its analysis still stands
+        note = next((v["note"] or "" for v in reversed(db.versions(run_id))
+                     if v["iteration"] == it), "")
     tries, limit = db.submit_tries(run_id, it), max_tries or sweep.submit.max_tries
     if tries >= limit:
         raise SubmitError([f"iteration {it} of run {run_id} already had {tries} tries "

@@ -20,7 +20,8 @@ def test_relations_from_the_notes():
     assert cat.methods["compute.warp_specialization"].needs_sm90a
     assert cat.methods["memory.async_copy"].min_sm == 80
     assert not cat.methods["memory.async_copy"].arch_ok(75)
-    assert cat.methods["memory.async_copy"].arch_ok(None)  # CPU devices have no SM gate
+    assert not cat.methods["memory.async_copy"].arch_ok(None)  # GPU hardware: not on a CPU
+    assert cat.methods["compute.ilp_unroll"].arch_ok(None)
 
 
 def test_metric_guide_loads():

@@ -60,7 +60,9 @@ def test_two_methods_on_one_axis():
 def test_arch_gates_min_sm_and_sm90a():
     assert lines("compute.tensor_core", sm=61) == [
         "arch_gate: compute.tensor_core needs sm_70 or newer; the device is sm_61"]
-    assert lines("memory.async_copy", sm=None) == ["ok"]  # a CPU device: no SM gate
+    assert lines("memory.async_copy", sm=None) == [  # a CPU device: no GPU-only method
+        "arch_gate: memory.async_copy is GPU hardware (sm_80 or newer); the device is a CPU"]
+    assert lines("compute.ilp_unroll", sm=None) == ["ok"]
     assert check_claim(["compute.warp_specialization", "memory.async_copy"], SMALL, 80
                        ).lines() == [
         "arch_gate: compute.warp_specialization needs the sm_90a target (an sm_90 device "
@@ -151,7 +153,7 @@ def test_every_broken_rule_is_one_line():
 
 
 def test_the_plan_of_kopt_propose_is_the_scan(tmp_path):
-    """propose's plan (iteration 1 without a stored run, CPU: no SM gate, no evidence)
+    """propose's plan (iteration 1 without a stored run, CPU: GPU-only methods gated, no evidence)
     carries the scan over every catalog method, so a hand-written version is held to it."""
     from conftest import VADD_CPP, VADD_REF, write_sweep
     from kopt.propose import propose
@@ -166,12 +168,15 @@ def test_the_plan_of_kopt_propose_is_the_scan(tmp_path):
     """, {"k.cpp": VADD_CPP, "ref.py": VADD_REF}))
     plan = propose(sw, tmp_path / "store")[0]
     assert plan["sm"] is None and plan["selected"] == []
-    assert [r["method"] for r in plan["catalog_scan"]["latency"]][:2] == [
-        "latency.warp_shuffle_sync", "latency.reduce_sync_count"]
-    assert check_claim_for_plan(["compute.tensor_core"], plan).ok
+    scan = [(r["method"], r["admitted"]) for r in plan["catalog_scan"]["latency"]][:2]
+    assert scan == [("latency.warp_shuffle_sync", False),  # a warp shuffle: GPU hardware
+                    ("latency.reduce_sync_count", True)]
+    assert check_claim_for_plan(["compute.launch_config"], plan).ok
+    assert [r.rule for r in check_claim_for_plan(["compute.tensor_core"], plan).refusals] == [
+        "arch_gate"]  # a CPU plan: tensor cores are GPU hardware
     chk = check_claim_for_plan(["latency.split_k"], plan)
     assert chk.lines() == [
-        "priority_order: latency.split_k (priority 5) is below latency.warp_shuffle_sync "
-        "(priority 1), which the scan admits on the latency axis; claim "
-        "latency.warp_shuffle_sync, or give a reason (the analysis note) why not"]
+        "priority_order: latency.split_k (priority 5) is below latency.reduce_sync_count "
+        "(priority 2), which the scan admits on the latency axis; claim "
+        "latency.reduce_sync_count, or give a reason (the analysis note) why not"]
     assert check_claim_for_plan(["latency.split_k"], plan, reason="no reduction here").ok

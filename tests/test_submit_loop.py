@@ -91,10 +91,14 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     # the fix, resubmitted into iteration 2 (its idea: a catalog method, named as such)
     _version(folder, "v2_fix.cpp", 8, sub="fix")
     out_fix = json.loads(kopt("submit", run, "--source", folder / "fix" / "v2_fix.cpp",
-                              "--methods", FAST, "--note", folder / "why.md", "--submitter",
-                              "agent-x", "--retry", "--idea", FAST, "--store", store,
-                              "--format", "json"))
+                              "--methods", FAST, "--submitter", "agent-x", "--retry",
+                              "--idea", FAST, "--store", store, "--format", "json"))
     assert out_fix["iteration"] == 2
+    # the retry gave no --note: the try keeps the iteration's analysis
+    _, notes = db.query(f"select try_no, note from versions where run_id = '{run}' and "
+                        "iteration = 2 order by try_no, name")
+    assert notes == [(1, (folder / "why.md").read_text())] * 2 + [
+        (2, (folder / "why.md").read_text())]
     st2 = state(db, run, 2)
     parent2, w2 = st2["baseline"]["candidate_id"], st2["best"]["candidate_id"]
     assert parent2 == best1 and w2 in fast_ids and st2["selected"] == [FAST]
