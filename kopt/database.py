@@ -354,9 +354,10 @@ def explain(e: Exception) -> QueryError:
                           "stays readable")
     if isinstance(e, duckdb.PermissionException):
         m = re.search(r'Cannot access \w+ "(.*)" - ', first)
+        views = ", ".join(sorted({t if not t.startswith("triage_") else "triage_*"
+                                  for t in SCHEMAS}))
         return QueryError(f"{m.group(1) if m else first}: outside the store; queries read only "
-                          "the store's views (candidates, runs, metrics, iterations, contests, "
-                          "triage_*, ports)")
+                          f"the store's views ({views})")
     return QueryError(msg)
 
 

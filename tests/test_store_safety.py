@@ -238,8 +238,9 @@ def test_query_reads_nothing_outside_the_store(tmp_path, sql):
     assert len(r.output.strip().splitlines()) == 1, r.output
     target = sql.format(outside=tmp_path, store=store).split("'")[1]
     assert r.output == (f"error: {target}: outside the store; queries read only the store's "
-                        "views (candidates, runs, metrics, iterations, contests, triage_*, "
-                        "ports)\n")
+                        "views (candidates, contests, evidence, iterations, metrics, phases, "
+                        "ports, profiles, provenance, reference, reviews, runs, sources, "
+                        "triage_*, versions)\n")
 
 
 def test_query_cannot_undo_the_restrictions(tmp_path):
