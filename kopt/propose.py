@@ -115,9 +115,13 @@ def _submitted_source(store: Path | str | None, r: dict[str, Any], st: IterState
         return None
     if own:
         return space.source
-    from kopt.submit import stored_source
+    from kopt.store import StoreError
+    from kopt.submit import SubmitError, stored_source
 
-    return stored_source(db, space, row["source_hash"]).source
+    try:
+        return stored_source(db, space, row["source_hash"]).source
+    except SubmitError as e:  # the store lost the source (the sources table damaged)
+        raise StoreError(f"{e}; `kopt propose` needs it to plan from the current best") from None
 
 
 def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,

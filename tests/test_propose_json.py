@@ -2,6 +2,7 @@
 profile (tests/data/ncu-h200/vadd_full.ncu-rep) of an iteration's winner."""
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -135,3 +136,12 @@ def test_propose_json_after_a_submitted_winner_scans_the_catalog_and_names_its_c
     copy = root / "source-files" / "h2" / "v2.cu"
     assert plan["best"]["candidate_id"] == "v2c" and plan["best_source"] == str(copy)
     assert copy.read_text() == text
+    # the sources table lost (a damaged store): one line naming the source, no traceback
+    shutil.rmtree(root / "sources")
+    shutil.rmtree(root / "source-files")
+    r = CliRunner().invoke(main, ["propose", str(SWEEP), "--store", str(root),
+                                  "--format", "json"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.output == (f"error: {root}: no stored source h2 (table sources); the parent's "
+                        "source is lost, submit against a newer run; `kopt propose` needs it "
+                        "to plan from the current best\n")
