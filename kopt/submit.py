@@ -158,7 +158,13 @@ def _prior(db: Database, run_id: str, retry: bool
         raise SubmitError([f"run {run_id}: no closed iteration to build on; wait for the "
                            "run to finish its first iteration (`kopt sweep`)"])
     last = max(states)
-    it = last if retry else last + 1
+    pending = max((v["iteration"] for v in db.versions(run_id) if v["iteration"] > last),
+                  default=None)  # submitted, never closed (running, killed or failed)
+    if pending is not None and not retry:
+        raise SubmitError([f"run {run_id}: iteration {pending} was submitted and has not "
+                           f"closed (`kopt wait {run_id}` says why); retry it with --retry, "
+                           "or wait for it to close"])
+    it = (pending or last) if retry else last + 1
     if it - 1 not in states:
         raise SubmitError([f"run {run_id}: --retry needs a submitted iteration to retry; "
                            f"iteration {last} is the sweep's own (submit without --retry)"])
@@ -228,6 +234,7 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
         raise SubmitError(lines)
     space = sweep.space(rec["backend"])
     parents = _parents(db, run_id, it, prior, space, {})
+    _refuse_repeats(space, sources, {p["source_hash"] for p in parents.values()})
     digests = _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
                       submitter, next(iter(parents.values()))["candidate_id"])
     db.commit("provenance", sweep.name, run_id, [
@@ -235,6 +242,22 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
          "source_hash": h, "kind": kind, "ref": ref, "created_at": now()}
         for h in digests for kind, ref in known])
     return it, tries + 1
+
+
+def _refuse_repeats(space: Space, sources: list[Path], parents: set[str]) -> None:
+    """Refuse a version whose source is its parent's, or the sweep's own (the same source
+    digest, so the same candidate ids: nothing new to measure, and its rows would be read
+    as the parent's).
+
+    Raises:
+        SubmitError: one line per such version.
+    """
+    known = parents | {space_digest(space)}
+    lines = [f"--source {p}: identical to its parent's source (digest {d}); change the kernel "
+             "(a submitted version must differ from the version it derives from)"
+             for p in sources if (d := space_digest(version_space(space, p))) in known]
+    if lines:
+        raise SubmitError(lines)
 
 
 def _parents(db: Database, run_id: str, it: int, prior: dict[str, IterState], space: Space,

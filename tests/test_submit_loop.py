@@ -13,6 +13,7 @@ from kopt.cli import main
 from kopt.database import Database
 from kopt.pipeline import run_sweep
 from kopt.spec import load_sweep
+from kopt.store import now, write_table
 from kopt.submit import lineage, lineage_text
 
 pytestmark = pytest.mark.slow
@@ -87,6 +88,16 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert res.output.splitlines() == ["refused: --idea catalog:compute.coarsening: not a "
                                        "catalog method (`kopt catalog` lists them); write "
                                        "paper:, kernel: or other: for an idea from elsewhere"]
+    assert db.submit_tries(run, 2) == 1
+    # a version identical to its parent (here the sweep's own source under a new name) is
+    # refused: it would get its parent's candidate ids and nothing new would be measured
+    same = folder / "same" / "copy.cpp"
+    same.parent.mkdir()
+    same.write_text((folder / "base.cpp").read_text())
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(same), "--methods", FAST,
+                                    "--retry", "--store", str(store)])
+    assert res.exit_code == 1 and len(res.output.splitlines()) == 1, res.output
+    assert res.output.startswith(f"refused: --source {same}: identical to its parent's source")
     assert db.submit_tries(run, 2) == 1
     # the fix, resubmitted into iteration 2 (its idea: a catalog method, named as such)
     _version(folder, "v2_fix.cpp", 8, sub="fix")
@@ -196,3 +207,15 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
                              f"and iteration = 3 and candidate_id = '{n3.best}'")
     assert n3.caption().split("\n") == [
         "it 3 v3.cpp (try 1, agent-y)", VEC, f"{ms:.4g} ms, {sp:.3g}x over parent", "ok 2"]
+
+    # a submission into iteration 4 that never closed (a detached try killed: its versions
+    # row, no iterations row): a new submission is refused until it is retried or closes
+    write_table(store, "versions", "submit", run, [{
+        "run_id": run, "sweep": "submit", "iteration": 4, "try_no": 1, "source_hash": "x",
+        "name": "v4.cpp", "parent_id": st3["best"]["candidate_id"], "submitter": "agent-y",
+        "claimed_methods": VEC, "note": "", "created_at": now()}])
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(folder / "it3"),
+                                    "--methods", VEC, "--store", str(store)])
+    assert res.exit_code == 1 and res.output.splitlines() == [
+        f"refused: run {run}: iteration 4 was submitted and has not closed (`kopt wait {run}` "
+        "says why); retry it with --retry, or wait for it to close"]
