@@ -998,6 +998,7 @@ def test_ray_that_does_not_start_is_one_line(tmp_path, monkeypatch):
                         "some of the raylet failed to startup or the GCS has become overloaded.")
 
     monkeypatch.setattr(ray, "init", no_start)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # an earlier test's Ray: not ours
     r = CliRunner().invoke(main, ["sweep", str(base(tmp_path)), "--backend", "cpu", "--store",
                                   str(tmp_path / "st")])
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r
