@@ -106,7 +106,7 @@ def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, mon
 
     monkeypatch.setattr(kopt.cli, "HEARTBEAT_S", 0.2)
     r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
-            "--max-candidates", "3", "--store", str(tmp_path / "st"))
+            "--max-candidates", "3", "--iterations", "1", "--store", str(tmp_path / "st"))
     assert r.exit_code == 0, r.output
     beats = [ln for ln in r.output.splitlines() if ln.startswith("it 1: built ")]
     assert len(beats) >= 3, r.output  # a CPU run of 3 candidates takes seconds
@@ -116,7 +116,7 @@ def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, mon
 def test_capped_sweep_says_how_large_the_space_was(ray_local, tmp_path):
     """--max-candidates runs a sample: the output says of how many candidates."""
     r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
-            "--max-candidates", "2", "--store", str(tmp_path / "st"))
+            "--max-candidates", "2", "--iterations", "1", "--store", str(tmp_path / "st"))
     assert r.exit_code == 0, r.output
     assert "note: iteration 1: 2 of 112 candidates (capped by --max-candidates)" in r.output
 
