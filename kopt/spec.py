@@ -113,10 +113,17 @@ class SubmitSettings(_Model):
 
 
 class MethodRealization(_Model):
-    """How one kernel realizes a catalog method: defines always passed, extra params."""
+    """How one kernel realizes a catalog method: defines always passed, extra params.
+
+    ``needs_sm90a``: this kernel's realization needs the ``sm_90a`` target even where the
+    catalog's method does not (gemm_cutlass_fp32's ``memory.async_copy`` is TMA feeding
+    wgmma): its candidates are built for sm_90a, and on any other device class the method
+    is skipped as ``arch_incompatible``, like a catalog arch gate. CUDA backends only.
+    """
 
     defines: dict[str, Scalar] = {}
     params: dict[str, list[Scalar]] = {}
+    needs_sm90a: bool = False
 
     @field_validator("params")
     @classmethod
@@ -766,6 +773,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     if blk.needs_sm90a and backend != "cuda":
         raise err(f"{prefix}needs_sm90a", f"sm_90a is a GPU target; {blk.kernel} is a {backend} "
                   "source: drop `needs_sm90a` or move it to the CUDA backend's section")
+    for mid, real in blk.methods.items():
+        if real.needs_sm90a and backend != "cuda":
+            raise err(f"{prefix}methods.{mid}.needs_sm90a", f"sm_90a is a GPU target; "
+                      f"{blk.kernel} is a {backend} source: drop this `needs_sm90a`")
     incs = []
     for i, d in enumerate(blk.include_dirs):
         try:

@@ -60,4 +60,10 @@ q /tmp/kopt-cutlass-store2 "select count(*) n, round(coalesce(sum(compile_s) fil
 echo "== torch.matmul $dtype (cuBLAS), same flush and statistics (separate Python step)" | tee -a "$log"
 best=$(kopt query --store /tmp/kopt-cutlass-store --format csv "select min(median_ms) from candidates where status = 'ok'" | tail -1)
 python3 docs/verified/h200_cutlass_matmul.py 4096 4096 4096 "$best" "$dtype" 2>&1 | tee -a "$log"
+echo "== kopt's reference row (ref.py's contender timed by the harness) and kopt best" | tee -a "$log"
+q /tmp/kopt-cutlass-store "select impl, status, median_ms, iqr_ms, n_samples, round(flops / median_ms / 1e9, 1) tflops, peak_tflops, max_abs_err, max_rel_err from reference"
+kopt best "$sw" --store /tmp/kopt-cutlass-store 2>&1 | tail -12 | tee -a "$log"
+run=$(kopt query --store /tmp/kopt-cutlass-store --format csv "select max(run_id) from runs" | tail -1 | tr -d '"')
+rm -rf "$out/report-$sw"
+kopt report "$run" --store /tmp/kopt-cutlass-store --out "$out/report-$sw" 2>&1 | tail -3 | tee -a "$log"
 echo "total wall_s $SECONDS" | tee -a "$log"
