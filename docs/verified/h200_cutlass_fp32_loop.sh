@@ -17,7 +17,7 @@ has_cutlass() { python3 -c "import importlib.util as u, sys; sys.exit(u.find_spe
 if ! has_cutlass; then
   whl=$(ls .devsite/nvidia_cutlass-*.whl 2>/dev/null | head -1)
   [ -n "$whl" ] || { echo "no nvidia-cutlass and no .devsite/nvidia_cutlass-*.whl" | tee "$out/fp32-loop.txt"; exit 1; }
-  mkdir -p /tmp/site-cutlass && unzip -qo "$whl" -d /tmp/site-cutlass
+  mkdir -p /tmp/site-cutlass && python3 -m zipfile -e "$whl" /tmp/site-cutlass
   export PYTHONPATH=/tmp/site-cutlass:${PYTHONPATH:-$PWD}
   has_cutlass || { echo "the wheel did not install: $whl" | tee "$out/fp32-loop.txt"; exit 1; }
 fi
