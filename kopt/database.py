@@ -507,8 +507,8 @@ qualify row_number() over (partition by i.device_class
 REPORT_SQL = {
     "statuses": "select status, count(*) n from candidates where run_id = ? "
                 "group by 1 order by 1",
-    "metrics": "select iteration, candidate_id, device_class, metric, value from metrics "
-               "where run_id = ?",
+    "metrics": "select iteration, candidate_id, device_class, dims, launch, metric, value "
+               "from metrics where run_id = ? order by iteration, dims, launch",
     "rungs": "select iteration, device_class, coalesce(rung, 0) rung, "
              "count(distinct candidate_id) n, max(n_samples) samples from candidates "
              "where run_id = ? group by all order by all",
@@ -532,8 +532,8 @@ class RunHistory:
 
     Attributes:
         statuses: ``status``, ``n`` (candidate rows per status), by status.
-        metrics: NCU figures: ``iteration``, ``candidate_id``, ``device_class``,
-            ``metric``, ``value``.
+        metrics: NCU figures: ``iteration``, ``candidate_id``, ``device_class``, ``dims``,
+            ``launch`` (the launch's index within one ``solve`` call), ``metric``, ``value``.
         rungs: per iteration, class and successive-halving rung: ``n`` candidates and the
             most ``samples`` per candidate.
         correct: the ``ok`` rows: iteration, class, candidate id, params (JSON),
