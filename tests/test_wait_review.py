@@ -3,6 +3,7 @@ sweep.yaml setting and `kopt propose --format json` after a submitted method won
 CPU backend (the `submit` fixture: a dependent integer chain of WORK units)."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,12 @@ from click.testing import CliRunner
 from kopt.cli import main
 from kopt.database import Database
 from kopt.pipeline import run_sweep
+from kopt.port import run_command
 from kopt.review import judge
 from kopt.spec import SpecError, load_sweep
 from kopt.store import RunLock, now
 from kopt.submit import open_run, record
+from kopt.wait import _alive
 
 FAST = "compute.thread_coarsening"
 # the review command: records its environment, refuses a source marked REVIEW_FAIL
@@ -214,3 +217,27 @@ def test_review_and_submit_settings_load(copy_fixture):
     sw = load_sweep(folder)
     assert (sw.review.command, sw.review.timeout_s, sw.submit.max_tries) == (
         "python review.py", 120.0, 1)
+
+
+def test_a_review_command_that_leaves_a_child_running_passes_by_its_own_exit_status(tmp_path):
+    """A command that exits 0 leaving a background child (which holds its stdout open)
+    passed: its verdict is its own exit status, not a timeout, and nothing waits for the
+    child (trial 7 #5); the child is killed with the command's session. A timeout still
+    kills the whole group."""
+    step = run_command("review", "sh -c 'sleep 100 & exit 0'", tmp_path, 5)
+    assert (step.exit_status, step.timed_out, step.output_tail) == (0, False, "")
+    assert step.duration_s < 4
+    log = tmp_path / "logs" / "review.log"
+    step = run_command("review", "echo out; echo err >&2; sleep 100 & echo $! > child; exit 3",
+                       tmp_path, 5, log=log)
+    assert (step.exit_status, step.timed_out, step.output_tail) == (3, False, "out\n\nerr\n")
+    assert step.duration_s < 4 and log.read_text() == "out\n\nerr\n"
+    child = int((tmp_path / "child").read_text())
+    for _ in range(50):  # the group is killed as the command returns; reaping may lag
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child)
+    step = run_command("review", "echo started; sleep 100", tmp_path, 0.5)
+    assert (step.exit_status, step.timed_out, step.output_tail) == (-9, True, "started\n")
+    assert step.duration_s < 4
