@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kopt import expand, submit
 from kopt.cli import ProgressObserver, ReviewLines, main
 from kopt.database import Database
 from kopt.pipeline import run_sweep
@@ -55,7 +56,7 @@ def _cli(*args: str):
 
 
 @pytest.mark.slow
-def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
+def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monkeypatch):
     folder = copy_fixture("submit")
     _sweep(folder)
     store = tmp_path / "store"
@@ -157,8 +158,15 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
         res.output
     assert db.submit_tries(run, 3) == 1
     sweep = open_run(store, run)
+    hashed = []  # each submitted source is hashed once (seconds for a CUTLASS source)
+    for mod in (submit, expand):
+        monkeypatch.setattr(mod, "space_digest",
+                            lambda sp, real=expand.space_digest: hashed.append(sp.source)
+                            or real(sp))
     assert record(sweep, store, run, [v3], ["memory.vectorized_access"], "why", "me",
                   retry=True, max_tries=2) == (3, 2)
+    assert hashed.count(v3) == 1
+    monkeypatch.undo()
     # a try recorded but never run: not closed; while the run is locked or on --timeout,
     # one line and exit 3
     res = _cli("wait", run, "--timeout", 0.3, "--poll", 0.1, "--store", store)
