@@ -181,6 +181,11 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
     assert res.exit_code == 4
     assert f"run {run} was interrupted in iteration 3, before it closed; submit it again " \
         "with `kopt submit --retry`" in res.output
+    # the reference was timed once, by the sweep: the submits reused its row
+    _, ((timed, first_submit),) = db.query(
+        f"select (select max(created_at) from reference where run_id = '{run}'), "
+        f"(select min(created_at) from versions where run_id = '{run}')")
+    assert timed < first_submit
     # a new iteration derives from the accepted best, not the rejected winner
     assert record(sweep, store, run, [v3], [], "", "me") == (4, 1)
     assert {v["parent_id"] for v in db.versions(run) if v["iteration"] == 4} == {won}
@@ -317,3 +322,46 @@ def test_wait_on_a_run_interrupted_in_iteration_1_says_so_and_how_to_resume(tmp_
         res = _cli("wait", "r1", "--store", st, "--timeout", 0.2, "--poll", 0.1)
     assert res.exit_code == 3 and "waiting for iteration 1 of run r1: the run is being " \
         "written by pid" in " ".join(res.output.split())
+
+
+def _check_reference(sweep, store, runner, resume):
+    """The rows Driver._check_reference times (on ``runner``) for run ``resume`` (None: a
+    new run)."""
+    from kopt.builder import job_base
+    from kopt.pipeline import Driver
+
+    drv = Driver(sweep, store, resume=resume)
+    drv.runner, drv.classes, drv.space = runner, runner.classes(), sweep.space("cpu")
+    drv._common = job_base(sweep, drv.space, False)
+    drv._check_reference()
+    return drv._ref_rows
+
+
+def test_the_reference_is_timed_once_per_run_class_and_size(copy_fixture, tmp_path):
+    """A resumed run or a submitted iteration re-timed the reference on every start (the
+    latest timing won); it reuses the run's row for a class and problem size and times only
+    the missing ones."""
+    from kopt.runner import LocalRunner
+    from kopt.store import dumps
+
+    folder = copy_fixture("submit")
+    (folder / "sweep.yaml").write_text((folder / "sweep.yaml").read_text().replace(
+        "dims: [{N: 4096}]", "dims: [{N: 4096}, {N: 8192}]"))
+    sweep, store, db = load_sweep(folder), tmp_path / "store", Database(tmp_path / "store")
+    runner = LocalRunner("cpu", device_class="cpu-a")
+    try:
+        rows = _check_reference(sweep, store, runner, None)  # a new run: both sizes
+        assert [(r["device_class"], r["dims"], r["status"]) for r in rows] == [
+            ("cpu-a", dumps({"N": 4096}), "ok"), ("cpu-a", dumps({"N": 8192}), "ok")]
+        db.commit("reference", sweep.name, "r1", [{**rows[0], "run_id": "r1",
+                                                   "created_at": now()}])
+        again = _check_reference(sweep, store, runner, "r1")  # only N 8192 is missing
+        assert [(r["device_class"], r["dims"]) for r in again] == [
+            ("cpu-a", dumps({"N": 8192}))]
+        db.commit("reference", sweep.name, "r1", [{**again[0], "run_id": "r1",
+                                                   "created_at": now()}])
+        assert _check_reference(sweep, store, runner, "r1") == []
+        assert db.timed_references("r1") == {("cpu-a", dumps({"N": 4096})),
+                                             ("cpu-a", dumps({"N": 8192}))}
+    finally:
+        runner.close()
