@@ -14,9 +14,9 @@
 Each closing of an iteration and device class stores one ``reviews`` row (accepted, the
 reasons, the command's exit status, output tail and the file holding its whole output:
 :func:`output_log`), and a rejected winner is one line on the console
-(:func:`rejection_line`, through the observers' ``on_review``). A rejected winner is not the run's
-best: the class's state keeps the previous best (the next iteration's parent) and the
-previous selected methods, and the loop stops there unless a version is submitted.
+(:func:`rejection_line`, through the observers' ``on_review``). A rejected winner is not
+the run's best: the class's state keeps the previous best (the next iteration's parent) and
+the previous selected methods, and the loop stops there unless a version is submitted.
 """
 
 from __future__ import annotations
