@@ -29,7 +29,7 @@ from rich.table import Table
 
 from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
-from kopt.store import QueryError, default_root
+from kopt.store import QueryError, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from workers.records import Status
 
@@ -128,6 +128,22 @@ class _Group(click.Group):
 @click.version_option(package_name="kopt")
 def main() -> None:
     """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
+
+
+def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
+    """The review gate's rejection of an iteration's winner, one line on the console."""
+    from kopt.review import rejection_line
+
+    console.print(f"[yellow]{escape(rejection_line(iteration, device_class, verdict))}[/]",
+                  highlight=False, soft_wrap=True)
+
+
+class ReviewLines(ProgressCallback):
+    """`kopt submit`'s console while its iteration runs (no progress display): a winner
+    the review gate rejected."""
+
+    def on_review(self, device_class: str, iteration: int, verdict: Any) -> None:
+        _print_rejection(device_class, iteration, verdict)
 
 
 class ProgressObserver(ProgressCallback):
@@ -250,6 +266,9 @@ class ProgressObserver(ProgressCallback):
         self.p.console.print(escape(f"contest ({device_class}): {len(verdict.labels)} "
                                     f"contenders re-measured side by side: {msg}"),
                              highlight=False)
+
+    def on_review(self, device_class: str, iteration: int, verdict: Any) -> None:
+        _print_rejection(device_class, iteration, verdict)
 
     def stop(self) -> None:
         self._beat_stop.set()
@@ -469,7 +488,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
             console.print("[yellow]interrupted[/] before the run started: nothing was stored")
         else:
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          + escape(f"with `{_resume_command(sweep_dir, root, rid)}`"),
+                          + escape(f"with `{resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
         sys.exit(130)
     console.print(_summary_line(summary, root), highlight=False)
@@ -596,15 +615,6 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                               highlight=False)
 
 
-def _resume_command(sweep_dir: Path | str | None, root: Path, run_id: str) -> str:
-    """The shell command that resumes ``run_id``, its paths quoted for a POSIX shell
-    (a folder named ``o dd [x] (1)`` pastes as one word)."""
-    import shlex
-
-    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
-            f"--resume {shlex.quote(run_id)}")
-
-
 def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
     was killed; how to resume it), still running (who writes it), or without a record
@@ -620,7 +630,7 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     elif rec.get("status") == "interrupted":
         console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
                       "figures measured before it stopped; finish it with " + escape(
-                          f"`{_resume_command(rec.get('sweep_dir'), root, run_id)}`"),
+                          f"`{resume_command(rec.get('sweep_dir'), root, run_id)}`"),
                       highlight=False, soft_wrap=True)
     elif rec.get("status") == "running":
         console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
@@ -851,7 +861,8 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
         else:
             log = None
-            sub, _ = sm.run_recorded(root, run_id, it, try_no, address=address, sweep=sweep)
+            sub, _ = sm.run_recorded(root, run_id, it, try_no, [ReviewLines()], address,
+                                     sweep)
     except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
@@ -927,8 +938,10 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
              store: Path | None, fmt: str) -> None:
     """Block until an iteration of RUN_ID is closed, then print its verdict per device
     class: winner, median, speedup, accepted by the review gate and why, ineffective
-    methods, bottleneck before/after, stop decision, candidate ids. Exit 1 when it can no
-    longer close, 3 on --timeout."""
+    methods, bottleneck before/after, stop decision, candidate ids. Exit 1 when there is no
+    such run or iteration, or its background process ended without closing it; 4 when the
+    run was interrupted before the iteration closed (the line says how to go on); 3 on
+    --timeout."""
     from kopt.wait import WaitError, wait
 
     try:

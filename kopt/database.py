@@ -671,6 +671,9 @@ from phases where run_id = ?
 qualify process_start = max(process_start) over ()
 order by start_s, end_s, phase
 """
+# the problem sizes at which a run already timed the reference, per device class (a
+# resumed run or a submitted iteration reuses those rows)
+TIMED_REFERENCE_SQL = "select distinct device_class, dims from reference where run_id = ?"
 
 # issue 15's review gate and `kopt wait`
 WINNER_SIZES_SQL = """
@@ -937,6 +940,12 @@ class Database:
         process started, ``started_at``/``ended_at``, ``detail``, ``process_start``), by
         start; [] for a run from before the table."""
         return self._records(PHASES_SQL, [run_id])
+
+    def timed_references(self, run_id: str) -> set[tuple[str, str]]:
+        """``(device_class, dims JSON)`` of every ``reference`` row of ``run_id`` (each
+        problem size and class at which the run timed ref.py's contender)."""
+        return {(r["device_class"], r["dims"])
+                for r in self._records(TIMED_REFERENCE_SQL, [run_id])}
 
 
 def done_job_keys(root: Path, run_id: str) -> set[str]:

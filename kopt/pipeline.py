@@ -46,6 +46,7 @@ from kopt.builder import (
     start_identity,
 )
 from kopt.catalog import Catalog, load_catalog
+from kopt.database import Database
 from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, rank
@@ -517,10 +518,13 @@ class Driver:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py.
         With ``reference_timing`` (the default), that device then times the reference
-        (:meth:`_time_reference`); its rows are written with the run's first records."""
+        (:meth:`_time_reference`) where this run has no ``reference`` row for the class and
+        problem size yet (a resumed run, a submitted iteration reuse the one stored); its
+        rows are written with the run's first records."""
         seen: set[str] = set()
         self.phases.begin("reference")
         self._ref_rows: list[dict[str, Any]] = []
+        timed = Database(self.store).timed_references(self.resume) if self.resume else set()
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             self.phases.begin("reference", self.runner.infos[i])
@@ -536,7 +540,7 @@ class Driver:
                         seen.add(note)
                         for o in self.observers:
                             o.on_note(note)
-                if self.sweep.reference_timing:
+                if self.sweep.reference_timing and (dc, dumps(d)) not in timed:
                     self._ref_rows.append(self._time_reference(i, d))
             self.phases.end("reference", self.runner.infos[i])
         self.phases.end("reference")

@@ -212,7 +212,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("device_class", pa.string()), ("candidate_id", pa.string()),
         ("accepted", pa.bool_()), ("reasons", pa.string()), ("speedup", pa.float64()),
         ("median_ms", pa.float64()), ("command", pa.string()), ("exit_status", pa.int32()),
-        ("timed_out", pa.bool_()), ("output_tail", pa.string()), ("created_at", TS),
+        ("timed_out", pa.bool_()), ("output_tail", pa.string()),
+        ("output_log", pa.string()), ("created_at", TS),
     ]),
 }
 
@@ -327,6 +328,15 @@ def runs_missing(root: Path | str) -> str | None:
     return (f"store {root} is damaged or partial: its runs/ folder (every run's record) is "
             f"missing while {', '.join(tables)} are there; restore {root / 'runs'} from a "
             "copy of the store, or start a new run")
+
+
+def resume_command(sweep_dir: Path | str | None, root: Path | str, run_id: str) -> str:
+    """The shell command that resumes ``run_id`` of the store at ``root``, its paths quoted
+    for a POSIX shell (a folder named ``o dd [x] (1)`` pastes as one word)."""
+    import shlex
+
+    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
+            f"--resume {shlex.quote(run_id)}")
 
 
 def no_run(root: Path | str, run_id: str) -> str:
