@@ -41,6 +41,11 @@ for item in ${@:-sgemm:cold sgemm:warm vector_add:cold}; do
     kopt query --store "$store" --format csv "select candidate_id, params, device_id, status,
       median_ms, wall_s, created_at from candidates order by created_at" \
       > "/tmp/scaling-csv/$sw-$mode-gpus$n.csv"   # the device each candidate ran on
+    kopt query --store "$store" --format csv \
+      "select phase, device, detail, round(start_s, 2) start_s, round(end_s, 2) end_s,
+              round(end_s - start_s, 2) seconds from phases
+       where phase in ('ncu', 'contest', 'run') or (device is null and phase in ('end', 'store'))
+       order by start_s" | tee -a "$log"   # issue 14.4: NCU on both GPUs at once
     python3 bench/overhead.py "$(kopt query --store "$store" --format csv 'select run_id from runs' | tail -1)" \
       --store "$store" 2>&1 | tail -6 | tee -a "$log"
   done
