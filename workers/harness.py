@@ -239,6 +239,11 @@ class Harness:
                 raise JobError("error", f"{path}: import failed: {e!r}") from None
             finally:
                 sys.path.pop(0)
+            for name in ("inputs", "reference", "contender"):  # kopt.spec.REF_FUNCTIONS
+                f = getattr(mod, name, None)
+                if f is not None and not callable(f):  # `contender = 5` was silently ignored
+                    raise JobError("error", f"{path}: `{name}` is {f!r:.40}, not a function; "
+                                   f"define `def {name}(...)` or remove it")
             self.refs[path] = mod
         return self.refs[path]
 
@@ -961,6 +966,7 @@ class Harness:
         self.progress({"stage": "prepared"})
         mod = self.ref_module(job["reference"])
         impl = "contender" if callable(getattr(mod, "contender", None)) else "reference"
+        self.progress({"stage": "timing_ref", "impl": impl})  # names it if the process dies
         lib = RefCall(getattr(mod, impl), job["signature"], Path(job["reference"]).name)
         self.load(d, 0, 0)
         self._sync()
