@@ -165,10 +165,10 @@ class Writer:
         with self._lock:
             buf, self._buf = self._buf, {}
             self._last = time.monotonic()
-        self.restore()
         for table, rows in buf.items():
             if rows:
                 self._write(table, rows_table(table, rows))
+        self.restore()  # after the new rows are safe: taking the lock again may raise
 
     def _write(self, table: str, t: pa.Table) -> Path:
         path = write_arrow(self.root, table, self.sweep, self.run_id, t)
@@ -180,7 +180,10 @@ class Writer:
         """Write again every file of this run that was removed since it was written (and
         take the run's lock again when its file went too: :meth:`kopt.store.RunLock.renew`),
         with one :class:`StoreWarning` naming the store, the tables and the row count.
-        Returns the number of rows written again."""
+        Returns the number of rows written again.
+
+        Raises:
+            kopt.store.RunLocked: another process took the run's new lock file first."""
         gone = [p for p in self._written if not p.exists()]
         relocked = RunLock(self.root, self.run_id).renew()
         tables: dict[str, int] = {}
