@@ -916,9 +916,13 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         if detach:
             log: Path | None = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
-        else:
-            log = None
-            sub, _ = sm.run_recorded(root, run_id, it, try_no, address=address, sweep=sweep)
+        else:  # its progress and notes (a review rejection, trial 7) as a sweep's
+            log, obs = None, ProgressObserver()
+            try:
+                sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
+                                         sweep=sweep)
+            finally:
+                obs.stop()
     except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,

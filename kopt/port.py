@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -88,23 +89,33 @@ def bench_figure(output: str) -> float | None:
 def run_command(step: str, command: str, cwd: Path, timeout_s: float,
                 env: dict[str, str] | None = None) -> Step:
     """Run ``command`` through the shell in ``cwd`` (``env``: its environment, default this
-    process's); its whole process group is killed at ``timeout_s`` seconds."""
+    process's); its whole process group is killed at ``timeout_s`` seconds. It is done when
+    the shell exits: its output goes to files, not pipes, so a background child it leaves
+    holding stdout (``server &``) does not make a finished command look hung (trial 7: a
+    review that exited 0 was recorded as timed out)."""
     t0 = time.monotonic()
-    p = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, errors="replace",
-                         start_new_session=True, env=env)
-    timed_out = False
-    try:
-        out, err = p.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-    text = (out or "") + (("\n" + err) if err else "")
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        p = subprocess.Popen(command, shell=True, cwd=cwd, stdout=fo, stderr=fe,
+                             start_new_session=True, env=env)
+        timed_out = False
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        out, err = (_read_all(f) for f in (fo, fe))
+    text = out + (("\n" + err) if err else "")
     return Step(step=step, command=command, exit_status=p.returncode,
                 duration_s=time.monotonic() - t0, timed_out=timed_out,
                 output_tail=text[-TAIL:],
-                bench_value=bench_figure(out or "") if step.startswith("bench") else None)
+                bench_value=bench_figure(out) if step.startswith("bench") else None)
+
+
+def _read_all(f: Any) -> str:
+    """What was written to the temporary file ``f`` so far, as text."""
+    f.seek(0)
+    return f.read().decode(errors="replace")
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> str:

@@ -157,6 +157,10 @@ def gate(ctx: RunContext, it: int, dc: str, prev: IterState, st: IterState,
         return st
     best = prev.best or ({**st.baseline, "iteration": it} if st.baseline else None)
     why = "; ".join(v.reasons)
+    for o in ctx.observers:  # the sweep's (or submit's) own output says it (trial 7)
+        o.on_note(f"iteration {it} ({dc}): the review gate rejected the winner "
+                  f"{v.candidate_id}: {why}; the best stays "
+                  f"{(best or {}).get('candidate_id') or 'none'}")
     return dataclasses.replace(st, best=best, selected=list(prev.selected),
                                stop=st.stop or f"the review gate rejected the winner "
                                                f"{v.candidate_id}: {why}")

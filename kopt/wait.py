@@ -93,14 +93,14 @@ def pending(root: Path, run_id: str, iteration: int | None) -> tuple[int, str]:
                         "sweep from runs\"` lists runs)")
     holder = lock_holder(root, run_id)
     last = db.progress(run_id, iteration or 0)["last_iteration"]
-    it = iteration or last
+    it = iteration or max(last, 1)  # a run with none stored yet is in its iteration 1
     p = db.progress(run_id, it)
     if holder is not None:
         return it, f"the run is being written by {holder}"
     if p["closed_at"] is not None and (p["submitted_at"] is None
                                        or p["closed_at"] >= p["submitted_at"]):
         return it, ""
-    if it == 0 or it > last:
+    if it == 0 or it > max(last, 1):
         raise WaitError(f"run {run_id} has no iteration {it} (its last is {last}) and no "
                         "process is writing it; pass --iteration N of a stored iteration")
     return it, _stalled(db, root, run_id, it, p["submitted_at"])

@@ -121,10 +121,15 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
                "--note", note, "--format", "json", "--store", store)
     assert res.exit_code == 0, res.output
     made = json.loads(res.output.splitlines()[-1])["versions"][0]["candidate_ids"]
+    said = res.output
     res = _cli("wait", run, "--iteration", 3, "--format", "json", "--timeout", 60,
                "--store", store)
     (v,) = json.loads(res.output)["classes"]
     assert v["winner"] in made and (v["accepted"], v["best"]) == (False, won)
+    # the run's own output says so (trial 7: only `kopt wait` and `reviews` did)
+    said = " ".join(said.split())  # the console wraps long lines
+    assert (f"iteration 3 ({v['device_class']}): the review gate rejected the winner "
+            f"{v['winner']}: ") in said and f"the best stays {won}" in said, said
     assert sorted(v["candidates"]) == sorted(made) and v["selected"] == [FAST]
     # (also "not faster ... beyond noise" when this loaded machine's noise hides the gain)
     assert v["reasons"][-1] == "the review command exited with status 7"
