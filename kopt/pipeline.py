@@ -954,6 +954,7 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
+        _signals.clear()  # stop_signal: this sweep's, not an earlier one's in this process
         signal.signal(signal.SIGTERM, _terminate)
     check_before_ray(sweep, Path(store), backend, resume,
                      local=not cluster and address in (None, "local"))
