@@ -846,8 +846,29 @@ def _totals(prev: dict[str, Any], key: str, mine: dict[str, float]) -> str:
     return dumps(out)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does (every
+    finished measurement flushed, the run marked interrupted); ``signum`` tells the CLI to
+    exit 128 + 15 = 143, as a process ended by SIGTERM does, where Ctrl-C exits 130."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_signals: list[int] = []  # the signals _terminate turned into Terminated, in order
+
+
 def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    _signals.append(signum)
+    raise Terminated(signum)
+
+
+def stop_signal(e: KeyboardInterrupt) -> int:
+    """The signal that stopped a sweep with ``e``: SIGTERM when :func:`_terminate` saw one
+    (Ray's ``ray.get`` turns the Terminated raised inside it into a plain
+    KeyboardInterrupt), else SIGINT (Ctrl-C)."""
+    return getattr(e, "signum", None) or (_signals[-1] if _signals else signal.SIGINT)
 
 
 def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
@@ -937,6 +958,7 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
+        _signals.clear()  # stop_signal: this sweep's, not an earlier one's in this process
         signal.signal(signal.SIGTERM, _terminate)
     check_before_ray(sweep, Path(store), backend, resume,
                      local=not cluster and address in (None, "local"))
@@ -962,5 +984,6 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
 __all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",
            "MAX_BUILD_SUBMITS", "MAX_JOB_ATTEMPTS", "RANDOM_FRACTION", "SOLO_ROUNDS",
            "STRATEGIES", "Driver", "Job", "Observer", "RunSummary", "SpecError", "SweepError",
+           "Terminated", "stop_signal",
            "_build_remote", "_identity_remote", "build_id", "check_before_ray", "job_base",
            "run_sweep"]
