@@ -125,7 +125,7 @@ class QueueRunner(RayRunner):
         ``device_start`` interval per device (here: the lookup, no start-up).
 
         Raises:
-            SweepError: a device actor of the service is gone (stopped meanwhile).
+            SweepError: a device actor of the service is gone or does not answer.
         """
         from kopt.devices import alive_nodes
 
@@ -138,8 +138,14 @@ class QueueRunner(RayRunner):
                              "with `kopt serve stop` and `kopt serve start`") from None
         if on_launch is not None:
             on_launch()
-        for a in self.actors:
-            self.infos.append(ray.get(a.info.remote(), timeout=600))
+        for name, a in zip(self.config["devices"], self.actors):
+            try:
+                self.infos.append(ray.get(a.info.remote(), timeout=600))
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                raise SweepError(f"--queue: the kopt service's device actor {name} does not "
+                                 f"answer ({type(e).__name__}); `kopt serve status` shows it; "
+                                 "restart the service (`kopt serve stop`, `kopt serve start`)"
+                                 ) from None
             if phases is not None:
                 phases.span("device_start", t0, phases.now(), self.infos[-1], detail="warm")
         ray.get_actor(REGISTRY, namespace=NAMESPACE).join.remote(self.who)

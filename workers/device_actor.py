@@ -162,9 +162,10 @@ class DeviceActor:
         self.busy_s += time.perf_counter() - t0
         return res
 
-    def stats(self) -> dict[str, float]:
-        """Seconds spent running jobs, job count and harness restarts."""
-        return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts}
+    def stats(self) -> dict[str, Any]:
+        """Seconds spent running jobs, job count, harness restarts and the harness's pid."""
+        return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts,
+                "harness_pid": self.sandbox.pid}
 
     def shutdown(self) -> None:
         self.sandbox.close()
