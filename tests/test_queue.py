@@ -203,3 +203,14 @@ def test_stop_leaves_nothing_running(service):
                                          f"{Path(env['KOPT_CACHE']) / 'service.json'}; start "
                                          "one with `kopt serve start`, or pass --address "
                                          "HOST:PORT of one")
+
+
+def test_queue_without_a_service_says_how_to_start_one(tmp_path):
+    env = _env(tmp_path / "cache")
+    p = _kopt(env, "sweep", str(_sweep_dir(tmp_path, "q")), "--queue", "--store",
+              str(tmp_path / "store"), timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr[-2000:]
+    assert p.stderr == (f"error: --queue: no kopt service is recorded in {tmp_path}/cache/"
+                        "service.json; start one with `kopt serve start`, or pass --address "
+                        "HOST:PORT of one\n")
+    assert not (tmp_path / "store").exists()
