@@ -45,7 +45,7 @@ import ray
 
 from kopt.devices import Slot
 from kopt.phases import PhaseRecorder
-from kopt.runner import RayRunner, RunFuture, SweepError
+from kopt.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
 from workers.records import RunOutcome
 
 NAMESPACE = "kopt"
@@ -54,6 +54,7 @@ DEVICE_PREFIX = "kopt-device-"
 STATE_FILE = "service.json"
 HEAD_START_S = 120.0  # the service's own Ray head must accept connections by then
 STATUS_WAIT_S = 2.0  # a device that does not answer `stats` by then is busy with a job
+CALL_ATTEMPTS = 3  # calls of one device method when the service's actor dies under them
 
 
 class ServiceError(SweepError):
@@ -158,7 +159,12 @@ class QueueRunner(RayRunner):
             SweepError: naming the node and the fix.
         """
         for i, info in enumerate(self.infos):
-            if not self.call(i, "readable", str(path), timeout=60):
+            try:
+                seen = self.call(i, "readable", str(path), timeout=600)  # behind others' jobs
+            except DeviceError as e:
+                raise SweepError(f"--queue: the kopt service's device {info.get('device_id')} "
+                                 f"failed ({e}); `kopt serve status` shows it") from None
+            if not seen:
                 raise SweepError(
                     f"--queue: the kopt service's device {info.get('device_id')} cannot read "
                     f"{path}; a warm service reads each sweep's folder at the path the sweep "
@@ -170,9 +176,42 @@ class QueueRunner(RayRunner):
         self.busy[fut.device] = self.busy.get(fut.device, 0.0) + (out.wall_s or 0.0)
         return out
 
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        """As :meth:`RayRunner.call`; a call lost because the service's actor died (killed,
+        crashed: on a shared service, often not this sweep's doing) is made again once Ray
+        has restarted the actor, ``CALL_ATTEMPTS`` calls at most.
+
+        Raises:
+            DeviceError: the device failed otherwise, did not answer within ``timeout`` s,
+                or died under every attempt.
+        """
+        n = 0
+        while True:
+            n += 1
+            try:
+                return ray.get(getattr(self.actors[i], method).remote(*args), timeout=timeout)
+            except ray.exceptions.RayActorError as e:
+                if n >= CALL_ATTEMPTS or back(self.config["devices"][i]) is None:
+                    raise DeviceError(f"device actor died under {n} calls of {method}: "
+                                      f"{e}") from None
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                raise DeviceError(f"device actor failed: {e}") from None
+
     def replace(self, i: int) -> Any:
-        """Ray restarts the service's actor (``max_restarts=-1``): wait for its info."""
-        return self.actors[i].info.remote()
+        """Ray restarts the service's actor (``max_restarts=-1``): a task that waits for it
+        (:func:`back`) and returns its info."""
+        return _back_remote.remote(self.config["devices"][i])
+
+    def started(self, i: int, ref: Any) -> bool:
+        try:
+            info = ray.get(ref)
+        except ray.exceptions.RayError:
+            info = None
+        if info is None:
+            return False  # stays dead
+        self.infos[i] = {**info, "device_class": self.infos[i]["device_class"]}
+        self.dead.discard(i)
+        return True
 
     def abandon(self, i: int) -> None:
         self.dead.add(i)  # the service's actor: never killed by a sweep
@@ -186,6 +225,28 @@ class QueueRunner(RayRunner):
             pass
         return {i: self.busy.get(i, 0.0) for i in range(len(self.actors))
                 if i not in self.dead}
+
+
+def back(name: str, wait_s: float = ACTOR_START_TIMEOUT_S) -> dict[str, Any] | None:
+    """The info of the service's device actor ``name`` once it answers again (Ray restarts a
+    killed or crashed one); None when it is gone for good (`kopt serve stop`: its name is
+    free) or did not answer within ``wait_s`` seconds (calls to it fail until Ray has seen
+    it die)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            return ray.get(actor.info.remote(), timeout=max(1.0, deadline - time.monotonic()))
+        except ValueError:
+            return None
+        except ray.exceptions.RayActorError:
+            time.sleep(1.0)
+        except (ray.exceptions.RayError, TimeoutError):
+            return None
+    return None
+
+
+_back_remote = ray.remote(num_cpus=0)(back)
 
 
 # -- the state file --------------------------------------------------------------------------
