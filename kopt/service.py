@@ -371,11 +371,22 @@ def _stop_head(state: dict[str, Any]) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, which the head's parent may
+    never reap, do not count; without ``/proc``: whether the group can be signalled)."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    if not Path("/proc/self/stat").exists():
+        return True
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended meanwhile
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def connect(address: str, option: str, ship: bool = True) -> None:
@@ -483,8 +494,9 @@ def _create(address: str, backend: str, cpu_devices: int) -> dict[str, Any]:
 def stop_service(address: str | None = None) -> list[str]:
     """Stop the service at ``address`` (None: the recorded one): its device actors (their
     sandboxes closed) and registry, and the Ray head when ``kopt serve start`` started it.
-    Sweeps still running on it get ``lost`` rows for the jobs left. Returns the names of the
-    actors stopped.
+    It does not wait for sweeps running on it: they lose their devices (their jobs left
+    become ``lost`` rows) and, with the service's own head, their Ray. Returns the names of
+    the actors stopped.
 
     Raises:
         ServiceError: nothing is recorded and no ``address`` given; no head answers at a
