@@ -222,3 +222,15 @@ def test_queue_without_a_service_says_how_to_start_one(tmp_path):
                         "service.json; start one with `kopt serve start`, or pass --address "
                         "HOST:PORT of one\n")
     assert not (tmp_path / "store").exists()
+
+
+def test_serve_mistakes_are_one_line(tmp_path):
+    env = _env(tmp_path / "cache")
+    p = _kopt(env, "serve", "start", "--address", "127.0.0.1:1", "--num-cpus", "2", timeout=120)
+    assert p.returncode == 2 and p.stderr == (
+        "error: --num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
+        "cluster's own CPUs count: leave --num-cpus out\n")
+    p = _kopt(env, "serve", "stop", "--address", "127.0.0.1:1", timeout=120)
+    assert p.returncode == 2 and p.stderr == (
+        "error: --address: no Ray head answers at 127.0.0.1:1; start one with `ray start "
+        "--head`, or run `kopt serve start` without --address\n")
