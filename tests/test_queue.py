@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -126,9 +127,11 @@ def service(tmp_path_factory):
         yield env, json.loads(state.read_text())
     finally:
         if state.exists():  # a test failed before `kopt serve stop`: stop its Ray head
-            pgid = json.loads(state.read_text()).get("pgid")
-            if pgid:
-                subprocess.run(["kill", "-9", f"-{pgid}"], check=False)
+            left = json.loads(state.read_text())
+            if left.get("pgid") and _alive(left["pgid"]):
+                os.killpg(left["pgid"], signal.SIGKILL)
+            if left.get("temp_dir"):
+                shutil.rmtree(left["temp_dir"], ignore_errors=True)
 
 
 def test_status_of_a_started_service(service):
