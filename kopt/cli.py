@@ -6,6 +6,7 @@ import csv
 import errno
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -29,12 +30,38 @@ from rich.table import Table
 
 from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
-from kopt.store import QueryError, default_root
+from kopt.store import QueryError, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from workers.records import Status
 
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
-out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+
+class _Err(Console):
+    """stderr's console (progress, notes, errors): when its reader is gone (``kopt sweep
+    2>&1 | head -1``) it goes quiet and the command carries on, so a sweep still measures
+    and stores everything (rich's default exits 1 mid-sweep, losing the rows not yet
+    flushed)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+        except (OSError, ValueError):  # stderr without a file descriptor (a test's buffer)
+            pass
+
+
+console = _Err(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+
+
+class _Out(Console):
+    """stdout's console: a closed pipe (``kopt catalog | head -1``) ends the command as
+    :func:`_pipe_closed` says (rich's own default exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _pipe_closed()
+
+
+out = _Out(width=None if sys.stdout.isatty() else 160, emoji=False)
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
 MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
@@ -51,6 +78,23 @@ class _Finite(click.FloatRange):
         return v
 
 
+class _SmArch(click.ParamType):
+    """An SM arch as nvcc's ``sm_XY`` takes it: ``major * 10 + minor`` (``90``, ``120``; an
+    ``sm_`` prefix is allowed), bounded to ``SM_ARCHS``. 0 read as "no value" (the default
+    sm_90), -1 and 99999 reached nvcc as ``-arch=sm_-1`` (trial 7)."""
+
+    name = "sm_arch"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        text = str(value).strip().lower().removeprefix("sm_")
+        if text.isdigit() and int(text) in SM_ARCHS:
+            return int(text)
+        self.fail(f"{value!r} is not an SM arch: give major*10+minor, {SM_ARCHS.start} to "
+                  f"{SM_ARCHS.stop - 1} (e.g. 90 for sm_90, 120 for sm_120)", param, ctx)
+
+
+SM_ARCHS = range(30, 130)  # sm_30 (Kepler) .. sm_12x (Blackwell): what nvcc has ever named
 WEEK_S = 7 * 86400.0
 # the most CPU device actors per node: each takes a core of its own (the pipeline refuses
 # more than the cluster has, once Ray is up); past this, listing the slots never ends
@@ -112,6 +156,8 @@ class _Group(click.Group):
         try:
             check_env()
             return super().invoke(ctx)
+        except BrokenPipeError:  # `kopt query ... | head -1`: the reader has what it wanted
+            _pipe_closed()
         except (QueryError, EnvError) as e:
             _fail(str(e))
         except DatabaseError as e:
@@ -124,10 +170,30 @@ class _Group(click.Group):
             _fail(f"{e.filename or ''}: {e.strerror or e}" + (f" ({hint})" if hint else ""))
 
 
+def _pipe_closed() -> None:
+    """Exit quietly, as Unix tools do, when the reader of stdout has gone (``| head -1``):
+    stdout is pointed at /dev/null (Python's flush at exit would fail again) and the exit
+    code is 141 (128 + SIGPIPE, what a shell reports for ``seq 1 9999999 | head -1``)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test's buffer)
+        pass
+    sys.exit(128 + signal.SIGPIPE)
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="kopt")
 def main() -> None:
     """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
+
+
+def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
+    """The review gate's rejection of an iteration's winner, one line on the console."""
+    from kopt.review import rejection_line
+
+    console.print(f"[yellow]{escape(rejection_line(iteration, device_class, verdict))}[/]",
+                  highlight=False, soft_wrap=True)
 
 
 class ProgressObserver(ProgressCallback):
@@ -250,6 +316,9 @@ class ProgressObserver(ProgressCallback):
         self.p.console.print(escape(f"contest ({device_class}): {len(verdict.labels)} "
                                     f"contenders re-measured side by side: {msg}"),
                              highlight=False)
+
+    def on_review(self, device_class: str, iteration: int, verdict: Any) -> None:
+        _print_rejection(device_class, iteration, verdict)
 
     def stop(self) -> None:
         self._beat_stop.set()
@@ -463,7 +532,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     except SweepError as e:
         obs.stop()
         _fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         obs.stop()
@@ -472,9 +541,9 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
             console.print("[yellow]interrupted[/] before the run started: nothing was stored")
         else:
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          + escape(f"with `{_resume_command(sweep_dir, root, rid)}`"),
+                          + escape(f"with `{resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
-        sys.exit(130)
+        sys.exit(_interrupt_code(e))
     console.print(_summary_line(summary, root), highlight=False)
     for it, rungs in sorted(summary.rungs.items()):
         if len(rungs) > 1:
@@ -521,7 +590,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
 @click.argument("sweep_dir", type=click.Path(path_type=Path))
 @click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
               show_default=True)
-@click.option("--arch", type=int, default=None,
+@click.option("--arch", type=_SmArch(), default=None,
               help="SM arch to build for when no GPU is here (e.g. 90, 87); default 90.")
 def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
     """Build the baseline, run it once against the reference, print its figures. Writes nothing."""
@@ -599,13 +668,13 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                               highlight=False)
 
 
-def _resume_command(sweep_dir: Path | str | None, root: Path, run_id: str) -> str:
-    """The shell command that resumes ``run_id``, its paths quoted for a POSIX shell
-    (a folder named ``o dd [x] (1)`` pastes as one word)."""
-    import shlex
+def _interrupt_code(e: KeyboardInterrupt) -> int:
+    """The exit code after an interrupted sweep: 128 + the signal, as a shell reports a
+    process the signal ended: 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+    (kopt.pipeline.stop_signal)."""
+    from kopt.pipeline import stop_signal
 
-    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
-            f"--resume {shlex.quote(run_id)}")
+    return 128 + int(stop_signal(e))
 
 
 def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
@@ -623,7 +692,7 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
     elif rec.get("status") == "interrupted":
         console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
                       "figures measured before it stopped; finish it with " + escape(
-                          f"`{_resume_command(rec.get('sweep_dir'), root, run_id)}`"),
+                          f"`{resume_command(rec.get('sweep_dir'), root, run_id)}`"),
                       highlight=False, soft_wrap=True)
     elif rec.get("status") == "running":
         console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
@@ -930,9 +999,13 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         if detach:
             log: Path | None = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
-        else:
-            log = None
-            sub, _ = sm.run_recorded(root, run_id, it, try_no, address=address, sweep=sweep)
+        else:  # its progress and notes (a review rejection, trial 7) as a sweep's
+            log, obs = None, ProgressObserver()
+            try:
+                sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
+                                         sweep=sweep)
+            finally:
+                obs.stop()
     except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
@@ -986,8 +1059,8 @@ def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
         console.print(f"[bold red]error:[/] {escape(e.lines[0])}", highlight=False)
     except (SweepError, RunLocked, SpecError) as e:
         console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
-    except KeyboardInterrupt:
-        rc = 130
+    except KeyboardInterrupt as e:
+        rc = _interrupt_code(e)
     finally:
         obs.stop()
         sm.mark_exit(store, run_id, iteration, try_no, rc)
@@ -1008,8 +1081,10 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
              store: Path | None, fmt: str) -> None:
     """Block until an iteration of RUN_ID is closed, then print its verdict per device
     class: winner, median, speedup, accepted by the review gate and why, ineffective
-    methods, bottleneck before/after, stop decision, candidate ids. Exit 1 when it can no
-    longer close, 3 on --timeout."""
+    methods, bottleneck before/after, stop decision, candidate ids. Exit 1 when there is no
+    such run or iteration, or its background process ended without closing it; 4 when the
+    run was interrupted before the iteration closed (the line says how to go on); 3 on
+    --timeout."""
     from kopt.wait import WaitError, wait
 
     try:

@@ -105,7 +105,8 @@ def scan_axes(space: Space, catalog: Catalog, sm: int | None,
               ) -> dict[str, list[AxisScan]]:
     """Per axis, the realized methods in priority order with admitted/skipped and why.
 
-    Reasons, checked in this order: ``already_selected``, ``arch_incompatible``,
+    Reasons, checked in this order: ``already_selected``, ``arch_incompatible`` (the
+    catalog's arch gate, or the realization's ``needs_sm90a`` off sm_90),
     ``conflict`` (with a selected method), ``ineffective`` (failed before under
     the same bottleneck), ``no_trigger`` (the evidence says no).
 
@@ -127,7 +128,7 @@ def scan_axes(space: Space, catalog: Catalog, sm: int | None,
             reason = ""
             if m.id in sel:
                 reason = "already_selected"
-            elif not m.arch_ok(sm):
+            elif not m.arch_ok(sm) or (space.methods[m.id].needs_sm90a and sm != 90):
                 reason = "arch_incompatible"
             elif any(catalog.conflict(m.id, s) for s in sel):
                 reason = "conflict"
@@ -168,7 +169,9 @@ def _target(methods: tuple[str | None, ...], catalog: Catalog, space: Space,
             sm: int | None) -> str:
     if space.backend == "cpu":
         return "host"
-    needs_a = space.needs_sm90a or any(m and catalog.methods[m].needs_sm90a for m in methods)
+    needs_a = space.needs_sm90a or any(
+        m and (catalog.methods[m].needs_sm90a
+               or (m in space.methods and space.methods[m].needs_sm90a)) for m in methods)
     return f"sm_{sm}a" if needs_a else f"sm_{sm}"
 
 

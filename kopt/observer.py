@@ -16,13 +16,15 @@ if TYPE_CHECKING:
     from kopt.contest import Verdict
     from kopt.loop import IterState
     from kopt.pipeline import RunSummary
+    from kopt.review import Verdict as Review
     from workers.build import BuildResult
 
 
 class ProgressCallback:
     """Hooks the driver calls as a sweep progresses (phases, builds, results, iterations,
-    faults, contests, the end). Every hook is a no-op here; subclass and override the ones
-    you need. Formerly ``Observer``, still importable under that name."""
+    faults, contests, a winner the review gate rejected, the end). Every hook is a no-op
+    here; subclass and override the ones you need. Formerly ``Observer``, still importable
+    under that name."""
 
     def on_run(self, run_id: str, store: Path) -> None: ...
     def on_phase(self, label: str) -> None: ...
@@ -37,6 +39,7 @@ class ProgressCallback:
     def on_fault(self, message: str) -> None: ...
     def on_note(self, message: str) -> None: ...
     def on_contest(self, device_class: str, verdict: Verdict) -> None: ...
+    def on_review(self, device_class: str, iteration: int, verdict: Review) -> None: ...
     def on_finish(self, summary: RunSummary) -> None: ...
 
 

@@ -46,6 +46,7 @@ from kopt.builder import (
     start_identity,
 )
 from kopt.catalog import Catalog, load_catalog
+from kopt.database import Database
 from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, rank
@@ -531,10 +532,13 @@ class Driver:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py.
         With ``reference_timing`` (the default), that device then times the reference
-        (:meth:`_time_reference`); its rows are written with the run's first records."""
+        (:meth:`_time_reference`) where this run has no ``reference`` row for the class and
+        problem size yet (a resumed run, a submitted iteration reuse the one stored); its
+        rows are written with the run's first records."""
         seen: set[str] = set()
         self.phases.begin("reference")
         self._ref_rows: list[dict[str, Any]] = []
+        timed = Database(self.store).timed_references(self.resume) if self.resume else set()
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             self.phases.begin("reference", self.runner.infos[i])
@@ -550,7 +554,7 @@ class Driver:
                         seen.add(note)
                         for o in self.observers:
                             o.on_note(note)
-                if self.sweep.reference_timing:
+                if self.sweep.reference_timing and (dc, dumps(d)) not in timed:
                     self._ref_rows.append(self._time_reference(i, d))
             self.phases.end("reference", self.runner.infos[i])
         self.phases.end("reference")
@@ -865,8 +869,29 @@ def _utc(epoch_s: float | None) -> Any:
     return None if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does (every
+    finished measurement flushed, the run marked interrupted); ``signum`` tells the CLI to
+    exit 128 + 15 = 143, as a process ended by SIGTERM does, where Ctrl-C exits 130."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_signals: list[int] = []  # the signals _terminate turned into Terminated, in order
+
+
 def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    _signals.append(signum)
+    raise Terminated(signum)
+
+
+def stop_signal(e: KeyboardInterrupt) -> int:
+    """The signal that stopped a sweep with ``e``: SIGTERM when :func:`_terminate` saw one
+    (Ray's ``ray.get`` turns the Terminated raised inside it into a plain
+    KeyboardInterrupt), else SIGINT (Ctrl-C)."""
+    return getattr(e, "signum", None) or (_signals[-1] if _signals else signal.SIGINT)
 
 
 def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
@@ -959,6 +984,7 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
+        _signals.clear()  # stop_signal: this sweep's, not an earlier one's in this process
         signal.signal(signal.SIGTERM, _terminate)
     if queue and not (cluster or address):
         address = recorded_address()
@@ -991,5 +1017,6 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
 __all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",
            "MAX_BUILD_SUBMITS", "MAX_JOB_ATTEMPTS", "RANDOM_FRACTION", "SOLO_ROUNDS",
            "STRATEGIES", "Driver", "Job", "Observer", "RunSummary", "SpecError", "SweepError",
+           "Terminated", "stop_signal",
            "_build_remote", "_identity_remote", "build_id", "check_before_ray", "job_base",
            "run_sweep"]

@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -86,25 +87,52 @@ def bench_figure(output: str) -> float | None:
 
 
 def run_command(step: str, command: str, cwd: Path, timeout_s: float,
-                env: dict[str, str] | None = None) -> Step:
+                env: dict[str, str] | None = None, log: Path | None = None) -> Step:
     """Run ``command`` through the shell in ``cwd`` (``env``: its environment, default this
-    process's); its whole process group is killed at ``timeout_s`` seconds."""
+    process's) in a session of its own; its exit status is the shell's own, also when it
+    leaves a background process running (its output goes to temporary files, not pipes, so
+    nothing waits for such a process to close them). At ``timeout_s`` seconds the whole
+    process group is killed (exit status -9); after the shell exits, whatever it left
+    running in its group is killed too. ``log``: a file that gets its whole output (standard
+    output, then standard error; its folder is made).
+
+    Raises:
+        OSError: the command cannot start (``cwd`` is gone, no shell).
+    """
     t0 = time.monotonic()
-    p = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, errors="replace",
-                         start_new_session=True, env=env)
-    timed_out = False
-    try:
-        out, err = p.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-    text = (out or "") + (("\n" + err) if err else "")
+    with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        p = subprocess.Popen(command, shell=True, cwd=cwd,
+                             stdout=fout, stderr=ferr, start_new_session=True, env=env)
+        timed_out = False
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(p.pid)
+        p.wait()
+        out, err = _read_back(fout), _read_back(ferr)
+    text = out + (("\n" + err) if err else "")
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(text)
     return Step(step=step, command=command, exit_status=p.returncode,
                 duration_s=time.monotonic() - t0, timed_out=timed_out,
                 output_tail=text[-TAIL:],
-                bench_value=bench_figure(out or "") if step.startswith("bench") else None)
+                bench_value=bench_figure(out) if step.startswith("bench") else None)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL process group ``pgid`` (a command's session); nothing left in it is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_back(f: Any) -> str:
+    """The text a command wrote to temporary file ``f`` (undecodable bytes replaced)."""
+    f.seek(0)
+    return f.read().decode("utf-8", errors="replace")
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> str:

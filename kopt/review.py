@@ -12,9 +12,11 @@
    tail, never stops the run.
 
 Each closing of an iteration and device class stores one ``reviews`` row (accepted, the
-reasons, the command's exit status and output tail). A rejected winner is not the run's
-best: the class's state keeps the previous best (the next iteration's parent) and the
-previous selected methods, and the loop stops there unless a version is submitted.
+reasons, the command's exit status, output tail and the file holding its whole output:
+:func:`output_log`), and a rejected winner is one line on the console
+(:func:`rejection_line`, through the observers' ``on_review``). A rejected winner is not
+the run's best: the class's state keeps the previous best (the next iteration's parent) and
+the previous selected methods, and the loop stops there unless a version is submitted.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 from kopt.compare import geo_mean, speedup_threshold
@@ -55,6 +59,34 @@ class Verdict:
     exit_status: int | None = None
     timed_out: bool = False
     output_tail: str | None = None
+    output_log: str | None = None  # the file holding the command's whole output
+
+
+def output_log(store: Path, run_id: str, it: int, dc: str, candidate_id: str) -> Path:
+    """Where the review command's whole output on a winner is kept (an absolute path):
+    ``STORE/review-logs/RUN_ID-itN-CLASS-CANDIDATE.log`` (a class name's characters other
+    than letters, digits, ``.``, ``_`` and ``-`` written as ``_``)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", dc)
+    name = f"{run_id}-it{it}-{safe}-{candidate_id}.log"
+    return Path(os.path.abspath(store)) / "review-logs" / name
+
+
+def rejection_line(it: int, dc: str, v: Verdict) -> str:
+    """One line saying that the review gate rejected winner ``v.candidate_id`` of iteration
+    ``it`` on class ``dc``: every reason and, when the command ran, its exit status, the
+    last line of its output and where its whole output is."""
+    reasons = list(v.reasons)
+    if v.output_log is not None:
+        last = next((ln.strip() for ln in reversed((v.output_tail or "").splitlines())
+                     if ln.strip()), "(no output)")
+        last = last if len(last) <= 200 else last[:197] + "..."
+        tail = f", its last line: {last} (full output: {v.output_log})"
+        if reasons and reasons[-1].startswith("the review command"):
+            reasons[-1] += tail
+        else:
+            reasons.append(f"the review command exited with status {v.exit_status}{tail}")
+    return (f"iteration {it} ({dc}): winner {v.candidate_id} rejected by review: "
+            + "; ".join(reasons))
 
 
 def judge(win: dict[str, Any] | None, base: dict[str, Any] | None,
@@ -105,14 +137,16 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> V
     from kopt.port import run_command
 
     v.command = cmd.command
+    log = output_log(ctx.store, ctx.run_id, it, dc, win["candidate_id"])
     try:
         step = run_command("review", cmd.command, ctx.sweep.root, cmd.timeout_s,
-                           {**os.environ, **_env(ctx, db, it, dc, win)})
+                           {**os.environ, **_env(ctx, db, it, dc, win)}, log)
     except OSError as e:  # the sweep folder is gone, no shell: the winner is not accepted
         v.reasons.append(f"the review command could not start: {e}")
         return v
     v.exit_status, v.timed_out, v.output_tail = step.exit_status, step.timed_out, \
         step.output_tail
+    v.output_log = str(log)
     if step.timed_out:
         v.reasons.append(f"the review command ran past its {cmd.timeout_s:g} s "
                          "(review.timeout_s) and was killed")
@@ -151,6 +185,9 @@ def gate(ctx: RunContext, it: int, dc: str, prev: IterState, st: IterState,
                                 "iteration": it, "device_class": dc,
                                 **dataclasses.asdict(v), "reasons": json.dumps(v.reasons),
                                 "created_at": now()}])
+    if not v.accepted and ranked and not ranked[0]["is_baseline"]:
+        for o in ctx.observers:
+            o.on_review(dc, it, v)
     named = bool(st.best and v.candidate_id and st.best.get("iteration") == it
                  and st.best["candidate_id"] == v.candidate_id and not ranked[0]["is_baseline"])
     if v.accepted or not named:

@@ -75,6 +75,20 @@ class Runner(ABC):
             DeviceError: the device failed (or did not answer within ``timeout`` s).
         """
 
+    def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None
+                  ) -> list[Any]:
+        """Make several ``(device, method, args)`` calls at once (devices work in parallel)
+        and wait for all; one result per call, in order, a failed call's
+        :class:`DeviceError` in its place (never raised). This base version calls them one
+        after another."""
+        out: list[Any] = []
+        for i, method, args in calls:
+            try:
+                out.append(self.call(i, method, *args, timeout=timeout))
+            except DeviceError as e:
+                out.append(e)
+        return out
+
     def live(self, dc: str) -> list[int]:
         """Indices of the live devices of class ``dc``."""
         return [i for i, info in enumerate(self.infos)
@@ -194,6 +208,18 @@ class RayRunner(Runner):
             return ray.get(getattr(self.actors[i], method).remote(*args), timeout=timeout)
         except (ray.exceptions.RayError, TimeoutError) as e:
             raise DeviceError(f"device actor failed: {e}") from None
+
+    def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None
+                  ) -> list[Any]:
+        """Every call sent before any is waited on: each device actor works on its own."""
+        refs = [getattr(self.actors[i], method).remote(*args) for i, method, args in calls]
+        out: list[Any] = []
+        for ref in refs:
+            try:
+                out.append(ray.get(ref, timeout=timeout))
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                out.append(DeviceError(f"device actor failed: {e}"))
+        return out
 
     def replace(self, i: int) -> Any:
         """A new actor on the same node when that node is still alive."""

@@ -214,7 +214,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("device_class", pa.string()), ("candidate_id", pa.string()),
         ("accepted", pa.bool_()), ("reasons", pa.string()), ("speedup", pa.float64()),
         ("median_ms", pa.float64()), ("command", pa.string()), ("exit_status", pa.int32()),
-        ("timed_out", pa.bool_()), ("output_tail", pa.string()), ("created_at", TS),
+        ("timed_out", pa.bool_()), ("output_tail", pa.string()),
+        ("output_log", pa.string()), ("created_at", TS),
     ]),
 }
 
@@ -259,9 +260,20 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
     Missing columns are null; unknown keys raise KeyError-free (they are dropped).
     Returns the file's path.
     """
+    return write_arrow(root, table, sweep, run_id, rows_table(table, rows))
+
+
+def rows_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+    """``rows`` as an Arrow table of ``table``'s schema (missing columns null, unknown keys
+    dropped)."""
     schema = table_schema(table)
-    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
-    t = pa.table(cols, schema=schema)
+    return pa.table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema=schema)
+
+
+def write_arrow(root: Path, table: str, sweep: str, run_id: str, t: pa.Table) -> Path:
+    """Write ``t`` (of ``table``'s schema) as one new Parquet file of ``table`` in the
+    partition ``sweep``/``run_id`` (its folders made when missing); atomic (temp name +
+    rename, fsync'ed). Returns the file's path."""
     folder = root / table / f"sweep={sweep}" / f"run={run_id}"
     folder.mkdir(parents=True, exist_ok=True)
     name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
@@ -274,7 +286,8 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
 
 
 class StoreWarning(UserWarning):
-    """A store file was skipped (damaged); the message names it and the fix."""
+    """A store file was skipped (damaged), or written again (removed while its run ran);
+    the message names it and the fix."""
 
 
 _footers: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> why damaged
@@ -329,6 +342,15 @@ def runs_missing(root: Path | str) -> str | None:
     return (f"store {root} is damaged or partial: its runs/ folder (every run's record) is "
             f"missing while {', '.join(tables)} are there; restore {root / 'runs'} from a "
             "copy of the store, or start a new run")
+
+
+def resume_command(sweep_dir: Path | str | None, root: Path | str, run_id: str) -> str:
+    """The shell command that resumes ``run_id`` of the store at ``root``, its paths quoted
+    for a POSIX shell (a folder named ``o dd [x] (1)`` pastes as one word)."""
+    import shlex
+
+    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
+            f"--resume {shlex.quote(run_id)}")
 
 
 def no_run(root: Path | str, run_id: str) -> str:
@@ -503,6 +525,27 @@ class RunLock:
         return (f"run {self.run_id} is being written by {_holder_text(self.path)} "
                 f"(lock {self.path}); one run has one writer: wait for it to finish, or stop "
                 "that process (what it measured is kept) and resume the run then")
+
+    def renew(self) -> bool:
+        """Take the lock again when its file was removed while this process held it (the
+        store folder deleted mid-run: the held ``flock`` is on a file nobody else can open,
+        so a second writer would get a new one). Returns True when it was taken again;
+        False when the file is still the held one, or this process does not hold it.
+
+        Raises:
+            RunLocked: another process took the new lock file first."""
+        fd = _held.get(self._key)
+        if fd is None:
+            return False
+        try:
+            if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                return False
+        except FileNotFoundError:
+            pass
+        del _held[self._key]
+        os.close(fd)
+        self.acquire()
+        return True
 
     def release(self) -> None:
         """Let go of the lock (the file stays: it names the last holder)."""

@@ -101,9 +101,11 @@ def parse_idea(text: str, catalog: Catalog) -> tuple[str, str]:
     return kind, text
 
 
-def store_source(root: Path, space: Space, path: Path) -> tuple[Path, str, str]:
+def store_source(root: Path, space: Space, path: Path, digest: str | None = None
+                 ) -> tuple[Path, str, str]:
     """Copy ``path`` into the store (``root/source-files/HASH/NAME``); returns the copy,
-    its digest (as a candidate id counts it) and its text.
+    its digest (as a candidate id counts it: ``digest`` when the caller computed it with
+    :func:`version_digest`, else computed here) and its text.
 
     Raises:
         SubmitError: the file cannot be read as UTF-8 text, or its prototype is not the
@@ -121,12 +123,19 @@ def store_source(root: Path, space: Space, path: Path) -> tuple[Path, str, str]:
         raise SubmitError([f"--source {path}: its prototype `{sig}` is not the sweep's "
                            f"`{space.signature.describe()}`; a version keeps the sweep's "
                            "arguments (kopt calls it with them)"])
-    digest = space_digest(version_space(space, path))
+    digest = digest or version_digest(space, path)
     copy = root / "source-files" / digest / path.name
     copy.parent.mkdir(parents=True, exist_ok=True)
     if not copy.exists():
         copy.write_text(text)
     return copy, digest, text
+
+
+def version_digest(space: Space, path: Path) -> str:
+    """The digest of submitted source ``path`` (kopt.expand.space_digest of its version
+    space: the text and the local headers it includes; seconds for a CUTLASS source, so a
+    submission computes it once per source and passes it on)."""
+    return space_digest(version_space(space, path))
 
 
 def stored_source(db: Database, space: Space, source_hash: str) -> Space:
@@ -234,8 +243,9 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
         raise SubmitError(lines)
     space = sweep.space(rec["backend"])
     parents = _parents(db, run_id, it, prior, space, {})
-    _refuse_repeats(space, sources, {p["source_hash"] for p in parents.values()})
-    digests = _record(db, sweep, run_id, it, tries + 1, space, sources, methods, note,
+    digest_of = {p: version_digest(space, p) for p in sources}  # once per source
+    _refuse_repeats(space, digest_of, {p["source_hash"] for p in parents.values()})
+    digests = _record(db, sweep, run_id, it, tries + 1, space, digest_of, methods, note,
                       submitter, next(iter(parents.values()))["candidate_id"])
     db.commit("provenance", sweep.name, run_id, [
         {"run_id": run_id, "sweep": sweep.name, "iteration": it, "try_no": tries + 1,
@@ -244,10 +254,10 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
     return it, tries + 1
 
 
-def _refuse_repeats(space: Space, sources: list[Path], parents: set[str]) -> None:
+def _refuse_repeats(space: Space, digest_of: dict[Path, str], parents: set[str]) -> None:
     """Refuse a version whose source is its parent's, or the sweep's own (the same source
     digest, so the same candidate ids: nothing new to measure, and its rows would be read
-    as the parent's).
+    as the parent's); ``digest_of``: each submitted source's :func:`version_digest`.
 
     Raises:
         SubmitError: one line per such version.
@@ -255,7 +265,7 @@ def _refuse_repeats(space: Space, sources: list[Path], parents: set[str]) -> Non
     known = parents | {space_digest(space)}
     lines = [f"--source {p}: identical to its parent's source (digest {d}); change the kernel "
              "(a submitted version must differ from the version it derives from)"
-             for p in sources if (d := space_digest(version_space(space, p))) in known]
+             for p, d in digest_of.items() if d in known]
     if lines:
         raise SubmitError(lines)
 
@@ -351,12 +361,13 @@ def _contested(db: Database, run_id: str, it: int, states: dict[int, dict[str, I
 
 
 def _record(db: Database, sweep: Sweep, run_id: str, it: int, try_no: int, space: Space,
-            sources: list[Path], methods: list[str], note: str, submitter: str,
+            digest_of: dict[Path, str], methods: list[str], note: str, submitter: str,
             parent_id: str) -> list[str]:
-    """Store the sources and ``versions`` rows of one try; returns the sources' digests."""
+    """Store the sources (``digest_of``: each one's digest) and ``versions`` rows of one
+    try; returns the sources' digests."""
     srows, vrows = [], []
-    for path in sources:
-        _, digest, text = store_source(db.root, space, path)
+    for path, known in digest_of.items():
+        _, digest, text = store_source(db.root, space, path, known)
         srows.append({"source_hash": digest, "name": path.name, "text": text,
                       "created_at": now()})
         vrows.append({"run_id": run_id, "sweep": sweep.name, "iteration": it,

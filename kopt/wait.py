@@ -8,7 +8,10 @@ holds the run's lock (kopt.store.RunLock: the loop's closing contest still write
 last state). The store is polled every :data:`POLL_S` seconds (two small DuckDB reads;
 ``--poll`` changes it). A try that cannot close any more ends the wait at once with one
 line: its detached process (``kopt submit --detach``) exited or was killed without closing
-the iteration, or the run's last record (after the submission) says ``interrupted``.
+the iteration (exit 1), or the run's last record (after the submission) says
+``interrupted`` (exit 4, with the command that goes on: ``kopt sweep ... --resume RUN_ID``
+for a run interrupted in its own iteration -- also iteration 1, before any was stored --
+or ``kopt submit --retry`` for a submitted one).
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from typing import Any
 
 from kopt.database import Database
 from kopt.loop import IterState
-from kopt.store import lock_holder
+from kopt.store import lock_holder, resume_command
 
 POLL_S = 2.0  # seconds between two looks at the store
+INTERRUPTED = 4  # WaitError.code: the run was interrupted before the iteration closed
 
 
 class WaitError(Exception):
-    """The wait ended without a verdict: ``code`` 1 (no such run or iteration, or the
-    iteration can no longer close) or 3 (``--timeout``); the message is one line."""
+    """The wait ended without a verdict: ``code`` 1 (no such run or iteration, or its
+    detached process ended without closing it), 4 (:data:`INTERRUPTED`: the run was
+    interrupted before it closed) or 3 (``--timeout``); the message is one line."""
 
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
@@ -42,7 +47,8 @@ def verdict(root: Path, run_id: str, iteration: int) -> dict[str, Any]:
     iteration's fastest correct one), ``median_ms`` (geometric mean of its medians across
     the problem sizes), ``speedup`` (over the iteration's baseline), ``accepted`` and
     ``reasons`` (kopt.review; None / [] for an iteration closed before the gate existed),
-    ``review`` (the validation command, ``exit_status``, ``timed_out``, ``output_tail``),
+    ``review`` (the validation command, ``exit_status``, ``timed_out``, ``output_tail``,
+    ``output_log``: the file with its whole output),
     ``best`` (the run's best after the iteration: the next iteration's parent),
     ``selected``, ``ineffective`` (method -> the bottleneck it failed under),
     ``bottleneck_before`` / ``bottleneck_after``, ``stop`` ('' when the loop goes on),
@@ -72,7 +78,7 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "median_ms": rv["median_ms"], "speedup": rv["speedup"],
             "accepted": rv["accepted"], "reasons": json.loads(rv["reasons"] or "[]"),
             "review": {k: rv.get(k) for k in ("command", "exit_status", "timed_out",
-                                              "output_tail")},
+                                              "output_tail", "output_log")},
             "best": (st.best or {}).get("candidate_id"), "selected": st.selected,
             "ineffective": st.ineffective, "bottleneck_before": st.bottleneck_before,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
@@ -93,14 +99,16 @@ def pending(root: Path, run_id: str, iteration: int | None) -> tuple[int, str]:
                         "sweep from runs\"` lists runs)")
     holder = lock_holder(root, run_id)
     last = db.progress(run_id, iteration or 0)["last_iteration"]
-    it = iteration or last
+    it = iteration or last or 1  # nothing stored or submitted yet: the run's iteration 1
     p = db.progress(run_id, it)
     if holder is not None:
         return it, f"the run is being written by {holder}"
     if p["closed_at"] is not None and (p["submitted_at"] is None
                                        or p["closed_at"] >= p["submitted_at"]):
         return it, ""
-    if it == 0 or it > last:
+    if it > last:
+        if it == last + 1:
+            _interrupted(db, root, run_id, it, None)
         raise WaitError(f"run {run_id} has no iteration {it} (its last is {last}) and no "
                         "process is writing it; pass --iteration N of a stored iteration")
     return it, _stalled(db, root, run_id, it, p["submitted_at"])
@@ -126,15 +134,26 @@ def _stalled(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) 
     if job is not None and job.get("host") == platform.node() and not _alive(job["pid"]):
         raise WaitError(f"run {run_id}: the detached try {try_no} of iteration {it} (pid "
                         f"{job['pid']}) was killed before closing it{log}")
-    rec = db.run(run_id) or {}
-    if rec.get("status") == "interrupted" and (submitted_at is None
-                                               or rec["created_at"] > submitted_at):
-        raise WaitError(f"run {run_id} was interrupted before iteration {it} closed; "
-                        + ("submit it again with `kopt submit --retry`" if submitted_at
-                           else f"resume it with `kopt sweep {rec.get('sweep_dir')} "
-                                f"--resume {run_id}`"))
+    _interrupted(db, root, run_id, it, submitted_at)
     return f"iteration {it} is not closed yet" + (f" (pid {job['pid']} runs it)" if job
                                                    else "")
+
+
+def _interrupted(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) -> None:
+    """Nothing when the run is not interrupted (or was interrupted before the latest
+    submission into iteration ``it``, ``submitted_at``).
+
+    Raises:
+        WaitError: code :data:`INTERRUPTED`, naming the iteration and how to go on.
+    """
+    rec = db.run(run_id) or {}
+    if rec.get("status") != "interrupted" or (submitted_at is not None
+                                              and rec["created_at"] <= submitted_at):
+        return
+    how = ("submit it again with `kopt submit --retry`" if submitted_at else
+           f"resume it with `{resume_command(rec.get('sweep_dir'), root, run_id)}`")
+    raise WaitError(f"run {run_id} was interrupted in iteration {it}, before it closed; "
+                    f"{how}", INTERRUPTED)
 
 
 def _alive(pid: int) -> bool:

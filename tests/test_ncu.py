@@ -182,3 +182,28 @@ def test_split_launches_needs_every_job_bracketed_in_order():
     assert ncu.split_launches(out, 4) is None  # job 3 never ran (a fatal error before it)
     assert ncu.split_launches(prof + "\n" + out, 3) is None  # a launch outside any job
     assert ncu.split_launches(out.replace("BEGIN 1", "BEGIN 2", 1), 3) is None
+
+
+def test_one_ncu_lock_per_gpu(tmp_path, monkeypatch):
+    # issue 14.4: ncu processes of different GPUs (device actors' CUDA_VISIBLE_DEVICES) do
+    # not wait for each other; one GPU's do; no GPU named, or KOPT_NCU_LOCK=node: one per node
+    monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "kopt-ncu.lock")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("KOPT_NCU_LOCK", raising=False)
+    assert ncu.lock_path({"CUDA_VISIBLE_DEVICES": "1"}) == tmp_path / "kopt-ncu-1.lock"
+    assert ncu.lock_path({"CUDA_VISIBLE_DEVICES": "GPU-5f3a/0,1"}) == (
+        tmp_path / "kopt-ncu-GPU-5f3a_0_1.lock")
+    assert ncu.lock_path({}) == tmp_path / "kopt-ncu.lock"
+    assert ncu.lock_path({"CUDA_VISIBLE_DEVICES": "1", "KOPT_NCU_LOCK": "node"}) == (
+        tmp_path / "kopt-ncu.lock")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert ncu.lock_path() == tmp_path / "kopt-ncu-0.lock"
+
+
+def test_the_candidates_to_profile_are_shared_round_robin():
+    from kopt.strategy.profiling import shares
+
+    todo = ["base", "top1", "top2", "top3"]
+    assert shares(todo, [3]) == [(3, [0, 1, 2, 3])]
+    assert shares(todo, [3, 5]) == [(3, [0, 2]), (5, [1, 3])]
+    assert shares(todo[:1], [3, 5]) == [(3, [0])]  # a device with no share is not called

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 import types
 
+import pytest
+
 from conftest import FIXTURES
 from workers.observers import Nvml, NvmlObserver, Observer
 
@@ -234,7 +236,8 @@ def test_ncu_is_a_profiling_observer_whose_results_are_its_columns(tmp_path, mon
     assert not any("--many" in r["ncu_command"] for r in res)
 
 
-def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatch):
+@pytest.mark.parametrize("devices", [1, 2])
+def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatch, devices):
     """kopt.strategy.profiling through the device actor (kopt.runner.LocalRunner: the
     device side in this process): every profiling observer registered for the device
     wraps the pass; NCU's rows become ``metrics`` rows, and every declared column -- NCU's
@@ -282,7 +285,7 @@ def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatc
     ranked = [{"candidate_id": f"c{i}", "build_id": "t-prof", "is_baseline": i == 0}
               for i in (0, 1)]
     store = tmp_path / "store"
-    runner = LocalRunner("cpu", 1, "cpu-test")
+    runner = LocalRunner("cpu", devices, "cpu-test")
     try:
         ctx = RunContext(sweep, store, "r1", Database(store).writer(sweep.name, "r1"),
                          builder, runner, load_catalog(), backend="cuda", common=common,
@@ -291,14 +294,24 @@ def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatc
         ctx.writer.flush()
     finally:
         runner.close()
-    assert set(ev) == {"c0", "c1"} and ev["c0"].scores == {}
+    # issue 14.4: with two devices of the class each profiles one of the two candidates
+    ncu = [r for r in ctx.phases.table_rows("r1", "s") if r["phase"] == "ncu"]
+    assert sorted((r["device"], r["detail"]) for r in ncu) == sorted(
+        (f"local/cpu-{k}", f"{2 // devices} candidates") for k in range(devices))
     _, prof = query("select job_key, profile_status, profile_error, toy_kernels "
                     "from profiles_raw order by job_key", store)
-    assert prof == [("j0", "no_kernels", "ncu profiled no kernel matching ['matmul_kernel']",
-                     3), ("j1", "ok", None, 3)]
     _, met = query("select candidate_id, kernel, launch, metric, value, unit from metrics "
-                   "order by metric", store)
-    assert met == [("c1", k, n, m, pytest.approx(v), u) for k, n, m, v, u in SGEMM_ROWS]
+                   "order by candidate_id, metric", store)
+    assert set(ev) == {"c0", "c1"}
+    if devices == 1:  # one ncu for both: the stand-in's one launch is c1's (see --many)
+        assert ev["c0"].scores == {}
+        assert prof == [("j0", "no_kernels", "ncu profiled no kernel matching "
+                         "['matmul_kernel']", 3), ("j1", "ok", None, 3)]
+        assert met == [("c1", k, n, m, pytest.approx(v), u) for k, n, m, v, u in SGEMM_ROWS]
+    else:  # an ncu per device, a candidate each: each reads the stand-in's report
+        assert prof == [("j0", "ok", None, 3), ("j1", "ok", None, 3)]
+        assert met == [(c, k, n, m, pytest.approx(v), u) for c in ("c0", "c1")
+                       for k, n, m, v, u in SGEMM_ROWS]
 
 
 TOY_PLUGIN = '''

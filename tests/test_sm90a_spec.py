@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write_sweep
 from kopt.catalog import load_catalog
-from kopt.expand import iter_candidates
+from kopt.expand import iter_candidates, scan_axes
 from kopt.spec import SpecError, load_sweep
 
 CU = """
@@ -94,3 +94,49 @@ def test_cutlass_names_nvidia_cutlass():
     from kopt.spec import PIP_NAMES
 
     assert PIP_NAMES["cutlass_library"] == "nvidia-cutlass"
+
+
+def test_a_realization_needing_sm90a_is_built_for_it_and_gated_elsewhere(tmp_path):
+    # issue 17.3: a kernel's realization of a method the catalog allows from sm_80
+    # (memory.async_copy: cp.async) may need sm_90a (its TMA form feeding wgmma)
+    extra = """methods:
+          memory.async_copy: {needs_sm90a: true, defines: {TMA: 1}}
+          memory.tiling_smem: {defines: {TILED: 1}}"""
+    sp = load_sweep(_sweep(tmp_path, extra)).space("cuda")
+    assert sp.methods["memory.async_copy"].needs_sm90a and not sp.needs_sm90a
+    targets = {(c.triple[1], c.target) for c in iter_candidates(sp, load_catalog(), 90)}
+    assert targets == {(None, "sm_90"), ("memory.tiling_smem", "sm_90"),
+                       ("memory.async_copy", "sm_90a")}
+    # on an sm_80 device (where the catalog admits cp.async) the realization is refused
+    scan = scan_axes(sp, load_catalog(), 80)["memory"]
+    assert [(s.method, s.reason) for s in scan] == [("memory.tiling_smem", ""),
+                                                    ("memory.async_copy", "arch_incompatible")]
+    assert {c.triple[1] for c in iter_candidates(sp, load_catalog(), 80)} == {
+        None, "memory.tiling_smem"}
+
+
+def test_a_realization_needing_sm90a_on_a_cpu_source_is_a_spec_error(tmp_path):
+    d = _sweep(tmp_path, "methods: {memory.async_copy: {needs_sm90a: true}}", "k.cpp",
+               'extern "C" void solve(const float* x, float* y, int N) {}\n')
+    with pytest.raises(SpecError, match=r"field 'methods.memory.async_copy.needs_sm90a': sm_90a "
+                                        r"is a GPU target; k.cpp is a cpu source"):
+        load_sweep(d).space("cpu")
+
+
+def test_gemm_cutlass_fp32_hopper_methods_are_sm90a_and_refused_on_sm87():
+    from conftest import ROOT
+
+    sp = load_sweep(ROOT / "sweeps" / "gemm_cutlass_fp32").space("cuda")
+    cands = list(iter_candidates(sp, load_catalog(), 90))
+    hopper = [c for c in cands if c.triple != (None, None, None)]
+    assert {c.triple for c in hopper} == {
+        (None, "memory.async_copy", None),
+        ("compute.warp_specialization", "memory.async_copy", None)}
+    assert {c.target for c in hopper} == {"sm_90a"} and len(hopper) == 10
+    assert all(c.defines["BF16X3"] == 1 for c in hopper)
+    assert {c.target for c in cands if c not in hopper} == {"sm_90"}
+    reasons = {s.method: s.reason for axis in scan_axes(sp, load_catalog(), 87).values()
+               for s in axis}
+    assert reasons == {"compute.warp_specialization": "arch_incompatible",
+                       "memory.async_copy": "arch_incompatible"}
+    assert {c.triple for c in iter_candidates(sp, load_catalog(), 87)} == {(None, None, None)}

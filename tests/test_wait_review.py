@@ -3,18 +3,22 @@ sweep.yaml setting and `kopt propose --format json` after a submitted method won
 CPU backend (the `submit` fixture: a dependent integer chain of WORK units)."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kopt.cli import main
+from kopt import expand, submit
+from kopt.cli import ProgressObserver, main
 from kopt.database import Database
 from kopt.pipeline import run_sweep
-from kopt.review import judge
+from kopt.port import run_command
+from kopt.review import Verdict, judge, output_log
 from kopt.spec import SpecError, load_sweep
 from kopt.store import RunLock, now
 from kopt.submit import open_run, record
+from kopt.wait import _alive
 
 FAST = "compute.thread_coarsening"
 # the review command: records its environment, refuses a source marked REVIEW_FAIL
@@ -52,7 +56,7 @@ def _cli(*args: str):
 
 
 @pytest.mark.slow
-def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
+def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monkeypatch):
     folder = copy_fixture("submit")
     _sweep(folder)
     store = tmp_path / "store"
@@ -121,6 +125,7 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
                "--note", note, "--format", "json", "--store", store)
     assert res.exit_code == 0, res.output
     made = json.loads(res.output.splitlines()[-1])["versions"][0]["candidate_ids"]
+    said = res.output  # its console (stderr) and the JSON line
     res = _cli("wait", run, "--iteration", 3, "--format", "json", "--timeout", 60,
                "--store", store)
     (v,) = json.loads(res.output)["classes"]
@@ -130,6 +135,15 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
     assert v["reasons"][-1] == "the review command exited with status 7"
     assert v["review"]["exit_status"] == 7 and not v["review"]["timed_out"]
     assert "op test failed: REVIEW_FAIL in v3.cpp" in v["review"]["output_tail"]
+    # ... and `kopt submit` says so in one line, naming the file with the whole output
+    log = output_log(store, run, 3, v["device_class"], v["winner"])
+    assert v["review"]["output_log"] == str(log) and log.parent == store / "review-logs"
+    assert log.read_text() == "op test failed: REVIEW_FAIL in v3.cpp\n"
+    (line,) = [ln for ln in said.splitlines() if "rejected by review" in ln]
+    assert line.startswith(f"iteration 3 ({v['device_class']}): winner {v['winner']} "
+                           "rejected by review: ")
+    assert line.endswith("the review command exited with status 7, its last line: op test "
+                         f"failed: REVIEW_FAIL in v3.cpp (full output: {log})")
     _, rows = db.query(f"select accepted, exit_status from reviews where run_id = '{run}' "
                        "and iteration = 3")
     assert rows == [(False, 7)]
@@ -144,8 +158,15 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
         res.output
     assert db.submit_tries(run, 3) == 1
     sweep = open_run(store, run)
+    hashed = []  # each submitted source is hashed once (seconds for a CUTLASS source)
+    for mod in (submit, expand):
+        monkeypatch.setattr(mod, "space_digest",
+                            lambda sp, real=expand.space_digest: hashed.append(sp.source)
+                            or real(sp))
     assert record(sweep, store, run, [v3], ["memory.vectorized_access"], "why", "me",
                   retry=True, max_tries=2) == (3, 2)
+    assert hashed.count(v3) == 1
+    monkeypatch.undo()
     # a try recorded but never run: not closed; while the run is locked or on --timeout,
     # one line and exit 3
     res = _cli("wait", run, "--timeout", 0.3, "--poll", 0.1, "--store", store)
@@ -157,8 +178,14 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path):
     rec = {**db.run(run), "event": "interrupted", "created_at": now()}
     db.commit("runs", rec["sweep"], run, [rec])
     res = _cli("wait", run, "--timeout", 60, "--store", store)
-    assert res.exit_code == 1
-    assert f"run {run} was interrupted before iteration 3 closed" in res.output
+    assert res.exit_code == 4
+    assert f"run {run} was interrupted in iteration 3, before it closed; submit it again " \
+        "with `kopt submit --retry`" in res.output
+    # the reference was timed once, by the sweep: the submits reused its row
+    _, ((timed, first_submit),) = db.query(
+        f"select (select max(created_at) from reference where run_id = '{run}'), "
+        f"(select min(created_at) from versions where run_id = '{run}')")
+    assert timed < first_submit
     # a new iteration derives from the accepted best, not the rejected winner
     assert record(sweep, store, run, [v3], [], "", "me") == (4, 1)
     assert {v["parent_id"] for v in db.versions(run) if v["iteration"] == 4} == {won}
@@ -214,3 +241,127 @@ def test_review_and_submit_settings_load(copy_fixture):
     sw = load_sweep(folder)
     assert (sw.review.command, sw.review.timeout_s, sw.submit.max_tries) == (
         "python review.py", 120.0, 1)
+
+
+def test_a_review_command_that_leaves_a_child_running_passes_by_its_own_exit_status(tmp_path):
+    """A command that exits 0 leaving a background child (which holds its stdout open)
+    passed: its verdict is its own exit status, not a timeout, and nothing waits for the
+    child (trial 7 #5); the child is killed with the command's session. A timeout still
+    kills the whole group."""
+    step = run_command("review", "sh -c 'sleep 100 & exit 0'", tmp_path, 5)
+    assert (step.exit_status, step.timed_out, step.output_tail) == (0, False, "")
+    assert step.duration_s < 4
+    log = tmp_path / "logs" / "review.log"
+    step = run_command("review", "echo out; echo err >&2; sleep 100 & echo $! > child; exit 3",
+                       tmp_path, 5, log=log)
+    assert (step.exit_status, step.timed_out, step.output_tail) == (3, False, "out\n\nerr\n")
+    assert step.duration_s < 4 and log.read_text() == "out\n\nerr\n"
+    child = int((tmp_path / "child").read_text())
+    for _ in range(50):  # the group is killed as the command returns; reaping may lag
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child)
+    step = run_command("review", "echo started; sleep 100", tmp_path, 0.5)
+    assert (step.exit_status, step.timed_out, step.output_tail) == (-9, True, "started\n")
+    assert step.duration_s < 4
+
+
+def test_a_rejected_winner_is_one_line_on_the_console(capsys):
+    """`kopt sweep` and `kopt submit` (both ProgressObserver) print the review
+    gate's rejection of a winner: its reasons, the command's exit status, the last line of
+    its output and the file holding all of it (trial 7 #6)."""
+    log = output_log(Path("/s"), "r1", 2, "cpu x/1", "c1")
+    assert log == Path("/s/review-logs/r1-it2-cpu_x_1-c1.log")
+    noise = "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000%"
+    failed = Verdict("c1", False, [noise, "the review command exited with status 7"],
+                     command="pytest", exit_status=7, output_log=str(log),
+                     output_tail="collected 3\nFAILED t.py::op - assert 1 == 2\n\n")
+    ProgressObserver().on_review("cpu", 2, failed)
+    passed = Verdict("c2", False, [noise], command="pytest", exit_status=0, output_log="L",
+                     output_tail="")
+    ProgressObserver().on_review("cpu", 3, passed)
+    slow = Verdict("c3", False, ["the review command ran past its 5 s (review.timeout_s) "
+                                 "and was killed"], command="sleep 9", exit_status=-9,
+                   timed_out=True, output_tail="started\n", output_log="M")
+    ProgressObserver().on_review("gpu", 4, slow)
+    ProgressObserver().on_review("gpu", 5, Verdict("c4", False, ["not correct on problem size "
+                                                            "{'N': 2}: wrong_result"]))
+    assert capsys.readouterr().err.splitlines() == [
+        f"iteration 2 (cpu): winner c1 rejected by review: {noise}; the review command exited "
+        f"with status 7, its last line: FAILED t.py::op - assert 1 == 2 (full output: {log})",
+        f"iteration 3 (cpu): winner c2 rejected by review: {noise}; the review command exited "
+        "with status 0, its last line: (no output) (full output: L)",
+        "iteration 4 (gpu): winner c3 rejected by review: the review command ran past its 5 s "
+        "(review.timeout_s) and was killed, its last line: started (full output: M)",
+        "iteration 5 (gpu): winner c4 rejected by review: not correct on problem size "
+        "{'N': 2}: wrong_result"]
+
+
+def test_wait_on_a_run_interrupted_in_iteration_1_says_so_and_how_to_resume(tmp_path):
+    """A run killed before its first iteration closed (no iteration stored or submitted):
+    `kopt wait` said "no iteration 0"; it names iteration 1 and the resume command, exit 4
+    (trial 7 #8). While the run is written, a timeout names iteration 1 too."""
+    import shlex
+
+    from test_store_safety import demo_store
+
+    st = demo_store(tmp_path / "o dd (1)" / "st", event="running")  # no lock: interrupted
+    for extra in ([], ["--iteration", "1"]):
+        res = _cli("wait", "r1", "--store", st, *extra)
+        assert res.exit_code == 4, res.output
+        text = " ".join(res.output.split())
+        head, cmd, _ = text.split("`")
+        assert head == "error: run r1 was interrupted in iteration 1, before it closed; " \
+            "resume it with "
+        assert shlex.split(cmd) == ["kopt", "sweep", str(st / "sweeps" / "demo"), "--store",
+                                    str(st), "--resume", "r1"]
+    res = _cli("wait", "r1", "--store", st, "--iteration", 2)
+    assert res.exit_code == 1 and "has no iteration 2 (its last is 0)" in res.output
+    with RunLock(st, "r1"):
+        res = _cli("wait", "r1", "--store", st, "--timeout", 0.2, "--poll", 0.1)
+    assert res.exit_code == 3 and "waiting for iteration 1 of run r1: the run is being " \
+        "written by pid" in " ".join(res.output.split())
+
+
+def _check_reference(sweep, store, runner, resume):
+    """The rows Driver._check_reference times (on ``runner``) for run ``resume`` (None: a
+    new run)."""
+    from kopt.builder import job_base
+    from kopt.pipeline import Driver
+
+    drv = Driver(sweep, store, resume=resume)
+    drv.runner, drv.classes, drv.space = runner, runner.classes(), sweep.space("cpu")
+    drv._common = job_base(sweep, drv.space, False)
+    drv._check_reference()
+    return drv._ref_rows
+
+
+def test_the_reference_is_timed_once_per_run_class_and_size(copy_fixture, tmp_path):
+    """A resumed run or a submitted iteration re-timed the reference on every start (the
+    latest timing won); it reuses the run's row for a class and problem size and times only
+    the missing ones."""
+    from kopt.runner import LocalRunner
+    from kopt.store import dumps
+
+    folder = copy_fixture("submit")
+    (folder / "sweep.yaml").write_text((folder / "sweep.yaml").read_text().replace(
+        "dims: [{N: 4096}]", "dims: [{N: 4096}, {N: 8192}]"))
+    sweep, store, db = load_sweep(folder), tmp_path / "store", Database(tmp_path / "store")
+    runner = LocalRunner("cpu", device_class="cpu-a")
+    try:
+        rows = _check_reference(sweep, store, runner, None)  # a new run: both sizes
+        assert [(r["device_class"], r["dims"], r["status"]) for r in rows] == [
+            ("cpu-a", dumps({"N": 4096}), "ok"), ("cpu-a", dumps({"N": 8192}), "ok")]
+        db.commit("reference", sweep.name, "r1", [{**rows[0], "run_id": "r1",
+                                                   "created_at": now()}])
+        again = _check_reference(sweep, store, runner, "r1")  # only N 8192 is missing
+        assert [(r["device_class"], r["dims"]) for r in again] == [
+            ("cpu-a", dumps({"N": 8192}))]
+        db.commit("reference", sweep.name, "r1", [{**again[0], "run_id": "r1",
+                                                   "created_at": now()}])
+        assert _check_reference(sweep, store, runner, "r1") == []
+        assert db.timed_references("r1") == {("cpu-a", dumps({"N": 4096})),
+                                             ("cpu-a", dumps({"N": 8192}))}
+    finally:
+        runner.close()

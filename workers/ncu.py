@@ -6,8 +6,11 @@ the inputs like the harness does and calls ``solve`` once. Only the
 ``__global__`` kernels ``solve`` launches are profiled (matched by their
 mangled names from the ptxas report; ``-k solve`` would profile nothing), every
 launch of them. ncu runs in its own process group with its own TMPDIR and a
-timeout, under a node-wide file lock, so at most one ncu runs per node and an
-actor's death leaves no orphan holding the GPU or the counter lock.
+timeout, under a file lock per GPU (:func:`lock_path`: the device actor's
+``CUDA_VISIBLE_DEVICES``), so at most one ncu runs per GPU, ncu processes of different GPUs
+run at once (each has its own TMPDIR, where Nsight Compute keeps its own lock file), and an
+actor's death leaves no orphan holding the GPU or the counter lock. ``KOPT_NCU_LOCK=node``
+makes it one ncu per node again.
 
 An iteration's baseline and top-k are captured in one ncu process
 (:func:`capture_many`: one ncu start and one CUDA context instead of one per
@@ -37,7 +40,18 @@ from typing import Any
 from workers.reap import package_env
 from workers.records import Status
 
-LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"
+LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"  # the node-wide lock
+
+
+def lock_path(env: dict[str, str] | None = None) -> Path:
+    """The lock file one ncu holds while it runs: one per GPU, named by the
+    ``CUDA_VISIBLE_DEVICES`` the ncu process gets (Ray sets it per device actor), else
+    (unset, or ``KOPT_NCU_LOCK=node``) the node-wide :data:`LOCK_PATH`."""
+    env = {**os.environ, **(env or {})}
+    gpus = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not gpus or env.get("KOPT_NCU_LOCK") == "node":
+        return LOCK_PATH
+    return LOCK_PATH.with_name("kopt-ncu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", gpus) + ".lock")
 NCU_TIMEOUT_S = 300.0
 
 
@@ -176,7 +190,7 @@ def kernel_regex(kernels: list[str]) -> str:
 def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
              sections: list[str] | None, timeout_s: float, env: dict[str, str] | None,
              tmp: Path) -> tuple[ProfileResult, str]:
-    """Run ncu on ``python -m workers.ncu_target TARGET...`` under the node's ncu lock, in
+    """Run ncu on ``python -m workers.ncu_target TARGET...`` under its GPU's ncu lock, in
     its own process group, TMPDIR ``tmp``; the report is ``tmp/report.ncu-rep``. Returns
     the outcome (status ``ok`` with no rows yet when ncu exited 0 and wrote the report,
     else the failure) and ncu's combined output."""
@@ -196,8 +210,8 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
         cmd += ["--section", s]
     cmd += [sys.executable, "-m", "workers.ncu_target", *target]
     penv = {**package_env(), **(env or {}), "TMPDIR": str(tmp)}  # runs in tmp: no cwd import
-    with open(LOCK_PATH, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per node
+    with open(lock_path(penv), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per GPU
         try:
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, env=penv, cwd=tmp, start_new_session=True)

@@ -3,7 +3,8 @@
 # sm_90a from the nvidia-cutlass package's headers, against torch.matmul (cuBLAS). Usage (repo
 # root, on the GPU host; copy nvidia_cutlass-*.whl into .devsite/ first when the host's
 # Python lacks the package):
-#   bash docs/verified/h200_cutlass.sh [MAX_CANDIDATES [SWEEP]]   (default 40 gemm_cutlass)
+#   bash docs/verified/h200_cutlass.sh [MAX_CANDIDATES [SWEEP [norerun]]]   (default 40 gemm_cutlass)
+# norerun: skip the second sweep (12 candidates into a new store, every build a cache hit)
 # SWEEP gemm_cutlass_fp32 is the fp32-accuracy problem (3xTF32), against torch.matmul in
 # plain FP32 (TF32 off).
 # Prints: the sweep (cold build cache), compile CPU-seconds, 12 of the same candidates again
@@ -51,13 +52,21 @@ echo "== winner and baseline (median_ms, TFLOP/s = flops / median)" | tee -a "$l
 q /tmp/kopt-cutlass-store "select is_baseline, params, median_ms, iqr_ms, n_samples, round(flops / median_ms / 1e9, 1) tflops, registers, max_abs_err from candidates where status = 'ok' and (is_baseline or median_ms = (select min(median_ms) from candidates where status = 'ok')) order by median_ms"
 kopt query --store /tmp/kopt-cutlass-store --format csv "select * exclude (samples_ms) from candidates order by median_ms nulls last" > "$out/$sw-candidates.csv"
 gzip -f "$out/$sw-candidates.csv"
+if [ "${3:-}" != norerun ]; then
 start=$SECONDS
 kopt sweep sweeps/$sw --backend cuda --store /tmp/kopt-cutlass-store2 \
   --max-candidates 12 --top 3 2>&1 | grep -v "^built\|^ran " | tail -8 | tee -a "$log"
 echo "sweep 2 (same build cache, new store) wall_s $((SECONDS - start))" | tee -a "$log"
 echo "== builds, sweep 2: candidates, compile CPU-seconds, cache hits" | tee -a "$log"
 q /tmp/kopt-cutlass-store2 "select count(*) n, round(coalesce(sum(compile_s) filter (where not build_cached), 0), 1) compile_s_spent, sum(case when build_cached then 1 else 0 end) cache_hits from candidates"
+fi
 echo "== torch.matmul $dtype (cuBLAS), same flush and statistics (separate Python step)" | tee -a "$log"
 best=$(kopt query --store /tmp/kopt-cutlass-store --format csv "select min(median_ms) from candidates where status = 'ok'" | tail -1)
 python3 docs/verified/h200_cutlass_matmul.py 4096 4096 4096 "$best" "$dtype" 2>&1 | tee -a "$log"
+echo "== kopt's reference row (ref.py's contender timed by the harness) and kopt best" | tee -a "$log"
+q /tmp/kopt-cutlass-store "select impl, status, median_ms, iqr_ms, n_samples, round(flops / median_ms / 1e9, 1) tflops, peak_tflops, max_abs_err, max_rel_err from reference"
+kopt best "$sw" --store /tmp/kopt-cutlass-store 2>&1 | tail -12 | tee -a "$log"
+run=$(kopt query --store /tmp/kopt-cutlass-store --format csv "select max(run_id) from runs" | tail -1 | tr -d '"')
+rm -rf "$out/report-$sw"
+kopt report "$run" --store /tmp/kopt-cutlass-store --out "$out/report-$sw" 2>&1 | tail -3 | tee -a "$log"
 echo "total wall_s $SECONDS" | tee -a "$log"

@@ -29,11 +29,10 @@ for item in ${@:-sgemm:cold sgemm:warm vector_add:cold}; do
     kopt query --store "$store" --format csv \
       "select $n gpus, count(*) candidates, round(any_value(r.wall_s), 2) run_wall_s,
               round(count(*) / any_value(r.wall_s), 2) candidates_per_s,
-              round(epoch(max(c.created_at) - any_value(s.created_at)), 2) timing_phase_s,
-              round(count(*) / epoch(max(c.created_at) - any_value(s.created_at)), 2) timed_per_s
-       from candidates c, runs r,
-            (select created_at from read_parquet('$store/runs/**/*.parquet', union_by_name=true)
-             where event = 'running') s" | tee -a "$log"
+              round(epoch(max(c.created_at) - any_value(p.started_at)), 2) timing_phase_s,
+              round(count(*) / epoch(max(c.created_at) - any_value(p.started_at)), 2) timed_per_s
+       from candidates c, runs r, (select started_at from phases where phase = 'run') p" \
+      | tee -a "$log"
     kopt query --store "$store" --format csv \
       "select device_id, count(*) candidates, round(sum(wall_s), 1) device_job_s
        from candidates group by all order by all" | tee -a "$log"
@@ -41,6 +40,11 @@ for item in ${@:-sgemm:cold sgemm:warm vector_add:cold}; do
     kopt query --store "$store" --format csv "select candidate_id, params, device_id, status,
       median_ms, wall_s, created_at from candidates order by created_at" \
       > "/tmp/scaling-csv/$sw-$mode-gpus$n.csv"   # the device each candidate ran on
+    kopt query --store "$store" --format csv \
+      "select phase, device, detail, round(start_s, 2) start_s, round(end_s, 2) end_s,
+              round(end_s - start_s, 2) secs from phases
+       where phase in ('ncu', 'contest', 'run') or (device is null and phase in ('end', 'store'))
+       order by start_s" | tee -a "$log"   # issue 14.4: NCU on both GPUs at once
     python3 bench/overhead.py "$(kopt query --store "$store" --format csv 'select run_id from runs' | tail -1)" \
       --store "$store" 2>&1 | tail -6 | tee -a "$log"
   done

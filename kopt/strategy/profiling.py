@@ -58,10 +58,20 @@ def _todo(ctx: RunContext, it: int, dc: str, picks: list[dict[str, Any]],
     return todo
 
 
-def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] | None
-             ) -> list[dict[str, Any]]:
-    """One profiled pass (one ncu process) for every candidate of ``todo``; the observers'
-    results for each (``profile_status``, ``profile_error``, ``ncu_rows``, ...)."""
+def shares(todo: list[Todo], devices: list[int]) -> list[tuple[int, list[int]]]:
+    """Split the candidates to profile over a class's live devices, round robin: (device,
+    indices into ``todo``) per device that gets any. One device: all of them, one ncu
+    process (issue 14.4: several GPUs of a class profile their shares at once, each ncu
+    under its own GPU's lock, workers.ncu)."""
+    out = [(d, list(range(k, len(todo), len(devices)))) for k, d in enumerate(devices)]
+    return [(d, idx) for d, idx in out if idx]
+
+
+def _capture(ctx: RunContext, devices: list[int], todo: list[Todo],
+             metrics: list[str] | None) -> list[dict[str, Any]]:
+    """One profiled pass (one ncu process) per device for its share of ``todo``, the
+    devices at once; the observers' results for each candidate in ``todo``'s order
+    (``profile_status``, ``profile_error``, ``ncu_rows``, ...)."""
     cuda = ctx.backend == "cuda"
     if not cuda or not metrics or ctx.sweep.ncu.top_k <= 0:
         why = "NCU needs the cuda backend" if not cuda else "ncu unavailable or top_k is 0"
@@ -71,14 +81,21 @@ def _capture(ctx: RunContext, device: int, todo: list[Todo], metrics: list[str] 
     kernels = [[k["name"] for k in (ctx.builder.results[r["build_id"]].kernels
                                     if r["build_id"] in ctx.builder.results else [])]
                for r, _, _ in todo]
-    info = ctx.runner.infos[device]
-    ctx.phases.begin("ncu", info)
-    try:
-        return ctx.runner.call(device, "profile_many", payloads, kernels, metrics,
-                               ctx.sweep.ncu.sections,
-                               *[ctx.builder.artifacts[r["build_id"]] for r, _, _ in todo])
-    finally:
-        ctx.phases.end("ncu", info, detail=f"{len(todo)} candidates")
+    arts = [ctx.builder.artifacts[r["build_id"]] for r, _, _ in todo]
+    split = shares(todo, devices)
+    for d, _ in split:
+        ctx.phases.begin("ncu", ctx.runner.infos[d])
+    got = ctx.runner.call_many([
+        (d, "profile_many", ([payloads[j] for j in idx], [kernels[j] for j in idx], metrics,
+                             ctx.sweep.ncu.sections, *[arts[j] for j in idx]))
+        for d, idx in split])
+    out: list[dict[str, Any]] = [{} for _ in todo]
+    for (d, idx), res in zip(split, got):
+        ctx.phases.end("ncu", ctx.runner.infos[d], detail=f"{len(idx)} candidates")
+        for n, j in enumerate(idx):
+            out[j] = ({"profile_status": Status.CRASHED, "profile_error": str(res)}
+                      if isinstance(res, DeviceError) else res[n])
+    return out
 
 
 def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any]
@@ -110,9 +127,9 @@ def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any
 
 def profile(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]],
             metrics: list[str] | None) -> dict[str, Evidence]:
-    """Profile the baseline and the top-k of one iteration on one device of class ``dc``;
-    write metrics rows and the candidates' profile status and axis scores. Returns
-    candidate id -> its evidence."""
+    """Profile the baseline and the top-k of one iteration on the live devices of class
+    ``dc`` (shared among them, :func:`shares`); write metrics rows and the candidates'
+    profile status and axis scores. Returns candidate id -> its evidence."""
     k = ctx.sweep.ncu.top_k
     picks = [r for r in ranked if r["is_baseline"]] + [r for r in ranked[:k]
                                                       if not r["is_baseline"]]
@@ -123,6 +140,6 @@ def profile(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]],
     todo = _todo(ctx, it, dc, picks, evidence)
     if not todo:
         return evidence
-    for t, status in zip(todo, _capture(ctx, live[0], todo, metrics)):
+    for t, status in zip(todo, _capture(ctx, live, todo, metrics)):
         evidence[t[0]["candidate_id"]] = _record(ctx, it, dc, t, status)
     return evidence

@@ -9,3 +9,14 @@ def inputs(seed: int, M: int, N: int, K: int) -> dict[str, torch.Tensor]:
 
 def reference(A: torch.Tensor, B: torch.Tensor, M: int, N: int, K: int) -> torch.Tensor:
     return (A.double() @ B.double()).float()
+
+
+def contender(A: torch.Tensor, B: torch.Tensor, M: int, N: int, K: int) -> torch.Tensor:
+    # timed as the reference row (sweep.yaml reference_timing): cuBLAS's plain FP32 GEMM on
+    # the GPU, TF32 off (torch's default, kept whatever the caller set), the target's yardstick
+    keep = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return A @ B
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = keep

@@ -1,0 +1,39 @@
+"""The report's NCU column reads a multi-kernel ``solve`` as the loop does: every launch of
+one call, weighted by its duration (kopt.bottleneck.aggregate). Figures: the bf16x3 winner of
+sweeps/gemm_cutlass_fp32 on the H200 (docs/verified/2026-11-30-h200-cutlass-fp32.md), two
+split kernels then the CUTLASS GEMM; the report used to show the last row's (a split's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kopt.report import winner_figures
+
+SOL = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+DUR = "gpu__time_duration.sum"
+LAUNCHES = [(0, 11.14, 64192.0), (1, 16.65, 66496.0), (2, 92.58, 516896.0)]
+
+
+def _rows(dims: str, launches: list[tuple[int, float, float]]) -> list[dict]:
+    out = []
+    for launch, sol, ns in launches:
+        for metric, value in ((SOL, sol), (DUR, ns)):
+            out.append({"iteration": 1, "device_class": "h200-sm90", "candidate_id": "78ed7c59",
+                        "dims": dims, "launch": launch, "metric": metric, "value": value})
+    return out
+
+
+def test_every_launch_of_a_call_weighted_by_its_duration():
+    # the GEMM last and first: the order of the rows does not matter
+    for order in (LAUNCHES, LAUNCHES[::-1]):
+        got = winner_figures(_rows('{"M": 4096}', order))[(1, "h200-sm90", "78ed7c59")]
+        assert got[DUR] == 647584.0  # ns: the call's kernels together
+        assert got[SOL] == pytest.approx((11.14 * 64192 + 16.65 * 66496 + 92.58 * 516896)
+                                         / 647584)  # 76.7 %, not 11.14 or 16.65
+        assert got[SOL] == pytest.approx(76.71, abs=0.01)
+
+
+def test_one_problem_size_is_read_not_a_mix_of_two():
+    rows = _rows('{"M": 1024}', [(0, 50.0, 1000.0)]) + _rows('{"M": 4096}', LAUNCHES)
+    got = winner_figures(rows)[(1, "h200-sm90", "78ed7c59")]
+    assert got[DUR] == 647584.0 and got[SOL] == pytest.approx(76.71, abs=0.01)
