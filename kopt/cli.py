@@ -484,10 +484,13 @@ def _summary_line(summary: Any, root: Path) -> str:
               help="The random strategy's sample (default 0).")
 @click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1),
               help="Rows in the closing table.")
+@click.option("--queue", is_flag=True,
+              help="Run on the warm kopt service (`kopt serve start`) of --address/--cluster, "
+                   "else the one recorded on this machine: its device actors, no start-up.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
           resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
           iterations: int | None, strategy: str | None, seed: int | None,
-          top_k: int) -> None:
+          top_k: int, queue: bool) -> None:
     """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
 
     With several iterations, each takes the last winner as its baseline and the
@@ -521,7 +524,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
                             iterations=iterations, observers=[obs], cluster=cluster,
-                            strategy=strategy, seed=seed)
+                            strategy=strategy, seed=seed, queue=queue)
     except SpecError as e:
         obs.stop()
         msg = str(e)
@@ -863,6 +866,84 @@ def env(address: str | None, fmt: str) -> None:
         for note in info.get("notes") or []:
             t.add_row("note", escape(note))
         out.print(t)
+
+
+@main.group("serve")
+def serve() -> None:
+    """A warm queue: a long-lived kopt service keeps device actors warm on a Ray cluster;
+    `kopt sweep --queue` runs on them (no start-up cost after the first)."""
+
+
+@serve.command("start")
+@click.option("--address", default=None,
+              help="A running Ray cluster's HOST:PORT (default: start a Ray head here).")
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="auto: CUDA when the cluster has a GPU, else CPU.")
+@click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
+              show_default=True, help="CPU backend: single-thread CPU device actors per node.")
+@click.option("--num-cpus", type=click.IntRange(min=1), default=None,
+              help="CPUs of the Ray head it starts (default: this machine's); not with "
+                   "--address.")
+def serve_start(address: str | None, backend: str, cpu_devices: int,
+                num_cpus: int | None) -> None:
+    """Start the service: its device actors stay up until `kopt serve stop`."""
+    from kopt.service import ServiceError, start_service
+
+    if address and num_cpus:
+        _fail("--num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
+              "cluster's own CPUs count: leave --num-cpus out")
+    try:
+        cfg = start_service(address, backend, cpu_devices, num_cpus)
+    except ServiceError as e:
+        _fail(str(e))
+    addr = cfg["address"]
+    out.print(escape(f"kopt service at {addr}: {len(cfg['devices'])} {cfg['backend']} device "
+                     f"actors warm ({', '.join(i['device_id'] for i in cfg['infos'])})"),
+              highlight=False)
+    out.print("sweep on it: kopt sweep SWEEP_DIR --queue; see it: kopt serve status; stop it: "
+              "kopt serve stop", highlight=False)
+
+
+@serve.command("stop")
+@click.option("--address", default=None,
+              help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
+def serve_stop(address: str | None) -> None:
+    """Stop the service's actors (and the Ray head `kopt serve start` started)."""
+    from kopt.service import ServiceError, stop_service
+
+    try:
+        names = stop_service(address)
+    except ServiceError as e:
+        _fail(str(e))
+    out.print(escape(f"kopt service stopped ({len(names)} actors: {', '.join(names)})"
+                     if names else "kopt service stopped (its Ray head was gone already)"),
+              highlight=False)
+
+
+@serve.command("status")
+@click.option("--address", default=None,
+              help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def serve_status(address: str | None, fmt: str) -> None:
+    """The service's devices (idle/busy, jobs, busy seconds) and the sweeps it served."""
+    from kopt.service import ServiceError, service_status
+
+    try:
+        st = service_status(address)
+    except ServiceError as e:
+        _fail(str(e))
+    if fmt == "json":
+        out.print_json(json.dumps(st))
+        return
+    t = Table(title=escape(f"kopt service at {st['address']} ({st['backend']}): "
+                           f"{st['sweeps_served']} sweeps served, "
+                           f"{len(st['sweeps_running'])} running"))
+    for c in ("device", "class", "state", "jobs", "busy s", "sandbox restarts"):
+        t.add_column(c)
+    for d in st["devices"]:
+        t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
+                  _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
+    out.print(t)
 
 
 def _gpu_line(g: dict[str, Any]) -> str:

@@ -75,6 +75,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("claimed_methods", pa.string()), ("note", pa.string()),
         # issue 17.4: the largest |out - ref| / |ref| of the check (ref != 0)
         ("max_rel_err", pa.float64()),
+        # issue 14.3: when the device actor began and ended the job (the device's clock)
+        ("device_start", TS), ("device_end", TS),
     ]),
     # issue 17.1: ref.py's timed function (``contender``, else ``reference``), timed by the
     # harness as candidates are, once per run, device class and problem size; ``impl`` says

@@ -181,7 +181,7 @@ class Harness:
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         self.is_cuda = device == "cuda"
         self.libs: dict[str, Any] = {}
-        self.refs: dict[str, Any] = {}
+        self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
         if self.is_cuda:
@@ -230,7 +230,10 @@ class Harness:
         return self.libs[path]
 
     def ref_module(self, path: str) -> Any:
-        if path not in self.refs:
+        """ref.py at ``path``, imported once per version of the file (a warm device serves
+        many sweeps: an edited ref.py is imported again)."""
+        key = ref_stamp(path)
+        if key not in self.refs:
             spec = importlib.util.spec_from_file_location(f"kopt_ref_{len(self.refs)}", path)
             mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.path.insert(0, str(Path(path).parent))
@@ -245,8 +248,8 @@ class Harness:
                 if f is not None and not callable(f):  # `contender = 5` was silently ignored
                     raise JobError("error", f"{path}: `{name}` is {f!r:.40}, not a function; "
                                    f"define `def {name}(...)` or remove it")
-            self.refs[path] = mod
-        return self.refs[path]
+            self.refs[key] = mod
+        return self.refs[key]
 
     # -- data ----------------------------------------------------------------------------
     def prepare(self, job: dict, reference: bool = True) -> Data:
@@ -259,7 +262,7 @@ class Harness:
         candidates see). ``reference=False`` (the NCU target) skips the reference and makes
         one set. Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
         """
-        key = (job["reference"], tuple(sorted(job["dims"].items())), job["seed"],
+        key = (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
                tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference)
         if key in self.data:
             return self.data[key]
@@ -1268,6 +1271,16 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+def ref_stamp(path: str) -> tuple:
+    """``path`` with its file's modification time and size: a key that changes when ref.py is
+    edited (the same path and no file: a key of its own, the import then fails naming it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, None, None)
+    return (path, st.st_mtime_ns, st.st_size)
 
 
 def main(rfd: int, wfd: int, device: str) -> None:

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers.reap import package_env
+from workers.reap import die_with_parent, package_env
 from workers.records import RunJob, Status
 
 START_TIMEOUT_S = 180.0
@@ -43,6 +43,7 @@ class Sandbox:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.info: dict[str, Any] = {}
+        self.pid: int | None = None  # the harness process's
         self.timing_ref = ""  # ref.py's function the running job times, from its progress
         self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
 
@@ -54,7 +55,7 @@ class Sandbox:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device],
                 pass_fds=(r_child, w_child), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env=self.env, start_new_session=True)
+                env=self.env, start_new_session=True, preexec_fn=_die_with_device)
         os.close(r_child)
         os.close(w_child)
         self.w = Connection(w_parent, readable=False)
@@ -72,6 +73,7 @@ class Sandbox:
             self.kill()
             raise RuntimeError(hello.get("error", "harness failed to start"))
         self.info = hello["info"]
+        self.pid = hello.get("pid")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send ``job`` (a RunJob with its artifact's path, or the harness's job dict);
@@ -177,7 +179,7 @@ class Sandbox:
         """Kill the harness (its whole process group); returns its exit code."""
         if self.proc is None:
             return None
-        p, self.proc = self.proc, None
+        p, self.proc, self.pid = self.proc, None, None
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -198,6 +200,13 @@ class Sandbox:
         """Stop the harness and remove its log."""
         self.kill()
         self.log.unlink(missing_ok=True)
+
+
+def _die_with_device() -> None:
+    """The harness's ``preexec_fn``: SIGKILL when the process that owns it (the device
+    actor) dies, so that a killed actor restarted by Ray (a warm service) never has its old
+    harness still timing a candidate on the device beside the new one."""
+    die_with_parent(signal.SIGKILL)
 
 
 def describe_exit(code: int | None) -> str:
