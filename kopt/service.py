@@ -322,19 +322,19 @@ def start_head(num_cpus: int | None = None) -> dict[str, Any]:
     Ray instance of this machine). Returns its ``address``, ``pgid`` and ``temp_dir``.
 
     Raises:
-        ServiceError: the ``ray`` command is missing, or the head did not come up.
+        ServiceError: the head did not come up (without a ``ray`` command, e.g. Ray unpacked
+            onto PYTHONPATH, it runs ``python -m ray.scripts.scripts``).
     """
     exe = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-    if not Path(exe).is_file():
-        raise ServiceError("kopt serve start: the `ray` command is not on PATH (it comes with "
-                           "`pip install ray`); or pass --address of a running Ray cluster")
+    # no console script (ray unpacked onto PYTHONPATH, as on an offline GPU host): its module
+    ray_cmd = [exe] if Path(exe).is_file() else [sys.executable, "-m", "ray.scripts.scripts"]
     port, tmp = _free_port(), tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp")
     token = secrets.token_hex(32)  # Ray's token authentication, with a token of its own
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
            "RAY_USAGE_STATS_ENABLED": "0"}
     log = state_path().with_name("service-ray.log")
     log.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [exe, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
+    cmd = [*ray_cmd, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
            "--disable-usage-stats", f"--temp-dir={tmp}"]
     cmd += [f"--num-cpus={num_cpus}"] if num_cpus else []
     with open(log, "w") as f:
