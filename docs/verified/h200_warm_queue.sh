@@ -8,6 +8,6 @@ set -uo pipefail
 . docs/verified/device_env.sh
 echo "code: $(cat .kopt_rev 2>/dev/null || echo unknown)" | tee "$out/warm-queue.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/warm-queue.txt"
-timeout 540 python3 bench/warm_queue.py sweeps/sgemm_kt --cold 2 --warm 2 -- --backend cuda \
+timeout 540 python3 bench/warm_queue.py --cold 2 --warm 2 sweeps/sgemm_kt -- --backend cuda \
   2>&1 | tee -a "$out/warm-queue.txt"
 cp "${KOPT_CACHE:-$HOME/.cache/kopt}/service-ray.log" "$out/" 2>/dev/null || true
