@@ -45,11 +45,11 @@ def aggregate(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     is summed.
 
     Args:
-        rows: dicts with ``launch``, ``metric`` and ``value``.
+        rows: dicts with ``launch`` (None or absent: launch 0), ``metric`` and ``value``.
     """
     by_launch: dict[int, dict[str, float]] = {}
     for r in rows:
-        by_launch.setdefault(int(r["launch"]), {})[r["metric"]] = float(r["value"])
+        by_launch.setdefault(int(r.get("launch") or 0), {})[r["metric"]] = float(r["value"])
     if not by_launch:
         return {}
     weights = {k: v.get(DURATION, 1.0) or 1.0 for k, v in by_launch.items()}

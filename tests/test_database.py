@@ -130,7 +130,8 @@ def test_run_history(db):
     assert isinstance(h, RunHistory)
     assert h.statuses == [{"status": "ok", "n": 6}, {"status": "wrong_result", "n": 1}]
     assert h.metrics == [{"iteration": 1, "candidate_id": "c1", "device_class": DC,
-                          "metric": "sm__throughput", "value": 71.5}]
+                          "dims": N1, "launch": None, "metric": "sm__throughput",
+                          "value": 71.5}]
     assert h.rungs == [{"iteration": 1, "device_class": DC, "rung": 0, "n": 4, "samples": 10}]
     assert sorted((r["candidate_id"], r["median_ms"], r["speedup"], r["is_baseline"])
                   for r in h.correct) == [
