@@ -27,12 +27,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from kopt import streams
 from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from workers.records import Status
 
+streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
