@@ -108,7 +108,7 @@ class _Group(click.Group):
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context) -> Any:
-        from kopt.database import DatabaseError, explain
+        from kopt.database import DatabaseError, explain, interrupted
         from workers.build import EnvError, check_env
 
         try:
@@ -116,6 +116,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (QueryError, EnvError) as e:
             _fail(str(e))
+        except (KeyboardInterrupt, RuntimeError) as e:  # Ctrl-C, also inside a DuckDB query
+            if not interrupted(e):
+                raise
+            _fail("interrupted (Ctrl-C)", 130)
         except DatabaseError as e:
             _fail(str(explain(e)))
         except OSError as e:  # a path in the way: a file where a folder goes, or the reverse

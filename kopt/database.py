@@ -342,6 +342,13 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
         return res.columns, [r for b in res.batches() for r in b]
 
 
+def interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is a Ctrl-C: a KeyboardInterrupt, or what DuckDB makes of SIGINT during
+    a query (a ``RuntimeError("Query interrupted")``, or its ``InterruptException``)."""
+    return (isinstance(e, KeyboardInterrupt | duckdb.InterruptException)
+            or (isinstance(e, RuntimeError) and str(e) == "Query interrupted"))
+
+
 def explain(e: Exception) -> QueryError:
     """A DuckDB error as a one-line QueryError; a damaged Parquet file is named, with the
     fix; a file outside the store is refused as such."""

@@ -73,3 +73,30 @@ def test_a_sweep_with_stderr_closed_stores_its_work(tmp_path):
     p = kopt("query", "--format", "csv", "--store", str(store),
              "select status, count(*) n from candidates group by 1")
     assert p.stdout == "status,n\nok,2\n", p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv"])
+def test_ctrl_c_in_a_long_query_is_one_line(tmp_path, fmt):
+    """Ctrl-C in `kopt query` printed DuckDB's "RuntimeError: Query interrupted" traceback
+    (table), or click's "Aborted!" with exit 1 (csv, while streaming)."""
+    import signal
+    import time
+
+    store = tmp_path / "st"
+    store.mkdir()
+    sql = ("select count(*) from range(100000000000)" if fmt == "table"
+           else "select * from range(100000000000)")
+    p = subprocess.Popen([sys.executable, "-m", "kopt.cli", "query", "--format", fmt, sql,
+                          "--store", str(store)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while len(os.listdir(f"/proc/{p.pid}/task")) < 8:  # DuckDB's threads: the query runs
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.2)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert err == "error: interrupted (Ctrl-C)\n"
