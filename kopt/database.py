@@ -171,7 +171,7 @@ class Writer:
         """
         self.flush()
         folder = self.root / table / f"sweep={self.sweep}" / f"run={self.run_id}"
-        parts = readable_parts(self.root, folder.glob("part-*.parquet"))  # damaged: left alone
+        parts = readable_parts(self.root, folder.glob("part-*.parquet"), table)  # damaged: left
         if len(parts) < 2:
             return
         t = pa.concat_tables([pq.read_table(p, schema=table_schema(table)) for p in parts])

@@ -133,6 +133,44 @@ def test_truncated_part_file_is_named_and_skipped(tmp_path):
             ("r1", "finished"), ("r2", "e1")]
 
 
+@pytest.mark.parametrize("shape", ["retyped", "no_columns"])
+def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
+    """Trial 8, D1: a part file that is valid Parquet but holds text where kopt stores a
+    number (another tool, an older version), or no columns at all (a tool that failed
+    early), blocked every command with DuckDB's binder error or its own message (even
+    `select count(*) from runs`), and a new sweep died at its end. Now it is named with the
+    fix and skipped like a truncated file; everything else is read and written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    demo_store(tmp_path)
+    table = "candidates" if shape == "retyped" else "runs"
+    bad = write_table(tmp_path, table, "demo", "r2", [
+        {"run_id": "r2", "sweep": "demo", "event": "finished", "status": "ok",
+         "candidate_id": "b", "median_ms": 1.0, "params": '{"T": 2}', "dims": "{}",
+         "device_class": "cpu-x", "iteration": 1, "job_key": "b"}])
+    t = pq.read_table(bad)
+    pq.write_table(t.set_column(t.schema.get_field_index("median_ms"), "median_ms",
+                                pa.array(["fast"])) if shape == "retyped" else pa.table({}),
+                   bad)
+    why = ("column 'median_ms' holds string, kopt stores double there" if shape == "retyped"
+           else "no columns")
+    for sql in ("select count(*) n from runs", "select count(*) n from candidates"):
+        r = run("query", "--store", str(tmp_path), "--format", "csv", sql)
+        assert r.exit_code == 0, r.output
+        assert r.output.replace("\n", "").count(f"note: damaged store file {bad} ({why}): "
+                                                "skipped") == 1, r.output
+        assert r.output.splitlines()[-2:] == ["n", "1"]  # r1's rows
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0 and "T=1" in r.output, r.output
+    w = Writer(tmp_path, "demo", "r3")  # what a new sweep stores at its end
+    w.add("runs", [{"run_id": "r3", "sweep": "demo", "event": "finished"}])
+    w.flush()
+    with pytest.warns(UserWarning, match="damaged store file"):
+        assert query("select run_id, status from runs order by 1", tmp_path)[1] == [
+            ("r1", "finished"), ("r3", "finished")]
+
+
 def test_damaged_file_message_matches_any_case():
     """DuckDB 2.x writes `file '...'` (lower case); the store still names it, with the fix."""
     e = explain(RuntimeError("Invalid Input Error: No magic bytes found at end of file "
