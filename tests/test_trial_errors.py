@@ -1093,3 +1093,24 @@ def test_a_submit_note_that_is_not_utf8_is_refused(tmp_path):
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert " ".join(r.output.split()) == (f"refused: --note {tmp_path / 'bad.md'}: not UTF-8 text "
                                           "(byte 0xff at offset 0); save it as UTF-8"), r.output
+
+
+@pytest.mark.parametrize("params, field, says", [
+    ("{'1NT': [1]}", "params.1NT", "'1NT' is not a C identifier"),
+    ("{'a-b': [2]}", "params.a-b", "'a-b' is not a C identifier"),
+    ("{'': [3]}", "params.", "'' is not a C identifier"),
+    ("{N: [1, 2]}", "params.N", "'N' is also a dim and solve argument"),
+    ("{x: [1, 2]}", "params.x", "'x' is also a solve argument"),
+])
+def test_param_names_are_checked_at_load(tmp_path, params, field, says):
+    """Trial 8, D4: a param that is no C identifier, or that is also a dim or a solve
+    argument, reached the compiler as -DNAME=...: every candidate a compile_error."""
+    d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\n"
+                            f"params: {params}\n")
+    assert_spec_error(d, f"field '{field}'", says, "passed as a macro")
+
+
+def test_method_param_names_are_checked_at_load(tmp_path):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\nmethods:\n"
+                            "  compute.ilp_unroll: {params: {N: [2, 4]}}\n")
+    assert_spec_error(d, "field 'methods.compute.ilp_unroll.params.N'", "'N' is also a dim")
