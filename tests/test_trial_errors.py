@@ -1114,3 +1114,79 @@ def test_method_param_names_are_checked_at_load(tmp_path):
     d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\nmethods:\n"
                             "  compute.ilp_unroll: {params: {N: [2, 4]}}\n")
     assert_spec_error(d, "field 'methods.compute.ilp_unroll.params.N'", "'N' is also a dim")
+
+
+LOOP_REF = "def reference(x, N):\n    while True:\n        pass\n"
+
+
+def test_a_reference_that_never_returns_is_named_within_timeout_s(tmp_path):
+    """Trial 8, D3: `kopt preflight` waited 600 s in silence whatever timing.timeout_s said."""
+    import subprocess
+    import sys
+    import time
+
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "timing: {timeout_s: 3}\n", **{"ref.py": LOOP_REF})
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "preflight", str(d)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert time.monotonic() - t0 < 120 and p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (f"{d / 'ref.py'}: inputs()/reference() did not return within 3 s, before any "
+            "candidate code was called") in p.stderr
+    assert "nothing was built" in p.stderr
+
+
+def _harness_of(pid: int) -> int | None:
+    """The pid of the `workers.harness` process whose parent is ``pid``, if any."""
+    import os
+
+    for q in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{q}/stat").read()
+            cmd = open(f"/proc/{q}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"workers.harness" in cmd and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            return int(q)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_preflight_ended_by_a_signal_leaves_no_harness(tmp_path, sig):
+    """Trial 8, D3: Ctrl-C or SIGTERM during a reference that never returns left the harness
+    spinning forever (reparented to init, one core at 100 %)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "timing: {timeout_s: 300}\n", **{"ref.py": LOOP_REF})
+    p = subprocess.Popen([sys.executable, "-m", "kopt.cli", "preflight", str(d)], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while (h := _harness_of(p.pid)) is None:
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # the harness is up, ref.py's reference() spins
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=60)
+    for _ in range(50):
+        if not _alive(h):
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(h, signal.SIGKILL)
+        raise AssertionError(f"harness {h} outlived kopt preflight")
+    if sig == "SIGINT":
+        assert p.returncode == 130 and err == "error: interrupted (Ctrl-C)\n", err
