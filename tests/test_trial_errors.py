@@ -4,6 +4,7 @@ is one line naming the file or field and the fix, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -1190,3 +1191,23 @@ def test_preflight_ended_by_a_signal_leaves_no_harness(tmp_path, sig):
         raise AssertionError(f"harness {h} outlived kopt preflight")
     if sig == "SIGINT":
         assert p.returncode == 130 and err == "error: interrupted (Ctrl-C)\n", err
+
+
+def test_a_file_where_the_build_cache_folder_goes_is_refused_at_once(tmp_path):
+    """Trial 8, T5: `$KOPT_CACHE/builds` a file: two Ray "Unhandled error" tracebacks
+    (FileExistsError) and every candidate a compile_error, though each compile worked."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "kc"
+    cache.mkdir()
+    (cache / "builds").write_text("x")
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(base(tmp_path)),
+                        "--backend", "cpu", "--store", str(tmp_path / "st")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "KOPT_CACHE": str(cache)})
+    assert p.returncode == 2 and p.stderr == (
+        f"error: $KOPT_CACHE={str(cache)!r}: {cache / 'builds'} is a file, not a folder; point "
+        "KOPT_CACHE at a folder for the build cache (default ~/.cache/kopt) (or move "
+        f"{cache / 'builds'} out of the way)\n"), p.stdout + p.stderr
+    assert not (tmp_path / "st").exists()
