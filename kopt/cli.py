@@ -30,7 +30,7 @@ from rich.table import Table
 from kopt import streams
 from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
-from kopt.store import QueryError, default_root, resume_command
+from kopt.store import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from workers.records import Status
 
@@ -1060,8 +1060,9 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
     if not root.is_dir():
         _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     order = {m: i for i, m in enumerate(load_catalog().methods)}
-    rows = sorted(Database(root).method_effectiveness(), key=lambda r: (
-        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"]))
+    rows = sorted(complete_rows(Database(root).method_effectiveness(), ("method", "device_class"),
+                                "method rows"), key=lambda r: (
+        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"] or ""))
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
         return
@@ -1076,7 +1077,7 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
               "ineffective"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"]),
+        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"] or "-"),
                   str(r["tried"]), str(r["accepted"]), _speedup(r["median_gain"]),
                   str(r["ineffective"]))
     out.print(t)

@@ -431,6 +431,23 @@ def stored_json(text: str | None, column: str, want: type = dict) -> Any:
     return value
 
 
+def complete_rows(rows: list[dict[str, Any]], columns: Iterable[str], what: str
+                  ) -> list[dict[str, Any]]:
+    """``rows`` whose ``columns`` all hold a value. A typed column the product always
+    writes can still be NULL in a store (a row written by another tool, an edited or
+    damaged copy); such rows are left out with one :class:`StoreWarning` naming ``what``
+    (e.g. "candidate rows of run R") and the columns, never a TypeError further on."""
+    columns = list(columns)
+    ok = [r for r in rows if all(r.get(c) is not None for c in columns)]
+    if len(ok) < len(rows):
+        empty = sorted({c for r in rows for c in columns if r.get(c) is None})
+        warnings.warn(StoreWarning(
+            f"{len(rows) - len(ok)} {what} have no {', '.join(empty)} (NULL: written by "
+            "another tool, or an edited or damaged copy of the store): left out; restore "
+            "the store's files from a copy to see them"), stacklevel=2)
+    return ok
+
+
 def table_parts(root: Path, table: str) -> list[Path]:
     """The readable part files of ``table`` (:func:`readable_parts`); a file where the
     table's folder or one of its ``sweep=``/``run=`` folders goes is noted as a

@@ -300,3 +300,64 @@ def test_best_with_a_quote_in_the_run_id(tmp_path):
     demo_store(tmp_path)
     r = run("best", "demo", "--store", str(tmp_path), "--run", "it's")
     assert r.exit_code == 2 and "no run \"it's\" in" in r.output, r.output
+
+
+# -- trial 8, T6-T9: NULL in a typed column (another tool, an edited or damaged copy) ------
+
+NULL_CASES = ([(t, ()) for t in ("candidates", "runs", "iterations", "contests", "reference",
+                                 "reviews", "sources", "phases")]
+              + [("candidates", (c,)) for c in ("iteration", "device_class", "median_ms",
+                                                "is_baseline", "status", "candidate_id",
+                                                "dims", "params")]
+              + [("runs", (c,)) for c in ("sweep_dir", "backend", "event")]
+              + [("iterations", (c,)) for c in ("iteration", "device_class", "state")])
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A real store: one CPU sweep of two launch configs and one method (sweep folder, store,
+    run id)."""
+    from conftest import write_sweep
+
+    root = tmp_path_factory.mktemp("nulls")
+    from test_streams import ADD, REF, YAML  # the tiny vector add, and one method here
+
+    d = write_sweep(root / "vm", YAML.replace("name: va", "name: vm") + "methods: "
+                    "{compute.ilp_unroll: {params: {UNROLL: [2]}}}\n", {"ref.py": REF,
+                                                                        "add.cpp": ADD})
+    store = root / "st"
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu",
+                        "--store", str(store)], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return d, store, query("select run_id from runs", store)[1][0][0]
+
+
+@pytest.mark.parametrize("table, cols", NULL_CASES)
+def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
+    """T6-T9 of trial 8: NULL `iteration` (lineage, report), `sweep_dir` (report),
+    `median_ms` of ok rows (report's plots), `device_class` (methods, export),
+    `candidate_id` (export), an `iterations` row's `iteration` (propose): a TypeError or
+    KeyError traceback each. Every read command now answers, the rows left out noted."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d, src, run_id = swept
+    store = tmp_path / "st"
+    shutil.copytree(src, store)
+    for f in (store / table).rglob("*.parquet"):
+        t = pq.read_table(f)
+        for i, fl in enumerate(t.schema):
+            if (fl.name in cols) if cols else fl.name not in ("run_id", "sweep"):
+                t = t.set_column(i, fl, pa.nulls(len(t), type=fl.type))
+        pq.write_table(t, f)
+    for cmd in (["best", "vm"], ["report", run_id, "--out", str(tmp_path / "rep")],
+                ["lineage", run_id], ["methods"], ["propose", str(d)],
+                ["propose", str(d), "--format", "json"],
+                ["export", "vm", "--out", str(tmp_path / "x.h")],
+                ["wait", run_id, "--timeout", "1"], ["query", "select * from candidates"]):
+        r = CliRunner().invoke(main, [*cmd, "--store", str(store)])
+        assert r.exception is None or isinstance(r.exception, SystemExit), (cmd, r.exception)
+        assert "Traceback" not in r.output, (cmd, r.output)
