@@ -67,7 +67,7 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
 def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalog
           ) -> dict[str, Any]:
     """One device class's plan (see :func:`propose`) from its latest state row ``r``."""
-    st = IterState.from_json(r["state"])
+    st = IterState.from_json(r["state"]).named()  # the closing contest's best, as `kopt best`
     sm = r.get("sm")
     if r.get("devices"):
         devs = [d for d in stored_json(r["devices"], "devices", list)
