@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -156,10 +157,10 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
         A :class:`ClaimCheck`; every broken rule is one refusal, none raises.
     """
     cat = catalog or load_catalog()
-    claim = tuple(methods)
+    given = tuple(methods)
+    claim, refusals = _once(given)  # every rule below sees each id once
     sel = set(selected)
     why = bool(reason and reason.strip())
-    refusals: list[Refusal] = []
     known = []
     for m in claim:
         if m in cat.methods:
@@ -201,7 +202,16 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
                                     "claim it too (or select it in an earlier iteration)"))
     if scan is not None:
         refusals += _scan_refusals(known, _scan_rows(scan), why)
-    return ClaimCheck(claim, tuple(refusals))
+    return ClaimCheck(given, tuple(refusals))
+
+
+def _once(claim: tuple[str, ...]) -> tuple[tuple[str, ...], list[Refusal]]:
+    """``claim`` with each id once (first place kept), and one ``one_method_per_axis``
+    refusal per id given more than once: a method named twice is one method, not two lines
+    of every rule it breaks."""
+    counts = Counter(claim)
+    return tuple(counts), [Refusal("one_method_per_axis", f"{m} is claimed {n} times; claim "
+                                   "it once") for m, n in counts.items() if n > 1]
 
 
 def _scan_refusals(known: list[Any], rows: dict[str, list[dict[str, Any]]], why: bool

@@ -6,6 +6,7 @@ import csv
 import errno
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -35,8 +36,35 @@ from kopt.strategy.base import STRATEGIES
 from workers.records import Status
 
 streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
-console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
-out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+
+
+class _Err(Console):
+    """stderr's console (progress, notes, errors): when its reader is gone (``kopt sweep
+    2>&1 | head -1``) it goes quiet and the command carries on, so a sweep still measures
+    and stores everything (rich's default exits 1 mid-sweep, losing the rows not yet
+    flushed)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+        except (OSError, ValueError):  # stderr without a file descriptor (a test's buffer)
+            pass
+
+
+console = _Err(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+
+
+class _Out(Console):
+    """stdout's console: a closed pipe (``kopt catalog | head -1``) ends the command as
+    :func:`_pipe_closed` says (rich's own default exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _pipe_closed()
+
+
+out = _Out(width=None if sys.stdout.isatty() else 160, emoji=False)
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
 MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
@@ -53,6 +81,23 @@ class _Finite(click.FloatRange):
         return v
 
 
+class _SmArch(click.ParamType):
+    """An SM arch as nvcc's ``sm_XY`` takes it: ``major * 10 + minor`` (``90``, ``120``; an
+    ``sm_`` prefix is allowed), bounded to ``SM_ARCHS``. 0 read as "no value" (the default
+    sm_90), -1 and 99999 reached nvcc as ``-arch=sm_-1`` (trial 7)."""
+
+    name = "sm_arch"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        text = str(value).strip().lower().removeprefix("sm_")
+        if text.isdigit() and int(text) in SM_ARCHS:
+            return int(text)
+        self.fail(f"{value!r} is not an SM arch: give major*10+minor, {SM_ARCHS.start} to "
+                  f"{SM_ARCHS.stop - 1} (e.g. 90 for sm_90, 120 for sm_120)", param, ctx)
+
+
+SM_ARCHS = range(30, 130)  # sm_30 (Kepler) .. sm_12x (Blackwell): what nvcc has ever named
 WEEK_S = 7 * 86400.0
 # the most CPU device actors per node: each takes a core of its own (the pipeline refuses
 # more than the cluster has, once Ray is up); past this, listing the slots never ends
@@ -114,6 +159,8 @@ class _Group(click.Group):
         try:
             check_env()
             return super().invoke(ctx)
+        except BrokenPipeError:  # `kopt query ... | head -1`: the reader has what it wanted
+            _pipe_closed()
         except (QueryError, EnvError) as e:
             _fail(str(e))
         except (KeyboardInterrupt, RuntimeError) as e:  # Ctrl-C, also inside a DuckDB query
@@ -130,6 +177,18 @@ class _Group(click.Group):
             _fail(f"{e.filename or ''}: {e.strerror or e}" + (f" ({hint})" if hint else ""))
 
 
+def _pipe_closed() -> None:
+    """Exit quietly, as Unix tools do, when the reader of stdout has gone (``| head -1``):
+    stdout is pointed at /dev/null (Python's flush at exit would fail again) and the exit
+    code is 141 (128 + SIGPIPE, what a shell reports for ``seq 1 9999999 | head -1``)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test's buffer)
+        pass
+    sys.exit(128 + signal.SIGPIPE)
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="kopt")
 def main() -> None:
@@ -142,14 +201,6 @@ def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
 
     console.print(f"[yellow]{escape(rejection_line(iteration, device_class, verdict))}[/]",
                   highlight=False, soft_wrap=True)
-
-
-class ReviewLines(ProgressCallback):
-    """`kopt submit`'s console while its iteration runs (no progress display): a winner
-    the review gate rejected."""
-
-    def on_review(self, device_class: str, iteration: int, verdict: Any) -> None:
-        _print_rejection(device_class, iteration, verdict)
 
 
 class ProgressObserver(ProgressCallback):
@@ -440,10 +491,13 @@ def _summary_line(summary: Any, root: Path) -> str:
               help="The random strategy's sample (default 0).")
 @click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1),
               help="Rows in the closing table.")
+@click.option("--queue", is_flag=True,
+              help="Run on the warm kopt service (`kopt serve start`) of --address/--cluster, "
+                   "else the one recorded on this machine: its device actors, no start-up.")
 def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
           resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
           iterations: int | None, strategy: str | None, seed: int | None,
-          top_k: int) -> None:
+          top_k: int, queue: bool) -> None:
     """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
 
     With several iterations, each takes the last winner as its baseline and the
@@ -477,7 +531,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
                             iterations=iterations, observers=[obs], cluster=cluster,
-                            strategy=strategy, seed=seed)
+                            strategy=strategy, seed=seed, queue=queue)
     except SpecError as e:
         obs.stop()
         msg = str(e)
@@ -485,7 +539,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     except SweepError as e:
         obs.stop()
         _fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         obs.stop()
@@ -496,7 +550,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
                           + escape(f"with `{resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
-        sys.exit(130)
+        sys.exit(_interrupt_code(e))
     console.print(_summary_line(summary, root), highlight=False)
     for it, rungs in sorted(summary.rungs.items()):
         if len(rungs) > 1:
@@ -543,7 +597,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
 @click.argument("sweep_dir", type=click.Path(path_type=Path))
 @click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
               show_default=True)
-@click.option("--arch", type=int, default=None,
+@click.option("--arch", type=_SmArch(), default=None,
               help="SM arch to build for when no GPU is here (e.g. 90, 87); default 90.")
 def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
     """Build the baseline, run it once against the reference, print its figures. Writes nothing."""
@@ -619,6 +673,15 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                 console.print(f"{shown} of {shown + left} rows shown; `--format csv` or "
                               "`--format json` prints all of them (or `--max-rows N`)",
                               highlight=False)
+
+
+def _interrupt_code(e: KeyboardInterrupt) -> int:
+    """The exit code after an interrupted sweep: 128 + the signal, as a shell reports a
+    process the signal ended: 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+    (kopt.pipeline.stop_signal)."""
+    from kopt.pipeline import stop_signal
+
+    return 128 + int(stop_signal(e))
 
 
 def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
@@ -812,6 +875,84 @@ def env(address: str | None, fmt: str) -> None:
         out.print(t)
 
 
+@main.group("serve")
+def serve() -> None:
+    """A warm queue: a long-lived kopt service keeps device actors warm on a Ray cluster;
+    `kopt sweep --queue` runs on them (no start-up cost after the first)."""
+
+
+@serve.command("start")
+@click.option("--address", default=None,
+              help="A running Ray cluster's HOST:PORT (default: start a Ray head here).")
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="auto: CUDA when the cluster has a GPU, else CPU.")
+@click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
+              show_default=True, help="CPU backend: single-thread CPU device actors per node.")
+@click.option("--num-cpus", type=click.IntRange(min=1), default=None,
+              help="CPUs of the Ray head it starts (default: this machine's); not with "
+                   "--address.")
+def serve_start(address: str | None, backend: str, cpu_devices: int,
+                num_cpus: int | None) -> None:
+    """Start the service: its device actors stay up until `kopt serve stop`."""
+    from kopt.service import ServiceError, start_service
+
+    if address and num_cpus:
+        _fail("--num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
+              "cluster's own CPUs count: leave --num-cpus out")
+    try:
+        cfg = start_service(address, backend, cpu_devices, num_cpus)
+    except ServiceError as e:
+        _fail(str(e))
+    addr = cfg["address"]
+    out.print(escape(f"kopt service at {addr}: {len(cfg['devices'])} {cfg['backend']} device "
+                     f"actors warm ({', '.join(i['device_id'] for i in cfg['infos'])})"),
+              highlight=False)
+    out.print("sweep on it: kopt sweep SWEEP_DIR --queue; see it: kopt serve status; stop it: "
+              "kopt serve stop", highlight=False)
+
+
+@serve.command("stop")
+@click.option("--address", default=None,
+              help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
+def serve_stop(address: str | None) -> None:
+    """Stop the service's actors (and the Ray head `kopt serve start` started)."""
+    from kopt.service import ServiceError, stop_service
+
+    try:
+        names = stop_service(address)
+    except ServiceError as e:
+        _fail(str(e))
+    out.print(escape(f"kopt service stopped ({len(names)} actors: {', '.join(names)})"
+                     if names else "kopt service stopped (its Ray head was gone already)"),
+              highlight=False)
+
+
+@serve.command("status")
+@click.option("--address", default=None,
+              help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def serve_status(address: str | None, fmt: str) -> None:
+    """The service's devices (idle/busy, jobs, busy seconds) and the sweeps it served."""
+    from kopt.service import ServiceError, service_status
+
+    try:
+        st = service_status(address)
+    except ServiceError as e:
+        _fail(str(e))
+    if fmt == "json":
+        out.print_json(json.dumps(st))
+        return
+    t = Table(title=escape(f"kopt service at {st['address']} ({st['backend']}): "
+                           f"{st['sweeps_served']} sweeps served, "
+                           f"{len(st['sweeps_running'])} running"))
+    for c in ("device", "class", "state", "jobs", "busy s", "sandbox restarts"):
+        t.add_column(c)
+    for d in st["devices"]:
+        t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
+                  _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
+    out.print(t)
+
+
 def _gpu_line(g: dict[str, Any]) -> str:
     """``0: NAME sm_90 141 GiB``; a figure NVML could not read is ``unknown``."""
     mem = g.get("memory_bytes")
@@ -865,10 +1006,13 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         if detach:
             log: Path | None = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
-        else:
-            log = None
-            sub, _ = sm.run_recorded(root, run_id, it, try_no, [ReviewLines()], address,
-                                     sweep)
+        else:  # its progress and notes (a review rejection, trial 7) as a sweep's
+            log, obs = None, ProgressObserver()
+            try:
+                sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
+                                         sweep=sweep)
+            finally:
+                obs.stop()
     except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
@@ -922,8 +1066,8 @@ def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
         console.print(f"[bold red]error:[/] {escape(e.lines[0])}", highlight=False)
     except (SweepError, RunLocked, SpecError) as e:
         console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
-    except KeyboardInterrupt:
-        rc = 130
+    except KeyboardInterrupt as e:
+        rc = _interrupt_code(e)
     finally:
         obs.stop()
         sm.mark_exit(store, run_id, iteration, try_no, rc)

@@ -9,8 +9,10 @@ restates it in the spec. Kernel mode (a sweep with ``launch:``) parses a
 
 from __future__ import annotations
 
+import io
 import re
 import stat
+import tokenize
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -285,18 +287,27 @@ def too_deep(path: Path | str, parser: str, fix: str = "write it flatter") -> st
             f"one another past Python's recursion limit); {fix}")
 
 
-def read_text(path: Path, error: type[Exception]) -> str:
+def read_text(path: Path, error: Callable[[str], Exception], python: bool = False) -> str:
     """The UTF-8 text of ``path``; a directory, a device, FIFO or socket (reading one would
     block or never end), a file over ``MAX_TEXT_BYTES``, an unreadable file or bytes that are
-    not UTF-8 raise ``error`` with one line naming the file and the fix."""
+    not UTF-8 raise ``error`` with one line naming the file and the fix. ``python``: the file
+    is Python source, decoded as Python decodes it (PEP 263: a UTF-8 BOM or a ``coding:``
+    line, else UTF-8; :func:`tokenize.detect_encoding`)."""
     check_plain_file(path, error)
     try:
-        return path.read_text(encoding="utf-8")
+        if not python:
+            return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        enc = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        return data.decode(enc)
     except IsADirectoryError:
         raise error(f"{path}: is a directory, not a file; name the file itself") from None
     except UnicodeDecodeError as e:
-        raise error(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+        what = "UTF-8" if e.encoding.lower().startswith("utf") else e.encoding
+        raise error(f"{path}: not {what} text (byte 0x{e.object[e.start]:02x} at offset "
                     f"{e.start}); save it as UTF-8") from None
+    except SyntaxError as e:  # detect_encoding: an unknown encoding, or a BOM and a coding line
+        raise error(f"{path}: {e.msg}; save it as UTF-8 with no coding line") from None
     except OSError as e:
         raise error(f"{path}: cannot be read ({e.strerror or e})") from None
 

@@ -21,12 +21,11 @@ compacts its parts keeping the latest row per job key (:meth:`Writer.compact`).
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import threading
 import time
-import uuid
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,12 +40,15 @@ from kopt.store import (
     QueryError,
     RunLock,
     StoreError,
+    StoreWarning,
     _folder,
     default_root,
     lock_holder,
     readable_parts,
+    rows_table,
     table_parts,
     table_schema,
+    write_arrow,
     write_table,
 )
 
@@ -126,7 +128,12 @@ def _sql_text(text: str) -> str:
 
 
 class Writer:
-    """Buffers rows of one run and flushes them as Parquet files in a background thread.
+    """Buffers rows of one run and flushes them as Parquet files.
+
+    It keeps what it wrote (file -> table name and Arrow rows, a run's rows are small): a
+    file removed while the run goes on (the store folder deleted mid-sweep) is written
+    again at the next flush, the run's lock taken again, and a :class:`StoreWarning` says
+    so in one line (:meth:`restore`). Nothing measured vanishes silently.
 
     Args:
         root: the store root.
@@ -143,6 +150,7 @@ class Writer:
         self._lock = threading.Lock()
         self._last = time.monotonic()
         self.files = 0
+        self._written: dict[Path, tuple[str, pa.Table]] = {}  # what restore() rewrites
 
     def add(self, table: str, rows: Iterable[dict[str, Any]]) -> None:
         """Buffer rows; flush if the buffer is large or old."""
@@ -159,8 +167,38 @@ class Writer:
             self._last = time.monotonic()
         for table, rows in buf.items():
             if rows:
-                write_table(self.root, table, self.sweep, self.run_id, rows)
-                self.files += 1
+                self._write(table, rows_table(table, rows))
+        self.restore()  # after the new rows are safe: taking the lock again may raise
+
+    def _write(self, table: str, t: pa.Table) -> Path:
+        path = write_arrow(self.root, table, self.sweep, self.run_id, t)
+        self._written[path] = (table, t)
+        self.files += 1
+        return path
+
+    def restore(self) -> int:
+        """Write again every file of this run that was removed since it was written (and
+        take the run's lock again when its file went too: :meth:`kopt.store.RunLock.renew`),
+        with one :class:`StoreWarning` naming the store, the tables and the row count.
+        Returns the number of rows written again.
+
+        Raises:
+            kopt.store.RunLocked: another process took the run's new lock file first."""
+        gone = [p for p in self._written if not p.exists()]
+        relocked = RunLock(self.root, self.run_id).renew()
+        tables: dict[str, int] = {}
+        for p in gone:
+            table, t = self._written.pop(p)
+            self._write(table, t)
+            tables[table] = tables.get(table, 0) + t.num_rows
+        if gone or relocked:
+            what = ", ".join(f"{n} {t}" for t, n in sorted(tables.items())) or "no rows"
+            warnings.warn(StoreWarning(
+                f"{self.root}: {len(gone)} file(s) of run {self.run_id} were removed while it "
+                f"ran (the store folder deleted or moved?); kopt wrote them again ({what} "
+                "rows)" + (" and took the run's lock again" if relocked else "")
+                + "; rows of other runs in that folder are not kopt's to restore"), stacklevel=2)
+        return sum(tables.values())
 
     def compact(self, table: str = "candidates", key: list[str] | None = None) -> None:
         """Merge this run's part files of ``table`` into one (new file first, then remove
@@ -184,12 +222,10 @@ class Writer:
             t = (rel.to_arrow_table() if hasattr(rel, "to_arrow_table")
                  else rel.fetch_arrow_table()).cast(table_schema(table))
             con.close()
-        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = folder / f".{name}.tmp"
-        pq.write_table(t, tmp, compression="zstd")
-        os.replace(tmp, folder / name)
+        self._write(table, t)
         for p in parts:
             p.unlink(missing_ok=True)
+            self._written.pop(p, None)
 
 
 def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:

@@ -54,6 +54,13 @@ from kopt.observer import Observer
 from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
+from kopt.service import (
+    QueueRunner,
+    queue_backend,
+    recorded_address,
+    service_config,
+    use_token,
+)
 from kopt.spec import Space, SpecError, Sweep
 from kopt.store import (
     RunLock,
@@ -332,8 +339,10 @@ class Driver:
                  cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
                  observers: list[Observer] | None = None, catalog: Catalog | None = None,
                  strategy: str | None = None, seed: int | None = None,
-                 submission: Any = None, phases: PhaseRecorder | None = None):
+                 submission: Any = None, phases: PhaseRecorder | None = None,
+                 queue: dict[str, Any] | None = None):
         self.phases = phases or PhaseRecorder()
+        self.queue = queue  # the warm service's config (kopt.service): its devices are used
         self.submission = submission  # kopt.strategy.submitted.Submitted: one more iteration
         if strategy is not None and strategy not in STRATEGIES:
             raise ValueError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
@@ -354,8 +363,9 @@ class Driver:
         self._ident_ref: Any = None  # the compiler-identity task started with the devices
         self._predicted: list[dict[str, Any]] = []  # device targets built for early
         # paths relative to the sweep folder when it travels as the runtime_env working_dir
+        # (a warm service's devices read the sweep where this driver does: absolute paths)
         self.rel_paths = bool((ray.get_runtime_context().runtime_env or {}).get("working_dir")
-                              ) if ray.is_initialized() else False
+                              ) if ray.is_initialized() and not queue else False
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, space: Space, classes: dict[str, dict], compilers: dict[str, str],
@@ -476,10 +486,14 @@ class Driver:
         space = self.space
         self._early = not self.resume and not (backend == "cuda"
                                                and self.sweep.ncu.profile_baseline)
-        self.runner = RayRunner(backend, self.cpu_devices)
+        self.runner = (QueueRunner(backend, self.queue) if self.queue
+                       else RayRunner(backend, self.cpu_devices))
         self.phases.begin("devices")
         infos = self.runner.start(self._while_devices_start, self.phases)
-        self.phases.end("devices", detail=f"{len(infos)} device actors")
+        self.phases.end("devices", detail=f"{len(infos)} device actors" + (
+            f" (warm: kopt service at {self.queue['address']})" if self.queue else ""))
+        if isinstance(self.runner, QueueRunner):
+            self.runner.check_reads(self.sweep.reference)
         self.classes = self.runner.classes()
         platforms = {i.get("platform") or "" for i in infos}
         try:
@@ -578,7 +592,8 @@ class Driver:
         options = {"backend": backend, "max_candidates": self.max_candidates,
                    "strategy": self.strategy, "seed": self.seed,
                    "cpu_devices": self.cpu_devices, "resume": self.resume,
-                   "iterations": self.iterations}
+                   "iterations": self.iterations,
+                   "queue": self.queue["address"] if self.queue else None}
         self.run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
                         "sweep_dir": str(sweep.root), "backend": backend,
                         "devices": dumps(infos), "options": dumps(options),
@@ -764,6 +779,7 @@ class Driver:
             wall_s=o.wall_s,
             flops=work[0], bytes=work[1], input_sets=o.input_sets, full_ms=o.full_ms,
             escaped_ms=o.escaped_ms, leaked_bytes=o.leaked_bytes, created_at=now(),
+            device_start=_utc(o.started_at), device_end=_utc(o.ended_at),
             **(job.lineage or {"source_hash": self.digest, "submitter": "sweep"}))
 
     # -- the end -------------------------------------------------------------------------
@@ -846,8 +862,36 @@ def _totals(prev: dict[str, Any], key: str, mine: dict[str, float]) -> str:
     return dumps(out)
 
 
+def _utc(epoch_s: float | None) -> Any:
+    """Epoch seconds as a UTC datetime (the store's timestamps); None stays None."""
+    import datetime as dt
+
+    return None if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does (every
+    finished measurement flushed, the run marked interrupted); ``signum`` tells the CLI to
+    exit 128 + 15 = 143, as a process ended by SIGTERM does, where Ctrl-C exits 130."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_signals: list[int] = []  # the signals _terminate turned into Terminated, in order
+
+
 def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    _signals.append(signum)
+    raise Terminated(signum)
+
+
+def stop_signal(e: KeyboardInterrupt) -> int:
+    """The signal that stopped a sweep with ``e``: SIGTERM when :func:`_terminate` saw one
+    (Ray's ``ray.get`` turns the Terminated raised inside it into a plain
+    KeyboardInterrupt), else SIGINT (Ctrl-C)."""
+    return getattr(e, "signum", None) or (_signals[-1] if _signals else signal.SIGINT)
 
 
 def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
@@ -921,13 +965,16 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
               observers: list[Observer] | None = None, cluster: str | None = None,
-              strategy: str | None = None, seed: int | None = None) -> RunSummary:
+              strategy: str | None = None, seed: int | None = None,
+              queue: bool = False) -> RunSummary:
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
 
     ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
-    neither starts an embedded local Ray instance. Everything :func:`check_before_ray`
-    can check fails before Ray starts. The run's phases (kopt.phases) count from the
-    process's start.
+    neither starts an embedded local Ray instance. ``queue``: run on the warm kopt service
+    (kopt.service) of that cluster -- or, with neither, of the one ``kopt serve start``
+    recorded -- with its devices (its backend and CPU devices). Everything
+    :func:`check_before_ray` can check fails before Ray starts. The run's phases
+    (kopt.phases) count from the process's start.
     """
     phases = PhaseRecorder()
     phases.span("startup", 0.0, phases.now())
@@ -937,7 +984,12 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
+        _signals.clear()  # stop_signal: this sweep's, not an earlier one's in this process
         signal.signal(signal.SIGTERM, _terminate)
+    if queue and not (cluster or address):
+        address = recorded_address()
+    if queue and address:
+        use_token(address)  # the service's own Ray head (kopt serve start): its token
     check_before_ray(sweep, Path(store), backend, resume,
                      local=not cluster and address in (None, "local"))
     phases.end("checks")
@@ -952,15 +1004,19 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     else:
         ensure_ray(address)
     phases.end("ray")
+    svc = service_config(cluster_address(cluster) if cluster else str(address)) if queue else None
+    if svc is not None:
+        backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)  # again: ray.init installs its own
     return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                   iterations=iterations, observers=observers, strategy=strategy,
-                  seed=seed, phases=phases).run()
+                  seed=seed, phases=phases, queue=svc).run()
 
 
 __all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",
            "MAX_BUILD_SUBMITS", "MAX_JOB_ATTEMPTS", "RANDOM_FRACTION", "SOLO_ROUNDS",
            "STRATEGIES", "Driver", "Job", "Observer", "RunSummary", "SpecError", "SweepError",
+           "Terminated", "stop_signal",
            "_build_remote", "_identity_remote", "build_id", "check_before_ray", "job_base",
            "run_sweep"]

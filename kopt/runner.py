@@ -181,7 +181,12 @@ class RayRunner(Runner):
     def _new_actor(self, slot: Slot) -> Any:
         cls = (remote_actor("cuda") if self.backend == "cuda"
                else remote_actor("cpu", threads=1))
-        return cls.options(**actor_options(slot)).remote(self.backend, 1, slot.device_class)
+        return cls.options(**actor_options(slot), **self._more_options(slot)).remote(
+            self.backend, 1, slot.device_class)
+
+    def _more_options(self, slot: Slot) -> dict[str, Any]:
+        """More Ray actor options for ``slot``'s actor (kopt.service: named, detached)."""
+        return {}
 
     def run(self, inputs: list[RunInput]) -> list[RunFuture]:
         return [RunFuture(x.device, x.tag, self.actors[x.device].run.remote(x.job, x.artifact))

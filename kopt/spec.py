@@ -609,9 +609,22 @@ def _backend_of(kernel: str, err: Any, fieldname: str) -> str:
     return BACKEND_SUFFIXES[suffix]
 
 
+# what ref.py may define, and the fix for each when it is not a function
+REF_FUNCTIONS = {
+    "inputs": "define `def inputs(seed, **dims)` returning the input tensors by name, or "
+              "remove it (kopt then draws random inputs)",
+    "reference": "define `def reference(**kwargs)` returning the expected output tensor (or a "
+                 "dict of them by argument name)",
+    "contender": "define `def contender(**kwargs)` returning the output as reference() does, "
+                 "or remove it (kopt then times `reference`)"}
+# expressions whose value is never callable: `contender = 5` would be ignored at run time
+_NOT_CALLABLE = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr,
+                 ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)
+
+
 def _check_ref(ref: Path, err: Any) -> None:
     try:
-        tree = ast.parse(read_text(ref, ContractError), str(ref))
+        tree = ast.parse(read_text(ref, ContractError, python=True), str(ref))
     except ContractError as e:
         raise err("reference", str(e)) from None
     except SyntaxError as e:
@@ -622,6 +635,27 @@ def _check_ref(ref: Path, err: Any) -> None:
     if "reference" not in funcs:
         raise err("reference", f"{ref} must define `def reference(**kwargs)` returning the "
                                "expected output tensor (or a dict of them by argument name)")
+    for name, node in _bindings(tree).items():  # `contender = 5` would be ignored at run time
+        value = getattr(node, "value", None)
+        if name in REF_FUNCTIONS and isinstance(value, _NOT_CALLABLE):
+            raise err("reference", f"{ref}: `{name}` (line {node.lineno}) is "
+                                   f"{ast.unparse(value)[:40]}, not a function; "
+                                   f"{REF_FUNCTIONS[name]}")
+
+
+def _bindings(tree: ast.Module) -> dict[str, ast.stmt]:
+    """Each name a module binds at its top level -> the statement that binds it last (a
+    def, a class, an import or an assignment): what the name holds once it is imported."""
+    last: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            last[node.name] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            last.update({(a.asname or a.name).split(".")[0]: node for a in node.names})
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            last.update({t.id: node for t in targets if isinstance(t, ast.Name)})
+    return last
 
 
 def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Path,

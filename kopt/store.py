@@ -75,6 +75,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("claimed_methods", pa.string()), ("note", pa.string()),
         # issue 17.4: the largest |out - ref| / |ref| of the check (ref != 0)
         ("max_rel_err", pa.float64()),
+        # issue 14.3: when the device actor began and ended the job (the device's clock)
+        ("device_start", TS), ("device_end", TS),
     ]),
     # issue 17.1: ref.py's timed function (``contender``, else ``reference``), timed by the
     # harness as candidates are, once per run, device class and problem size; ``impl`` says
@@ -258,9 +260,20 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
     Missing columns are null; unknown keys raise KeyError-free (they are dropped).
     Returns the file's path.
     """
+    return write_arrow(root, table, sweep, run_id, rows_table(table, rows))
+
+
+def rows_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+    """``rows`` as an Arrow table of ``table``'s schema (missing columns null, unknown keys
+    dropped)."""
     schema = table_schema(table)
-    cols = {f.name: [r.get(f.name) for r in rows] for f in schema}
-    t = pa.table(cols, schema=schema)
+    return pa.table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema=schema)
+
+
+def write_arrow(root: Path, table: str, sweep: str, run_id: str, t: pa.Table) -> Path:
+    """Write ``t`` (of ``table``'s schema) as one new Parquet file of ``table`` in the
+    partition ``sweep``/``run_id`` (its folders made when missing); atomic (temp name +
+    rename, fsync'ed). Returns the file's path."""
     folder = root / table / f"sweep={sweep}" / f"run={run_id}"
     folder.mkdir(parents=True, exist_ok=True)
     name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
@@ -273,7 +286,8 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
 
 
 class StoreWarning(UserWarning):
-    """A store file was skipped (damaged); the message names it and the fix."""
+    """A store file was skipped (damaged), or written again (removed while its run ran);
+    the message names it and the fix."""
 
 
 _footers: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> why damaged
@@ -569,6 +583,27 @@ class RunLock:
         return (f"run {self.run_id} is being written by {_holder_text(self.path)} "
                 f"(lock {self.path}); one run has one writer: wait for it to finish, or stop "
                 "that process (what it measured is kept) and resume the run then")
+
+    def renew(self) -> bool:
+        """Take the lock again when its file was removed while this process held it (the
+        store folder deleted mid-run: the held ``flock`` is on a file nobody else can open,
+        so a second writer would get a new one). Returns True when it was taken again;
+        False when the file is still the held one, or this process does not hold it.
+
+        Raises:
+            RunLocked: another process took the new lock file first."""
+        fd = _held.get(self._key)
+        if fd is None:
+            return False
+        try:
+            if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                return False
+        except FileNotFoundError:
+            pass
+        del _held[self._key]
+        os.close(fd)
+        self.acquire()
+        return True
 
     def release(self) -> None:
         """Let go of the lock (the file stays: it names the last holder)."""

@@ -1,6 +1,7 @@
 """The sandboxed harness without Ray: correctness check, timing, and faults as outcomes."""
 
 import dataclasses
+import os
 import shutil
 
 import pytest
@@ -285,3 +286,17 @@ def test_half_and_bfloat16_scalars_reach_a_real_nvcc_build(tmp_path):
     a = torch.tensor(1 / 3, dtype=torch.float16).item()
     b = torch.tensor(0.1, dtype=torch.bfloat16).item()
     assert got == [i * a + b for i in (1.0, 2.0, 3.0, 4.0)]
+
+
+def test_an_edited_ref_py_is_read_again_by_a_warm_harness(tmp_path, sandbox):
+    """A warm device (kopt serve) keeps its harness between sweeps: a ref.py edited since
+    it was last imported is imported again, its reference outputs made again."""
+    d = tmp_path / "edited"
+    shutil.copytree(FIXTURES / "faulty", d)
+    ref, src = d / "ref.py", d / "faulty.cpp"
+    art = artifact(tmp_path, src, 0)
+    assert sandbox.run(job(art, src, ref), timeout_s=10)["status"] == "ok"
+    ref.write_text("def reference(x, N):\n    return (3.0 * x.double()).float()\n")
+    os.utime(ref, ns=(ref.stat().st_atime_ns, ref.stat().st_mtime_ns + 10**9))
+    again = sandbox.run(job(art, src, ref), timeout_s=10)
+    assert again["status"] == "wrong_result", again

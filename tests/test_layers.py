@@ -58,7 +58,8 @@ def test_the_driver_names_are_the_shared_ones():
 
 
 # the driver's modules that issue 13.1 split out of kopt/pipeline.py
-SPLIT = ["pipeline.py", "builder.py", "runner.py", "scheduler.py", "strategy/*.py"]
+SPLIT = ["pipeline.py", "builder.py", "runner.py", "scheduler.py", "service.py",
+         "strategy/*.py"]
 MAX_FUNCTION_LINES = 60
 
 

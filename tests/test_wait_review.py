@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kopt import expand, submit
-from kopt.cli import ProgressObserver, ReviewLines, main
+from kopt.cli import ProgressObserver, main
 from kopt.database import Database
 from kopt.pipeline import run_sweep
 from kopt.port import run_command
@@ -268,7 +268,7 @@ def test_a_review_command_that_leaves_a_child_running_passes_by_its_own_exit_sta
 
 
 def test_a_rejected_winner_is_one_line_on_the_console(capsys):
-    """`kopt sweep` (ProgressObserver) and `kopt submit` (ReviewLines) print the review
+    """`kopt sweep` and `kopt submit` (both ProgressObserver) print the review
     gate's rejection of a winner: its reasons, the command's exit status, the last line of
     its output and the file holding all of it (trial 7 #6)."""
     log = output_log(Path("/s"), "r1", 2, "cpu x/1", "c1")
@@ -277,15 +277,15 @@ def test_a_rejected_winner_is_one_line_on_the_console(capsys):
     failed = Verdict("c1", False, [noise, "the review command exited with status 7"],
                      command="pytest", exit_status=7, output_log=str(log),
                      output_tail="collected 3\nFAILED t.py::op - assert 1 == 2\n\n")
-    ReviewLines().on_review("cpu", 2, failed)
+    ProgressObserver().on_review("cpu", 2, failed)
     passed = Verdict("c2", False, [noise], command="pytest", exit_status=0, output_log="L",
                      output_tail="")
     ProgressObserver().on_review("cpu", 3, passed)
     slow = Verdict("c3", False, ["the review command ran past its 5 s (review.timeout_s) "
                                  "and was killed"], command="sleep 9", exit_status=-9,
                    timed_out=True, output_tail="started\n", output_log="M")
-    ReviewLines().on_review("gpu", 4, slow)
-    ReviewLines().on_review("gpu", 5, Verdict("c4", False, ["not correct on problem size "
+    ProgressObserver().on_review("gpu", 4, slow)
+    ProgressObserver().on_review("gpu", 5, Verdict("c4", False, ["not correct on problem size "
                                                             "{'N': 2}: wrong_result"]))
     assert capsys.readouterr().err.splitlines() == [
         f"iteration 2 (cpu): winner c1 rejected by review: {noise}; the review command exited "

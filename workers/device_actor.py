@@ -61,9 +61,14 @@ class DeviceActor:
         """The actor's pid: a cheap liveness check."""
         return os.getpid()
 
+    def readable(self, path: str) -> bool:
+        """Whether this actor's node can read ``path`` (a warm service reads each sweep's
+        ref.py where the sweep's driver sees it)."""
+        return os.access(path, os.R_OK)
+
     def run(self, job: RunJob, artifact: bytes) -> RunOutcome:
         """Run one job (see workers.harness) and return its outcome; never raises."""
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), time.time()
         try:
             path = str(ensure_artifact(job.build_id, artifact))
             res = RunOutcome.from_dict(self.sandbox.run(replace(job, artifact=path),
@@ -72,7 +77,7 @@ class DeviceActor:
             res = RunOutcome.fault(Status.ERROR, f"device actor: {e!r}")
         self.busy_s += time.perf_counter() - t0
         self.jobs += 1
-        res.job_key = job.job_key
+        res.job_key, res.started_at, res.ended_at = job.job_key, started, time.time()
         return res
 
     def contest(self, jobs: list[dict[str, Any]], rounds: int, *artifacts: bytes
@@ -157,9 +162,10 @@ class DeviceActor:
         self.busy_s += time.perf_counter() - t0
         return res
 
-    def stats(self) -> dict[str, float]:
-        """Seconds spent running jobs, job count and harness restarts."""
-        return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts}
+    def stats(self) -> dict[str, Any]:
+        """Seconds spent running jobs, job count, harness restarts and the harness's pid."""
+        return {"busy_s": self.busy_s, "jobs": self.jobs, "restarts": self.sandbox.restarts,
+                "harness_pid": self.sandbox.pid}
 
     def shutdown(self) -> None:
         self.sandbox.close()

@@ -181,7 +181,7 @@ class Harness:
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         self.is_cuda = device == "cuda"
         self.libs: dict[str, Any] = {}
-        self.refs: dict[str, Any] = {}
+        self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
         if self.is_cuda:
@@ -193,6 +193,7 @@ class Harness:
         self.observers: list[Observer] = timing_observers("cuda" if self.is_cuda else "cpu")
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self._deadline = math.inf  # perf_counter time by which the job must answer
+        self._cut = (0.0, 0.0)  # when the budget was last found too short, and what was asked
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
         self.sample_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
@@ -229,7 +230,10 @@ class Harness:
         return self.libs[path]
 
     def ref_module(self, path: str) -> Any:
-        if path not in self.refs:
+        """ref.py at ``path``, imported once per version of the file (a warm device serves
+        many sweeps: an edited ref.py is imported again)."""
+        key = ref_stamp(path)
+        if key not in self.refs:
             spec = importlib.util.spec_from_file_location(f"kopt_ref_{len(self.refs)}", path)
             mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.path.insert(0, str(Path(path).parent))
@@ -239,8 +243,13 @@ class Harness:
                 raise JobError("error", f"{path}: import failed: {e!r}") from None
             finally:
                 sys.path.pop(0)
-            self.refs[path] = mod
-        return self.refs[path]
+            for name in ("inputs", "reference", "contender"):  # kopt.spec.REF_FUNCTIONS
+                f = getattr(mod, name, None)
+                if f is not None and not callable(f):  # `contender = 5` was silently ignored
+                    raise JobError("error", f"{path}: `{name}` is {f!r:.40}, not a function; "
+                                   f"define `def {name}(...)` or remove it")
+            self.refs[key] = mod
+        return self.refs[key]
 
     # -- data ----------------------------------------------------------------------------
     def prepare(self, job: dict, reference: bool = True) -> Data:
@@ -253,7 +262,7 @@ class Harness:
         candidates see). ``reference=False`` (the NCU target) skips the reference and makes
         one set. Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
         """
-        key = (job["reference"], tuple(sorted(job["dims"].items())), job["seed"],
+        key = (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
                tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference)
         if key in self.data:
             return self.data[key]
@@ -620,7 +629,11 @@ class Harness:
     def fits(self, call_ms: float, n: int) -> bool:
         """Whether ``n`` more calls of ``call_ms`` each fit in what is left of the job's
         budget (``timing.timeout_s``, counted from the end of the preparation)."""
-        return time.perf_counter() + n * call_ms * 1.25e-3 < self._deadline
+        now, need = time.perf_counter(), n * call_ms * 1.25e-3
+        if now + need < self._deadline:
+            return True
+        self._cut = (now, need)  # what the too_slow line states (:meth:`slow_text`)
+        return False
 
     def warm_up(self, lib: Any, job: dict, d: Data, call_ms: float = 0.0) -> int:
         """Call ``solve`` for ``job["timing"]["warmup_ms"]`` (at least twice, input sets
@@ -918,7 +931,7 @@ class Harness:
         leak = self._leak(used1)
         status, error = Status.OK, ""
         if out.pop("too_slow", False):
-            status, error = "too_slow", _slow_text(call_ms, job, out["n_samples"])
+            status, error = "too_slow", self.slow_text(call_ms, job, out["n_samples"])
         if out.get("escaped_ms", 0.0) > max(ESCAPE_MS, ESCAPE_SHARE * out["median_ms"]):
             status, error = "escaped", (
                 f"solve returned before its work was done: CUDA events on torch's stream "
@@ -961,6 +974,7 @@ class Harness:
         self.progress({"stage": "prepared"})
         mod = self.ref_module(job["reference"])
         impl = "contender" if callable(getattr(mod, "contender", None)) else "reference"
+        self.progress({"stage": "timing_ref", "impl": impl})  # names it if the process dies
         lib = RefCall(getattr(mod, impl), job["signature"], Path(job["reference"]).name)
         self.load(d, 0, 0)
         self._sync()
@@ -977,7 +991,7 @@ class Harness:
             return {**out, **self._slow(e, job, out)}
         if out.pop("too_slow", False):
             return {**out, "status": "too_slow",
-                    "error": _slow_text(call_ms, job, out["n_samples"])}
+                    "error": self.slow_text(call_ms, job, out["n_samples"])}
         return {**out, "status": "ok", "error": ""}
 
     def _leak(self, before: int | None) -> int:
@@ -998,7 +1012,24 @@ class Harness:
         ms = e.call_ms
         return {"status": "too_slow", "median_ms": ms, "min_ms": ms, "iqr_ms": 0.0,
                 "mean_ms": ms, "n_samples": 1, "samples_ms": [ms],
-                "error": _slow_text(ms, job, 1, e.where)}
+                "error": self.slow_text(ms, job, 0, e.where)}
+
+
+    def slow_text(self, call_ms: float, job: dict, n: int, where: str = "the next sample"
+                  ) -> str:
+        """The ``too_slow`` line: the call's time, the budget (``timing.timeout_s``) spent when
+        ``where`` did not fit in what was left of it, and the ``n`` samples measured (0: the
+        first checked call's time is the figure)."""
+        t = job["timing"]
+        at, need = self._cut
+        spent = at - (self._deadline - t["timeout_s"])
+        got = (f"measured with {n} sample{'s' if n != 1 else ''}" if n else
+               "its first call's time is the figure")
+        return (f"one call takes {call_ms:.4g} ms; {spent:.3g} s of the timing.timeout_s="
+                f"{t['timeout_s']:g} s budget were spent (calls, and making, copying and "
+                f"checking input sets between them) when {where} (about {need:.3g} s) did not "
+                f"fit; {got} (min_samples={t['min_samples']}). Not a hang: raise "
+                "timing.timeout_s to measure it fully")
 
 
 class RefCall:
@@ -1114,16 +1145,6 @@ class _TooSlow(Exception):
 
 class _Wrong(Exception):
     pass
-
-
-def _slow_text(call_ms: float, job: dict, n: int, where: str = "") -> str:
-    t = job["timing"]
-    need = call_ms * (N_SETS + 2 + t["min_samples"]) / 1e3
-    stop = f"; {where} did not fit" if where else ""
-    return (f"one call takes {call_ms:.4g} ms: the check ({N_SETS} calls), warm-up (2) and "
-            f"min_samples={t['min_samples']} need about {need:.3g} s, more than "
-            f"timing.timeout_s={t['timeout_s']:g} s{stop}; measured with {n} sample"
-            f"{'s' if n != 1 else ''}. Not a hang: raise timing.timeout_s to measure it fully")
 
 
 def _band(exp: torch.Tensor, out: torch.dtype, tol: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1250,6 +1271,16 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+def ref_stamp(path: str) -> tuple:
+    """``path`` with its file's modification time and size: a key that changes when ref.py is
+    edited (the same path and no file: a key of its own, the import then fails naming it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, None, None)
+    return (path, st.st_mtime_ns, st.st_size)
 
 
 def main(rfd: int, wfd: int, device: str) -> None:

@@ -162,6 +162,9 @@ class RunOutcome:
     full_ms: float | None = None
     escaped_ms: float | None = None
     leaked_bytes: int | None = None
+    # when the device actor began and ended the job (epoch seconds, the device's clock)
+    started_at: float | None = None
+    ended_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -255,6 +258,10 @@ class TuningRecord:
     claimed_methods: str | None = None
     note: str | None = None
     max_rel_err: float | None = None  # issue 17.4: the check's largest |out - ref| / |ref|
+    # issue 14.3: when the device actor began and ended the job (UTC timestamps): jobs on
+    # one device never overlap, whichever sweeps shared it
+    device_start: Any = None
+    device_end: Any = None
 
     def row(self, observed: dict[str, Any] | None = None) -> dict[str, Any]:
         """The store row (``status`` as its plain string), with ``observed`` (plug-in

@@ -44,6 +44,8 @@ class Sandbox:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.info: dict[str, Any] = {}
+        self.pid: int | None = None  # the harness process's
+        self.timing_ref = ""  # ref.py's function the running job times, from its progress
         self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
 
     def start(self) -> None:
@@ -72,6 +74,7 @@ class Sandbox:
             self.kill()
             raise RuntimeError(hello.get("error", "harness failed to start"))
         self.info = hello["info"]
+        self.pid = hello.get("pid")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,
             prepare_timeout_s: float = PREPARE_TIMEOUT_S) -> dict[str, Any]:
@@ -91,6 +94,7 @@ class Sandbox:
         # job's own budget starts once the harness says "prepared"
         deadline = t0 + max(timeout_s, prepare_timeout_s)
         prepared = False  # the harness said it made the inputs and reference outputs
+        self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         try:
             self.w.send(("run", job))
         except (BrokenPipeError, OSError):
@@ -112,6 +116,7 @@ class Sandbox:
             deadline = self._extend(res, deadline, timeout_s, base)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
+            self.timing_ref = res.get("impl") or self.timing_ref
         res["wall_s"] = time.perf_counter() - t0
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
@@ -146,7 +151,8 @@ class Sandbox:
         """The outcome of a job whose harness process died (it is reaped; the next job
         restarts it): ``crashed``; or ``error`` naming ref.py when it died before the
         inputs and reference outputs were made (ref.py's code ended the process, e.g.
-        ``os._exit``: no candidate code had been called)."""
+        ``os._exit``: no candidate code had been called); ``crashed`` naming ref.py's
+        ``contender()`` (or ``reference()``) when it died while that was timed."""
         code = self.kill()
         self.restarts += 1
         said = self.tail(pos)
@@ -156,6 +162,11 @@ class Sandbox:
                 f"{ref}: the harness process ended ({describe_exit(code)}) while its "
                 "inputs()/reference() ran, before any candidate code was called; they must "
                 "return (no os._exit, sys.exit or abort): fix them"
+                + (f"; it printed: {said}" if said else ""))}
+        if self.timing_ref and ref:  # no candidate code: ref.py's timed function did it
+            return {"status": Status.CRASHED, "error": (
+                f"{ref}: {self.timing_ref}() ended the process timing it ({describe_exit(code)}"
+                "); it must return its result (no os._exit, sys.exit or abort): fix it"
                 + (f"; it printed: {said}" if said else ""))}
         return {"status": Status.CRASHED,
                 "error": f"harness died: {describe_exit(code)}. {said}".strip()}
@@ -188,7 +199,7 @@ class Sandbox:
         """Kill the harness (its whole process group); returns its exit code."""
         if self.proc is None:
             return None
-        p, self.proc = self.proc, None
+        p, self.proc, self.pid = self.proc, None, None
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
