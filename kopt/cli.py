@@ -28,11 +28,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from kopt import streams
 from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
-from kopt.store import QueryError, default_root, resume_command
+from kopt.store import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from workers.records import Status
+
+streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
 
 
 class _Err(Console):
@@ -150,7 +153,7 @@ class _Group(click.Group):
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context) -> Any:
-        from kopt.database import DatabaseError, explain
+        from kopt.database import DatabaseError, explain, interrupted
         from workers.build import EnvError, check_env
 
         try:
@@ -160,6 +163,10 @@ class _Group(click.Group):
             _pipe_closed()
         except (QueryError, EnvError) as e:
             _fail(str(e))
+        except (KeyboardInterrupt, RuntimeError) as e:  # Ctrl-C, also inside a DuckDB query
+            if not interrupted(e):
+                raise
+            _fail("interrupted (Ctrl-C)", 130)
         except DatabaseError as e:
             _fail(str(explain(e)))
         except OSError as e:  # a path in the way: a file where a folder goes, or the reverse
@@ -1197,8 +1204,9 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
     if not root.is_dir():
         _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     order = {m: i for i, m in enumerate(load_catalog().methods)}
-    rows = sorted(Database(root).method_effectiveness(), key=lambda r: (
-        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"]))
+    rows = sorted(complete_rows(Database(root).method_effectiveness(), ("method", "device_class"),
+                                "method rows"), key=lambda r: (
+        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"] or ""))
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
         return
@@ -1213,7 +1221,7 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
               "ineffective"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"]),
+        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"] or "-"),
                   str(r["tried"]), str(r["accepted"]), _speedup(r["median_gain"]),
                   str(r["ineffective"]))
     out.print(t)

@@ -209,7 +209,7 @@ class Writer:
         """
         self.flush()
         folder = self.root / table / f"sweep={self.sweep}" / f"run={self.run_id}"
-        parts = readable_parts(self.root, folder.glob("part-*.parquet"))  # damaged: left alone
+        parts = readable_parts(self.root, folder.glob("part-*.parquet"), table)  # damaged: left
         if len(parts) < 2:
             return
         t = pa.concat_tables([pq.read_table(p, schema=table_schema(table)) for p in parts])
@@ -376,6 +376,13 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
     """
     with open_query(sql, root) as res:
         return res.columns, [r for b in res.batches() for r in b]
+
+
+def interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is a Ctrl-C: a KeyboardInterrupt, or what DuckDB makes of SIGINT during
+    a query (a ``RuntimeError("Query interrupted")``, or its ``InterruptException``)."""
+    return (isinstance(e, KeyboardInterrupt | duckdb.InterruptException)
+            or (isinstance(e, RuntimeError) and str(e) == "Query interrupted"))
 
 
 def explain(e: Exception) -> QueryError:

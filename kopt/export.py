@@ -35,7 +35,7 @@ from typing import Any
 
 from kopt.database import Database
 from kopt.select import best
-from kopt.store import stored_json
+from kopt.store import complete_rows, stored_json
 
 T4_VERSION = "1.0.0"
 
@@ -93,7 +93,8 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
         ExportError: no correct candidate of the sweep (or run), or two device classes that
             map to one macro.
     """
-    picked = best(sweep, store, run_id)
+    picked = complete_rows(best(sweep, store, run_id), ("candidate_id", "device_class", "dims"),
+                           f"best rows of sweep {sweep!r}")
     if not picked:
         raise ExportError(f"no correct candidate of sweep {sweep!r}"
                           + (f" run {run_id}" if run_id else "") + f" in {store}; "

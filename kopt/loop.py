@@ -33,7 +33,7 @@ candidates compared instead of the winner's and the baseline's.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,17 @@ class IterState:
     contest: dict[str, dict[str, Any]] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     closing: dict[str, Any] = field(default_factory=dict)
+
+    def named(self) -> IterState:
+        """This state as the next iteration and ``kopt propose`` see it. When the loop's
+        closing contest named another best than the last iteration's winner (the first
+        baseline, or an earlier winner, was faster side by side), that one is ``best`` and
+        its triple's methods are ``selected``: propose plans from the parent that ``kopt
+        best`` and ``kopt export`` name. Else this state itself."""
+        nb = (self.closing or {}).get("best")
+        if not nb or not self.best or nb.get("candidate_id") == self.best.get("candidate_id"):
+            return self
+        return replace(self, best=dict(nb), selected=[m for m in nb.get("triple") or () if m])
 
     def context(self) -> Context:
         """The expansion context for the next iteration."""

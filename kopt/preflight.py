@@ -119,8 +119,13 @@ def _start_checked(sweep: Sweep, space: Any, backend: str) -> Sandbox:
         sb.close()
         raise PreflightError(f"the {backend} harness did not start: {e}") from None
     d = space.dims[0]
-    res = sb.run({**job_base(sweep, space), "build_id": "", "job_key": "reference", "dims": d,
-                  "prepare_only": True}, space.timing.timeout_s)
+    try:  # ref.py gets the candidate's budget here: a reference that never returns is named
+        res = sb.run({**job_base(sweep, space), "build_id": "", "job_key": "reference",
+                      "dims": d, "prepare_only": True}, space.timing.timeout_s,
+                     prepare_timeout_s=space.timing.timeout_s)
+    except BaseException:  # Ctrl-C: the harness goes too
+        sb.close()
+        raise
     if res.get("status") != Status.OK:
         sb.close()
         raise PreflightError(f"{sweep.reference}: inputs()/reference() failed for dims {d} "

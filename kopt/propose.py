@@ -14,7 +14,7 @@ from kopt.database import Database
 from kopt.expand import admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
-from kopt.store import default_root, stored_json
+from kopt.store import complete_rows, default_root, stored_json
 
 
 def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
@@ -54,7 +54,9 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
     device (no NCU evidence: every method counts as triggered).
     """
     cat = load_catalog()
-    rows = Database(store).latest_states(sweep.name)
+    rows = complete_rows(Database(store).latest_states(sweep.name),
+                         ("iteration", "device_class", "backend", "state"),
+                         f"iteration state rows of sweep {sweep.name!r}")
     if not rows:
         backend, dc, sm = _local_device(sweep)
         rows = [{"run_id": None, "backend": backend, "device_class": dc, "iteration": 0,
@@ -65,7 +67,7 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
 def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalog
           ) -> dict[str, Any]:
     """One device class's plan (see :func:`propose`) from its latest state row ``r``."""
-    st = IterState.from_json(r["state"])
+    st = IterState.from_json(r["state"]).named()  # the closing contest's best, as `kopt best`
     sm = r.get("sm")
     if r.get("devices"):
         devs = [d for d in stored_json(r["devices"], "devices", list)

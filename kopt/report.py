@@ -10,7 +10,7 @@ from kopt.bottleneck import aggregate
 from kopt.compare import RULE
 from kopt.database import Database
 from kopt.loop import IterState
-from kopt.store import no_run, stored_json
+from kopt.store import complete_rows, no_run, stored_json
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -203,7 +203,8 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         suffix = ".cu" if rec["backend"] == "cuda" else ".cpp"
         src = realized_source(Path(rec["sweep_dir"]), rec["backend"],
                               best.get("defines") or {},
-                              f"kopt best candidate {best.get('candidate_id')} of run {run_id}")
+                              f"kopt best candidate {best.get('candidate_id')} of run {run_id}"
+                              ) if rec.get("sweep_dir") else None  # NULL: sweep folder unknown
         if src:
             name = f"best-{dc}{suffix}"
             (out / name).write_text(src)
@@ -379,7 +380,8 @@ def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: 
         fig.savefig(out / "speedup_per_iteration.png", dpi=110)
         plt.close(fig)
         names.append("speedup_per_iteration.png")
-    first = [c for c in cand if c["iteration"] == 1]
+    first = complete_rows([c for c in cand if c["iteration"] == 1], ("median_ms",),
+                          "correct candidate rows of iteration 1")
     if first:
         params = [stored_json(c["params"], "params") for c in first]
         keys = {k for p in params for k in p}

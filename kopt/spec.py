@@ -17,6 +17,7 @@ import itertools
 import json
 import keyword
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -733,6 +734,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                           f"{d}, over {MAX_ARG_ELEMENTS:,} (2^38): no device holds that; check "
                           "the extents")
 
+    _check_param_names(blk, dims, sig, prefix, err)
     params = {k: list(v) for k, v in blk.params.items()}
     for k, vals in params.items():
         if not vals:
@@ -824,6 +826,32 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
         needs_sm90a=blk.needs_sm90a)
+
+
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_param_names(blk: BackendBlock, dims: list[dict[str, int]], sig: Any, prefix: str,
+                       err: Any) -> None:
+    """Each launch param, method param and method define reaches the compiler as
+    ``-DNAME=VALUE``: SpecError at its field for a name that is no C identifier (``1NT``,
+    ``a-b``, ``""``: every candidate a compile_error "macro names must be identifiers"),
+    or that is also a dim or a ``solve`` argument (``-DN=2`` rewrites the prototype, and
+    the expressions would read two values for one name)."""
+    taken = {k: "dim" for d in dims for k in d}
+    for a in sig.args:
+        taken[a.name] = " and ".join(x for x in (taken.get(a.name), f"{sig.name} argument") if x)
+    fields = [(f"{prefix}params.{k}", k) for k in blk.params]
+    for mid, real in blk.methods.items():
+        fields += [(f"{prefix}methods.{mid}.params.{k}", k) for k in real.params]
+        fields += [(f"{prefix}methods.{mid}.defines.{k}", k) for k in real.defines]
+    for where, k in fields:
+        if not isinstance(k, str) or not _C_IDENTIFIER.fullmatch(k):
+            raise err(where, f"{k!r} is not a C identifier: it is passed as a macro (-D{k}=...); "
+                      "use letters, digits and _, not starting with a digit")
+        if k in taken:
+            raise err(where, f"{k!r} is also a {taken[k]}; it is passed as a macro (-D{k}=...), "
+                      "which would replace that name in the kernel: rename the param")
 
 
 # the pip distribution that installs a package, for the message when it is missing

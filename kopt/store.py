@@ -291,10 +291,13 @@ class StoreWarning(UserWarning):
 
 
 _footers: dict[tuple[str, int, int], str | None] = {}  # (path, size, mtime_ns) -> why damaged
+_schemas: dict[tuple[str, int, int, str], str | None] = {}  # ... and table -> why it clashes
 
 
-def damage(path: Path) -> str | None:
+def damage(path: Path, table: str | None = None) -> str | None:
     """Why the Parquet file at ``path`` cannot be read (pyarrow reads its footer), or None.
+    With ``table``, also a file whose columns cannot be read as the table's
+    (:func:`schema_clash`): valid Parquet of another shape blocks a view as surely.
 
     Cached per (path, size, mtime) in this process. A file that vanished (a compaction in
     between) counts as readable: the caller lists files again next time.
@@ -312,15 +315,53 @@ def damage(path: Path) -> str | None:
             return None
         except (OSError, pa.ArrowException) as e:
             _footers[k] = (str(e).splitlines() or [type(e).__name__])[0]
-    return _footers[k]
+    if _footers[k] is not None or table is None:
+        return _footers[k]
+    if (*k, table) not in _schemas:
+        try:
+            _schemas[(*k, table)] = schema_clash(pq.read_schema(path), table_schema(table))
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowException) as e:
+            _schemas[(*k, table)] = (str(e).splitlines() or [type(e).__name__])[0]
+    return _schemas[(*k, table)]
 
 
-def readable_parts(root: Path, files: Iterable[Path]) -> list[Path]:
-    """``files`` (sorted) without the damaged ones; each damaged file is reported once per
+def _family(t: pa.DataType) -> str:
+    """The kind of value an Arrow type holds, as far as reading the store goes: integers and
+    floats mix (DuckDB widens them), as do the string types and the timestamp units."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):  # the item's name does not matter
+        return f"list<{_family(t.value_type)}>"
+    return "timestamp" if pa.types.is_timestamp(t) else str(t)
+
+
+def schema_clash(found: pa.Schema, want: pa.Schema) -> str | None:
+    """Why a part file with schema ``found`` cannot be read as a table with schema ``want``:
+    no columns at all, or a column of the table's that holds another kind of value (text
+    where kopt stores a number: every query over the table fails). None when it can be
+    read (extra columns and missing ones are fine: missing ones read as NULL)."""
+    if len(found) == 0:
+        return "no columns"
+    for f in found:
+        i = want.get_field_index(f.name)
+        if i < 0 or pa.types.is_null(f.type):
+            continue
+        if _family(f.type) != _family(want.field(i).type):
+            return f"column {f.name!r} holds {f.type}, kopt stores {want.field(i).type} there"
+    return None
+
+
+def readable_parts(root: Path, files: Iterable[Path], table: str | None = None) -> list[Path]:
+    """``files`` (sorted) without the damaged ones (with ``table``: also those whose columns
+    cannot be read as that table's, :func:`damage`); each damaged file is reported once per
     process as a :class:`StoreWarning` naming it and the fix. Nothing is moved or removed."""
     ok = []
     for f in sorted(files):
-        why = damage(f)
+        why = damage(f, table)
         if why is None:
             ok.append(f)
             continue
@@ -404,6 +445,23 @@ def stored_json(text: str | None, column: str, want: type = dict) -> Any:
     return value
 
 
+def complete_rows(rows: list[dict[str, Any]], columns: Iterable[str], what: str
+                  ) -> list[dict[str, Any]]:
+    """``rows`` whose ``columns`` all hold a value. A typed column the product always
+    writes can still be NULL in a store (a row written by another tool, an edited or
+    damaged copy); such rows are left out with one :class:`StoreWarning` naming ``what``
+    (e.g. "candidate rows of run R") and the columns, never a TypeError further on."""
+    columns = list(columns)
+    ok = [r for r in rows if all(r.get(c) is not None for c in columns)]
+    if len(ok) < len(rows):
+        empty = sorted({c for r in rows for c in columns if r.get(c) is None})
+        warnings.warn(StoreWarning(
+            f"{len(rows) - len(ok)} {what} have no {', '.join(empty)} (NULL: written by "
+            "another tool, or an edited or damaged copy of the store): left out; restore "
+            "the store's files from a copy to see them"), stacklevel=2)
+    return ok
+
+
 def table_parts(root: Path, table: str) -> list[Path]:
     """The readable part files of ``table`` (:func:`readable_parts`); a file where the
     table's folder or one of its ``sweep=``/``run=`` folders goes is noted as a
@@ -416,7 +474,7 @@ def table_parts(root: Path, table: str) -> list[Path]:
             f"damaged store: {p.absolute()} is a file where a folder of table {table!r} goes; "
             f"what it held is not read: move it out of the store and restore the folder from "
             "a copy"), stacklevel=2)
-    return readable_parts(root, top.glob("sweep=*/run=*/part-*.parquet"))
+    return readable_parts(root, top.glob("sweep=*/run=*/part-*.parquet"), table)
 
 
 def _folder(root: Path) -> Path:

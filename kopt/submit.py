@@ -32,7 +32,7 @@ from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
-from kopt.store import no_run, now, stored_json
+from kopt.store import complete_rows, no_run, now, stored_json
 from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
 from workers.records import Status
 
@@ -436,7 +436,8 @@ def lineage(root: Path, run_id: str) -> list[Node]:
         SubmitError: no such run.
     """
     db = Database(root)
-    rows = db.lineage_rows(run_id)
+    rows = complete_rows(db.lineage_rows(run_id), ("iteration", "device_class"),
+                         f"candidate rows of run {run_id}")
     if not rows:
         raise SubmitError([f"run {run_id}: no candidates in {root}"])
     names = {(v["iteration"], v["source_hash"]): (v["name"], v["try_no"])

@@ -208,3 +208,28 @@ def test_a_build_task_that_raised_is_one_line():
         OSError(28, "No space left on device"))
     assert _task_error(e) == "OSError: [Errno 28] No space left on device"
     assert _task_error(ray.exceptions.RayError("node died\nmore")) == "node died"
+
+
+_UNDER_HARD_LIMIT = r"""
+import resource, subprocess, sys
+from workers.reap import limited
+hard = 3 * 2**30                                   # `ulimit -v 3145728`: soft and hard
+resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+p = subprocess.run([sys.executable, "-c",
+                    "import resource; print(*resource.getrlimit(resource.RLIMIT_AS))"],
+                   capture_output=True, text=True, preexec_fn=limited(8 * 2**30))
+print(p.returncode, p.stdout.strip())
+"""
+
+
+def test_compiler_memory_cap_above_the_hard_limit_is_clamped():
+    """T1 of trial 8: under ``ulimit -v`` below KOPT_COMPILE_MEM_GB the compiler's
+    preexec_fn raised (SubprocessError traceback from every build); now the cap is the
+    hard limit the process already has."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _UNDER_HARD_LIMIT], capture_output=True,
+                       text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["0", str(3 * 2**30), str(3 * 2**30)]

@@ -145,3 +145,29 @@ def test_propose_json_after_a_submitted_winner_scans_the_catalog_and_names_its_c
     assert r.output == (f"error: {root}: no stored source h2 (table sources); the parent's "
                         "source is lost, submit against a newer run; `kopt propose` needs it "
                         "to plan from the current best\n")
+
+
+def test_propose_plans_from_the_closing_contests_best(tmp_path):
+    """Trial 8, D2: the loop's closing contest found the first baseline faster side by side
+    than iteration 1's winner; `kopt best` and `kopt export` name the baseline, but
+    `kopt propose` planned from the losing winner (its methods already selected)."""
+    from kopt.database import Database
+
+    root = tmp_path / "st"
+    store_with_a_profiled_winner(root)
+    first = {"candidate_id": "b0", "build_id": "b0", "triple": [None, None, None],
+             "params": {"THREADS": 128}, "defines": {"THREADS": 128}, "speedup": 1.0,
+             "median_ms": 1.4, "dims": '{"N": 67108864}'}
+    st = IterState.from_json(Database(root).latest_states("vector_add")[0]["state"])
+    st.closing = {"speedup": 1.0, "first_baseline": "b0", "final_winner": "w1",
+                  "best": {"iteration": 1, **first}, "winner_of": {"b0": 0, "w1": 1},
+                  "note": "the first baseline is faster beyond noise"}
+    write_table(root, "iterations", "vector_add", "r1", [{
+        "run_id": "r1", "sweep": "vector_add", "iteration": 1, "device_class": DC,
+        "state": st.to_json(), "created_at": now()}])
+    r = CliRunner().invoke(main, ["propose", str(SWEEP), "--store", str(root),
+                                  "--format", "json"])
+    assert r.exit_code == 0, r.output
+    [plan] = json.loads(r.stdout)
+    assert plan["best"]["candidate_id"] == "b0" and plan["selected"] == []
+    assert plan["best"]["params"] == {"THREADS": 128}

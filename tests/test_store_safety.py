@@ -133,6 +133,44 @@ def test_truncated_part_file_is_named_and_skipped(tmp_path):
             ("r1", "finished"), ("r2", "e1")]
 
 
+@pytest.mark.parametrize("shape", ["retyped", "no_columns"])
+def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
+    """Trial 8, D1: a part file that is valid Parquet but holds text where kopt stores a
+    number (another tool, an older version), or no columns at all (a tool that failed
+    early), blocked every command with DuckDB's binder error or its own message (even
+    `select count(*) from runs`), and a new sweep died at its end. Now it is named with the
+    fix and skipped like a truncated file; everything else is read and written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    demo_store(tmp_path)
+    table = "candidates" if shape == "retyped" else "runs"
+    bad = write_table(tmp_path, table, "demo", "r2", [
+        {"run_id": "r2", "sweep": "demo", "event": "finished", "status": "ok",
+         "candidate_id": "b", "median_ms": 1.0, "params": '{"T": 2}', "dims": "{}",
+         "device_class": "cpu-x", "iteration": 1, "job_key": "b"}])
+    t = pq.read_table(bad)
+    pq.write_table(t.set_column(t.schema.get_field_index("median_ms"), "median_ms",
+                                pa.array(["fast"])) if shape == "retyped" else pa.table({}),
+                   bad)
+    why = ("column 'median_ms' holds string, kopt stores double there" if shape == "retyped"
+           else "no columns")
+    for sql in ("select count(*) n from runs", "select count(*) n from candidates"):
+        r = run("query", "--store", str(tmp_path), "--format", "csv", sql)
+        assert r.exit_code == 0, r.output
+        assert r.output.replace("\n", "").count(f"note: damaged store file {bad} ({why}): "
+                                                "skipped") == 1, r.output
+        assert r.output.splitlines()[-2:] == ["n", "1"]  # r1's rows
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0 and "T=1" in r.output, r.output
+    w = Writer(tmp_path, "demo", "r3")  # what a new sweep stores at its end
+    w.add("runs", [{"run_id": "r3", "sweep": "demo", "event": "finished"}])
+    w.flush()
+    with pytest.warns(UserWarning, match="damaged store file"):
+        assert query("select run_id, status from runs order by 1", tmp_path)[1] == [
+            ("r1", "finished"), ("r3", "finished")]
+
+
 def test_damaged_file_message_matches_any_case():
     """DuckDB 2.x writes `file '...'` (lower case); the store still names it, with the fix."""
     e = explain(RuntimeError("Invalid Input Error: No magic bytes found at end of file "
@@ -262,3 +300,64 @@ def test_best_with_a_quote_in_the_run_id(tmp_path):
     demo_store(tmp_path)
     r = run("best", "demo", "--store", str(tmp_path), "--run", "it's")
     assert r.exit_code == 2 and "no run \"it's\" in" in r.output, r.output
+
+
+# -- trial 8, T6-T9: NULL in a typed column (another tool, an edited or damaged copy) ------
+
+NULL_CASES = ([(t, ()) for t in ("candidates", "runs", "iterations", "contests", "reference",
+                                 "reviews", "sources", "phases")]
+              + [("candidates", (c,)) for c in ("iteration", "device_class", "median_ms",
+                                                "is_baseline", "status", "candidate_id",
+                                                "dims", "params")]
+              + [("runs", (c,)) for c in ("sweep_dir", "backend", "event")]
+              + [("iterations", (c,)) for c in ("iteration", "device_class", "state")])
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A real store: one CPU sweep of two launch configs and one method (sweep folder, store,
+    run id)."""
+    from conftest import write_sweep
+
+    root = tmp_path_factory.mktemp("nulls")
+    from test_streams import ADD, REF, YAML  # the tiny vector add, and one method here
+
+    d = write_sweep(root / "vm", YAML.replace("name: va", "name: vm") + "methods: "
+                    "{compute.ilp_unroll: {params: {UNROLL: [2]}}}\n", {"ref.py": REF,
+                                                                        "add.cpp": ADD})
+    store = root / "st"
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu",
+                        "--store", str(store)], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return d, store, query("select run_id from runs", store)[1][0][0]
+
+
+@pytest.mark.parametrize("table, cols", NULL_CASES)
+def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
+    """T6-T9 of trial 8: NULL `iteration` (lineage, report), `sweep_dir` (report),
+    `median_ms` of ok rows (report's plots), `device_class` (methods, export),
+    `candidate_id` (export), an `iterations` row's `iteration` (propose): a TypeError or
+    KeyError traceback each. Every read command now answers, the rows left out noted."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d, src, run_id = swept
+    store = tmp_path / "st"
+    shutil.copytree(src, store)
+    for f in (store / table).rglob("*.parquet"):
+        t = pq.read_table(f)
+        for i, fl in enumerate(t.schema):
+            if (fl.name in cols) if cols else fl.name not in ("run_id", "sweep"):
+                t = t.set_column(i, fl, pa.nulls(len(t), type=fl.type))
+        pq.write_table(t, f)
+    for cmd in (["best", "vm"], ["report", run_id, "--out", str(tmp_path / "rep")],
+                ["lineage", run_id], ["methods"], ["propose", str(d)],
+                ["propose", str(d), "--format", "json"],
+                ["export", "vm", "--out", str(tmp_path / "x.h")],
+                ["wait", run_id, "--timeout", "1"], ["query", "select * from candidates"]):
+        r = CliRunner().invoke(main, [*cmd, "--store", str(store)])
+        assert r.exception is None or isinstance(r.exception, SystemExit), (cmd, r.exception)
+        assert "Traceback" not in r.output, (cmd, r.output)

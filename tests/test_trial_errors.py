@@ -4,6 +4,7 @@ is one line naming the file or field and the fix, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -1093,3 +1094,120 @@ def test_a_submit_note_that_is_not_utf8_is_refused(tmp_path):
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert " ".join(r.output.split()) == (f"refused: --note {tmp_path / 'bad.md'}: not UTF-8 text "
                                           "(byte 0xff at offset 0); save it as UTF-8"), r.output
+
+
+@pytest.mark.parametrize("params, field, says", [
+    ("{'1NT': [1]}", "params.1NT", "'1NT' is not a C identifier"),
+    ("{'a-b': [2]}", "params.a-b", "'a-b' is not a C identifier"),
+    ("{'': [3]}", "params.", "'' is not a C identifier"),
+    ("{N: [1, 2]}", "params.N", "'N' is also a dim and solve argument"),
+    ("{x: [1, 2]}", "params.x", "'x' is also a solve argument"),
+])
+def test_param_names_are_checked_at_load(tmp_path, params, field, says):
+    """Trial 8, D4: a param that is no C identifier, or that is also a dim or a solve
+    argument, reached the compiler as -DNAME=...: every candidate a compile_error."""
+    d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\n"
+                            f"params: {params}\n")
+    assert_spec_error(d, f"field '{field}'", says, "passed as a macro")
+
+
+def test_method_param_names_are_checked_at_load(tmp_path):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\nmethods:\n"
+                            "  compute.ilp_unroll: {params: {N: [2, 4]}}\n")
+    assert_spec_error(d, "field 'methods.compute.ilp_unroll.params.N'", "'N' is also a dim")
+
+
+LOOP_REF = "def reference(x, N):\n    while True:\n        pass\n"
+
+
+def test_a_reference_that_never_returns_is_named_within_timeout_s(tmp_path):
+    """Trial 8, D3: `kopt preflight` waited 600 s in silence whatever timing.timeout_s said."""
+    import subprocess
+    import sys
+    import time
+
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "timing: {timeout_s: 3}\n", **{"ref.py": LOOP_REF})
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "preflight", str(d)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert time.monotonic() - t0 < 120 and p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (f"{d / 'ref.py'}: inputs()/reference() did not return within 3 s, before any "
+            "candidate code was called") in p.stderr
+    assert "nothing was built" in p.stderr
+
+
+def _harness_of(pid: int) -> int | None:
+    """The pid of the `workers.harness` process whose parent is ``pid``, if any."""
+    import os
+
+    for q in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{q}/stat").read()
+            cmd = open(f"/proc/{q}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"workers.harness" in cmd and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            return int(q)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_preflight_ended_by_a_signal_leaves_no_harness(tmp_path, sig):
+    """Trial 8, D3: Ctrl-C or SIGTERM during a reference that never returns left the harness
+    spinning forever (reparented to init, one core at 100 %)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            "timing: {timeout_s: 300}\n", **{"ref.py": LOOP_REF})
+    p = subprocess.Popen([sys.executable, "-m", "kopt.cli", "preflight", str(d)], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while (h := _harness_of(p.pid)) is None:
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # the harness is up, ref.py's reference() spins
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=60)
+    for _ in range(50):
+        if not _alive(h):
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(h, signal.SIGKILL)
+        raise AssertionError(f"harness {h} outlived kopt preflight")
+    if sig == "SIGINT":
+        assert p.returncode == 130 and err == "error: interrupted (Ctrl-C)\n", err
+
+
+def test_a_file_where_the_build_cache_folder_goes_is_refused_at_once(tmp_path):
+    """Trial 8, T5: `$KOPT_CACHE/builds` a file: two Ray "Unhandled error" tracebacks
+    (FileExistsError) and every candidate a compile_error, though each compile worked."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "kc"
+    cache.mkdir()
+    (cache / "builds").write_text("x")
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(base(tmp_path)),
+                        "--backend", "cpu", "--store", str(tmp_path / "st")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "KOPT_CACHE": str(cache)})
+    assert p.returncode == 2 and p.stderr == (
+        f"error: $KOPT_CACHE={str(cache)!r}: {cache / 'builds'} is a file, not a folder; point "
+        "KOPT_CACHE at a folder for the build cache (default ~/.cache/kopt) (or move "
+        f"{cache / 'builds'} out of the way)\n"), p.stdout + p.stderr
+    assert not (tmp_path / "st").exists()

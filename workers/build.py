@@ -81,19 +81,25 @@ COMPILE_MEM_GB, _MEM_BAD = env_number("KOPT_COMPILE_MEM_GB", 8.0, 0.5, 4096.0)
 
 
 def _cache_bad() -> str:
-    """"" or why ``$KOPT_CACHE`` cannot hold the build cache: it, or the nearest folder
-    above it that exists, is a file (every build failed with a NotADirectoryError
-    traceback as its error text). Creates nothing."""
+    """"" or why the build cache (:func:`cache_root`, ``$KOPT_CACHE/builds``) cannot be
+    used: it, or the nearest folder above it that exists, is a file (every build failed
+    with a NotADirectoryError or FileExistsError traceback as its error text). Creates
+    nothing."""
     raw = os.environ.get("KOPT_CACHE")
-    if not raw:
-        return ""
-    p = Path(raw).absolute()
+    root = cache_root().absolute()
+    p = root
     while not p.exists() and p != p.parent:
         p = p.parent
     if p.is_dir():
         return ""
-    return (f"$KOPT_CACHE={raw!r}: {p} is a file, not a folder; point KOPT_CACHE at a "
-            "folder for the build cache (default ~/.cache/kopt)")
+    if raw:
+        inside = (f" (or move {p} out of the way)"
+                  if p.is_relative_to(Path(raw).absolute()) and p != Path(raw).absolute()
+                  else "")
+        return (f"$KOPT_CACHE={raw!r}: {p} is a file, not a folder; point KOPT_CACHE at a "
+                f"folder for the build cache (default ~/.cache/kopt){inside}")
+    return (f"the build cache {root}: {p} is a file, not a folder; move it out of the way or "
+            "point KOPT_CACHE at a folder for the build cache")
 
 
 def check_env() -> None:

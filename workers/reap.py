@@ -12,6 +12,7 @@ exits 127 with the reason on stderr.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -32,18 +33,33 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
+def cap_memory(cap_bytes: int, sig: int = signal.SIGTERM) -> None:
+    """In a child process (``preexec_fn``): cap its address space at ``cap_bytes``
+    (``RLIMIT_AS``), clamped to the hard limit it inherited (``ulimit -v`` on a shared
+    login node or in a container: asking for more than the hard limit raises, and an
+    exception in a ``preexec_fn`` fails the whole start), then :func:`die_with_parent`.
+    Never raises: a limit that cannot be set leaves the inherited one."""
+    import resource
+
+    try:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            cap_bytes = min(cap_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+    except (ValueError, OSError):
+        pass
+    try:
+        die_with_parent(sig)
+    except OSError:
+        pass
+
+
 def limited(cap_bytes: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
     """A ``preexec_fn`` for a compiler child: its address space capped at ``cap_bytes``
-    (``RLIMIT_AS``: a runaway compile fails instead of taking the node's memory) and
-    ``sig`` on its parent's death (:func:`die_with_parent`)."""
-
-    def setup() -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
-        die_with_parent(sig)
-
-    return setup
+    (``RLIMIT_AS``: a runaway compile fails instead of taking the node's memory; never
+    above the hard limit the process already has) and ``sig`` on its parent's death
+    (:func:`cap_memory`). The returned function never raises."""
+    return functools.partial(cap_memory, cap_bytes, sig)
 
 
 def package_env() -> dict[str, str]:

@@ -11,6 +11,7 @@ error text; the process is restarted before the next job.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -55,7 +56,7 @@ class Sandbox:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device],
                 pass_fds=(r_child, w_child), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env=self.env, start_new_session=True, preexec_fn=_die_with_device)
+                env=self.env, start_new_session=True, preexec_fn=_tie_to_parent())
         os.close(r_child)
         os.close(w_child)
         self.w = Connection(w_parent, readable=False)
@@ -75,9 +76,12 @@ class Sandbox:
         self.info = hello["info"]
         self.pid = hello.get("pid")
 
-    def run(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def run(self, job: RunJob | dict[str, Any], timeout_s: float,
+            prepare_timeout_s: float = PREPARE_TIMEOUT_S) -> dict[str, Any]:
         """Send ``job`` (a RunJob with its artifact's path, or the harness's job dict);
-        return its outcome dict (``status``, ``error`` and figures).
+        return its outcome dict (``status``, ``error`` and figures). ``timeout_s``: the
+        job's budget once its inputs and reference outputs are made; making them may take
+        ``prepare_timeout_s`` (at least ``timeout_s``), in seconds.
 
         A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
         and restarts the harness on the next call. Never raises for a job.
@@ -88,7 +92,7 @@ class Sandbox:
         t0 = base = time.perf_counter()
         # making the inputs and reference outputs is kopt's work, not the candidate's: the
         # job's own budget starts once the harness says "prepared"
-        deadline = t0 + max(timeout_s, PREPARE_TIMEOUT_S)
+        deadline = t0 + max(timeout_s, prepare_timeout_s)
         prepared = False  # the harness said it made the inputs and reference outputs
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         try:
@@ -101,11 +105,8 @@ class Sandbox:
             except (BrokenPipeError, OSError):
                 ready = True
             if not ready:
-                self.kill()
-                self.restarts += 1
-                return {"status": Status.TIMEOUT, "error": f"no answer within {timeout_s:.0f} s "
-                        "(hang, endless loop, or one call longer than timing.timeout_s); "
-                        "harness killed and restarted", "wall_s": time.perf_counter() - t0}
+                return {**self._timed_out(job, prepared, deadline - t0),
+                        "wall_s": time.perf_counter() - t0}
             try:
                 res = self.r.recv()
             except (EOFError, OSError):
@@ -126,6 +127,25 @@ class Sandbox:
             self.kill()
             self.restarts += 1
         return res
+
+    def _timed_out(self, job: RunJob | dict[str, Any], prepared: bool, waited_s: float
+                   ) -> dict[str, Any]:
+        """The outcome of a job with no answer in time (the harness is killed; the next
+        job restarts it): ``timeout``, naming ref.py when its inputs()/reference() were
+        still running (no candidate code had been called)."""
+        self.kill()
+        self.restarts += 1
+        ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
+        if not prepared and ref:
+            return {"status": Status.TIMEOUT, "error": (
+                f"{ref}: inputs()/reference() did not return within {waited_s:.0f} s, "
+                "before any candidate code was called (`kopt preflight` allows them "
+                f"timing.timeout_s, a sweep {PREPARE_TIMEOUT_S:.0f} s): an endless loop or a "
+                "wait? fix them, or raise timing.timeout_s in sweep.yaml if they are only "
+                "slow")}
+        return {"status": Status.TIMEOUT, "error": f"no answer within {waited_s:.0f} s "
+                "(hang, endless loop, or one call longer than timing.timeout_s); "
+                "harness killed and restarted"}
 
     def _died(self, job: RunJob | dict[str, Any], pos: int, prepared: bool) -> dict[str, Any]:
         """The outcome of a job whose harness process died (it is reaped; the next job
@@ -202,11 +222,16 @@ class Sandbox:
         self.log.unlink(missing_ok=True)
 
 
-def _die_with_device() -> None:
-    """The harness's ``preexec_fn``: SIGKILL when the process that owns it (the device
-    actor) dies, so that a killed actor restarted by Ray (a warm service) never has its old
-    harness still timing a candidate on the device beside the new one."""
-    die_with_parent(signal.SIGKILL)
+def _tie_to_parent() -> Any:
+    """The harness's ``preexec_fn``: SIGKILL when the process that started it dies (a
+    ``kopt preflight`` ended by SIGTERM left its harness spinning forever, reparented to
+    init), set only when starting from the main thread (the parent-death signal follows
+    the starting thread, which must live as long as the process); else None."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return functools.partial(die_with_parent, signal.SIGKILL)
 
 
 def describe_exit(code: int | None) -> str:
