@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -169,12 +170,32 @@ class _Group(click.Group):
             _fail("interrupted (Ctrl-C)", 130)
         except DatabaseError as e:
             _fail(str(explain(e)))
-        except OSError as e:  # a path in the way: a file where a folder goes, or the reverse
-            hint = {errno.EEXIST: "a file is in the way: move it or choose another path",
-                    errno.ENOTDIR: "part of the path is a file, not a folder",
-                    errno.EISDIR: "is a folder, not a file",
-                    errno.EACCES: "no permission"}.get(e.errno or 0, "")
-            _fail(f"{e.filename or ''}: {e.strerror or e}" + (f" ({hint})" if hint else ""))
+        except OSError as e:  # a path in the way, a full disk, a read-only store
+            _fail(os_error_line(e))
+
+
+# OSError numbers -> what to do (trial 8 D5: a full disk said "error: : No space left")
+OS_HINTS = {errno.EEXIST: "a file is in the way: move it or choose another path",
+            errno.ENOTDIR: "part of the path is a file, not a folder",
+            errno.EISDIR: "is a folder, not a file",
+            errno.EACCES: "no permission",
+            errno.EROFS: "a read-only file system: pass a folder you can write to",
+            errno.ENOSPC: "the disk is full: free space there; what was measured before is "
+                          "stored, and `kopt sweep DIR --store STORE --resume RUN_ID` "
+                          "finishes an interrupted sweep"}
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError that reached the CLI: the file when it is known, the
+    system's words and what to do (:data:`OS_HINTS`); pyarrow's write errors carry their
+    number only in the text (``[errno 28]``)."""
+    code = e.errno
+    if code is None:
+        m = re.search(r"\[errno (\d+)\]", str(e))
+        code = int(m.group(1)) if m else None
+    hint = OS_HINTS.get(code or 0, "")
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}" + (f" ({hint})" if hint else "")
 
 
 def _pipe_closed() -> None:
@@ -1018,8 +1039,10 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
                           soft_wrap=True)
         sys.exit(1)
-    except OSError as e:
-        _fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
+    except OSError as e:  # the note, else the store (trial 8 D6: a read-only store)
+        if note is not None and e.filename and Path(e.filename) == Path(note):
+            _fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
+        _fail(os_error_line(e), 1)
     except (SweepError, RunLocked, SpecError) as e:
         _fail(str(e), 1)
     _submitted(run_id, try_no, sub, log, fmt)
