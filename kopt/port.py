@@ -143,6 +143,22 @@ def _git(repo: Path, *args: str, check: bool = True) -> str:
     return r.stdout.strip()
 
 
+def _add_worktree(root: Path, branch: str, wt: Path, base: str) -> None:
+    """``git worktree add -b BRANCH WT BASE``; when it fails (a read-only store: git makes the
+    branch, then cannot make the folder) the new branch is deleted again, so a failed port
+    leaves nothing in the user's repository (trial 8 D6).
+
+    Raises:
+        PortError: git failed (its last line).
+    """
+    try:
+        _git(root, "worktree", "add", "-b", branch, str(wt), base)
+    except PortError:
+        _git(root, "worktree", "prune", check=False)
+        _git(root, "branch", "-D", branch, check=False)
+        raise
+
+
 def check_repo(target: Path) -> tuple[Path, str]:
     """The repository root of ``target`` and the file's path relative to it.
 
@@ -251,7 +267,7 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
     # one folder per port: the same run may be ported into several repositories
     wt = (worktrees or store / "port-worktrees") / f"{branch.replace('/', '_')}-{port_id[:6]}"
     wt.parent.mkdir(parents=True, exist_ok=True)
-    _git(root, "worktree", "add", "-b", branch, str(wt), base)
+    _add_worktree(root, branch, wt, base)
     res = PortResult(port_id=port_id, branch=branch, worktree=wt, commit="",
                      base_commit=base, candidate_id=w["candidate_id"],
                      device_class=w["device_class"])

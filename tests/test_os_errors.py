@@ -46,3 +46,29 @@ def test_submit_blames_the_store_not_a_readable_note(tmp_path, monkeypatch):
     assert f"{tmp_path / 'st' / 'versions'}: Read-only file system (a read-only file system: " \
            "pass a folder you can write to)" in res.output.replace("\n", "")
     assert cli.OS_HINTS[errno.ENOSPC].startswith("the disk is full")
+
+
+def test_a_port_whose_worktree_cannot_be_made_leaves_no_branch(tmp_path):
+    # trial 8 D6: git makes the branch, then fails to make the worktree's folder (a read-only
+    # store); the branch stayed in the user's repository (git 2.x does so here too)
+    import subprocess
+
+    import pytest
+
+    from kopt.port import PortError, _add_worktree, _git
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    (repo / "a.cpp").write_text("int a;\n")
+    subprocess.run(["git", "-C", str(repo), "add", "a.cpp"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "a"], check=True)
+    base = _git(repo, "rev-parse", "HEAD")
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the worktree's parent folder must go
+    with pytest.raises(PortError, match="git worktree add -b kopt/port-r1-x"):
+        _add_worktree(repo, "kopt/port-r1-x", blocker / "wt", base)
+    assert _git(repo, "branch", "--list", "kopt/port-*") == ""
+    _add_worktree(repo, "kopt/port-r1-y", tmp_path / "wt", base)  # the normal case
+    assert _git(repo, "branch", "--list", "kopt/port-r1-y").lstrip("+* ") == "kopt/port-r1-y"
