@@ -14,7 +14,7 @@ all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
 for item in ${@:-sgemm:cold sgemm:warm vector_add:cold}; do
   sw=${item%%:*}; mode=${item##*:}
   log="$out/$sw-$mode.txt"; : > "$log"
-  for gpus in 0 "$all"; do
+  for gpus in ${SCALING_GPUS:-0 $all}; do   # SCALING_GPUS=0,1: the 2-GPU run only
     n=$(echo "$gpus" | tr ',' '\n' | wc -l)
     store=/tmp/kopt-scaling-$sw-$mode-$n
     rm -rf "$store"
