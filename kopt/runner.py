@@ -75,18 +75,21 @@ class Runner(ABC):
             DeviceError: the device failed (or did not answer within ``timeout`` s).
         """
 
-    def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None
-                  ) -> list[Any]:
+    def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None,
+                  done: Callable[[int], None] | None = None) -> list[Any]:
         """Make several ``(device, method, args)`` calls at once (devices work in parallel)
         and wait for all; one result per call, in order, a failed call's
-        :class:`DeviceError` in its place (never raised). This base version calls them one
+        :class:`DeviceError` in its place (never raised). ``done(k)`` is called as call
+        ``k`` finishes (e.g. to close its device's phase). This base version calls them one
         after another."""
         out: list[Any] = []
-        for i, method, args in calls:
+        for k, (i, method, args) in enumerate(calls):
             try:
                 out.append(self.call(i, method, *args, timeout=timeout))
             except DeviceError as e:
                 out.append(e)
+            if done is not None:
+                done(k)
         return out
 
     def live(self, dc: str) -> list[int]:
@@ -209,16 +212,25 @@ class RayRunner(Runner):
         except (ray.exceptions.RayError, TimeoutError) as e:
             raise DeviceError(f"device actor failed: {e}") from None
 
-    def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None
-                  ) -> list[Any]:
-        """Every call sent before any is waited on: each device actor works on its own."""
+    def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None,
+                  done: Callable[[int], None] | None = None) -> list[Any]:
+        """Every call sent before any is waited on (each device actor works on its own);
+        ``done(k)`` as each finishes, in the order they finish."""
         refs = [getattr(self.actors[i], method).remote(*args) for i, method, args in calls]
-        out: list[Any] = []
-        for ref in refs:
-            try:
-                out.append(ray.get(ref, timeout=timeout))
-            except (ray.exceptions.RayError, TimeoutError) as e:
-                out.append(DeviceError(f"device actor failed: {e}"))
+        index = {ref: k for k, ref in enumerate(refs)}
+        out: list[Any] = [None] * len(refs)
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+            if not ready:  # nothing answered in time: every pending call fails
+                ready, pending = pending, []
+            for ref in ready:
+                try:
+                    out[index[ref]] = ray.get(ref, timeout=0)
+                except (ray.exceptions.RayError, TimeoutError) as e:
+                    out[index[ref]] = DeviceError(f"device actor failed: {e}")
+                if done is not None:
+                    done(index[ref])
         return out
 
     def replace(self, i: int) -> Any:

@@ -207,3 +207,36 @@ def test_the_candidates_to_profile_are_shared_round_robin():
     assert shares(todo, [3]) == [(3, [0, 1, 2, 3])]
     assert shares(todo, [3, 5]) == [(3, [0, 2]), (5, [1, 3])]
     assert shares(todo[:1], [3, 5]) == [(3, [0])]  # a device with no share is not called
+
+
+def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_local):
+    # issue 14.4: kopt.strategy.profiling sends each device its share at once and closes each
+    # device's ncu phase when its own share is back (Runner.call_many's `done`)
+    import time
+
+    import ray
+
+    from kopt.runner import DeviceError, RayRunner, Runner
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def slow(self, x, s):
+            t = time.time()
+            time.sleep(s)
+            return x, t, time.time()
+
+        def boom(self):
+            raise ValueError("no device")
+
+    runner = RayRunner.__new__(RayRunner)
+    Runner.__init__(runner)
+    runner.actors = [Echo.remote(), Echo.remote(), Echo.remote()]
+    order: list[int] = []
+    got = runner.call_many([(0, "slow", ("a", 1.0)), (1, "slow", ("b", 1.0)), (2, "boom", ())],
+                           done=order.append)
+    (a, a0, a1), (b, b0, b1) = got[:2]
+    assert (a, b) == ("a", "b") and b0 < a1 and a0 < b1  # the two ran at the same time
+    assert isinstance(got[2], DeviceError) and "no device" in str(got[2])
+    assert sorted(order) == [0, 1, 2]
+    late = runner.call_many([(0, "slow", ("c", 30.0))], timeout=0.5, done=order.append)
+    assert isinstance(late[0], DeviceError) and order[-1] == 0

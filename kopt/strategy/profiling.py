@@ -6,6 +6,7 @@ observers' declared columns become ``profiles`` columns; NCU's metric rows becom
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -88,14 +89,20 @@ def _capture(ctx: RunContext, devices: list[int], todo: list[Todo],
     got = ctx.runner.call_many([
         (d, "profile_many", ([payloads[j] for j in idx], [kernels[j] for j in idx], metrics,
                              ctx.sweep.ncu.sections, *[arts[j] for j in idx]))
-        for d, idx in split])
+        for d, idx in split], done=functools.partial(_ncu_done, ctx, split))
     out: list[dict[str, Any]] = [{} for _ in todo]
-    for (d, idx), res in zip(split, got):
-        ctx.phases.end("ncu", ctx.runner.infos[d], detail=f"{len(idx)} candidates")
+    for (_, idx), res in zip(split, got):
         for n, j in enumerate(idx):
             out[j] = ({"profile_status": Status.CRASHED, "profile_error": str(res)}
                       if isinstance(res, DeviceError) else res[n])
     return out
+
+
+def _ncu_done(ctx: RunContext, split: list[tuple[int, list[int]]], k: int) -> None:
+    """Close the ``ncu`` phase of share ``k``'s device as its captures come back (each
+    device's own end, not the slowest one's)."""
+    d, idx = split[k]
+    ctx.phases.end("ncu", ctx.runner.infos[d], detail=f"{len(idx)} candidates")
 
 
 def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any]
