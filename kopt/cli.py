@@ -915,14 +915,15 @@ def serve() -> None:
 def serve_start(address: str | None, backend: str, cpu_devices: int,
                 num_cpus: int | None) -> None:
     """Start the service: its device actors stay up until `kopt serve stop`."""
-    from kopt.service import ServiceError, start_service
+    from kopt.runner import SweepError  # ServiceError is one; so are the runner's
+    from kopt.service import start_service
 
     if address and num_cpus:
         _fail("--num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
               "cluster's own CPUs count: leave --num-cpus out")
     try:
         cfg = start_service(address, backend, cpu_devices, num_cpus)
-    except ServiceError as e:
+    except SweepError as e:
         _fail(str(e))
     addr = cfg["address"]
     out.print(escape(f"kopt service at {addr}: {len(cfg['devices'])} {cfg['backend']} device "
@@ -937,11 +938,12 @@ def serve_start(address: str | None, backend: str, cpu_devices: int,
               help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
 def serve_stop(address: str | None) -> None:
     """Stop the service's actors (and the Ray head `kopt serve start` started)."""
-    from kopt.service import ServiceError, stop_service
+    from kopt.runner import SweepError  # ServiceError is one; so are the runner's
+    from kopt.service import stop_service
 
     try:
         names = stop_service(address)
-    except ServiceError as e:
+    except SweepError as e:
         _fail(str(e))
     out.print(escape(f"kopt service stopped ({len(names)} actors: {', '.join(names)})"
                      if names else "kopt service stopped (its Ray head was gone already)"),
@@ -954,11 +956,12 @@ def serve_stop(address: str | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def serve_status(address: str | None, fmt: str) -> None:
     """The service's devices (idle/busy, jobs, busy seconds) and the sweeps it served."""
-    from kopt.service import ServiceError, service_status
+    from kopt.runner import SweepError  # ServiceError is one; so are the runner's
+    from kopt.service import service_status
 
     try:
         st = service_status(address)
-    except ServiceError as e:
+    except SweepError as e:
         _fail(str(e))
     if fmt == "json":
         out.print_json(json.dumps(st))

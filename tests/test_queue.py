@@ -237,3 +237,10 @@ def test_serve_mistakes_are_one_line(tmp_path):
     assert p.returncode == 2 and p.stderr == (
         "error: --address: no Ray head answers at 127.0.0.1:1; start one with `ray start "
         "--head`, or run `kopt serve start` without --address\n")
+    # trial 9: the runner's own refusal (no CPU left for builds) was a SweepError traceback;
+    # the Ray head it started is stopped again, and no service is recorded
+    p = _kopt(env, "serve", "start", "--backend", "cpu", "--num-cpus", "1", timeout=240)
+    assert p.returncode == 2 and p.stderr == (
+        "error: --cpu-devices 1: the cluster's 1 CPUs leave none for builds beside its CPU "
+        "devices; add CPUs\n"), p.stderr
+    assert not (tmp_path / "cache" / "service.json").exists()
