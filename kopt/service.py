@@ -440,9 +440,15 @@ def start_service(address: str | None = None, backend: str = "auto", cpu_devices
     record its address (:func:`state_path`). Returns its configuration.
 
     Raises:
-        ServiceError: no head answers, a service already runs there, no device for the
+        ServiceError: no head answers, a service already runs there (or, without
+            ``address``, the one started here and recorded is still up), no device for the
             backend, or a device actor failed to start (then nothing is left running).
     """
+    prev = read_state() if address is None else {}
+    if prev.get("pgid") and _group_alive(int(prev["pgid"])):  # trial 9: a second head
+        raise ServiceError(f"kopt serve start: the kopt service started here still runs at "
+                           f"{prev.get('address')} (recorded in {state_path()}); stop it "
+                           "first with `kopt serve stop`, or use it: `kopt sweep ... --queue`")
     own = start_head(num_cpus) if address is None else {"address": address}
     addr = own["address"]
     if own.get("token"):

@@ -136,6 +136,12 @@ def service(tmp_path_factory):
 
 def test_status_of_a_started_service(service):
     env, state = service
+    # trial 9: a second `kopt serve start` started a second Ray head and overwrote the record
+    again = _kopt(env, "serve", "start", "--backend", "cpu", timeout=120)
+    assert again.returncode == 2 and again.stderr.startswith(
+        f"error: kopt serve start: the kopt service started here still runs at "
+        f"{state['address']} (recorded in "), again.stderr
+    assert json.loads((Path(env["KOPT_CACHE"]) / "service.json").read_text()) == state
     st = _kopt(env, "serve", "status", "--format", "json")
     assert st.returncode == 0, st.stderr[-2000:]
     status = json.loads(st.stdout)
