@@ -63,16 +63,6 @@ def build_job(space: Space, cand: Candidate, bid: str, source: str) -> BuildJob:
                     launch=space.launch_spec())
 
 
-def _build_remote(job: BuildJob) -> tuple[BuildResult, bytes | None]:
-    return wbuild.build(job)
-
-
-def _identity_remote(backend: str) -> tuple[str, dict]:
-    from workers.envinfo import collect
-
-    return wbuild.compiler_identity(backend), collect()
-
-
 @dataclasses.dataclass
 class BuildFuture:
     """A build under way. ``ref``: what to wait on (a Ray ObjectRef of the result), None
@@ -157,7 +147,7 @@ class RayBuilder(Builder):
         self.platform: dict[str, str] = {}  # build id -> platform it targets
         self.routes: dict[str, list[str]] | None = None
         self._early: dict[str, BuildFuture] = {}  # started before the devices were up
-        self._task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(_build_remote)
+        self._task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(wbuild.build)
 
     def plan(self, job: BuildJob, platform: str) -> BuildJob:
         """Record a build of this run and the platform it targets; returns ``job``."""
@@ -230,7 +220,7 @@ class RayBuilder(Builder):
         """Compiler identity per device platform (each from a node of that platform, or
         from ``early_ref``, a task started earlier, when builds are not routed) and the
         environment of the first."""
-        task = ray.remote(num_cpus=0)(_identity_remote)
+        task = ray.remote(num_cpus=0)(wbuild.identity_and_env)
         if self.routes is None:
             ident, env = ray.get(early_ref or task.remote(toolchain))
             return {p: ident for p in platforms}, env
@@ -244,7 +234,7 @@ class RayBuilder(Builder):
 
 def start_identity(toolchain: str) -> Any:
     """Start the compiler-identity task (a Ray ref of ``(identity, environment)``)."""
-    return ray.remote(num_cpus=0)(_identity_remote).remote(toolchain)
+    return ray.remote(num_cpus=0)(wbuild.identity_and_env).remote(toolchain)
 
 
 def _task_error(e: Exception) -> str:

@@ -38,8 +38,6 @@ from kopt.bottleneck import triggers
 from kopt.builder import (
     MAX_BUILD_SUBMITS,
     RayBuilder,
-    _build_remote,
-    _identity_remote,
     build_id,
     build_job,
     job_base,
@@ -1018,5 +1016,5 @@ __all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPL
            "MAX_BUILD_SUBMITS", "MAX_JOB_ATTEMPTS", "RANDOM_FRACTION", "SOLO_ROUNDS",
            "STRATEGIES", "Driver", "Job", "Observer", "RunSummary", "SpecError", "SweepError",
            "Terminated", "stop_signal",
-           "_build_remote", "_identity_remote", "build_id", "check_before_ray", "job_base",
+           "build_id", "check_before_ray", "job_base",
            "run_sweep"]

@@ -38,12 +38,12 @@ def test_stand_in_raises_the_libraries_not_supported_error():
 
 
 def test_sweep_environment_probe_on_a_jetson(monkeypatch):
-    """The probe every sweep runs (pipeline._identity_remote -> envinfo.collect), also
+    """The probe every sweep runs (workers.build.identity_and_env -> envinfo.collect), also
     with --backend cpu, keeps the GPU with unknown figures and notes each refused read."""
-    from kopt.pipeline import _identity_remote
+    from workers.build import identity_and_env
 
     monkeypatch.setitem(sys.modules, "pynvml", _load_stand_in())
-    ident, env = _identity_remote("cpu")
+    ident, env = identity_and_env("cpu")
     assert ident  # the compiler identity is unaffected
     assert env["gpus"] == [{"index": 0, "name": "Orin (nvgpu)", "sm": None,
                             "memory_bytes": None}]

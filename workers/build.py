@@ -167,6 +167,17 @@ def compiler_identity(backend: str) -> str:
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
 
 
+def identity_and_env(backend: str) -> tuple[str, dict]:
+    """The node's compiler identity for ``backend`` (:func:`compiler_identity`) and its
+    environment (workers.envinfo.collect). A Ray task of the driver's: it lives here, not
+    in kopt/, so that the worker that runs it imports this small module only (issue 14.2:
+    a build task's worker that imported kopt.builder paid for kopt, pydantic and pyarrow
+    before its first compile)."""
+    from workers.envinfo import collect
+
+    return compiler_identity(backend), collect()
+
+
 ARTIFACT = {"solve": "solve.so", "kernel": "kernel.kopt"}
 # beside meta.json in a cache entry: the artifact's size and sha256 and the local files the
 # build read ({path relative to the source folder: sha256}), checked on every lookup
