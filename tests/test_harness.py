@@ -300,3 +300,38 @@ def test_an_edited_ref_py_is_read_again_by_a_warm_harness(tmp_path, sandbox):
     os.utime(ref, ns=(ref.stat().st_atime_ns, ref.stat().st_mtime_ns + 10**9))
     again = sandbox.run(job(art, src, ref), timeout_s=10)
     assert again["status"] == "wrong_result", again
+
+
+def test_warm_up_by_time_only_after_the_device_idled(tmp_path):
+    """timing.warmup_ms is spent when the device was idle before the job (its first job, or
+    more than IDLE_WARM_S since the last); a job sent back to back warms with two calls."""
+    from workers.harness import IDLE_WARM_S, Harness
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    j = job(artifact(tmp_path, src, 0), src, ref,
+            timing={**TIMING, "warmup_ms": 200, "max_time_ms": 50})
+    h = Harness("cpu")
+    first = h.run(j)  # a new harness: idle since forever
+    h.idle_s = IDLE_WARM_S / 10
+    busy = h.run(j)
+    h.idle_s = IDLE_WARM_S * 2
+    idled = h.run(j)
+    assert first["status"] == busy["status"] == idled["status"] == "ok"
+    assert busy["warmup_runs"] == 2
+    # 200 ms of calls of a ~4096-element add: far more than two
+    assert first["warmup_runs"] > 20 and idled["warmup_runs"] > 20
+
+
+def test_sandbox_jobs_back_to_back_skip_the_timed_warm_up(tmp_path):
+    """The harness process measures the idle gap itself (workers.harness.main): its first
+    job warms up by time, the next one, sent at once, with two calls."""
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    j = job(artifact(tmp_path, src, 0), src, ref,
+            timing={**TIMING, "warmup_ms": 200, "max_time_ms": 50})
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    sb.start()
+    try:
+        first, second = sb.run(j, timeout_s=10), sb.run(j, timeout_s=10)
+    finally:
+        sb.close()
+    assert first["warmup_runs"] > 20 and second["warmup_runs"] == 2
