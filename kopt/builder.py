@@ -148,6 +148,15 @@ class RayBuilder(Builder):
         self.routes: dict[str, list[str]] | None = None
         self._early: dict[str, BuildFuture] = {}  # started before the devices were up
         self._task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(wbuild.build)
+        self.actors: list[Any] = []  # a warm service's builders (use_actors)
+        self._next = 0  # the builder the next build goes to
+
+    def use_actors(self, actors: list[Any]) -> None:
+        """Send every build and the compiler identity to ``actors`` (handles of
+        workers.build_actor.BuildActor: a warm service's builders, kopt.service) in turn,
+        instead of starting Ray tasks (whose fresh worker processes a sweep on a service
+        would wait for). A build lost with its builder goes to the next one."""
+        self.actors = list(actors)
 
     def plan(self, job: BuildJob, platform: str) -> BuildJob:
         """Record a build of this run and the platform it targets; returns ``job``."""
@@ -158,8 +167,9 @@ class RayBuilder(Builder):
         """Route builds by platform (None: anywhere); a routed build is resubmitted by the
         driver on another node, not retried by Ray."""
         self.routes = routes
-        if routes is not None:
+        if routes is not None:  # a mixed-platform cluster: tasks routed, not a service's builders
             self._task = self._task.options(max_retries=0)
+            self.actors = []
 
     def start_early(self, builds: dict[str, BuildJob]) -> None:
         """Start builds now, while the devices start: :meth:`submit` takes over their refs
@@ -171,6 +181,11 @@ class RayBuilder(Builder):
 
     def _launch(self, b: str, job: BuildJob, attempt: int) -> BuildFuture:
         self.phases.build_submitted()
+        if self.actors:
+            actor = self.actors[self._next % len(self.actors)]
+            self._next += 1
+            meta_ref, art_ref = actor.build.remote(job)
+            return BuildFuture(b, meta_ref, None, attempt, art_ref)
         opts: dict[str, Any] = {}
         if self.routes is not None:  # the next node of the platform on each attempt
             ids = self.routes[self.platform[b]]
@@ -204,7 +219,7 @@ class RayBuilder(Builder):
         try:
             res = ray.get(fut.ref)
         except ray.exceptions.RayError as e:
-            if (self.routes is not None and fut.attempt < MAX_BUILD_SUBMITS
+            if ((self.routes is not None or self.actors) and fut.attempt < MAX_BUILD_SUBMITS
                     and not isinstance(e, ray.exceptions.RayTaskError)):
                 again = self._launch(fut.build_id, self.jobs[fut.build_id], fut.attempt + 1)
                 fut.ref, fut.attempt, fut.artifact = again.ref, again.attempt, again.artifact
@@ -215,11 +230,20 @@ class RayBuilder(Builder):
         self.results[fut.build_id] = res
         return res
 
+    def start_identity(self, toolchain: str) -> Any:
+        """Start reading the compiler identity and the node's environment: a Ray ref of
+        ``(identity, environment)``, from a builder (use_actors) or a task of no CPU."""
+        if self.actors:
+            return self.actors[0].identity.remote(toolchain)
+        return ray.remote(num_cpus=0)(wbuild.identity_and_env).remote(toolchain)
+
     def identities(self, toolchain: str, platforms: set[str], early_ref: Any = None
                    ) -> tuple[dict[str, str], dict]:
         """Compiler identity per device platform (each from a node of that platform, or
         from ``early_ref``, a task started earlier, when builds are not routed) and the
         environment of the first."""
+        if self.actors and not early_ref:
+            early_ref = self.start_identity(toolchain)
         task = ray.remote(num_cpus=0)(wbuild.identity_and_env)
         if self.routes is None:
             ident, env = ray.get(early_ref or task.remote(toolchain))
@@ -232,9 +256,6 @@ class RayBuilder(Builder):
         return out, env
 
 
-def start_identity(toolchain: str) -> Any:
-    """Start the compiler-identity task (a Ray ref of ``(identity, environment)``)."""
-    return ray.remote(num_cpus=0)(wbuild.identity_and_env).remote(toolchain)
 
 
 def _task_error(e: Exception) -> str:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -927,8 +928,8 @@ def serve_start(address: str | None, backend: str, cpu_devices: int,
         _fail(str(e))
     addr = cfg["address"]
     out.print(escape(f"kopt service at {addr}: {len(cfg['devices'])} {cfg['backend']} device "
-                     f"actors warm ({', '.join(i['device_id'] for i in cfg['infos'])})"),
-              highlight=False)
+                     f"actors warm ({', '.join(i['device_id'] for i in cfg['infos'])}), "
+                     f"{len(cfg.get('builders') or [])} builders"), highlight=False)
     out.print("sweep on it: kopt sweep SWEEP_DIR --queue; see it: kopt serve status; stop it: "
               "kopt serve stop", highlight=False)
 
@@ -975,6 +976,10 @@ def serve_status(address: str | None, fmt: str) -> None:
         t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
                   _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
     out.print(t)
+    b = st.get("builders") or []
+    states = ", ".join(f"{n} {s}" for s, n in sorted(Counter(x["state"] for x in b).items()))
+    out.print(f"{len(b)} warm builders ({states or 'none'}), "
+              f"{sum(x.get('builds', 0) for x in b)} builds since start", highlight=False)
 
 
 def _gpu_line(g: dict[str, Any]) -> str:

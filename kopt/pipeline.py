@@ -41,7 +41,6 @@ from kopt.builder import (
     build_id,
     build_job,
     job_base,
-    start_identity,
 )
 from kopt.catalog import Catalog, load_catalog
 from kopt.database import Database
@@ -486,6 +485,8 @@ class Driver:
                                                and self.sweep.ncu.profile_baseline)
         self.runner = (QueueRunner(backend, self.queue) if self.queue
                        else RayRunner(backend, self.cpu_devices))
+        if isinstance(self.runner, QueueRunner):
+            self.builder.use_actors(self.runner.builders())
         self.phases.begin("devices")
         infos = self.runner.start(self._while_devices_start, self.phases)
         self.phases.end("devices", detail=f"{len(infos)} device actors" + (
@@ -516,7 +517,7 @@ class Driver:
         nvidia-smi), iteration 1's builds."""
         nodes = self.runner.nodes
         if len({n.platform for n in nodes}) <= 1:
-            self._ident_ref = start_identity(self.space.toolchain)
+            self._ident_ref = self.builder.start_identity(self.space.toolchain)
         target = predicted_target(self.runner.backend, nodes) if self._early else None
         if target is None:
             return

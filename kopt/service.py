@@ -51,6 +51,7 @@ from workers.records import RunOutcome
 NAMESPACE = "kopt"
 REGISTRY = "kopt-service"
 DEVICE_PREFIX = "kopt-device-"
+BUILDER_PREFIX = "kopt-builder-"
 STATE_FILE = "service.json"
 HEAD_START_S = 120.0  # the service's own Ray head must accept connections by then
 STATUS_WAIT_S = 2.0  # a device that does not answer `stats` by then is busy with a job
@@ -151,6 +152,17 @@ class QueueRunner(RayRunner):
                 phases.span("device_start", t0, phases.now(), self.infos[-1], detail="warm")
         ray.get_actor(REGISTRY, namespace=NAMESPACE).join.remote(self.who)
         return self.infos
+
+    def builders(self) -> list[Any]:
+        """Handles of the service's warm builders (workers.build_actor) that still exist; []
+        for a service started before they were (its sweeps build on Ray tasks)."""
+        out = []
+        for n in self.config.get("builders") or []:
+            try:
+                out.append(ray.get_actor(n, namespace=NAMESPACE))
+            except ValueError:
+                pass
+        return out
 
     def check_reads(self, path: Path) -> None:
         """Refuse a sweep whose ``path`` (its ref.py) a device's node cannot read.
@@ -484,17 +496,49 @@ def _create(address: str, backend: str, cpu_devices: int) -> dict[str, Any]:
     runner = ServiceRunner(backend, cpu_devices)
     try:
         infos = runner.start()
+        builders = _start_builders(backend, len(infos) if backend == "cpu" else 0)
     except BaseException:
         for a in runner.actors:
             ray.kill(a, no_restart=True)
         raise
     cfg = {"address": address, "backend": backend, "cpu_devices": cpu_devices,
            "devices": [device_name(k) for k in range(len(infos))], "infos": infos,
-           "started_at": time.time()}
+           "builders": builders, "started_at": time.time()}
     reg = ray.remote(num_cpus=0, max_restarts=-1)(Registry).options(
         name=REGISTRY, namespace=NAMESPACE, lifetime="detached").remote(cfg)
     ray.get(reg.status.remote(), timeout=120)
     return cfg
+
+
+def _start_builders(backend: str, cpu_devices: int) -> list[str]:
+    """Start the service's warm builders (workers.build_actor.BuildActor, named, detached,
+    restarted by Ray): one per CPU of the cluster that its CPU device actors leave (at least
+    one), spread over the nodes, each with the backend's compiler identities read; returns
+    their names. They reserve no CPU (``num_cpus=0``), so that a sweep run on the same
+    cluster without ``--queue`` still gets its build tasks' CPUs. On a cluster whose nodes
+    differ in platform, sweeps route builds by platform to Ray tasks and leave the builders
+    idle (kopt.builder.RayBuilder.set_routes).
+
+    Raises:
+        ServiceError: a builder did not start within ACTOR_START_TIMEOUT_S (the ones started
+            are killed).
+    """
+    from workers.build_actor import BuildActor
+
+    n = max(1, int(ray.cluster_resources().get("CPU", 1)) - cpu_devices)
+    toolchains = ["nvrtc", "cuda"] if backend == "cuda" else ["cpu"]
+    cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=1)(BuildActor)
+    names = [f"{BUILDER_PREFIX}{k}" for k in range(n)]
+    actors = [cls.options(name=name, namespace=NAMESPACE, lifetime="detached",
+                          scheduling_strategy="SPREAD").remote(toolchains) for name in names]
+    try:
+        ray.get([a.stats.remote() for a in actors], timeout=ACTOR_START_TIMEOUT_S)
+    except (ray.exceptions.RayError, TimeoutError) as e:
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        raise ServiceError(f"kopt serve start: the service's builders did not start "
+                           f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    return names
 
 
 def stop_service(address: str | None = None) -> list[str]:
@@ -523,6 +567,7 @@ def stop_service(address: str | None = None) -> list[str]:
         return []
     cfg = ray.get(reg.config.remote(), timeout=60)
     stopped = [n for n in cfg["devices"] if _stop_device(n)]
+    stopped += [n for n in cfg.get("builders") or [] if _kill(n)]
     ray.kill(reg, no_restart=True)
     ray.shutdown()
     if own is not None:
@@ -547,11 +592,20 @@ def _stop_device(name: str) -> bool:
     return True
 
 
+def _kill(name: str) -> bool:
+    """Kill the service's actor ``name`` (no restart); False when it was gone already."""
+    try:
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+    except ValueError:
+        return False
+    return True
+
+
 def service_status(address: str | None = None) -> dict[str, Any]:
     """The service at ``address`` (None: the recorded one): backend, start time, sweeps
-    served and running, and per device its state (``idle`` with its ``jobs``, ``busy_s`` and
+    served and running, per device its state (``idle`` with its ``jobs``, ``busy_s`` and
     sandbox ``restarts``; ``busy`` when it did not answer within ``STATUS_WAIT_S``;
-    ``restarting`` or ``gone``).
+    ``restarting`` or ``gone``) and per warm builder its state (``builds`` when idle).
 
     Raises:
         ServiceError: as :func:`stop_service`.
@@ -563,11 +617,26 @@ def service_status(address: str | None = None) -> dict[str, Any]:
         cfg = ray.get(reg.config.remote(), timeout=60)
         served = ray.get(reg.status.remote(), timeout=60)
         devices = [_device_state(n, info) for n, info in zip(cfg["devices"], cfg["infos"])]
+        builders = [_builder_state(n) for n in cfg.get("builders") or []]
     finally:
         ray.shutdown()
     return {"address": addr, "backend": cfg["backend"], "started_at": cfg["started_at"],
             "sweeps_served": served["served"], "sweeps_running": served["running"],
-            "devices": devices}
+            "devices": devices, "builders": builders}
+
+
+def _builder_state(name: str) -> dict[str, Any]:
+    """A builder's ``state`` (``idle`` with its ``builds`` since start, ``busy``, ``gone``,
+    ``restarting``), as :func:`_device_state`."""
+    try:
+        ref = ray.get_actor(name, namespace=NAMESPACE).stats.remote()
+        if not ray.wait([ref], timeout=STATUS_WAIT_S)[0]:
+            return {"name": name, "state": "busy"}
+        return {"name": name, "state": "idle", **ray.get(ref)}
+    except ValueError:
+        return {"name": name, "state": "gone"}
+    except ray.exceptions.RayError:
+        return {"name": name, "state": "restarting"}
 
 
 def _device_state(name: str, info: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,8 @@ def _sweep_dir(root: Path, name: str) -> Path:
         assert old in text
         text = text.replace(old, new)
     spec.write_text(text + "reference_timing: false\n")
+    src = d / "spin.cpp"  # a source of its own: its builds are its own, never another's hits
+    src.write_text(f"// sweep {name}\n" + src.read_text())
     return d
 
 
@@ -123,7 +125,7 @@ def service(tmp_path_factory):
     state = cache / "service.json"
     try:
         assert p.returncode == 0, p.stdout + p.stderr[-3000:]
-        assert "2 cpu device actors warm" in p.stdout
+        assert "2 cpu device actors warm" in p.stdout and "), 2 builders" in p.stdout
         yield env, json.loads(state.read_text())
     finally:
         if state.exists():  # a test failed before `kopt serve stop`: stop its Ray head
@@ -147,6 +149,9 @@ def test_status_of_a_started_service(service):
     status = json.loads(st.stdout)
     assert status["backend"] == "cpu" and status["address"] == state["address"]
     assert [d["state"] for d in status["devices"]] == ["idle", "idle"]
+    # the 4 CPUs less the 2 CPU devices: 2 warm builders, none used yet
+    assert status["builders"] == [{"name": f"kopt-builder-{k}", "state": "idle", "builds": 0}
+                                  for k in (0, 1)]
     assert status["sweeps_served"] == 0
 
 
@@ -170,6 +175,8 @@ def test_two_sweeps_at_once_share_the_devices(service, tmp_path):
     assert status["sweeps_served"] == 2 and status["sweeps_running"] == []
     assert sum(d["jobs"] for d in status["devices"]) == 2 * N_CANDIDATES
     assert [d["restarts"] for d in status["devices"]] == [0, 0]  # each harness stayed warm
+    # every build went to the service's warm builders (none to a Ray task of the sweep's)
+    assert sum(b["builds"] for b in status["builders"]) == 2 * N_CANDIDATES
 
 
 def test_a_device_actor_killed_mid_sweep_is_restarted_and_the_sweep_completes(service,
@@ -207,11 +214,13 @@ def _shared_fairly(rows: list[tuple], runs: list[str]) -> None:
 def test_stop_leaves_nothing_running(service):
     env, state = service
     actors = Actors(env)
-    pids = actors.ask("ping", "kopt-device-0", "kopt-device-1")
+    pids = actors.ask("ping", "kopt-device-0", "kopt-device-1", "kopt-builder-0",
+                      "kopt-builder-1")
     actors.close()
     p = _kopt(env, "serve", "stop")
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "kopt-device-0, kopt-device-1, kopt-service" in p.stdout
+    assert ("kopt-device-0, kopt-device-1, kopt-builder-0, kopt-builder-1, kopt-service"
+            in p.stdout)
     assert not any(_alive(pid) for pid in pids)
     assert not _alive(state["pgid"])  # the Ray head `kopt serve start` started
     again = _kopt(env, "serve", "status")

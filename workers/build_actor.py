@@ -1,0 +1,57 @@
+"""The warm builders of the kopt service (issue 14.3): long-lived Ray actors that compile
+candidates for every sweep submitted with ``kopt sweep --queue``.
+
+A sweep's own builds are Ray tasks; on a service's cluster each sweep is a new Ray job, and
+Ray starts fresh worker processes for every job, so a queued sweep's first build waited for
+a worker to start and import the build modules. A :class:`BuildActor` is started once by
+``kopt serve start`` (named, detached, restarted by Ray) with those modules imported and
+its compilers' identities read; a queued sweep sends its builds to the service's builders
+(kopt.builder.RayBuilder.use_actors). The builds themselves are workers.build's, with the
+build cache of the node the actor runs on.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+from workers import build as wbuild
+from workers.records import BuildJob, BuildResult
+
+
+class BuildActor:
+    """One warm builder (one build at a time: a plain Ray actor).
+
+    Args:
+        toolchains: compiler identities read at start (``nvrtc``, ``cuda``, ``cpu``), so
+            that the first sweep finds NVRTC loaded and nvcc's ``--version`` read.
+    """
+
+    def __init__(self, toolchains: list[str]):
+        self.env: dict[str, Any] | None = None
+        self.builds = 0
+        for t in toolchains:
+            wbuild.compiler_identity(t)
+
+    @ray.method(num_returns=2)
+    def build(self, job: BuildJob) -> tuple[BuildResult, bytes | None]:
+        """Build ``job`` (workers.build.build): (result, artifact bytes or None)."""
+        self.builds += 1
+        return wbuild.build(job)
+
+    def identity(self, toolchain: str) -> tuple[str, dict[str, Any]]:
+        """As workers.build.identity_and_env: the compiler identity (cached per process) and
+        this node's environment (read once: it does not change while the service runs)."""
+        if self.env is None:
+            self.env = wbuild.identity_and_env(toolchain)[1]
+        return wbuild.compiler_identity(toolchain), self.env
+
+    def ping(self) -> int:
+        """The actor's process id."""
+        return os.getpid()
+
+    def stats(self) -> dict[str, int]:
+        """Builds made since start."""
+        return {"builds": self.builds}
