@@ -12,6 +12,11 @@ if ! python3 -c "from cuda.bindings import nvrtc, driver; import cuda.pathfinder
   export PYTHONPATH=/tmp/site-cuda:${PYTHONPATH:-$PWD}
 fi
 python3 -c "import cuda.bindings, sys; print('cuda.bindings', cuda.bindings.__version__, file=sys.stderr)" || true
+# byte-compile the carried site and the tree once, as `pip install` does: without it every
+# fresh Ray worker compiled ray's and kopt's sources again (seen in py-spy: 1.5 s of a
+# driver's start in source_to_code, 2026-12-01)
+python3 -m compileall -q -j 0 /tmp/site kopt workers > /dev/null 2>&1 || true
+echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}" >&2
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/kopt-verify}
 mkdir -p "$out"
