@@ -180,14 +180,14 @@ def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str]) -> dict[st
     extra = ["--queue"] if label.startswith("warm") else []
     log = out / f"kopt-{label}.log"
     wall = kopt(["sweep", str(sweep), "--store", str(store), "--backend", "cuda", *extra],
-                env, log)
+                {**env, "KOPT_RAY_TIMELINE": str(out / f"ray-timeline-{label}.json")}, log)
     run_id = RUN_ID.search(log.read_text()).group(1)
     rows = Database(store).phases(run_id)
     run = {r["phase"]: r for r in rows if not r.get("device")}
     busy = sum(r["end_s"] - r["start_s"] for r in rows if r["phase"] == "busy")
     compile_s = sum(r["end_s"] - r["start_s"] for r in rows if r["phase"] == "build")
-    _, (envs,) = query("select env from runs where event = 'end'", store)
-    cores = float(json.loads(envs[0] or "{}").get("cluster_cpus") or 1)
+    _, envs = query("select env from runs where env is not null", store)
+    cores = max(float(json.loads(e or "{}").get("cluster_cpus") or 1) for e, in envs)
     named = best("sgemm_kt", store)[0]
     _, ok = query("select params, median_ms, iqr_ms from candidates where status = 'ok'", store)
     run_s = run["run"]["end_s"] - run["run"]["start_s"]

@@ -26,6 +26,7 @@ import re
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1008,9 +1009,26 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)  # again: ray.init installs its own
-    return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
-                  iterations=iterations, observers=observers, strategy=strategy,
-                  seed=seed, phases=phases, queue=svc).run()
+    try:
+        return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
+                      iterations=iterations, observers=observers, strategy=strategy,
+                      seed=seed, phases=phases, queue=svc).run()
+    finally:
+        ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
+
+
+def ray_timeline(path: str | None) -> None:
+    """Write Ray's own timeline of this process's Ray job (``ray.timeline``: Chrome tracing
+    JSON of every task and actor call, worker start-ups included; open it in
+    chrome://tracing or Perfetto) to ``path`` when given (``$KOPT_RAY_TIMELINE``): what the
+    run's ``phases`` rows do not show. A failure to write it is a warning, never the
+    sweep's."""
+    if not path or not ray.is_initialized():
+        return
+    try:
+        ray.timeline(filename=path)
+    except Exception as e:  # noqa: BLE001 -- a diagnostic: never fail the sweep for it
+        warnings.warn(f"KOPT_RAY_TIMELINE={path}: not written ({e})", stacklevel=1)
 
 
 __all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",

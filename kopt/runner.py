@@ -213,9 +213,10 @@ class RayRunner(Runner):
             raise DeviceError(f"device actor failed: {e}") from None
 
     def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None,
-                  done: Callable[[int], None] | None = None) -> list[Any]:
+                  done: Callable[[int, Any], None] | None = None) -> list[Any]:
         """Every call sent before any is waited on (each device actor works on its own);
-        ``done(k)`` as each finishes, in the order they finish."""
+        ``done(k, result)`` as each finishes, in the order they finish (``result``: the
+        call's return value, or its DeviceError)."""
         refs = [getattr(self.actors[i], method).remote(*args) for i, method, args in calls]
         index = {ref: k for k, ref in enumerate(refs)}
         out: list[Any] = [None] * len(refs)
@@ -230,7 +231,7 @@ class RayRunner(Runner):
                 except (ray.exceptions.RayError, TimeoutError) as e:
                     out[index[ref]] = DeviceError(f"device actor failed: {e}")
                 if done is not None:
-                    done(index[ref])
+                    done(index[ref], out[index[ref]])
         return out
 
     def replace(self, i: int) -> Any:

@@ -233,10 +233,11 @@ def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_lo
     runner.actors = [Echo.remote(), Echo.remote(), Echo.remote()]
     order: list[int] = []
     got = runner.call_many([(0, "slow", ("a", 1.0)), (1, "slow", ("b", 1.0)), (2, "boom", ())],
-                           done=order.append)
+                           done=lambda k, _res: order.append(k))
     (a, a0, a1), (b, b0, b1) = got[:2]
     assert (a, b) == ("a", "b") and b0 < a1 and a0 < b1  # the two ran at the same time
     assert isinstance(got[2], DeviceError) and "no device" in str(got[2])
     assert sorted(order) == [0, 1, 2]
-    late = runner.call_many([(0, "slow", ("c", 30.0))], timeout=0.5, done=order.append)
+    late = runner.call_many([(0, "slow", ("c", 30.0))], timeout=0.5,
+                            done=lambda k, _res: order.append(k))
     assert isinstance(late[0], DeviceError) and order[-1] == 0

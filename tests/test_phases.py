@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -61,8 +63,24 @@ def vector_add_run(ray_local, tmp_path_factory):
     shutil.copytree(ROOT / "sweeps" / "vector_add", d)
     src = d / "vector_add.cpp"  # a new digest: a cold build cache whatever ran before
     src.write_text(src.read_text() + f"\n// cold cache {uuid.uuid4().hex}\n")
-    s = run_sweep(load_sweep(d), store, backend="cpu", max_candidates=2)
+    os.environ["KOPT_RAY_TIMELINE"] = str(here / "timeline.json")
+    try:
+        s = run_sweep(load_sweep(d), store, backend="cpu", max_candidates=2)
+    finally:
+        del os.environ["KOPT_RAY_TIMELINE"]
     return s, store, time.time() - process_start_epoch()
+
+
+def test_kopt_ray_timeline_writes_rays_own_timeline_of_the_run(vector_add_run):
+    """$KOPT_RAY_TIMELINE: Ray's Chrome-tracing timeline of the run's job (what the phases
+    rows do not show: each build task and device-actor call on its worker)."""
+    _, store, _ = vector_add_run
+    events = json.loads((store.parent / "timeline.json").read_text())
+    names = {e.get("name") for e in events}
+    # the build and compiler-identity tasks (functions of workers/, so that their workers
+    # import no kopt module), and the device actor's start, info, reference check and jobs
+    assert {"workers.build.build", "workers.build.identity_and_env", "__init__", "info",
+            "prepare", "run"} <= names, sorted(map(str, names))
 
 
 def _once(rows, phase):

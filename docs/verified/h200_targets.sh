@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/
 rm -rf /tmp/vskt
 timeout 560 python3 bench/vs_kernel_tuner.py --size 2048 --out /tmp/vskt \
   --kopt "${KOPT_RUNS:-cold,cold-noncu,warm,warm-noncu}" 2>&1 | tail -30 | tee -a "$out/targets.txt"
-cp /tmp/vskt/vs_kernel_tuner.json /tmp/vskt/*.log "$out/" 2>/dev/null
+cp /tmp/vskt/vs_kernel_tuner.json /tmp/vskt/*.log /tmp/vskt/ray-timeline-*.json "$out/" 2>/dev/null
 for s in /tmp/vskt/store-*; do
   n=$(basename "$s")
   kopt query --store "$s" --format csv "select phase, device, round(start_s,2) s0, round(end_s,2) s1, detail from phases where phase <> 'build' order by start_s" > "$out/$n.phases.csv" 2>&1

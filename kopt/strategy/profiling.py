@@ -98,11 +98,16 @@ def _capture(ctx: RunContext, devices: list[int], todo: list[Todo],
     return out
 
 
-def _ncu_done(ctx: RunContext, split: list[tuple[int, list[int]]], k: int) -> None:
+def _ncu_done(ctx: RunContext, split: list[tuple[int, list[int]]], k: int, res: Any
+              ) -> None:
     """Close the ``ncu`` phase of share ``k``'s device as its captures come back (each
-    device's own end, not the slowest one's)."""
+    device's own end, not the slowest one's); its detail says how many candidates and how
+    long the profiler's own processes ran (``ncu_seconds``: the rest of the phase is the
+    device actor reading the report and the call's round trip)."""
     d, idx = split[k]
-    ctx.phases.end("ncu", ctx.runner.infos[d], detail=f"{len(idx)} candidates")
+    secs = sum(r.get("ncu_seconds") or 0.0 for r in res) if isinstance(res, list) else 0.0
+    ctx.phases.end("ncu", ctx.runner.infos[d], detail=f"{len(idx)} candidates" + (
+        f"; ncu processes {secs:.2f} s" if secs else ""))
 
 
 def _record(ctx: RunContext, it: int, dc: str, todo: Todo, status: dict[str, Any]
