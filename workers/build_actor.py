@@ -30,10 +30,12 @@ class BuildActor:
     """
 
     def __init__(self, toolchains: list[str]):
-        self.env: dict[str, Any] | None = None
         self.builds = 0
         for t in toolchains:
             wbuild.compiler_identity(t)
+        # the node's environment (torch's version among others): 4.4 s on an H200 host when
+        # the first sweep asked for it (2026-12-01), so read at start
+        self.env: dict[str, Any] = wbuild.identity_and_env(toolchains[0])[1]
 
     @ray.method(num_returns=2)
     def build(self, job: BuildJob) -> tuple[BuildResult, bytes | None]:
@@ -43,9 +45,7 @@ class BuildActor:
 
     def identity(self, toolchain: str) -> tuple[str, dict[str, Any]]:
         """As workers.build.identity_and_env: the compiler identity (cached per process) and
-        this node's environment (read once: it does not change while the service runs)."""
-        if self.env is None:
-            self.env = wbuild.identity_and_env(toolchain)[1]
+        this node's environment (read at start: it does not change while the service runs)."""
         return wbuild.compiler_identity(toolchain), self.env
 
     def ping(self) -> int:
