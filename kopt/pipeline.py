@@ -82,6 +82,7 @@ from kopt.strategy.ncu_loop import (
     write_state,
 )
 from kopt.strategy.profiling import profile, resolve
+from kopt.strategy.profiling import warm_up as warm_ncu
 from kopt.strategy.random_sample import RANDOM_FRACTION
 from workers import build as wbuild
 from workers.records import RunJob, RunOutcome, Status, TuningRecord
@@ -436,6 +437,7 @@ class Driver:
         summary = self.summary
         self.loop = NcuLoop(list(self.classes), self.iterations, stored)
         self.ncu_names = resolve(self.ctx) if backend == "cuda" else {}
+        warm_ncu(self.ctx, self.ncu_names)
         try:
             self._iterate(bool(stored))
             close_loop_on_devices(self.ctx, self.loop)

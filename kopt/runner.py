@@ -75,13 +75,21 @@ class Runner(ABC):
             DeviceError: the device failed (or did not answer within ``timeout`` s).
         """
 
+    def cast(self, i: int, method: str, *args: Any) -> None:
+        """Call device ``i``'s ``method`` without waiting for its answer (a failure is
+        ignored: for work that only saves time later). This base version waits."""
+        try:
+            self.call(i, method, *args)
+        except DeviceError:
+            pass
+
     def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None,
-                  done: Callable[[int], None] | None = None) -> list[Any]:
+                  done: Callable[[int, Any], None] | None = None) -> list[Any]:
         """Make several ``(device, method, args)`` calls at once (devices work in parallel)
         and wait for all; one result per call, in order, a failed call's
-        :class:`DeviceError` in its place (never raised). ``done(k)`` is called as call
-        ``k`` finishes (e.g. to close its device's phase). This base version calls them one
-        after another."""
+        :class:`DeviceError` in its place (never raised). ``done(k, result)`` is called as
+        call ``k`` finishes (e.g. to close its device's phase). This base version calls them
+        one after another."""
         out: list[Any] = []
         for k, (i, method, args) in enumerate(calls):
             try:
@@ -89,7 +97,7 @@ class Runner(ABC):
             except DeviceError as e:
                 out.append(e)
             if done is not None:
-                done(k)
+                done(k, out[-1])
         return out
 
     def live(self, dc: str) -> list[int]:
@@ -211,6 +219,9 @@ class RayRunner(Runner):
             return ray.get(getattr(self.actors[i], method).remote(*args), timeout=timeout)
         except (ray.exceptions.RayError, TimeoutError) as e:
             raise DeviceError(f"device actor failed: {e}") from None
+
+    def cast(self, i: int, method: str, *args: Any) -> None:
+        getattr(self.actors[i], method).remote(*args)  # its ref dropped: nobody waits
 
     def call_many(self, calls: list[tuple[int, str, tuple]], timeout: float | None = None,
                   done: Callable[[int, Any], None] | None = None) -> list[Any]:

@@ -241,3 +241,51 @@ def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_lo
     late = runner.call_many([(0, "slow", ("c", 30.0))], timeout=0.5,
                             done=lambda k, _res: order.append(k))
     assert isinstance(late[0], DeviceError) and order[-1] == 0
+
+
+def test_a_warm_ncu_waits_for_its_jobs_then_profiles_them_like_a_cold_one(tmp_path,
+                                                                          monkeypatch):
+    """workers.ncu_warm: ncu and its target start before the jobs are known (the target
+    imports its modules and waits); handed the jobs, it profiles them in one process and the
+    launches are attributed as capture_many's; the process and its folder are used up."""
+    import sys
+    import time
+
+    from test_harness import artifact, job
+
+    from conftest import FIXTURES
+    from workers import ncu_warm
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    jobs = [{**job(artifact(tmp_path, src, 0), src, ref), "device": "cpu"} for _ in range(2)]
+    fake = tmp_path / "ncu"
+    fake.write_text(FAKE_NCU.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("NCU", str(fake))
+    monkeypatch.setenv("FAKE_REPORT", str(DATA / "sgemm_full.ncu-rep"))
+    monkeypatch.setenv("FAKE_PROF", "1")
+    monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
+    metrics = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+    warm = ncu_warm.start(metrics)
+    assert warm is not None and warm.key == (tuple(metrics), ())
+    assert "--nvtx --nvtx-include kopt/" in warm.command and "--wait" in warm.command
+    time.sleep(3)
+    assert warm.alive()  # waiting for its jobs
+    res = ncu_warm.capture(warm, [(j, ["matmul_kernel"]) for j in jobs], metrics)
+    assert [r.status for r in res] == ["no_kernels", "ok"]
+    assert [(r.kernel, r.metric, r.value) for r in res[1].rows][0] == (
+        "matmul_kernel", "gpu__time_duration.sum", 935424.0)
+    assert not warm.alive() and not warm.tmp.exists()
+
+
+def test_a_warm_ncu_target_leaves_when_its_device_actor_is_gone(tmp_path):
+    """The waiting target exits (4, nothing run) once the actor that started it is gone, so
+    a killed actor leaves no ncu waiting forever."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    p = subprocess.run([sys.executable, "-m", "workers.ncu_target", "--wait",
+                        str(tmp_path / "never.json"), str(dead.pid)], timeout=120)
+    assert p.returncode == 4

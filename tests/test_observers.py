@@ -4,6 +4,7 @@ one of them, each figure optional."""
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -296,8 +297,13 @@ def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatc
         runner.close()
     # issue 14.4: with two devices of the class each profiles one of the two candidates
     ncu = [r for r in ctx.phases.table_rows("r1", "s") if r["phase"] == "ncu"]
-    assert sorted((r["device"], r["detail"]) for r in ncu) == sorted(
+    assert sorted((r["device"], r["detail"].split(";")[0]) for r in ncu) == sorted(
         (f"local/cpu-{k}", f"{2 // devices} candidates") for k in range(devices))
+    # and how long its profiler processes ran (issue 14.2), within the phase
+    for r in ncu:
+        secs = float(re.fullmatch(r"\d candidates; ncu processes (\d+\.\d\d) s",
+                                  r["detail"]).group(1))
+        assert 0 < secs <= r["end_s"] - r["start_s"] + 0.01
     _, prof = query("select job_key, profile_status, profile_error, toy_kernels "
                     "from profiles_raw order by job_key", store)
     _, met = query("select candidate_id, kernel, launch, metric, value, unit from metrics "

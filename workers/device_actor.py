@@ -43,6 +43,7 @@ class DeviceActor:
         # device's time before its first job when it was read on request)
         self._metrics: Future[list[str] | None] | None = (
             ThreadPoolExecutor(1).submit(_query_metrics) if backend == "cuda" else None)
+        self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
         self.sandbox = Sandbox(backend, env)
         self.sandbox.start()
         self.busy_s = 0.0
@@ -119,18 +120,41 @@ class DeviceActor:
         ``ncu_seconds``)."""
         t0 = time.perf_counter()
         out: list[dict[str, Any]] = [{} for _ in jobs]
+        warm, self._warm_ncu = self._warm_ncu, None
         try:
             batch = [ProfileTarget({**j, "device": self.backend, "artifact": str(
                 ensure_artifact(j["build_id"], a))}, ks)
                 for j, a, ks in zip(jobs, artifacts, kernels)]
-            for o in profiling_observers(self.backend, metrics=metrics, sections=sections):
+            for o in profiling_observers(self.backend, metrics=metrics, sections=sections,
+                                         warm=warm):
                 for mine, res in zip(out, o.profile(batch)):
                     mine.update(res)
         except Exception as e:
             out = [{"profile_status": Status.CRASHED, "profile_error": f"profile: {e!r}"}
                    for _ in jobs]
+        finally:
+            if warm is not None:
+                warm.close()  # used up by the NCU observer, or left unused
         self.busy_s += time.perf_counter() - t0
+        self.ncu_warm(metrics, sections)  # the next iteration's, started now
         return out
+
+    def ncu_warm(self, metrics: list[str], sections: list[str] | None) -> bool:
+        """Start an ncu process for the next :meth:`profile_many` with these ``metrics`` and
+        ``sections`` (workers.ncu_warm: ncu and its target's imports ready while the device
+        times candidates); one at a time, kept when it already collects the same. Returns
+        whether one waits now (False: CUDA backend only, or no ncu)."""
+        if self.backend != "cuda":
+            return False
+        from workers import ncu_warm
+
+        w = self._warm_ncu
+        if w is not None and w.key == ncu_warm.key_of(metrics, sections) and w.alive():
+            return True
+        if w is not None:
+            w.close()
+        self._warm_ncu = ncu_warm.start(metrics, sections)
+        return self._warm_ncu is not None
 
     def query_metrics(self) -> list[str] | None:
         """Base metric names ``ncu --query-metrics`` lists for this device (None without ncu;
@@ -166,6 +190,10 @@ class DeviceActor:
                 "harness_pid": self.sandbox.pid}
 
     def shutdown(self) -> None:
+        """Close the sandbox and any warm ncu process."""
+        if self._warm_ncu is not None:
+            self._warm_ncu.close()
+            self._warm_ncu = None
         self.sandbox.close()
 
 

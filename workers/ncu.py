@@ -328,32 +328,42 @@ def capture_many(items: list[tuple[dict[str, Any], list[str]]], metrics: list[st
         jf.write_text(json.dumps([job for job, _ in items]))
         res, out = _run_ncu(["--many", str(jf)], kernels, metrics, sections,
                             timeout_s * len(items), env, Path(tmp))
-        if res.status in ("no_ncu", "no_permission", Status.TIMEOUT, "no_kernels"):
-            return [res for _ in items]
-        if res.status != Status.OK:
-            return None
-        split = split_launches(out, len(items))
-        if split is None:
-            return None
-        try:
-            rows, n_launches = _read(Path(tmp) / "report.ncu-rep", metrics)
-        except RuntimeError:
-            return None
+        return attribute(items, metrics, res, out, Path(tmp))
+
+
+def attribute(items: list[tuple[dict[str, Any], list[str]]], metrics: list[str],
+              res: ProfileResult, out: str, tmp: Path) -> list[ProfileResult] | None:
+    """Each candidate's launches of a batch profiled in one ncu process (``res``: how it
+    ended; ``out``: its output, with the target's markers; ``tmp``: where its
+    ``report.ncu-rep`` is): as :func:`capture_many` returns them."""
+    if res.status in ("no_ncu", "no_permission", Status.TIMEOUT, "no_kernels"):
+        return [res for _ in items]
+    if res.status != Status.OK:
+        return None
+    split = split_launches(out, len(items))
+    if split is None:
+        return None
+    try:
+        rows, n_launches = _read(tmp / "report.ncu-rep", metrics)
+    except RuntimeError:
+        return None
     counts, failed = split
     if n_launches != sum(counts):
         return None
-    out, first = [], 0
+    results: list[ProfileResult] = []
+    first = 0
     for i, n in enumerate(counts):
         mine = [MetricRow(r.kernel, r.launch - first, r.metric, r.value, r.unit)
                 for r in rows if first <= r.launch < first + n]
         first += n
         share = res.seconds / len(items)
         if i in failed:
-            out.append(ProfileResult(Status.CRASHED, f"ncu target: {failed[i]}",
-                                     command=res.command, seconds=share))
+            results.append(ProfileResult(Status.CRASHED, f"ncu target: {failed[i]}",
+                                         command=res.command, seconds=share))
         elif not mine:
-            out.append(ProfileResult("no_kernels", f"ncu profiled no kernel matching "
-                                     f"{items[i][1]}", command=res.command, seconds=share))
+            results.append(ProfileResult("no_kernels", f"ncu profiled no kernel matching "
+                                         f"{items[i][1]}", command=res.command,
+                                         seconds=share))
         else:
-            out.append(ProfileResult(Status.OK, "", mine, res.command, share))
-    return out
+            results.append(ProfileResult(Status.OK, "", mine, res.command, share))
+    return results

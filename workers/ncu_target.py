@@ -3,6 +3,10 @@
 ``python -m workers.ncu_target JOB.json``: one job; exit code 0 when ``solve`` ran and the
 CUDA runtime reported no error.
 
+``python -m workers.ncu_target --wait JOBS.json ACTOR_PID``: a warm ncu's target
+(workers.ncu_warm): the same as ``--many`` once JOBS.json exists, each call inside the NVTX
+range ``kopt``.
+
 ``python -m workers.ncu_target --many JOBS.json``: a list of jobs, one ``solve`` call each,
 in order, in one process (one ncu start, one CUDA context for the whole top-k). Each call
 is bracketed on stdout by ``KOPT_NCU_BEGIN i`` / ``KOPT_NCU_END i`` lines (flushed), so
@@ -15,16 +19,28 @@ process (the jobs after it have no markers).
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
+
+import torch
 
 from workers.harness import Harness, JobError
+from workers.ncu_warm import NVTX_RANGE
 
 
-def _one(h: Harness, job: dict) -> None:
+def _one(h: Harness, job: dict, nvtx: bool = False) -> None:
     d = h.prepare(job, reference=False)  # no check here: inputs only (as the harness makes)
     lib = h.lib(job["artifact"], job["signature"])
     h.load(d, 0, 0)
-    h.call(lib, job, d)
+    nvtx = nvtx and h.is_cuda  # a warm ncu profiles what runs in this range (ncu_warm)
+    if nvtx:
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+    try:
+        h.call(lib, job, d)
+    finally:
+        if nvtx:
+            torch.cuda.nvtx.range_pop()
     h.check_cuda(lib, "solve")
 
 
@@ -39,14 +55,37 @@ def main(path: str) -> int:
     return 0
 
 
-def main_many(path: str) -> int:
+def main_wait(path: str, actor_pid: int, poll_s: float = 0.005) -> int:
+    """A warm ncu's target (workers.ncu_warm): modules imported, wait until ``path`` exists,
+    then as :func:`main_many` with each call inside the NVTX range. Exits 4 without running
+    anything when process ``actor_pid`` (the device actor that started it) is gone."""
+    n = 0
+    while not os.path.exists(path):
+        n += 1
+        if n % 200 == 0 and not _alive(actor_pid):
+            return 4
+        time.sleep(poll_s)
+    return main_many(path, nvtx=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main_many(path: str, nvtx: bool = False) -> int:
     jobs = json.loads(open(path).read())
     h = Harness(jobs[0].get("device", "cuda") if jobs else "cuda")
     failed = 0
     for i, job in enumerate(jobs):
         print(f"KOPT_NCU_BEGIN {i}", flush=True)
         try:
-            _one(h, job)
+            _one(h, job, nvtx)
         except JobError as e:
             failed += 1
             print(f"KOPT_NCU_FAIL {i} {e.status}: {e}".replace("\n", " "), flush=True)
@@ -59,4 +98,6 @@ def main_many(path: str) -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "--many":
         sys.exit(main_many(sys.argv[2]))
+    if sys.argv[1] == "--wait":
+        sys.exit(main_wait(sys.argv[2], int(sys.argv[3])))
     sys.exit(main(sys.argv[1]))

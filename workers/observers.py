@@ -226,6 +226,8 @@ class NcuObserver(ProfilingObserver):
     Args:
         metrics: metric names to collect (``--metrics``) and read.
         sections: extra ``--section`` identifiers (the sweep's ``ncu.sections``).
+        warm: an ncu process started ahead (workers.ncu_warm.WarmNcu) collecting the same
+            metrics and sections: the batch goes to it first (cold when it cannot serve).
     """
 
     columns: ClassVar[dict[str, str]] = {"profile_status": "string", "profile_error": "string"}
@@ -236,10 +238,17 @@ class NcuObserver(ProfilingObserver):
         self.metrics, self.sections = list(metrics or []), sections
 
     def profile(self, batch: list[ProfileTarget]) -> list[dict[str, Any]]:
-        from workers import ncu
+        from workers import ncu, ncu_warm
 
         items = [(t.job, t.kernels) for t in batch]
-        res = ncu.capture_many(items, self.metrics, self.sections)
+        warm = self.options.get("warm")  # a started ncu (workers.ncu_warm), used up here
+        res = None
+        if warm is not None and warm.key == ncu_warm.key_of(self.metrics, self.sections):
+            res = ncu_warm.capture(warm, items, self.metrics)
+        elif warm is not None:
+            warm.close()
+        if res is None:
+            res = ncu.capture_many(items, self.metrics, self.sections)
         if res is None:  # one capture per candidate
             res = [ncu.capture(j, ks, self.metrics, self.sections) for j, ks in items]
         return [{"profile_status": r.status, "profile_error": r.error or None,

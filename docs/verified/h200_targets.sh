@@ -13,9 +13,16 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/
 rm -rf /tmp/vskt
 timeout 560 python3 bench/vs_kernel_tuner.py --size 2048 --out /tmp/vskt \
   --kopt "${KOPT_RUNS:-cold,cold-noncu,warm,warm-noncu}" 2>&1 | tail -30 | tee -a "$out/targets.txt"
-cp /tmp/vskt/vs_kernel_tuner.json /tmp/vskt/*.log /tmp/vskt/ray-timeline-*.json "$out/" 2>/dev/null
+cp /tmp/vskt/vs_kernel_tuner.json "$out/" 2>/dev/null
+cp /tmp/vskt/ray-timeline-cold.json "$out/" 2>/dev/null  # the device returns few files
 for s in /tmp/vskt/store-*; do
   n=$(basename "$s")
-  kopt query --store "$s" --format csv "select phase, device, round(start_s,2) s0, round(end_s,2) s1, detail from phases where phase <> 'build' order by start_s" > "$out/$n.phases.csv" 2>&1
-  kopt query --store "$s" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'" >> "$out/$n.phases.csv" 2>&1
+  { echo "== $n"; tail -4 /tmp/vskt/kopt-${n#store-}.log
+    kopt query --store "$s" --format csv "select phase, device, round(start_s,2) s0, round(end_s,2) s1, detail from phases where phase not in ('build', 'busy') order by start_s"
+    kopt query --store "$s" --format csv "select count(*) busy_jobs, round(sum(end_s-start_s),2) busy_s, round(min(start_s),2) first, round(max(end_s),2) last from phases where phase = 'busy'"
+    kopt query --store "$s" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'"
+  } >> "$out/phases.txt" 2>&1
 done
+if [ -n "${GPU_TESTS:-}" ]; then
+  timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_faults.py tests/test_kernel_mode.py 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
+fi

@@ -21,6 +21,15 @@ from workers.records import RunJob, Status
 Todo = tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]
 
 
+def warm_up(ctx: RunContext, names: dict[str, list[str]]) -> None:
+    """Have every live device of a class with metrics to collect start its ncu process for
+    the iteration's profile now (workers.ncu_warm), without waiting: it starts while the
+    device times candidates."""
+    for i, info in enumerate(ctx.runner.infos):
+        if names.get(info["device_class"]) and i not in ctx.runner.dead:
+            ctx.runner.cast(i, "ncu_warm", names[info["device_class"]], ctx.sweep.ncu.sections)
+
+
 def resolve(ctx: RunContext) -> dict[str, list[str]]:
     """Per device class, the metric names its ncu knows (aliases applied); missing names
     are reported once."""
