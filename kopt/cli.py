@@ -549,6 +549,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                           highlight=False, soft_wrap=True)
             sys.exit(0)
     obs = ProgressObserver()
+    ray_before = _ray_up()
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
                             resume=resume, cpu_devices=cpu_devices, address=address,
@@ -573,6 +574,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                           + escape(f"with `{resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
         sys.exit(_interrupt_code(e))
+    if not ray_before:
+        _leave_ray()
     console.print(_summary_line(summary, root), highlight=False)
     for it, rungs in sorted(summary.rungs.items()):
         if len(rungs) > 1:
@@ -613,6 +616,24 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     if summary.phases:
         out.print(_phases_table(summary.phases))
     sys.exit(exit_code)
+
+
+def _ray_up() -> bool:
+    """Whether this process is attached to Ray already (a caller's, e.g. a test's)."""
+    import ray
+
+    return bool(ray.is_initialized())
+
+
+def _leave_ray() -> None:
+    """Leave the Ray this command attached to (its embedded instance stopped, a cluster only
+    left) once the sweep is stored, before the results are printed: Ray's own exit hook
+    first sleeps 0.5 s "to make sure log messages finish printing"
+    (ray._private.worker.shutdown), time a finished sweep has no use for (issue 14.2)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 @main.command()

@@ -137,3 +137,38 @@ def test_spec_warnings_are_notes(tmp_path):
     assert (f"note: {d / 'sweep.yaml'}: methods.memory.vectorized_access: no launch config "
             "survives restrictions[0] ('VEC * THREADS <= 256'); the method can never run"
             ) in " ".join(r.output.split())
+
+
+LEAVE_RAY = """
+import sys
+import ray
+from click.testing import CliRunner
+from kopt.cli import main
+sweep, store = sys.argv[1], sys.argv[2]
+r = CliRunner().invoke(main, ["sweep", sweep, "--backend", "cpu", "--store", store + "1"])
+print(r.exit_code, ray.is_initialized())
+ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+r = CliRunner().invoke(main, ["sweep", sweep, "--backend", "cpu", "--store", store + "2"])
+print(r.exit_code, ray.is_initialized())
+"""
+
+
+def test_sweep_leaves_the_ray_it_started_before_printing(tmp_path):
+    """Issue 14.2: `kopt sweep` stops the Ray it started once the run is stored (Ray's exit
+    hook would first sleep 0.5 s); a Ray its caller attached to stays up."""
+    import os
+    import subprocess
+    import sys
+
+    d = write_sweep(tmp_path / "va", """
+        kernel: k.cpp
+        dims: [{N: 4096}]
+        args: {x: [N], y: [N], out: [N]}
+        timing: {warmup_ms: 1, min_samples: 3, max_samples: 3}
+        params: {CHUNK: [64]}
+        reference_timing: false
+    """, {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    p = subprocess.run([sys.executable, "-c", LEAVE_RAY, str(d), str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
+    assert p.stdout.split("\n")[:2] == ["0 False", "0 True"], p.stdout + p.stderr[-3000:]
