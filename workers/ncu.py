@@ -203,7 +203,10 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
                              "profile"), ""
     t0 = time.perf_counter()
     rep = tmp / "report"
-    cmd = [exe, "--clock-control", "none", "--target-processes", "all",
+    # application-only: the target is this interpreter itself (sys.executable, no child
+    # process to follow); 8.3 s against 10.5 s with "all" for a torch matmul under the
+    # catalog's metrics on an H200 (docs/verified/2026-12-01-h200-targets.md)
+    cmd = [exe, "--clock-control", "none", "--target-processes", "application-only",
            "--kernel-name-base", "mangled", "-k", kernel_regex(kernels),
            "--metrics", ",".join(metrics), "-o", str(rep), "-f"]
     for s in sections or []:

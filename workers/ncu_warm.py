@@ -86,7 +86,7 @@ def start(metrics: list[str], sections: list[str] | None = None,
     if exe is None or not metrics:
         return None
     tmp = Path(tempfile.mkdtemp(prefix="kopt-ncu-warm-"))
-    cmd = [exe, "--clock-control", "none", "--target-processes", "all",
+    cmd = [exe, "--clock-control", "none", "--target-processes", "application-only",
            "--kernel-name-base", "mangled", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
            "--metrics", ",".join(metrics), "-o", str(tmp / "report"), "-f"]
     for s in sections or []:
