@@ -23,6 +23,10 @@ for s in /tmp/vskt/store-*; do
     kopt query --store "$s" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'"
   } >> "$out/phases.txt" 2>&1
 done
+# the cold run's report (summary.md with the phase table, timeline.png), as one file
+rid=$(kopt query --store /tmp/vskt/store-cold --format csv "select distinct run_id from runs" | tail -1)
+kopt report "$rid" --store /tmp/vskt/store-cold --out /tmp/vskt/report-cold > /dev/null 2>&1 \
+  && tar -czf "$out/report-cold.tgz" -C /tmp/vskt report-cold
 if [ -n "${GPU_TESTS:-}" ]; then
   timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_faults.py tests/test_kernel_mode.py 2>&1 | tail -15 | tee "$out/pytest_gpu.txt"
 fi
