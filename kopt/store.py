@@ -530,6 +530,8 @@ def _holder_text(path: Path) -> str:
         h = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         h = {}
+    if not isinstance(h, dict):  # trial 10 X1: a lock file holding a list, a number, null
+        h = {}
     return (f"pid {h.get('pid', '?')} on {h.get('host', '?')}"
             + (f" since {h['since']}" if h.get("since") else ""))
 
