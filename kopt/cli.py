@@ -682,7 +682,7 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
         else:
             t = Table()
             for c in cols:
-                t.add_column(c, overflow="fold")
+                t.add_column(escape(c), overflow="fold")  # trial 10 X3: user text
             shown = left = 0
             for rows in res.batches():
                 take = rows[:max_rows - shown]

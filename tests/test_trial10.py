@@ -55,3 +55,19 @@ def test_a_reference_output_without_values_is_one_line(tmp_path, make, why):
     with pytest.raises(JobError) as e:
         Harness("cpu").run(job)
     assert str(e.value) == f"ref.py: {why}; return a dense tensor with values"
+
+
+# -- X3: markup in a query's column names -----------------------------------------------------
+
+def test_query_column_names_are_shown_literally(tmp_path):
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    (tmp_path / "st").mkdir()
+    r = CliRunner().invoke(main, ["query", "select 1 \"[/]\", 2 \"[bold]x\", '[/red]' y",
+                                  "--store", str(tmp_path / "st")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    head, row = [ln for ln in r.output.splitlines() if "│" in ln or "┃" in ln][:2]
+    assert [c.strip() for c in head.strip("┃ ").split("┃")] == ["[/]", "[bold]x", "y"]
+    assert [c.strip() for c in row.strip("│ ").split("│")] == ["1", "2", "[/red]"]
