@@ -13,7 +13,6 @@ it in a background process of its own after refusals were given at once.
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import signal
 import subprocess
@@ -25,11 +24,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from pydantic import Field
+
 from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan, check_claim_for_plan
 from kopt.compare import geo_mean
 from kopt.database import Database
 from kopt.expand import space_digest
+from kopt.jsonrecord import RecordError, RecordModel, read_record, write_record
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
 from kopt.store import complete_rows, no_run, now, stored_json
@@ -37,6 +39,7 @@ from kopt.strategy.submitted import Submitted, Version, version_candidates, vers
 from workers.records import Status
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
+MAX_PID = 4194304  # Linux's largest pid_max (2**22)
 IDEA_KINDS = ("catalog", "paper", "url", "kernel", "other")  # the `provenance` table's kinds
 
 
@@ -602,8 +605,8 @@ def detach(root: Path, run_id: str, it: int, try_no: int, address: str | None = 
         p = subprocess.Popen(cmd + (["--address", address] if address else []), stdout=f,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
-    job_file(root, run_id, it, try_no, ".json").write_text(json.dumps(
-        {"pid": p.pid, "host": platform.node(), "log": str(log.absolute())}))
+    write_record(job_file(root, run_id, it, try_no, ".json"),
+                 {"pid": p.pid, "host": platform.node(), "log": str(log.absolute())})
     return log
 
 
@@ -614,9 +617,30 @@ def job_file(root: Path, run_id: str, it: int, try_no: int, suffix: str) -> Path
 
 def mark_exit(root: Path, run_id: str, it: int, try_no: int, rc: int) -> None:
     """Write a detached try's exit status ``rc`` into its record (:func:`detach`)."""
-    path = job_file(root, run_id, it, try_no, ".json")
     try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        rec = {}
-    path.write_text(json.dumps({**rec, "rc": rc}))
+        rec = read_try(root, run_id, it, try_no)
+    except RecordError:
+        rec = None
+    old = rec.model_dump(exclude_none=True) if rec is not None else {}
+    write_record(job_file(root, run_id, it, try_no, ".json"), {**old, "rc": rc})
+
+
+class TryRecord(RecordModel):
+    """A detached try's record (:func:`detach`): its process, its log, once it ended its
+    exit status."""
+
+    pid: int | None = Field(None, ge=1, le=MAX_PID)
+    host: str | None = None
+    log: str | None = None
+    rc: int | None = None
+
+
+def read_try(root: Path, run_id: str, it: int, try_no: int) -> TryRecord | None:
+    """Try ``try_no`` of iteration ``it``'s record (None: it was not detached).
+
+    Raises:
+        RecordError: the record is damaged (one line naming the file, the field and the fix).
+    """
+    return read_record(job_file(root, run_id, it, try_no, ".json"), TryRecord,
+                       "remove it, and if its process is gone run the try again with "
+                       "`kopt submit --retry`")

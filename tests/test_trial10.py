@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import json
 import os
 
 import pytest
@@ -71,3 +72,57 @@ def test_query_column_names_are_shown_literally(tmp_path):
     head, row = [ln for ln in r.output.splitlines() if "│" in ln or "┃" in ln][:2]
     assert [c.strip() for c in head.strip("┃ ").split("┃")] == ["[/]", "[bold]x", "y"]
     assert [c.strip() for c in row.strip("│ ").split("│")] == ["1", "2", "[/red]"]
+
+
+# -- X4: a damaged record of a detached try -------------------------------------------------
+
+@pytest.mark.parametrize("data, why", [
+    (b"garbage{", "damaged record, not JSON (JSONDecodeError)"),
+    (b"\xff\xfe", "damaged record, not JSON (UnicodeDecodeError)"),
+    (b"[1,2]", "damaged record, a JSON list where kopt writes an object"),
+    (b'{"pid": "x"}', "damaged record, field 'pid': Input should be a valid integer"),
+    (b'{"pid": 1e400}', "damaged record, field 'pid': Input should be a valid integer"),
+    (b'{"pid": 99999999999999999999}', "damaged record, field 'pid': Input should be less "
+                                       "than or equal to 4194304"),
+    (b'{"pid": -1}', "damaged record, field 'pid': Input should be greater than or equal to 1"),
+    (b'{"pid": 5, "log": 3}', "damaged record, field 'log': Input should be a valid string"),
+], ids=["garbage", "utf16", "list", "str", "inf", "huge", "minus-one", "log"])
+def test_wait_on_a_damaged_try_record_is_one_line(tmp_path, data, why):
+    from test_store_safety import demo_store
+
+    from kopt.database import Database
+    from kopt.submit import job_file
+    from kopt.wait import WaitError, _stalled
+
+    st = demo_store(tmp_path / "st")
+    path = job_file(st, "r1", 1, 0, ".json")  # no version submitted: try 0
+    path.parent.mkdir()
+    path.write_bytes(data)
+    with pytest.raises(WaitError) as e:
+        _stalled(Database(st), st, "r1", 1, None)
+    assert str(e.value) == (f"run r1: {path}: {why}; remove it, and if its process is gone "
+                            "run the try again with `kopt submit --retry`")
+    assert e.value.code == 1
+
+
+def test_a_try_record_without_a_pid_is_no_live_try_and_an_exit_keeps_its_fields(tmp_path):
+    from test_store_safety import demo_store
+
+    from kopt.database import Database
+    from kopt.submit import job_file, mark_exit
+    from kopt.wait import WaitError, _stalled
+
+    st = demo_store(tmp_path / "st")
+    path = job_file(st, "r1", 1, 0, ".json")
+    path.parent.mkdir()
+    path.write_text('{"host": "vm"}')
+    assert _stalled(Database(st), st, "r1", 1, None) == "iteration 1 is not closed yet"
+    path.write_text('{"pid": 7, "host": "vm", "log": "/x.log"}')
+    mark_exit(st, "r1", 1, 0, 3)
+    assert json.loads(path.read_text()) == {"pid": 7, "host": "vm", "log": "/x.log", "rc": 3}
+    with pytest.raises(WaitError, match=r"^run r1: the detached try 0 of iteration 1 exited "
+                                        r"with status 3 without closing it; its log: /x.log$"):
+        _stalled(Database(st), st, "r1", 1, None)
+    path.write_text("garbage{")
+    mark_exit(st, "r1", 1, 0, 2)  # a damaged record: the exit status is still kept
+    assert json.loads(path.read_text()) == {"rc": 2}
