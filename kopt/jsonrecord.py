@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+MAX_PID = 4194304  # Linux's largest pid_max (2**22): no pid or process group is above it
 
 
 class RecordModel(BaseModel):

@@ -31,7 +31,7 @@ from kopt.claims import catalog_scan, check_claim_for_plan
 from kopt.compare import geo_mean
 from kopt.database import Database
 from kopt.expand import space_digest
-from kopt.jsonrecord import RecordError, RecordModel, read_record, write_record
+from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
 from kopt.store import complete_rows, no_run, now, stored_json
@@ -39,7 +39,6 @@ from kopt.strategy.submitted import Submitted, Version, version_candidates, vers
 from workers.records import Status
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
-MAX_PID = 4194304  # Linux's largest pid_max (2**22)
 IDEA_KINDS = ("catalog", "paper", "url", "kernel", "other")  # the `provenance` table's kinds
 
 

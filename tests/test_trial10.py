@@ -10,6 +10,8 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +128,108 @@ def test_a_try_record_without_a_pid_is_no_live_try_and_an_exit_keeps_its_fields(
     path.write_text("garbage{")
     mark_exit(st, "r1", 1, 0, 2)  # a damaged record: the exit status is still kept
     assert json.loads(path.read_text()) == {"rc": 2}
+
+
+# -- X5, X6: a damaged service record -------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, why", [
+    ("pgid", '"abc"', "Input should be a valid integer"),
+    ("pgid", "[1]", "Input should be a valid integer"),
+    ("pgid", "1e400", "Input should be a valid integer"),
+    ("pgid", '"-5"', "Input should be a valid integer"),
+    ("pgid", "-5", "Input should be greater than or equal to 2"),
+    ("pgid", "99999999999999999999", "Input should be less than or equal to 4194304"),
+    ("token", "5", "Input should be a valid string"),
+    ("address", "[1]", "Input should be a valid string"),
+])
+@pytest.mark.parametrize("cmd", [["serve", "stop"], ["serve", "status"],
+                                 ["serve", "start", "--backend", "cpu"]])
+def test_a_damaged_service_record_is_one_line(tmp_path, field, value, why, cmd):
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    rec = {"address": '"127.0.0.1:1"', "pgid": "2", "temp_dir": '"/tmp/t10-nonexist"',
+           "token": '"x"', field: value}
+    (tmp_path / "service.json").write_text("{" + ", ".join(f'"{k}": {v}' for k, v in
+                                                            rec.items()) + "}")
+    r = CliRunner().invoke(main, cmd, env={"KOPT_CACHE": str(tmp_path), "COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert r.output == (f"error: service record {tmp_path / 'service.json'}: damaged record, "
+                        f"field {field!r}: {why}; remove it (a service it names that still "
+                        "runs: stop it first with `kopt serve stop --address HOST:PORT`)\n")
+    assert (tmp_path / "service.json").exists()
+
+
+def test_a_service_record_that_is_not_an_object_is_one_line(tmp_path, monkeypatch):
+    from kopt.service import ServiceError, read_state
+
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path))
+    (tmp_path / "service.json").write_text("[1, 2]")
+    with pytest.raises(ServiceError, match=r"^service record .*service\.json: damaged record, "
+                                           r"a JSON list where kopt writes an object; remove it"):
+        read_state()
+
+
+# -- D6: a stale record's pgid is another program's now -------------------------------------
+
+def _group(*argv):
+    import subprocess
+
+    return subprocess.Popen(list(argv), start_new_session=True)
+
+
+def test_serve_stop_leaves_a_foreign_process_group_and_folder_alone(tmp_path):
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "important.txt").write_text("keep")
+    p = _group("sleep", "300")  # any unrelated group that got the head's old pgid
+    try:
+        (tmp_path / "service.json").write_text(json.dumps(
+            {"address": "127.0.0.1:1", "pgid": p.pid, "temp_dir": str(precious),
+             "token": "x", "started_at": 1796094192.3}))
+        r = CliRunner().invoke(main, ["serve", "stop"], env={"KOPT_CACHE": str(tmp_path),
+                                                              "COLUMNS": "400"})
+        assert r.exit_code == 2, r.output
+        assert r.output == (f"error: kopt serve stop: the Ray head recorded in "
+                            f"{tmp_path / 'service.json'} is gone, and its process group "
+                            f"{p.pid} is now another program's (not the Ray head kopt started)"
+                            f": left it and {precious} alone and removed the stale record\n")
+        assert p.poll() is None  # still running
+        assert (precious / "important.txt").read_text() == "keep"
+        assert not (tmp_path / "service.json").exists()
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
+    import tempfile
+
+    from kopt.service import _start_ticks, _stop_head, own_head
+
+    tmp = Path(tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp"))
+    (tmp / "session_latest").mkdir()
+    head = _group("sh", "-c", f"sleep 300; : ray start --temp-dir={tmp}")
+    other = _group("sleep", "300")
+    try:
+        ours = {"pgid": head.pid, "temp_dir": str(tmp), "head_start": _start_ticks(head.pid)}
+        assert own_head(ours) and own_head({**ours, "head_start": None})
+        assert not own_head({**ours, "head_start": ours["head_start"] + 1})  # a reused pid
+        assert not own_head({**ours, "pgid": other.pid})  # no process names its folder
+        assert not own_head({**ours, "temp_dir": str(tmp_path)})  # not a kopt-ray-* folder
+        _stop_head({**ours, "pgid": other.pid})  # the folder is kopt's: removed; sleep lives
+        assert not tmp.exists() and other.poll() is None and head.poll() is None
+        tmp.mkdir()
+        (tmp / "mine.txt").write_text("x")  # not Ray's layout: kept
+        _stop_head(ours)
+        assert head.wait(timeout=10) == -15 and (tmp / "mine.txt").exists()
+    finally:
+        for p in (head, other):
+            p.kill()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
