@@ -61,6 +61,7 @@ from kopt.service import (
 )
 from kopt.spec import Space, SpecError, Sweep
 from kopt.store import (
+    SCHEMAS,
     RunLock,
     Writer,
     done_job_keys,
@@ -920,7 +921,7 @@ def check_store_path(store: Path) -> None:
 
     Raises:
         SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
-            not writable.
+            not writable, or a table's folder (or ``locks``) in it is a file.
     """
     if store.exists() and not store.is_dir():
         raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
@@ -932,6 +933,11 @@ def check_store_path(store: Path) -> None:
     if not os.access(above, os.W_OK | os.X_OK):
         raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
                          "folder you can write to")
+    for name in [*SCHEMAS, "locks"]:  # trial 10 D3: measured everything, lost it at the write
+        if (store / name).exists() and not (store / name).is_dir():
+            raise SweepError(f"--store {store}: {store / name} is a file where the store's "
+                             f"{name!r} folder goes; move it out of the store (restore the "
+                             "folder from a copy if you have one)")
 
 
 def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,

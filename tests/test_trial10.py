@@ -233,3 +233,25 @@ def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
             p.kill()
             p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- D3: a table's folder that is a file ----------------------------------------------------
+
+@pytest.mark.parametrize("table", ["candidates", "runs", "metrics", "locks"])
+def test_a_store_table_folder_that_is_a_file_is_refused_before_anything_runs(tmp_path, table):
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    d = write_sweep(tmp_path / "s", "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n",
+                    {"add.cpp": ADD, "ref.py": "def reference(x, N):\n    return x\n"})
+    st = tmp_path / "st"
+    st.mkdir()
+    (st / table).write_text("x")
+    r = CliRunner().invoke(main, ["sweep", str(d), "--store", str(st), "--backend", "cpu"],
+                           env={"COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert r.output == (f"error: --store {st}: {st / table} is a file where the store's "
+                        f"{table!r} folder goes; move it out of the store (restore the folder "
+                        "from a copy if you have one)\n")
+    assert sorted(p.name for p in st.iterdir()) == [table]  # nothing was run or written
