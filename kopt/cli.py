@@ -1018,18 +1018,17 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
     import os
 
     from kopt import submit as sm
-    from kopt.claims import parse_claim
     from kopt.contract import read_text
     from kopt.pipeline import SweepError
     from kopt.store import RunLocked
 
     root = _store(store)
     try:
-        files = sm.source_files(source)
+        claim, files = sm.claimed(methods), sm.source_files(source)
         text = (read_text(note, lambda m: sm.SubmitError([f"--note {m}"])) if note is not None
                 else "")
         sweep = sm.open_run(root, run_id)
-        it, try_no = sm.record(sweep, root, run_id, files, parse_claim(methods), text,
+        it, try_no = sm.record(sweep, root, run_id, files, claim, text,
                                submitter or os.environ.get("USER") or "user", retry, max_tries,
                                ideas)
         if detach:

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 from pydantic import Field
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.claims import catalog_scan, check_claim_for_plan
+from kopt.claims import catalog_scan, check_claim_for_plan, parse_claim
 from kopt.compare import geo_mean
 from kopt.database import Database
 from kopt.expand import space_digest
@@ -48,6 +48,19 @@ class SubmitError(ValueError):
     def __init__(self, lines: list[str]):
         super().__init__("\n".join(lines))
         self.lines = lines
+
+
+def claimed(text: str) -> list[str]:
+    """``--methods`` text as the claimed method ids (:func:`kopt.claims.parse_claim`).
+
+    Raises:
+        SubmitError: the text names nothing at all (only commas or blanks, trial 10 D9).
+    """
+    if not any(item.strip() for item in text.split(",")):
+        raise SubmitError([f"--methods {text!r}: names no method; name at least one catalog "
+                           "method (`kopt propose` lists them), or `none` for a version "
+                           "that applies none"])
+    return parse_claim(text)
 
 
 def source_files(source: Path) -> list[Path]:

@@ -255,3 +255,22 @@ def test_a_store_table_folder_that_is_a_file_is_refused_before_anything_runs(tmp
                         f"{table!r} folder goes; move it out of the store (restore the folder "
                         "from a copy if you have one)\n")
     assert sorted(p.name for p in st.iterdir()) == [table]  # nothing was run or written
+
+
+# -- D9: a claim of no method ---------------------------------------------------------------
+
+@pytest.mark.parametrize("methods", [",,,", " , ", ","])
+def test_submit_refuses_a_claim_that_names_nothing(tmp_path, methods):
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    (tmp_path / "v.cpp").write_text(ADD)
+    r = CliRunner().invoke(main, ["submit", "r1", "--store", str(tmp_path / "st"), "--source",
+                                  str(tmp_path / "v.cpp"), "--methods", methods],
+                           env={"COLUMNS": "400"})
+    assert r.exit_code == 1, r.output
+    assert r.output == (f"refused: --methods {methods!r}: names no method; name at least one "
+                        "catalog method (`kopt propose` lists them), or `none` for a version "
+                        "that applies none\n")
+    assert not (tmp_path / "st").exists()
