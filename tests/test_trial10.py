@@ -274,3 +274,39 @@ def test_submit_refuses_a_claim_that_names_nothing(tmp_path, methods):
                         "catalog method (`kopt propose` lists them), or `none` for a version "
                         "that applies none\n")
     assert not (tmp_path / "st").exists()
+
+
+# -- D5: SIGTERM while Ray starts -----------------------------------------------------------
+
+FIRE = """
+import os, signal, sys, threading, time
+from kopt import pipeline
+from kopt.cli import main
+
+def fire():  # SIGTERM as soon as ray.init has put its own handler in place of kopt's
+    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, pipeline._terminate):
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=fire, daemon=True).start()
+main(sys.argv[1:])
+"""
+
+
+def test_sigterm_while_ray_starts_is_the_interrupt_line_and_143(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    d = write_sweep(tmp_path / "s", "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n",
+                    {"add.cpp": ADD, "ref.py": "def reference(x, N):\n    return x\n"})
+    (tmp_path / "fire.py").write_text(FIRE)
+    p = subprocess.run([sys.executable, str(tmp_path / "fire.py"), "sweep", str(d), "--store",
+                        str(tmp_path / "st"), "--backend", "cpu"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert p.returncode == 143, p.stdout + p.stderr[-3000:]
+    assert p.stderr.splitlines()[-1] == ("interrupted before the run started: nothing was "
+                                         "stored"), p.stderr[-3000:]
+    assert not (tmp_path / "st" / "candidates").exists()
