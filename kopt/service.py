@@ -410,14 +410,16 @@ def _kopt_dir(state: dict[str, Any]) -> Path | None:
 
 
 def _ray_dir(state: dict[str, Any]) -> Path | None:
-    """The record's ``temp_dir`` when kopt made it and Ray's layout (``session_*``) or
-    nothing is in it: the only folder :func:`_stop_head` removes."""
+    """The record's ``temp_dir`` when kopt made it and Ray's layout (``session_*``,
+    ``ray_current_cluster``) or nothing is in it: the only folder :func:`_stop_head`
+    removes."""
     p = _kopt_dir(state)
     try:
         names = [c.name for c in p.iterdir()] if p is not None and p.is_dir() else None
     except OSError:
         return None
-    if names is None or any(not n.startswith("session_") for n in names):
+    if names is None or any(not n.startswith("session_") and n != "ray_current_cluster"
+                            for n in names):
         return None
     return p
 
