@@ -1020,27 +1020,29 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
     from kopt import submit as sm
     from kopt.contract import read_text
     from kopt.pipeline import SweepError
-    from kopt.store import RunLocked
+    from kopt.store import RunLock, RunLocked
 
     root = _store(store)
+    log: Path | None = None
     try:
         claim, files = sm.claimed(methods), sm.source_files(source)
         text = (read_text(note, lambda m: sm.SubmitError([f"--note {m}"])) if note is not None
                 else "")
         sweep = sm.open_run(root, run_id)
-        it, try_no = sm.record(sweep, root, run_id, files, claim, text,
-                               submitter or os.environ.get("USER") or "user", retry, max_tries,
-                               ideas)
+        with RunLock(root, run_id):  # trial 10 D2: from the record to the run, one writer
+            it, try_no = sm.record(sweep, root, run_id, files, claim, text,
+                                   submitter or os.environ.get("USER") or "user", retry,
+                                   max_tries, ideas)
+            if not detach:  # its progress and notes (a review rejection, trial 7) as a sweep's
+                log, obs = None, ProgressObserver()
+                try:
+                    sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
+                                             sweep=sweep)
+                finally:
+                    obs.stop()
         if detach:
-            log: Path | None = sm.detach(root, run_id, it, try_no, address)
+            log = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
-        else:  # its progress and notes (a review rejection, trial 7) as a sweep's
-            log, obs = None, ProgressObserver()
-            try:
-                sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
-                                         sweep=sweep)
-            finally:
-                obs.stop()
     except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,

@@ -421,7 +421,8 @@ class Driver:
             KeyboardInterrupt: after flushing every measured row (resume with --resume).
         """
         run_id = self.resume or new_run_id(self.sweep.name)
-        with RunLock(self.store, run_id):
+        # a submission's process holds the lock from its record on (trial 10 D2)
+        with RunLock(self.store, run_id, reuse=self.submission is not None):
             return self._run(run_id)
 
     def _run(self, run_id: str) -> RunSummary:

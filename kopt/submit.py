@@ -574,10 +574,13 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
         kopt.store.RunLocked: another process is writing the run.
         kopt.pipeline.SweepError: the sweep changed since the run.
     """
+    from kopt.store import RunLock
+
     sweep = open_run(root, run_id)
-    it, try_no = record(sweep, root, run_id, sources, methods, note, submitter, retry,
-                        max_tries, ideas)
-    return run_recorded(root, run_id, it, try_no, observers, address, sweep)
+    with RunLock(root, run_id):  # from the record to the run: a refused writer records nothing
+        it, try_no = record(sweep, root, run_id, sources, methods, note, submitter, retry,
+                            max_tries, ideas)
+        return run_recorded(root, run_id, it, try_no, observers, address, sweep)
 
 
 def run_recorded(root: Path, run_id: str, it: int, try_no: int,

@@ -214,6 +214,7 @@ def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
 
     tmp = Path(tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp"))
     (tmp / "session_latest").mkdir()
+    (tmp / "ray_current_cluster").write_text("127.0.0.1:1")
     head = _group("sh", "-c", f"sleep 300; : ray start --temp-dir={tmp}")
     other = _group("sleep", "300")
     try:
@@ -310,3 +311,47 @@ def test_sigterm_while_ray_starts_is_the_interrupt_line_and_143(tmp_path):
     assert p.stderr.splitlines()[-1] == ("interrupted before the run started: nothing was "
                                          "stored"), p.stderr[-3000:]
     assert not (tmp_path / "st" / "candidates").exists()
+
+
+# -- D2: a submission refused by the run lock records nothing -----------------------------
+
+def test_a_submission_refused_by_the_run_lock_spends_no_try(ray_local, copy_fixture, tmp_path):
+    """A reader's shared flock on the run's lock (a backup script, `flock -s`) lets the
+    probe before the record pass but not the writer's exclusive lock: the version was
+    recorded and then refused, a try spent. The lock is now taken before the record."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+    from kopt.database import Database
+    from kopt.pipeline import run_sweep
+    from kopt.spec import load_sweep
+
+    folder = copy_fixture("submit")
+    store = tmp_path / "store"
+    run = run_sweep(load_sweep(folder), store, backend="cpu").run_id
+    v2 = folder / "v2.cpp"
+    v2.write_text((folder / "base.cpp").read_text().replace("#define WORK 64",
+                                                             "#define WORK 4"))
+    (folder / "why.md").write_text("the chain dominates: coarsen (priority 4; 1-3 need tensor "
+                                   "cores, fp16 or launch limits this kernel does not have)")
+    lock = store / "locks" / f"{run}.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; "
+                               f"f = open({str(lock)!r}); fcntl.flock(f, fcntl.LOCK_SH); "
+                               "print('held', flush=True); time.sleep(120)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        res = CliRunner().invoke(main, ["submit", run, "--source", str(v2), "--methods",
+                                        "compute.thread_coarsening", "--note",
+                                        str(folder / "why.md"), "--store", str(store)],
+                                 env={"COLUMNS": "400"})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(f"error: run {run} is being written by pid "), res.output
+    assert len(res.output.splitlines()) == 1, res.output
+    assert Database(store).submit_tries(run, 2) == 0  # no version row: no try spent
