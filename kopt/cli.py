@@ -703,7 +703,7 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
         else:
             t = Table()
             for c in cols:
-                t.add_column(c, overflow="fold")
+                t.add_column(escape(c), overflow="fold")  # trial 10 X3: user text
             shown = left = 0
             for rows in res.batches():
                 take = rows[:max_rows - shown]
@@ -1039,30 +1039,31 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
     import os
 
     from kopt import submit as sm
-    from kopt.claims import parse_claim
     from kopt.contract import read_text
     from kopt.pipeline import SweepError
-    from kopt.store import RunLocked
+    from kopt.store import RunLock, RunLocked
 
     root = _store(store)
+    log: Path | None = None
     try:
-        files = sm.source_files(source)
+        claim, files = sm.claimed(methods), sm.source_files(source)
         text = (read_text(note, lambda m: sm.SubmitError([f"--note {m}"])) if note is not None
                 else "")
         sweep = sm.open_run(root, run_id)
-        it, try_no = sm.record(sweep, root, run_id, files, parse_claim(methods), text,
-                               submitter or os.environ.get("USER") or "user", retry, max_tries,
-                               ideas)
+        with RunLock(root, run_id):  # trial 10 D2: from the record to the run, one writer
+            it, try_no = sm.record(sweep, root, run_id, files, claim, text,
+                                   submitter or os.environ.get("USER") or "user", retry,
+                                   max_tries, ideas)
+            if not detach:  # its progress and notes (a review rejection, trial 7) as a sweep's
+                log, obs = None, ProgressObserver()
+                try:
+                    sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
+                                             sweep=sweep)
+                finally:
+                    obs.stop()
         if detach:
-            log: Path | None = sm.detach(root, run_id, it, try_no, address)
+            log = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
-        else:  # its progress and notes (a review rejection, trial 7) as a sweep's
-            log, obs = None, ProgressObserver()
-            try:
-                sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
-                                         sweep=sweep)
-            finally:
-                obs.stop()
     except sm.SubmitError as e:
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,

@@ -61,6 +61,7 @@ from kopt.service import (
 )
 from kopt.spec import Space, SpecError, Sweep
 from kopt.store import (
+    SCHEMAS,
     RunLock,
     Writer,
     done_job_keys,
@@ -420,7 +421,8 @@ class Driver:
             KeyboardInterrupt: after flushing every measured row (resume with --resume).
         """
         run_id = self.resume or new_run_id(self.sweep.name)
-        with RunLock(self.store, run_id):
+        # a submission's process holds the lock from its record on (trial 10 D2)
+        with RunLock(self.store, run_id, reuse=self.submission is not None):
             return self._run(run_id)
 
     def _run(self, run_id: str) -> RunSummary:
@@ -920,7 +922,7 @@ def check_store_path(store: Path) -> None:
 
     Raises:
         SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
-            not writable.
+            not writable, or a table's folder (or ``locks``) in it is a file.
     """
     if store.exists() and not store.is_dir():
         raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
@@ -932,6 +934,11 @@ def check_store_path(store: Path) -> None:
     if not os.access(above, os.W_OK | os.X_OK):
         raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
                          "folder you can write to")
+    for name in [*SCHEMAS, "locks"]:  # trial 10 D3: measured everything, lost it at the write
+        if (store / name).exists() and not (store / name).is_dir():
+            raise SweepError(f"--store {store}: {store / name} is a file where the store's "
+                             f"{name!r} folder goes; move it out of the store (restore the "
+                             "folder from a copy if you have one)")
 
 
 def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,
@@ -996,27 +1003,45 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
                      local=not cluster and address in (None, "local"))
     phases.end("checks")
     phases.begin("ray")
-    if cluster or (address and address != "auto"):
-        renv, notes = cluster_runtime_env(sweep)
-        for o in observers or []:
-            for n in notes:
-                o.on_note(n)
-        attach(cluster_address(cluster) if cluster else address,
-               f"--cluster {cluster}" if cluster else f"--address {address}", renv)
-    else:
-        ensure_ray(address)
+    _start_ray(sweep, cluster, address, observers)
     phases.end("ray")
     svc = service_config(cluster_address(cluster) if cluster else str(address)) if queue else None
     if svc is not None:
         backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)  # again: ray.init installs its own
     try:
         return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                       iterations=iterations, observers=observers, strategy=strategy,
                       seed=seed, phases=phases, queue=svc).run()
     finally:
         ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
+
+
+def _start_ray(sweep: Sweep, cluster: str | None, address: str | None,
+               observers: list[Observer] | None) -> None:
+    """Attach to the cluster (``cluster`` / ``address``) or start the embedded Ray, then
+    put :func:`_terminate` back as the SIGTERM handler (``ray.init`` installs its own).
+
+    Raises:
+        Terminated: SIGTERM arrived while Ray started: Ray's own handlers end start-up
+            with ``sys.exit`` (15, or 1 after stopping the node they started), which
+            would exit 15 with no line (trial 10 D5); it stops the sweep as any SIGTERM.
+    """
+    try:
+        if cluster or (address and address != "auto"):
+            renv, notes = cluster_runtime_env(sweep)
+            for o in observers or []:
+                for n in notes:
+                    o.on_note(n)
+            attach(cluster_address(cluster) if cluster else address,
+                   f"--cluster {cluster}" if cluster else f"--address {address}", renv)
+        else:
+            ensure_ray(address)
+    except SystemExit:  # only Ray's SIGTERM handlers exit inside ray.init
+        _signals.append(signal.SIGTERM)
+        raise Terminated(signal.SIGTERM) from None
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminate)
 
 
 def ray_timeline(path: str | None) -> None:

@@ -27,7 +27,6 @@ the address is recorded in ``$KOPT_CACHE/service.json`` so that ``kopt sweep --q
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import secrets
@@ -42,8 +41,10 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from pydantic import Field
 
 from kopt.devices import Slot
+from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
 from workers.records import RunOutcome
@@ -270,13 +271,31 @@ def state_path() -> Path:
     return Path(base) / STATE_FILE
 
 
+class ServiceRecord(RecordModel):
+    """The service record (:func:`state_path`), as :func:`start_service` writes it."""
+
+    address: str | None = None
+    pgid: int | None = Field(None, ge=2, le=MAX_PID)  # its own Ray head's process group
+    head_start: int | None = Field(None, ge=0)  # that head's start, /proc clock ticks
+    temp_dir: str | None = None
+    token: str | None = None
+    started_at: Any = None
+
+
 def read_state() -> dict[str, Any]:
-    """The recorded service ({} when none was recorded or the file is unreadable)."""
+    """The recorded service ({} when none was recorded), every field checked once here.
+
+    Raises:
+        ServiceError: the record is damaged (not JSON, not an object, a field of the wrong
+            type), one line naming the file, the field and the fix.
+    """
     try:
-        state = json.loads(state_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+        rec = read_record(state_path(), ServiceRecord,
+                          "remove it (a service it names that still runs: stop it first "
+                          "with `kopt serve stop --address HOST:PORT`)")
+    except RecordError as e:  # trial 10 X5, X6: a pgid or token of the wrong type
+        raise ServiceError(f"service record {e}") from None
+    return rec.model_dump(exclude_none=True) if rec is not None else {}
 
 
 def recorded_address(option: str = "--queue") -> str:
@@ -294,12 +313,7 @@ def recorded_address(option: str = "--queue") -> str:
 
 def _write_state(state: dict[str, Any]) -> None:
     """Record ``state`` (readable by this user only: it holds the head's token)."""
-    path = state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.touch(mode=0o600)
-    tmp.write_text(json.dumps(state, indent=1))
-    tmp.replace(path)
+    write_record(state_path(), state, mode=0o600)
 
 
 def use_token(address: str) -> None:
@@ -357,7 +371,7 @@ def start_head(num_cpus: int | None = None) -> dict[str, Any]:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
             return {"address": f"127.0.0.1:{port}", "pgid": proc.pid, "temp_dir": tmp,
-                    "token": token}
+                    "token": token, "head_start": _start_ticks(proc.pid)}
         except OSError:
             time.sleep(0.5)
     _stop_head({"pgid": proc.pid, "temp_dir": tmp})
@@ -367,19 +381,92 @@ def start_head(num_cpus: int | None = None) -> dict[str, Any]:
 
 def _stop_head(state: dict[str, Any]) -> None:
     """Stop the Ray head :func:`start_head` started (its process group) and remove its
-    folder."""
+    folder -- each only when it verifiably is kopt's (:func:`own_head`, :func:`_ray_dir`):
+    a stale record's pgid may be another program's group by now (trial 10 D6)."""
     pgid = state.get("pgid")
-    if pgid:
+    if pgid and own_head(state):
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
             try:
-                os.killpg(int(pgid), sig)
+                os.killpg(pgid, sig)
             except (ProcessLookupError, PermissionError):
                 break
             t_end = time.time() + wait
-            while time.time() < t_end and _group_alive(int(pgid)):
+            while time.time() < t_end and _group_alive(pgid):
                 time.sleep(0.2)
-    if state.get("temp_dir"):
-        shutil.rmtree(state["temp_dir"], ignore_errors=True)
+    tmp = _ray_dir(state)
+    if tmp is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kopt_dir(state: dict[str, Any]) -> Path | None:
+    """The record's ``temp_dir`` when it has the name :func:`start_head` gives its folder
+    (``/tmp/kopt-ray-*``, not a link); else None."""
+    t = state.get("temp_dir")
+    p = Path(t) if t else None
+    if p is None or p.parent != Path("/tmp") or not p.name.startswith("kopt-ray-") \
+            or p.is_symlink():
+        return None
+    return p
+
+
+def _ray_dir(state: dict[str, Any]) -> Path | None:
+    """The record's ``temp_dir`` when kopt made it and Ray's layout (``session_*``,
+    ``ray_current_cluster``) or nothing is in it: the only folder :func:`_stop_head`
+    removes."""
+    p = _kopt_dir(state)
+    try:
+        names = [c.name for c in p.iterdir()] if p is not None and p.is_dir() else None
+    except OSError:
+        return None
+    if names is None or any(not n.startswith("session_") and n != "ray_current_cluster"
+                            for n in names):
+        return None
+    return p
+
+
+def own_head(state: dict[str, Any]) -> bool:
+    """Whether the record's ``pgid`` is still the Ray head :func:`start_head` started: its
+    leader (when it runs) started at the recorded ``head_start``, and a live process of the
+    group names the recorded ``/tmp/kopt-ray-*`` folder on its command line."""
+    pgid, tmp = state.get("pgid"), _kopt_dir(state)
+    if not pgid or tmp is None:
+        return False
+    started = _start_ticks(pgid)
+    if started is not None and state.get("head_start") not in (None, started):
+        return False  # the leader's pid was reused: another program
+    for pid in _group_pids(pgid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except OSError:
+            continue
+        if str(tmp) in cmd and "ray" in cmd:
+            return True
+    return False
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """``/proc/PID/stat`` after the command name (state first); [] when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, /proc/PID/stat field 22)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """The live processes (not zombies) of group ``pgid``, from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = _stat_fields(stat.parent.name)
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
 
 
 def _group_alive(pgid: int) -> bool:
@@ -391,14 +478,7 @@ def _group_alive(pgid: int) -> bool:
         return False
     if not Path("/proc/self/stat").exists():
         return True
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended meanwhile
-        if fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+    return bool(_group_pids(pgid))
 
 
 def connect(address: str, option: str, ship: bool = True) -> None:
@@ -457,7 +537,7 @@ def start_service(address: str | None = None, backend: str = "auto", cpu_devices
             backend, or a device actor failed to start (then nothing is left running).
     """
     prev = read_state() if address is None else {}
-    if prev.get("pgid") and _group_alive(int(prev["pgid"])):  # trial 9: a second head
+    if own_head(prev):  # trial 9: a second head; trial 10 D6: only kopt's own head
         raise ServiceError(f"kopt serve start: the kopt service started here still runs at "
                            f"{prev.get('address')} (recorded in {state_path()}); stop it "
                            "first with `kopt serve stop`, or use it: `kopt sweep ... --queue`")
@@ -562,8 +642,11 @@ def stop_service(address: str | None = None) -> list[str]:
         ray.shutdown()
         if own is None:
             raise
+        foreign = _group_alive(own["pgid"]) and not own_head(own)
         _stop_head(own)  # its own head: stopped whatever is left on it
         state_path().unlink(missing_ok=True)
+        if foreign:
+            raise ServiceError(_foreign_line(own)) from None
         return []
     cfg = ray.get(reg.config.remote(), timeout=60)
     stopped = [n for n in cfg["devices"] if _stop_device(n)]
@@ -575,6 +658,16 @@ def stop_service(address: str | None = None) -> list[str]:
     if state.get("address") == addr:
         state_path().unlink(missing_ok=True)
     return [*stopped, REGISTRY]
+
+
+def _foreign_line(own: dict[str, Any]) -> str:
+    """The line of :func:`stop_service` when the recorded head's process group is another
+    program's now (trial 10 D6), after the stale record was removed."""
+    kept = own.get("temp_dir") if _kopt_dir(own) is None else None
+    return (f"kopt serve stop: the Ray head recorded in {state_path()} is gone, and its "
+            f"process group {own['pgid']} is now another program's (not the Ray head kopt "
+            f"started): left it{f' and {kept}' if kept else ''} alone and removed the stale "
+            "record")
 
 
 def _stop_device(name: str) -> bool:

@@ -530,6 +530,8 @@ def _holder_text(path: Path) -> str:
         h = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         h = {}
+    if not isinstance(h, dict):  # trial 10 X1: a lock file holding a list, a number, null
+        h = {}
     return (f"pid {h.get('pid', '?')} on {h.get('host', '?')}"
             + (f" since {h['since']}" if h.get("since") else ""))
 
@@ -543,10 +545,13 @@ class RunLock:
     context manager or call :meth:`acquire` / :meth:`release`.
     """
 
-    def __init__(self, root: Path | str, run_id: str):
+    def __init__(self, root: Path | str, run_id: str, reuse: bool = False):
+        """``reuse``: when this process holds the lock already (a submission holds it from
+        its record to its run), use that hold instead of refusing, and leave it held."""
         self.path = _lock_path(Path(root), run_id)
         self.run_id = run_id
         self._key = (str(self.path.parent.parent), run_id)
+        self._reuse, self._borrowed = reuse, False
 
     def acquire(self, wait_s: float = 1.0) -> RunLock:
         """Take the lock (retrying for ``wait_s`` seconds: a reader may be probing it).
@@ -555,6 +560,9 @@ class RunLock:
             RunLocked: another process (or another lock in this one) holds it.
         """
         if self._key in _held:
+            if self._reuse:
+                self._borrowed = True
+                return self
             raise RunLocked(self._refusal())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -606,7 +614,11 @@ class RunLock:
         return True
 
     def release(self) -> None:
-        """Let go of the lock (the file stays: it names the last holder)."""
+        """Let go of the lock (the file stays: it names the last holder); a reused hold
+        stays with its first holder."""
+        if self._borrowed:
+            self._borrowed = False
+            return
         fd = _held.pop(self._key, None)
         if fd is not None:
             os.close(fd)

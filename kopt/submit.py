@@ -13,7 +13,6 @@ it in a background process of its own after refusals were given at once.
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import signal
 import subprocess
@@ -25,11 +24,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from pydantic import Field
+
 from kopt.catalog import Catalog, load_catalog
-from kopt.claims import catalog_scan, check_claim_for_plan
+from kopt.claims import catalog_scan, check_claim_for_plan, parse_claim
 from kopt.compare import geo_mean
 from kopt.database import Database
 from kopt.expand import space_digest
+from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
 from kopt.store import complete_rows, no_run, now, stored_json
@@ -46,6 +48,19 @@ class SubmitError(ValueError):
     def __init__(self, lines: list[str]):
         super().__init__("\n".join(lines))
         self.lines = lines
+
+
+def claimed(text: str) -> list[str]:
+    """``--methods`` text as the claimed method ids (:func:`kopt.claims.parse_claim`).
+
+    Raises:
+        SubmitError: the text names nothing at all (only commas or blanks, trial 10 D9).
+    """
+    if not any(item.strip() for item in text.split(",")):
+        raise SubmitError([f"--methods {text!r}: names no method; name at least one catalog "
+                           "method (`kopt propose` lists them), or `none` for a version "
+                           "that applies none"])
+    return parse_claim(text)
 
 
 def source_files(source: Path) -> list[Path]:
@@ -559,10 +574,13 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
         kopt.store.RunLocked: another process is writing the run.
         kopt.pipeline.SweepError: the sweep changed since the run.
     """
+    from kopt.store import RunLock
+
     sweep = open_run(root, run_id)
-    it, try_no = record(sweep, root, run_id, sources, methods, note, submitter, retry,
-                        max_tries, ideas)
-    return run_recorded(root, run_id, it, try_no, observers, address, sweep)
+    with RunLock(root, run_id):  # from the record to the run: a refused writer records nothing
+        it, try_no = record(sweep, root, run_id, sources, methods, note, submitter, retry,
+                            max_tries, ideas)
+        return run_recorded(root, run_id, it, try_no, observers, address, sweep)
 
 
 def run_recorded(root: Path, run_id: str, it: int, try_no: int,
@@ -602,8 +620,8 @@ def detach(root: Path, run_id: str, it: int, try_no: int, address: str | None = 
         p = subprocess.Popen(cmd + (["--address", address] if address else []), stdout=f,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
-    job_file(root, run_id, it, try_no, ".json").write_text(json.dumps(
-        {"pid": p.pid, "host": platform.node(), "log": str(log.absolute())}))
+    write_record(job_file(root, run_id, it, try_no, ".json"),
+                 {"pid": p.pid, "host": platform.node(), "log": str(log.absolute())})
     return log
 
 
@@ -614,9 +632,30 @@ def job_file(root: Path, run_id: str, it: int, try_no: int, suffix: str) -> Path
 
 def mark_exit(root: Path, run_id: str, it: int, try_no: int, rc: int) -> None:
     """Write a detached try's exit status ``rc`` into its record (:func:`detach`)."""
-    path = job_file(root, run_id, it, try_no, ".json")
     try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        rec = {}
-    path.write_text(json.dumps({**rec, "rc": rc}))
+        rec = read_try(root, run_id, it, try_no)
+    except RecordError:
+        rec = None
+    old = rec.model_dump(exclude_none=True) if rec is not None else {}
+    write_record(job_file(root, run_id, it, try_no, ".json"), {**old, "rc": rc})
+
+
+class TryRecord(RecordModel):
+    """A detached try's record (:func:`detach`): its process, its log, once it ended its
+    exit status."""
+
+    pid: int | None = Field(None, ge=1, le=MAX_PID)
+    host: str | None = None
+    log: str | None = None
+    rc: int | None = None
+
+
+def read_try(root: Path, run_id: str, it: int, try_no: int) -> TryRecord | None:
+    """Try ``try_no`` of iteration ``it``'s record (None: it was not detached).
+
+    Raises:
+        RecordError: the record is damaged (one line naming the file, the field and the fix).
+    """
+    return read_record(job_file(root, run_id, it, try_no, ".json"), TryRecord,
+                       "remove it, and if its process is gone run the try again with "
+                       "`kopt submit --retry`")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.database import Database
+from kopt.jsonrecord import RecordError
 from kopt.loop import IterState
 from kopt.store import lock_holder, resume_command
 
@@ -122,21 +123,23 @@ def _stalled(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) 
         WaitError: its detached process ended, or the run was interrupted, without
             closing it.
     """
-    from kopt.submit import job_file
+    from kopt.submit import read_try
 
     try_no = db.submit_tries(run_id, it)
-    path = job_file(root, run_id, it, try_no, ".json")
-    job = json.loads(path.read_text()) if path.is_file() else None
-    log = f"; its log: {job['log']}" if job else ""
-    if job is not None and "rc" in job:
+    try:
+        job = read_try(root, run_id, it, try_no)
+    except RecordError as e:  # trial 10 X4: truncated, edited, a wrong type
+        raise WaitError(f"run {run_id}: {e}") from None
+    log = f"; its log: {job.log}" if job is not None and job.log else ""
+    if job is not None and job.rc is not None:
         raise WaitError(f"run {run_id}: the detached try {try_no} of iteration {it} exited "
-                        f"with status {job['rc']} without closing it{log}")
-    if job is not None and job.get("host") == platform.node() and not _alive(job["pid"]):
+                        f"with status {job.rc} without closing it{log}")
+    pid = job.pid if job is not None else None
+    if pid is not None and job.host == platform.node() and not _alive(pid):
         raise WaitError(f"run {run_id}: the detached try {try_no} of iteration {it} (pid "
-                        f"{job['pid']}) was killed before closing it{log}")
+                        f"{pid}) was killed before closing it{log}")
     _interrupted(db, root, run_id, it, submitted_at)
-    return f"iteration {it} is not closed yet" + (f" (pid {job['pid']} runs it)" if job
-                                                   else "")
+    return f"iteration {it} is not closed yet" + (f" (pid {pid} runs it)" if pid else "")
 
 
 def _interrupted(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) -> None:

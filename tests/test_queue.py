@@ -223,6 +223,7 @@ def test_stop_leaves_nothing_running(service):
             in p.stdout)
     assert not any(_alive(pid) for pid in pids)
     assert not _alive(state["pgid"])  # the Ray head `kopt serve start` started
+    assert not Path(state["temp_dir"]).exists()  # and its folder (Ray's layout: kopt's own)
     again = _kopt(env, "serve", "status")
     assert again.returncode == 2
     assert again.stderr.strip().endswith("no kopt service is recorded in "

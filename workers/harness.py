@@ -404,6 +404,9 @@ class Harness:
             if not isinstance(r, torch.Tensor):
                 raise JobError("error", f"{ref_name}: reference() returned {type(r).__name__} "
                                f"for output {n!r}; return a torch.Tensor")
+            if _not_dense(r):  # trial 10 X2: checked like inputs() are
+                raise JobError("error", f"{ref_name}: reference() returned output {n!r} as a "
+                               f"{_not_dense(r)} tensor; return a dense tensor with values")
             want = getattr(torch, a["dtype"])
             note = _dtype_problem(r.dtype, want, n, a["ctype"])
             if note and note.startswith("!"):
@@ -457,10 +460,9 @@ class Harness:
             if not isinstance(t, torch.Tensor):
                 raise JobError("error", f"{ref_name}: inputs() returned {type(t).__name__} for "
                                f"{n!r}; return a torch.Tensor")
-            if t.layout != torch.strided or t.is_meta or t.is_nested:
+            if _not_dense(t):
                 raise JobError("error", f"{ref_name}: inputs() returned {n!r} as a "
-                               f"{'meta' if t.is_meta else 'nested' if t.is_nested else t.layout}"
-                               " tensor; return a dense tensor with values")
+                               f"{_not_dense(t)} tensor; return a dense tensor with values")
             if t.dtype != dt:
                 raise JobError("error", f"{ref_name}: input {n!r} is {t.dtype} but solve takes "
                                f"{a['ctype']}* (torch.{a['dtype']})")
@@ -1200,6 +1202,16 @@ def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -
                 f"({want}): the check compares against rounded values; compute the "
                 "reference in the output's precision or higher")
     return ""
+
+
+def _not_dense(t) -> str:
+    """What kind of tensor without values ``t`` is ("meta", "nested", a sparse layout), or ""
+    for a dense strided tensor (the only kind kopt can compare and copy to a device)."""
+    if t.is_meta:
+        return "meta"
+    if t.is_nested:
+        return "nested"
+    return "" if t.layout == torch.strided else str(t.layout)
 
 
 def _numel(shape: list[int]) -> int:
