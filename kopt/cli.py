@@ -181,6 +181,7 @@ OS_HINTS = {errno.EEXIST: "a file is in the way: move it or choose another path"
             errno.EISDIR: "is a folder, not a file",
             errno.EACCES: "no permission",
             errno.EROFS: "a read-only file system: pass a folder you can write to",
+            errno.ELOOP: "a symlink loop: point it at a real folder or file",
             errno.ENOSPC: "the disk is full: free space there; what was measured before is "
                           "stored, and `kopt sweep DIR --store STORE --resume RUN_ID` "
                           "finishes an interrupted sweep"}
@@ -526,7 +527,6 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     next method triples from the catalog's priority scan and the NCU evidence.
     """
     from kopt.pipeline import SweepError, run_sweep
-    from kopt.select import top
 
     try:
         sw = load_sweep(sweep_dir)
@@ -574,7 +574,24 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                           + escape(f"with `{resume_command(sweep_dir, root, rid)}`"),
                           highlight=False)
         sys.exit(_interrupt_code(e))
-    if not ray_before:
+    try:
+        _show_sweep(summary, sw, root, top_k, obs, leave_ray=not ray_before)
+    except KeyboardInterrupt as e:  # trial 11 D6: the run is stored; say so, not "Ctrl-C"
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        console.print(escape(f"interrupted while showing the results: run {summary.run_id} is "
+                             f"finished and stored (`kopt best {sw.name} --run "
+                             f"{summary.run_id}` shows it)"), highlight=False, soft_wrap=True)
+        sys.exit(_interrupt_code(e))
+
+
+def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
+                leave_ray: bool) -> None:
+    """The end of `kopt sweep` once its run is stored: leave Ray (``leave_ray``), print the
+    summary, the fastest candidates, each loop's closing line and the phase totals; exits
+    0, or 1 when no candidate was correct."""
+    from kopt.select import top
+
+    if leave_ray:
         _leave_ray()
     console.print(_summary_line(summary, root), highlight=False)
     for it, rungs in sorted(summary.rungs.items()):

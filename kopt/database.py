@@ -35,6 +35,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kopt.paths import resolved
 from kopt.store import (
     SCHEMAS,
     QueryError,
@@ -244,7 +245,7 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     """
     root = _folder(Path(root) if root is not None else default_root())
     if root.exists():
-        root = root.resolve()
+        root = resolved(root)
     con = duckdb.connect(":memory:")
     allowed: list[str] = []
     # the candidates view reads the profiles and reference views: they come first

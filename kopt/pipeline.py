@@ -49,6 +49,7 @@ from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, rank
 from kopt.observer import Observer
+from kopt.paths import broken_link
 from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
@@ -924,6 +925,11 @@ def check_store_path(store: Path) -> None:
         SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
             not writable, or a table's folder (or ``locks``) in it is a file.
     """
+    for p in [store, *store.absolute().parents]:  # trial 11: a loop passed exists() checks
+        bad = broken_link(p)
+        if bad:
+            raise SweepError(f"--store {store}: {p} is {bad}; pass a folder (a missing one "
+                             "is created)")
     if store.exists() and not store.is_dir():
         raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
                          "folder (a missing one is created)")

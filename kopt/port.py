@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kopt.paths import resolved
+
 TAIL = 4000  # characters of each command's output kept in the store
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -185,7 +187,7 @@ def check_repo(target: Path) -> tuple[Path, str]:
     if not real.exists():
         raise PortError(f"--to {target}: no such file; a port replaces a file the repository "
                         "tracks (check the path; nothing was changed)")
-    rel = os.path.relpath(real, root.resolve())
+    rel = os.path.relpath(real, resolved(root))
     if _git(root, "ls-files", "--", rel) == "":
         raise PortError(f"--to {target}: not tracked by git in {root}; `git add` and commit it "
                         "first, then port again (nothing was changed)")
@@ -248,7 +250,7 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
     from kopt.report import realized_source
     from kopt.store import now
 
-    store = Path(store).resolve()
+    store = resolved(store)
     root, rel = check_repo(Path(target))
     w = winner(run_id, store, device_class)
     header = (f"kopt port: sweep {w['sweep']}, run {run_id}, candidate {w['candidate_id']} "

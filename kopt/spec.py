@@ -38,6 +38,7 @@ from pydantic import (
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import ContractError, Signature, parse_signature_file, read_text, too_deep
 from kopt.expr import _FUNCS, all_of, inline
+from kopt.paths import resolved
 from workers import deps
 from workers.build import arch_flag
 from workers.ctypes_map import scalar_range
@@ -401,7 +402,7 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     if not spec_path.exists():
         raise SpecError(f"{spec_path}: no such file; a sweep folder holds sweep.yaml, the kernel "
                         "source and ref.py (see docs/spec.md)")
-    root = spec_path.parent.resolve()
+    root = resolved(spec_path.parent)
     try:
         raw = yaml.load(read_text(spec_path, SpecError), Loader=_UniqueKeyLoader)
     except RecursionError:
@@ -821,7 +822,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             raise err(f"{prefix}include_dirs[{i}]", str(e)) from None
     _check_include_dirs(blk.include_dirs, incs, prefix, err)
     return Space(
-        backend=backend, source=src.resolve(), signature=sig, params=params,
+        backend=backend, source=resolved(src), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
@@ -871,7 +872,10 @@ def include_dir(entry: str, root: Path) -> Path:
             command), or it has no such folder.
     """
     if not entry.startswith("pkg:"):
-        return (root / entry).resolve()
+        try:
+            return resolved(root / entry)
+        except OSError as e:
+            raise ValueError(f"{entry!r}: {e.strerror}; name a folder") from None
     pkg, _, sub = entry[4:].strip("/").partition("/")
     try:
         found = importlib.util.find_spec(pkg) if pkg.isidentifier() else None
@@ -884,7 +888,7 @@ def include_dir(entry: str, root: Path) -> Path:
                          f"here: {how}")
     base = (Path(found.submodule_search_locations[0]) if found.submodule_search_locations
             else Path(str(found.origin)).parent)
-    path = (base / sub).resolve()
+    path = resolved(base / sub)
     if not path.is_dir():
         raise ValueError(f"{entry!r}: the package {pkg!r} (at {base}) has no folder {sub!r}; "
                          "name a folder inside it")

@@ -39,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kopt.paths import broken_link, resolved
 from workers.observers import observer_columns
 
 TS = pa.timestamp("us", tz="UTC")
@@ -478,7 +479,11 @@ def table_parts(root: Path, table: str) -> list[Path]:
 
 
 def _folder(root: Path) -> Path:
-    """``root``, unless it is a file (StoreError)."""
+    """``root``, unless it is a file or a broken symlink (StoreError)."""
+    bad = broken_link(root)
+    if bad:
+        raise StoreError(f"--store {root} is {bad}, not a store folder; point --store at a "
+                         "folder (a missing one is created)")
     if root.exists() and not root.is_dir():
         raise StoreError(f"--store {root} is a file, not a store folder")
     return root
@@ -500,7 +505,7 @@ _held: dict[tuple[str, str], int] = {}  # (store, run id) -> fd of a lock this p
 
 
 def _lock_path(root: Path, run_id: str) -> Path:
-    return _folder(Path(root)).resolve() / "locks" / f"{run_id}.lock"
+    return resolved(_folder(Path(root))) / "locks" / f"{run_id}.lock"
 
 
 def lock_holder(root: Path | str, run_id: str) -> str | None:
