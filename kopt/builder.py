@@ -150,13 +150,16 @@ class RayBuilder(Builder):
         self._task = ray.remote(num_cpus=1, num_returns=2, max_retries=1)(wbuild.build)
         self.actors: list[Any] = []  # a warm service's builders (use_actors)
         self._next = 0  # the builder the next build goes to
+        self.owner = ""  # HOST:PID of this driver, as the builders check it (use_actors)
 
-    def use_actors(self, actors: list[Any]) -> None:
+    def use_actors(self, actors: list[Any], owner: str = "") -> None:
         """Send every build and the compiler identity to ``actors`` (handles of
         workers.build_actor.BuildActor: a warm service's builders, kopt.service) in turn,
         instead of starting Ray tasks (whose fresh worker processes a sweep on a service
-        would wait for). A build lost with its builder goes to the next one."""
-        self.actors = list(actors)
+        would wait for). A build lost with its builder goes to the next one. ``owner``:
+        this driver's ``HOST:PID``; a builder skips the builds of an owner that is gone (an
+        interrupted sweep's builds would keep the shared builders busy: trial 11 D2)."""
+        self.actors, self.owner = list(actors), owner
 
     def plan(self, job: BuildJob, platform: str) -> BuildJob:
         """Record a build of this run and the platform it targets; returns ``job``."""
@@ -184,7 +187,7 @@ class RayBuilder(Builder):
         if self.actors:
             actor = self.actors[self._next % len(self.actors)]
             self._next += 1
-            meta_ref, art_ref = actor.build.remote(job)
+            meta_ref, art_ref = actor.build.remote(job, self.owner)
             return BuildFuture(b, meta_ref, None, attempt, art_ref)
         opts: dict[str, Any] = {}
         if self.routes is not None:  # the next node of the platform on each attempt

@@ -492,7 +492,7 @@ class Driver:
         self.runner = (QueueRunner(backend, self.queue) if self.queue
                        else RayRunner(backend, self.cpu_devices))
         if isinstance(self.runner, QueueRunner):
-            self.builder.use_actors(self.runner.builders())
+            self.builder.use_actors(self.runner.builders(), self.runner.who)
         self.phases.begin("devices")
         infos = self.runner.start(self._while_devices_start, self.phases)
         self.phases.end("devices", detail=f"{len(infos)} device actors" + (

@@ -47,6 +47,7 @@ from kopt.devices import Slot
 from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.phases import PhaseRecorder
 from kopt.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
+from workers.build_actor import process_alive
 from workers.records import RunOutcome
 
 NAMESPACE = "kopt"
@@ -709,6 +710,10 @@ def service_status(address: str | None = None) -> dict[str, Any]:
         reg = registry(addr, "kopt serve status")
         cfg = ray.get(reg.config.remote(), timeout=60)
         served = ray.get(reg.status.remote(), timeout=60)
+        gone = [w for w in served["running"] if not driver_alive(w)]
+        for w in gone:  # trial 11 D8: a killed sweep never left; it is not running
+            reg.leave.remote(w)
+        served["running"] = [w for w in served["running"] if w not in gone]
         devices = [_device_state(n, info) for n, info in zip(cfg["devices"], cfg["infos"])]
         builders = [_builder_state(n) for n in cfg.get("builders") or []]
     finally:
@@ -716,6 +721,13 @@ def service_status(address: str | None = None) -> dict[str, Any]:
     return {"address": addr, "backend": cfg["backend"], "started_at": cfg["started_at"],
             "sweeps_served": served["served"], "sweeps_running": served["running"],
             "devices": devices, "builders": builders}
+
+
+def driver_alive(who: str) -> bool:
+    """Whether the sweep driver ``who`` (``HOST:PID``, :attr:`QueueRunner.who`) still runs
+    (workers.build_actor.process_alive: False only for a process of this host that is
+    gone; a driver on another host is taken as running)."""
+    return process_alive(who)
 
 
 def _builder_state(name: str) -> dict[str, Any]:

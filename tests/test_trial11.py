@@ -143,3 +143,53 @@ def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_pa
     assert line.startswith("interrupted while showing the results: run ")
     run_id = line.split()[6]
     assert line.endswith(f"is finished and stored (`kopt best va --run {run_id}` shows it)")
+
+
+def test_a_killed_queued_sweep_is_not_listed_as_running():
+    """Trial 11 D8: a SIGKILLed `--queue` sweep stayed "running" in `kopt serve status`
+    forever; a driver of this host that is gone is dropped (one elsewhere cannot be told)."""
+    import platform
+    import subprocess
+    import sys
+
+    from kopt.service import driver_alive
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    assert driver_alive(f"{platform.node()}:{os.getpid()}") is True
+    assert driver_alive(f"{platform.node()}:{p.pid}") is False
+    assert driver_alive(f"another-host:{p.pid}") is True
+    assert driver_alive(f"{platform.node()}:not-a-pid") is True
+
+
+def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_path):
+    """Trial 11 D2: builds an interrupted (or killed) `--queue` sweep sent to the service's
+    builders stayed queued there and kept the next sweeps waiting (Ray runs a plain actor's
+    queued calls even when they are cancelled); a builder skips the builds of a sweep whose
+    driver is gone, and builds those of a live one."""
+    import platform
+    import subprocess
+    import sys
+
+    import ray
+
+    from kopt.builder import RayBuilder
+    from workers.build_actor import BuildActor
+    from workers.records import BuildJob
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    actor = ray.remote(num_cpus=0)(BuildActor).remote(["cpu"])
+    results = {}
+    for owner in (f"{platform.node()}:{gone.pid}", f"{platform.node()}:{os.getpid()}"):
+        b = RayBuilder()
+        b.use_actors([actor], owner)
+        jobs = [BuildJob(f"owner-{tmp_path.name}-{owner}-{k}", "cpu", VADD_CPP, "k.cpp",
+                         str(tmp_path), {"CHUNK": 64 + k}) for k in range(3)]
+        results[owner] = b.build(jobs)
+    dead, live = results.values()
+    assert [(r.ok, r.error) for r in dead] == [
+        (False, f"not built: its sweep ({platform.node()}:{gone.pid}) is gone")] * 3
+    assert [r.ok for r in live] == [True] * 3
+    assert ray.get(actor.stats.remote(), timeout=120) == {"builds": 3}
+    ray.kill(actor)

@@ -83,15 +83,15 @@ COMPILE_MEM_GB, _MEM_BAD = env_number("KOPT_COMPILE_MEM_GB", 8.0, 0.5, 4096.0)
 def _cache_bad() -> str:
     """"" or why the build cache (:func:`cache_root`, ``$KOPT_CACHE/builds``) cannot be
     used: it, or the nearest folder above it that exists, is a file (every build failed
-    with a NotADirectoryError or FileExistsError traceback as its error text). Creates
-    nothing."""
+    with a NotADirectoryError or FileExistsError traceback as its error text), or it cannot
+    be created or written (:func:`_cache_unusable`, which creates it)."""
     raw = os.environ.get("KOPT_CACHE")
     root = cache_root().absolute()
     p = root
     while not p.exists() and p != p.parent:
         p = p.parent
     if p.is_dir():
-        return ""
+        return _cache_unusable(raw, root)
     if raw:
         inside = (f" (or move {p} out of the way)"
                   if p.is_relative_to(Path(raw).absolute()) and p != Path(raw).absolute()
@@ -100,6 +100,25 @@ def _cache_bad() -> str:
                 f"folder for the build cache (default ~/.cache/kopt){inside}")
     return (f"the build cache {root}: {p} is a file, not a folder; move it out of the way or "
             "point KOPT_CACHE at a folder for the build cache")
+
+
+def _cache_unusable(raw: str | None, root: Path) -> str:
+    """"" or why the build cache folder ``root`` cannot be made or written (trial 11: a
+    symlink loop, a dangling link or a folder nobody may create passed the file check, and
+    every build failed with a traceback): tries to create it (the first build would)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        ok = root.is_dir() and os.access(root, os.W_OK | os.X_OK)
+        why = "" if ok else "not a folder this user can write"
+    except OSError as e:
+        why = f"{e.strerror or type(e).__name__}: {e.filename or root}"
+    except RuntimeError:  # Python 3.11's symlink-loop error from pathlib
+        why = f"a symlink loop on the way to {root}"
+    if not why:
+        return ""
+    what = f"$KOPT_CACHE={raw!r}" if raw else f"the build cache {root}"
+    return (f"{what}: the build cache folder {root} cannot be made or written ({why}); point "
+            "KOPT_CACHE at a folder you can write (default ~/.cache/kopt)")
 
 
 def check_env() -> None:

@@ -13,12 +13,28 @@ build cache of the node the actor runs on.
 from __future__ import annotations
 
 import os
+import platform
 from typing import Any
 
 import ray
 
 from workers import build as wbuild
 from workers.records import BuildJob, BuildResult
+
+
+def process_alive(who: str) -> bool:
+    """Whether process ``who`` (``HOST:PID``) still runs: False only for a process of this
+    host that is gone; one on another host (or a malformed ``who``) is taken as running."""
+    host, _, pid = who.rpartition(":")
+    if host != platform.node() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 class BuildActor:
@@ -38,8 +54,13 @@ class BuildActor:
         self.env: dict[str, Any] = wbuild.identity_and_env(toolchains[0])[1]
 
     @ray.method(num_returns=2)
-    def build(self, job: BuildJob) -> tuple[BuildResult, bytes | None]:
-        """Build ``job`` (workers.build.build): (result, artifact bytes or None)."""
+    def build(self, job: BuildJob, owner: str = "") -> tuple[BuildResult, bytes | None]:
+        """Build ``job`` (workers.build.build): (result, artifact bytes or None). Skipped
+        (a failed result saying why) when ``owner``, the ``HOST:PID`` of the sweep that sent
+        it, is gone: a sweep interrupted or killed leaves its builds queued here, and Ray
+        runs a plain actor's queued calls even when they are cancelled."""
+        if owner and not process_alive(owner):
+            return BuildResult(job.build_id, False, f"not built: its sweep ({owner}) is gone"), None
         self.builds += 1
         return wbuild.build(job)
 
