@@ -13,6 +13,7 @@ it in a background process of its own after refusals were given at once.
 from __future__ import annotations
 
 import dataclasses
+import math
 import platform
 import signal
 import subprocess
@@ -484,11 +485,18 @@ def _take(n: Node, r: dict[str, Any]) -> None:
     if r["candidate_id"] not in n.members:
         n.members.append(r["candidate_id"])
     n.sizes.add(r.get("dims") or "")
-    if r["status"] == Status.OK and r["speedup"] is not None and r["median_ms"] is not None:
+    # a measured median and speedup are positive numbers; a row edited by hand or written
+    # by another tool with anything else is left out of the node's figures (trial 12 Z2)
+    if r["status"] == Status.OK and _positive(r["speedup"]) and _positive(r["median_ms"]):
         n.figures.setdefault(r["candidate_id"], {})[r.get("dims") or ""] = (
             r["median_ms"], r["speedup"])
         n.triples[r["candidate_id"]] = ",".join(
             m for m in (r["compute_method"], r["memory_method"], r["latency_method"]) if m)
+
+
+def _positive(x: Any) -> bool:
+    """Whether ``x`` is a finite number above 0."""
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
 
 
 def _settle(n: Node) -> None:

@@ -16,7 +16,6 @@ or ``kopt submit --retry`` for a submitted one).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -26,7 +25,7 @@ from typing import Any
 from kopt.database import Database
 from kopt.jsonrecord import RecordError
 from kopt.loop import IterState
-from kopt.store import lock_holder, resume_command
+from kopt.store import lock_holder, resume_command, stored_json
 
 POLL_S = 2.0  # seconds between two looks at the store
 INTERRUPTED = 4  # WaitError.code: the run was interrupted before the iteration closed
@@ -77,7 +76,8 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
               "median_ms": (won or {}).get("median_ms")}
     return {"device_class": dc, "iteration": st.iteration, "winner": rv["candidate_id"],
             "median_ms": rv["median_ms"], "speedup": rv["speedup"],
-            "accepted": rv["accepted"], "reasons": json.loads(rv["reasons"] or "[]"),
+            "accepted": rv["accepted"],
+            "reasons": [str(x) for x in stored_json(rv["reasons"], "reasons", list)],
             "review": {k: rv.get(k) for k in ("command", "exit_status", "timed_out",
                                               "output_tail", "output_log")},
             "best": (st.best or {}).get("candidate_id"), "selected": st.selected,
