@@ -154,12 +154,22 @@ class _Group(click.Group):
             warnings.showwarning = _note
             return self._invoke(ctx)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """Click's, then a usable build cache for a command that builds (:data:`BUILDING`;
+        trial 12: others neither need nor create ``$KOPT_CACHE/builds``)."""
+        from workers.build import check_env
+
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and cmd.name in BUILDING:
+            check_env(builds=True)
+        return name, cmd, rest
+
     def _invoke(self, ctx: click.Context) -> Any:
         from kopt.database import DatabaseError, explain, interrupted
         from workers.build import EnvError, check_env
 
         try:
-            check_env()
+            check_env(builds=False)  # no side effect; a building command checks the rest
             return super().invoke(ctx)
         except BrokenPipeError:  # `kopt query ... | head -1`: the reader has what it wanted
             _pipe_closed()
@@ -176,6 +186,8 @@ class _Group(click.Group):
 
 
 # OSError numbers -> what to do (trial 8 D5: a full disk said "error: : No space left")
+# the commands that build candidates: only they need a usable build cache ($KOPT_CACHE)
+BUILDING = frozenset({"sweep", "preflight", "submit", "run-submitted", "port"})
 OS_HINTS = {errno.EEXIST: "a file is in the way: move it or choose another path",
             errno.ENOTDIR: "part of the path is a file, not a folder",
             errno.EISDIR: "is a folder, not a file",

@@ -1045,6 +1045,16 @@ NSYS_KERNEL_SQL = ("select start, end, demangledName, shortName, {mangled}, grid
                    "from CUPTI_ACTIVITY_KIND_KERNEL")
 
 
+def _text(value: Any) -> str | None:
+    """A stored name as text: SQLite keeps whatever type was written (a tool that wrote
+    kernel names as bytes made triage raise TypeError: trial 12 Z3)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
 def read_nsys_export(path: Path) -> NsysExport:
     """The kernel, runtime, string and NVTX rows of the Nsight Systems SQLite export at
     ``path``, opened read-only.
@@ -1052,7 +1062,9 @@ def read_nsys_export(path: Path) -> NsysExport:
     Raises:
         TraceError: not a readable SQLite file (SQLite's message).
     """
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    # as a URI (read-only), percent-encoded: a `#` or `?` in the name is part of the file's
+    # name, not the URI's fragment or query (trial 12: `a#b.sqlite` opened, and made, `a`)
+    con = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
     try:
         tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
         if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
@@ -1063,7 +1075,8 @@ def read_nsys_export(path: Path) -> NsysExport:
             " or coalesce(graphId, 0) != 0" if "graphId" in cols else "")
         mangled = "mangledName" if "mangledName" in cols else "null"
         return NsysExport(
-            tables, strings=dict(con.execute("select id, value from StringIds")),
+            tables, strings={k: _text(v) for k, v in con.execute("select id, value from "
+                                                                  "StringIds")},
             kernels=con.execute(NSYS_KERNEL_SQL.format(mangled=mangled, graph=graph)).fetchall(),
             calls=con.execute(
                 "select correlationId, min(start), min(globalTid) from "

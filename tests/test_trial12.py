@@ -48,3 +48,46 @@ def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(med
     _settle(n)
     assert (n.best, n.median_ms, n.speedup) == ("good", 1.0, 1.25)
     assert n.statuses == {"ok": 2} and n.members == ["bad", "good"]
+
+
+def test_triage_reads_kernel_names_stored_as_bytes_and_paths_with_hash(tmp_path):
+    """Z3: an Nsight Systems export whose StringIds values are bytes made `kopt triage`
+    raise TypeError; a `#` in the file's name opened (and created) another file."""
+    from test_database import _nsys_db
+
+    from kopt.database import read_nsys_export
+
+    path = tmp_path / "a#b?c.sqlite"
+    _nsys_db(path)
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("update StringIds set value = cast(value as blob) where id = 2")
+    con.commit()
+    con.close()
+    ex = read_nsys_export(path)
+    assert ex.strings == {1: "saxpy(float*)", 2: "saxpy", 3: "_Z5saxpyPf", 4: "layer 0"}
+    assert len(ex.kernels) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a#b?c.sqlite"]  # nothing made
+
+
+def test_a_command_that_builds_nothing_neither_makes_nor_needs_the_build_cache(tmp_path):
+    """Trial 12: the Y4 check made $KOPT_CACHE/builds before every command and refused
+    `kopt catalog` or `kopt query` with an unusable cache; only building commands do."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KOPT_CACHE": str(tmp_path / "kc")}
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "catalog"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not (tmp_path / "kc").exists()
+    os.symlink("loop", tmp_path / "loop")
+    env["KOPT_CACHE"] = str(tmp_path / "loop")
+    assert subprocess.run([sys.executable, "-m", "kopt.cli", "catalog"], capture_output=True,
+                          env=env, timeout=120).returncode == 0
+    p = subprocess.run([sys.executable, "-m", "kopt.cli", "preflight", str(tmp_path)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith(
+        f"error: $KOPT_CACHE={str(tmp_path / 'loop')!r}: the build cache folder "), p.stderr

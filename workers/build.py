@@ -80,18 +80,19 @@ COMPILE_TIMEOUT_S, _TIMEOUT_BAD = env_number("KOPT_COMPILE_TIMEOUT_S", 600.0, 1.
 COMPILE_MEM_GB, _MEM_BAD = env_number("KOPT_COMPILE_MEM_GB", 8.0, 0.5, 4096.0)
 
 
-def _cache_bad() -> str:
+def _cache_bad(create: bool = True) -> str:
     """"" or why the build cache (:func:`cache_root`, ``$KOPT_CACHE/builds``) cannot be
     used: it, or the nearest folder above it that exists, is a file (every build failed
-    with a NotADirectoryError or FileExistsError traceback as its error text), or it cannot
-    be created or written (:func:`_cache_unusable`, which creates it)."""
+    with a NotADirectoryError or FileExistsError traceback as its error text), or, with
+    ``create``, it cannot be created or written (:func:`_cache_unusable`, which creates
+    it)."""
     raw = os.environ.get("KOPT_CACHE")
     root = cache_root().absolute()
     p = root
     while not p.exists() and p != p.parent:
         p = p.parent
     if p.is_dir():
-        return _cache_unusable(raw, root)
+        return _cache_unusable(raw, root) if create else ""
     if raw:
         inside = (f" (or move {p} out of the way)"
                   if p.is_relative_to(Path(raw).absolute()) and p != Path(raw).absolute()
@@ -121,10 +122,11 @@ def _cache_unusable(raw: str | None, root: Path) -> str:
             "KOPT_CACHE at a folder you can write (default ~/.cache/kopt)")
 
 
-def check_env() -> None:
+def check_env(builds: bool = True) -> None:
     """Raise EnvError naming each KOPT_COMPILE_* variable whose value is unusable, and a
-    ``$KOPT_CACHE`` that is (or lies under) a file."""
-    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, _cache_bad()) if x)
+    ``$KOPT_CACHE`` that is (or lies under) a file; with ``builds`` (a command that builds),
+    also one whose build cache folder cannot be made or written (this creates it)."""
+    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, _cache_bad(builds)) if x)
     if bad:
         raise EnvError(bad)
 
