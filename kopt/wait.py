@@ -16,7 +16,6 @@ or ``kopt submit --retry`` for a submitted one).
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from kopt.database import Database
 from kopt.jsonrecord import RecordError
 from kopt.loop import IterState
 from kopt.store import lock_holder, resume_command, stored_json
+from workers.reap import pid_alive
 
 POLL_S = 2.0  # seconds between two looks at the store
 INTERRUPTED = 4  # WaitError.code: the run was interrupted before the iteration closed
@@ -135,7 +135,7 @@ def _stalled(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) 
         raise WaitError(f"run {run_id}: the detached try {try_no} of iteration {it} exited "
                         f"with status {job.rc} without closing it{log}")
     pid = job.pid if job is not None else None
-    if pid is not None and job.host == platform.node() and not _alive(pid):
+    if pid is not None and job.host == platform.node() and not pid_alive(pid):
         raise WaitError(f"run {run_id}: the detached try {try_no} of iteration {it} (pid "
                         f"{pid}) was killed before closing it{log}")
     _interrupted(db, root, run_id, it, submitted_at)
@@ -157,21 +157,6 @@ def _interrupted(db: Database, root: Path, run_id: str, it: int, submitted_at: A
            f"resume it with `{resume_command(rec.get('sweep_dir'), root, run_id)}`")
     raise WaitError(f"run {run_id} was interrupted in iteration {it}, before it closed; "
                     f"{how}", INTERRUPTED)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host runs (a zombie, exited but not reaped, does
-    not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def wait(root: Path, run_id: str, iteration: int | None = None,

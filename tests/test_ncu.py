@@ -139,9 +139,8 @@ sys.exit(p.wait())
 '''
 
 
-def test_one_ncu_process_profiles_the_top_k_and_splits_their_launches(tmp_path, monkeypatch):
-    """capture_many: the real target runs two CPU jobs in one process, bracketed by markers;
-    the launches between a job's markers are that job's (values from a real H200 report)."""
+def _fake_ncu(tmp_path, monkeypatch) -> list[dict]:
+    """FAKE_NCU as $NCU (reporting the real H200 sgemm report) and two CPU jobs for it."""
     import sys
 
     from test_harness import artifact, job
@@ -149,12 +148,21 @@ def test_one_ncu_process_profiles_the_top_k_and_splits_their_launches(tmp_path, 
     from conftest import FIXTURES
 
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
-    jobs = [{**job(artifact(tmp_path, src, 0), src, ref), "device": "cpu"} for _ in range(2)]
     fake = tmp_path / "ncu"
     fake.write_text(FAKE_NCU.format(python=sys.executable))
     fake.chmod(0o755)
     monkeypatch.setenv("NCU", str(fake))
     monkeypatch.setenv("FAKE_REPORT", str(DATA / "sgemm_full.ncu-rep"))
+    return [{**job(artifact(tmp_path, src, 0), src, ref), "device": "cpu"} for _ in range(2)]
+
+
+def test_one_ncu_process_profiles_the_top_k_and_splits_their_launches(tmp_path, monkeypatch):
+    """capture_many: the real target runs two CPU jobs in one process, bracketed by markers;
+    the launches between a job's markers are that job's (values from a real H200 report)."""
+
+
+
+    jobs = _fake_ncu(tmp_path, monkeypatch)
     monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
     metrics = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
     items = [(j, ["matmul_kernel"]) for j in jobs]
@@ -248,21 +256,11 @@ def test_a_warm_ncu_waits_for_its_jobs_then_profiles_them_like_a_cold_one(tmp_pa
     """workers.ncu_warm: ncu and its target start before the jobs are known (the target
     imports its modules and waits); handed the jobs, it profiles them in one process and the
     launches are attributed as capture_many's; the process and its folder are used up."""
-    import sys
     import time
 
-    from test_harness import artifact, job
-
-    from conftest import FIXTURES
     from workers import ncu_warm
 
-    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
-    jobs = [{**job(artifact(tmp_path, src, 0), src, ref), "device": "cpu"} for _ in range(2)]
-    fake = tmp_path / "ncu"
-    fake.write_text(FAKE_NCU.format(python=sys.executable))
-    fake.chmod(0o755)
-    monkeypatch.setenv("NCU", str(fake))
-    monkeypatch.setenv("FAKE_REPORT", str(DATA / "sgemm_full.ncu-rep"))
+    jobs = _fake_ncu(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_PROF", "1")
     monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
     metrics = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]

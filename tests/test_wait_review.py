@@ -18,7 +18,7 @@ from kopt.review import Verdict, judge, output_log
 from kopt.spec import SpecError, load_sweep
 from kopt.store import RunLock, now
 from kopt.submit import open_run, record
-from kopt.wait import _alive
+from workers.reap import pid_alive as _alive
 
 FAST = "compute.thread_coarsening"
 # the review command: records its environment, refuses a source marked REVIEW_FAIL

@@ -19,6 +19,7 @@ from typing import Any
 import ray
 
 from workers import build as wbuild
+from workers.reap import pid_alive
 from workers.records import BuildJob, BuildResult
 
 
@@ -26,15 +27,7 @@ def process_alive(who: str) -> bool:
     """Whether process ``who`` (``HOST:PID``) still runs: False only for a process of this
     host that is gone; one on another host (or a malformed ``who``) is taken as running."""
     host, _, pid = who.rpartition(":")
-    if host != platform.node() or not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
+    return host != platform.node() or not pid.isdigit() or pid_alive(int(pid))
 
 
 class BuildActor:

@@ -27,6 +27,7 @@ import torch
 
 from workers.harness import Harness, JobError
 from workers.ncu_warm import NVTX_RANGE
+from workers.reap import pid_alive
 
 
 def _one(h: Harness, job: dict, nvtx: bool = False) -> None:
@@ -62,20 +63,10 @@ def main_wait(path: str, actor_pid: int, poll_s: float = 0.005) -> int:
     n = 0
     while not os.path.exists(path):
         n += 1
-        if n % 200 == 0 and not _alive(actor_pid):
+        if n % 200 == 0 and not pid_alive(actor_pid):
             return 4
         time.sleep(poll_s)
     return main_many(path, nvtx=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main_many(path: str, nvtx: bool = False) -> int:

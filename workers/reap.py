@@ -62,6 +62,21 @@ def limited(cap_bytes: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
     return functools.partial(cap_memory, cap_bytes, sig)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, exited but not reaped, does
+    not; a pid no process can have does not)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def package_env() -> dict[str, str]:
     """This environment with the checkout holding ``workers`` first on ``PYTHONPATH``, so
     that a child's ``python -m workers.<module>`` finds the package."""
