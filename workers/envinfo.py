@@ -3,9 +3,11 @@ driver, nvcc, ncu and whether it may read counters, CUTLASS headers, torch, ray.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -90,13 +92,9 @@ def cutlass_headers() -> str | None:
     cands = []
     if os.environ.get("CUTLASS_PATH"):
         cands.append(Path(os.environ["CUTLASS_PATH"]) / "include")
-    try:
-        import cutlass_library  # the nvidia-cutlass package
-
-        root = Path(cutlass_library.__file__).parent
+    root = _package_dir("cutlass_library")  # the nvidia-cutlass package (not imported)
+    if root is not None:
         cands += [root / "source" / "include", root.parent / "cutlass" / "include"]
-    except Exception:
-        pass
     for c in cands:
         if (c / "cutlass" / "cutlass.h").exists():
             return str(c)
@@ -112,19 +110,42 @@ def _cxx_version() -> str | None:
     return out.splitlines()[0].strip() if out.strip() else None
 
 
+def _package_dir(name: str) -> Path | None:
+    """The folder of installed package ``name``, found without importing it (None when it
+    is not installed)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locs = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locs[0]) if locs else None
+
+
+def torch_versions() -> tuple[str | None, str | None]:
+    """torch's version and the CUDA version it was built with (None: a CPU build), read
+    from ``torch/version.py`` -- constants torch's build writes there -- without importing
+    torch: the import takes about 3 s on an H200 host, and this read sits on the path to a
+    sweep's first builds (issue 14.2). (None, None) when torch is not installed or the file
+    cannot be read."""
+    root = _package_dir("torch")
+    if root is None:
+        return None, None
+    try:
+        ns = runpy.run_path(str(root / "version.py"))
+    except Exception:  # noqa: BLE001 -- a damaged install: its version is unknown
+        return None, None
+    version, cuda = ns.get("__version__"), ns.get("cuda")
+    return (str(version) if version is not None else None,
+            str(cuda) if cuda is not None else None)
+
+
 def collect() -> dict[str, Any]:
     """This node's environment as a dict (strings; None where a tool is missing or a
     figure cannot be read; ``notes``: the reads that failed)."""
     from workers import ncu
 
     gpu_list, driver, notes = gpus()
-    try:
-        import torch
-
-        # plain str: a TorchVersion would make every unpickler (the driver) import torch
-        torch_v, torch_cuda = str(torch.__version__), torch.version.cuda
-    except Exception:
-        torch_v = torch_cuda = None
+    torch_v, torch_cuda = torch_versions()
     try:
         import ray
 
