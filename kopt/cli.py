@@ -658,11 +658,11 @@ def _leave_ray() -> None:
     """Leave the Ray this command attached to (its embedded instance stopped, a cluster only
     left) once the sweep is stored, before the results are printed: Ray's own exit hook
     first sleeps 0.5 s "to make sure log messages finish printing"
-    (ray._private.worker.shutdown), time a finished sweep has no use for (issue 14.2)."""
-    import ray
+    (ray._private.worker.shutdown), time a finished sweep has no use for, and then stops
+    the embedded instance's processes one by one (kopt.raystop.leave_ray: all at once)."""
+    from kopt.raystop import leave_ray
 
-    if ray.is_initialized():
-        ray.shutdown()
+    leave_ray()
 
 
 @main.command()

@@ -111,6 +111,10 @@ def test_a_vector_add_run_stores_each_phase_once_in_order(vector_add_run):
     assert len(busy) == s.n_jobs == 2
     assert busy[0]["end_s"] <= busy[1]["start_s"]
     assert {"device_start", "reference", "busy"} <= {r["phase"] for r in dev}
+    # its harness was started before Ray, and the device actor took it over (issue 14.2)
+    assert [r["detail"] for r in dev if r["phase"] == "device_start"] == [
+        "sandbox started before Ray"]
+    assert s.devices[0]["prestarted"] is True
     _, built = Database(store).query(f"select count(*) from candidates where run_id = "
                                      f"'{s.run_id}' and not build_cached")
     assert len([r for r in rows if r["phase"] == "build"]) == built[0][0]
@@ -142,3 +146,17 @@ def test_reading_a_device_info_or_node_environment_imports_no_torch(tmp_path):
                          cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_node_environment_is_read_without_importing_torch():
+    """The compiler-identity task reads the node's environment before the first builds are
+    planned; importing torch there for its version took about 3 s of an H200 host's cold
+    start (issue 14.2). The version still comes out the same."""
+    import importlib.metadata
+
+    code = ("import sys; from workers.envinfo import collect; c = collect(); "
+            "print(c['torch'], 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [importlib.metadata.version("torch"), "False"]
