@@ -179,6 +179,7 @@ def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str]) -> dict[st
     store = out / f"store-{label}"
     extra = ["--queue"] if label.startswith("warm") else []
     log = out / f"kopt-{label}.log"
+    started = time.time()  # the command's start, to place Ray's timeline (epoch us) on it
     wall = kopt(["sweep", str(sweep), "--store", str(store), "--backend", "cuda", *extra],
                 {**env, "KOPT_RAY_TIMELINE": str(out / f"ray-timeline-{label}.json")}, log)
     run_id = RUN_ID.search(log.read_text()).group(1)
@@ -191,7 +192,7 @@ def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str]) -> dict[st
     named = best("sgemm_kt", store)[0]
     _, ok = query("select params, median_ms, iqr_ms from candidates where status = 'ok'", store)
     run_s = run["run"]["end_s"] - run["run"]["start_s"]
-    return {"label": label, "wall_s": wall, "run_s": run_s,
+    return {"label": label, "wall_s": wall, "run_s": run_s, "started_epoch": started,
             "first_result_s": run["first_result"]["end_s"], "compile_cpu_s": compile_s,
             "cores": cores, "busy_s": busy,
             "run_over_bound": run_s / max(compile_s / cores, busy),

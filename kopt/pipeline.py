@@ -87,6 +87,7 @@ from kopt.strategy.profiling import profile, resolve
 from kopt.strategy.profiling import warm_up as warm_ncu
 from kopt.strategy.random_sample import RANDOM_FRACTION
 from workers import build as wbuild
+from workers.prestart import Prestarted, Prestarter
 from workers.records import RunJob, RunOutcome, Status, TuningRecord
 
 
@@ -330,6 +331,8 @@ class Driver:
             the last rung with the spec's timing; the baseline is in every rung).
         seed: the random strategy's sample.
         phases: the run's time breakdown so far (kopt.phases; default: a new one).
+        prestarted: harnesses started before Ray (workers.prestart.Prestarter.started),
+            offered to the device actors of the embedded instance.
 
     Raises:
         ValueError: an unknown strategy.
@@ -341,8 +344,10 @@ class Driver:
                  observers: list[Observer] | None = None, catalog: Catalog | None = None,
                  strategy: str | None = None, seed: int | None = None,
                  submission: Any = None, phases: PhaseRecorder | None = None,
-                 queue: dict[str, Any] | None = None):
+                 queue: dict[str, Any] | None = None,
+                 prestarted: dict[str, Prestarted] | None = None):
         self.phases = phases or PhaseRecorder()
+        self.prestarted = prestarted
         self.queue = queue  # the warm service's config (kopt.service): its devices are used
         self.submission = submission  # kopt.strategy.submitted.Submitted: one more iteration
         if strategy is not None and strategy not in STRATEGIES:
@@ -490,7 +495,8 @@ class Driver:
         self._early = not self.resume and not (backend == "cuda"
                                                and self.sweep.ncu.profile_baseline)
         self.runner = (QueueRunner(backend, self.queue) if self.queue
-                       else RayRunner(backend, self.cpu_devices))
+                       else RayRunner(backend, self.cpu_devices,
+                                      self.prestarted if not self.resume else None))
         if isinstance(self.runner, QueueRunner):
             self.builder.use_actors(self.runner.builders(), self.runner.who)
         self.phases.begin("devices")
@@ -1005,21 +1011,49 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         address = recorded_address()
     if queue and address:
         use_token(address)  # the service's own Ray head (kopt serve start): its token
-    check_before_ray(sweep, Path(store), backend, resume,
-                     local=not cluster and address in (None, "local"))
+    local = not cluster and address in (None, "local")
+    check_before_ray(sweep, Path(store), backend, resume, local=local)
     phases.end("checks")
-    phases.begin("ray")
-    _start_ray(sweep, cluster, address, observers)
-    phases.end("ray")
-    svc = service_config(cluster_address(cluster) if cluster else str(address)) if queue else None
-    if svc is not None:
-        backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
+    pre = prestart_sandboxes(sweep, backend, cpu_devices) if local and not resume else None
     try:
+        phases.begin("ray")
+        _start_ray(sweep, cluster, address, observers)
+        phases.end("ray")
+        svc = (service_config(cluster_address(cluster) if cluster else str(address))
+               if queue else None)
+        if svc is not None:
+            backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
         return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                       iterations=iterations, observers=observers, strategy=strategy,
-                      seed=seed, phases=phases, queue=svc).run()
+                      seed=seed, phases=phases, queue=svc,
+                      prestarted=pre.started if pre is not None else None).run()
     finally:
+        if pre is not None:
+            pre.close()
         ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
+
+
+def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestarter | None:
+    """Start the harnesses of the embedded instance's devices now, before Ray
+    (workers.prestart: torch's import and the CUDA context then overlap Ray's start, issue
+    14.2): one per GPU that Ray will see (the same ids: ``CUDA_VISIBLE_DEVICES``'s entries,
+    else 0..n-1) for a CUDA run, one per CPU device for a CPU run. None when the backend
+    cannot be known before Ray, or with ``KOPT_PRESTART=0``."""
+    if os.environ.get("KOPT_PRESTART", "1") == "0":
+        return None
+    gpus = local_gpu_count()
+    if backend == "auto":
+        backend = ("cuda" if gpus and "cuda" in sweep.spaces
+                   else "cpu" if "cpu" in sweep.spaces else "")
+    if backend == "cuda" and gpus:
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        keys = ([v.strip() for v in vis.split(",") if v.strip()][:gpus] if vis is not None
+                else [str(i) for i in range(gpus)])
+    elif backend == "cpu" and cpu_devices >= 1:
+        keys = [str(i) for i in range(cpu_devices)]
+    else:
+        return None
+    return Prestarter(backend, keys) if keys else None
 
 
 def _start_ray(sweep: Sweep, cluster: str | None, address: str | None,

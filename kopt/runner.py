@@ -19,6 +19,7 @@ import ray
 from kopt.devices import Node, Slot, actor_options, alive_nodes, plan_slots
 from kopt.phases import PhaseRecorder
 from workers.device_actor import DeviceActor, remote_actor
+from workers.prestart import Prestarted
 from workers.records import RunJob, RunOutcome, Status
 
 ACTOR_START_TIMEOUT_S = 120.0  # a replacement actor that has not started by then is dropped
@@ -142,9 +143,13 @@ class RayRunner(Runner):
         cpu_devices: CPU device actors per node (CPU backend).
     """
 
-    def __init__(self, backend: str, cpu_devices: int = 1):
+    def __init__(self, backend: str, cpu_devices: int = 1,
+                 prestarted: dict[str, Prestarted] | None = None):
         super().__init__()
         self.backend, self.cpu_devices = backend, cpu_devices
+        # harnesses the driver started before Ray (workers.prestart), offered to the first
+        # actors only: by GPU id, or by CPU device ordinal
+        self.prestarted = dict(prestarted or {})
         self.actors: list[Any] = []
         self.nodes: list[Node] = []
         self.slots: list[Slot] = []
@@ -163,7 +168,8 @@ class RayRunner(Runner):
         self.slots = plan_slots(self.nodes, self.backend, self.cpu_devices)
         self._check_cpus(ray.cluster_resources().get("CPU", 0))
         t_launch = phases.now() if phases is not None else 0.0
-        self.actors = [self._new_actor(s) for s in self.slots]
+        self.actors = [self._new_actor(s, self.prestarted) for s in self.slots]
+        self.prestarted = {}
         if on_launch is not None:
             on_launch()
         for a, slot in zip(self.actors, self.slots):
@@ -174,7 +180,9 @@ class RayRunner(Runner):
                 raise SweepError(f"a {self.backend} device actor{where} failed to start: "
                                  f"{e}") from None
             if phases is not None:
-                phases.span("device_start", t_launch, phases.now(), self.infos[-1])
+                phases.span("device_start", t_launch, phases.now(), self.infos[-1],
+                            "sandbox started before Ray" if self.infos[-1].get("prestarted")
+                            else None)
         return self.infos
 
     def _check_cpus(self, cpus: float) -> None:
@@ -189,11 +197,15 @@ class RayRunner(Runner):
                          f"--cpu-devices {self.cpu_devices}: the cluster's {cpus:g} CPUs "
                          "leave none for builds beside its CPU devices; add CPUs")
 
-    def _new_actor(self, slot: Slot) -> Any:
+    def _new_actor(self, slot: Slot, prestarted: dict[str, Prestarted] | None = None) -> Any:
         cls = (remote_actor("cuda") if self.backend == "cuda"
                else remote_actor("cpu", threads=1))
+        offer = dict(prestarted or {})
+        if self.backend != "cuda":  # a CPU device's own, by ordinal (embedded instance only)
+            mine = offer.get(str(slot.ordinal)) if slot.node_id is None else None
+            offer = {"cpu": mine} if mine is not None else {}
         return cls.options(**actor_options(slot), **self._more_options(slot)).remote(
-            self.backend, 1, slot.device_class)
+            self.backend, 1, slot.device_class, offer or None)
 
     def _more_options(self, slot: Slot) -> dict[str, Any]:
         """More Ray actor options for ``slot``'s actor (kopt.service: named, detached)."""

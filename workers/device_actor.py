@@ -18,6 +18,7 @@ import ray
 
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
+from workers.prestart import Prestarted
 from workers.records import RunJob, RunOutcome, Status
 from workers.sandbox import Sandbox
 
@@ -30,12 +31,16 @@ class DeviceActor:
         threads: CPU threads for the CPU backend (OMP_NUM_THREADS); ignored for CUDA.
         device_class: the class the node declares (``kopt_class_<NAME>`` resource); None:
             derived from the hardware (workers.harness.device_info).
+        prestarted: harnesses the driver started before Ray (workers.prestart), by GPU id
+            (``"0"``) or, for a CPU device, ``"cpu"``: the actor takes over the one of its
+            device instead of starting one (when it cannot, it starts its own).
 
     Raises:
         RuntimeError: the harness could not start (no device, broken torch...).
     """
 
-    def __init__(self, backend: str, threads: int = 1, device_class: str | None = None):
+    def __init__(self, backend: str, threads: int = 1, device_class: str | None = None,
+                 prestarted: dict[str, Prestarted] | None = None):
         env = {"OMP_NUM_THREADS": str(threads)} if backend == "cpu" else {}
         self.backend = backend
         self.device_class = device_class
@@ -45,7 +50,9 @@ class DeviceActor:
             ThreadPoolExecutor(1).submit(_query_metrics) if backend == "cuda" else None)
         self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
         self.sandbox = Sandbox(backend, env)
-        self.sandbox.start()
+        pre = _mine(backend, prestarted or {})
+        if pre is None or not self.sandbox.adopt(pre):
+            self.sandbox.start()
         self.busy_s = 0.0
         self.jobs = 0
 
@@ -59,6 +66,7 @@ class DeviceActor:
         info["device_id"] = (f"{info['node_ip']}/GPU{gpus[0]}" if gpus
                              else f"{info['node_ip']}/cpu-{os.getpid()}")
         info["hw_class"] = info["device_class"]
+        info["prestarted"] = self.sandbox.adopted
         if self.device_class:
             info["device_class"] = self.device_class
         return info
@@ -196,6 +204,15 @@ class DeviceActor:
             self._warm_ncu = None
         self.sandbox.close()
 
+
+
+def _mine(backend: str, prestarted: dict[str, Prestarted]) -> Prestarted | None:
+    """The prestarted harness of this actor's device: by the GPU id Ray gave the actor, or
+    the ``cpu`` one; None when there is none (or the actor holds several GPUs)."""
+    if backend != "cuda":
+        return prestarted.get("cpu")
+    gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
+    return prestarted.get(str(gpus[0])) if len(gpus) == 1 else None
 
 
 def _query_metrics() -> list[str] | None:

@@ -71,6 +71,7 @@ import inspect
 import math
 import os
 import random
+import socket
 import statistics
 import sys
 import time
@@ -1309,16 +1310,30 @@ def ref_stamp(path: str) -> tuple:
     return (path, st.st_mtime_ns, st.st_size)
 
 
-def main(rfd: int, wfd: int, device: str) -> None:
+def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None) -> None:
     """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict; ``job`` a
-    workers.records.RunJob or the job dict of :meth:`Harness.run`."""
-    rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
+    workers.records.RunJob or the job dict of :meth:`Harness.run`.
+
+    ``listen_fd``: a listening Unix socket (workers.prestart): the harness sets up the
+    device first, then takes the first connection and serves it (``rfd``/``wfd`` unused).
+    """
+    h: Harness | None = None
+    error = ""
     try:
         h = Harness(device, progress=lambda msg: wconn.send({"progress": True, **msg}))
-        wconn.send({"ready": True, "pid": os.getpid(), "info": device_info(h)})
+        info = device_info(h)
     except Exception as e:
-        wconn.send({"ready": False, "error": f"harness start failed: {e!r}"})
+        error = f"harness start failed: {e!r}"
+    if listen_fd is not None:
+        with socket.socket(fileno=listen_fd) as listener:
+            conn, _ = listener.accept()
+        rfd, wfd = conn.detach(), -1
+        wfd = os.dup(rfd)
+    rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
+    if h is None:
+        wconn.send({"ready": False, "error": error})
         return
+    wconn.send({"ready": True, "pid": os.getpid(), "info": info})
     while True:
         try:
             kind, job = rconn.recv()
@@ -1343,4 +1358,7 @@ def main(rfd: int, wfd: int, device: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    if sys.argv[1] == "--listen":  # python -m workers.harness --listen FD DEVICE
+        main(-1, -1, sys.argv[3], listen_fd=int(sys.argv[2]))
+    else:  # python -m workers.harness RFD WFD DEVICE
+        main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

@@ -22,6 +22,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workers import prestart
+from workers.prestart import Prestarted
 from workers.reap import die_with_parent, package_env
 from workers.records import RunJob, Status
 
@@ -47,6 +49,7 @@ class Sandbox:
         self.pid: int | None = None  # the harness process's
         self.timing_ref = ""  # ref.py's function the running job times, from its progress
         self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
+        self.adopted = False  # the harness was started before Ray (adopt)
 
     def start(self) -> None:
         """Start the harness and wait until it has set up the device. Raises RuntimeError."""
@@ -61,12 +64,37 @@ class Sandbox:
         os.close(w_child)
         self.w = Connection(w_parent, readable=False)
         self.r = Connection(r_parent, writable=False)
+        self._hello()
+
+    def adopt(self, pre: Prestarted) -> bool:
+        """Take over the harness ``pre`` that a driver started before Ray
+        (workers.prestart) instead of starting one: its connection, its log, its process
+        (killed, and its exit read, as this sandbox's own). Returns False, with nothing
+        taken over, when it cannot be reached or did not start; the next :meth:`run` then
+        starts a harness of this sandbox's own."""
+        conns = prestart.connect(pre)
+        if conns is None:
+            return False
+        self.r, self.w = conns
+        self.proc = prestart.AdoptedProcess(pre)  # type: ignore[assignment]
+        old_log, self.log = self.log, pre.log
+        try:
+            self._hello()
+        except RuntimeError:
+            self.log = old_log
+            return False
+        old_log.unlink(missing_ok=True)
+        self.adopted = True
+        return True
+
+    def _hello(self) -> None:
+        """Wait for the harness's first message (its device set up). Raises RuntimeError."""
         if not self.r.poll(START_TIMEOUT_S):
             self.kill()
             raise RuntimeError(f"harness did not start in {START_TIMEOUT_S:.0f} s: {self.tail()}")
         try:
             hello = self.r.recv()
-        except EOFError:
+        except (EOFError, OSError):  # OSError: a prestarted harness's socket reset
             code = self.kill()
             raise RuntimeError(f"harness died at start ({describe_exit(code)}): {self.tail()}"
                                ) from None

@@ -1,0 +1,95 @@
+"""Harnesses started before Ray (workers.prestart) and taken over by a sandbox, and the
+quick stop of the embedded Ray (kopt.raystop): issue 14.2's cold start-up costs."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from test_harness import artifact, job
+from workers.prestart import STATUS, Prestarter
+from workers.reap import pid_alive
+from workers.sandbox import Sandbox
+
+
+@pytest.fixture
+def prestarted():
+    pre = Prestarter("cpu", ["0"])
+    yield pre
+    pre.close()
+
+
+def test_a_prestarted_harness_is_taken_over_and_judges_as_its_own(tmp_path, prestarted):
+    """The adopted harness runs candidates; one that segfaults it is described by its
+    signal (the exit status the prestarting process reaped), and the sandbox then starts a
+    harness of its own."""
+    pre = prestarted.started["0"]
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        assert sb.adopt(pre) and sb.adopted
+        assert sb.pid == pre.pid and sb.info["backend"] == "cpu" and sb.info["multiprocessors"] == 1
+        assert sb.log == pre.log
+        src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+        ok = sb.run(job(artifact(tmp_path, src, 0), src, ref), timeout_s=10)
+        assert ok["status"] == "ok" and ok["max_abs_err"] == 0.0
+        assert sb.pid == pre.pid and sb.restarts == 0
+        crash = sb.run(job(artifact(tmp_path, src, 2), src, ref), timeout_s=10)
+        assert crash["status"] == "crashed" and "killed by SIGSEGV" in crash["error"]
+        assert (Path(pre.folder) / STATUS).read_text() == str(-signal.SIGSEGV)
+        again = sb.run(job(artifact(tmp_path, src, 0), src, ref), timeout_s=10)
+        assert again["status"] == "ok" and sb.pid not in (None, pre.pid)
+        assert sb.restarts == 1
+    finally:
+        sb.close()
+
+
+def test_a_harness_nobody_takes_over_is_killed_and_its_folder_removed(prestarted):
+    pre = prestarted.started["0"]
+    assert pid_alive(pre.pid)
+    prestarted.close()
+    assert not pid_alive(pre.pid) and not os.path.exists(pre.folder)
+    assert prestarted.started == {}
+
+
+def test_a_dead_prestarted_harness_is_not_taken_over(prestarted):
+    """A harness that died before the actor came: adopt says no, and the sandbox starts its
+    own on the first job, as without a prestart."""
+    pre = prestarted.started["0"]
+    os.killpg(pre.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not (Path(pre.folder) / STATUS).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        assert not sb.adopt(pre) and not sb.adopted
+        assert sb.proc is None and sb.log != pre.log and sb.log.exists()
+        sb.start()
+        assert sb.pid not in (None, pre.pid)
+    finally:
+        sb.close()
+
+
+def test_leave_ray_stops_every_process_of_the_embedded_instance():
+    """kopt.raystop.leave_ray stops what ray.init started -- all of it gone when it
+    returns -- and leaves this process free to start Ray again."""
+    import ray
+
+    from kopt.pipeline import ensure_ray
+    from kopt.raystop import leave_ray
+
+    assert not ray.is_initialized()  # this file's own process: no other test's Ray
+    ensure_ray()
+    node = ray._private.worker._global_node
+    procs = [info.process for infos in node.all_processes.values() for info in infos]
+    assert {"raylet", "gcs_server"} <= set(node.all_processes)
+    worker = ray.get(ray.remote(num_cpus=1)(lambda: __import__("os").getpid()).remote())
+    leave_ray()
+    assert not ray.is_initialized()
+    assert all(p.poll() is not None for p in procs), [p.args[0] for p in procs]
+    deadline = time.monotonic() + 5  # the raylet's workers end with it
+    while pid_alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(worker)

@@ -1,0 +1,217 @@
+"""Harness processes started before Ray, handed to the device actors once they exist.
+
+A cold ``kopt sweep`` used to start its embedded Ray (3-4 s on an H200 host) and only then
+its device actors, whose sandboxes imported torch and made the CUDA context (4.5 s more),
+one after the other (issue 14.2). :class:`Prestarter` starts one harness per local device
+(``python -m workers.harness --listen FD DEVICE``) before Ray, so that both happen at once;
+each device actor then takes its harness over (:func:`connect`, from
+workers.sandbox.Sandbox.adopt) instead of starting one.
+
+The harness listens on a Unix socket the prestarter made (``DIR/sock``); the actor
+connects to it and from then on talks to it as to a harness it started itself. The
+prestarter's process is the harness's parent: it reaps it and writes its exit status to
+``DIR/status`` (:class:`AdoptedProcess` reads it), so that a candidate that kills the
+adopted harness is described as one that kills any other (``killed by SIGSEGV``). A
+harness nobody took over is killed by :meth:`Prestarter.close`, or with the prestarter's
+process (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from workers.reap import die_with_parent, package_env, pid_alive
+
+SOCKET = "sock"
+STATUS = "status"
+LOG = "harness.log"
+STATUS_WAIT_S = 2.0  # for the reaper's status file once the harness is gone
+
+
+@dataclass(frozen=True)
+class Prestarted:
+    """One harness waiting to be taken over (picklable: it travels to the device actor).
+
+    Attributes:
+        folder: holds the harness's socket (``sock``), log and exit status file.
+        pid: the harness's process id (a process group leader: ``killpg`` ends it all).
+        device: ``cuda`` or ``cpu``.
+    """
+
+    folder: str
+    pid: int
+    device: str
+
+    @property
+    def log(self) -> Path:
+        """The harness's stdout and stderr."""
+        return Path(self.folder) / LOG
+
+
+class AdoptedProcess:
+    """The part of ``subprocess.Popen`` workers.sandbox.Sandbox uses -- ``pid``, ``poll``,
+    ``wait``, ``kill`` -- for a harness another process started and reaps (its exit
+    status comes from the reaper's status file)."""
+
+    def __init__(self, pre: Prestarted):
+        self.pid = pre.pid
+        self._status = Path(pre.folder) / STATUS
+        self.returncode: int | None = None
+
+    def _read(self) -> int | None:
+        try:
+            self.returncode = int(self._status.read_text())
+        except (OSError, ValueError):
+            pass
+        return self.returncode
+
+    def poll(self) -> int | None:
+        """The exit code once the harness ended and was reaped; None while it runs."""
+        code = self._read()
+        if code is None and not pid_alive(self.pid):
+            code = self.wait(STATUS_WAIT_S)
+        return code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` s for the exit code; None when the harness is gone but its
+        reaper wrote no status (the prestarting process ended too).
+
+        Raises:
+            subprocess.TimeoutExpired: the harness still runs after ``timeout`` s.
+        """
+        deadline = time.monotonic() + (1e9 if timeout is None else timeout)
+        gone_at: float | None = None
+        while self._read() is None:
+            now = time.monotonic()
+            if not pid_alive(self.pid):
+                gone_at = gone_at or now
+                if now - gone_at > STATUS_WAIT_S:
+                    return None
+            if now > deadline:
+                raise subprocess.TimeoutExpired(f"harness {self.pid}", timeout or 0.0)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the harness."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def connect(pre: Prestarted) -> tuple[Connection, Connection] | None:
+    """Connect to a prestarted harness: (reader, writer) connections over its socket, or
+    None when it cannot be reached (it died, or its folder is gone)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(Path(pre.folder) / SOCKET))
+    except OSError:
+        s.close()
+        return None
+    fd = s.detach()
+    return Connection(fd, writable=False), Connection(os.dup(fd), readable=False)
+
+
+def harness_env(device: str, key: str, threads: int = 1) -> dict[str, str]:
+    """The environment a device actor's own harness would get: for a GPU, Ray's
+    ``CUDA_VISIBLE_DEVICES`` (the GPU id ``key``) and ``OMP_NUM_THREADS`` (the actor's one
+    CPU, unless set already: Ray's rule); for a CPU device, ``threads`` OpenMP threads."""
+    env = package_env()
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = key
+        env.setdefault("OMP_NUM_THREADS", "1")
+    else:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+class Prestarter:
+    """Starts one harness per key (a GPU id as Ray will name it, or a CPU device's ordinal)
+    in this process, reaps each and writes its exit status.
+
+    Args:
+        device: ``cuda`` or ``cpu``.
+        keys: one harness each, e.g. ``["0", "1"]``.
+
+    Starting never raises: a harness that cannot start is simply not offered (its device
+    actor starts its own).
+    """
+
+    def __init__(self, device: str, keys: list[str]):
+        self.device = device
+        self.started: dict[str, Prestarted] = {}
+        self._procs: list[subprocess.Popen] = []
+        for key in keys:
+            pre = self._start(key)
+            if pre is not None:
+                self.started[key] = pre
+
+    def _start(self, key: str) -> Prestarted | None:
+        folder = tempfile.mkdtemp(prefix="kopt-prestart-")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(Path(folder) / SOCKET))
+            listener.listen(1)
+            with open(Path(folder) / LOG, "ab") as log:
+                p = subprocess.Popen(
+                    [sys.executable, "-m", "workers.harness", "--listen",
+                     str(listener.fileno()), self.device],
+                    pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=log, env=harness_env(self.device, key), start_new_session=True,
+                    preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
+                    else None)
+        except OSError:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        listener.close()  # the harness holds it now
+        self._procs.append(p)
+        threading.Thread(target=_reap, args=(p, Path(folder) / STATUS), daemon=True).start()
+        return Prestarted(folder, p.pid, self.device)
+
+    def close(self) -> None:
+        """Kill every harness still running (one no actor took over, or one an actor left)
+        and remove their folders. Idempotent."""
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+        for p in self._procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for pre in self.started.values():
+            shutil.rmtree(pre.folder, ignore_errors=True)
+        self._procs, self.started = [], {}
+
+
+def _tie() -> object:
+    import functools
+
+    return functools.partial(die_with_parent, signal.SIGKILL)
+
+
+def _reap(p: subprocess.Popen, status: Path) -> None:
+    """Wait for ``p`` and write its exit code to ``status`` (atomically)."""
+    code = p.wait()
+    tmp = status.with_suffix(".tmp")
+    try:
+        tmp.write_text(str(code))
+        tmp.replace(status)
+    except OSError:  # the folder is gone (closed): nobody reads it any more
+        pass
