@@ -1037,8 +1037,9 @@ def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestart
     """Start the harnesses of the embedded instance's devices now, before Ray
     (workers.prestart: torch's import and the CUDA context then overlap Ray's start, issue
     14.2): one per GPU that Ray will see (the same ids: ``CUDA_VISIBLE_DEVICES``'s entries,
-    else 0..n-1) for a CUDA run, one per CPU device for a CPU run. None when the backend
-    cannot be known before Ray, or with ``KOPT_PRESTART=0``."""
+    else 0..n-1) for a CUDA run, one per CPU device for a CPU run, each making the inputs and
+    reference outputs of the sweep's reference checks ahead. None when the backend cannot
+    be known before Ray, or with ``KOPT_PRESTART=0``."""
     if os.environ.get("KOPT_PRESTART", "1") == "0":
         return None
     gpus = local_gpu_count()
@@ -1053,7 +1054,12 @@ def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestart
         keys = [str(i) for i in range(cpu_devices)]
     else:
         return None
-    return Prestarter(backend, keys) if keys else None
+    if not keys:
+        return None
+    # the reference checks' inputs and outputs (Driver._check_reference), made ahead
+    base = job_base(sweep, sweep.space(backend))
+    return Prestarter(backend, keys, [RunJob("reference", "", d, base).payload()
+                                      for d in sweep.space(backend).dims])
 
 
 def _start_ray(sweep: Sweep, cluster: str | None, address: str | None,

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import FIXTURES
 from test_harness import artifact, job
+
+from conftest import FIXTURES, write_sweep
+from kopt.spec import load_sweep
 from workers.prestart import STATUS, Prestarter
 from workers.reap import pid_alive
 from workers.sandbox import Sandbox
@@ -93,3 +94,56 @@ def test_leave_ray_stops_every_process_of_the_embedded_instance():
     while pid_alive(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pid_alive(worker)
+
+
+def _counting_sweep(tmp_path, body="    return 2 * x"):
+    """A CPU sweep whose ref.py logs each reference() call to calls.log."""
+    log = tmp_path / "calls.log"
+    yaml = "kernel: k.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n"
+    return write_sweep(tmp_path / "count", yaml, {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) '
+                 '{ for (int i = 0; i < N; ++i) y[i] = 2 * x[i]; }',
+        "ref.py": f"def reference(x, N):\n    open({str(log)!r}, 'a').write('call\\n')\n"
+                  f"{body}\n"}), log
+
+
+def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
+    """prestart_sandboxes hands each harness the sweep's reference checks: their inputs and
+    reference outputs are made before the actor takes the harness over, and the actor's
+    own reference check (the same job) finds them made: reference() is not called again."""
+    from kopt.pipeline import prestart_sandboxes
+
+    d, log = _counting_sweep(tmp_path)
+    sweep = load_sweep(d)
+    pre = prestart_sandboxes(sweep, "cpu", 1)
+    assert pre is not None and list(pre.started) == ["0"] and len(pre.prepare) == 1
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        assert sb.adopt(pre.started["0"])  # its hello comes once the checks are made
+        made = log.read_text().count("call")
+        assert made >= 2  # one per input set (checked, and held-back values)
+        res = sb.run({**pre.prepare[0], "prepare_only": True}, timeout_s=30)
+        assert res["status"] == "ok" and res["outputs"] == {"y": [64]}
+        assert log.read_text().count("call") == made
+    finally:
+        sb.close()
+        pre.close()
+
+
+def test_a_reference_that_fails_ahead_is_left_to_the_actors_own_harness(tmp_path):
+    """A ref.py that raises while the prestarted harness makes its outputs ends that
+    harness; the sandbox then starts its own, whose reference check reports the error as
+    without a prestart."""
+    from kopt.pipeline import prestart_sandboxes
+
+    d, _ = _counting_sweep(tmp_path, "    raise ValueError('bad ref')")
+    pre = prestart_sandboxes(load_sweep(d), "cpu", 1)
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        assert not sb.adopt(pre.started["0"])
+        assert "bad ref" in pre.started["0"].log.read_text()
+        res = sb.run({**pre.prepare[0], "prepare_only": True}, timeout_s=30)
+        assert res["status"] == "error" and "bad ref" in res["error"]
+    finally:
+        sb.close()
+        pre.close()

@@ -1310,12 +1310,16 @@ def ref_stamp(path: str) -> tuple:
     return (path, st.st_mtime_ns, st.st_size)
 
 
-def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None) -> None:
+def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
+         prepare: str | None = None) -> None:
     """Serve jobs over the pipe until EOF. Messages: ("run", job) -> outcome dict; ``job`` a
     workers.records.RunJob or the job dict of :meth:`Harness.run`.
 
     ``listen_fd``: a listening Unix socket (workers.prestart): the harness sets up the
-    device first, then takes the first connection and serves it (``rfd``/``wfd`` unused).
+    device first, then makes the inputs and reference outputs of the job dicts pickled in
+    ``prepare`` (the sweep's reference checks, so that the device actor's finds them made;
+    any failure ends the process, and the actor starts a harness of its own that reports
+    it), then takes the first connection and serves it (``rfd``/``wfd`` unused).
     """
     h: Harness | None = None
     error = ""
@@ -1324,6 +1328,8 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None) -> None:
         info = device_info(h)
     except Exception as e:
         error = f"harness start failed: {e!r}"
+    if h is not None and prepare:
+        _prepare_ahead(h, prepare)
     if listen_fd is not None:
         with socket.socket(fileno=listen_fd) as listener:
             conn, _ = listener.accept()
@@ -1357,8 +1363,26 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None) -> None:
             return
 
 
+def _prepare_ahead(h: Harness, path: str) -> None:
+    """Make the inputs and reference outputs of the jobs pickled at ``path`` (kept in
+    ``h.data`` for the jobs that come later); exit 1 on any failure (see :func:`main`)."""
+    import pickle
+
+    progress, h.progress = h.progress, lambda msg: None  # nobody is connected yet
+    try:
+        with open(path, "rb") as f:
+            for job in pickle.load(f):
+                h.prepare(job)
+    except BaseException as e:  # noqa: BLE001 -- the actor's own harness reports it
+        print(f"kopt harness: the inputs and reference made ahead failed: {e!r}",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+    h.progress = progress
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--listen":  # python -m workers.harness --listen FD DEVICE
-        main(-1, -1, sys.argv[3], listen_fd=int(sys.argv[2]))
+    if sys.argv[1] == "--listen":  # python -m workers.harness --listen FD DEVICE [PREPARE]
+        main(-1, -1, sys.argv[3], listen_fd=int(sys.argv[2]),
+             prepare=sys.argv[4] if len(sys.argv) > 4 else None)
     else:  # python -m workers.harness RFD WFD DEVICE
         main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

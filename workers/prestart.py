@@ -19,6 +19,7 @@ process (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -36,6 +37,7 @@ from workers.reap import die_with_parent, package_env, pid_alive
 SOCKET = "sock"
 STATUS = "status"
 LOG = "harness.log"
+PREPARE = "prepare.pkl"  # the jobs whose inputs and reference outputs are made ahead
 STATUS_WAIT_S = 2.0  # for the reaper's status file once the harness is gone
 
 
@@ -144,13 +146,17 @@ class Prestarter:
     Args:
         device: ``cuda`` or ``cpu``.
         keys: one harness each, e.g. ``["0", "1"]``.
+        prepare: harness job dicts (the sweep's reference checks, one per dims) whose
+            inputs and reference outputs each harness makes before it is taken over
+            (workers.harness ``main``), while Ray still starts.
 
     Starting never raises: a harness that cannot start is simply not offered (its device
     actor starts its own).
     """
 
-    def __init__(self, device: str, keys: list[str]):
+    def __init__(self, device: str, keys: list[str], prepare: list[dict] | None = None):
         self.device = device
+        self.prepare = list(prepare or [])
         self.started: dict[str, Prestarted] = {}
         self._procs: list[subprocess.Popen] = []
         for key in keys:
@@ -164,10 +170,14 @@ class Prestarter:
         try:
             listener.bind(str(Path(folder) / SOCKET))
             listener.listen(1)
+            extra = []
+            if self.prepare:
+                (Path(folder) / PREPARE).write_bytes(pickle.dumps(self.prepare))
+                extra = [str(Path(folder) / PREPARE)]
             with open(Path(folder) / LOG, "ab") as log:
                 p = subprocess.Popen(
                     [sys.executable, "-m", "workers.harness", "--listen",
-                     str(listener.fileno()), self.device],
+                     str(listener.fileno()), self.device, *extra],
                     pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
                     stderr=log, env=harness_env(self.device, key), start_new_session=True,
                     preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
