@@ -533,7 +533,7 @@ class Driver:
         target = predicted_target(self.runner.backend, nodes) if self._early else None
         if target is None:
             return
-        ident = wbuild.compiler_identity(self.space.toolchain)  # the driver's node's
+        ident = wbuild.identity(self.space.toolchain)  # the driver's node's (run_sweep began it)
         self.builder.start_early(self._plan(
             self.space, {"predicted": target}, {target["platform"]: ident}, self.digest, 1,
             {"predicted": IterState().context()})[1])
@@ -1015,6 +1015,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     check_before_ray(sweep, Path(store), backend, resume, local=local)
     phases.end("checks")
     pre = prestart_sandboxes(sweep, backend, cpu_devices) if local and not resume else None
+    if pre is not None:  # this node builds early: its compiler identity, while Ray starts
+        wbuild.start_identity(sweep.space(pre.device).toolchain)
     try:
         phases.begin("ray")
         _start_ray(sweep, cluster, address, observers)

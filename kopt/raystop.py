@@ -35,6 +35,9 @@ def leave_ray() -> None:
         procs = [(kind, info.process) for kind, infos in started.items() for info in infos
                  if getattr(info, "process", None) is not None]
         _stop_processes([p for kind, p in procs if kind == "raylet"])
+        for kind, p in procs:  # the autoscaler's monitor ignores SIGTERM (Ray kills it too)
+            if kind == "monitor" and p.poll() is None:
+                p.kill()
         _stop_processes([p for kind, p in procs if kind != "raylet"])
 
 

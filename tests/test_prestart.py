@@ -1,15 +1,18 @@
 """Harnesses started before Ray (workers.prestart) and taken over by a sandbox, and the
 quick stop of the embedded Ray (kopt.raystop): issue 14.2's cold start-up costs."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from test_harness import artifact, job
 
-from conftest import FIXTURES, write_sweep
+from conftest import FIXTURES, ROOT, write_sweep
 from kopt.spec import load_sweep
 from workers.prestart import STATUS, Prestarter
 from workers.reap import pid_alive
@@ -73,27 +76,39 @@ def test_a_dead_prestarted_harness_is_not_taken_over(prestarted):
         sb.close()
 
 
+LEAVE = """
+import json, os, time
+import ray
+from kopt.pipeline import ensure_ray
+from kopt.raystop import leave_ray
+from workers.reap import pid_alive
+ensure_ray()
+node = ray._private.worker._global_node
+procs = {k: [i.process for i in v] for k, v in node.all_processes.items()}
+worker = ray.get(ray.remote(num_cpus=1)(lambda: os.getpid()).remote())
+leave_ray()
+left = {k: [p.poll() is None for p in v] for k, v in procs.items()}
+t = time.monotonic()
+while pid_alive(worker) and time.monotonic() - t < 5:
+    time.sleep(0.05)
+ensure_ray()  # Ray can start again in this process
+print(json.dumps({"kinds": sorted(procs), "left": left, "worker": pid_alive(worker),
+                  "again": ray.is_initialized()}))
+leave_ray()
+"""
+
+
 def test_leave_ray_stops_every_process_of_the_embedded_instance():
     """kopt.raystop.leave_ray stops what ray.init started -- all of it gone when it
-    returns -- and leaves this process free to start Ray again."""
-    import ray
-
-    from kopt.pipeline import ensure_ray
-    from kopt.raystop import leave_ray
-
-    assert not ray.is_initialized()  # this file's own process: no other test's Ray
-    ensure_ray()
-    node = ray._private.worker._global_node
-    procs = [info.process for infos in node.all_processes.values() for info in infos]
-    assert {"raylet", "gcs_server"} <= set(node.all_processes)
-    worker = ray.get(ray.remote(num_cpus=1)(lambda: __import__("os").getpid()).remote())
-    leave_ray()
-    assert not ray.is_initialized()
-    assert all(p.poll() is not None for p in procs), [p.args[0] for p in procs]
-    deadline = time.monotonic() + 5  # the raylet's workers end with it
-    while pid_alive(worker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not pid_alive(worker)
+    returns, the raylet's workers right after -- and Ray can start again (in a process of
+    its own: this one may hold another test's Ray)."""
+    out = subprocess.run([sys.executable, "-c", LEAVE], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"raylet", "gcs_server"} <= set(got["kinds"])
+    assert not any(alive for v in got["left"].values() for alive in v), got["left"]
+    assert got["worker"] is False and got["again"] is True
 
 
 def _counting_sweep(tmp_path, body="    return 2 * x"):

@@ -188,6 +188,28 @@ def compiler_identity(backend: str) -> str:
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
 
 
+_ahead: dict[str, threading.Thread] = {}
+
+
+def start_identity(backend: str) -> None:
+    """Start computing :func:`compiler_identity` of ``backend`` in a thread of this process
+    (it is cached for the process): a sweep's driver does it while Ray starts (issue 14.2:
+    NVRTC's identity hashes libnvrtc, about 0.2 s before the first builds).
+    :func:`identity` waits for it."""
+    if backend not in _ahead:
+        _ahead[backend] = threading.Thread(target=compiler_identity, args=(backend,),
+                                           daemon=True)
+        _ahead[backend].start()
+
+
+def identity(backend: str) -> str:
+    """:func:`compiler_identity`, after the computation :func:`start_identity` began."""
+    t = _ahead.get(backend)
+    if t is not None:
+        t.join()
+    return compiler_identity(backend)
+
+
 def identity_and_env(backend: str) -> tuple[str, dict]:
     """The node's compiler identity for ``backend`` (:func:`compiler_identity`) and its
     environment (workers.envinfo.collect). A Ray task of the driver's: it lives here, not
