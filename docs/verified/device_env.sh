@@ -16,6 +16,13 @@ python3 -c "import cuda.bindings, sys; print('cuda.bindings', cuda.bindings.__ve
 # fresh Ray worker compiled ray's and kopt's sources again (seen in py-spy: 1.5 s of a
 # driver's start in source_to_code, 2026-12-01)
 python3 -m compileall -q -j 0 /tmp/site kopt workers > /dev/null 2>&1 || true
+# the host image's own packages too (torch: 4.5-7 s per `import torch` without .pyc, paid by
+# every harness and ncu target; numpy and cupy for Kernel Tuner), as their install would have
+pkgdirs=$(python3 -c "import importlib.util as u
+for m in ('torch', 'numpy', 'cupy'):
+    s = u.find_spec(m)
+    if s and s.submodule_search_locations: print(list(s.submodule_search_locations)[0])" 2>/dev/null)
+[ -n "$pkgdirs" ] && python3 -m compileall -q -j 0 $pkgdirs > /dev/null 2>&1
 echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}" >&2
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/kopt-verify}

@@ -10,6 +10,7 @@ set -uo pipefail
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 echo "code: $(cat .kopt_rev 2>/dev/null || echo unknown)" | tee "$out/targets.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/targets.txt"
+python3 -c "import time; t = time.time(); import torch; print(f'import torch: {time.time() - t:.2f} s')" | tee -a "$out/targets.txt"
 rm -rf /tmp/vskt
 timeout 560 python3 bench/vs_kernel_tuner.py --size 2048 --out /tmp/vskt \
   --kopt "${KOPT_RUNS:-cold,cold-noncu,warm,warm-noncu}" 2>&1 | tail -30 | tee -a "$out/targets.txt"
