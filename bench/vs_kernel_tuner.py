@@ -168,10 +168,12 @@ def kopt(args: list[str], env: dict[str, str], log: Path) -> float:
     return wall
 
 
-def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str]) -> dict[str, Any]:
+def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str],
+             timeline: bool = False) -> dict[str, Any]:
     """One `kopt sweep` (``label``: a key of TARGETS) into a fresh store and an empty build
     cache; its figures: process wall s, run wall s, first result s (after the process
-    started), compile CPU-s, device busy s, the cluster's CPUs, winner."""
+    started), compile CPU-s, device busy s, the cluster's CPUs, winner. ``timeline``: also
+    write Ray's timeline of the run ($KOPT_RAY_TIMELINE, ``ray-timeline-LABEL.json``)."""
     from kopt.database import Database, query
     from kopt.select import best
 
@@ -180,8 +182,11 @@ def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str]) -> dict[st
     extra = ["--queue"] if label.startswith("warm") else []
     log = out / f"kopt-{label}.log"
     started = time.time()  # the command's start, to place Ray's timeline (epoch us) on it
+    # Ray's timeline only on request: writing it (ray.timeline) takes about 1 s after the
+    # run's end, inside the process wall this bench times
+    tl = {"KOPT_RAY_TIMELINE": str(out / f"ray-timeline-{label}.json")} if timeline else {}
     wall = kopt(["sweep", str(sweep), "--store", str(store), "--backend", "cuda", *extra],
-                {**env, "KOPT_RAY_TIMELINE": str(out / f"ray-timeline-{label}.json")}, log)
+                {**env, **tl}, log)
     run_id = RUN_ID.search(log.read_text()).group(1)
     rows = Database(store).phases(run_id)
     run = {r["phase"]: r for r in rows if not r.get("device")}
@@ -222,6 +227,8 @@ def main() -> None:
                     help="M = N = K (default: the sweep's dims, 4096; issue 14: 2048)")
     ap.add_argument("--kopt", default="cold,cold-noncu,warm,warm-noncu",
                     help="kopt runs, in order: a comma list of " + ", ".join(TARGETS))
+    ap.add_argument("--timeline", action="store_true",
+                    help="write Ray's timeline of each kopt run (adds about 1 s to its wall)")
     a = ap.parse_args()
     runs = a.kopt.split(",")
     if not set(runs) <= set(TARGETS):
@@ -237,7 +244,7 @@ def main() -> None:
             if label.startswith("warm") and serve_s is None:
                 serve_s = kopt(["serve", "start", "--backend", "cuda"], env,
                                a.out / "serve-start.log")
-            r = kopt_run(label, sweeps["noncu" not in label], a.out, env)
+            r = kopt_run(label, sweeps["noncu" not in label], a.out, env, a.timeline)
             r["ratio"] = r["wall_s"] / kt_wall
             r["winners"] = verdict(kt_best, r)
             results.append(r)

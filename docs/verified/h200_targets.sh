@@ -13,9 +13,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/
 python3 -c "import time; t = time.time(); import torch; print(f'import torch: {time.time() - t:.2f} s')" | tee -a "$out/targets.txt"
 rm -rf /tmp/vskt
 timeout 560 python3 bench/vs_kernel_tuner.py --size 2048 --out /tmp/vskt \
-  --kopt "${KOPT_RUNS:-cold,cold-noncu,warm,warm-noncu}" 2>&1 | tail -30 | tee -a "$out/targets.txt"
+  --kopt "${KOPT_RUNS:-cold,cold-noncu,warm,warm-noncu}" ${KOPT_BENCH_ARGS:-} 2>&1 | tail -30 | tee -a "$out/targets.txt"
 cp /tmp/vskt/vs_kernel_tuner.json "$out/" 2>/dev/null
-cp /tmp/vskt/ray-timeline-cold.json "$out/" 2>/dev/null  # the device returns few files
+cp /tmp/vskt/ray-timeline-cold.json "$out/" 2>/dev/null  # with KOPT_BENCH_ARGS=--timeline
 for s in /tmp/vskt/store-*; do
   n=$(basename "$s")
   { echo "== $n"; tail -4 /tmp/vskt/kopt-${n#store-}.log
