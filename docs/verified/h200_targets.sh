@@ -24,6 +24,17 @@ for s in /tmp/vskt/store-*; do
     kopt query --store "$s" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'"
   } >> "$out/phases.txt" 2>&1
 done
+# AB=1: the cold runs again, each with one start-up overlap switched off (KOPT_PREBUILD=0:
+# no builds before Ray; KOPT_PRESTART=0: no harness before Ray), fresh store and build cache
+if [ -n "${AB:-}" ]; then
+  for v in KOPT_PREBUILD KOPT_PRESTART; do
+    for s in sgemm_kt_noncu sgemm_kt; do
+      rm -rf /tmp/ab-cache /tmp/ab-store; t0=$(date +%s.%N)
+      env $v=0 KOPT_CACHE=/tmp/ab-cache python3 -m kopt.cli sweep /tmp/vskt/$s --store /tmp/ab-store --backend cuda > /tmp/ab.log 2>&1
+      echo "$v=0 $s: rc $? process wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s; first result $(kopt query --store /tmp/ab-store --format csv "select round(end_s,2) from phases where phase='first_result'" | tail -1) s" | tee -a "$out/targets.txt"
+    done
+  done
+fi
 # the cold run's report (summary.md with the phase table, timeline.png), as one file
 rid=$(kopt query --store /tmp/vskt/store-cold --format csv "select distinct run_id from runs" | tail -1)
 kopt report "$rid" --store /tmp/vskt/store-cold --out /tmp/vskt/report-cold > /dev/null 2>&1 \
