@@ -162,3 +162,46 @@ def test_a_reference_that_fails_ahead_is_left_to_the_actors_own_harness(tmp_path
     finally:
         sb.close()
         pre.close()
+
+
+ADOPTER = """
+import pickle, sys, time
+from workers.prestart import Prestarted
+from workers.sandbox import Sandbox
+sb = Sandbox("cpu")
+ok = sb.adopt(Prestarted(sys.argv[1], int(sys.argv[2]), "cpu"))
+sb.w.send(("run", pickle.loads(bytes.fromhex(sys.argv[3]))))  # a candidate that never returns
+print("adopted" if ok else "no", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_prestarted_harness_dies_with_the_actor_that_took_it_over(prestarted, tmp_path):
+    """Its parent is the driver, so no parent-death signal ties it to the device actor; a
+    harness left spinning in a hung candidate after its actor died would hold the device
+    and disturb the replacement actor's timings. It watches the process that connected."""
+    import pickle
+
+    d = write_sweep(tmp_path / "hang", "kernel: k.cpp\ndims: [{N: 8}]\n", {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) '
+                 '{ volatile int s = 1; while (s) {} }',
+        "ref.py": "def reference(x, N):\n    return x\n"})
+    j = {**job(artifact(tmp_path, d / "k.cpp", 0, "k.cpp"), d / "k.cpp", d / "ref.py"),
+         "dims": {"N": 8}}
+    pre = prestarted.started["0"]
+    adopter = subprocess.Popen([sys.executable, "-c", ADOPTER, pre.folder, str(pre.pid),
+                                pickle.dumps(j).hex()], stdout=subprocess.PIPE, text=True,
+                               cwd=ROOT)
+    try:
+        assert adopter.stdout.readline().strip() == "adopted"
+        time.sleep(2)  # the harness is inside the endless solve() by now
+        assert pid_alive(pre.pid)
+        adopter.kill()
+        adopter.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while pid_alive(pre.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(pre.pid)
+    finally:
+        if adopter.poll() is None:
+            adopter.kill()

@@ -1333,6 +1333,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     if listen_fd is not None:
         with socket.socket(fileno=listen_fd) as listener:
             conn, _ = listener.accept()
+        _die_with(_peer_pid(conn))
         rfd, wfd = conn.detach(), -1
         wfd = os.dup(rfd)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
@@ -1361,6 +1362,37 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         wconn.send(res)
         if res.get("fatal"):
             return
+
+
+def _peer_pid(conn: socket.socket) -> int | None:
+    """The pid of the process at the other end of a Unix socket (``SO_PEERCRED``, Linux),
+    None where it cannot be read."""
+    import struct
+
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (AttributeError, OSError):
+        return None
+    return struct.unpack("3i", creds)[0] or None
+
+
+def _die_with(pid: int | None, poll_s: float = 0.2) -> None:
+    """A prestarted harness's tie to the device actor that took it over (its parent is the
+    driver, so the parent-death signal cannot do it): a watchdog thread kills this process
+    group -- a candidate's hung kernel and its children too -- once ``pid`` is gone, as a
+    harness the actor started dies with it."""
+    if pid is None:
+        return
+    import threading
+
+    from workers.reap import pid_alive
+
+    def watch() -> None:
+        while pid_alive(pid):
+            time.sleep(poll_s)
+        os.killpg(os.getpgid(0), 9)
+
+    threading.Thread(target=watch, daemon=True, name="kopt-adopter-watch").start()
 
 
 def _prepare_ahead(h: Harness, path: str) -> None:
