@@ -1385,14 +1385,17 @@ def _die_with(pid: int | None, poll_s: float = 0.2) -> None:
         return
     import threading
 
+    threading.Thread(target=_watch, args=(pid, poll_s), daemon=True,
+                     name="kopt-adopter-watch").start()
+
+
+def _watch(pid: int, poll_s: float) -> None:
+    """:func:`_die_with`'s thread: SIGKILL this process group once ``pid`` is gone."""
     from workers.reap import pid_alive
 
-    def watch() -> None:
-        while pid_alive(pid):
-            time.sleep(poll_s)
-        os.killpg(os.getpgid(0), 9)
-
-    threading.Thread(target=watch, daemon=True, name="kopt-adopter-watch").start()
+    while pid_alive(pid):
+        time.sleep(poll_s)
+    os.killpg(os.getpgid(0), 9)
 
 
 def _prepare_ahead(h: Harness, path: str) -> None:
