@@ -28,7 +28,7 @@ done
 # no builds before Ray; KOPT_PRESTART=0: no harness before Ray), fresh store and build cache
 if [ -n "${AB:-}" ]; then
   for v in KOPT_PREBUILD KOPT_PRESTART; do
-    for s in sgemm_kt_noncu sgemm_kt; do
+    for s in ${AB_SWEEPS:-sgemm_kt_noncu}; do
       rm -rf /tmp/ab-cache /tmp/ab-store; t0=$(date +%s.%N)
       env $v=0 KOPT_CACHE=/tmp/ab-cache python3 -m kopt.cli sweep /tmp/vskt/$s --store /tmp/ab-store --backend cuda > /tmp/ab.log 2>&1
       echo "$v=0 $s: rc $? process wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s; first result $(kopt query --store /tmp/ab-store --format csv "select round(end_s,2) from phases where phase='first_result'" | tail -1) s" | tee -a "$out/targets.txt"
