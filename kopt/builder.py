@@ -151,8 +151,6 @@ class RayBuilder(Builder):
         self.actors: list[Any] = []  # a warm service's builders (use_actors)
         self._next = 0  # the builder the next build goes to
         self.owner = ""  # HOST:PID of this driver, as the builders check it (use_actors)
-        self.ahead: Any = None  # kopt.prebuild.PreBuilder: builds started before Ray
-        self._prebuilt: dict[str, BuildResult] = {}  # its finished builds, not yet submitted
 
     def use_actors(self, actors: list[Any], owner: str = "") -> None:
         """Send every build and the compiler identity to ``actors`` (handles of
@@ -176,20 +174,11 @@ class RayBuilder(Builder):
             self._task = self._task.options(max_retries=0)
             self.actors = []
 
-    def take_ahead(self) -> None:
-        """Take over the builds started before Ray (:attr:`ahead`, kopt.prebuild): those not
-        started are cancelled (Ray builds them), the running ones waited for; the finished
-        ones are this run's results, handed out by :meth:`submit`."""
-        if self.ahead is not None:
-            self._prebuilt, self.ahead = self.ahead.finish(), None
-
     def start_early(self, builds: dict[str, BuildJob]) -> None:
         """Start builds now, while the devices start: :meth:`submit` takes over their refs
-        instead of building again. Cache hits and builds made before Ray are left to
-        :meth:`submit` (no task)."""
-        self.take_ahead()
+        instead of building again. Cache hits are left to :meth:`submit` (no task)."""
         for b, job in builds.items():
-            if b in self._prebuilt or (self.routes is None and wbuild.cached(job) is not None):
+            if self.routes is None and wbuild.cached(job) is not None:
                 continue
             self._early[b] = self._launch(b, job, 1)
 
@@ -214,19 +203,14 @@ class RayBuilder(Builder):
         ones put once), or a new build task."""
         b = job.build_id
         self.jobs.setdefault(b, job)
-        self.take_ahead()
         fut = self._early.pop(b, None)
         hit = wbuild.cached(job) if fut is None and self.routes is None else None
-        made = self._prebuilt.pop(b, None)  # built before Ray, in this run
-        if made is not None and (hit is not None or not made.ok):
-            hit = (made, hit[1] if hit is not None else b"")
         if hit is None:
             fut = fut or self._launch(b, job, 1)
             self.artifacts[b] = fut.artifact
             return fut
         self.phases.build_submitted()
-        if hit[0].ok:
-            self.artifacts[b] = hit[1] if len(hit[1]) < INLINE_BYTES else ray.put(hit[1])
+        self.artifacts[b] = hit[1] if len(hit[1]) < INLINE_BYTES else ray.put(hit[1])
         self.results[b] = hit[0]
         return BuildFuture(b, None, hit[0])
 

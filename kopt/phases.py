@@ -76,7 +76,6 @@ class PhaseRecorder:
         self._last_end: dict[int, float] = {}  # device -> end of its last busy interval
         self._waits: dict[int, dict[str, Any]] = {}  # device -> its last build-wait row
         self.first_submit: float | None = None  # first build submitted
-        self._built: dict[str, float] = {}  # build id -> when it finished (built_at)
         self.first_sent: float | None = None  # first job sent to a device
         self._seen: set[str] = set()  # phases with a row
 
@@ -120,16 +119,10 @@ class PhaseRecorder:
         if self.first_submit is None:
             self.first_submit = self.now()
 
-    def built_at(self, build_id: str) -> None:
-        """Build ``build_id`` finished now, before its result reaches the driver's builder (a
-        build made before Ray, kopt.prebuild): :meth:`build_done` places its row here."""
-        self._built[build_id] = self.now()
-
     def build_done(self, compile_s: float, cached: bool, build_id: str) -> None:
         """A build result reached the driver: a ``build`` row for a compile (its
-        ``compile_s`` up to now, or up to when :meth:`built_at` said it finished), and the
-        end of first_build for the first one."""
-        t = self._built.pop(build_id, None) or self.now()
+        ``compile_s`` up to now), and the end of first_build for the first one."""
+        t = self.now()
         if not cached and compile_s > 0:
             self.span("build", max(0.0, t - compile_s), t, detail=build_id)
         if not self.has("first_build"):

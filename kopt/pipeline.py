@@ -45,13 +45,12 @@ from kopt.builder import (
 )
 from kopt.catalog import Catalog, load_catalog
 from kopt.database import Database
-from kopt.devices import Node, build_nodes, local_gpu_count, peaks, predicted_target
+from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
 from kopt.loop import IterState, rank
 from kopt.observer import Observer
 from kopt.paths import broken_link
 from kopt.phases import PhaseRecorder
-from kopt.prebuild import PreBuilder, ahead_workers
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
 from kopt.service import (
@@ -540,26 +539,6 @@ class Driver:
             {"predicted": IterState().context()})[1])
         self._predicted.append(target)
 
-    def build_ahead(self, backend: str) -> None:
-        """Start iteration 1's builds for this machine's devices now, before Ray, in local
-        processes (kopt.prebuild; the builder takes them over once Ray is up), when the
-        plan is known without Ray: a new run (no --resume), not one that profiles its
-        baseline first, devices whose target this machine tells
-        (kopt.devices.predicted_target). Off with ``KOPT_PREBUILD=0``."""
-        if (self.resume or os.environ.get("KOPT_PREBUILD", "1") == "0"
-                or (backend == "cuda" and self.sweep.ncu.profile_baseline)):
-            return
-        space = self.sweep.space(backend)
-        target = predicted_target(backend, [Node("local", "", {}, platform.machine())])
-        if target is None:
-            return
-        ident = wbuild.identity(space.toolchain)
-        _, builds, _ = self._plan(space, {"predicted": target}, {target["platform"]: ident},
-                                  space_digest(space), 1, {"predicted": IterState().context()})
-        jobs = [j for j in builds.values() if wbuild.cached(j) is None]
-        if jobs:
-            self.builder.ahead = PreBuilder(jobs, self.phases, ahead_workers())
-
     def _check_reference(self) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py.
@@ -1036,14 +1015,9 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     check_before_ray(sweep, Path(store), backend, resume, local=local)
     phases.end("checks")
     pre = prestart_sandboxes(sweep, backend, cpu_devices) if local and not resume else None
-    driver: Driver | None = None
+    if pre is not None:  # this node builds early: its compiler identity, while Ray starts
+        wbuild.start_identity(sweep.space(pre.device).toolchain)
     try:
-        if pre is not None:  # this machine's devices: iteration 1's builds start now
-            wbuild.start_identity(sweep.space(pre.device).toolchain)
-            driver = Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
-                            iterations=iterations, observers=observers, strategy=strategy,
-                            seed=seed, phases=phases, prestarted=pre.started)
-            driver.build_ahead(pre.device)
         phases.begin("ray")
         _start_ray(sweep, cluster, address, observers)
         phases.end("ray")
@@ -1051,14 +1025,11 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
                if queue else None)
         if svc is not None:
             backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
-        if driver is None:
-            driver = Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
-                            iterations=iterations, observers=observers, strategy=strategy,
-                            seed=seed, phases=phases, queue=svc)
-        return driver.run()
+        return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
+                      iterations=iterations, observers=observers, strategy=strategy,
+                      seed=seed, phases=phases, queue=svc,
+                      prestarted=pre.started if pre is not None else None).run()
     finally:
-        if driver is not None:
-            driver.builder.take_ahead()  # none left running, whatever happened
         if pre is not None:
             pre.close()
         ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))

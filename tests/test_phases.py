@@ -77,11 +77,10 @@ def test_kopt_ray_timeline_writes_rays_own_timeline_of_the_run(vector_add_run):
     _, store, _ = vector_add_run
     events = json.loads((store.parent / "timeline.json").read_text())
     names = {e.get("name") for e in events}
-    # the compiler-identity task (a function of workers/, so that its worker imports no
-    # kopt module), and the device actor's start, info, reference check and jobs; the build
-    # tasks (workers.build.build) only for builds not made before Ray (kopt.prebuild)
-    assert {"workers.build.identity_and_env", "__init__", "info", "prepare",
-            "run"} <= names, sorted(map(str, names))
+    # the build and compiler-identity tasks (functions of workers/, so that their workers
+    # import no kopt module), and the device actor's start, info, reference check and jobs
+    assert {"workers.build.build", "workers.build.identity_and_env", "__init__", "info",
+            "prepare", "run"} <= names, sorted(map(str, names))
 
 
 def _once(rows, phase):
@@ -100,9 +99,7 @@ def test_a_vector_add_run_stores_each_phase_once_in_order(vector_add_run):
     assert p["startup"]["start_s"] == 0.0 and p["startup"]["end_s"] > 0.0
     # each moment after the one it waits for
     after = [("checks", "startup"), ("ray", "checks"), ("devices", "ray"),
-             # iteration 1's builds start before Ray, on this machine (kopt.prebuild)
-             ("reference", "devices"), ("first_build", "checks"),
-             ("first_result", "reference"),
+             ("reference", "devices"), ("first_build", "ray"), ("first_result", "reference"),
              ("run", "ray"), ("stop_devices", "first_result"), ("store", "stop_devices"),
              ("end", "store")]
     assert [(a, b) for a, b in after if p[a]["start_s"] < p[b]["end_s"]] == []

@@ -303,12 +303,6 @@ def lookup(job: BuildJob, cache: Path | None = None
     return (res, data), ""
 
 
-def build_result(job: BuildJob) -> BuildResult:
-    """:func:`build` into the build cache, returning only the result (the artifact stays in
-    the cache): a build made before Ray (kopt.prebuild) travels back small."""
-    return build(job)[0]
-
-
 def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes | None]:
     """Build ``job`` (or take it from the cache). Never raises for a bad source.
 
