@@ -24,10 +24,10 @@ for s in /tmp/vskt/store-*; do
     kopt query --store "$s" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'"
   } >> "$out/phases.txt" 2>&1
 done
-# AB=1: the cold runs again, each with one start-up overlap switched off (KOPT_PREBUILD=0:
-# no builds before Ray; KOPT_PRESTART=0: no harness before Ray), fresh store and build cache
+# AB=1: the cold runs again with a start-up overlap switched off (KOPT_PRESTART=0: no
+# harness before Ray; run 10 also had KOPT_PREBUILD, since reverted), fresh store and cache
 if [ -n "${AB:-}" ]; then
-  for v in KOPT_PREBUILD KOPT_PRESTART; do
+  for v in ${AB_VARS:-KOPT_PRESTART}; do
     for s in ${AB_SWEEPS:-sgemm_kt_noncu}; do
       rm -rf /tmp/ab-cache /tmp/ab-store; t0=$(date +%s.%N)
       env $v=0 KOPT_CACHE=/tmp/ab-cache python3 -m kopt.cli sweep /tmp/vskt/$s --store /tmp/ab-store --backend cuda > /tmp/ab.log 2>&1
