@@ -252,15 +252,17 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     for table in sorted(SCHEMAS, key=lambda name: name not in ("profiles", "reference")):
         schema = table_schema(table)
         files = table_parts(root, table)
+        con.register(f"_empty_{table}", pa.table(
+            {f.name: pa.array([], f.type) for f in schema}, schema=schema))
+        src = f"_empty_{table}"
         if files:
             pats = [_literal(str(f)) for f in files]
             allowed += pats + [str(f) for f in files]
-            src = (f"read_parquet([{', '.join(map(_sql_text, pats))}], union_by_name=true, "
-                   "hive_partitioning=false)")
-        else:
-            con.register(f"_empty_{table}", pa.table(
-                {f.name: pa.array([], f.type) for f in schema}, schema=schema))
-            src = f"_empty_{table}"
+            # by name with the empty typed table: a column no part file holds (one written
+            # by an older kopt or another tool) reads as NULL, not as a Binder Error
+            src = (f"(select * from read_parquet([{', '.join(map(_sql_text, pats))}], "
+                   f"union_by_name=true, hive_partitioning=false) union all by name "
+                   f"select * from _empty_{table})")
         view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW,
                 "reference": REFERENCE_VIEW,
                 "profiles": "create or replace view profiles_raw as select * from {src}"

@@ -171,6 +171,27 @@ def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
             ("r1", "finished"), ("r3", "finished")]
 
 
+@pytest.mark.parametrize("column, best_code", [("status", 1), ("median_ms", 0),
+                                               ("is_baseline", 0)])
+def test_a_column_no_part_file_holds_reads_as_null(tmp_path, column, best_code):
+    """Trial 13 N-D8: a candidates part without a column kopt stores (written by an older
+    kopt or another tool) blocked the whole store with DuckDB's raw multi-line Binder Error
+    ('Referenced column "status" not found'), every command. The column now reads as
+    NULL: queries answer; `best` shows the candidate (its figure '-' without a median),
+    or says none is correct without a status."""
+    import pyarrow.parquet as pq
+
+    store = demo_store(tmp_path / "st")
+    for f in (store / "candidates").rglob("*.parquet"):
+        pq.write_table(pq.read_table(f).drop([column]), f)
+    r = run("query", "--store", str(store), "--format", "csv",
+            f"select count(*) n, count({column}) k from candidates")
+    assert r.exit_code == 0 and r.output.splitlines() == ["n,k", "1,0"], r.output
+    r = run("best", "demo", "--store", str(store))
+    assert r.exit_code == best_code and "Binder Error" not in r.output, r.output
+    assert ("no correct candidate of sweep 'demo'" in r.output) == (column == "status")
+
+
 def test_damaged_file_message_matches_any_case():
     """DuckDB 2.x writes `file '...'` (lower case); the store still names it, with the fix."""
     e = explain(RuntimeError("Invalid Input Error: No magic bytes found at end of file "
