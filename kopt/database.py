@@ -398,6 +398,14 @@ def explain(e: Exception) -> QueryError:
         return StoreError(f"damaged store file {m.group(1)} ({first}); move it "
                           "out of the store (a killed copy or a disk fault); everything else "
                           "stays readable")
+    if re.search(r"malformed json", first, flags=re.I):  # trial 13 N-D4
+        m = re.search(r'Input: "?(.*?)"?\s*$', first)
+        shown = (m.group(1) if m else "text")[:60]
+        return StoreError(f"damaged store row: a JSON text column holds {shown!r}, not JSON as "
+                          "kopt writes it (edited, or written by another tool); kopt reads "
+                          "iterations.state as JSON: `kopt query \"select run_id, iteration, "
+                          "device_class from iterations where not json_valid(state)\"` finds "
+                          "it; move its part file out of the store, or restore it from a copy")
     if isinstance(e, duckdb.PermissionException):
         m = re.search(r'Cannot access \w+ "(.*)" - ', first)
         views = ", ".join(sorted({t if not t.startswith("triage_") else "triage_*"

@@ -382,3 +382,29 @@ def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
         r = CliRunner().invoke(main, [*cmd, "--store", str(store)])
         assert r.exception is None or isinstance(r.exception, SystemExit), (cmd, r.exception)
         assert "Traceback" not in r.output, (cmd, r.output)
+
+
+def test_state_that_is_not_json_is_one_line_naming_it(swept, tmp_path):
+    """Trial 13 N-D4: `iterations.state` = `garbage` made `best` and `export` print DuckDB's
+    raw 'Invalid Input Error: Malformed JSON ...' (their SQL reads the state with ->>),
+    naming no table or fix, where `report` and `wait` named the damaged row."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d, src, run_id = swept
+    store = tmp_path / "st"
+    shutil.copytree(src, store)
+    for f in (store / "iterations").rglob("*.parquet"):
+        t = pq.read_table(f)
+        i = t.schema.get_field_index("state")
+        t = t.set_column(i, t.schema.field(i), pa.array(["garbage"] * len(t), pa.string()))
+        pq.write_table(t, f)
+    for cmd in (["best", "vm"], ["export", "vm", "--out", str(tmp_path / "x.h")]):
+        r = run(*cmd, "--store", str(store))
+        assert r.exit_code == 2, r.output
+        line = " ".join(r.output.split())
+        assert "Malformed JSON" not in line and "Invalid Input Error" not in line, line
+        assert "damaged store row: a JSON text column holds 'garbage'" in line, line
+        assert "where not json_valid(state)" in line, line
