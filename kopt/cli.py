@@ -100,10 +100,14 @@ class _SmArch(click.ParamType):
 
 
 SM_ARCHS = range(30, 130)  # sm_30 (Kepler) .. sm_12x (Blackwell): what nvcc has ever named
-WEEK_S = 7 * 86400.0
+WEEK_S = 7 * 86400.0  # the longest --timeout: beyond it no timer is meant
 # the most CPU device actors per node: each takes a core of its own (the pipeline refuses
 # more than the cluster has, once Ray is up); past this, listing the slots never ends
-MAX_CPU_DEVICES = 4096  # the longest --timeout: beyond it no timer is meant
+MAX_CPU_DEVICES = 4096
+# the most of any resource Ray accepts (ray._private.ray_constants.MAX_RESOURCE_QUANTITY,
+# 100e12): a head asked for more fails to start, and `serve start` said so only after
+# 65 s, blaming --address (trial 13 N-D1)
+RAY_MAX_RESOURCE = 10**14
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
 
@@ -986,7 +990,7 @@ def serve() -> None:
               show_default=True, help="auto: CUDA when the cluster has a GPU, else CPU.")
 @click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
               show_default=True, help="CPU backend: single-thread CPU device actors per node.")
-@click.option("--num-cpus", type=click.IntRange(min=1), default=None,
+@click.option("--num-cpus", type=click.IntRange(1, RAY_MAX_RESOURCE), default=None,
               help="CPUs of the Ray head it starts (default: this machine's); not with "
                    "--address.")
 def serve_start(address: str | None, backend: str, cpu_devices: int,

@@ -260,3 +260,18 @@ def test_serve_mistakes_are_one_line(tmp_path):
         "error: --cpu-devices 1: the cluster's 1 CPUs leave none for builds beside its CPU "
         "devices; add CPUs\n"), p.stderr
     assert not (tmp_path / "cache" / "service.json").exists()
+    # trial 13 N-D1: more CPUs than Ray accepts waited 65 s for a head that never started,
+    # then blamed --address; now click refuses it at once, naming Ray's limit
+    p = _kopt(env, "serve", "start", "--backend", "cpu", "--num-cpus", "99999999999999999999",
+              timeout=60)
+    assert p.returncode == 2 and "'--num-cpus': 99999999999999999999 is not in the range " \
+        "1<=x<=100000000000000" in p.stderr, p.stderr
+    assert "--address" not in p.stderr
+
+
+def test_the_num_cpus_ceiling_is_rays():
+    from ray._private.ray_constants import MAX_RESOURCE_QUANTITY
+
+    from kopt.cli import RAY_MAX_RESOURCE
+
+    assert RAY_MAX_RESOURCE == MAX_RESOURCE_QUANTITY
