@@ -312,6 +312,12 @@ def recorded_address(option: str = "--queue") -> str:
     return str(addr)
 
 
+def recorded_as() -> str:
+    """How messages name the service address that came from the record, not an option
+    (trial 13 N-D2: they named --address, which the user had not passed)."""
+    return f"the kopt service recorded in {state_path()}"
+
+
 def _write_state(state: dict[str, Any]) -> None:
     """Record ``state`` (readable by this user only: it holds the head's token)."""
     write_record(state_path(), state, mode=0o600)
@@ -498,9 +504,11 @@ def connect(address: str, option: str, ship: bool = True) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError:
-        raise ServiceError(f"{option}: no Ray head answers at {address}; start one with "
-                           "`ray start --head`, or run `kopt serve start` without --address"
-                           ) from None
+        fix = ("start one with `ray start --head`, or run `kopt serve start` without "
+               "--address" if option.startswith("--") else
+               "that service has stopped: `kopt serve stop` removes the record, then "
+               "`kopt serve start` starts a new one")
+        raise ServiceError(f"{option}: no Ray head answers at {address}; {fix}") from None
     renv = {"py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)]}
     use_token(address)
     try:
@@ -636,11 +644,16 @@ def stop_service(address: str | None = None) -> list[str]:
     state = read_state()
     addr = address or recorded_address("kopt serve stop")
     own = state if state.get("address") == addr and state.get("pgid") else None
+    answered = False  # a Ray head answered at addr
     try:
-        connect(addr, "--address", ship=False)
+        connect(addr, "--address" if address else recorded_as(), ship=False)
+        answered = True
         reg = registry(addr, "kopt serve stop")
     except ServiceError:
         ray.shutdown()
+        if own is None and not answered and address is None:
+            state_path().unlink(missing_ok=True)  # a recorded service on a head that is gone
+            return []
         if own is None:
             raise
         foreign = _group_alive(own["pgid"]) and not own_head(own)
@@ -706,7 +719,7 @@ def service_status(address: str | None = None) -> dict[str, Any]:
     """
     addr = address or recorded_address("kopt serve status")
     try:
-        connect(addr, "--address", ship=False)
+        connect(addr, "--address" if address else recorded_as(), ship=False)
         reg = registry(addr, "kopt serve status")
         cfg = ray.get(reg.config.remote(), timeout=60)
         served = ray.get(reg.status.remote(), timeout=60)

@@ -355,3 +355,31 @@ def test_a_submission_refused_by_the_run_lock_spends_no_try(ray_local, copy_fixt
     assert res.output.startswith(f"error: run {run} is being written by pid "), res.output
     assert len(res.output.splitlines()) == 1, res.output
     assert Database(store).submit_tries(run, 2) == 0  # no version row: no try spent
+
+
+def test_a_recorded_service_that_does_not_answer_is_named_as_the_record(tmp_path):
+    """Trial 13 N-D2: `kopt serve status` with a recorded service whose head is gone said
+    "--address: no Ray head answers ...; run `kopt serve start` without --address", an
+    option the user had not passed. It names the record and the fix now."""
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    (tmp_path / "service.json").write_text(json.dumps({"address": "127.0.0.1:1",
+                                                       "token": "x"}))
+    r = CliRunner().invoke(main, ["serve", "status"], env={"KOPT_CACHE": str(tmp_path),
+                                                            "COLUMNS": "400"})
+    assert r.exit_code == 2, r.output
+    assert r.output == (f"error: the kopt service recorded in {tmp_path / 'service.json'}: no "
+                        "Ray head answers at 127.0.0.1:1; that service has stopped: `kopt "
+                        "serve stop` removes the record, then `kopt serve start` starts a new "
+                        "one\n")
+    r = CliRunner().invoke(main, ["serve", "status", "--address", "127.0.0.1:1"],
+                           env={"KOPT_CACHE": str(tmp_path), "COLUMNS": "400"})
+    assert r.exit_code == 2 and r.output.startswith("error: --address: no Ray head answers")
+    # and the fix it names works: `serve stop` removes the stale record
+    r = CliRunner().invoke(main, ["serve", "stop"], env={"KOPT_CACHE": str(tmp_path),
+                                                          "COLUMNS": "400"})
+    assert r.exit_code == 0 and r.output == "kopt service stopped (its Ray head was gone " \
+        "already)\n", r.output
+    assert not (tmp_path / "service.json").exists()
