@@ -1026,7 +1026,7 @@ def serve_stop(address: str | None) -> None:
         names = stop_service(address)
     except SweepError as e:
         _fail(str(e))
-    out.print(escape(f"kopt service stopped ({len(names)} actors: {', '.join(names)})"
+    out.print(escape(f"kopt service stopped ({', '.join(names)})"
                      if names else "kopt service stopped (its Ray head was gone already)"),
               highlight=False)
 

@@ -635,7 +635,8 @@ def stop_service(address: str | None = None) -> list[str]:
     sandboxes closed) and registry, and the Ray head when ``kopt serve start`` started it.
     It does not wait for sweeps running on it: they lose their devices (their jobs left
     become ``lost`` rows) and, with the service's own head, their Ray. Returns the names of
-    the actors stopped.
+    the actors stopped (or a line for its own head when only that was left to stop; [] when
+    nothing was running).
 
     Raises:
         ServiceError: nothing is recorded and no ``address`` given; no head answers at a
@@ -657,11 +658,14 @@ def stop_service(address: str | None = None) -> list[str]:
         if own is None:
             raise
         foreign = _group_alive(own["pgid"]) and not own_head(own)
+        was_up = not foreign and _group_alive(own["pgid"])
         _stop_head(own)  # its own head: stopped whatever is left on it
         state_path().unlink(missing_ok=True)
         if foreign:
             raise ServiceError(_foreign_line(own)) from None
-        return []
+        # trial 13 N-D3: a head that ran but did not answer was reported as gone already
+        return [f"its Ray head: process group {own['pgid']}, which did not answer at "
+                f"{addr}"] if was_up else []
     cfg = ray.get(reg.config.remote(), timeout=60)
     stopped = [n for n in cfg["devices"] if _stop_device(n)]
     stopped += [n for n in cfg.get("builders") or [] if _kill(n)]

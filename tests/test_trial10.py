@@ -383,3 +383,37 @@ def test_a_recorded_service_that_does_not_answer_is_named_as_the_record(tmp_path
     assert r.exit_code == 0 and r.output == "kopt service stopped (its Ray head was gone " \
         "already)\n", r.output
     assert not (tmp_path / "service.json").exists()
+
+
+def test_serve_stop_of_its_own_head_that_does_not_answer_says_it_stopped_it(tmp_path):
+    """Trial 13 N-D3: a record whose address is wrong but whose head (pgid, start, folder)
+    is kopt's: `serve stop` stopped that head and removed its folder, yet said "its Ray head
+    was gone already". It says what it stopped now."""
+    import subprocess
+    import uuid
+
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+    from kopt.service import _start_ticks
+
+    tmp = Path(f"/tmp/kopt-ray-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    # a stand-in for the head kopt started: its command line names ray and its folder
+    head = subprocess.Popen(["bash", "-c", "sleep 300; true", "ray", str(tmp)],
+                            start_new_session=True)
+    try:
+        (tmp_path / "service.json").write_text(json.dumps(
+            {"address": "127.0.0.1:1", "pgid": head.pid, "head_start": _start_ticks(head.pid),
+             "temp_dir": str(tmp), "token": "x"}))
+        r = CliRunner().invoke(main, ["serve", "stop"], env={"KOPT_CACHE": str(tmp_path),
+                                                              "COLUMNS": "400"})
+        assert r.exit_code == 0, r.output
+        assert r.output == (f"kopt service stopped (its Ray head: process group {head.pid}, "
+                            "which did not answer at 127.0.0.1:1)\n")
+        assert head.wait(timeout=10) is not None and not tmp.exists()
+        assert not (tmp_path / "service.json").exists()
+    finally:
+        if head.poll() is None:
+            head.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
