@@ -34,6 +34,7 @@ from kopt.database import Database
 from kopt.expand import space_digest
 from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.loop import IterState
+from kopt.paths import broken_link
 from kopt.spec import Space, Sweep
 from kopt.store import complete_rows, no_run, now, stored_json
 from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
@@ -78,8 +79,9 @@ def source_files(source: Path) -> list[Path]:
             return found
         raise SubmitError([f"--source {source}: the folder holds no kernel source "
                            f"({', '.join(SOURCE_SUFFIXES)}); pass a file or a folder of them"])
-    raise SubmitError([f"--source {source}: no such file or folder; pass the new version's "
-                       "source file (or a folder of versions)"])
+    what = broken_link(source)  # trial 13 N-D5: a link loop was called missing
+    raise SubmitError([f"--source {source}: {what or 'no such file or folder'}; pass the new "
+                       "version's source file (or a folder of versions)"])
 
 
 def _is_url(text: str) -> bool:

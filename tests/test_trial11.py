@@ -193,3 +193,21 @@ def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_pat
     assert [r.ok for r in live] == [True] * 3
     assert ray.get(actor.stats.remote(), timeout=120) == {"builds": 3}
     ray.kill(actor)
+
+
+@pytest.mark.parametrize("kind, said", [("loop", "a symlink loop"),
+                                        ("dangling", "a dangling symlink (to nowhere.cu)"),
+                                        ("missing", "no such file or folder")])
+def test_a_submitted_source_that_is_a_broken_link_says_which(tmp_path, kind, said):
+    """Trial 13 N-D5: `kopt submit --source srcloop` (a link to itself) said "no such file or
+    folder"; the line now says what the path is."""
+    from kopt.submit import SubmitError, source_files
+
+    src = tmp_path / "src.cu"
+    if kind == "loop":
+        src.symlink_to(src)
+    elif kind == "dangling":
+        src.symlink_to("nowhere.cu")
+    with pytest.raises(SubmitError) as e:
+        source_files(src)
+    assert str(e.value).startswith(f"--source {src}: {said}; pass the new version's"), str(e.value)
