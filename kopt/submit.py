@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan, check_claim_for_plan, parse_claim
@@ -654,10 +654,20 @@ class TryRecord(RecordModel):
     """A detached try's record (:func:`detach`): its process, its log, once it ended its
     exit status."""
 
-    pid: int | None = Field(None, ge=1, le=MAX_PID)
+    rc: int | None = None  # before pid: pid's check reads it
+    pid: int | None = Field(None, ge=1, le=MAX_PID, validate_default=True)
     host: str | None = None
     log: str | None = None
-    rc: int | None = None
+
+    @field_validator("pid")
+    @classmethod
+    def _pid_or_rc(cls, pid: int | None, info: ValidationInfo) -> int | None:
+        """A record with neither a pid nor an exit status cannot say whether its try
+        still runs (trial 13 N-D7: `kopt wait` then said the iteration was not closed)."""
+        if pid is None and info.data.get("rc") is None:
+            raise ValueError("missing: the record names neither the try's process (pid) "
+                             "nor its exit status (rc)")
+        return pid
 
 
 def read_try(root: Path, run_id: str, it: int, try_no: int) -> TryRecord | None:
