@@ -411,6 +411,12 @@ def no_run(root: Path | str, run_id: str) -> str:
     if partial:
         return partial + rows
     if "runs" in held:
+        folder = next(d / f"run={run_id}" for d in (root / "runs").glob("sweep=*")
+                      if (d / f"run={run_id}").is_dir())
+        if not any(folder.rglob("*.parquet")):  # trial 13 N-D10: no note to point to
+            return (f"store {root} is damaged or partial: run {run_id}'s record folder "
+                    f"{folder} holds no part file; restore it from a copy of the store, or "
+                    f"start a new run{rows}")
         return (f"store {root} is damaged: run {run_id}'s record in runs/ cannot be read "
                 "(see the damaged-file note); restore it from a copy of the store" + rows)
     if held:

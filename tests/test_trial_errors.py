@@ -753,18 +753,29 @@ def test_a_cluster_file_nested_too_deeply_is_one_line(tmp_path):
 
 # -- a sixth trial --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("lost", ["runs-folder", "run-record"])
+@pytest.mark.parametrize("lost", ["runs-folder", "run-record", "run-parts"])
 def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, lost):
-    """A store whose runs/ folder (or one run's folder in it) was deleted while the other
-    tables are there: `kopt report`, `kopt best --run`, `--resume` said "no run"."""
+    """A store whose runs/ folder (or one run's folder in it, or that folder's part files)
+    was deleted while the other tables are there: `kopt report`, `kopt best --run`,
+    `--resume` said "no run"; with the folder left empty they pointed to a damaged-file
+    note that was never printed (trial 13 N-D10)."""
     import shutil
 
     from test_store_safety import demo_store
 
     st = demo_store(tmp_path / "st")
     demo_store(st, run_id="r2")
-    shutil.rmtree(st / "runs" if lost == "runs-folder" else st / "runs" / "sweep=demo" / "run=r1")
-    if lost == "runs-folder":
+    folder = st / "runs" / "sweep=demo" / "run=r1"
+    if lost == "run-parts":
+        for f in folder.rglob("*.parquet"):
+            f.unlink()
+    else:
+        shutil.rmtree(st / "runs" if lost == "runs-folder" else folder)
+    if lost == "run-parts":
+        why = (f"store {st} is damaged or partial: run r1's record folder {folder} holds no "
+               "part file; restore it from a copy of the store, or start a new run; run r1's "
+               "rows are still in candidates (`kopt best`, `kopt query` read them)")
+    elif lost == "runs-folder":
         why = (f"store {st} is damaged or partial: its runs/ folder (every run's record) is "
                f"missing while candidates are there; restore {st / 'runs'} from a copy of the "
                "store, or start a new run; run r1's rows are still in candidates (`kopt best`, "
