@@ -27,6 +27,8 @@ the address is recorded in ``$KOPT_CACHE/service.json`` so that ``kopt sweep --q
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform
 import secrets
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -545,12 +548,48 @@ def start_service(address: str | None = None, backend: str = "auto", cpu_devices
             ``address``, the one started here and recorded is still up), no device for the
             backend, or a device actor failed to start (then nothing is left running).
     """
-    prev = read_state() if address is None else {}
+    if address is None:  # one `serve start` here at a time (trial 13: two both started)
+        with _start_lock():
+            return _start_here(backend, cpu_devices, num_cpus)
+    return _start_on(address, {"address": address}, backend, cpu_devices)
+
+
+@contextlib.contextmanager
+def _start_lock() -> Iterator[None]:
+    """Hold ``service.lock`` beside the record while a service starts on this machine.
+
+    Raises:
+        ServiceError: another `kopt serve start` holds it.
+    """
+    path = state_path().with_name("service.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ServiceError(f"kopt serve start: another `kopt serve start` is starting the "
+                               f"service here (it holds {path}); wait for it, then `kopt "
+                               "serve status`") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _start_here(backend: str, cpu_devices: int, num_cpus: int | None) -> dict[str, Any]:
+    """:func:`start_service` on a Ray head it starts on this machine."""
+    prev = read_state()
     if own_head(prev):  # trial 9: a second head; trial 10 D6: only kopt's own head
         raise ServiceError(f"kopt serve start: the kopt service started here still runs at "
                            f"{prev.get('address')} (recorded in {state_path()}); stop it "
                            "first with `kopt serve stop`, or use it: `kopt sweep ... --queue`")
-    own = start_head(num_cpus) if address is None else {"address": address}
+    return _start_on(None, start_head(num_cpus), backend, cpu_devices)
+
+
+def _start_on(address: str | None, own: dict[str, Any], backend: str, cpu_devices: int
+              ) -> dict[str, Any]:
+    """:func:`start_service`'s actors on the cluster at ``own["address"]`` (``address``
+    None: the head it started here, ``own``, stopped again on failure); the record."""
     addr = own["address"]
     if own.get("token"):
         _set_token(own["token"])

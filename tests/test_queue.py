@@ -275,3 +275,20 @@ def test_the_num_cpus_ceiling_is_rays():
     from kopt.cli import RAY_MAX_RESOURCE
 
     assert RAY_MAX_RESOURCE == MAX_RESOURCE_QUANTITY
+
+
+def test_a_second_serve_start_while_one_starts_is_refused(tmp_path):
+    """Trial 13: two `kopt serve start` at once both started a Ray head and both recorded
+    one. The second is refused at once while the first holds the start lock."""
+    import fcntl
+
+    env = _env(tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    with open(tmp_path / "cache" / "service.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a `serve start` in progress
+        p = _kopt(env, "serve", "start", "--backend", "cpu", timeout=60)
+    assert p.returncode == 2 and p.stderr == (
+        "error: kopt serve start: another `kopt serve start` is starting the service here (it "
+        f"holds {tmp_path / 'cache' / 'service.lock'}); wait for it, then `kopt serve "
+        "status`\n"), p.stderr
+    assert not (tmp_path / "cache" / "service.json").exists()
