@@ -205,3 +205,43 @@ def test_a_prestarted_harness_dies_with_the_actor_that_took_it_over(prestarted, 
     finally:
         if adopter.poll() is None:
             adopter.kill()
+
+
+PARENT_KILLER = """
+import json, sys
+from test_harness import artifact, job
+from workers.prestart import Prestarter
+from workers.sandbox import Sandbox
+tmp, src, ref = (__import__("pathlib").Path(a) for a in sys.argv[1:4])
+pre = Prestarter("cpu", ["0"])
+sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+adopted = sb.adopt(pre.started["0"])
+killer = sb.run(job(artifact(tmp, src, 1, "k.cpp"), src, ref), timeout_s=10)
+again = sb.run(job(artifact(tmp, src, 0, "k.cpp"), src, ref), timeout_s=10)
+print(json.dumps({"adopted": adopted, "killer": killer, "again": again["status"]}))
+sb.close()
+pre.close()
+"""
+
+
+def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path):
+    """A prestarted harness's parent was the process that prestarted it -- the driver -- so
+    a candidate calling kill(getppid(), SIGKILL) ended the whole sweep (no line, Ray left
+    behind) instead of being recorded as a crash. Its parent is a reaper now: the candidate
+    crashes with SIGKILL, and the next candidate runs in a harness of the sandbox's own."""
+    d = write_sweep(tmp_path / "ppid", "kernel: k.cpp\n", {
+        "k.cpp": '#include <signal.h>\n#include <unistd.h>\n'
+                 'extern "C" void solve(const float* x, float* y, int N) {\n'
+                 '  if (MODE == 1) kill(getppid(), SIGKILL);\n'
+                 '  for (int i = 0; i < N; ++i) y[i] = 2.0f * x[i];\n}\n',
+        "ref.py": "def reference(x, N):\n    return (2.0 * x.double()).float()\n"})
+    out = subprocess.run([sys.executable, "-c", PARENT_KILLER, str(tmp_path), str(d / "k.cpp"),
+                          str(d / "ref.py")], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"},
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["adopted"] is True
+    assert got["killer"]["status"] == "crashed"
+    assert "killed by SIGKILL" in got["killer"]["error"]
+    assert got["again"] == "ok"

@@ -8,12 +8,13 @@ each device actor then takes its harness over (:func:`connect`, from
 workers.sandbox.Sandbox.adopt) instead of starting one.
 
 The harness listens on a Unix socket the prestarter made (``DIR/sock``); the actor
-connects to it and from then on talks to it as to a harness it started itself. The
-prestarter's process is the harness's parent: it reaps it and writes its exit status to
-``DIR/status`` (:class:`AdoptedProcess` reads it), so that a candidate that kills the
-adopted harness is described as one that kills any other (``killed by SIGSEGV``). A
+connects to it and from then on talks to it as to a harness it started itself. Its parent
+is a small reaper process the prestarter started (workers.prestart_reaper, never the
+driver itself: a candidate may kill its parent): it reaps the harness and writes its exit
+status to ``DIR/status`` (:class:`AdoptedProcess` reads it), so that a candidate that kills
+the adopted harness is described as one that kills any other (``killed by SIGSEGV``). A
 harness nobody took over is killed by :meth:`Prestarter.close`, or with the prestarter's
-process (``PR_SET_PDEATHSIG``).
+process (``PR_SET_PDEATHSIG``, through the reaper).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from workers.prestart_reaper import write_status
 from workers.reap import die_with_parent, package_env, pid_alive
 
 SOCKET = "sock"
@@ -158,7 +160,8 @@ class Prestarter:
         self.device = device
         self.prepare = list(prepare or [])
         self.started: dict[str, Prestarted] = {}
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen] = []  # the reapers (workers.prestart_reaper)
+        self._harnesses: list[int] = []  # their children's pids: each its process group
         for key in keys:
             pre = self._start(key)
             if pre is not None:
@@ -167,6 +170,7 @@ class Prestarter:
     def _start(self, key: str) -> Prestarted | None:
         folder = tempfile.mkdtemp(prefix="kopt-prestart-")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid_r, pid_w = os.pipe()
         try:
             listener.bind(str(Path(folder) / SOCKET))
             listener.listen(1)
@@ -175,31 +179,45 @@ class Prestarter:
                 (Path(folder) / PREPARE).write_bytes(pickle.dumps(self.prepare))
                 extra = [str(Path(folder) / PREPARE)]
             with open(Path(folder) / LOG, "ab") as log:
+                # the harness's parent is a reaper, not this process: a candidate that
+                # kills its parent must not kill the driver (workers.prestart_reaper)
                 p = subprocess.Popen(
-                    [sys.executable, "-m", "workers.harness", "--listen",
-                     str(listener.fileno()), self.device, *extra],
-                    pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=log, env=harness_env(self.device, key), start_new_session=True,
+                    [sys.executable, "-m", "workers.prestart_reaper", str(pid_w),
+                     str(Path(folder) / STATUS), sys.executable, "-m", "workers.harness",
+                     "--listen", str(listener.fileno()), self.device, *extra],
+                    pass_fds=(listener.fileno(), pid_w), stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=log, env=harness_env(self.device, key),
+                    start_new_session=True,
                     preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
                     else None)
         except OSError:
+            os.close(pid_r)
+            os.close(pid_w)
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)
             return None
         listener.close()  # the harness holds it now
+        os.close(pid_w)
         self._procs.append(p)
         threading.Thread(target=_reap, args=(p, Path(folder) / STATUS), daemon=True).start()
-        return Prestarted(folder, p.pid, self.device)
+        with os.fdopen(pid_r, "rb") as f:
+            pid = f.readline().strip()  # empty: the reaper died first
+        if not pid.isdigit():
+            return None
+        self._harnesses.append(int(pid))
+        return Prestarted(folder, int(pid), self.device)
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)
         and remove their folders. Idempotent."""
+        for pid in self._harnesses:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         for p in self._procs:
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    p.kill()
+                p.kill()
         for p in self._procs:
             try:
                 p.wait(timeout=10)
@@ -207,7 +225,7 @@ class Prestarter:
                 pass
         for pre in self.started.values():
             shutil.rmtree(pre.folder, ignore_errors=True)
-        self._procs, self.started = [], {}
+        self._procs, self._harnesses, self.started = [], [], {}
 
 
 def _tie() -> object:
@@ -217,11 +235,9 @@ def _tie() -> object:
 
 
 def _reap(p: subprocess.Popen, status: Path) -> None:
-    """Wait for ``p`` and write its exit code to ``status`` (atomically)."""
+    """Wait for the reaper ``p``; when it died without writing the harness's exit status
+    (a candidate killed it), write its own: the harness died of the same SIGKILL (its
+    parent-death signal)."""
     code = p.wait()
-    tmp = status.with_suffix(".tmp")
-    try:
-        tmp.write_text(str(code))
-        tmp.replace(status)
-    except OSError:  # the folder is gone (closed): nobody reads it any more
-        pass
+    if not status.exists():
+        write_status(str(status), code)

@@ -1,0 +1,80 @@
+"""The parent of a prestarted harness (workers.prestart), between it and the driver.
+
+``python -m workers.prestart_reaper PIDFD STATUS CMD...``: starts CMD (the harness) as its
+child in a process group of its own, writes the child's pid to the pipe ``PIDFD`` and
+closes it, waits for the child and writes its exit code (``-N`` for signal N) to the file
+``STATUS`` (atomically), then exits 0.
+
+Why a process of its own: a candidate runs inside the harness, and one that kills its
+parent (``kill(getppid(), SIGKILL)``) killed the driver itself -- the whole sweep, with no
+line and its Ray left behind -- when the driver was the harness's parent. Now it kills
+this reaper; the harness dies with it (``PR_SET_PDEATHSIG``), and the driver, which reaps
+the reaper, writes its status (killed by SIGKILL) in its place. Only the standard library
+is imported here: this process starts before the harness can.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(sig: int) -> None:
+    """Receive ``sig`` when the parent dies (Linux ``prctl``; a no-op elsewhere)."""
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def exit_code(status: int) -> int:
+    """A ``waitpid`` status as subprocess.Popen's returncode: the exit code, or ``-N``."""
+    return (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
+            else os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1)
+
+
+def write_status(path: str, code: int) -> None:
+    """Write ``code`` to ``path`` atomically; a folder already removed is no error."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(str(code))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """Start ``argv[2:]``, report its pid on fd ``argv[0]``, write its exit to ``argv[1]``."""
+    pid_fd, status, cmd = int(argv[0]), argv[1], argv[2:]
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the harness
+        try:
+            os.close(pid_fd)
+            os.setpgid(0, 0)
+            die_with_parent(signal.SIGKILL)
+            if os.getppid() != me:  # the reaper died before the tie was made
+                os._exit(1)
+            os.execv(cmd[0], cmd)
+        except BaseException as e:  # noqa: BLE001 -- a child must never return here
+            print(f"kopt prestart: cannot start {cmd[:3]}: {e!r}", file=sys.stderr, flush=True)
+        os._exit(127)
+    os.write(pid_fd, f"{pid}\n".encode())
+    # the harness's listening socket among them: a connection must find none once it died
+    os.closerange(3, 1 << 16)
+    while True:
+        try:
+            _, st = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    write_status(status, exit_code(st))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
