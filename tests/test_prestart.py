@@ -245,3 +245,26 @@ def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path):
     assert got["killer"]["status"] == "crashed"
     assert "killed by SIGKILL" in got["killer"]["error"]
     assert got["again"] == "ok"
+
+
+def test_an_interrupted_prestart_leaves_no_harness_and_no_folder(monkeypatch):
+    """Ctrl-C or SIGTERM (kopt.pipeline.Terminated) while the second harness starts: the
+    Prestarter never reached the sweep's clean-up, so the first harness ran on until the
+    driver exited and its /tmp/kopt-prestart-* folder stayed. Both are gone now."""
+    real, started = Prestarter._start, []
+
+    def start_then_interrupt(self, key):
+        if key == "1":
+            raise KeyboardInterrupt
+        started.append(real(self, key))
+        return started[-1]
+
+    monkeypatch.setattr(Prestarter, "_start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        Prestarter("cpu", ["0", "1"])
+    assert len(started) == 1
+    deadline = time.monotonic() + 5  # SIGKILLed and reaped by close(): at once
+    while pid_alive(started[0].pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(started[0].pid)
+    assert not os.path.exists(started[0].folder)

@@ -162,13 +162,20 @@ class Prestarter:
         self.started: dict[str, Prestarted] = {}
         self._procs: list[subprocess.Popen] = []  # the reapers (workers.prestart_reaper)
         self._harnesses: list[int] = []  # their children's pids: each its process group
-        for key in keys:
-            pre = self._start(key)
-            if pre is not None:
-                self.started[key] = pre
+        self._folders: list[str] = []
+        self._threads: list[threading.Thread] = []  # _reap's: done before a folder goes
+        try:
+            for key in keys:
+                pre = self._start(key)
+                if pre is not None:
+                    self.started[key] = pre
+        except BaseException:  # Ctrl-C, SIGTERM (kopt.pipeline.Terminated): none left behind
+            self.close()
+            raise
 
     def _start(self, key: str) -> Prestarted | None:
         folder = tempfile.mkdtemp(prefix="kopt-prestart-")
+        self._folders.append(folder)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pid_r, pid_w = os.pipe()
         try:
@@ -199,7 +206,9 @@ class Prestarter:
         listener.close()  # the harness holds it now
         os.close(pid_w)
         self._procs.append(p)
-        threading.Thread(target=_reap, args=(p, Path(folder) / STATUS), daemon=True).start()
+        t = threading.Thread(target=_reap, args=(p, Path(folder) / STATUS), daemon=True)
+        t.start()
+        self._threads.append(t)
         with os.fdopen(pid_r, "rb") as f:
             pid = f.readline().strip()  # empty: the reaper died first
         if not pid.isdigit():
@@ -223,9 +232,12 @@ class Prestarter:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        for pre in self.started.values():
-            shutil.rmtree(pre.folder, ignore_errors=True)
-        self._procs, self._harnesses, self.started = [], [], {}
+        for t in self._threads:
+            t.join(timeout=2)
+        for folder in self._folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._procs, self._harnesses, self._folders, self.started = [], [], [], {}
+        self._threads = []
 
 
 def _tie() -> object:
