@@ -161,7 +161,7 @@ class Prestarter:
         self.prepare = list(prepare or [])
         self.started: dict[str, Prestarted] = {}
         self._procs: list[subprocess.Popen] = []  # the reapers (workers.prestart_reaper)
-        self._harnesses: list[int] = []  # their children's pids: each its process group
+        self._harnesses: dict[int, int] = {}  # reaper's pid: its harness's (a process group)
         self._folders: list[str] = []
         self._threads: list[threading.Thread] = []  # _reap's: done before a folder goes
         try:
@@ -213,30 +213,31 @@ class Prestarter:
             pid = f.readline().strip()  # empty: the reaper died first
         if not pid.isdigit():
             return None
-        self._harnesses.append(int(pid))
+        self._harnesses[p.pid] = int(pid)
         return Prestarted(folder, int(pid), self.device)
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)
         and remove their folders. Idempotent."""
-        for pid in self._harnesses:
+        for p in self._procs:
+            harness = self._harnesses.get(p.pid)
             try:
-                os.killpg(pid, signal.SIGKILL)
+                if harness is not None:  # its reaper reaps it, writes its status and exits
+                    os.killpg(harness, signal.SIGKILL)
+                elif p.poll() is None:  # its harness, unknown, dies with it (PDEATHSIG)
+                    p.kill()
             except (ProcessLookupError, PermissionError):
                 pass
-        for p in self._procs:
-            if p.poll() is None:
-                p.kill()
         for p in self._procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                pass
+                p.kill()
         for t in self._threads:
             t.join(timeout=2)
         for folder in self._folders:
             shutil.rmtree(folder, ignore_errors=True)
-        self._procs, self._harnesses, self._folders, self.started = [], [], [], {}
+        self._procs, self._harnesses, self._folders, self.started = [], {}, [], {}
         self._threads = []
 
 

@@ -63,6 +63,10 @@ def main(argv: list[str]) -> int:
         except BaseException as e:  # noqa: BLE001 -- a child must never return here
             print(f"kopt prestart: cannot start {cmd[:3]}: {e!r}", file=sys.stderr, flush=True)
         os._exit(127)
+    try:  # here too (the usual pair): its group exists before its pid is told
+        os.setpgid(pid, pid)
+    except OSError:  # it did so and exec'd already
+        pass
     os.write(pid_fd, f"{pid}\n".encode())
     # the harness's listening socket among them: a connection must find none once it died
     os.closerange(3, 1 << 16)
