@@ -10,7 +10,8 @@ parent (``kill(getppid(), SIGKILL)``) killed the driver itself -- the whole swee
 line and its Ray left behind -- when the driver was the harness's parent. Now it kills
 this reaper; the harness dies with it (``PR_SET_PDEATHSIG``), and the driver, which reaps
 the reaper, writes its status (killed by SIGKILL) in its place. Only the standard library
-is imported here: this process starts before the harness can.
+is imported here (and workers.reap, as small): this process starts before the harness
+can.
 """
 
 from __future__ import annotations
@@ -19,15 +20,7 @@ import os
 import signal
 import sys
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent(sig: int) -> None:
-    """Receive ``sig`` when the parent dies (Linux ``prctl``; a no-op elsewhere)."""
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+from workers.reap import die_with_parent  # the standard library only, too
 
 
 def exit_code(status: int) -> int:
