@@ -1334,7 +1334,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         with socket.socket(fileno=listen_fd) as listener:
             conn, _ = listener.accept()
         _die_with(_peer_pid(conn))
-        rfd, wfd = conn.detach(), -1
+        rfd = conn.detach()
         wfd = os.dup(rfd)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     if h is None:
@@ -1378,9 +1378,9 @@ def _peer_pid(conn: socket.socket) -> int | None:
 
 def _die_with(pid: int | None, poll_s: float = 0.2) -> None:
     """A prestarted harness's tie to the device actor that took it over (its parent is the
-    driver, so the parent-death signal cannot do it): a watchdog thread kills this process
-    group -- a candidate's hung kernel and its children too -- once ``pid`` is gone, as a
-    harness the actor started dies with it."""
+    prestart's reaper, so the parent-death signal cannot do it): a watchdog thread kills
+    this process group -- a candidate's hung kernel and its children too -- once ``pid`` is
+    gone, as a harness the actor started dies with it."""
     if pid is None:
         return
     import threading
@@ -1395,7 +1395,7 @@ def _watch(pid: int, poll_s: float) -> None:
 
     while pid_alive(pid):
         time.sleep(poll_s)
-    os.killpg(os.getpgid(0), 9)
+    os.killpg(os.getpgid(0), 9)  # SIGKILL
 
 
 def _prepare_ahead(h: Harness, path: str) -> None:
