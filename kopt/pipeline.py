@@ -51,6 +51,7 @@ from kopt.loop import IterState, rank
 from kopt.observer import Observer
 from kopt.paths import broken_link
 from kopt.phases import PhaseRecorder
+from kopt.probe import speaks_http2
 from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
 from kopt.service import (
@@ -266,6 +267,10 @@ def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
     except OSError:
         raise SweepError(f"{source}: no Ray head answers at {address}; bring the cluster up "
                          f"with {up} (or start one with `ray start --head`)") from None
+    if not speaks_http2(host, int(port)):  # Ray would retry for 90 s and more
+        raise SweepError(f"{source}: what answers at {address} is not a Ray head (no gRPC "
+                         "there); give the head's GCS address (`ray status` on the head "
+                         "shows it; port 6379 by default)")
     try:
         ensure_ray(address, runtime_env)
     except ConnectionError as e:

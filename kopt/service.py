@@ -49,6 +49,7 @@ from pydantic import Field
 from kopt.devices import Slot
 from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.phases import PhaseRecorder
+from kopt.probe import speaks_http2
 from kopt.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
 from workers.build_actor import process_alive
 from workers.records import RunOutcome
@@ -512,6 +513,10 @@ def connect(address: str, option: str, ship: bool = True) -> None:
                "that service has stopped: `kopt serve stop` removes the record, then "
                "`kopt serve start` starts a new one")
         raise ServiceError(f"{option}: no Ray head answers at {address}; {fix}") from None
+    if not speaks_http2(host, int(port)):  # Ray would retry for 90 s and more
+        raise ServiceError(f"{option}: what answers at {address} is not a Ray head (no gRPC "
+                           "there); give the head's GCS address (`ray status` on the head "
+                           "shows it; port 6379 by default)")
     renv = {"py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)]}
     use_token(address)
     try:
