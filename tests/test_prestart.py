@@ -268,3 +268,33 @@ def test_an_interrupted_prestart_leaves_no_harness_and_no_folder(monkeypatch):
         time.sleep(0.05)
     assert not pid_alive(started[0].pid)
     assert not os.path.exists(started[0].folder)
+
+
+DRIVER = """
+import sys, time
+from workers.prestart import Prestarter
+pre = Prestarter("cpu", ["0"])
+p = pre.started["0"]
+print(p.folder, p.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_driver_leaves_no_harness_and_no_folder(tmp_path):
+    """A driver killed outright (SIGKILL: no clean-up of its own) left its prestarted
+    harness's folder in /tmp (seen after CI runs: the tests that kill drivers). Its reaper
+    gets SIGTERM with the driver's death, kills the harness and removes the folder."""
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    try:
+        folder, pid = driver.stdout.readline().split()
+        assert os.path.isdir(folder) and pid_alive(int(pid))
+        driver.kill()
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while (os.path.exists(folder) or pid_alive(int(pid))) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(int(pid)) and not os.path.exists(folder)
+    finally:
+        if driver.poll() is None:
+            driver.kill()

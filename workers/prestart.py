@@ -242,9 +242,11 @@ class Prestarter:
 
 
 def _tie() -> object:
+    """The reaper's ``preexec_fn``: SIGTERM when the driver dies (the reaper then kills the
+    harness and removes its folder, workers.prestart_reaper)."""
     import functools
 
-    return functools.partial(die_with_parent, signal.SIGKILL)
+    return functools.partial(die_with_parent, signal.SIGTERM)
 
 
 def _reap(p: subprocess.Popen, status: Path) -> None:

@@ -40,9 +40,26 @@ def write_status(path: str, code: int) -> None:
         pass
 
 
+_state: dict[str, int | bool] = {"pid": 0, "orphaned": False}  # the harness; the driver died
+
+
+def _driver_died(signum: int, frame: object) -> None:
+    """SIGTERM, this process's parent-death signal (workers.prestart): the driver is gone,
+    so nobody reads the harness's status or removes its folder. Kill the harness; :func:`main`
+    then removes the folder (a killed driver left them in /tmp, seen after CI runs)."""
+    _state["orphaned"] = True
+    if _state["pid"]:
+        try:
+            os.killpg(int(_state["pid"]), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
-    """Start ``argv[2:]``, report its pid on fd ``argv[0]``, write its exit to ``argv[1]``."""
+    """Start ``argv[2:]``, report its pid on fd ``argv[0]``, write its exit to ``argv[1]``;
+    once the driver is gone (SIGTERM), kill it and remove the folder of ``argv[1]``."""
     pid_fd, status, cmd = int(argv[0]), argv[1], argv[2:]
+    signal.signal(signal.SIGTERM, _driver_died)
     me = os.getpid()
     pid = os.fork()
     if pid == 0:  # the harness
@@ -60,6 +77,9 @@ def main(argv: list[str]) -> int:
         os.setpgid(pid, pid)
     except OSError:  # it did so and exec'd already
         pass
+    _state["pid"] = pid
+    if _state["orphaned"]:  # the driver died before the harness's pid was known
+        _driver_died(signal.SIGTERM, None)
     os.write(pid_fd, f"{pid}\n".encode())
     # the harness's listening socket among them: a connection must find none once it died
     os.closerange(3, 1 << 16)
@@ -69,6 +89,11 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:
             continue
+    if _state["orphaned"]:
+        import shutil
+
+        shutil.rmtree(os.path.dirname(status), ignore_errors=True)
+        return 0
     write_status(status, exit_code(st))
     return 0
 
