@@ -21,6 +21,7 @@ compacts its parts keeping the latest row per job key (:meth:`Writer.compact`).
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
@@ -54,6 +55,7 @@ from kopt.store import (
 )
 
 DatabaseError = duckdb.Error  # what DuckDB raises; :func:`explain` makes it one line
+COMPACTED_TRIES = 3  # a product query whose listed part file vanished: listed again
 
 CANDIDATES_VIEW = """
 create or replace view candidates as
@@ -386,6 +388,13 @@ def interrupted(e: BaseException) -> bool:
     a query (a ``RuntimeError("Query interrupted")``, or its ``InterruptException``)."""
     return (isinstance(e, KeyboardInterrupt | duckdb.InterruptException)
             or (isinstance(e, RuntimeError) and str(e) == "Query interrupted"))
+
+
+def _vanished(e: Exception) -> bool:
+    """Whether DuckDB's error names a part file that is gone now: listed by :func:`connect`,
+    then compacted away before the query read it (DuckDB says "No files found", or, reading
+    the missing name as a folder, that ``NAME.parquet/**/*.parquet`` is not allowed)."""
+    return any(not os.path.exists(p) for p in re.findall(r"(/[^\s'\"]+?\.parquet)", str(e)))
 
 
 def explain(e: Exception) -> QueryError:
@@ -801,19 +810,26 @@ class Database:
 
     # -- history ----------------------------------------------------------------------------
     def _fetch(self, *statements: tuple[str, Params]) -> list[list[dict[str, Any]]]:
-        """Each ``(sql, parameters)``'s rows as dicts (column -> value), on one connection."""
-        con = connect(self.root)
-        try:
-            out = []
-            for sql, params in statements:
-                cur = con.execute(sql, params)
-                cols = [d[0] for d in cur.description]
-                out.append([dict(zip(cols, r)) for r in cur.fetchall()])
-            return out
-        except duckdb.Error as e:
-            raise explain(e) from None
-        finally:
-            con.close()
+        """Each ``(sql, parameters)``'s rows as dicts (column -> value), on one connection;
+        up to :data:`COMPACTED_TRIES` times when a part file it listed was compacted away
+        by a writer before it was read (a detached try's driver compacts the store while
+        `kopt wait` polls it)."""
+        for attempt in range(1, COMPACTED_TRIES + 1):
+            con = connect(self.root)
+            try:
+                out = []
+                for sql, params in statements:
+                    cur = con.execute(sql, params)
+                    cols = [d[0] for d in cur.description]
+                    out.append([dict(zip(cols, r)) for r in cur.fetchall()])
+                return out
+            except duckdb.Error as e:
+                if attempt < COMPACTED_TRIES and _vanished(e):
+                    continue  # list the parts again
+                raise explain(e) from None
+            finally:
+                con.close()
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _records(self, sql: str, params: Params) -> list[dict[str, Any]]:
         return self._fetch((sql, params))[0]

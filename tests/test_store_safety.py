@@ -408,3 +408,28 @@ def test_state_that_is_not_json_is_one_line_naming_it(swept, tmp_path):
         assert "Malformed JSON" not in line and "Invalid Input Error" not in line, line
         assert "damaged store row: a JSON text column holds 'garbage'" in line, line
         assert "where not json_valid(state)" in line, line
+
+
+def test_a_part_compacted_away_between_listing_and_reading_is_listed_again(tmp_path,
+                                                                           monkeypatch):
+    """CI: `kopt wait` polling a store that a detached try's driver compacted failed with
+    DuckDB's "IO Error: No files found that match the pattern .../part-....parquet" (the
+    part was listed, then replaced by the compacted file before the query read it). The
+    product's queries list the parts again."""
+    import kopt.database as db
+
+    st = demo_store(tmp_path / "st")
+    demo_store(st, run_id="r2")
+    gone = next((st / "candidates" / "sweep=demo" / "run=r2").rglob("*.parquet"))
+    real, calls = db.connect, []
+
+    def racing_connect(root):  # the first listing sees r2's part; then it is compacted away
+        con = real(root)
+        calls.append(root)
+        if len(calls) == 1:
+            gone.unlink()
+        return con
+
+    monkeypatch.setattr(db, "connect", racing_connect)
+    assert db.Database(st).done_job_keys("r1") == {"a"}
+    assert len(calls) == 2
