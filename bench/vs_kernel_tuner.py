@@ -19,7 +19,9 @@ Runs, one after the other in one session on the same GPU:
      once before them and not counted: its device actor is warm) with ``--queue``.
 
    A process wall time counts everything: interpreter, imports, Ray's start or attach,
-   builds, runs, NCU, the store.
+   builds, runs, NCU, the store. kopt runs as ``python -m kopt``, the `kopt` console
+   script's code (kopt.front): on the warm service a queued sweep runs in the service's
+   ready driver (kopt.launchpad), its wall still the command's, from its start to its exit.
 
 What each side measures per candidate: Kernel Tuner 1.5, its defaults (read in its
 ``core.benchmark_default`` and ``runners/sequential.py``): one run whose output is compared
@@ -158,7 +160,7 @@ def kopt(args: list[str], env: dict[str, str], log: Path) -> float:
     """``kopt ARGS`` as a process; returns its wall seconds (its output into ``log``). Exits
     on failure."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", *args], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "kopt", *args], capture_output=True,
                        text=True, env=env)
     wall = time.perf_counter() - t0
     log.write_text(p.stdout + p.stderr)

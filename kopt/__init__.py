@@ -1,3 +1,8 @@
 """kopt: a distributed job queue for CUDA kernel candidate sweeps (driver side)."""
 
+import os
+
 __version__ = "0.1.0"
+# this process's environment as it started, before Ray's import and connect set variables
+# of their own (RAY_CLIENT_MODE, PYTHONBREAKPOINT): what kopt.launchpad's drivers get
+START_ENV: dict[str, str] = dict(os.environ)

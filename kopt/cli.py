@@ -35,6 +35,7 @@ from kopt.observer import ProgressCallback
 from kopt.spec import SpecError, load_sweep
 from kopt.store import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
+from kopt.words import counted
 from workers.records import Status
 
 streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
@@ -110,6 +111,11 @@ MAX_CPU_DEVICES = 4096
 RAY_MAX_RESOURCE = 10**14
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
+# which run `kopt best`, `kopt export` and `kopt propose` read without --run (one rule:
+# kopt.database.LATEST_RUN)
+LATEST_HELP = ("the sweep's latest run (the latest that stored a result; when it was "
+               "interrupted, a note says so, how to resume it and which run is the latest "
+               "finished one)")
 
 
 def _store(store: Path | None) -> Path:
@@ -287,8 +293,9 @@ class ProgressObserver(ProgressCallback):
             console.print(escape(f"{device_class}: metric {name} read as {alias}"),
                           highlight=False)
         if missing:
-            console.print(f"[yellow]{escape(device_class)}: ncu lacks {len(missing)} metrics, "
-                          f"not collected[/]: {escape(', '.join(missing))}", highlight=False)
+            console.print(f"[yellow]{escape(device_class)}: ncu lacks "
+                          f"{counted(len(missing), 'metric')}, not collected[/]: "
+                          f"{escape(', '.join(missing))}", highlight=False)
 
     def on_evidence(self, device_class: str, ev: Any, triggered: dict | None) -> None:
         scores = ", ".join(f"{a} {v:.2f}" for a, v in ev.scores.items())
@@ -310,7 +317,8 @@ class ProgressObserver(ProgressCallback):
                   f"{best.get('iteration', st.iteration)})"
                   if best.get("candidate_id") else "no correct candidate so far")
         self.p.console.print(escape(
-            f"iteration {st.iteration} ({device_class}): {st.n_candidates} correct candidates; "
+            f"iteration {st.iteration} ({device_class}): "
+            f"{counted(st.n_candidates, 'correct candidate')}; "
             f"{neck}; {so_far}"), highlight=False)
 
     def on_fault(self, message: str) -> None:
@@ -479,7 +487,9 @@ def _phases_table(rows: list[dict[str, Any]]) -> Table:
     from kopt.phases import phase_summary
 
     t = Table(title="where the run's time went: seconds since the process started "
-                    "(`kopt report RUN_ID` draws the timeline)")
+                    "(`kopt report RUN_ID` draws the timeline)",
+              caption="a phase xN: the sum of N intervals between its first start and its "
+                      "last end (a device's jobs, the builds' compiler seconds)")
     for c in ("phase", "where", "start s", "end s", "seconds"):
         t.add_column(c, overflow="fold")
     for phase, where, start, end, secs in phase_summary(rows):
@@ -499,8 +509,8 @@ def _summary_line(summary: Any, root: Path) -> str:
     text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     how = (f"{summary.n_skipped} measured before this resume, {done} now"
            if summary.n_skipped else f"{done} measured")
-    return (f"run [bold]{summary.run_id}[/]: {summary.n_candidates} candidates, "
-            f"{summary.n_jobs} jobs ({how}) in {summary.wall_s:.1f} s; "
+    return (f"run [bold]{summary.run_id}[/]: {counted(summary.n_candidates, 'candidate')}, "
+            f"{counted(summary.n_jobs, 'job')} ({how}) in {summary.wall_s:.1f} s; "
             + (f"whole run: {text}" if summary.n_skipped else text or "nothing to run"))
 
 
@@ -525,7 +535,8 @@ def _summary_line(summary: Any, root: Path) -> str:
               help="(default exhaustive) exhaustive: measure every candidate fully; "
                    "random: a uniform sample (--max-candidates, or a quarter of the space; "
                    "--seed); halving: screen every candidate with 5 samples, re-measure the "
-                   "best third with 15, then the best third of those with the spec's timing.")
+                   "best third (at least 3) with 15, then the best third (at least 3) of those "
+                   "with the spec's timing; the baseline in every rung.")
 @click.option("--seed", type=click.IntRange(min=0), default=None,
               help="The random strategy's sample (default 0).")
 @click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1),
@@ -586,9 +597,10 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
         if rid is None:
             console.print("[yellow]interrupted[/] before the run started: nothing was stored")
         else:
+            hint = resume_command(sweep_dir, root, rid, queue=queue, address=address,
+                                  cluster=cluster)
             console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          + escape(f"with `{resume_command(sweep_dir, root, rid)}`"),
-                          highlight=False)
+                          + escape(f"with `{hint}`"), highlight=False)
         sys.exit(_interrupt_code(e))
     try:
         _show_sweep(summary, sw, root, top_k, obs, leave_ray=not ray_before)
@@ -613,7 +625,7 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
     for it, rungs in sorted(summary.rungs.items()):
         if len(rungs) > 1:
             console.print(f"iteration {it}, successive halving: " + ", ".join(
-                f"rung {r} measured {n} candidates" for r, n in sorted(rungs.items())),
+                f"rung {r} measured {counted(n, 'candidate')}" for r, n in sorted(rungs.items())),
                 highlight=False)
     rows = top(summary.run_id, top_k, root)
     if not summary.status_counts.get(Status.OK) and not summary.n_skipped:
@@ -786,22 +798,28 @@ def _interrupt_code(e: KeyboardInterrupt) -> int:
     return 128 + int(stop_signal(e))
 
 
-def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
+def _run_state_note(root: Path, run_id: str, unrecorded: bool = True, sweep: str | None = None,
+                    shown: str = "these are the figures measured before it stopped") -> None:
     """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
-    was killed; how to resume it), still running (who writes it), or without a record
-    (a damaged or partial store: :func:`kopt.store.no_run`; not when ``unrecorded`` is
-    False: the caller refuses such a run itself)."""
+    was killed; ``shown`` says what the command shows of it, then how to resume it with the
+    ``--queue``/``--address``/``--cluster`` it ran with and, given ``sweep``, the sweep's
+    latest finished run when that is another), still running (who writes it), or without
+    a record (a damaged or partial store: :func:`kopt.store.no_run`; not when ``unrecorded``
+    is False: the caller refuses such a run itself)."""
     from kopt.database import Database
-    from kopt.store import lock_holder, no_run
+    from kopt.store import lock_holder, no_run, recorded_resume_command
 
-    rec = Database(root).run(run_id) or {}
+    db = Database(root)
+    rec = db.run(run_id) or {}
     if not rec and unrecorded:
         console.print("[yellow]note:[/] " + escape(no_run(root, run_id)), highlight=False,
                       soft_wrap=True)
     elif rec.get("status") == "interrupted":
-        console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: these are the "
-                      "figures measured before it stopped; finish it with " + escape(
-                          f"`{resume_command(rec.get('sweep_dir'), root, run_id)}`"),
+        done = db.latest_runs(sweep)[1] if sweep else None
+        console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: {shown}; finish "
+                      "it with " + escape(f"`{recorded_resume_command(root, rec)}`")
+                      + (escape(f"; run {done} is the latest finished one (`kopt best {sweep} "
+                                f"--run {done}`)") if done and done != run_id else ""),
                       highlight=False, soft_wrap=True)
     elif rec.get("status") == "running":
         console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
@@ -812,10 +830,13 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True) -> None:
 @main.command()
 @click.argument("sweep_name")
 @STORE_OPT
-@click.option("--run", "run_id", default=None, help="A run id (default: the sweep's latest run).")
+@click.option("--run", "run_id", default=None, help=f"A run id (default: {LATEST_HELP}).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> None:
-    """Best correct candidate per device class (and problem size) of SWEEP_NAME."""
+    """Best correct candidate per device class (and problem size) of SWEEP_NAME, from one run:
+    --run, else the sweep's latest (the latest that stored a result; when it was
+    interrupted, a note says so, how to resume it and which run is the latest finished
+    one; `kopt export` and `kopt propose` read the same run)."""
     from kopt.database import Database
     from kopt.select import best as select_best
 
@@ -833,10 +854,13 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
             _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
         if run_id and Database(root).run(run_id) is None:
             _fail(no_run(root, run_id))
+        latest, done = Database(root).latest_runs(sweep_name)
         _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
-              + (f" run {run_id}" if run_id else " (latest run)")
-              + "; `kopt query \"select status, error from candidates\"` shows why", 1)
-    _run_state_note(root, rows[0]["run_id"])
+              + (f" run {run_id}" if run_id else f" (latest run {latest})")
+              + "; `kopt query \"select status, error from candidates\"` shows why"
+              + (f"; run {done} is the latest finished one (`kopt best {sweep_name} --run "
+                 f"{done}`)" if not run_id and done and done != latest else ""), 1)
+    _run_state_note(root, rows[0]["run_id"], sweep=None if run_id else sweep_name)
     if fmt == "json":
         click.echo(json.dumps(rows, default=str, indent=1))
         return
@@ -870,7 +894,10 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
 @STORE_OPT
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
-    """The next iteration's methods per axis (admitted / skipped and why) and its triples."""
+    """The next iteration's methods per axis (admitted / skipped and why) and its triples,
+    after the sweep's latest run as `kopt best` reads it (the latest that stored a
+    result; when it was interrupted, a note says so and how to resume it: the plan is
+    the iteration its resume goes on with)."""
     from kopt.propose import propose as make_plans
 
     try:
@@ -879,6 +906,9 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
         plans = make_plans(sw, _store(store))
     except SpecError as e:
         _fail(str(e))
+    for rid in dict.fromkeys(p["run_id"] for p in plans if p["run_id"]):
+        _run_state_note(_store(store), rid, False, sweep=sw.name,
+                        shown="this plan goes on from what it stored")
     if fmt == "json":
         click.echo(json.dumps(plans, indent=1))
         return
@@ -904,13 +934,13 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
                       f"next version may claim any of {len(p['triples'])} admissible catalog "
                       "triples (`--format json` lists them)", highlight=False)
             continue
-        out.print(f"{len(p['triples'])} triples besides the baseline:")
+        out.print(f"{counted(len(p['triples']), 'triple')} besides the baseline:")
         for tr in p["triples"]:
             out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
         if p.get("empty_triples"):
-            out.print(f"{len(p['empty_triples'])} admissible triples with no candidate (the "
-                      "restrictions, or in kernel mode the device's launch limits, exclude "
-                      "every launch config):")
+            out.print(f"{counted(len(p['empty_triples']), 'admissible triple')} with no "
+                      "candidate (the restrictions, or in kernel mode the device's launch "
+                      "limits, exclude every launch config):")
             for tr in p["empty_triples"]:
                 out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
 
@@ -1006,19 +1036,34 @@ def serve_start(address: str | None, backend: str, cpu_devices: int,
         cfg = start_service(address, backend, cpu_devices, num_cpus)
     except SweepError as e:
         _fail(str(e))
+    except KeyboardInterrupt:
+        _interrupted_start()
     addr = cfg["address"]
-    out.print(escape(f"kopt service at {addr}: {len(cfg['devices'])} {cfg['backend']} device "
-                     f"actors warm ({', '.join(i['device_id'] for i in cfg['infos'])}), "
-                     f"{len(cfg.get('builders') or [])} builders"), highlight=False)
+    actors = counted(len(cfg["devices"]), f"{cfg['backend']} device actor")
+    out.print(escape(f"kopt service at {addr}: {actors} warm "
+                     f"({', '.join(i['device_id'] for i in cfg['infos'])}), "
+                     f"{counted(len(cfg.get('builders') or []), 'builder')}"), highlight=False)
     out.print("sweep on it: kopt sweep SWEEP_DIR --queue; see it: kopt serve status; stop it: "
               "kopt serve stop", highlight=False)
+
+
+def _interrupted_start() -> None:
+    """Ctrl-C during `kopt serve start`, once it has stopped what it started: one line, exit
+    130, without Ray's exit hooks (a connection interrupted half-made made them segfault:
+    exit 139; there is no embedded Ray instance for them to stop)."""
+    console.print("[bold red]error:[/] interrupted (Ctrl-C): nothing is left running; start "
+                  "it again with `kopt serve start`", highlight=False, soft_wrap=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(130)
 
 
 @serve.command("stop")
 @click.option("--address", default=None,
               help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
 def serve_stop(address: str | None) -> None:
-    """Stop the service's actors (and the Ray head `kopt serve start` started)."""
+    """Stop the service's actors (and the Ray head and launchpad `kopt serve start`
+    started); the line names what it stopped."""
     from kopt.runner import SweepError  # ServiceError is one; so are the runner's
     from kopt.service import stop_service
 
@@ -1048,7 +1093,7 @@ def serve_status(address: str | None, fmt: str) -> None:
         out.print_json(json.dumps(st))
         return
     t = Table(title=escape(f"kopt service at {st['address']} ({st['backend']}): "
-                           f"{st['sweeps_served']} sweeps served, "
+                           f"{counted(st['sweeps_served'], 'sweep')} served, "
                            f"{len(st['sweeps_running'])} running"))
     for c in ("device", "class", "state", "jobs", "busy s", "sandbox restarts"):
         t.add_column(c)
@@ -1058,8 +1103,19 @@ def serve_status(address: str | None, fmt: str) -> None:
     out.print(t)
     b = st.get("builders") or []
     states = ", ".join(f"{n} {s}" for s, n in sorted(Counter(x["state"] for x in b).items()))
-    out.print(f"{len(b)} warm builders ({states or 'none'}), "
-              f"{sum(x.get('builds', 0) for x in b)} builds since start", highlight=False)
+    out.print(f"{counted(len(b), 'warm builder')} ({states or 'none'}), "
+              f"{counted(sum(x.get('builds', 0) for x in b), 'build')} since start",
+              highlight=False)
+    pad = st.get("launchpad")
+    if pad:
+        out.print(escape(f"launchpad (pid {pad.get('pid')}): a sweep driver "
+                         f"{'ready' if pad.get('spare_ready') else 'starting'}, "
+                         f"{counted(pad.get('served', 0), 'queued sweep')} started in one"
+                         f" ({pad.get('declined', 0)} declined: they ran in their own "
+                         "process); "
+                         f"{counted(pad.get('spare_failures', 0), 'spare driver')} failed to "
+                         "start"),
+                  highlight=False)
 
 
 def _gpu_line(g: dict[str, Any]) -> str:
@@ -1127,6 +1183,9 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
                           soft_wrap=True)
+        if note is None and any("(the analysis note)" in line for line in e.lines):
+            console.print("the reason these refusals ask for is `--note FILE` (a text file: "
+                          "your analysis, why these methods)", highlight=False, soft_wrap=True)
         sys.exit(1)
     except OSError as e:  # the note, else the store (trial 8 D6: a read-only store)
         if note is not None and e.filename and Path(e.filename) == Path(note):
@@ -1229,8 +1288,9 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
 @click.argument("run_id")
 @click.option("--store", type=click.Path(path_type=Path), default=None)
 def lineage_cmd(run_id: str, store: Path | None) -> None:
-    """The version tree of RUN_ID: each node's best candidate, median, speedup over its
-    parent, statuses and claimed methods."""
+    """The version tree of RUN_ID: each node's best candidate (its fastest; in the node
+    that holds it, the loop's named best, as `kopt best` names it), median, speedup over its
+    parent, statuses and claimed methods; the last line says which best is shown."""
     from kopt.submit import SubmitError, lineage, lineage_text
 
     try:
@@ -1271,7 +1331,7 @@ def catalog_cmd(axis: str | None, fmt: str) -> None:
 @main.command("export")
 @click.argument("sweep_name")
 @STORE_OPT
-@click.option("--run", "run_id", default=None, help="A run id (default: the sweep's latest run).")
+@click.option("--run", "run_id", default=None, help=f"A run id (default: {LATEST_HELP}).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for the header, the T4 JSON and the sources (default: "
                    "export-SWEEP_NAME).")
@@ -1279,7 +1339,9 @@ def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
                out_dir: Path | None) -> None:
     """Write SWEEP_NAME's best configuration per device class and problem size as a C
     header of #defines (one block per class: -DKOPT_DEVICE_<CLASS> picks it,
-    -DKOPT_PROBLEM_SIZE=i the size), as T4 autotuning JSON, and the realized best sources."""
+    -DKOPT_PROBLEM_SIZE=i the size), as T4 autotuning JSON, and the realized best sources.
+    The run is --run, else the sweep's latest, as `kopt best` reads it (the latest that
+    stored a result; when it was interrupted, a note says so and how to resume it)."""
     from kopt.export import ExportError, export
 
     root = _store(store)
@@ -1299,6 +1361,8 @@ def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
         out.print(f"wrote {escape(str(p))}", highlight=False)
     for n in res.notes:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
+    _run_state_note(root, res.run_id, False,  # as `kopt best`: an unfinished run's winner
+                    sweep=None if run_id else sweep_name)
 
 
 @main.command("methods")
@@ -1339,7 +1403,7 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
     out.print(t)
     never = [m for m in order if m not in {r["method"] for r in rows}]
     if never:
-        out.print(f"{len(never)} catalog methods never tried: {', '.join(never)}",
+        out.print(f"{counted(len(never), 'catalog method')} never tried: {', '.join(never)}",
                   highlight=False)
 
 

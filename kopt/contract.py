@@ -287,6 +287,22 @@ def too_deep(path: Path | str, parser: str, fix: str = "write it flatter") -> st
             f"one another past Python's recursion limit); {fix}")
 
 
+def yaml_error_line(e: Exception) -> str:
+    """One line for a PyYAML parse error ``e``: where (1-based line and column), what, and
+    the construct it was reading (``while parsing a flow sequence that starts at ...``).
+    PyYAML's own text spans several lines, with the source line and a caret."""
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if not problem or mark is None:
+        return " ".join(str(e).split()) or type(e).__name__
+    line = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context and cmark is not None:
+        line += f" ({context} that starts at line {cmark.line + 1}, column {cmark.column + 1})"
+    elif context:
+        line += f" ({context})"
+    return line
+
+
 def read_text(path: Path, error: Callable[[str], Exception], python: bool = False) -> str:
     """The UTF-8 text of ``path``; a directory, a device, FIFO or socket (reading one would
     block or never end), a file over ``MAX_TEXT_BYTES``, an unreadable file or bytes that are

@@ -231,11 +231,26 @@ class Writer:
             self._written.pop(p, None)
 
 
-def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
+# views that read other views (kopt's own queries build only the views they name: each one
+# reads its part files' footers when it is made, about 0.1 s a connection for all of them)
+VIEW_DEPENDS = {"candidates": ("profiles", "reference")}
+
+
+def tables_of(sql: str) -> set[str]:
+    """The store tables ``sql`` names (a word ``TABLE`` or ``TABLE_raw``), with the tables
+    their views read (:data:`VIEW_DEPENDS`): what :func:`connect` must make views of to run
+    it. A superset at worst (a column named like a table)."""
+    found = {t for t in SCHEMAS if re.search(rf"\b{t}(_raw)?\b", sql)}
+    return found | {d for t in found for d in VIEW_DEPENDS.get(t, ())}
+
+
+def connect(root: Path | str | None = None,
+            tables: set[str] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views ``candidates``, ``runs``, ``metrics``,
     ``iterations``, ``contests``, ``phases``, ``reference``, ``triage_kernels``,
     ``triage_paths``, ``triage_actions``, ``triage_launches``, ``ports`` over the store at
-    ``root`` (empty views when a table has no files).
+    ``root`` (empty views when a table has no files); ``tables``: only those views
+    (:func:`tables_of`).
 
     The views read the store's readable part files by name (no globbing: any store path
     works); damaged files are skipped with a :class:`StoreWarning`. The connection may
@@ -251,7 +266,8 @@ def connect(root: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     allowed: list[str] = []
     # the candidates view reads the profiles and reference views: they come first
-    for table in sorted(SCHEMAS, key=lambda name: name not in ("profiles", "reference")):
+    for table in sorted(SCHEMAS if tables is None else tables,
+                        key=lambda name: name not in ("profiles", "reference")):
         schema = table_schema(table)
         files = table_parts(root, table)
         con.register(f"_empty_{table}", pa.table(
@@ -298,7 +314,7 @@ def _read_only(sql: str) -> list[Any]:
     try:
         stmts = duckdb.extract_statements(sql)
     except duckdb.Error as e:
-        raise QueryError(str(e)) from None
+        raise QueryError(_one_line(str(e))) from None
     if not stmts:
         raise QueryError("empty query")
     for st in stmts:
@@ -421,7 +437,16 @@ def explain(e: Exception) -> QueryError:
                                   for t in SCHEMAS}))
         return QueryError(f"{m.group(1) if m else first}: outside the store; queries read only "
                           f"the store's views ({views})")
-    return QueryError(msg)
+    return QueryError(_one_line(msg))
+
+
+def _one_line(msg: str) -> str:
+    """DuckDB's error text on one line: its lines joined, the caret line dropped and the
+    query line it quotes (``LINE 1: ...``) kept in parentheses."""
+    lines = [x.strip() for x in msg.splitlines() if x.strip().strip("^")]
+    quoted = [x for x in lines if x.startswith("LINE ")]
+    text = " ".join(x for x in lines if not x.startswith("LINE "))
+    return text + (f" ({quoted[0]})" if quoted else "")
 
 
 # -- the product's statements (kopt.loop, kopt.select, kopt.propose, kopt.report, the
@@ -472,6 +497,20 @@ group by candidate_id
 having count(*) = (select n from need)
 """
 
+# a screening rung whose baseline failed on some problem size (no speedups): its correct
+# candidates measured at every size the rung measured, by their medians (successive halving
+# ranks them by the geometric mean; kopt.loop.rank_rung)
+RANK_MEDIANS_SQL = """
+with it as (
+  select * from candidates where run_id = $run_id and iteration = $iteration
+    and device_class = $device_class and coalesce(rung, 0) = $rung
+), need as (select count(distinct dims) n from it)
+select candidate_id, bool_or(is_baseline) is_baseline, list(median_ms) medians
+from it where status = 'ok' and median_ms > 0
+group by candidate_id
+having count(distinct dims) = (select n from need)
+"""
+
 # the loop's named best per run and class: the closing contest's (kopt.contest.close_loop),
 # else the last iteration's winner; the size of its tie; the first baseline and the loop's
 # total speedup, both from the closing contest (side by side)
@@ -501,11 +540,22 @@ NAMED_CTE = """named as (
     and f.dims = c.dims and f.candidate_id = n.first_id
 )"""
 
+# a sweep's latest run, the one rule of kopt best, export and propose: the latest run that
+# stored a result (a candidate row or an iteration state), also when it was interrupted (the
+# commands say so and how to resume it); a run that stored nothing has nothing to show
+LATEST_RUN = """(select max(run_id) from (
+  select run_id from candidates where sweep = $sweep
+  union all select run_id from iterations where sweep = $sweep))"""
+
+# the latest run (LATEST_RUN) and the latest finished one
+LATEST_RUNS_SQL = ("select " + LATEST_RUN + " as latest, (select max(run_id) from runs "
+                   "where sweep = $sweep and status = 'finished') as finished")
+
 BEST_SQL = """
 with scope as (
   select * from candidates
   where sweep = $sweep and ($run_id is null or run_id = $run_id)
-    and ($run_id is not null or run_id = (select max(run_id) from candidates where sweep = $sweep))
+    and ($run_id is not null or run_id = """ + LATEST_RUN + """)
 ), """ + NAMED_CTE + """
 select device_class, dims, candidate_id, compute_method, memory_method, latency_method,
        params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, reference_ms, vs_reference,
@@ -558,12 +608,13 @@ order by f.device_class, f.dims, coalesce(f.candidate_id = n.named_id, false) de
 """
 
 # kopt propose: per device class, the latest iteration state of the sweep's latest run
+# (LATEST_RUN, as kopt best), with the run's record
 LATEST_STATES_SQL = """
 select r.run_id, r.backend, r.devices, i.iteration, i.device_class, i.state
-from runs r join iterations i using (run_id)
-where r.sweep = $sweep
+from runs r left join iterations i using (run_id)
+where r.sweep = $sweep and r.run_id = """ + LATEST_RUN + """
 qualify row_number() over (partition by i.device_class
-                           order by r.run_id desc, i.iteration desc, i.created_at desc) = 1
+                           order by i.iteration desc nulls last, i.created_at desc) = 1
 """
 
 # kopt report's figures of one run
@@ -725,6 +776,9 @@ select iteration, device_class, candidate_id, is_baseline, status, median_ms, sp
 from candidates where run_id = ? order by iteration, created_at, candidate_id
 """
 VERSIONS_SQL = "select * from versions where run_id = ? order by iteration, try_no, created_at"
+# kopt lineage: the loop's named best per device class of a run (NAMED_CTE, as kopt best)
+NAMED_BEST_SQL = "with " + NAMED_CTE + """
+select device_class, named_id from named where run_id = ? and named_id is not null"""
 # issue 14.1: a run's time breakdown, the rows of its latest process (a resumed run has one
 # set per process)
 PHASES_SQL = """
@@ -814,8 +868,9 @@ class Database:
         up to :data:`COMPACTED_TRIES` times when a part file it listed was compacted away
         by a writer before it was read (a detached try's driver compacts the store while
         `kopt wait` polls it)."""
+        need = set().union(*(tables_of(sql) for sql, _ in statements))
         for attempt in range(1, COMPACTED_TRIES + 1):
-            con = connect(self.root)
+            con = connect(self.root, need)
             try:
                 out = []
                 for sql, params in statements:
@@ -855,10 +910,20 @@ class Database:
                 for r in self._records(ITERATION_STATES_SQL, [run_id])]
 
     def latest_states(self, sweep: str) -> list[dict[str, Any]]:
-        """Per device class, the latest iteration state of ``sweep``'s latest run:
+        """Per device class, the latest iteration state of ``sweep``'s latest run (the
+        latest that stored a result, as :meth:`best` and :meth:`latest_runs`):
         ``run_id``, ``backend``, ``devices`` (JSON), ``iteration``, ``device_class``,
-        ``state`` (JSON). Empty when the sweep has no iteration stored."""
+        ``state`` (JSON). A run with no iteration stored (interrupted in its first) is one
+        row with ``iteration``, ``device_class`` and ``state`` None; empty when the sweep
+        has no run that stored a result."""
         return self._records(LATEST_STATES_SQL, {"sweep": sweep})
+
+    def latest_runs(self, sweep: str) -> tuple[str | None, str | None]:
+        """``(latest, finished)``: the run id ``kopt best``, ``export`` and ``propose`` read
+        by default (the latest that stored a result, interrupted or not) and the latest
+        finished run's (None where there is none)."""
+        row = self._records(LATEST_RUNS_SQL, {"sweep": sweep})[0]
+        return row["latest"], row["finished"]
 
     def candidate_build(self, run_id: str, candidate_id: str
                         ) -> tuple[str | None, str | None] | None:
@@ -885,6 +950,14 @@ class Database:
         median), ``median_ms`` (smallest), ``dims`` (smallest JSON), ``build_id``."""
         return self._records(RANK_SQL, {"run_id": run_id, "iteration": iteration,
                                         "device_class": device_class, "rung": rung})
+
+    def rank_medians(self, run_id: str, iteration: int, device_class: str,
+                     rung: int) -> list[dict[str, Any]]:
+        """Correct candidates of one successive-halving rung measured at every problem size
+        the rung measured, unordered, without the baseline (for a rung whose baseline
+        failed): ``candidate_id``, ``is_baseline``, ``medians`` (ms, one per size)."""
+        return self._records(RANK_MEDIANS_SQL, {"run_id": run_id, "iteration": iteration,
+                                                "device_class": device_class, "rung": rung})
 
     def best(self, sweep: str, run_id: str | None = None) -> list[dict[str, Any]]:
         """The best correct final-rung candidate per device class and dims of ``sweep``'s
@@ -975,6 +1048,13 @@ class Database:
         """Every candidate row of ``run_id`` with its figures and lineage columns, by
         iteration (``submitter`` 'sweep' where a store predates the column)."""
         return self._records(LINEAGE_ROWS_SQL, [run_id])
+
+    def named_best(self, run_id: str) -> dict[str, str]:
+        """Device class -> the candidate id the loop named best in ``run_id`` (its closing
+        contest's pick, else the last iteration's winner: NAMED_CTE, as :meth:`best`);
+        a class without a stored iteration state is left out."""
+        return {r["device_class"]: r["named_id"]
+                for r in self._records(NAMED_BEST_SQL, [run_id])}
 
     def versions(self, run_id: str) -> list[dict[str, Any]]:
         """The ``versions`` rows of ``run_id`` (one per submitted version and try)."""

@@ -50,10 +50,11 @@ class Exported:
     """What :func:`export` wrote: ``header``, ``t4`` and ``sources`` (paths), and ``rows``:
     one dict per device class and problem size (``device_class``, ``macro``, ``size``,
     ``dims``, ``candidate_id``, ``defines``, ``median_ms``); ``notes``: why no source was
-    written, or that the sweep folder changed since the run."""
+    written, or that the sweep folder changed since the run; ``run_id``: the run exported."""
 
     header: Path
     t4: Path
+    run_id: str = ""
     sources: list[Path] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -123,7 +124,7 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
                           "one run of each (--run)")
     out.mkdir(parents=True, exist_ok=True)
     info = Database(store).run_info(run) or {}
-    res = Exported(header=out / f"{sweep}.h", t4=out / f"{sweep}.t4.json")
+    res = Exported(header=out / f"{sweep}.h", t4=out / f"{sweep}.t4.json", run_id=run)
     res.header.write_text(header_text(sweep, run, rows))
     res.t4.write_text(json.dumps(t4_results(rows), indent=1) + "\n")
     from kopt.report import source_notes

@@ -142,6 +142,25 @@ def rank(store: Path, run_id: str, iteration: int, device_class: str,
     return rows
 
 
+def rank_rung(store: Path, run_id: str, iteration: int, device_class: str,
+              rung: int) -> list[dict[str, Any]]:
+    """Successive halving's ranking of one rung: :func:`rank`; where that is empty in a
+    later rung (its baseline failed on some problem size, e.g. timed out under load, so no
+    candidate has a speedup), the rung's correct candidates by the geometric mean of their
+    medians across the sizes, fastest first, ``speedup`` None: the same order as by
+    speedup over one baseline, so the next rung still gets the best of this one. Rung 0
+    gets no such fallback: a baseline that fails its screen stops the loop as in
+    :func:`close_iteration`."""
+    rows = rank(store, run_id, iteration, device_class, rung=rung)
+    if rows or rung == 0:
+        return rows
+    rows = Database(store).rank_medians(run_id, iteration, device_class, rung)
+    for r in rows:
+        r["speedup"], r["gm_ms"] = None, geo_mean(r.pop("medians"))
+    rows.sort(key=lambda r: (r["gm_ms"], r["candidate_id"]))
+    return rows
+
+
 def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: int,
                     scores_before: dict[str, float], bottleneck_before: str | None
                     ) -> IterState:

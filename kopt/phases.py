@@ -33,7 +33,8 @@ PHASE_HELP = {
     "checks": "checks before Ray (store, --resume, backend)",
     "ray": "Ray started or attached",
     "devices": "device actors asked for until every one answered (sandboxes, torch)",
-    "reference": "ref.py's inputs and reference on one device per class",
+    "reference": "ref.py's inputs and reference on one device per class (per device, also "
+                 "ref.py's timing after the first iteration's candidates)",
     "first_build": "first build submitted until the first build result",
     "first_result": "first job sent until the first outcome came back",
     "run": "the driver's run, start to end",
@@ -43,12 +44,31 @@ PHASE_HELP = {
 }
 
 
+_ADOPTED: list[float] = []  # a command's start handed to this process (adopt_start)
+
+
+def adopt_start(epoch: float) -> None:
+    """Count this process's phases from ``epoch`` (epoch seconds) instead of its own start:
+    a driver kept ready by the kopt service (kopt.launchpad) runs a command whose process,
+    the `kopt` front (kopt.front), started then."""
+    _ADOPTED[:] = [float(epoch)]
+    process_start_epoch.cache_clear()
+
+
+def adopted() -> bool:
+    """Whether this process runs a command handed to it (:func:`adopt_start`)."""
+    return bool(_ADOPTED)
+
+
 @functools.cache
 def process_start_epoch() -> float:
     """The wall-clock time (epoch seconds) at which this process started, from
     ``/proc/self/stat`` (start time in clock ticks since boot) and ``/proc/uptime``; the
     time of the first call where ``/proc`` cannot be read (not Linux). Read once per
-    process: both files count in 10 ms ticks, so two readings can differ by that much."""
+    process: both files count in 10 ms ticks, so two readings can differ by that much.
+    After :func:`adopt_start`, the epoch given there."""
+    if _ADOPTED:
+        return _ADOPTED[0]
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -173,8 +193,9 @@ class PhaseRecorder:
 def phase_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, float, float, float]]:
     """A text table of a run's phases (Kernel Tuner prints its phase times so): per
     run-level phase ``(phase, where, start s, end s, duration s)`` in order, then per device
-    and device phase its total seconds (start and end: its first start, last end), then the
-    builds' compiler seconds."""
+    and device phase its total seconds (start and end: its first start, last end; the phase
+    named ``busy x140`` when it is the sum of 140 intervals, so that its seconds are not read
+    as its span), then the builds' compiler seconds (``build xN``)."""
     out = [(r["phase"], "run", r["start_s"], r["end_s"], r["end_s"] - r["start_s"])
            for p in RUN_PHASES for r in rows if r["phase"] == p and not r.get("device")]
     groups: dict[tuple[str, str], list[float]] = {}  # (where, phase) -> first, last, total, n
@@ -188,5 +209,5 @@ def phase_summary(rows: list[dict[str, Any]]) -> list[tuple[str, str, float, flo
     order = {p: k for k, p in enumerate((*DEVICE_PHASES, "build"))}
     for (where, p), (a, b, total, n) in sorted(groups.items(), key=lambda kv: (
             kv[0][0] == "compilers", kv[0][0], order.get(kv[0][1], len(order)))):
-        out.append((f"build x{n}" if p == "build" else p, where, a, b, total))
+        out.append((f"{p} x{n}" if n > 1 or p == "build" else p, where, a, b, total))
     return out

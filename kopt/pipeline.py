@@ -47,12 +47,12 @@ from kopt.catalog import Catalog, load_catalog
 from kopt.database import Database
 from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
 from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
-from kopt.loop import IterState, rank
+from kopt.loop import IterState, rank_rung
 from kopt.observer import Observer
 from kopt.paths import broken_link
-from kopt.phases import PhaseRecorder
-from kopt.probe import speaks_http2
-from kopt.runner import ACTOR_START_TIMEOUT_S, RayRunner, SweepError
+from kopt.phases import PhaseRecorder, adopted
+from kopt.probe import NOT_RAY, head_problem
+from kopt.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, SweepError
 from kopt.scheduler import MAX_JOB_ATTEMPTS, Scheduler
 from kopt.service import (
     QueueRunner,
@@ -73,6 +73,7 @@ from kopt.store import (
     now,
     run_record,
     stored_json,
+    warm_arrow,
 )
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
 from kopt.strategy.contests import SOLO_ROUNDS
@@ -87,7 +88,9 @@ from kopt.strategy.ncu_loop import (
 from kopt.strategy.profiling import profile, resolve
 from kopt.strategy.profiling import warm_up as warm_ncu
 from kopt.strategy.random_sample import RANDOM_FRACTION
+from kopt.words import counted
 from workers import build as wbuild
+from workers import ncu as wncu
 from workers.prestart import Prestarted, Prestarter
 from workers.records import RunJob, RunOutcome, Status, TuningRecord
 
@@ -160,7 +163,7 @@ def cluster_address(path: str | Path) -> str:
     """
     import yaml
 
-    from kopt.contract import check_plain_file, too_deep
+    from kopt.contract import check_plain_file, too_deep, yaml_error_line
 
     p = Path(path)
     check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
@@ -169,7 +172,7 @@ def cluster_address(path: str | Path) -> str:
     except RecursionError:
         raise SweepError(too_deep(f"--cluster {p}", "YAML")) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = yaml_error_line(e)
         raise SweepError(f"--cluster {p}: cannot read it ({first}); pass the Ray "
                          "cluster-launcher YAML you brought up with `ray up`") from None
     if cfg is not None and not isinstance(cfg, dict):
@@ -255,22 +258,16 @@ def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
         SweepError: ``address`` is not HOST:PORT, no head answers there, or Ray cannot
             ship ``runtime_env`` (e.g. the sweep folder is over Ray's upload limit).
     """
-    import socket
-
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or ":" in host:
+    problem = head_problem(address)
+    if problem == "format":
         raise SweepError(f"{source}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
     up = (f"`ray up {source.split(' ', 1)[1]}`" if source.startswith("--cluster")
           else "`ray up ray_cluster.yaml`")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except OSError:
+    if problem == "silent":
         raise SweepError(f"{source}: no Ray head answers at {address}; bring the cluster up "
-                         f"with {up} (or start one with `ray start --head`)") from None
-    if not speaks_http2(host, int(port)):  # Ray would retry for 90 s and more
-        raise SweepError(f"{source}: what answers at {address} is not a Ray head (no gRPC "
-                         "there); give the head's GCS address (`ray status` on the head "
-                         "shows it; port 6379 by default)")
+                         f"with {up} (or start one with `ray start --head`)")
+    if problem:  # Ray would retry for 90 s and more
+        raise SweepError(f"{source}: " + NOT_RAY.format(address=address))
     try:
         ensure_ray(address, runtime_env)
     except ConnectionError as e:
@@ -338,6 +335,9 @@ class Driver:
         phases: the run's time breakdown so far (kopt.phases; default: a new one).
         prestarted: harnesses started before Ray (workers.prestart.Prestarter.started),
             offered to the device actors of the embedded instance.
+        attach: the command's ``address`` and ``cluster`` as given (None: neither), kept
+            in the run's ``options`` so that a resume command keeps its Ray head
+            (kopt.store.recorded_resume_command).
 
     Raises:
         ValueError: an unknown strategy.
@@ -350,8 +350,10 @@ class Driver:
                  strategy: str | None = None, seed: int | None = None,
                  submission: Any = None, phases: PhaseRecorder | None = None,
                  queue: dict[str, Any] | None = None,
-                 prestarted: dict[str, Prestarted] | None = None):
+                 prestarted: dict[str, Prestarted] | None = None,
+                 attach: dict[str, str | None] | None = None):
         self.phases = phases or PhaseRecorder()
+        self.attach = attach or {}  # --address / --cluster as given: kept in the run's options
         self.prestarted = prestarted
         self.queue = queue  # the warm service's config (kopt.service): its devices are used
         self.submission = submission  # kopt.strategy.submitted.Submitted: one more iteration
@@ -453,6 +455,7 @@ class Driver:
         warm_ncu(self.ctx, self.ncu_names)
         try:
             self._iterate(bool(stored))
+            self._time_references()  # an iteration that measured nothing left them
             close_loop_on_devices(self.ctx, self.loop)
         except KeyboardInterrupt:
             self._interrupted(t_start, prev)
@@ -506,7 +509,7 @@ class Driver:
             self.builder.use_actors(self.runner.builders(), self.runner.who)
         self.phases.begin("devices")
         infos = self.runner.start(self._while_devices_start, self.phases)
-        self.phases.end("devices", detail=f"{len(infos)} device actors" + (
+        self.phases.end("devices", detail=counted(len(infos), "device actor") + (
             f" (warm: kopt service at {self.queue['address']})" if self.queue else ""))
         if isinstance(self.runner, QueueRunner):
             self.runner.check_reads(self.sweep.reference)
@@ -547,20 +550,25 @@ class Driver:
     def _check_reference(self) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py.
-        With ``reference_timing`` (the default), that device then times the reference
-        (:meth:`_time_reference`) where this run has no ``reference`` row for the class and
-        problem size yet (a resumed run, a submitted iteration reuse the one stored); its
-        rows are written with the run's first records."""
+        With ``reference_timing`` (the default), the reference is timed where this run has
+        no ``reference`` row for the class and problem size yet (a resumed run, a submitted
+        iteration reuse the one stored) once the first iteration's candidates are measured
+        (:meth:`_time_references`)."""
         seen: set[str] = set()
         self.phases.begin("reference")
-        self._ref_rows: list[dict[str, Any]] = []
+        self._ref_todo: list[tuple[str, dict[str, int]]] = []
         timed = Database(self.store).timed_references(self.resume) if self.resume else set()
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             self.phases.begin("reference", self.runner.infos[i])
             for d in self.space.dims:
-                res = self.runner.call(i, "prepare",
-                                       RunJob("reference", "", d, self._common).payload())
+                try:
+                    res = self.runner.call(i, "prepare",
+                                           RunJob("reference", "", d, self._common).payload())
+                except DeviceError as e:  # its node died before anything was built
+                    raise SweepError(f"the {dc} device checking ref.py at dims {d} was lost "
+                                     f"({e}); nothing was built or measured: run the sweep "
+                                     "again") from None
                 if res["status"] != Status.OK:
                     raise SweepError(f"{self.sweep.reference}: inputs()/reference() failed for "
                                      f"dims {d} on {dc} ({res['status']}): "
@@ -571,9 +579,36 @@ class Driver:
                         for o in self.observers:
                             o.on_note(note)
                 if self.sweep.reference_timing and (dc, dumps(d)) not in timed:
-                    self._ref_rows.append(self._time_reference(i, d))
+                    self._ref_todo.append((dc, d))
             self.phases.end("reference", self.runner.infos[i])
         self.phases.end("reference")
+
+    def _time_references(self) -> None:
+        """Time the references :meth:`_check_reference` left to do, on a live device of
+        each class, and write their ``reference`` rows: after the first iteration's
+        candidates, so that the first result does not wait for them (0.2 s of an H200
+        host's queued sweep, docs/verified run 14). A device lost while it times one (its
+        node died) leaves a ``lost`` row and the next live device of the class times it; a
+        class with no live device left gets a note instead."""
+        todo, self._ref_todo = self._ref_todo, []
+        rows = []
+        for dc, d in todo:
+            live = self.runner.live(dc)
+            if not live:
+                for o in self.observers:
+                    o.on_note(f"the reference could not be timed at dims {d} on {dc}: no "
+                              "device of the class is left")
+            for i in live:
+                info = self.runner.infos[i]
+                self.phases.begin("reference", info)
+                rows.append(self._time_reference(i, d))
+                self.phases.end("reference", info, detail="ref.py timed")
+                if rows[-1]["status"] != Status.LOST:
+                    break
+        if rows:
+            self.ctx.writer.add("reference", [{**r, "run_id": self.ctx.run_id,
+                                               "created_at": now()} for r in rows])
+            self.ctx.writer.flush()
 
     def _time_reference(self, i: int, dims: dict[str, int]) -> dict[str, Any]:
         """The ``reference`` row of device ``i``'s class at ``dims``: ref.py's contender (else
@@ -583,7 +618,10 @@ class Driver:
         status and a note, never a stop."""
         info = self.runner.infos[i]
         job = {**RunJob("reference", "", dims, self._common).payload(), "job_key": "reference"}
-        res = self.runner.call(i, "time_reference", job)
+        try:
+            res = self.runner.call(i, "time_reference", job)
+        except DeviceError as e:  # its node died (test_cluster: killed mid-sweep)
+            res = {"status": Status.LOST, "error": str(e)}
         dtype = next((a.dtype for a in self.space.signature.outputs), None)
         flops, nbytes = self.sweep.work(dims)
         peak_tflops, peak_gbps = peaks(info.get("name"), dtype)
@@ -609,7 +647,11 @@ class Driver:
                    "strategy": self.strategy, "seed": self.seed,
                    "cpu_devices": self.cpu_devices, "resume": self.resume,
                    "iterations": self.iterations,
-                   "queue": self.queue["address"] if self.queue else None}
+                   "queue": self.queue["address"] if self.queue else None,
+                   "address": self.attach.get("address"),
+                   "cluster": self.attach.get("cluster"),
+                   # the kopt service's ready driver (kopt.launchpad) or the command's own
+                   "driver": "launchpad" if adopted() else "command"}
         self.run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
                         "sweep_dir": str(sweep.root), "backend": backend,
                         "devices": dumps(infos), "options": dumps(options),
@@ -617,8 +659,6 @@ class Driver:
         writer.add("runs", [{**self.run_row, "event": "running", "created_at": now()}])
         writer.add("sources", [{"source_hash": self.digest, "name": self.space.source.name,
                                 "text": self.space.source_text(), "created_at": now()}])
-        writer.add("reference", [{**r, "run_id": run_id, "created_at": now()}
-                                 for r in self._ref_rows])
         writer.flush()
         for o in self.observers:
             o.on_run(run_id, self.store)
@@ -656,6 +696,7 @@ class Driver:
         self.summary.n_candidates += sum(n for dc, n in counts.items()
                                          if not loop.states[dc].stop)
         self._measure(it, jobs, builds)
+        self._time_references()
         self._close(it, [d for d in active if not loop.states[d].stop])
         return True
 
@@ -669,6 +710,7 @@ class Driver:
         self.summary.n_candidates += len({(j.device_class, j.candidate.candidate_id)
                                           for j in jobs})
         self._measure(it, jobs, builds)
+        self._time_references()
         self.builder.build(list(sub.prebuilds.values()))  # what its contests re-measure
         self._close(it, classes)
 
@@ -697,7 +739,7 @@ class Driver:
                 {(j.device_class, j.candidate.candidate_id) for j in batch})
             self._run_batch(f"it {it} rung {rung}" if rung else f"it {it}", batch, builds)
             if search.needs_ranking():
-                search.notify({dc: rank(self.store, self.ctx.run_id, it, dc, rung=rung)
+                search.notify({dc: rank_rung(self.store, self.ctx.run_id, it, dc, rung)
                                for dc in sorted({j.device_class for j in batch})})
 
     def _profile_baseline(self) -> None:
@@ -1004,6 +1046,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     """
     phases = PhaseRecorder()
     phases.span("startup", 0.0, phases.now())
+    attach = {"address": address, "cluster": str(cluster) if cluster else None}
+    threading.Thread(target=warm_arrow, daemon=True).start()  # pandas, off the critical path
     phases.begin("checks")
     if resume:
         RunLock(store, resume).check()  # before Ray starts: one run has one writer
@@ -1022,6 +1066,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     pre = prestart_sandboxes(sweep, backend, cpu_devices) if local and not resume else None
     if pre is not None:  # this node builds early: its compiler identity, while Ray starts
         wbuild.start_identity(sweep.space(pre.device).toolchain)
+        if pre.device == "cuda" and sweep.ncu.top_k > 0:  # and its ncu's metric list
+            wncu.start_query()
     try:
         phases.begin("ray")
         _start_ray(sweep, cluster, address, observers)
@@ -1033,7 +1079,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
                       iterations=iterations, observers=observers, strategy=strategy,
                       seed=seed, phases=phases, queue=svc,
-                      prestarted=pre.started if pre is not None else None).run()
+                      prestarted=pre.started if pre is not None else None,
+                      attach=attach).run()
     finally:
         if pre is not None:
             pre.close()

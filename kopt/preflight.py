@@ -11,6 +11,7 @@ from kopt.catalog import load_catalog
 from kopt.expand import iter_candidates, space_digest
 from kopt.pipeline import build_id, job_base
 from kopt.spec import Sweep, launch_geometry
+from kopt.words import counted
 from workers import build as wbuild
 from workers.records import Status
 from workers.sandbox import Sandbox
@@ -74,7 +75,8 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
                                    "command": res.command, "compile_s": res.compile_s,
                                    "registers": res.registers, "smem_bytes": res.smem_bytes,
                                    "spill_bytes": res.spill_bytes, "dims": space.dims[0],
-                                   "candidates": f"{n_cands} (x {len(space.dims)} problem sizes)"}
+                                   "candidates": f"{n_cands} (x "
+                                   f"{counted(len(space.dims), 'problem size')})"}
             if space.launch is not None:  # kernel mode: the baseline's launch at the first size
                 out["launch"] = _launch_line(sweep, space, base.defines)
             if not res.ok:

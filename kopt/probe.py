@@ -38,3 +38,23 @@ def speaks_http2(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> bo
     except OSError:  # refused, reset, or silent past timeout_s
         return False
     return head[3] == SETTINGS_TYPE
+
+
+NOT_RAY = ("what answers at {address} is not a Ray head (no gRPC there); give the head's GCS "
+           "address (`ray status` on the head shows it; port 6379 by default)")
+
+
+def head_problem(address: str, connect_timeout_s: float = 5.0) -> str:
+    """What stands in the way of attaching to a Ray head at ``address``, checked in seconds
+    before ``ray.init`` is tried: ``"format"`` (not ``HOST:PORT``), ``"silent"`` (nothing
+    accepts a TCP connection there within ``connect_timeout_s`` s), ``"not_ray"`` (it does
+    not answer HTTP/2, :func:`speaks_http2`: :data:`NOT_RAY` words it), or ``""``. Never
+    raises."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or ":" in host:
+        return "format"
+    try:
+        socket.create_connection((host, int(port)), timeout=connect_timeout_s).close()
+    except (OSError, OverflowError):
+        return "silent"
+    return "" if speaks_http2(host, int(port)) else "not_ray"

@@ -50,11 +50,14 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
     - ``trigger_evidence``: the NCU evidence behind the triggers (:func:`trigger_evidence`),
       read from the current best's latest profile; None without one.
 
-    Without a stored run of this sweep it answers for iteration 1 on this machine's
-    device (no NCU evidence: every method counts as triggered).
+    It reads the sweep's latest run, as ``kopt best`` does (the latest that stored a
+    result, also when it was interrupted: then it answers for the iteration its resume
+    goes on with). Without a stored run of this sweep it answers for iteration 1 on this
+    machine's device (no NCU evidence: every method counts as triggered).
     """
     cat = load_catalog()
-    rows = complete_rows(Database(store).latest_states(sweep.name),
+    got = Database(store).latest_states(sweep.name)
+    rows = complete_rows([r for r in got if r["iteration"] is not None] or _first(got),
                          ("iteration", "device_class", "backend", "state"),
                          f"iteration state rows of sweep {sweep.name!r}")
     if not rows:
@@ -62,6 +65,19 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
         rows = [{"run_id": None, "backend": backend, "device_class": dc, "iteration": 0,
                  "state": IterState().to_json(), "sm": sm}]
     return [_plan(sweep, store, r, cat) for r in rows]
+
+
+def _first(got: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Iteration 1's rows (one per device class of the run's record) of a latest run that
+    stored no iteration state (interrupted in its first): what its resume goes on with."""
+    if not got:
+        return []
+    r = got[0]
+    classes = dict.fromkeys(d.get("device_class") for d in stored_json(r["devices"], "devices",
+                                                                      list)
+                            if isinstance(d, dict))
+    return [{**r, "device_class": dc, "iteration": 0, "state": IterState().to_json()}
+            for dc in classes]
 
 
 def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalog

@@ -11,6 +11,7 @@ from kopt.compare import RULE
 from kopt.database import Database
 from kopt.loop import IterState
 from kopt.store import complete_rows, no_run, stored_json
+from kopt.words import counted
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -119,7 +120,7 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
 
     md = [f"# kopt report: {rec['sweep']}, run {run_id}", "",
           f"Status: {rec['status']}; backend {rec['backend']}; "
-          + (f"{rec['n_candidates']} candidates, {rec['n_jobs']} jobs; wall "
+          + (f"{counted(rec['n_candidates'], 'candidate')}, {counted(rec['n_jobs'], 'job')}; wall "
              f"{rec.get('wall_s') or 0:.1f} s; " if rec.get("n_jobs") is not None else
              "candidates, jobs and wall time not recorded (the run stopped before its end); ")
           + "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
@@ -158,8 +159,8 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
             rs = [r for r in rungs if r["iteration"] == st.iteration and r["device_class"] == dc]
             if len(rs) > 1:
                 md.append(f"\nIteration {st.iteration}, successive halving: " + "; ".join(
-                    f"rung {r['rung']} measured {r['n']} candidates (up to {r['samples']} "
-                    "samples each)" for r in rs))
+                    f"rung {r['rung']} measured {counted(r['n'], 'candidate')} (up to "
+                    f"{counted(r['samples'], 'sample')} each)" for r in rs))
         last = sts[-1]
         best = closing.get("best") or last.best or {}
         if not best.get("candidate_id"):
@@ -416,7 +417,8 @@ def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
                 "before the `phases` table)."]
     md = ["", "## Where the time went", "",
           "Seconds since the driver process started (interpreter and imports included); "
-          "per device: the total of each kind of interval. Timeline: `timeline.png`.", "",
+          "per device: the total of each kind of interval (`busy x140`: the sum of 140 "
+          "intervals between the first start and the last end). Timeline: `timeline.png`.", "",
           "| phase | where | start s | end s | seconds |", "|---|---|---|---|---|"]
     md += [f"| {p} | {w} | {a:.2f} | {b:.2f} | {d:.2f} |" for p, w, a, b, d in
            phase_summary(rows)]

@@ -46,11 +46,13 @@ from typing import Any
 import ray
 from pydantic import Field
 
+from kopt import launchpad
 from kopt.devices import Slot
 from kopt.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.phases import PhaseRecorder
-from kopt.probe import speaks_http2
+from kopt.probe import NOT_RAY, head_problem
 from kopt.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
+from kopt.words import counted
 from workers.build_actor import process_alive
 from workers.records import RunOutcome
 
@@ -210,7 +212,7 @@ class QueueRunner(RayRunner):
                 return ray.get(getattr(self.actors[i], method).remote(*args), timeout=timeout)
             except ray.exceptions.RayActorError as e:
                 if n >= CALL_ATTEMPTS or back(self.config["devices"][i]) is None:
-                    raise DeviceError(f"device actor died under {n} calls of {method}: "
+                    raise DeviceError(f"device actor died under {counted(n, 'call')} of {method}: "
                                       f"{e}") from None
             except (ray.exceptions.RayError, TimeoutError) as e:
                 raise DeviceError(f"device actor failed: {e}") from None
@@ -285,6 +287,8 @@ class ServiceRecord(RecordModel):
     temp_dir: str | None = None
     token: str | None = None
     started_at: Any = None
+    launch: str | None = None  # its launchpad's socket (kopt.launchpad)
+    launch_pid: int | None = Field(None, ge=2, le=MAX_PID)
 
 
 def read_state() -> dict[str, Any]:
@@ -310,6 +314,9 @@ def recorded_address(option: str = "--queue") -> str:
         ServiceError: none is recorded.
     """
     addr = read_state().get("address")
+    if not addr and option == "kopt serve stop":  # nothing to stop: starting one is no fix
+        raise ServiceError(f"{option}: no kopt service is recorded in {state_path()}: nothing "
+                           "started here to stop (one elsewhere: pass its --address HOST:PORT)")
     if not addr:
         raise ServiceError(f"{option}: no kopt service is recorded in {state_path()}; start "
                            "one with `kopt serve start`, or pass --address HOST:PORT of one")
@@ -378,13 +385,17 @@ def start_head(num_cpus: int | None = None) -> dict[str, Any]:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + HEAD_START_S
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            return {"address": f"127.0.0.1:{port}", "pgid": proc.pid, "temp_dir": tmp,
-                    "token": token, "head_start": _start_ticks(proc.pid)}
-        except OSError:
-            time.sleep(0.5)
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                return {"address": f"127.0.0.1:{port}", "pgid": proc.pid, "temp_dir": tmp,
+                        "token": token, "head_start": _start_ticks(proc.pid)}
+            except OSError:
+                time.sleep(0.5)
+    except BaseException:  # Ctrl-C while it starts: it ran on, unrecorded, for ever
+        _stop_head({"pgid": proc.pid, "temp_dir": tmp})
+        raise
     _stop_head({"pgid": proc.pid, "temp_dir": tmp})
     raise ServiceError(f"kopt serve start: the Ray head did not come up in {HEAD_START_S:.0f} s "
                        f"(see {log}); nothing was started")
@@ -502,21 +513,17 @@ def connect(address: str, option: str, ship: bool = True) -> None:
     import kopt
     import workers
 
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    problem = head_problem(address)
+    if problem == "format":
         raise ServiceError(f"{option}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except OSError:
+    if problem == "silent":
         fix = ("start one with `ray start --head`, or run `kopt serve start` without "
                "--address" if option.startswith("--") else
                "that service has stopped: `kopt serve stop` removes the record, then "
                "`kopt serve start` starts a new one")
-        raise ServiceError(f"{option}: no Ray head answers at {address}; {fix}") from None
-    if not speaks_http2(host, int(port)):  # Ray would retry for 90 s and more
-        raise ServiceError(f"{option}: what answers at {address} is not a Ray head (no gRPC "
-                           "there); give the head's GCS address (`ray status` on the head "
-                           "shows it; port 6379 by default)")
+        raise ServiceError(f"{option}: no Ray head answers at {address}; {fix}")
+    if problem:  # Ray would retry for 90 s and more
+        raise ServiceError(f"{option}: " + NOT_RAY.format(address=address))
     renv = {"py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)]}
     use_token(address)
     try:
@@ -588,7 +595,16 @@ def _start_here(backend: str, cpu_devices: int, num_cpus: int | None) -> dict[st
         raise ServiceError(f"kopt serve start: the kopt service started here still runs at "
                            f"{prev.get('address')} (recorded in {state_path()}); stop it "
                            "first with `kopt serve stop`, or use it: `kopt sweep ... --queue`")
-    return _start_on(None, start_head(num_cpus), backend, cpu_devices)
+    own = start_head(num_cpus)
+    cfg = _start_on(None, own, backend, cpu_devices)
+    try:  # queued sweeps' drivers kept ready on this machine (a first result within 1 s)
+        sock, pid = launchpad.start(own["pgid"], state_path().with_name("service-launch.log"))
+        _write_state({**read_state(), "launch": sock, "launch_pid": pid})
+        launchpad.wait_ready(sock)  # warm means its first queued sweep starts at once too
+    except BaseException:  # Ctrl-C: not started after all (its head, actors, launchpad)
+        stop_service()
+        raise
+    return {**cfg, "launch": sock}
 
 
 def _start_on(address: str | None, own: dict[str, Any], backend: str, cpu_devices: int
@@ -680,7 +696,8 @@ def stop_service(address: str | None = None) -> list[str]:
     It does not wait for sweeps running on it: they lose their devices (their jobs left
     become ``lost`` rows) and, with the service's own head, their Ray. Returns the names of
     the actors stopped (or a line for its own head when only that was left to stop; [] when
-    nothing was running).
+    nothing was running), then ``its launchpad: pid N`` when its launchpad (the ready
+    sweep driver's process, kopt.launchpad) was running and is stopped.
 
     Raises:
         ServiceError: nothing is recorded and no ``address`` given; no head answers at a
@@ -703,23 +720,33 @@ def stop_service(address: str | None = None) -> list[str]:
             raise
         foreign = _group_alive(own["pgid"]) and not own_head(own)
         was_up = not foreign and _group_alive(own["pgid"])
+        pad = _stop_launchpad(own)
         _stop_head(own)  # its own head: stopped whatever is left on it
         state_path().unlink(missing_ok=True)
         if foreign:
             raise ServiceError(_foreign_line(own)) from None
         # trial 13 N-D3: a head that ran but did not answer was reported as gone already
-        return [f"its Ray head: process group {own['pgid']}, which did not answer at "
-                f"{addr}"] if was_up else []
+        return ([f"its Ray head: process group {own['pgid']}, which did not answer at "
+                f"{addr}"] if was_up else []) + pad
     cfg = ray.get(reg.config.remote(), timeout=60)
     stopped = [n for n in cfg["devices"] if _stop_device(n)]
     stopped += [n for n in cfg.get("builders") or [] if _kill(n)]
     ray.kill(reg, no_restart=True)
     ray.shutdown()
+    pad = _stop_launchpad(own) if own is not None else []
     if own is not None:
         _stop_head(own)
     if state.get("address") == addr:
         state_path().unlink(missing_ok=True)
-    return [*stopped, REGISTRY]
+    return [*stopped, REGISTRY, *pad]
+
+
+def _stop_launchpad(own: dict[str, Any]) -> list[str]:
+    """Stop the recorded launchpad (kopt.launchpad.stop: only a process that is it, only
+    its own folder removed); ``["its launchpad: pid N"]`` when one was running, else []."""
+    if own.get("launch") and launchpad.stop(own["launch"], own.get("launch_pid")):
+        return [f"its launchpad: pid {own.get('launch_pid')}"]
+    return []
 
 
 def _foreign_line(own: dict[str, Any]) -> str:
@@ -779,9 +806,12 @@ def service_status(address: str | None = None) -> dict[str, Any]:
         builders = [_builder_state(n) for n in cfg.get("builders") or []]
     finally:
         ray.shutdown()
+    rec = read_state()
+    launch = (launchpad.state_of(rec["launch"]) if rec.get("address") == addr
+              and rec.get("launch") else None)
     return {"address": addr, "backend": cfg["backend"], "started_at": cfg["started_at"],
             "sweeps_served": served["served"], "sweeps_running": served["running"],
-            "devices": devices, "builders": builders}
+            "devices": devices, "builders": builders, "launchpad": launch}
 
 
 def driver_alive(who: str) -> bool:

@@ -36,7 +36,14 @@ from pydantic import (
 )
 
 from kopt.catalog import Catalog, load_catalog
-from kopt.contract import ContractError, Signature, parse_signature_file, read_text, too_deep
+from kopt.contract import (
+    ContractError,
+    Signature,
+    parse_signature_file,
+    read_text,
+    too_deep,
+    yaml_error_line,
+)
 from kopt.expr import _FUNCS, all_of, inline
 from kopt.paths import resolved
 from workers import deps
@@ -381,7 +388,53 @@ def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool =
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
+    """A pydantic error location as kopt's other spec errors name a field: ``dims[0].N``."""
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+# pydantic's location tags of a union's members (a launch param value: int | float | str)
+_UNION_TAGS = {"int": "an integer", "float": "a number", "str": "a string", "bool": "a boolean"}
+
+
+def _merged_unions(errors: list[Any]) -> list[Any]:
+    """``errors`` with the errors of one value that no member of its union type took (two
+    or more, each located at the value plus a type tag) merged into one error at the value:
+    "Input should be an integer, a number or a string"."""
+    tried: dict[tuple[Any, ...], list[str]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if len(loc) > 1 and loc[-1] in _UNION_TAGS:
+            tried.setdefault(loc[:-1], []).append(_UNION_TAGS[loc[-1]])
+    out: list[Any] = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        kinds = tried.get(loc[:-1], []) if len(loc) > 1 else []
+        if len(kinds) < 2 or loc[-1] not in _UNION_TAGS:
+            out.append(err)
+        elif kinds[0] == _UNION_TAGS[loc[-1]]:  # the value's first error stands for them all
+            either = ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
+            out.append({**err, "loc": loc[:-1], "msg": f"Input should be {either}"})
+    return out
+
+
+def _schema_error_line(spec_path: Path, err: Any) -> str:
+    """One line for one pydantic error of sweep.yaml: the file, the field, what is wrong and
+    the fix."""
+    field = _fmt_loc(err["loc"])
+    if err["type"] == "extra_forbidden":
+        why = ("unknown field; remove it or correct its name (docs/spec.md lists the fields a "
+               "sweep.yaml takes)")
+    elif err["type"] == "missing":
+        up, _, leaf = field.rpartition(".")
+        where = f"`{leaf}:` under `{up}:`" if up else f"`{field}:`"
+        why = f"required field is missing; add {where} (docs/spec.md describes it)"
+    else:
+        why = (f"{err['msg']} (got {err.get('input')!r}); write it in the form docs/spec.md "
+               f"shows for `{field}`")
+    return f"{spec_path}: field '{field}': {why}"
 
 
 def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
@@ -408,24 +461,15 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     except RecursionError:
         raise SpecError(too_deep(spec_path, "YAML")) from None
     except yaml.YAMLError as e:
-        text = str(e).replace("<unicode string>", str(spec_path))
-        raise SpecError(f"{spec_path}: not valid YAML: {text}") from None
+        raise SpecError(f"{spec_path}: not valid YAML: {yaml_error_line(e)}; fix the YAML "
+                        "there (docs/spec.md shows a whole sweep.yaml)") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{spec_path}: expected a mapping at the top level (kernel:, dims:, ...)")
     try:
         sf = SweepFile.model_validate(raw)
-    except ValidationError as e:
-        msgs = []
-        for err in e.errors():
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field (see docs/spec.md for the fields a sweep.yaml takes)"
-            elif err["type"] == "missing":
-                msg = "required field is missing"
-            got = err.get("input")
-            got_s = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {got!r})"
-            msgs.append(f"  field '{_fmt_loc(err['loc'])}': {msg}{got_s}")
-        raise SpecError(f"{spec_path}: invalid sweep spec:\n" + "\n".join(msgs)) from None
+    except ValidationError as e:  # one line per error, each complete
+        raise SpecError("\n".join(_schema_error_line(spec_path, err)
+                                  for err in _merged_unions(e.errors()))) from None
     return _resolve(sf, raw, spec_path, root, catalog or load_catalog())
 
 
@@ -476,7 +520,9 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
         if not e.names <= dim_names | shared.keys():
             raise err(fname, f"{text!r} names {sorted(e.names - dim_names - shared.keys())}, "
-                      "which are neither dims, scalars nor derived names")
+                      "which are neither dims, scalars nor derived names; write it over the dims "
+                      f"({', '.join(sorted({k for d in sf.dims for k in d}))}) and scalars, or "
+                      "add the name to `scalars` or `derived:`")
         via = ", ".join(sorted(shared.keys() & e.names))
         work[fname] = text = _inlined(text, shared, fname, err)
         e = parse(text)
@@ -718,7 +764,9 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                         via_s = f" through its derived names ({', '.join(via)})" if via else ""
                         raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}{via_s}, which is "
                                   f"neither a dim of {dp or 'the top-level '}dims[{i}] "
-                                  f"({', '.join(d) or 'none'}) nor in `scalars`") from None
+                                  f"({', '.join(d) or 'none'}) nor in `scalars`; write the "
+                                  f"extent over those names, or give {ex.args[0]} in every "
+                                  "problem size of dims (or in `scalars`)") from None
                     except ZeroDivisionError:
                         raise err(f"args.{a}[{j}]", f"{e!r} divides by zero with "
                                   f"{dp}dims[{i}] = {d}") from None

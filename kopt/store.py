@@ -264,6 +264,15 @@ def write_table(root: Path, table: str, sweep: str, run_id: str,
     return write_arrow(root, table, sweep, run_id, rows_table(table, rows))
 
 
+def warm_arrow() -> None:
+    """Have pyarrow import pandas now, when pandas is installed: pyarrow does so the first
+    time it converts Python objects (``pa.array`` asks its pandas shim whether the object
+    is a pandas one), which took 0.4-0.5 s of an H200 host's queued sweep between its
+    reference check and its first result (py-spy, docs/verified run 13). kopt calls it in
+    a thread while Ray starts, and in the service's ready drivers (kopt.launchpad)."""
+    pa.array([0.0])
+
+
 def rows_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
     """``rows`` as an Arrow table of ``table``'s schema (missing columns null, unknown keys
     dropped)."""
@@ -386,13 +395,36 @@ def runs_missing(root: Path | str) -> str | None:
             "copy of the store, or start a new run")
 
 
-def resume_command(sweep_dir: Path | str | None, root: Path | str, run_id: str) -> str:
+def resume_command(sweep_dir: Path | str | None, root: Path | str, run_id: str, *,
+                   queue: bool = False, address: str | None = None,
+                   cluster: str | None = None) -> str:
     """The shell command that resumes ``run_id`` of the store at ``root``, its paths quoted
-    for a POSIX shell (a folder named ``o dd [x] (1)`` pastes as one word)."""
+    for a POSIX shell (a folder named ``o dd [x] (1)`` pastes as one word). A queued sweep's
+    command keeps ``--queue`` (without it the resume starts an embedded Ray beside the
+    service), and ``--cluster`` (else ``--address``) keeps the Ray head it ran on."""
     import shlex
 
-    return (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
-            f"--resume {shlex.quote(run_id)}")
+    cmd = (f"kopt sweep {shlex.quote(str(sweep_dir))} --store {shlex.quote(str(root))} "
+           f"--resume {shlex.quote(run_id)}")
+    if cluster:
+        cmd += f" --cluster {shlex.quote(str(cluster))}"
+    elif address:
+        cmd += f" --address {shlex.quote(address)}"
+    return cmd + (" --queue" if queue else "")
+
+
+def recorded_resume_command(root: Path | str, rec: dict[str, Any]) -> str:
+    """:func:`resume_command` of the run whose latest ``runs`` row is ``rec``, with the
+    ``--queue``/``--address``/``--cluster`` it was started with (its ``options``; a run
+    recorded before they were kept gets ``--queue`` alone when it was queued).
+
+    Raises:
+        StoreError: the row's ``options`` is not a JSON object (:func:`stored_json`).
+    """
+    opts = stored_json(rec.get("options"), "options")
+    return resume_command(rec.get("sweep_dir"), root, str(rec.get("run_id")),
+                          queue=bool(opts.get("queue")), address=opts.get("address"),
+                          cluster=opts.get("cluster"))
 
 
 def no_run(root: Path | str, run_id: str) -> str:

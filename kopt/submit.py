@@ -38,6 +38,7 @@ from kopt.paths import broken_link
 from kopt.spec import Space, Sweep
 from kopt.store import complete_rows, no_run, now, stored_json
 from kopt.strategy.submitted import Submitted, Version, version_candidates, version_space
+from kopt.words import counted
 from workers.records import Status
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
@@ -174,13 +175,22 @@ def stored_source(db: Database, space: Space, source_hash: str) -> Space:
     return version_space(space, copy)
 
 
+def named_states(db: Database, run_id: str) -> dict[int, dict[str, IterState]]:
+    """The run's closed iterations' states (iteration -> device class -> state), each as
+    the next iteration sees it (:meth:`IterState.named`): where the loop's closing contest
+    named another best than an iteration's winner, that best is the parent a submitted
+    version derives from, the one ``kopt propose`` plans from and ``kopt best`` names."""
+    states: dict[int, dict[str, IterState]] = {}
+    for it, dc, js in db.iteration_states(run_id):
+        states.setdefault(it, {})[dc] = IterState.from_json(js).named()
+    return states
+
+
 def _prior(db: Database, run_id: str, retry: bool
            ) -> tuple[int, dict[int, dict[str, IterState]]]:
     """The iteration a submission runs as, and the run's states (iteration -> class ->
     state; the one before it is there)."""
-    states: dict[int, dict[str, IterState]] = {}
-    for it, dc, js in db.iteration_states(run_id):
-        states.setdefault(it, {})[dc] = IterState.from_json(js)
+    states = named_states(db, run_id)
     if not states:
         raise SubmitError([f"run {run_id}: no closed iteration to build on; wait for the "
                            "run to finish its first iteration (`kopt sweep`)"])
@@ -247,7 +257,8 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
                      if v["iteration"] == it), "")
     tries, limit = db.submit_tries(run_id, it), max_tries or sweep.submit.max_tries
     if tries >= limit:
-        raise SubmitError([f"iteration {it} of run {run_id} already had {tries} tries "
+        raise SubmitError([f"iteration {it} of run {run_id} already had "
+                           f"{counted(tries, 'try', 'tries')} "
                            f"(--max-tries {limit}, sweep.yaml submit.max_tries "
                            f"{sweep.submit.max_tries}); submit into a new iteration "
                            "(without --retry) or raise --max-tries"])
@@ -315,9 +326,7 @@ def load(sweep: Sweep, root: Path, run_id: str, it: int, try_no: int) -> Submitt
     """
     db = Database(root)
     rec = db.run_info(run_id)
-    states: dict[int, dict[str, IterState]] = {}
-    for i, dc, js in db.iteration_states(run_id):
-        states.setdefault(i, {})[dc] = IterState.from_json(js)
+    states = named_states(db, run_id)
     rows = [v for v in db.versions(run_id) if v["iteration"] == it and v["try_no"] == try_no]
     if rec is None or not rows or it - 1 not in states:
         raise SubmitError([f"run {run_id}: no try {try_no} of iteration {it} recorded in "
@@ -416,13 +425,26 @@ class Node:
         default_factory=dict)
     sizes: set[str] = dataclasses.field(default_factory=set)  # every size the node ran
     triples: dict[str, str] = dataclasses.field(default_factory=dict)  # candidate -> methods
+    damaged: int = 0  # ok rows left out: a median or speedup that is not a positive number
+    named: bool = False  # its best is the loop's named best (kopt best's), not its fastest
 
     def line(self) -> str:
         """The node as one line of text."""
         st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
-        fig = (f"best {self.best} median {self.median_ms:.4g} ms, {self.speedup:.3g}x over "
-               f"its parent{self._over()}" if self.best else "no correct candidate")
+        over = "its parent" if self.parent else "its iteration's baseline"  # a root: no parent
+        fig = (f"{'named best' if self.named else 'best'} {self.best} median "
+               f"{self.median_ms:.4g} ms, {self.speedup:.3g}x over {over}{self._over()}"
+               if self.best else self._none())
         return f"{self.label} [{self.methods or 'no methods'}]: {fig}; {st}"
+
+    def _none(self) -> str:
+        """Why the node has no best: no correct candidate, or (trial 13 N-D6) correct rows
+        whose figures were left out as damaged."""
+        if not self.damaged:
+            return "no correct candidate"
+        rows = "row" if self.damaged == 1 else "rows"
+        return (f"no correct candidate with usable figures ({self.damaged} ok {rows} left out: "
+                "a median or speedup that is not a positive number, damaged)")
 
     def _over(self) -> str:
         """`` (geometric mean of N sizes)`` when the node ran more than one problem size."""
@@ -439,16 +461,20 @@ class Node:
         fig = (f"{self.median_ms:.4g} ms, {self.speedup:.3g}x over "
                + ("parent" if self.parent else "baseline") + self._over().replace(
                    " (geometric mean of", " (geo. mean,").replace(" sizes)", " sizes)")
-               if self.best else "no correct candidate")
+               if self.best else self._none().split(" (")[0])
         st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
-        return "\n".join([head, self.methods or "no methods", fig, st])
+        return "\n".join([head, self.methods or "no methods",
+                          ("named best: " if self.named else "") + fig, st])
 
 
 def lineage(root: Path, run_id: str) -> list[Node]:
     """The version tree of ``run_id`` as nodes, by class, iteration, try and name (parents
     before children): one per (device class, iteration, source): a sweep's iteration (its
     methods: the winner's triple) or a submitted version (its claimed methods); a
-    re-measured parent is not a node again.
+    re-measured parent is not a node again. A node's best is its fastest correct candidate
+    (:func:`_settle`), except in the node that holds the loop's named best of its class
+    (its closing contest's pick, as ``kopt best`` names it): that one shows the named best
+    (``Node.named``).
 
     Raises:
         SubmitError: no such run.
@@ -476,9 +502,11 @@ def lineage(root: Path, run_id: str) -> list[Node]:
                               base_of.get((dc, it)) if it > 1 else None,
                               order=(it, tr or 0, name or ""))
         _take(nodes[key], r)
-    for n in nodes.values():
-        _settle(n)
-    return sorted(nodes.values(), key=lambda n: (n.key[0], n.order))
+    named = db.named_best(run_id)
+    out = sorted(nodes.values(), key=lambda n: (n.key[0], n.order))
+    for n in out:
+        _settle(n, named.pop(n.key[0], None) if named.get(n.key[0]) in n.figures else None)
+    return out
 
 
 def _take(n: Node, r: dict[str, Any]) -> None:
@@ -489,7 +517,9 @@ def _take(n: Node, r: dict[str, Any]) -> None:
     n.sizes.add(r.get("dims") or "")
     # a measured median and speedup are positive numbers; a row edited by hand or written
     # by another tool with anything else is left out of the node's figures (trial 12 Z2)
-    if r["status"] == Status.OK and _positive(r["speedup"]) and _positive(r["median_ms"]):
+    if r["status"] == Status.OK and not (_positive(r["speedup"]) and _positive(r["median_ms"])):
+        n.damaged += 1
+    elif r["status"] == Status.OK:
         n.figures.setdefault(r["candidate_id"], {})[r.get("dims") or ""] = (
             r["median_ms"], r["speedup"])
         n.triples[r["candidate_id"]] = ",".join(
@@ -501,17 +531,19 @@ def _positive(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x) and x > 0
 
 
-def _settle(n: Node) -> None:
-    """The node's best: among its candidates correct on the most of its problem sizes, the
-    one with the highest geometric mean speedup over its parent across those sizes
-    (kopt.compare.geo_mean), so that nodes run on the same sizes compare like for like;
-    its median is the geometric mean of its medians over the same sizes."""
+def _settle(n: Node, named: str | None = None) -> None:
+    """The node's best: ``named`` (the loop's named best, one of the node's correct
+    candidates) when given; else among its candidates correct on the most of its problem
+    sizes, the one with the highest geometric mean speedup over its parent across those
+    sizes (kopt.compare.geo_mean), so that nodes run on the same sizes compare like for
+    like; its median is the geometric mean of its medians over the same sizes."""
     if not n.figures:
         return
     most = max(len(f) for f in n.figures.values())
-    cid, figs = max(((c, f) for c, f in n.figures.items() if len(f) == most),
-                    key=lambda cf: (geo_mean(s for _, s in cf[1].values()), cf[0]))
-    n.best = cid
+    cid, figs = (named, n.figures[named]) if named in n.figures else max(
+        ((c, f) for c, f in n.figures.items() if len(f) == most),
+        key=lambda cf: (geo_mean(s for _, s in cf[1].values()), cf[0]))
+    n.best, n.named = cid, named in n.figures
     n.median_ms = geo_mean(m for m, _ in figs.values())
     n.speedup = geo_mean(s for _, s in figs.values())
     if n.label.startswith(f"it {n.key[1]} sweep"):
@@ -539,9 +571,19 @@ def _walk(kids: dict[Any, list[Node]], up: Node | None, key: Any, depth: int,
         _walk(kids, n, n.key, depth + 1, out)
 
 
+# the caption under the tree: which candidate a node's "best" is
+LINEAGE_CAPTION = ("best: the node's fastest correct candidate over its parent; named best: "
+                   "the loop's pick (its closing contest's, as `kopt best` names it), in the "
+                   "node that holds it; speedup: over its parent re-measured in the node's "
+                   "own iteration (a first iteration's: over its baseline), not the ratio of "
+                   "two nodes' medians")
+
+
 def lineage_text(nodes: list[Node]) -> list[str]:
-    """The tree as indented lines: each node under the node that holds its parent."""
-    return ["  " * d + ("└─ " if d else "") + n.line() for d, n, _ in lineage_order(nodes)]
+    """The tree as indented lines: each node under the node that holds its parent, then
+    :data:`LINEAGE_CAPTION` (which candidate each node's best is)."""
+    return ["  " * d + ("└─ " if d else "") + n.line()
+            for d, n, _ in lineage_order(nodes)] + [LINEAGE_CAPTION]
 
 
 def open_run(root: Path, run_id: str) -> Sweep:

@@ -39,6 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import re2
+
+from kopt.words import counted
+
 LAYER_PATTERN = r"^layer[_.\-]?\d+$"
 MIN_SHARE = 0.05  # below 5% of the trace's kernel time a kernel is left alone
 SKIP_RANGES = re.compile(r"^ProfilerStep#\d+$")
@@ -389,7 +393,7 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     """
     import yaml
 
-    from kopt.contract import check_plain_file, too_deep
+    from kopt.contract import check_plain_file, too_deep, yaml_error_line
 
     path = Path(path)
     check_plain_file(path, TriageError)
@@ -398,8 +402,8 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     except RecursionError:
         raise TriageError(too_deep(path, "YAML")) from None
     except (OSError, yaml.YAMLError) as e:
-        raise TriageError(f"{path}: cannot read the routes file ({str(e).splitlines()[0]})") \
-            from None
+        raise TriageError(f"{path}: cannot read the routes file ({yaml_error_line(e)}); fix "
+                          "it there") from None
     routes = (doc or {}).get("routes") if isinstance(doc, dict) else None
     if not isinstance(routes, list):
         raise TriageError(f"{path}: field 'routes' missing; write `routes:` with a list of "
@@ -416,13 +420,27 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
             raise TriageError(f"{path}: field 'routes[{i}].{sorted(unknown)[0]}' is unknown; "
                               "use pattern, operator, source, tuning, owner")
         try:
-            re.compile(r["pattern"])
-        except re.error as e:
-            raise TriageError(f"{path}: field 'routes[{i}].pattern' is not a regex ({e})") \
-                from None
-        out.append({k: (None if r.get(k) is None else str(r.get(k)))
-                    for k in ("pattern", "operator", "source", "tuning", "owner")})
+            compiled = route_regex(r["pattern"])
+        except re2.error as e:
+            why = e.args[0].decode(errors="replace") if e.args and isinstance(
+                e.args[0], bytes) else str(e)
+            raise TriageError(f"{path}: field 'routes[{i}].pattern' is not a regex RE2 "
+                              f"takes ({why}); write a regular expression without "
+                              "backreferences or lookaround") from None
+        out.append({**{k: (None if r.get(k) is None else str(r.get(k)))
+                       for k in ("pattern", "operator", "source", "tuning", "owner")},
+                    "regex": compiled})
     return out
+
+
+def route_regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (google-re2), case-insensitive: a route's pattern is a
+    user's, matched against kernel names of thousands of characters, and Python's
+    backtracking ``re`` takes exponential time on patterns such as ``(a+)+$`` (trial 13);
+    RE2 matches in linear time. Raises ``re2.error`` (RE2's message, not logged)."""
+    opts = re2.Options()
+    opts.log_errors, opts.case_sensitive = False, False
+    return re2.compile(pattern, opts)
 
 
 def path_table(kernels: list[dict[str, Any]], routes: list[dict[str, Any]],
@@ -433,12 +451,17 @@ def path_table(kernels: list[dict[str, Any]], routes: list[dict[str, Any]],
     for k in kernels:
         if k["share"] < min_share:
             continue
-        hit = next((r for r in routes if re.search(r["pattern"], k["kernel"], re.I)
-                    or (k["mangled"] and re.search(r["pattern"], k["mangled"], re.I))), None)
+        hit = next((r for r in routes if _matches(r, k["kernel"])
+                    or (k["mangled"] and _matches(r, k["mangled"]))), None)
         rows.append({"rank": k["rank"], "kernel": k["kernel"], "share": k["share"],
                      "known": hit is not None, "route": hit and hit["pattern"],
                      **{f: hit and hit[f] for f in ("operator", "source", "tuning", "owner")}})
     return rows
+
+
+def _matches(route: dict[str, Any], name: str) -> bool:
+    rx = route.get("regex") or route_regex(route["pattern"])  # a route made by hand
+    return rx.search(name) is not None
 
 
 def _split_params(kernel: str) -> tuple[str, str | None]:
@@ -512,7 +535,7 @@ def write_sweep_skeleton(kernel: dict[str, Any], folder: Path) -> Path:
     args = ", ".join(f"{t} a{i}" for i, t in enumerate(params)) or "/* TODO: parameters */"
     (d / f"{name}.cu").write_text(
         f"// kopt triage: a standalone copy of {kernel['kernel']}\n"
-        f"// {kernel['share']:.1%} of the traced GPU time, {kernel['calls']} calls, "
+        f"// {kernel['share']:.1%} of the traced GPU time, {counted(kernel['calls'], 'call')}, "
         f"{kernel['avg_us']:.1f} us each; grid {kernel.get('grid')}, block "
         f"{kernel.get('block')}\n"
         "// TODO: paste the kernel's body; the parameter list below is guessed from the "

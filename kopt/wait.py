@@ -24,7 +24,7 @@ from typing import Any
 from kopt.database import Database
 from kopt.jsonrecord import RecordError
 from kopt.loop import IterState
-from kopt.store import lock_holder, resume_command, stored_json
+from kopt.store import lock_holder, recorded_resume_command, stored_json
 from workers.reap import pid_alive
 
 POLL_S = 2.0  # seconds between two looks at the store
@@ -154,7 +154,7 @@ def _interrupted(db: Database, root: Path, run_id: str, it: int, submitted_at: A
                                               and rec["created_at"] <= submitted_at):
         return
     how = ("submit it again with `kopt submit --retry`" if submitted_at else
-           f"resume it with `{resume_command(rec.get('sweep_dir'), root, run_id)}`")
+           f"resume it with `{recorded_resume_command(root, rec)}`")
     raise WaitError(f"run {run_id} was interrupted in iteration {it}, before it closed; "
                     f"{how}", INTERRUPTED)
 

@@ -116,14 +116,17 @@ head_start_ray_commands: ["ray start --head --port={port}"]
     return p
 
 
-def _sweep(tmp_path: Path, yaml: Path, store: Path, *extra: str) -> subprocess.Popen:
+def _sweep(tmp_path: Path, yaml: Path, store: Path, *extra: str, u: int = 4
+           ) -> subprocess.Popen:
+    """``kopt sweep --cluster`` of the cluster fixture shrunk to ``u`` x 2 launch configs of
+    20 samples (a CI-sized sweep), its output piped."""
     sweep = tmp_path / "sweep"
     if not sweep.exists():
         shutil.copytree(FIXTURES / "cluster", sweep)
-        spec = sweep / "sweep.yaml"  # 8 launch configs of 20 samples: a CI-sized sweep
+        spec = sweep / "sweep.yaml"
         text = spec.read_text()
         for old, new in (("U: [1, 2, 3, 4, 5, 6, 7, 8], V: [1, 2, 3]",
-                          "U: [1, 2, 3, 4], V: [1, 2]"),
+                          f"U: {list(range(1, u + 1))}, V: [1, 2]"),
                          ("min_samples: 40, max_samples: 40", "min_samples: 20, max_samples: 20")):
             assert old in text
             text = text.replace(old, new)
@@ -159,15 +162,25 @@ def _wait_rows(store: Path, where: str, n: int, proc: subprocess.Popen, limit: f
 
 def test_cluster_spreads_classes_and_survives_a_dead_node(cluster, tmp_path):
     yaml, store = _yaml(tmp_path, cluster.port), tmp_path / "store"
-    a1 = cluster.node_id("a1")
-    proc = _sweep(tmp_path, yaml, store)
-    _wait_rows(store, f"node_id = '{a1}'", 1, proc, 240)  # a1 is doing work: kill it
-    cluster.kill("a1")
+    ids = {name: cluster.node_id(name) for name in ("a1", "a2")}
+    proc = _sweep(tmp_path, yaml, store, u=8)
+    # once a class-a row is stored (the driver writes rows every 2 s: on a fast machine a
+    # node chosen beforehand had done its share by then), both class-a nodes are frozen,
+    # so neither finishes more work, and the one with a stored row is killed
+    _wait_rows(store, "device_class = 'a'", 1, proc, 240)
+    for name in ids:
+        os.killpg(cluster.procs[name].pid, signal.SIGSTOP)
+    done = {n for n, in _rows(store, "select distinct node_id from C where device_class = 'a'")}
+    victim = next(nid for nid in ids.values() if nid in done)
+    cluster.kill(next(n for n, nid in ids.items() if nid == victim))
+    for name, nid in ids.items():
+        if nid != victim:
+            os.killpg(cluster.procs[name].pid, signal.SIGCONT)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
     assert "fault:" in out  # the driver said what happened
     rows = _rows(store, "select device_class, candidate_id, status, node_id from C")
-    n = 8  # 4 x 2 launch configs, one problem size
+    n = 16  # 8 x 2 launch configs, one problem size
     assert len(rows) == 2 * n
     assert {(dc, c) for dc, c, _, _ in rows} == {(dc, c) for dc in "ab" for c, in
                                                  _rows(store, "select distinct candidate_id "
@@ -175,7 +188,7 @@ def test_cluster_spreads_classes_and_survives_a_dead_node(cluster, tmp_path):
     assert all(st == "ok" for _, _, st, _ in rows), [r for r in rows if r[2] != "ok"]
     a_nodes = {nid for dc, _, _, nid in rows if dc == "a"}
     b_nodes = {nid for dc, _, _, nid in rows if dc == "b"}
-    assert a1 in a_nodes and len(a_nodes) == 2 and len(b_nodes) == 1 and a1 not in b_nodes
+    assert victim in a_nodes and len(a_nodes) == 2 and len(b_nodes) == 1 and victim not in b_nodes
     best = subprocess.run([sys.executable, "-m", "kopt.cli", "best", "--store", str(store),
                            "--format", "json", "cluster"], capture_output=True, text=True,
                           env=ENV, timeout=120)
@@ -196,10 +209,10 @@ def test_cluster_driver_killed_then_resumed(cluster, tmp_path):
     proc = _sweep(tmp_path, yaml, store, "--resume", run_id)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
-    rows = _rows(store, "select job_key, median_ms, status from C")
-    assert len(rows) == 16 and len({k for k, _, _ in rows}) == 16  # no duplicates
-    assert all(st == "ok" for _, _, st in rows)
-    after = {k: m for k, m, _ in rows}
+    rows = _rows(store, "select job_key, median_ms, status, error from C")
+    assert len(rows) == 16 and len({r[0] for r in rows}) == 16  # no duplicates
+    assert all(st == "ok" for _, _, st, _ in rows), [r for r in rows if r[2] != "ok"]
+    after = {k: m for k, m, _, _ in rows}
     assert all(after[k] == v for k, v in before.items())  # nothing measured twice
 
 

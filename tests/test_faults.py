@@ -180,3 +180,86 @@ def test_a_reference_of_the_wrong_dtype_is_caught_before_building(tmp_path):
                             "than solve's float (torch.float32): the check compares against "
                             "rounded values; compute the reference in the output's precision "
                             "or higher"]
+
+
+def test_an_infinite_expected_value_passes_when_matched(tmp_path, harness):
+    """A reference with infinities (log of 0) and a kernel that gives the same: the check
+    passed it (inf == inf), then every timed call failed verification, since the band
+    ``inf -/+ (atol + rtol * inf)`` is NaN at one end: an honest kernel was `wrong_result`.
+    An infinite expected value's band is the value itself; a finite value there still fails."""
+    log = ('extern "C" void solve(const float* x, float* y, int N) '
+           '{ for (int i = 0; i < N; ++i) y[i] = BAD && i == 7 ? 1e30f : __builtin_logf(x[i]); }')
+    ref = ("import torch\n"
+           "def inputs(seed, N):\n"
+           "    g = torch.Generator().manual_seed(seed)\n"
+           "    x = torch.rand(N, generator=g) + 0.5\n"
+           "    x[::7] = 0.0\n"
+           "    return {'x': x}\n"
+           "def reference(x, N):\n    return torch.log(x)\n")
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 256}]\n",
+                    {"k.cpp": log, "ref.py": ref})
+    run = {bad: harness.run(job(artifact(tmp_path, d / "k.cpp", {"BAD": bad}), d / "k.cpp",
+                                d / "ref.py", {"N": 256}, {"x": ["N"], "y": ["N"]}))
+           for bad in (0, 1)}
+    assert run[0]["status"] == "ok", run[0]
+    assert run[0]["max_abs_err"] < 1e-5 and run[0]["n_samples"] >= TIMING["min_samples"]
+    assert run[1]["status"] == "wrong_result"
+    assert run[1]["error"] == ("y: 1 of 256 elements differ (first at (7,): got "
+                               "1.0000000150474662e+30, expected -inf); max abs err inf")
+
+
+def test_empty_inputs_are_refused_as_empty(tmp_path):
+    """Dims that make every input empty (N: 0) were refused as "inputs() returned the same
+    values for seeds 3 and 4 ... draw the inputs from the seed", which sent the user to
+    ref.py; the line names the dims."""
+    from workers.harness import JobError
+
+    with pytest.raises(JobError, match=r"^every input of dims \{'N': 0\} is empty \(x: \[0\], "
+                       r"y: \[0\]\): nothing to check or time; give sizes above 0 in "
+                       r"sweep.yaml `dims:` or `args:`$"):
+        d = write_sweep(tmp_path / "r", "kernel: k.cpp\ndims: [{N: 0}]\n",
+                        {"k.cpp": VADD, "ref.py": "def reference(x, y, N):\n    return x + y\n"})
+        Harness("cpu").run(job("", d / "k.cpp", d / "ref.py", {"N": 0},
+                               {"x": ["N"], "y": ["N"], "out": ["N"]}, prepare_only=True))
+
+
+def test_an_unwritten_bool_output_never_passes(tmp_path, harness):
+    """Outputs were poisoned with 0x5A bytes before every call, and a bool tensor reads any
+    nonzero byte as True: a kernel that wrote only the False elements of a bool output
+    (and left the rest as the poison) passed the check and every timed call's verification.
+    Bool outputs are compared byte by byte (0 or 1)."""
+    lazy = ('extern "C" void solve(const float* x, bool* y, int N) '
+            '{ for (int i = 0; i < N; ++i) if (SKIP == 0 || !(x[i] > 0.f)) y[i] = x[i] > 0.f; }')
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 256}]\n",
+                    {"k.cpp": lazy, "ref.py": "def reference(x, N):\n    return x > 0\n"})
+    run = {skip: harness.run(job(artifact(tmp_path, d / "k.cpp", {"SKIP": skip}), d / "k.cpp",
+                                 d / "ref.py", {"N": 256}, {"x": ["N"], "y": ["N"]}))
+           for skip in (0, 1)}
+    assert run[0]["status"] == "ok", run[0]
+    assert run[1]["status"] == "wrong_result", run[1]
+    assert run[1]["error"].startswith("y: ") and " of 256 elements differ" in run[1]["error"]
+    # a poison byte (0x5A or 0xA5), not True
+    assert "got 90.0, expected 1.0" in run[1]["error"] or \
+        "got 165.0, expected 1.0" in run[1]["error"]
+
+
+def test_an_unwritten_integer_output_never_passes(tmp_path, harness):
+    """Integer outputs were poisoned with 0x5A bytes before every call: a uint8 element
+    expected to be 90 (0x5A) passed unwritten, in the check and in every timed call. The
+    poison alternates between 0x5A and 0xA5 from call to call, so an element left unwritten
+    is wrong in one of two calls whatever its value."""
+    copy = ('#include <cstdint>\nextern "C" void solve(const uint8_t* x, uint8_t* y, int N) '
+            '{ for (int i = 0; i < N; ++i) if (SKIP == 0 || x[i] != 90) y[i] = x[i]; }')
+    ref = ("import torch\n"
+           "def inputs(seed, N):\n"
+           "    g = torch.Generator().manual_seed(seed)\n"
+           "    return {'x': torch.randint(0, 256, (N,), generator=g, dtype=torch.uint8)}\n"
+           "def reference(x, N):\n    return x.clone()\n")
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 4096}]\n",
+                    {"k.cpp": copy, "ref.py": ref})
+    run = {skip: harness.run(job(artifact(tmp_path, d / "k.cpp", {"SKIP": skip}), d / "k.cpp",
+                                 d / "ref.py", {"N": 4096}, {"x": ["N"], "y": ["N"]}))
+           for skip in (0, 1)}
+    assert run[0]["status"] == "ok", run[0]
+    assert run[1]["status"] == "wrong_result", run[1]
+    assert "got 165.0, expected 90.0" in run[1]["error"]  # the other poison byte, 0xA5

@@ -115,3 +115,36 @@ def test_a_two_iteration_ncu_loop(ray_local, tmp_path):
     assert first["bottleneck_before"] in ("compute", "memory", "latency")
     _, m = query("select count(*), count(distinct candidate_id) from metrics", tmp_path / "st")
     assert m[0][0] > 0 and m[0][1] >= 2
+
+
+def test_the_leak_measure_is_this_process_own(tmp_path):
+    """Device memory outside torch is this process's (NVML's per-process figure): another
+    process making a context and 1 GiB on the same GPU during a job is not the candidate's
+    leak (with the whole device's free memory, it was); 256 MiB this process takes outside
+    torch (cuMemAlloc) is."""
+    import os
+    import subprocess
+    import sys
+
+    from cuda.bindings import driver as drv
+
+    from workers.harness import LEAK_BYTES, Harness
+
+    h = Harness("cuda")
+    before = h._device_used()
+    assert h._nvml.process_bytes(os.getpid()) is not None  # NVML lists this process
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import sys, torch; x = torch.empty(1 << 30, dtype=torch.uint8, "
+         "device='cuda'); torch.cuda.synchronize(); print('ready', flush=True); "
+         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "ready"
+        assert abs(h._device_used() - before) < LEAK_BYTES
+    finally:
+        other.communicate("", timeout=60)
+    err, ptr = drv.cuMemAlloc(256 << 20)
+    assert err == drv.CUresult.CUDA_SUCCESS
+    try:
+        assert h._device_used() - before >= 256 << 20
+    finally:
+        drv.cuMemFree(ptr)

@@ -250,6 +250,30 @@ def test_compiler_process_restarts_after_it_dies(tmp_path):
     assert out["ok"] and out["lowered"] == "_Z1kPf" and c.proc.pid != pid
 
 
+def _warm_then_build(sp, cand, cache, out):
+    out["first"] = nvrtc.compiler(wb.COMPILE_MEM_GB).proc  # None: a fresh thread has none
+    out["warm_s"] = wb.warm_nvrtc()
+    out["warm_pid"] = nvrtc.compiler(wb.COMPILE_MEM_GB).proc.pid
+    out["res"] = wb.build(_job(sp, cand), cache=cache)[0]
+    out["build_pid"] = nvrtc.compiler(wb.COMPILE_MEM_GB).proc.pid
+    nvrtc.compiler(wb.COMPILE_MEM_GB).kill()
+
+
+@needs_nvrtc
+def test_warm_nvrtc_starts_the_compiler_the_next_build_uses(tmp_path):
+    import threading
+
+    sp = load_sweep(KT).space("cuda")
+    cand = expand(sp, load_catalog(), 90)[0]
+    out: dict = {}
+    t = threading.Thread(target=_warm_then_build, args=(sp, cand, tmp_path, out))
+    t.start()
+    t.join(120)
+    assert out["first"] is None and 0 < out["warm_s"] < 60
+    assert out["res"].ok and not out["res"].cached
+    assert out["build_pid"] == out["warm_pid"]  # the build did not start another process
+
+
 @needs_nvrtc
 def test_identities_and_the_solve_build_flags():
     ident = wb.compiler_identity("nvrtc")

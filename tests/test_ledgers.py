@@ -122,7 +122,7 @@ def test_a_lineage_node_compares_its_candidates_over_every_problem_size():
     size only, or a node's figure from one size, would compare unlike with like)."""
     from kopt.submit import Node, _settle, _take
 
-    n = Node(("a", 2, "h"), "it 2 sweep (source h)", "")
+    n = Node(("a", 2, "h"), "it 2 sweep (source h)", "", parent="b1")
     rows = [("c1", "d1", 1.0, 2.0), ("c1", "d2", 4.0, 1.0), ("c2", "d1", 0.5, 4.0),
             ("c2", "d2", None, None), ("c3", "d1", 2.0, 1.0), ("c3", "d2", 2.0, 1.0)]
     for cid, dims, ms, sp in rows:
@@ -136,3 +136,30 @@ def test_a_lineage_node_compares_its_candidates_over_every_problem_size():
     assert n.statuses == {"ok": 5, "wrong_result": 1}
     assert n.line().endswith("1.41x over its parent (geometric mean of 2 sizes); "
                              "ok 5, wrong_result 1")
+
+
+def test_a_lineage_root_says_its_speedup_is_over_its_baseline_not_a_parent():
+    """A first iteration's node has no parent: its speedup is over its own iteration's
+    baseline, and `kopt lineage` said "over its parent" (new-user trial); the caption says
+    a child's speedup is over its parent as re-measured in the child's own iteration, so it
+    need not be the ratio of the two nodes' medians."""
+    from kopt.submit import LINEAGE_CAPTION, Node, _settle, _take
+
+    root = Node(("a", 1, "h"), "it 1 sweep (source h)", "")
+    kid = Node(("a", 2, "v"), "it 2 v2.cpp (try 1, me, source v)", "compute.ilp_unroll",
+               parent="r1")
+    for n, cid, ms, sp in ((root, "r1", 0.1296, 1.0), (kid, "k1", 0.1303, 1.117)):
+        _take(n, {"status": "ok", "candidate_id": cid, "dims": "d", "median_ms": ms,
+                  "speedup": sp, "compute_method": None, "memory_method": None,
+                  "latency_method": None})
+        _settle(n)
+    assert root.line() == ("it 1 sweep (source h) [no methods]: best r1 median 0.1296 ms, 1x "
+                           "over its iteration's baseline; ok 1")
+    assert kid.line() == ("it 2 v2.cpp (try 1, me, source v) [compute.ilp_unroll]: best k1 "
+                          "median 0.1303 ms, 1.12x over its parent; ok 1")
+    assert LINEAGE_CAPTION == (
+        "best: the node's fastest correct candidate over its parent; named best: the loop's "
+        "pick (its closing contest's, as `kopt best` names it), in the node that holds it; "
+        "speedup: over its "
+        "parent re-measured in the node's own iteration (a first iteration's: over its "
+        "baseline), not the ratio of two nodes' medians")

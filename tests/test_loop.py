@@ -202,3 +202,27 @@ def test_a_ranked_candidates_median_and_dims_belong_together(tmp_path):
     assert (ranked["w"]["median_ms"], ranked["w"]["dims"]) == (0.1, '{"N": 65536}')
     assert (ranked["b"]["median_ms"], ranked["b"]["dims"]) == (0.15, '{"N": 65536}')
     assert ranked["w"]["speedup"] == pytest.approx(3 ** 0.5)
+
+
+def test_a_rung_whose_baseline_failed_is_ranked_by_medians(tmp_path):
+    """Successive halving's rung 1 lost its baseline (timed out): no candidate has a speedup,
+    so rank() is empty and the halving ended there (CI, 2026-12-01: a false `replayed` on
+    the baseline). rank_rung ranks the rung by the geometric mean of the medians across the
+    sizes; rung 0 does not (a baseline failing its screen stops the loop)."""
+    from kopt.loop import rank, rank_rung
+    from kopt.store import write_table
+
+    rows = [{"run_id": "r", "sweep": "s", "iteration": 1, "device_class": "c", "rung": rung,
+             "candidate_id": cid, "job_key": f"{cid}{n}{rung}", "is_baseline": cid == "b",
+             "status": "timeout" if cid == "b" and rung else "ok", "dims": f'{{"N": {n}}}',
+             "median_ms": ms, "iqr_ms": ms / 100, "params": "{}", "defines": "{}"}
+            for rung in (0, 1)
+            for cid, n, ms in [("b", 1, 1.0), ("b", 2, 4.0), ("x", 1, 0.5), ("x", 2, 3.0),
+                               ("y", 1, 0.9), ("y", 2, 1.0), ("z", 1, 0.2)]]
+    write_table(tmp_path, "candidates", "s", "r", rows)
+    assert rank(tmp_path, "r", 1, "c", rung=1) == []
+    got = rank_rung(tmp_path, "r", 1, "c", 1)
+    # y: sqrt(0.9 * 1.0) = 0.949 ms, x: sqrt(0.5 * 3.0) = 1.22 ms; z lacks N=2
+    assert [(r["candidate_id"], r["speedup"]) for r in got] == [("y", None), ("x", None)]
+    assert got[0]["gm_ms"] == pytest.approx(0.9 ** 0.5)
+    assert [r["candidate_id"] for r in rank_rung(tmp_path, "r", 1, "c", 0)] == ["y", "x", "b"]

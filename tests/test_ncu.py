@@ -239,8 +239,11 @@ def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_lo
     runner = RayRunner.__new__(RayRunner)
     Runner.__init__(runner)
     runner.actors = [Echo.remote(), Echo.remote(), Echo.remote()]
+    # started first: on a loaded machine an actor's own start took longer than a call
+    # (CI: the second began after the first had ended)
+    ray.get([a.slow.remote("up", 0.0) for a in runner.actors[:2]], timeout=120)
     order: list[int] = []
-    got = runner.call_many([(0, "slow", ("a", 1.0)), (1, "slow", ("b", 1.0)), (2, "boom", ())],
+    got = runner.call_many([(0, "slow", ("a", 2.0)), (1, "slow", ("b", 2.0)), (2, "boom", ())],
                            done=lambda k, _res: order.append(k))
     (a, a0, a1), (b, b0, b1) = got[:2]
     assert (a, b) == ("a", "b") and b0 < a1 and a0 < b1  # the two ran at the same time
@@ -287,3 +290,51 @@ def test_a_warm_ncu_target_leaves_when_its_device_actor_is_gone(tmp_path):
     p = subprocess.run([sys.executable, "-m", "workers.ncu_target", "--wait",
                         str(tmp_path / "never.json"), str(dead.pid)], timeout=120)
     assert p.returncode == 4
+
+
+def _query_ncu(tmp_path, monkeypatch):
+    """A stand-in ncu on $NCU that answers ``--query-metrics`` with an H200's real table
+    and logs each call to ``tmp_path/calls``."""
+    table = tmp_path / "table.txt"
+    table.write_text(lzma.open(DATA / "query_metrics_gh100.txt.xz", "rt").read())
+    fake = tmp_path / "ncu"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\ncat {table}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("NCU", str(fake))
+    monkeypatch.setattr(ncu, "_early", [])
+
+
+def test_the_local_devices_metric_list_comes_from_the_query_started_before_ray(
+        tmp_path, monkeypatch):
+    """Issue 14.2: the driver waited 1.9 s (H200, run 15) between its devices' start and the
+    first job for the device actor's ``ncu --query-metrics``; a device on the driver's node
+    (it adopted a harness the driver prestarted) now takes the driver's query, started
+    before Ray; another device still asks its actor."""
+    import types
+
+    from kopt.catalog import load_catalog
+    from kopt.phases import PhaseRecorder
+    from kopt.spec import load_sweep
+    from kopt.strategy.profiling import resolve
+
+    _query_ncu(tmp_path, monkeypatch)
+    assert ncu.early_query() == (False, None)  # not started: nothing waits
+    ncu.start_query()
+    ncu.start_query()  # once per process
+    asked: list[int] = []
+    runner = types.SimpleNamespace(
+        infos=[{"device_class": "h200-sm90", "prestarted": True},
+               {"device_class": "h100-sm90", "prestarted": False}],
+        call=lambda i, name, timeout: asked.append(i) or ["sm__throughput.avg"])
+    sweep = load_sweep(Path(__file__).resolve().parent.parent / "sweeps" / "vector_add")
+    ctx = types.SimpleNamespace(sweep=sweep, catalog=load_catalog(), runner=runner,
+                                phases=PhaseRecorder(), observers=[])
+    names = resolve(ctx)
+    assert asked == [1]  # the local device's actor was not asked
+    assert (tmp_path / "calls").read_text() == "--query-metrics\n"  # one query, ahead
+    want = wanted_metrics(sweep.ncu.metrics or [], ctx.catalog)
+    avail = parse_query_metrics(lzma.open(DATA / "query_metrics_gh100.txt.xz", "rt").read())
+    assert names["h200-sm90"] == resolve_metrics(want, avail)[0]
+    assert len(names["h200-sm90"]) > 40 and names["h100-sm90"] != names["h200-sm90"]
+    details = [p["detail"] for p in ctx.phases.rows if p["phase"] == "ncu"]
+    assert details == ["ncu --query-metrics (started before Ray)", "ncu --query-metrics"]

@@ -90,6 +90,32 @@ def test_without_nvml_every_figure_is_unknown(monkeypatch):
                              "throttle_reasons": 0, "power_w": None}
 
 
+def test_process_bytes_is_this_process_own_figure(monkeypatch):
+    """NVML's list of compute processes on the GPU: the figure of the process asked for
+    (bytes), never another's; None when it is not listed (a container's own process ids),
+    when the GPU gives no per-process figure, or without the call."""
+    import pynvml as real
+
+    procs = [types.SimpleNamespace(pid=11, usedGpuMemory=600 << 20),
+             types.SimpleNamespace(pid=22, usedGpuMemory=3 << 30),
+             types.SimpleNamespace(pid=33, usedGpuMemory=None)]
+    m = fake_nvml([], [], [], [])
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: procs
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    nv = Nvml()
+    assert nv.process_bytes(11) == 600 << 20 and nv.process_bytes(22) == 3 << 30
+    assert nv.process_bytes(44) is None and nv.process_bytes(33) is None
+
+    def refuse(h):
+        raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+
+    m.nvmlDeviceGetComputeRunningProcesses = refuse
+    assert Nvml().process_bytes(11) is None
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert Nvml().process_bytes(11) is None
+
+
 def test_the_harness_merges_every_observers_results_into_the_outcome(tmp_path):
     """Harness.time calls the hooks around each batch; the results are the outcome's
     columns; a batch an observer calls disturbed is set aside (``throttled_samples``)."""
@@ -298,10 +324,11 @@ def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatc
     # issue 14.4: with two devices of the class each profiles one of the two candidates
     ncu = [r for r in ctx.phases.table_rows("r1", "s") if r["phase"] == "ncu"]
     assert sorted((r["device"], r["detail"].split(";")[0]) for r in ncu) == sorted(
-        (f"local/cpu-{k}", f"{2 // devices} candidates") for k in range(devices))
+        (f"local/cpu-{k}", "1 candidate" if devices == 2 else "2 candidates")
+        for k in range(devices))
     # and how long its profiler processes ran (issue 14.2), within the phase
     for r in ncu:
-        secs = float(re.fullmatch(r"\d candidates; ncu processes (\d+\.\d\d) s",
+        secs = float(re.fullmatch(r"\d candidates?; ncu processes (\d+\.\d\d) s",
                                   r["detail"]).group(1))
         assert 0 < secs <= r["end_s"] - r["start_s"] + 0.01
     _, prof = query("select job_key, profile_status, profile_error, toy_kernels "

@@ -54,6 +54,9 @@ def test_busy_intervals_queue_behind_the_last_job_and_build_waits_join():
     table = {(ph, where): secs for ph, where, _, _, secs in phase_summary(rec.rows)}
     assert table[("build_wait", "cpu-x n/cpu-1")] == pytest.approx(2.5)
     assert table[("first_result", "run")] > 0.0
+    # the device's 2 busy intervals are summed, and the label says so (it read as a span)
+    assert table[("busy x2", "cpu-x n/cpu-1")] == pytest.approx(
+        sum(r["end_s"] - r["start_s"] for r in busy))
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,13 @@ def test_a_vector_add_run_stores_each_phase_once_in_order(vector_add_run):
     assert len(busy) == s.n_jobs == 2
     assert busy[0]["end_s"] <= busy[1]["start_s"]
     assert {"device_start", "reference", "busy"} <= {r["phase"] for r in dev}
+    # ref.py is timed once the first iteration's candidates are: the first result does not
+    # wait for it (issue 14: 0.2 s of an H200 host's queued sweep), and its row is stored
+    timed = [r for r in dev if r["phase"] == "reference" and r["detail"] == "ref.py timed"]
+    assert len(timed) == 1 and timed[0]["start_s"] >= busy[-1]["end_s"]
+    _, refs = Database(store).query(f"select status, median_ms > 0 from reference where "
+                                    f"run_id = '{s.run_id}'")
+    assert refs == [("ok", True)]
     # its harness was started before Ray, and the device actor took it over (issue 14.2)
     assert [r["detail"] for r in dev if r["phase"] == "device_start"] == [
         "sandbox started before Ray"]

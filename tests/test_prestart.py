@@ -132,22 +132,27 @@ def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
     sweep = load_sweep(d)
     pre = prestart_sandboxes(sweep, "cpu", 1)
     assert pre is not None and list(pre.started) == ["0"] and len(pre.prepare) == 1
+    from workers.harness import N_SETS, N_UNSEEN
+
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
     try:
-        assert sb.adopt(pre.started["0"])  # its hello comes once the checks are made
-        made = log.read_text().count("call")
-        assert made >= 2  # one per input set (checked, and held-back values)
+        assert sb.adopt(pre.started["0"])
+        t0 = time.time()  # made while the harness waits to be taken over, or just after
+        while (log.read_text().count("call") if log.exists() else 0) < N_SETS + N_UNSEEN:
+            assert time.time() - t0 < 60
+            time.sleep(0.05)
         res = sb.run({**pre.prepare[0], "prepare_only": True}, timeout_s=30)
         assert res["status"] == "ok" and res["outputs"] == {"y": [64]}
-        assert log.read_text().count("call") == made
+        # one call per input set (checked, and held-back values), none for the job
+        assert log.read_text().count("call") == N_SETS + N_UNSEEN
     finally:
         sb.close()
         pre.close()
 
 
-def test_a_reference_that_fails_ahead_is_left_to_the_actors_own_harness(tmp_path):
-    """A ref.py that raises while the prestarted harness makes its outputs ends that
-    harness; the sandbox then starts its own, whose reference check reports the error as
+def test_a_reference_that_fails_ahead_is_left_to_the_jobs_own_preparation(tmp_path):
+    """A ref.py that raises while the prestarted harness makes its outputs ahead: the
+    harness is taken over all the same, and the job's own preparation reports the error as
     without a prestart."""
     from kopt.pipeline import prestart_sandboxes
 
@@ -155,13 +160,47 @@ def test_a_reference_that_fails_ahead_is_left_to_the_actors_own_harness(tmp_path
     pre = prestart_sandboxes(load_sweep(d), "cpu", 1)
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
     try:
-        assert not sb.adopt(pre.started["0"])
-        assert "bad ref" in pre.started["0"].log.read_text()
+        assert sb.adopt(pre.started["0"])
         res = sb.run({**pre.prepare[0], "prepare_only": True}, timeout_s=30)
         assert res["status"] == "error" and "bad ref" in res["error"]
+        assert "made ahead failed" in pre.started["0"].log.read_text()
     finally:
         sb.close()
         pre.close()
+
+
+def test_a_reference_that_hangs_ahead_costs_what_it_costs_without_a_prestart(tmp_path):
+    """A ref.py that never returns while the prestarted harness makes its outputs ahead:
+    the actor waited 180 s for a hello that never came before starting a harness of its
+    own (that hung again). Now the harness is taken over at once and the first job times
+    out within its preparation budget, naming ref.py."""
+    from kopt.pipeline import prestart_sandboxes
+
+    d, _ = _counting_sweep(tmp_path, "    import time; time.sleep(3600)")
+    pre = prestart_sandboxes(load_sweep(d), "cpu", 1)
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        t0 = time.time()
+        assert sb.adopt(pre.started["0"]) and time.time() - t0 < 30
+        res = sb.run({**pre.prepare[0], "prepare_only": True}, timeout_s=1,
+                     prepare_timeout_s=3)
+        assert res["status"] == "timeout" and res["wall_s"] < 10, res
+        assert "inputs()/reference() did not return within 3 s" in res["error"]
+    finally:
+        sb.close()
+        pre.close()
+
+
+def test_a_cpu_harness_sees_no_gpu():
+    """A CPU candidate must not do its work on a GPU of the host (its clock is the CPU's):
+    CPU harnesses, prestarted or the sandbox's own, get CUDA_VISIBLE_DEVICES empty (Ray
+    leaves it unset for an actor without GPUs: every GPU was visible)."""
+    from workers.prestart import harness_env
+
+    assert harness_env("cpu", "0")["CUDA_VISIBLE_DEVICES"] == ""
+    assert Sandbox("cpu", {"CUDA_VISIBLE_DEVICES": "0"}).env["CUDA_VISIBLE_DEVICES"] == ""
+    assert harness_env("cuda", "3")["CUDA_VISIBLE_DEVICES"] == "3"
+    assert Sandbox("cuda", {"CUDA_VISIBLE_DEVICES": "3"}).env["CUDA_VISIBLE_DEVICES"] == "3"
 
 
 ADOPTER = """

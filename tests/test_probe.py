@@ -72,3 +72,21 @@ def test_sweep_with_an_address_that_is_not_ray_is_one_line_in_seconds(tmp_path):
                         "is not a Ray head (no gRPC there); give the head's GCS address "
                         "(`ray status` on the head shows it; port 6379 by default)\n"), r.output
     assert took < 30
+
+
+def test_head_problem_names_what_is_wrong_with_an_address():
+    import socket
+
+    from kopt.probe import head_problem
+
+    assert head_problem("nohost") == "format" and head_problem("h:port") == "format"
+    assert head_problem("::1:6379") == "format"  # IPv6 needs brackets Ray does not take
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    assert head_problem(f"127.0.0.1:{free}", connect_timeout_s=2) == "silent"
+    with socket.socket() as srv:  # accepts, then says nothing: not HTTP/2
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port = srv.getsockname()[1]
+        assert head_problem(f"127.0.0.1:{port}", connect_timeout_s=2) == "not_ray"

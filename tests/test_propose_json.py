@@ -171,3 +171,9 @@ def test_propose_plans_from_the_closing_contests_best(tmp_path):
     [plan] = json.loads(r.stdout)
     assert plan["best"]["candidate_id"] == "b0" and plan["selected"] == []
     assert plan["best"]["params"] == {"THREADS": 128}
+    # `kopt submit` derives the next iteration from the same best: the one propose planned
+    # from (CI at 5172507: the sweep's winner was the parent while propose named another)
+    from kopt.submit import _prior
+    it, states = _prior(Database(root), "r1", retry=False)
+    assert it == 2 and states[1][DC].best["candidate_id"] == "b0"
+    assert states[1][DC].selected == []

@@ -7,6 +7,8 @@ gone)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -153,6 +156,14 @@ def test_status_of_a_started_service(service):
     assert status["builders"] == [{"name": f"kopt-builder-{k}", "state": "idle", "builds": 0}
                                   for k in (0, 1)]
     assert status["sweeps_served"] == 0
+    # its launchpad's driver is ready: `kopt serve start` waited for its imports (the first
+    # queued sweep on a new service took 1.1 s more, docs/verified run 15)
+    assert status["launchpad"]["spare_ready"] is True and status["launchpad"]["served"] == 0
+    txt = _kopt(env, "serve", "status")
+    pad = status["launchpad"]
+    assert (f"launchpad (pid {pad['pid']}): a sweep driver ready, 0 queued sweeps started in "
+            f"one ({pad['declined']} declined: they ran in their own process); 0 spare "
+            "drivers failed to start") in txt.stdout, txt.stdout
 
 
 def test_two_sweeps_at_once_share_the_devices(service, tmp_path):
@@ -211,6 +222,271 @@ def _shared_fairly(rows: list[tuple], runs: list[str]) -> None:
     assert first[runs[0]] < last[runs[1]] and first[runs[1]] < last[runs[0]]
 
 
+def _front(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The `kopt` command as the console script runs it (kopt.front, ``python -m kopt``)."""
+    return subprocess.run([sys.executable, "-m", "kopt", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def _pad(state: dict) -> dict:
+    return json.loads(Path(state["launch"] + ".json").read_text())
+
+
+def _driver(store: Path) -> list[str]:
+    return [d for d, in _query(store, "runs", "select distinct json_extract_string(options, "
+                               "'$.driver') from T")]
+
+
+def test_a_queued_sweep_starts_in_the_services_ready_driver(service, tmp_path):
+    env, state = service
+    assert Path(state["launch"]).parent.stat().st_mode & 0o777 == 0o700  # its own folder
+    t0 = time.time()
+    while not _pad(state).get("spare") and time.time() - t0 < 60:
+        time.sleep(0.2)
+    before = _pad(state)
+    store = tmp_path / "store"
+    p = _front(env, "sweep", str(_sweep_dir(tmp_path, "f")), "--queue", "--store", str(store))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    # the driver wrote to our stderr (progress, run line) and stdout (the table)
+    rid = p.stderr.split()[1]
+    assert p.stderr.startswith(f"run {rid} (store {store})"), p.stderr[:500]
+    assert "fastest correct" in p.stdout
+    assert _driver(store) == ["launchpad"]  # not this process: the service's ready driver
+    after = _pad(state)
+    assert after["served"] == before["served"] + 1 and after["spare"] != before["spare"]
+    # its phases count from the front's start, not the driver's (started long before)
+    (start,), = _query(store, "phases", f"select end_s from T where run_id = '{rid}' and "
+                       "phase = 'startup'")
+    assert 0 < start < 30
+    # an exit status other than 0 comes back, with the driver's message on our stderr
+    bad = _front(env, "sweep", str(tmp_path / "nowhere"), "--queue", "--store", str(store))
+    assert bad.returncode == 2 and "nowhere" in bad.stderr, bad.stderr[-2000:]
+    assert _pad(state)["served"] == before["served"] + 2
+
+
+def test_a_front_whose_environment_differs_runs_the_sweep_itself(service, tmp_path):
+    env, state = service
+    store = tmp_path / "store"
+    before = _pad(state)
+    # read when workers.build is imported: a driver that imported it already cannot take it
+    p = _front({**env, "KOPT_COMPILE_MEM_GB": "7"}, "sweep", str(_sweep_dir(tmp_path, "e")),
+               "--queue", "--store", str(store))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert _driver(store) == ["command"]
+    t0 = time.time()  # the launchpad counts it within a step (1 s)
+    while _pad(state).get("declined", 0) == before.get("declined", 0) and time.time() - t0 < 10:
+        time.sleep(0.1)
+    after = _pad(state)  # not a sweep the service served (it was counted as one)
+    assert (after["served"], after["declined"]) == (before["served"],
+                                                    before.get("declined", 0) + 1)
+    assert p.stderr.startswith("note: the kopt service's ready driver did not take this sweep "
+                               "(the environment differs in KOPT_COMPILE_MEM_GB); it runs in "
+                               "this process\n"), p.stderr[:500]
+
+def test_a_front_switched_off_hands_nothing_over(service, monkeypatch):
+    """`KOPT_FRONT=0`: the front finds no launch socket to hand the sweep to, so the command
+    runs in its own process (what that does is the test above's)."""
+    from kopt import front
+
+    env, state = service
+    monkeypatch.setenv("KOPT_CACHE", env["KOPT_CACHE"])
+    argv = ["sweep", "somewhere", "--queue"]
+    assert front.launch_socket(argv) == state["launch"]
+    monkeypatch.setenv("KOPT_FRONT", "0")
+    assert front.launch_socket(argv) is None
+
+
+def _at_a_terminal(then: Any = None) -> None:
+    """A command's signal handling at a terminal (the test run may have inherited SIGINT or
+    SIGHUP ignored: a background job of a script, nohup); then ``then()`` if given."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTSTP):
+        signal.signal(sig, signal.SIG_DFL)
+    if then is not None:
+        then()
+
+
+def _long_front(env: dict, root: Path, name: str, store: Path,
+                preexec: Any = None) -> subprocess.Popen:
+    """`kopt sweep --queue` through the front (``python -m kopt``) on a sweep long enough to
+    be interrupted mid-run, once its first candidates are stored (``preexec``: run in the
+    front's process before it starts, after the terminal's signal handling is set)."""
+    d = _sweep_dir(root, name)
+    spec = d / "sweep.yaml"
+    spec.write_text(spec.read_text().replace("U: [1, 2, 3], V: [1, 2]",
+                                             "U: [1, 2, 3, 4, 5, 6, 7, 8], V: [1, 2, 3]"))
+    proc = subprocess.Popen([sys.executable, "-m", "kopt", "sweep", str(d), "--queue",
+                             "--store", str(store)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=functools.partial(_at_a_terminal, preexec))
+    while proc.poll() is None and not list(store.glob("candidates/**/*.parquet")):
+        time.sleep(0.1)
+    return proc
+
+
+def _signalled_front(service, tmp_path: Path, name: str, sig: int
+                     ) -> tuple[subprocess.Popen, str, str, Path]:
+    """A long queued sweep through the front, sent ``sig`` once its first candidates are
+    stored; the process (ended), its stdout and stderr, and its store."""
+    env, _ = service
+    store = tmp_path / "store"
+    proc = _long_front(env, tmp_path, name, store)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    return proc, out, err, store
+
+
+def test_ctrl_c_reaches_the_ready_driver(service, tmp_path):
+    proc, out, err, store = _signalled_front(service, tmp_path, "c", signal.SIGINT)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "interrupted: every finished measurement is stored" in err
+    assert _driver(store) == ["launchpad"]
+    events = [e for e, in _query(store, "runs", "select event from T order by created_at")]
+    assert events[-1] == "interrupted", events
+
+
+def test_a_front_with_stdout_closed_runs_the_sweep_as_the_full_command(service, tmp_path):
+    env, state = service
+    store = tmp_path / "store"
+    # `kopt sweep ... --queue >&-`: the launch socket took descriptor 1 and went to the
+    # driver as its stdout; its table garbled the connection (a traceback, status 1)
+    p = subprocess.run(["bash", "-c", 'exec "$@" >&-', "bash", sys.executable, "-m", "kopt",
+                        "sweep", str(_sweep_dir(tmp_path, "x")), "--queue", "--store",
+                        str(store)], stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert _driver(store) == ["command"]
+    assert "6 candidates, 6 jobs (6 measured)" in p.stderr.strip().splitlines()[-1], (
+        p.stderr[-2000:])
+
+
+def test_sighup_ends_a_front_as_it_ends_the_full_command(service, tmp_path):
+    proc, out, err, store = _signalled_front(service, tmp_path, "h", signal.SIGHUP)
+    # `python -m kopt.cli` dies by SIGHUP (a shell shows 129); the front said "ended
+    # without an exit status" and exited 1
+    assert proc.returncode == -signal.SIGHUP, out[-2000:] + err[-2000:]
+    assert "without an exit status" not in err
+    assert _driver(store) == ["launchpad"]
+
+
+def test_a_hangup_does_not_stop_a_nohup_sweep_in_the_ready_driver(service, tmp_path):
+    env, state = service
+    store = tmp_path / "store"
+    # `nohup kopt sweep ... --queue &`, then the terminal closes: the front forwarded the
+    # SIGHUP it ignores to the driver, which died of it (the full command carries on)
+    proc = subprocess.Popen([sys.executable, "-m", "kopt", "sweep", str(_sweep_dir(tmp_path, "n")),
+                             "--queue", "--store", str(store)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=functools.partial(signal.signal, signal.SIGHUP,
+                                                         signal.SIG_IGN))
+    while proc.poll() is None and not list(store.glob("candidates/**/*.parquet")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert "6 candidates, 6 jobs (6 measured)" in err.strip().splitlines()[-1], err[-2000:]
+    assert _driver(store) == ["launchpad"]
+
+
+def _driver_pid(front_proc: subprocess.Popen) -> int:
+    """The ready driver running ``front_proc``'s sweep: the launchpad's process whose stderr
+    is the front's (passed over the socket)."""
+    pipe = f"pipe:[{os.fstat(front_proc.stderr.fileno()).st_ino}]"
+    for d in Path("/proc").iterdir():
+        try:
+            if (d.name.isdigit() and os.readlink(d / "fd" / "2") == pipe
+                    and b"--spare" in (d / "cmdline").read_bytes()):
+                return int(d.name)
+        except OSError:
+            continue
+    raise AssertionError("no ready driver holds the front's stderr")
+
+
+def test_a_driver_killed_by_sigkill_ends_its_front_by_sigkill(service, tmp_path):
+    """The out-of-memory killer ends the ready driver (SIGKILL, which no front sees): the
+    front exited 1 ("killed?"); it now ends by SIGKILL as the command in one process would
+    (137 in a shell), saying so, and what was measured stays in the store."""
+    env, _ = service
+    store = tmp_path / "store"
+    proc = _long_front(env, tmp_path, "k", store)
+    os.kill(_driver_pid(proc), signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, out[-2000:] + err[-2000:]
+    assert "driver process of this sweep was killed by SIGKILL (out of memory?)" in err
+    assert _query(store, "candidates", "select count(*) from T")[0][0] > 0
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pid: int, want: set[str], within_s: float = 10) -> str:
+    t0 = time.time()
+    while (st := _state(pid)) not in want and time.time() - t0 < within_s:
+        time.sleep(0.05)
+    return st
+
+
+def test_ctrl_z_stops_the_ready_driver_and_fg_continues_it(service, tmp_path):
+    """Ctrl-Z (SIGTSTP) stopped only the front: the driver went on running the sweep. Now
+    both stop, and SIGCONT (fg) continues both: the driver runs, and answers a Ctrl-C."""
+    env, _ = service
+    store = tmp_path / "store"
+    proc = _long_front(env, tmp_path, "z", store)
+    driver = _driver_pid(proc)
+    proc.send_signal(signal.SIGTSTP)
+    assert _wait_state(proc.pid, {"T", "t"}) in {"T", "t"}
+    assert _wait_state(driver, {"T", "t"}) in {"T", "t"}
+    proc.send_signal(signal.SIGCONT)
+    assert _wait_state(driver, {"R", "S", "D"}) in {"R", "S", "D"}
+    # running again: a Ctrl-C now is handled as usual (a driver left stopped would not)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "interrupted: every finished measurement is stored" in err
+
+
+def _ulimit_and_nice() -> None:
+    """`ulimit -f 1048576; nice -n 5` (files up to 1 GiB), in the front's process."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, resource.getrlimit(
+        resource.RLIMIT_FSIZE)[1]))
+    os.nice(5)
+
+
+def test_the_ready_driver_runs_under_the_fronts_limits_and_niceness(service, tmp_path):
+    """`ulimit -f 1048576; nice -n 5 kopt sweep ... --queue`: the driver ran with the
+    launchpad's limits and niceness; it now takes the front's, as the command in one
+    process would run under them."""
+    env, _ = service
+    store = tmp_path / "store"
+    proc = _long_front(env, tmp_path, "u", store, preexec=_ulimit_and_nice)
+    driver = _driver_pid(proc)
+    limits = Path(f"/proc/{driver}/limits").read_text()
+    fsize = next(ln for ln in limits.splitlines() if ln.startswith("Max file size"))
+    assert fsize.split()[3] == str(1 << 30), fsize
+    nice = int(Path(f"/proc/{driver}/stat").read_text().rsplit(")", 1)[1].split()[16])
+    assert nice == os.getpriority(os.PRIO_PROCESS, 0) + 5
+    proc.send_signal(signal.SIGINT)  # seen what it runs under: the rest is another test's
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert _driver(store) == ["launchpad"]
+
+
+def test_the_ready_driver_writes_with_the_fronts_umask(service, tmp_path):
+    env, state = service
+    store = tmp_path / "store"
+    # `umask 077; kopt sweep ... --queue`: the driver wrote the store with the launchpad's
+    # umask (022 here): every file readable by everyone
+    p = subprocess.run([sys.executable, "-m", "kopt", "sweep", str(_sweep_dir(tmp_path, "m")),
+                        "--queue", "--store", str(store)], capture_output=True, text=True,
+                       env=env, timeout=300, preexec_fn=functools.partial(os.umask, 0o077))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert _driver(store) == ["launchpad"]
+    files = [f for f in store.rglob("*") if f.is_file()]
+    assert files and {f.stat().st_mode & 0o077 for f in files} == {0}
+
+
 def test_stop_leaves_nothing_running(service):
     env, state = service
     actors = Actors(env)
@@ -223,6 +499,10 @@ def test_stop_leaves_nothing_running(service):
             in p.stdout)
     assert not any(_alive(pid) for pid in pids)
     assert not _alive(state["pgid"])  # the Ray head `kopt serve start` started
+    t0 = time.time()  # its launchpad, with the waiting driver, and the launchpad's folder
+    while _alive(state["launch_pid"]) and time.time() - t0 < 10:
+        time.sleep(0.1)
+    assert not _alive(state["launch_pid"]) and not Path(state["launch"]).parent.exists()
     assert not Path(state["temp_dir"]).exists()  # and its folder (Ray's layout: kopt's own)
     again = _kopt(env, "serve", "status")
     assert again.returncode == 2
@@ -241,6 +521,74 @@ def test_queue_without_a_service_says_how_to_start_one(tmp_path):
                         "service.json; start one with `kopt serve start`, or pass --address "
                         "HOST:PORT of one\n")
     assert not (tmp_path / "store").exists()
+
+
+def test_ctrl_c_while_the_head_starts_leaves_no_head(tmp_path, monkeypatch):
+    """Ctrl-C while `kopt serve start` waited for its Ray head to answer left the head
+    running, unrecorded (no `serve stop` could find it): it is stopped, its folder gone."""
+    from kopt import service
+
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path))
+    started: list[subprocess.Popen] = []
+    popen = subprocess.Popen
+
+    def recorded(*a, **kw):
+        started.append(popen(*a, **kw))
+        return started[-1]
+
+    polls: list[int] = []
+
+    def ctrl_c_at_the_third(*a, **kw):  # the head does not answer; Ctrl-C at the 3rd try
+        polls.append(1)
+        if len(polls) == 3:
+            raise KeyboardInterrupt
+        raise OSError("not yet")
+
+    monkeypatch.setattr(service.subprocess, "Popen", recorded)
+    monkeypatch.setattr(service.socket, "create_connection", ctrl_c_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        service.start_head(1)
+    head = started[0]
+    tmp = next(a.split("=", 1)[1] for a in head.args if a.startswith("--temp-dir="))
+    assert head.wait(timeout=30) is not None
+    assert not service._group_alive(head.pid) and not Path(tmp).exists()
+
+
+def _ours(cache: Path) -> list[int]:
+    """Processes whose environment has KOPT_CACHE=``cache`` (a service started with it)."""
+    mine = f"KOPT_CACHE={cache}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and mine in (d / "environ").read_bytes().split(b"\0"):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_ctrl_c_during_serve_start_leaves_nothing_running(tmp_path):
+    """Ctrl-C while `kopt serve start` starts its head, actors and launchpad: one line,
+    status 130 (it segfaulted in Ray's exit hooks, 139, or left the head running), and no
+    process of it left."""
+    env = {**os.environ, "KOPT_CACHE": str(tmp_path)}
+    p = subprocess.Popen([sys.executable, "-m", "kopt", "serve", "start", "--backend", "cpu"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         preexec_fn=_at_a_terminal)
+    t0 = time.time()  # once its Ray head runs
+    while not (tmp_path / "service-ray.log").exists() and time.time() - t0 < 60:
+        time.sleep(0.1)
+    time.sleep(3)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130 and out.strip().splitlines()[-1] == (
+        "error: interrupted (Ctrl-C): nothing is left running; start it again with `kopt "
+        "serve start`"), out[-2000:]
+    t0 = time.time()
+    while _ours(tmp_path) and time.time() - t0 < 20:
+        time.sleep(0.2)
+    assert _ours(tmp_path) == []
+    assert not (tmp_path / "service.json").exists()
 
 
 def test_serve_mistakes_are_one_line(tmp_path):
@@ -292,3 +640,41 @@ def test_a_second_serve_start_while_one_starts_is_refused(tmp_path):
         f"holds {tmp_path / 'cache' / 'service.lock'}); wait for it, then `kopt serve "
         "status`\n"), p.stderr
     assert not (tmp_path / "cache" / "service.json").exists()
+
+
+def _import_time_env_reads(tree: ast.Module) -> set[str]:
+    """``KOPT_*`` names a module reads when it is imported: string arguments of calls and
+    subscripts outside function bodies."""
+    found: set[str] = set()
+    todo: list[ast.AST] = [n for n in tree.body
+                           if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Call, ast.Subscript)):
+            args = node.args if isinstance(node, ast.Call) else [node.slice]
+            found |= {a.value for a in args if isinstance(a, ast.Constant)
+                      and isinstance(a.value, str) and a.value.startswith("KOPT_")}
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_the_ready_drivers_compare_every_variable_read_at_import():
+    # a ready driver imported kopt and workers with the service's environment: a KOPT_
+    # variable read at import time must be one the front's environment is compared on
+    from kopt.launchpad import IMPORT_VARS, import_env, mismatch
+
+    root = Path(__file__).resolve().parent.parent
+    read = set()
+    for p in sorted([*root.glob("kopt/**/*.py"), *root.glob("workers/**/*.py")]):
+        read |= _import_time_env_reads(ast.parse(p.read_text()))
+    assert read == set(IMPORT_VARS)  # workers.build's compile caps, no more
+    base = {"PATH": "/bin", "PYTHONPATH": "/x", "KOPT_CACHE": "/c", "RAY_AUTH_TOKEN": "t"}
+    assert import_env(base) == {"PYTHONPATH": "/x"}
+    req = {"exe": sys.executable, "kopt": str(root / "kopt"), "env": {**base}}
+    assert mismatch(req, {**base, "HOME": "/h", "KOPT_RAY_TIMELINE": "/t"}) == ""
+    assert mismatch({**req, "env": {**base, "KOPT_COMPILE_MEM_GB": "2"}}, base) == (
+        "the environment differs in KOPT_COMPILE_MEM_GB")
+    assert mismatch({**req, "exe": "/other/python"}, base).startswith(
+        "the front runs /other/python")

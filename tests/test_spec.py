@@ -43,6 +43,21 @@ def test_yaml_syntax(tmp_path):
     expect(tmp_path, "kernel: [unclosed", "not valid YAML")
 
 
+def test_yaml_syntax_error_is_one_line_with_its_place(tmp_path):
+    """PyYAML's own message spans four lines (context, problem, two marks with the source
+    line and a caret); kopt's is one: the file, where, what, and the fix."""
+    text = "kernel: k.cpp\ndims: [{N: 1024}]\nparams: [\nbaseline: {CHUNK: 64}\n"
+    msg = expect(tmp_path, text, "not valid YAML")
+    assert "\n" not in msg, msg
+    assert msg.endswith(
+        "sweep.yaml: not valid YAML: line 5, column 1: expected ',' or ']', but got "
+        "'<stream end>' (while parsing a flow sequence that starts at line 3, column 9); "
+        "fix the YAML there (docs/spec.md shows a whole sweep.yaml)"), msg
+    tab = expect(tmp_path, "kernel: k.cpp\n\tdims: [{N: 1024}]\n", "not valid YAML")
+    assert "\n" not in tab and "line 2, column 1: found character '\\t' that cannot " \
+        "start any token" in tab, tab
+
+
 def test_missing_required_field(tmp_path):
     expect(tmp_path, "kernel: k.cpp\n", "field 'dims'", "required field is missing")
 
@@ -71,7 +86,25 @@ def test_baseline_outside_the_restrictions(tmp_path):
 def test_args_names_an_unknown_dim(tmp_path):
     expect(tmp_path, GOOD.replace("args: {x: [N], y: [N]}", "args: {x: [Q], y: [N]}"),
            "field 'args.x[0]'", "'Q' names 'Q', which is neither a dim of the top-level dims[0] "
-           "(N) nor in `scalars`")
+           "(N) nor in `scalars`; write the extent over those names, or give Q in every "
+           "problem size of dims (or in `scalars`)")
+
+
+def test_a_value_of_no_allowed_type_is_one_line_not_one_per_type(tmp_path):
+    """A launch param value may be an integer, a number or a string: a list in its place was
+    three lines, one per type tried (`params.CHUNK[0].int`, `.float`, `.str`)."""
+    msg = expect(tmp_path, GOOD.replace("CHUNK: [64, 128]", "CHUNK: [[64], 128]"))
+    path = tmp_path / "s" / "sweep.yaml"
+    assert msg == (f"{path}: field 'params.CHUNK[0]': Input should be an integer, a number or a "
+                   "string (got [64]); write it in the form docs/spec.md shows for "
+                   "`params.CHUNK[0]`"), msg
+
+
+def test_a_work_figure_naming_an_unknown_name_says_the_fix(tmp_path):
+    msg = expect(tmp_path, GOOD + '    flops: "2 * M"\n', "field 'flops'")
+    assert msg.endswith("field 'flops': '2 * M' names ['M'], which are neither dims, scalars "
+                        "nor derived names; write it over the dims (N) and scalars, or add the "
+                        "name to `scalars` or `derived:`"), msg
 
 
 def test_bad_restriction(tmp_path):
@@ -142,7 +175,26 @@ def test_scalar_must_fit_its_c_type(tmp_path):
 def test_dims_are_positive_integers(tmp_path):
     expect(tmp_path, GOOD.replace("{N: 1024}", "{N: -5}"), "field 'dims[0].N'",
            "-5 is not a problem size: dims must be >= 1")
-    expect(tmp_path, GOOD.replace("{N: 1024}", '{N: "1024"}'), "field 'dims.0.N'")
+    expect(tmp_path, GOOD.replace("{N: 1024}", '{N: "1024"}'), "field 'dims[0].N'")
+
+
+def test_a_schema_error_is_one_line_per_field_with_the_file_and_the_fix(tmp_path):
+    """A wrong type or a missing field is one line naming the file and the field (in the
+    `dims[0].N` form every other check uses) and what to write; two errors are two such
+    lines, never a header line of their own."""
+    one = expect(tmp_path, GOOD.replace("[{N: 1024}]", "{N: 1024}"), "field 'dims'")
+    path = tmp_path / "s" / "sweep.yaml"
+    assert one == (f"{path}: field 'dims': Input should be a valid list (got {{'N': 1024}}); "
+                   "write it in the form docs/spec.md shows for `dims`"), one
+    two = expect(tmp_path, "kernel: k.cpp\ndimz: [{N: 1024}]\n", "field 'dims'")
+    assert two.splitlines() == [
+        f"{path}: field 'dims': required field is missing; add `dims:` (docs/spec.md "
+        "describes it)",
+        f"{path}: field 'dimz': unknown field; remove it or correct its name (docs/spec.md "
+        "lists the fields a sweep.yaml takes)"], two
+    nested = expect(tmp_path, GOOD + "    cpu: {params: {A: [1]}}\n", "field 'cpu.kernel'")
+    assert nested == (f"{path}: field 'cpu.kernel': required field is missing; add `kernel:` "
+                      "under `cpu:` (docs/spec.md describes it)"), nested
 
 
 def test_min_samples_above_max(tmp_path):

@@ -1,13 +1,17 @@
 """The Parquet store read back through DuckDB: atomic files, union_by_name, dedup, speedup."""
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import ROOT
 from kopt.store import QueryError, Writer, connect, query, write_table
 
 
@@ -192,3 +196,25 @@ def test_every_sql_statement_is_in_the_database_module():
                  for sites in [_sql_sites(p.read_text())] if sites}
     assert offenders == {}
     assert len(_sql_sites((root / "kopt" / "database.py").read_text())) > 20
+
+
+def test_warm_arrow_is_where_pyarrow_imports_pandas(tmp_path):
+    # pyarrow imports pandas (when installed) on its first conversion of Python objects:
+    # 0.4-0.5 s of a queued sweep's path to its first result on an H200 host (py-spy, run
+    # 13). kopt.store.warm_arrow pays it early, off the critical path; a stand-in pandas
+    # package records that it was asked for, and by which call.
+    fake = tmp_path / "site" / "pandas"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import os, traceback\n"
+        "open(os.environ['MARK'], 'a').write(''.join(traceback.format_stack()))\n"
+        "raise ImportError('stand-in')\n")
+    mark = tmp_path / "mark.txt"
+    code = ("import pyarrow as pa, kopt.store as s, pathlib, os\n"
+            "assert not pathlib.Path(os.environ['MARK']).exists()\n"
+            "s.warm_arrow()\n")
+    env = {**os.environ, "MARK": str(mark),
+           "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "warm_arrow" in mark.read_text()

@@ -94,6 +94,22 @@ def test_halving_keeps_the_best_third_and_the_baseline_rung_by_rung():
     assert not s.needs_ranking() and s.generate() is None
 
 
+def test_halving_keeps_the_baseline_when_it_failed_in_a_rung():
+    """The baseline failed in rung 1 (not in the ranking): it is measured again in the last
+    rung, whose ranking the loop closes on (before: left out, and the loop stopped on
+    "the baseline failed")."""
+    s = SuccessiveHalving(None, TIMING)
+    s.start(jobs_of(cands(10)))
+    s.generate()
+    s.notify({"cpu-a": ranked("c05", "c02", "c09", "c01", "c03", "c04", "c06", "c07", "c08",
+                              "zz-base")})
+    assert {j.candidate.candidate_id for j in s.generate()} == {"c05", "c02", "c09", "c01",
+                                                                "zz-base"}
+    s.notify({"cpu-a": ranked("c02", "c05", "c09", "c01")})  # the baseline failed
+    assert {j.candidate.candidate_id for j in s.generate()} == {"c02", "c05", "c09",
+                                                                "zz-base"}
+
+
 def test_halving_drops_a_class_with_nothing_correct():
     s = SuccessiveHalving(None, TIMING)
     s.start(jobs_of(cands(4), "cpu-a") + jobs_of(cands(4), "cpu-b"))

@@ -11,10 +11,11 @@ from click.testing import CliRunner
 
 from kopt.cli import main
 from kopt.database import Database
+from kopt.loop import IterState
 from kopt.pipeline import run_sweep
 from kopt.spec import load_sweep
 from kopt.store import now, write_table
-from kopt.submit import lineage, lineage_text
+from kopt.submit import LINEAGE_CAPTION, lineage, lineage_text
 
 pytestmark = pytest.mark.slow
 
@@ -57,13 +58,16 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     db = Database(store)
     st1 = state(db, run, 1)
     base1, best1 = st1["baseline"]["candidate_id"], st1["best"]["candidate_id"]
+    # the parent of iteration 2: the loop's named best (the closing contest may find T=1 and
+    # T=2, the same work, in the other order than iteration 1's ranking did)
+    named1 = IterState.from_json(json.dumps(st1)).named().best["candidate_id"]
 
     # the plan as JSON: no NCU on a CPU, so every catalog method counts as triggered
     [plan] = json.loads(kopt("propose", folder, "--store", store, "--format", "json"))
     dc = plan["device_class"]
     assert (plan["run_id"], plan["next_iteration"], plan["sm"]) == (run, 2, None)
     assert (plan["evidence"], plan["trigger_evidence"], plan["triples"]) == (False, None, [])
-    assert plan["best"]["candidate_id"] == best1
+    assert plan["best"]["candidate_id"] == named1
     assert plan["best_source"] == str(folder / "base.cpp")
     admitted = {s["method"]: s["admitted"] for a in plan["catalog_scan"].values() for s in a}
     assert admitted[FAST] is True and admitted[VEC] is True
@@ -112,7 +116,7 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
         (2, (folder / "why.md").read_text())]
     st2 = state(db, run, 2)
     parent2, w2 = st2["baseline"]["candidate_id"], st2["best"]["candidate_id"]
-    assert parent2 == best1 and w2 in fast_ids and st2["selected"] == [FAST]
+    assert parent2 == named1 and w2 in fast_ids and st2["selected"] == [FAST]
 
     # iteration 3 under iteration 2's winner
     _version(folder, "v3.cpp", 1, sub="it3")
@@ -139,7 +143,8 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert closing["speedup"] > 8  # 64 units of work -> 1
 
     # lineage: the tree, each submitted node under the node holding its parent
-    tree = kopt("lineage", run, "--store", store).splitlines()
+    *tree, caption = kopt("lineage", run, "--store", store).splitlines()
+    assert caption == LINEAGE_CAPTION
     assert [t.split(" (")[0] for t in tree] == [
         "it 1 sweep", "  └─ it 2 v2_fast.cpp", "    └─ it 3 v3.cpp", "  └─ it 2 v2_wrong.cpp",
         "  └─ it 2 v2_fix.cpp"]
@@ -205,8 +210,11 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     n3 = lineage(store, run)[-1]
     _, [(ms, sp)] = db.query(f"select median_ms, speedup from candidates where run_id = '{run}' "
                              f"and iteration = 3 and candidate_id = '{n3.best}'")
+    # the node holding the loop's named best (the closing contest's pick) shows that one
+    assert n3.named and n3.best == closing["best"]["candidate_id"]
     assert n3.caption().split("\n") == [
-        "it 3 v3.cpp (try 1, agent-y)", VEC, f"{ms:.4g} ms, {sp:.3g}x over parent", "ok 2"]
+        "it 3 v3.cpp (try 1, agent-y)", VEC, f"named best: {ms:.4g} ms, {sp:.3g}x over parent",
+        "ok 2"]
 
     # a submission into iteration 4 that never closed (a detached try killed: its versions
     # row, no iterations row): a new submission is refused until it is retried or closes

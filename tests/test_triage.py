@@ -195,3 +195,27 @@ def test_bad_input_is_one_line(tmp_path):
     with pytest.raises(TriageError, match="no GPU kernels"):
         (tmp_path / "empty.json").write_text('{"traceEvents": []}')
         read_trace(tmp_path / "empty.json")
+
+
+@pytest.mark.timeout(60)
+def test_a_backtracking_route_pattern_matches_in_linear_time_and_a_bad_one_is_one_line(
+        tmp_path):
+    # trial 13: `(a+)+$` against a long kernel name took Python's re exponential time (the
+    # command hung); RE2 matches it at once. A pattern RE2 cannot take is one line.
+    from kopt.triage import load_routes, path_table
+
+    routes = tmp_path / "r.yaml"
+    routes.write_text('routes:\n  - pattern: "(a+)+$"\n    owner: x\n'
+                      '  - pattern: "CUTLASS"\n    owner: y\n')
+    loaded = load_routes(routes)
+    kernels = [{"rank": 1, "kernel": "a" * 5000 + "b", "mangled": None, "share": 0.9},
+               {"rank": 2, "kernel": "void cutlass::Kernel<Gemm>", "mangled": None,
+                "share": 0.1}]
+    rows = path_table(kernels, loaded, min_share=0.05)
+    assert [(r["known"], r["owner"]) for r in rows] == [(False, None), (True, "y")]
+    routes.write_text('routes:\n  - pattern: "(a)\\\\1"\n')
+    with pytest.raises(TriageError) as e:
+        load_routes(routes)
+    assert str(e.value) == (f"{routes}: field 'routes[0].pattern' is not a regex RE2 takes "
+                            "(invalid escape sequence: \\1); write a regular expression "
+                            "without backreferences or lookaround")

@@ -418,3 +418,23 @@ def test_serve_stop_of_its_own_head_that_does_not_answer_says_it_stopped_it(tmp_
         if head.poll() is None:
             head.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_serve_stop_with_no_service_recorded_says_there_is_nothing_to_stop(tmp_path):
+    """New-user trial: `kopt serve stop` with no service told the user to start one with
+    `kopt serve start`; it says nothing is recorded to stop, and how to stop one elsewhere.
+    `--queue` and `serve status` keep their advice (start one)."""
+    from click.testing import CliRunner
+
+    from kopt.cli import main
+
+    env = {"KOPT_CACHE": str(tmp_path), "COLUMNS": "400"}
+    r = CliRunner().invoke(main, ["serve", "stop"], env=env)
+    assert r.exit_code == 2, r.output
+    assert r.output == (f"error: kopt serve stop: no kopt service is recorded in "
+                        f"{tmp_path / 'service.json'}: nothing started here to stop (one "
+                        "elsewhere: pass its --address HOST:PORT)\n")
+    r = CliRunner().invoke(main, ["serve", "status"], env=env)
+    assert r.exit_code == 2 and r.output == (
+        f"error: kopt serve status: no kopt service is recorded in {tmp_path / 'service.json'}"
+        "; start one with `kopt serve start`, or pass --address HOST:PORT of one\n"), r.output

@@ -48,6 +48,15 @@ def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(med
     _settle(n)
     assert (n.best, n.median_ms, n.speedup) == ("good", 1.0, 1.25)
     assert n.statuses == {"ok": 2} and n.members == ["bad", "good"]
+    # trial 13 N-D6: with every ok row damaged, the line says so (it said "no correct
+    # candidate; ok 2")
+    only = Node(("cpu", 1, "h"), "it 1 sweep", "")
+    for r in (_row("bad", median, 2.0), _row("worse", median, 1.0)):
+        _take(only, r)
+    _settle(only)
+    assert only.best is None and only.line() == (
+        "it 1 sweep [no methods]: no correct candidate with usable figures (2 ok rows left "
+        "out: a median or speedup that is not a positive number, damaged); ok 2")
 
 
 def test_triage_reads_kernel_names_stored_as_bytes_and_paths_with_hash(tmp_path):

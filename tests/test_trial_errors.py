@@ -184,6 +184,39 @@ def test_odd_inputs_are_the_references_fault_in_one_line(tmp_path, make, why):
         Harness("cpu").run(job)
 
 
+@pytest.mark.parametrize("where, line, code", [
+    ("inputs", 3, "raise ValueError('bad seed')"),
+    ("reference", 5, "return x.view(3, -1)"),
+], ids=["inputs", "reference"])
+def test_a_reference_that_raises_names_its_line(tmp_path, where, line, code):
+    """New-user trial: `ref.py: reference() raised TypeError(...)` did not say where in
+    ref.py; the line of ref.py the error came from (the deepest frame in ref.py: a helper of
+    its own, not torch's frames below it) and its code are named."""
+    import dataclasses
+
+    from kopt.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    ref = ("import torch\n"
+           "def inputs(seed, N):\n"
+           + ("    raise ValueError('bad seed')\n" if where == "inputs"
+              else "    return {'x': torch.randn(N)}\n")
+           + "def helper(x):\n    return x.view(3, -1)\n"
+           "def reference(x, N):\n    return helper(x)\n")
+    d = base(tmp_path, **{"ref.py": ref})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "add.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0, "args": {},
+           "scalars": {}, "signature": sig, "tolerance": {"atol": 0, "rtol": 0},
+           "timing": {"timeout_s": 10}, "prepare_only": True}
+    with pytest.raises(JobError) as e:
+        Harness("cpu").run(job)
+    msg = str(e.value)
+    raised = (ValueError("bad seed") if where == "inputs" else
+              RuntimeError("shape '[3, -1]' is invalid for input of size 64"))
+    assert msg.endswith(f"ref.py: {where}() raised {raised!r} at ref.py line {line}: `{code}`"), \
+        msg
+
+
 # -- a fourth trial -------------------------------------------------------------------------
 
 def _repo(tmp_path):
@@ -1222,3 +1255,110 @@ def test_a_file_where_the_build_cache_folder_goes_is_refused_at_once(tmp_path):
         "KOPT_CACHE at a folder for the build cache (default ~/.cache/kopt) (or move "
         f"{cache / 'builds'} out of the way)\n"), p.stdout + p.stderr
     assert not (tmp_path / "st").exists()
+
+
+def test_an_interrupted_queued_sweeps_resume_hint_keeps_the_queue(tmp_path):
+    """Ctrl-C of `kopt sweep ... --queue` printed a resume command without `--queue`: pasted,
+    it ran the rest in its own process with an embedded Ray beside the service (new-user
+    trial); --address/--cluster were dropped the same way."""
+    import shlex
+
+    from kopt.store import resume_command
+
+    st = tmp_path / "st"
+    assert shlex.split(resume_command("sweeps/v", st, "r1", queue=True)) == [
+        "kopt", "sweep", "sweeps/v", "--store", str(st), "--resume", "r1", "--queue"]
+    assert shlex.split(resume_command("sweeps/v", st, "r1", address="h:1"))[-2:] == [
+        "--address", "h:1"]
+    assert shlex.split(resume_command("sweeps/v", st, "r1", queue=True,
+                                      cluster="c l.yaml"))[-3:] == [
+        "--cluster", "c l.yaml", "--queue"]
+    assert resume_command("sweeps/v", st, "r1").endswith("--resume r1")
+
+
+def test_export_of_an_interrupted_run_says_so(tmp_path):
+    """`kopt export SWEEP` after a Ctrl-C exported the interrupted run's best (1 of 6
+    candidates measured) without a word, where `kopt best` notes it (new-user trial)."""
+    from test_export import X86, cand
+
+    from kopt.store import now, write_table
+
+    st = tmp_path / "st"
+    write_table(st, "candidates", "demo", "r1", [
+        cand("r1", X86, "b", 1024, 2.0, {"CHUNK": 64}, base=True)])
+    write_table(st, "runs", "demo", "r1", [{
+        "run_id": "r1", "sweep": "demo", "event": "running", "backend": "cpu",
+        "sweep_dir": str(tmp_path / "s"), "created_at": now()}])  # no lock: interrupted
+    r = CliRunner().invoke(main, ["export", "demo", "--store", str(st), "--out",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "note: run r1 was interrupted" in text and "--resume r1" in text, text
+
+
+@pytest.mark.parametrize("with_note", [False, True])
+def test_a_refused_claim_that_asks_for_a_reason_names_the_note_option(tmp_path, monkeypatch,
+                                                                     with_note):
+    """`kopt submit` refused a claim with "give a reason (the analysis note) ..." and never
+    said how a reason is given (new-user trial: it is `--note FILE`)."""
+    from kopt import submit as sm
+
+    lines = ["not_admitted: compute.ilp_unroll was skipped by the scan: it was ineffective "
+             "under the current bottleneck (ineffective); give a reason (the analysis note) "
+             "to try it all the same"]
+
+    def refuse(*_a, **_k):
+        raise sm.SubmitError(lines)
+
+    monkeypatch.setattr(sm, "open_run", refuse)
+    src = tmp_path / "v2.cpp"
+    src.write_text("// v2\n")
+    note = tmp_path / "why.md"
+    note.write_text("why\n")
+    args = ["submit", "r1", "--source", str(src), "--methods", "compute.ilp_unroll",
+            "--store", str(tmp_path / "st")] + (["--note", str(note)] if with_note else [])
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1, r.output
+    text = " ".join(r.output.split())
+    assert text.startswith("refused: not_admitted:"), text
+    assert ("`--note FILE`" in text) is not with_note, text
+
+
+def test_a_cluster_or_routes_file_with_a_yaml_error_says_where(tmp_path):
+    """A YAML syntax error in a --cluster or a triage --known file is one line with its line
+    and column (it was PyYAML's first line alone: `while parsing a flow sequence`)."""
+    from kopt.pipeline import SweepError, cluster_address
+    from kopt.triage import TriageError, load_routes
+
+    f = tmp_path / "cl.yaml"
+    f.write_text("provider: {type: local,\n  head_ip: [127.0.0.1\n")
+    with pytest.raises(SweepError) as e:
+        cluster_address(f)
+    assert str(e.value) == (
+        f"--cluster {f}: cannot read it (line 3, column 1: expected ',' or ']', but got "
+        "'<stream end>' (while parsing a flow sequence that starts at line 2, column 12)); "
+        "pass the Ray cluster-launcher YAML you brought up with `ray up`")
+    r = tmp_path / "routes.yaml"
+    r.write_text("routes:\n  - pattern: gemm\n\towner: me\n")
+    with pytest.raises(TriageError) as e:
+        load_routes(r)
+    assert str(e.value) == (
+        f"{r}: cannot read the routes file (line 3, column 1: found character '\\t' that "
+        "cannot start any token (while scanning for the next token)); fix it there")
+
+
+def test_a_contender_that_raises_names_its_line(tmp_path):
+    import importlib.util
+    from types import SimpleNamespace
+
+    from workers.harness import JobError, RefCall
+
+    f = tmp_path / "ref.py"
+    f.write_text("def contender():\n    return 1 / 0\n")
+    spec = importlib.util.spec_from_file_location("ref_contender", f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(JobError) as e:
+        RefCall(mod.contender, [], "ref.py").run(SimpleNamespace(inputs={}), {})
+    assert str(e.value) == ("ref.py: contender() raised ZeroDivisionError('division by zero') "
+                            "at ref.py line 2: `return 1 / 0` (timed as the reference)")

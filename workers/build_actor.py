@@ -35,13 +35,17 @@ class BuildActor:
 
     Args:
         toolchains: compiler identities read at start (``nvrtc``, ``cuda``, ``cpu``), so
-            that the first sweep finds NVRTC loaded and nvcc's ``--version`` read.
+            that the first sweep finds NVRTC loaded and nvcc's ``--version`` read; with
+            ``nvrtc``, the NVRTC compiler process is started and has compiled once
+            (workers.build.warm_nvrtc).
     """
 
     def __init__(self, toolchains: list[str]):
         self.builds = 0
         for t in toolchains:
             wbuild.compiler_identity(t)
+        if "nvrtc" in toolchains:  # its compiler process started, NVRTC's first compile done
+            wbuild.warm_nvrtc()
         # the node's environment (torch's version among others): 4.4 s on an H200 host when
         # the first sweep asked for it (2026-12-01), so read at start
         self.env: dict[str, Any] = wbuild.identity_and_env(toolchains[0])[1]

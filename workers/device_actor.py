@@ -16,6 +16,7 @@ from typing import Any
 
 import ray
 
+from workers import ncu
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted
@@ -44,14 +45,17 @@ class DeviceActor:
         env = {"OMP_NUM_THREADS": str(threads)} if backend == "cpu" else {}
         self.backend = backend
         self.device_class = device_class
-        # ncu's metric list, read while the sandbox starts (issue 14.2: 1.2-1.7 s of an H200
-        # device's time before its first job when it was read on request)
-        self._metrics: Future[list[str] | None] | None = (
-            ThreadPoolExecutor(1).submit(_query_metrics) if backend == "cuda" else None)
         self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
         self.sandbox = Sandbox(backend, env)
         pre = _mine(backend, prestarted or {})
-        if pre is None or not self.sandbox.adopt(pre):
+        adopted = pre is not None and self.sandbox.adopt(pre)
+        # ncu's metric list, read while the sandbox starts (issue 14.2: 1.2-1.7 s of an H200
+        # device's time before its first job when it was read on request); not where the
+        # harness was the driver's, on this node: the driver reads it (workers.ncu.start_query)
+        self._metrics: Future[list[str] | None] | None = (
+            ThreadPoolExecutor(1).submit(ncu.query_metrics)
+            if backend == "cuda" and not adopted else None)
+        if not adopted:
             self.sandbox.start()
         self.busy_s = 0.0
         self.jobs = 0
@@ -166,7 +170,10 @@ class DeviceActor:
 
     def query_metrics(self) -> list[str] | None:
         """Base metric names ``ncu --query-metrics`` lists for this device (None without ncu;
-        read once, in the background from the actor's start)."""
+        read once, in the background from the actor's start; on request where the actor
+        adopted the driver's harness, whose driver reads its own)."""
+        if self._metrics is None and self.backend == "cuda":
+            self._metrics = ThreadPoolExecutor(1).submit(ncu.query_metrics)
         if self._metrics is None:
             return None
         try:
@@ -214,24 +221,6 @@ def _mine(backend: str, prestarted: dict[str, Prestarted]) -> Prestarted | None:
     gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
     return prestarted.get(str(gpus[0])) if len(gpus) == 1 else None
 
-
-def _query_metrics() -> list[str] | None:
-    """Base metric names ``ncu --query-metrics`` lists for this node's GPU (None without ncu
-    or when it fails)."""
-    import subprocess
-
-    from workers import ncu
-
-    exe = ncu.ncu_exe()
-    if exe is None:
-        return None
-    try:
-        p = subprocess.run([exe, "--query-metrics"], capture_output=True, text=True,
-                           timeout=300)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = ncu.parse_query_metrics(p.stdout)
-    return sorted(names) or None
 
 def remote_actor(backend: str, threads: int = 1, resources: dict[str, float] | None = None):
     """A Ray actor handle class for ``backend`` with the right resource request."""

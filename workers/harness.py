@@ -11,7 +11,7 @@ Per job (a candidate is assumed to try to fool the check and the clock):
 
 - check: two input sets with different values (seeds ``seed`` and ``seed + 1``), each in
   buffers of its own (other device addresses); before each call every input, in/out ones
-  too, is copied from its pristine values and outputs are poisoned (NaN, or 0x5A bytes
+  too, is copied from its pristine values and outputs are poisoned (NaN, or 0x5A / 0xA5 bytes
   for integers); ``solve`` (kernel mode: the ``__global__`` kernel launched through the
   driver API, workers.launcher) -> launch error check -> synchronize -> every element
   compared with the reference (``|out - ref| <= atol + rtol*|ref|``, NaN never passes),
@@ -28,44 +28,87 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   stream around ``solve`` (CPU: a monotonic clock); after it, on the device and outside
   the timed interval, every output element is verified against that set's tolerance band.
 - unseen values: after the samples, two timed calls on seen input sets, then one on each of
-  ``N_UNSEEN`` more sets (seeds ``seed + 2``, ...) held back until then, verified like the
-  samples: calls on new values more than ``REPLAY_FACTOR`` slower than on seen ones (and
-  slower than every sample: :func:`replayed`) make
-  the candidate ``replayed`` (results kept by content, e.g. a hash of a few input elements,
-  and replayed; it cannot know which calls these are before it sees new values).
+  ``N_UNSEEN`` more sets (their seeds drawn at random: ``Harness.held_seeds``) held back
+  until then and never called on by this artifact in an earlier job
+  (``Harness.fresh_sets``), verified like the samples:
+  calls on new values all more than ``REPLAY_FACTOR`` slower than the median (and than the
+  fastest seen call where the machine slowed down, see below: :func:`replayed`) make the
+  candidate ``replayed`` (results kept by content, e.g. a hash of a few input elements, and
+  replayed; it cannot know which calls these are before it sees new values) if rounds of
+  the same on ``N_UNSEEN`` more never-seen sets confirm it (``Harness.recheck``: a burst of
+  load on the first unseen calls named honest kernels on a loaded CPU) until load alone,
+  at the share of slow calls the samples showed, is unlikely to have slowed them all
+  (:func:`load_chance`). The seen calls count only where the harness's own work before the
+  calls (loading inputs, the flush) shows that the machine slowed down since the samples
+  (CPU: :func:`drifted`). A contest does the same for each contender after its rounds
+  (they call on the check's sets only).
 - a probe: a few calls from an idle device to a device-wide synchronize: work that
-  ``solve`` left running (its own stream) makes the candidate ``escaped`` (GPU only).
+  ``solve`` left running (its own stream) makes the candidate ``escaped`` (GPU only); CPU:
+  after every call, checked or timed, an output page that cannot be read (protected, to be
+  computed on its first read by a fault handler, attack MODE 2) makes it ``escaped``.
 - device memory outside torch before and after: growth makes it ``leaked`` and the
   process is restarted.
-- ``timing.timeout_s`` is the job's budget after its inputs are made; the sandbox kills a
-  first call that does not return in it (a hang). Later phases are sized from the first
-  call's time: what does not fit is cut, and the candidate is ``too_slow`` with the
-  samples it got.
+- ``timing.timeout_s`` is the job's budget after its inputs are made, not counting the
+  harness's own work in it (the checks' comparisons, a recheck's draws: ``Harness.own``);
+  the sandbox kills a first call that does not return in it (a hang). Later phases are
+  sized from the first call's time: what does not fit is cut, and the candidate is
+  ``too_slow`` with the samples it got.
 
-What is not caught (a candidate is native code inside this process):
+What is not caught (a candidate is native code inside this process), and what is named
+wrongly:
+
+- an honest kernel whose cost depends on the values so much that every held-back set
+  costs more than ``REPLAY_FACTOR`` x the check's two sets is ``replayed`` (e.g. a scan to
+  the first match, a geometric cost: about 5 % of its jobs in a simulation with an
+  exponential cost, the rounds as kopt runs them): a kernel fast on exactly the sets it
+  was sampled on is what a replayer looks like. A rule that clears it (calls repeated on
+  the same new sets stay slow, and its first call on a check set was as fast as its
+  samples there) would also clear a candidate that ships the answers for the check's
+  seeds (sweep.yaml's, known before the run) and computes the rest; it needs random
+  check seeds first.
 
 - a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
+  and a replayer that pads its calls on seen sets to the work's cost (under half of the
+  samples, every call once it met new values, attack MODE 7) when the machine happens to
+  slow down during the calls on new sets (:func:`drifted`): load that began after the
+  samples slows an honest kernel's calls on new sets just as much, and only the seen
+  calls then tell the two apart;
 - CPU backend: work left to a thread of its own that finishes between ``solve``'s return
-  and the read of its outputs, and outputs computed lazily when first read (pages it
-  protected and a fault handler): there is no device-wide "synchronize" to probe with.
+  and the read of its outputs, and outputs computed lazily when first read other than
+  from pages it protected (those are ``escaped``: ``Harness.unreadable``; e.g. pages it
+  unmapped and a userfaultfd handler that also serves the kernel's reads, where that is
+  allowed): there is no device-wide "synchronize" to probe with.
   (Timing the verification reads against reads after no call flagged honest OpenMP
-  kernels on a loaded 2-core machine, so kopt does not do it.)
+  kernels on a loaded 2-core machine, so kopt does not do it.) Likewise, work done before
+  the call by a thread of its own that watches the buffers and computes a call's outputs
+  once the harness has loaded its inputs, during the cache flush that follows (attack
+  MODE 8 in tests/fixtures/faultpack/attacks.cpp: ``ok`` at 0.065 ms against the honest
+  0.31 on the CPU). Flushing first and loading right before the call left it only the
+  copy's time, but under load its thread still kept up in most jobs, and it would leave
+  the calls on new sets with warm inputs, which weakens the replay check for memory-bound
+  kernels: not done;
 - anything that reads or writes this process's memory or code: the expected outputs and
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
   ``time.perf_counter_ns``, e.g. to make every check pass); the result pipe to the
   sandbox (a forged outcome dict). Only a candidate run in a process of its own, with the
   clock and the check outside it, closes these; kopt does not do that.
+- results one candidate keeps outside its own library's memory (a file, shared memory) for
+  another artifact: the held-back sets are new to each artifact, not to every artifact, as
+  drawing them per job would run the reference twice more per job.
 - state a candidate leaves in the process for the next ones: the OpenMP thread count
   (``omp_set_num_threads``, libgomp is shared with torch), CPU affinity, scheduling
   priority, the floating-point environment, a thread that keeps running; they can slow
   or speed up candidates timed after it in the same harness (``contest`` runs all
-  contenders in one).
+  contenders in one). A thread a replayer starts once it meets new values can slow the
+  harness's own work between calls so that the machine looks slowed (:func:`drifted`) and
+  the padded seen calls count.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib.util
 import inspect
 import math
@@ -74,9 +117,10 @@ import random
 import socket
 import statistics
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -87,19 +131,33 @@ import torch
 from workers import nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
-from workers.observers import Observer, timing_observers
+from workers.observers import Nvml, Observer, timing_observers
 from workers.records import RunJob, Status
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
-# input sets (seeds seed + 2, ...) held back until after the samples: a timed call on values
+# input sets (random seeds) held back until after the samples: a timed call on values
 # the candidate has never seen, against calls on seen ones, catches a content-keyed replay
 N_UNSEEN = 2
 # a call on unseen values slower than REPLAY_FACTOR x the seen calls (and REPLAY_MS more)
 # makes the candidate `replayed`; honest work costs the same on any values of one size
 REPLAY_FACTOR, REPLAY_MS = 2.0, 0.01
+# seconds between calls on unseen values that looked like a replay and the recheck's first
+# round on more (Harness.recheck), doubled before each next round, and the rounds made at
+# least: a burst of load that slowed the first is likely over by then. 0.05 s and one round
+# named an honest kernel `replayed` when a cluster node was killed beside it (its samples
+# 2.9-12.7 ms, every call on new sets in the 0.15 s after 8.7-11.9 ms; test_cluster,
+# 2026-12-01): load comes in bursts, not call by call
+RECHECK_PAUSE_S, RECHECK_MIN_ROUNDS = 0.25, 2
+# the recheck's rounds go on (at most RECHECK_ROUNDS) until load alone had a chance under
+# REPLAY_ALPHA to slow every call on new sets (workers.harness.load_chance); 1 + 4 rounds
+# of 2 calls decide any share of slow calls under a half (0.5 ** 10 < 1e-3)
+REPLAY_ALPHA, RECHECK_ROUNDS = 1e-3, 4
+# the harness's own work before the calls on new sets slower than DRIFT_FACTOR x its median
+# before the samples: the machine slowed down since (workers.harness.drifted)
+DRIFT_FACTOR = 1.5
 PROBE_CALLS = 3  # calls timed from an idle device to a device-wide synchronize
 # work the events missed (ms) that makes a candidate `escaped`: over this and over
 # ESCAPE_SHARE of its median; an honest solve's host overhead is tens of microseconds
@@ -163,11 +221,20 @@ class Data:
     bufs: list[Buffers]
     notes: list[str] = field(default_factory=list)
     unseen: list[InputSet] = field(default_factory=list)
+    # more held-back sets, drawn when needed (Harness.fresh_sets): for a recheck, or for an
+    # artifact that was already called on every held-back set drawn so far
+    reserve: list[InputSet] = field(default_factory=list)
+    key: tuple = ()  # the Harness.data key (Harness.spent)
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # input name -> shape
+    shape_of: dict[str, list[int]] = field(default_factory=dict)  # output name -> shape
 
     def input_set(self, k: int) -> InputSet:
         """Input set ``k``: ``sets[k]``, then (``k >= len(sets)``) the held-back ``unseen``
-        ones, which only buffer set 0 is loaded with."""
-        return self.sets[k] if k < len(self.sets) else self.unseen[k - len(self.sets)]
+        ones, then the ``reserve``; only buffer set 0 is loaded with those."""
+        if k < len(self.sets):
+            return self.sets[k]
+        k -= len(self.sets)
+        return self.unseen[k] if k < len(self.unseen) else self.reserve[k - len(self.unseen)]
 
 
 class Harness:
@@ -205,9 +272,24 @@ class Harness:
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
         self.sample_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
+        # CPU: how long the harness's own work before each timed call of the last
+        # ``samples`` took (ms: loading the input set, flushing the cache), which no candidate
+        # computes: a machine slowed by load slows it too (workers.harness ``drifted``)
+        self.prep_ms: list[float] = []
+        # device memory outside torch (bytes) that drawing the recheck's sets took during
+        # the current job (ref.py's libraries): not the candidate's, so not a leak
+        self._drawn = 0
+        self._nvml: Nvml | None = None  # for this process's device memory (_device_used)
+        # (Data.key, artifact path) -> how many held-back sets (unseen, then reserve, in
+        # order) were spent on it: a loaded artifact keeps its state between jobs, so each
+        # job's sets are new to it; kept here, not with the Data, which may be dropped and
+        # made again (MAX_DATA_ENTRIES) while the artifact stays loaded
+        self.spent: dict[tuple, int] = {}
         self.rel_err = self.worst_rel = 0.0  # of the last check / checked calls (see there)
         self.idle_s = math.inf  # seconds the device was idle before this job (main sets it)
         self.done_at = -math.inf  # perf_counter time the last job ended
+        self.lazy = ""  # CPU: why an output was unreadable after a call (``unreadable``)
+        self.poison = 0x5A  # the byte integer outputs are filled with by the next ``load``
 
     # -- loading -------------------------------------------------------------------------
     def lib(self, path: str, sig: list[dict]) -> Any:
@@ -266,11 +348,11 @@ class Harness:
         """Inputs, buffers and reference outputs for ``job``'s dims (cached per reference,
         dims, seed and shapes).
 
-        ``N_SETS + N_UNSEEN`` input sets are drawn, from ``seed``, ``seed + 1``, ...; the
-        reference gets
-        copies of each set's inputs (a reference that works in place changes nothing the
-        candidates see). ``reference=False`` (the NCU target) skips the reference and makes
-        one set. Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
+        ``N_SETS + N_UNSEEN`` input sets are drawn, from ``seed``, ``seed + 1`` and random
+        seeds (:meth:`held_seeds`); the reference gets copies of each set's inputs (a
+        reference that works in place changes nothing the candidates see).
+        ``reference=False`` (the NCU target) skips the reference and makes one set.
+        Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
         """
         key = (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
                tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference)
@@ -307,19 +389,14 @@ class Harness:
                  ref_name: str, reference: bool, n_sets: int) -> Data:
         """:meth:`prepare`'s work once the shapes are known."""
         sig = job["signature"]
-        sets: list[InputSet] = []
-        notes: list[str] = []
-        with torch.no_grad():
-            for k in range(n_sets):
-                seed = job["seed"] + k
-                inputs = self._inputs(mod, job, shapes, seed, ref_name)
-                if reference:
-                    expected, note = self._reference(mod, job, inputs, scalars, shapes,
-                                                     ref_name)
-                    notes += [n for n in note if n not in notes]
-                else:
-                    expected = {}
-                sets.append(InputSet(seed, inputs, expected))
+        sets, notes = self._draw(mod, job, scalars, shapes, ref_name, reference,
+                                 [job["seed"] + i for i in range(min(n_sets, N_SETS))]
+                                 + self.held_seeds(job, n_sets - N_SETS))
+        if sets[0].inputs and not any(t.numel() for t in sets[0].inputs.values()):
+            empty = ", ".join(f"{n}: {list(t.shape)}" for n, t in sets[0].inputs.items())
+            raise JobError("error", f"every input of dims {job['dims']} is empty ({empty}): "
+                           "nothing to check or time; give sizes above 0 in sweep.yaml "
+                           "`dims:` or `args:`")
         if n_sets > 1 and sets[0].inputs and all(
                 torch.equal(sets[0].inputs[n], sets[1].inputs[n]) for n in sets[0].inputs):
             raise JobError("error", f"{ref_name}: inputs() returned the same values for seeds "
@@ -333,17 +410,12 @@ class Harness:
                                                              sets[0].inputs.get(a["name"])
                                                              ).shape)) for a in outs}
         tol = job["tolerance"]
-        for s in sets:  # the unseen ones too
-            for a in outs:
-                n = a["name"]
-                if n in s.expected:
-                    s.expected[n] = s.expected[n].reshape(shape_of[n])
-                    s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]), tol)
+        _bands(sets, outs, shape_of, tol)  # the unseen ones too
         for a in outs if reference else []:
             if sets[0].expected.get(a["name"]) is not None and all(
-                    _zeros_pass(s, a["name"]) for s in sets):
+                    _zeros_pass(s, a["name"]) for s in sets[:N_SETS]):  # the seeded ones
                 n = a["name"]
-                big = max(float(s.expected[n].double().abs().max()) for s in sets)
+                big = max(float(s.expected[n].double().abs().max()) for s in sets[:N_SETS])
                 raise JobError("error", f"{ref_name}: a kernel that writes zeros to {n!r} passes "
                                f"the check: every expected value (|{n}| <= {big:.3g}) lies within "
                                f"the tolerance (atol={tol['atol']:g}, rtol={tol['rtol']:g}) of 0; "
@@ -351,9 +423,69 @@ class Harness:
                                "inputs that give larger outputs")
         sets, unseen = sets[:N_SETS], sets[N_SETS:]
         bufs = [self._buffers(sig, sets[0], shape_of) for _ in sets]
-        d = Data(scalars, sets, bufs, notes, unseen)
+        d = Data(scalars, sets, bufs, notes, unseen, shapes=shapes, shape_of=shape_of, key=key)
         self.data[key] = d
         return d
+
+    def _draw(self, mod: Any, job: dict, scalars: dict, shapes: dict, ref_name: str,
+              reference: bool, seeds: Iterable[int]) -> tuple[list[InputSet], list[str]]:
+        """One input set per seed in ``seeds`` (ref.py's ``inputs()``) and, when
+        ``reference``, its expected outputs (no tolerance bands yet: :func:`_bands`); with
+        the reference's notes."""
+        sets: list[InputSet] = []
+        notes: list[str] = []
+        with torch.no_grad():
+            for seed in seeds:
+                inputs = self._inputs(mod, job, shapes, seed, ref_name)
+                if reference:
+                    expected, note = self._reference(mod, job, inputs, scalars, shapes,
+                                                     ref_name)
+                    notes += [n for n in note if n not in notes]
+                else:
+                    expected = {}
+                sets.append(InputSet(seed, inputs, expected))
+        return sets, notes
+
+    def held_seeds(self, job: dict, n: int) -> list[int]:
+        """``n`` seeds for held-back input sets: drawn at random here, never the check's
+        (``seed``, ``seed + 1``). They were ``seed + 2``, ...: the seed is in sweep.yaml, so a
+        candidate could ship ref.py's answers for those seeds, made before the run, and be
+        as fast on the held-back sets as on the check's (attack MODE 9)."""
+        check = {job["seed"] + i for i in range(N_SETS)}
+        out: list[int] = []
+        while len(out) < n:
+            s = self.rng.randrange(1 << 20, 1 << 31)
+            if s not in check and s not in out:
+                out.append(s)
+        return out
+
+    def fresh_sets(self, job: dict, d: Data, n: int) -> list[int]:
+        """The indices (see ``Data.input_set``) of ``n`` held-back input sets that
+        ``job["artifact"]`` has never been called on, marked spent for it: the ``unseen``
+        ones first, then the ``reserve``, which is extended (seeds after the last drawn,
+        expected outputs and tolerance bands) when every set drawn is spent. The held-back
+        sets are shared between artifacts, not within one: a loaded artifact keeps its state
+        between jobs (a halving rung, a re-run, a contest), so one that computed honestly
+        and kept every result in its first job replayed the held-back sets in the next (attack
+        MODE 5). Device memory outside torch that drawing took is added to ``_drawn`` (not the
+        candidate's leak). Raises JobError as :meth:`prepare` does."""
+        first = self.spent.get((d.key, job["artifact"]), 0)
+        missing = first + n - len(d.unseen) - len(d.reserve)
+        if missing > 0:
+            used = self._device_used()
+            t0 = time.perf_counter()
+            sets, _ = self._draw(self.ref_module(job["reference"]), job, d.scalars, d.shapes,
+                                 Path(job["reference"]).name, True,
+                                 self.held_seeds(job, missing))
+            _bands(sets, [a for a in job["signature"] if a["kind"] == "output"], d.shape_of,
+                   job["tolerance"])
+            d.reserve += sets
+            self.own(time.perf_counter() - t0)
+            if used is not None:
+                torch.cuda.synchronize()
+                self._drawn += (self._device_used() or 0) - used
+        self.spent[(d.key, job["artifact"])] = first + n
+        return [len(d.sets) + i for i in range(first, first + n)]
 
     def _buffers(self, sig: list[dict], s: InputSet, shape_of: dict[str, list[int]]
                  ) -> Buffers:
@@ -384,7 +516,8 @@ class Harness:
         try:
             ref = fn(**kwargs)
         except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
-            raise JobError("error", f"{ref_name}: reference() raised {e!r}") from None
+            raise JobError("error", f"{ref_name}: reference() raised {e!r}"
+                           + raised_at(e, getattr(mod, "__file__", None), ref_name)) from None
         outs = [a for a in sig if a["kind"] == "output"]
         if isinstance(ref, torch.Tensor):
             if len(outs) != 1:
@@ -431,7 +564,8 @@ class Harness:
             try:
                 got = mod.inputs(seed=seed, **job["dims"])
             except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
-                raise JobError("error", f"{ref_name}: inputs() raised {e!r}") from None
+                raise JobError("error", f"{ref_name}: inputs() raised {e!r}"
+                               + raised_at(e, getattr(mod, "__file__", None), ref_name)) from None
             if not isinstance(got, dict):
                 raise JobError("error", f"{ref_name}: inputs() must return a dict name -> tensor")
             _known_keys(got, sig, ref_name)
@@ -480,7 +614,8 @@ class Harness:
 
     def load(self, d: Data, b: int, k: int) -> None:
         """Make buffer set ``b`` hold input set ``k``: every input (in/out ones too) copied
-        from its pristine values, outputs NaN-filled (0x5A bytes for integers), canaries
+        from its pristine values, outputs NaN-filled (0x5A or 0xA5 bytes, alternating from
+        call to call, for integers: an unwritten element equal to one fails the other), canaries
         reset. Runs before every checked or timed call, outside the timed interval."""
         buf, s = d.bufs[b], d.input_set(k)
         if b == 0:
@@ -494,8 +629,9 @@ class Harness:
                 continue
             if t.dtype.is_floating_point:
                 t.fill_(float("nan"))
-            else:
-                t.view(torch.uint8).fill_(0x5A)
+            else:  # alternating: an unwritten element equal to one poison fails the next
+                t.view(torch.uint8).fill_(self.poison)
+        self.poison ^= 0x5A ^ 0xA5
 
     # -- running -------------------------------------------------------------------------
     def call(self, lib: Any, job: dict, d: Data, b: int = 0) -> None:
@@ -554,11 +690,11 @@ class Harness:
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
                 g, e = got.double(), exp.double()
                 ok = torch.isclose(g, e, rtol=tol["rtol"], atol=tol["atol"], equal_nan=False)
-                diff = (g - e).abs()
-                diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+                diff = _abs_diff(g, e)
                 self.rel_err = max(self.rel_err, abs_rel_error(g, e)[1])
             else:
-                ok = got == exp.to(got.dtype)
+                got, exp = _bytes(got), _bytes(exp.to(got.dtype))
+                ok = got == exp
                 diff = (got.long() - exp.long()).abs().double()
             err = float(diff.max()) if diff.numel() else 0.0
             worst = max(worst, err)
@@ -584,7 +720,7 @@ class Harness:
                 g = got.float() if got.element_size() < 4 else got
                 ok &= ((g >= s.lo[n]) & (g <= s.hi[n])).all()
             else:
-                ok &= (got == s.hi[n]).all()
+                ok &= (_bytes(got) == _bytes(s.hi[n])).all()
         for g in buf.guards.values():
             ok &= (g.view(torch.uint8) == 0xA5).all()
         return ok
@@ -621,13 +757,17 @@ class Harness:
             self.call(lib, job, d, k)
             self.check_cuda(lib, "solve")
             ms = (time.perf_counter() - t0) * 1e3
+            if self.unreadable(d.bufs[k]):
+                return worst, ms, self.lazy
             if k == 0:
                 first_ms = ms
                 self.progress({"stage": "called", "call_ms": ms})
+            c0 = time.perf_counter()
             bad = self.tampered(d, k, k)
             if bad:
                 return worst, first_ms, bad
             ok, err, msg = self.check(d, k, k, job["tolerance"])
+            self.own(time.perf_counter() - c0)
             worst = max(worst, err)
             self.worst_rel = max(self.worst_rel, self.rel_err)
             if not ok:
@@ -637,6 +777,19 @@ class Harness:
             if k + 1 < len(d.sets) and not self.fits(ms, 1):
                 raise _TooSlow(ms, f"the check's call {k + 2}")
         return worst, first_ms, ""
+
+    def own(self, seconds: float) -> None:
+        """``seconds`` of the harness's own work in the job (comparing every output element
+        in float64, drawing a recheck's input sets: ref.py's ``inputs()`` and
+        ``reference()``), which depends on the sizes, not on the candidate: added to the
+        job's budget, here and in the sandbox's wait (a ``{"stage": "own"}`` progress
+        message). Counted in it, a memory-bound honest kernel of 33 ms with 128 MB arrays
+        was `too_slow` on a loaded 2-core machine (two checks took 16-60 s of its 60 s), and
+        a recheck whose draw spent the rest of the budget was cut, confirming a burst of load
+        as `replayed`."""
+        if seconds > 0 and math.isfinite(self._deadline):
+            self._deadline += seconds
+            self.progress({"stage": "own", "s": seconds})
 
     def fits(self, call_ms: float, n: int) -> bool:
         """Whether ``n`` more calls of ``call_ms`` each fit in what is left of the job's
@@ -685,9 +838,7 @@ class Harness:
         if self.is_cuda:
             evs = []
             for (lib, job), k in zip(calls, picks):
-                self.load(d, 0, k)
-                if flush:
-                    self.flush_buf.zero_()
+                self._prep(d, k, flush)
                 s = torch.cuda.Event(enable_timing=True)
                 e = torch.cuda.Event(enable_timing=True)
                 s.record()
@@ -698,18 +849,45 @@ class Harness:
             torch.cuda.synchronize()
             times = [s.elapsed_time(e) for s, e in evs]
         else:
+            self.prep_ms = []
             for (lib, job), k in zip(calls, picks):
-                self.load(d, 0, k)
-                if flush:
-                    self.flush_buf.zero_()
+                p0 = time.perf_counter_ns()
+                self._prep(d, k, flush)
                 t0 = time.perf_counter_ns()
+                self.prep_ms.append((t0 - p0) / 1e6)
                 self.call(lib, job, d)
                 times.append((time.perf_counter_ns() - t0) / 1e6)
-                oks.append(True if isinstance(lib, RefCall) else self.verify(d, 0, k))
-        bad = [f"{job.get('job_key', '?')}: a timed call on input set {k + 1} gave wrong "
-               "output (outputs are poisoned before and verified after every timed call)"
+                lazy = "" if isinstance(lib, RefCall) else self.unreadable(d.bufs[0])
+                oks.append(False if lazy else
+                           True if isinstance(lib, RefCall) else self.verify(d, 0, k))
+        bad = [f"{job.get('job_key', '?')}: " + (self.lazy or (
+               f"a timed call on input set {k + 1} gave wrong output (outputs are poisoned "
+               "before and verified after every timed call)"))
                for ok, (_, job), k in zip(oks, calls, picks) if not bool(ok)]
         return times, bad
+
+    def unreadable(self, buf: Buffers) -> str:
+        """CPU: why an output of ``buf`` cannot be read right after a call (its pages
+        protected, to be computed on their first read by a fault handler: attack MODE 2),
+        kept as ``self.lazy``; "" when every page can be read (and on the GPU). The kernel
+        reads a byte of each page (:func:`_unreadable_at`), which fails on a protected page
+        instead of faulting into the candidate's handler."""
+        if self.is_cuda:
+            return ""
+        for n, t in buf.outputs.items():
+            if t.numel() and _unreadable_at(t.data_ptr(), t.numel() * t.element_size()):
+                self.lazy = (f"solve returned with output {n!r} unreadable (its pages "
+                             "protected: computed on their first read, after the call); "
+                             "write every output before returning")
+                return self.lazy
+        return ""
+
+    def _prep(self, d: Data, k: int, flush: bool) -> None:
+        """The harness's work before a timed call: input set ``k`` loaded into buffer set 0,
+        then the cache flushed (``flush``)."""
+        self.load(d, 0, k)
+        if flush:
+            self.flush_buf.zero_()
 
     def _unguarded_samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool
                            ) -> list[float]:
@@ -749,6 +927,7 @@ class Harness:
         clean: list[float] = []  # samples of batches no observer called disturbed
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
         batches = 0
+        prep: list[float] = []  # CPU: the harness's own work before each sample (ms)
         flush = t.get("flush", True)
         for o in self.observers:
             o.begin()
@@ -771,6 +950,7 @@ class Harness:
             if bad:
                 raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
             batches += 1
+            prep += self.prep_ms
             disturbed = [o.after_batch(xs) for o in self.observers]  # every one reads
             (held if any(disturbed) else clean).extend(xs)
         self.check_cuda(lib, "timing")
@@ -784,30 +964,77 @@ class Harness:
         out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
                "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled}
+        if prep:
+            out["prep_ms"] = statistics.median(prep)
         for o in self.observers:
             out.update(o.results())
         if cut and len(samples) < t["min_samples"]:
-            out["too_slow"] = True
+            out["too_slow"] = "the next sample"
         return out
 
-    def unseen(self, lib: Any, job: dict, d: Data, est_ms: float) -> dict:
+    def unseen(self, lib: Any, job: dict, d: Data, est_ms: float,
+               new: list[int] | None = None) -> dict:
         """Timed calls on values the candidate has never seen: two calls on seen input sets,
         then one on each held-back ``d.unseen`` set, timed and verified like the samples.
         Honest work costs the same on any values of one size; a candidate that keeps results
         by content (a fingerprint of the inputs) and replays them is fast on the first calls
         and slow on the others, and it cannot know which calls these are before it has seen
-        new values. ``est_ms``: a call's time, to fit the calls into the budget. Returns
-        ``seen_ms`` and ``unseen_ms`` (empty without unseen sets or when the calls do not fit
-        the budget). Raises _Wrong for a wrong output."""
-        n = 2 + len(d.unseen)
+        new values. ``est_ms``: a call's time, to fit the calls into the budget. ``new``: the
+        never-seen sets to call on (``Data.input_set`` indices; default ``N_UNSEEN`` sets
+        this artifact has never been called on, :meth:`fresh_sets`). Returns ``seen_ms`` and
+        ``unseen_ms`` (empty without unseen sets or when the calls do not fit the budget).
+        Raises _Wrong for a wrong output."""
+        n = 2 + (N_UNSEEN if new is None else len(new))
         if not d.unseen or not self.fits(est_ms, n):
             return {}
-        picks = [self.rng.randrange(len(d.sets)) for _ in range(2)]
-        picks += [len(d.sets) + i for i in range(len(d.unseen))]
+        if new is None:
+            new = self.fresh_sets(job, d, N_UNSEEN)
+        picks = [self.rng.randrange(len(d.sets)) for _ in range(2)] + new
         xs, bad = self.samples([(lib, job)] * n, d, job["timing"].get("flush", True), picks)
         if bad:
             raise _Wrong(bad[0])
-        return {"seen_ms": xs[:2], "unseen_ms": xs[2:]}
+        return {"seen_ms": xs[:2], "unseen_ms": xs[2:], "unseen_prep_ms": self.prep_ms}
+
+    def recheck(self, lib: Any, job: dict, d: Data, out: dict) -> dict:
+        """When the calls on unseen values in ``out`` (:meth:`unseen`) look like a replay
+        (:func:`replayed`), rounds of the same on ``N_UNSEEN`` more never-seen sets each
+        (:meth:`fresh_sets`), the first ``RECHECK_PAUSE_S`` after, each next after twice the
+        pause before (the pauses are the harness's own time, :meth:`own`), until one round's
+        calls on new sets are fast (cleared), or load alone is unlikely to have slowed every
+        call on new sets (:func:`load_chance` under ``REPLAY_ALPHA``, after
+        ``RECHECK_MIN_ROUNDS`` rounds at least), or ``RECHECK_ROUNDS`` rounds. A burst of
+        load that happened to land on the first unseen calls named an honest candidate
+        `replayed` on a loaded 2-core machine (CI, 2026-12-01); a replayer is slow on every
+        set it has not seen, so it is slow again.
+        Returns ``recheck_seen_ms`` and ``recheck_unseen_ms`` (every round's calls) and
+        ``recheck_cut`` (a round did not fit the budget: the rounds before it stand); empty
+        when the first round looked honest. Raises _Wrong for a wrong output and JobError
+        for ref.py failing on the new sets."""
+        new = out.get("unseen_ms")
+        if not new or not replayed(out["median_ms"], [], new):  # the seen calls: at the end
+            return {}
+        res: dict[str, Any] = {"recheck_seen_ms": [], "recheck_unseen_ms": [],
+                               "recheck_prep_ms": [], "recheck_cut": False}
+        for i in range(RECHECK_ROUNDS):
+            if i >= RECHECK_MIN_ROUNDS and load_chance({**out, **res}) < REPLAY_ALPHA:
+                break
+            if not self.fits(max(new), 2 + N_UNSEEN):
+                res["recheck_cut"] = True
+                break
+            sets = self.fresh_sets(job, d, N_UNSEEN)
+            pause = RECHECK_PAUSE_S * 2 ** i  # out of a burst of load, if that was one
+            time.sleep(pause)
+            self.own(pause)
+            again = self.unseen(lib, job, d, max(new), sets)
+            if not again:
+                res["recheck_cut"] = True
+                break
+            res["recheck_seen_ms"] += again["seen_ms"]
+            res["recheck_unseen_ms"] += again["unseen_ms"]
+            res["recheck_prep_ms"] += again["unseen_prep_ms"]
+            if not replayed(out["median_ms"], baseline(out | res), new + res["recheck_unseen_ms"]):
+                break  # calls on new sets as fast as the seen calls: cleared
+        return res
 
     def full_time(self, lib: Any, job: dict, d: Data, n: int = PROBE_CALLS) -> dict:
         """Whether ``solve`` leaves work running when it returns (work on a stream of its
@@ -884,15 +1111,49 @@ class Harness:
             st = summarize(xs)
             out.append({"median_ms": st.median_ms, "iqr_ms": st.iqr_ms,
                         "n_samples": st.n_samples, "samples_ms": xs})
+        status, failed = self._contest_replays(libs, entries, d, out)
+        if failed:
+            return {"status": status, "failed": [k for k, _ in failed],
+                    "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         return {"status": "ok", "error": "", "results": out}
 
+    def _contest_replays(self, libs: list[Any], entries: list[dict], d: Data,
+                         results: list[dict]) -> tuple[str, list[tuple[str, str]]]:
+        """Each contender's calls on input sets it has never seen (:meth:`unseen`,
+        :meth:`recheck`) after the contest's rounds, which call on the check's sets only: a
+        candidate honest in its own job that kept its results replayed them in the contest
+        and won it (attack MODE 5). Returns the status and (job key, why) per contender at
+        fault (``replayed``; ``wrong_result`` first: a wrong output on the new sets)."""
+        wrong, replays = [], []
+        for lib, e, r in zip(libs, entries, results):
+            o = dict(r)
+            try:
+                o.update(self.unseen(lib, e, d, max(r["samples_ms"])))
+                o.update(self.recheck(lib, e, d, o))
+            except _Wrong as err:
+                wrong.append((e["job_key"], str(err)))
+                continue
+            if replay_confirmed(o):
+                replays.append((e["job_key"], replay_text(o)))
+        return (Status.WRONG_RESULT, wrong) if wrong else (Status.REPLAYED, replays)
+
     def _device_used(self) -> int | None:
-        """Device memory in use outside torch's caching allocator (bytes): the candidates'
-        own allocations, module code and the context. None on the CPU backend."""
+        """Device memory this process holds outside torch's caching allocator (bytes): the
+        candidates' own allocations, module code and the context. This process's figure
+        from NVML (:meth:`workers.observers.Nvml.process_bytes`), so that another process
+        making a context or allocating on the same GPU (a second harness, ncu's target,
+        another user's job) does not count as the candidate's leak; where NVML cannot say
+        (no per-process figure, process ids of another namespace), the whole device's
+        (``cudaMemGetInfo``). None on the CPU backend."""
         if not self.is_cuda:
             return None
-        free, total = torch.cuda.mem_get_info()
-        return total - free - torch.cuda.memory_reserved()
+        if self._nvml is None:
+            self._nvml = Nvml()
+        mine = self._nvml.process_bytes(os.getpid())
+        if mine is None:
+            free, total = torch.cuda.mem_get_info()
+            mine = total - free
+        return mine - torch.cuda.memory_reserved()
 
     def run(self, job: dict) -> dict:
         """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults).
@@ -913,18 +1174,21 @@ class Harness:
             return self.time_reference(job)
         d = self.prepare(job, reference=not job.get("no_reference"))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
+        self._drawn = 0
         self.progress({"stage": "prepared"})
         if job.get("prepare_only"):
             return {"status": "ok", "error": "", "notes": d.notes,
                     "outputs": {n: list(t.shape) for n, t in d.bufs[0].outputs.items()}}
         lib = self.lib(job["artifact"], job["signature"])
+        self.lazy = ""
         used0 = self._device_used()
         out: dict[str, Any] = {"input_sets": len(d.sets)}
         try:
             err, call_ms, msg = self.checked_calls(lib, job, d)
             out["max_abs_err"], out["max_rel_err"] = err, self.worst_rel
             if msg:
-                return {**out, "status": "wrong_result", "error": msg}
+                return {**out, "status": "escaped" if self.lazy else "wrong_result",
+                        "error": msg}
             if job.get("check_only"):
                 return {**out, "status": "ok", "error": ""}
             used1 = self._device_used()
@@ -933,10 +1197,16 @@ class Harness:
             if bad:  # the next candidate still gets clean inputs: they are copied per call
                 return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
             if not job.get(UNGUARDED):
-                out.update(self.unseen(lib, job, d, max(out["samples_ms"])))
+                # sized by the median: a candidate that made one sample sleep for a fifth of
+                # the budget had them skipped as not fitting and was `ok` (attack MODE 6)
+                out.update(self.unseen(lib, job, d, out["median_ms"]))
+                if d.unseen and "unseen_ms" not in out:  # part of the check: too_slow
+                    out.setdefault("too_slow", "the calls on input sets it has never seen")
+                out.update(self.recheck(lib, job, d, out))
                 out.update(self.full_time(lib, job, d))
         except _Wrong as e:
-            return {**out, "status": "wrong_result", "error": f"{e} (during timing)"}
+            return {**out, "status": "escaped" if self.lazy else "wrong_result",
+                    "error": f"{e} (during timing)"}
         except _TooSlow as e:
             return {**out, **self._slow(e, job, out)}
         except JobError as e:
@@ -947,8 +1217,9 @@ class Harness:
             raise
         leak = self._leak(used1)
         status, error = Status.OK, ""
-        if out.pop("too_slow", False):
-            status, error = "too_slow", self.slow_text(call_ms, job, out["n_samples"])
+        where = out.pop("too_slow", "")
+        if where:
+            status, error = "too_slow", self.slow_text(call_ms, job, out["n_samples"], where)
         if out.get("escaped_ms", 0.0) > max(ESCAPE_MS, ESCAPE_SHARE * out["median_ms"]):
             status, error = "escaped", (
                 f"solve returned before its work was done: CUDA events on torch's stream "
@@ -960,13 +1231,8 @@ class Harness:
                 f"{out['median_ms']:.4g} ms, {out['full_ms']:.4g} ms up to the moment its "
                 "outputs could be read (outputs written by a thread of its own, or on the "
                 "first read of protected memory); write every output before returning")
-        seen, new = out.get("seen_ms"), out.get("unseen_ms")
-        if new and replayed(out["median_ms"], seen, new, out.get("samples_ms") or []):
-            status, error = "replayed", (
-                f"calls on input values it had never seen took {min(new):.4g} ms or more, "
-                f"calls on values seen before {max(out['median_ms'], *seen):.4g} ms or less: "
-                "solve keeps results (or work) from earlier calls and reuses them when the "
-                "inputs match; compute every call from its inputs")
+        if replay_confirmed(out):
+            status, error = "replayed", replay_text(out)
         if leak:
             status = "leaked"
             error = (f"device memory outside torch grew by {leak / 2**20:.0f} MiB over "
@@ -1012,13 +1278,13 @@ class Harness:
         return {**out, "status": "ok", "error": ""}
 
     def _leak(self, before: int | None) -> int:
-        """Bytes of device memory (outside torch) gained since ``before``, 0 under
-        ``LEAK_BYTES``."""
+        """Bytes of device memory (outside torch) gained since ``before``, less what drawing
+        the recheck's input sets took (``_drawn``), 0 under ``LEAK_BYTES``."""
         if before is None:
             return 0
         try:
             torch.cuda.synchronize()
-            grown = (self._device_used() or 0) - before
+            grown = (self._device_used() or 0) - before - self._drawn
         except Exception:
             return 0
         return grown if grown > LEAK_BYTES else 0
@@ -1043,8 +1309,8 @@ class Harness:
         got = (f"measured with {n} sample{'s' if n != 1 else ''}" if n else
                "its first call's time is the figure")
         return (f"one call takes {call_ms:.4g} ms; {spent:.3g} s of the timing.timeout_s="
-                f"{t['timeout_s']:g} s budget were spent (calls, and making, copying and "
-                f"checking input sets between them) when {where} (about {need:.3g} s) did not "
+                f"{t['timeout_s']:g} s budget were spent (calls, and copying and verifying "
+                f"input sets between them) when {where} (about {need:.3g} s) did not "
                 f"fit; {got} (min_samples={t['min_samples']}). Not a hang: raise "
                 "timing.timeout_s to measure it fully")
 
@@ -1071,8 +1337,10 @@ class RefCall:
             with torch.no_grad():
                 return self.fn(**kwargs)
         except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
-            raise JobError("error", f"{self.ref_name}: {self.fn.__name__}() raised {e!r} "
-                           "(timed as the reference)") from None
+            code = getattr(self.fn, "__code__", None)
+            raise JobError("error", f"{self.ref_name}: {self.fn.__name__}() raised {e!r}"
+                           + raised_at(e, code.co_filename if code else None, self.ref_name)
+                           + " (timed as the reference)") from None
 
     def errors(self, got: Any, expected: dict[str, torch.Tensor]) -> dict[str, float]:
         """``max_abs_err`` and ``max_rel_err`` (:func:`abs_rel_error`) of the result ``got``
@@ -1108,11 +1376,95 @@ def abs_rel_error(got: torch.Tensor, exp: torch.Tensor) -> tuple[float, float]:
     if not got.numel():
         return 0.0, 0.0
     g, e = got.double(), exp.double()
-    diff = (g - e).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
-    nz = e != 0
+    diff = _abs_diff(g, e)
+    nz = (e != 0) & torch.isfinite(e)
     rel = float((diff[nz] / e[nz].abs()).max()) if bool(nz.any()) else 0.0
     return float(diff.max()), rel
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_VM_READ: list[Any] = []  # libc's process_vm_readv, once found; [None] where unusable
+
+
+_SCRATCH = ctypes.create_string_buffer(1024)
+_IOVECS: dict[tuple[int, int], list[Any]] = {}  # (ptr, nbytes) -> _page_iovecs
+
+
+def _page_iovecs(ptr: int, nbytes: int) -> list[Any]:
+    """Arrays of at most 1024 (IOV_MAX) one-byte iovecs, one per page of ``[ptr, ptr +
+    nbytes)``, made once per buffer (the last 64 buffers kept)."""
+    key = (ptr, nbytes)
+    if key not in _IOVECS:
+        pages = list(range(ptr - ptr % _PAGE, ptr + nbytes, _PAGE))
+        pages[0] = ptr
+        if len(_IOVECS) >= 64:
+            _IOVECS.pop(next(iter(_IOVECS)))
+        _IOVECS[key] = [(_IoVec * len(c))(*[_IoVec(a, 1) for a in c])
+                        for c in (pages[i:i + 1024] for i in range(0, len(pages), 1024))]
+    return _IOVECS[key]
+
+
+def _unreadable_at(ptr: int, nbytes: int) -> bool:
+    """Whether a page of ``[ptr, ptr + nbytes)`` in this process cannot be read: the kernel
+    copies one byte of each page (``process_vm_readv`` on this process, no FOLL_FORCE), which
+    stops at a page without read access (PROT_NONE), where a read from Python would fault
+    into the candidate's handler. False
+    where the call is not available (no libc symbol, a seccomp filter: ENOSYS, EPERM)."""
+    if not _VM_READ:
+        fn = getattr(ctypes.CDLL(None, use_errno=True), "process_vm_readv", None)
+        if fn is not None:
+            fn.restype = ctypes.c_ssize_t
+        _VM_READ.append(fn)
+    fn = _VM_READ[0]
+    if fn is None:
+        return False
+    local = _IoVec(ctypes.addressof(_SCRATCH), len(_SCRATCH))
+    for remote in _page_iovecs(ptr, nbytes):
+        got = fn(os.getpid(), ctypes.byref(local), 1, remote, len(remote), 0)
+        if got == len(remote):
+            continue
+        if got < 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
+            _VM_READ[0] = None  # not allowed here: nothing to tell
+            return False
+        return True
+    return False
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A bool tensor's bytes (uint8), to compare exactly: a bool tensor reads any nonzero
+    byte, the poison 0x5A / 0xA5 too, as True (an unwritten element passed where True was
+    expected); other tensors as they are."""
+    return t.view(torch.uint8) if t.dtype == torch.bool else t
+
+
+def _abs_diff(g: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """``|g - e|`` per element: infinite where either is NaN or they differ by an infinity,
+    0 where both are the same infinity (``inf - inf`` is NaN)."""
+    diff = torch.where(g == e, torch.zeros_like(g), (g - e).abs())
+    return torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+
+
+def raised_at(e: BaseException, path: str | None, name: str) -> str:
+    """`` at NAME line L: `CODE` `` for the deepest frame of ``e``'s traceback in the file
+    ``path`` (ref.py: where in it the error came from, below it torch's own frames); ``""``
+    when no frame is in that file."""
+    import linecache
+
+    if not path:
+        return ""
+    where = None
+    for fs in traceback.extract_tb(e.__traceback__):
+        if os.path.realpath(fs.filename) == os.path.realpath(path):
+            where = fs
+    if where is None or where.lineno is None:
+        return ""
+    code = " ".join(linecache.getline(where.filename, where.lineno).split())
+    code = code if len(code) <= 120 else code[:117] + "..."
+    return f" at {name} line {where.lineno}" + (f": `{code}`" if code else "")
 
 
 def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: str
@@ -1140,18 +1492,116 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
                        f"that kopt cannot give: {'; '.join(why)}")
     return {k: v for k, v in given.items() if k in params}
 
-def replayed(median_ms: float, seen_ms: list[float], unseen_ms: list[float],
-             samples_ms: list[float]) -> bool:
-    """Whether timed calls on never-seen input values (``unseen_ms``) show a replay: every one
-    more than ``REPLAY_FACTOR`` x the slower of the median and the calls on seen values just
-    before (``seen_ms``), plus ``REPLAY_MS``, and slower than the 90th percentile of the
-    timed samples (``samples_ms``). The last clause keeps a loaded CPU from naming an honest
-    candidate: when preemption is common enough to slow both unseen calls, it has slowed more
-    than a tenth of the samples too; a replayer's samples are replays (fast, a stray
-    preempted one aside) and only its unseen calls do the work. Times in ms."""
-    slow = min(unseen_ms)
-    tail = statistics.quantiles(samples_ms, n=10)[-1] if len(samples_ms) > 1 else 0.0
-    return slow > REPLAY_FACTOR * max(median_ms, *seen_ms) + REPLAY_MS and slow > tail
+def _bands(sets: list[InputSet], outs: list[dict], shape_of: dict[str, list[int]],
+           tol: dict) -> None:
+    """Give each set in ``sets`` its expected outputs' shapes (``shape_of``) and tolerance
+    bands (``lo``/``hi``, :func:`_band`) for the output arguments ``outs`` (signature
+    entries) it has expected values for; in place."""
+    for s in sets:
+        for a in outs:
+            n = a["name"]
+            if n in s.expected:
+                s.expected[n] = s.expected[n].reshape(shape_of[n])
+                s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]), tol)
+
+
+def replay_line(median_ms: float, seen_ms: list[float]) -> float:
+    """The time (ms) over which a call on never-seen values counts as slow: ``REPLAY_FACTOR``
+    x the slower of the samples' median and the fastest of the calls on seen values made
+    with the unseen ones (``seen_ms``, every round's: a drift of the whole machine slows
+    them all; calls padded on purpose, or preempted, do not raise it unless all are), plus
+    ``REPLAY_MS``."""
+    return REPLAY_FACTOR * max(median_ms, min(seen_ms, default=0.0)) + REPLAY_MS
+
+
+def drifted(out: dict) -> bool:
+    """Whether the machine was slower during the calls on never-seen sets of ``out`` than
+    during its samples: the harness's own work before those calls (``unseen_prep_ms``,
+    ``recheck_prep_ms``: loading the input set, flushing the cache) took more than
+    ``DRIFT_FACTOR`` x its median before the samples (``prep_ms``). True where not measured
+    (GPU): the seen calls decide there."""
+    prep = list(out.get("unseen_prep_ms") or []) + list(out.get("recheck_prep_ms") or [])
+    if not prep or not out.get("prep_ms"):
+        return True
+    return statistics.median(prep) > DRIFT_FACTOR * out["prep_ms"]
+
+
+def baseline(out: dict) -> list[float]:
+    """The calls on seen sets that :func:`replay_line` weighs for ``out``: every round's
+    (``seen_ms``, ``recheck_seen_ms``) when the machine slowed down since the samples
+    (:func:`drifted`: load that began after them slows the calls on new sets too), none
+    otherwise: a replayer that padded long runs of its calls to the work's cost had the
+    seen calls fall in a run often, raising the line over its calls on new sets (`ok` in 6
+    of 8 jobs, attack MODE 7)."""
+    if not drifted(out):
+        return []
+    return list(out.get("seen_ms") or []) + list(out.get("recheck_seen_ms") or [])
+
+
+def replayed(median_ms: float, seen_ms: list[float], unseen_ms: list[float]) -> bool:
+    """Whether timed calls on never-seen input values (``unseen_ms``) look like a replay:
+    every one over :func:`replay_line`. Times in ms."""
+    return min(unseen_ms) > replay_line(median_ms, seen_ms)
+
+
+def load_chance(out: dict) -> float:
+    """How likely load alone made every call on never-seen values in ``out`` (``unseen_ms``
+    and ``recheck_unseen_ms``) slow: ``p ** k``, ``k`` those calls, ``p`` the share of the
+    timed calls on seen sets (``samples_ms``, ``seen_ms``) over :func:`replay_line`
+    (Laplace's rule, ``(m + 1) / (n + 2)``, never 0; the line from the seen calls of
+    :func:`baseline`). Under ``REPLAY_ALPHA``: a replay.
+    This replaced "slower than the samples' 90th percentile", which a replayer passed by
+    padding a quarter of its calls to the work's cost (attack MODE 4), and a plain replayer
+    with one preempted sample of a contest's 12; a candidate cannot pad more than half its
+    calls without its median being slow."""
+    line = replay_line(out["median_ms"], baseline(out))
+    # the calls before the first on new values: a candidate that has met new values may
+    # slow its calls on seen ones from then on (as MODE 3 does) to make load look common
+    calls = list(out.get("samples_ms") or []) + list(out["seen_ms"])
+    p = (sum(x > line for x in calls) + 1) / (len(calls) + 2)
+    return p ** (len(out["unseen_ms"]) + len(out.get("recheck_unseen_ms") or []))
+
+
+def replay_confirmed(out: dict) -> bool:
+    """The ``replayed`` verdict on a job's outcome ``out``: every call on unseen values, the
+    first round's (``unseen_ms``) and its recheck's (``recheck_unseen_ms``,
+    :meth:`Harness.recheck`), is slow against the fastest call on seen values of every round
+    (:func:`replayed`), and load alone is unlikely to explain it (:func:`load_chance`),
+    unless the recheck was cut by the budget (``recheck_cut``, or no recheck call: the
+    rounds before stand). Times in ms."""
+    new = out.get("unseen_ms")
+    again = out.get("recheck_unseen_ms") or []
+    # against the fastest seen call of every round, not each round's own: a candidate that
+    # replays until it meets new values and computes from then on is slow on the recheck's
+    # seen calls, and would be cleared by them; one that pads a share of its calls to the
+    # work's cost has both seen calls of one round padded now and then, not of every round
+    if not new or not replayed(out["median_ms"], baseline(out), new + again):
+        return False
+    if out.get("recheck_cut") or ("recheck_seen_ms" in out and not again):
+        return True
+    return load_chance(out) < REPLAY_ALPHA
+
+
+def replay_text(out: dict) -> str:
+    """The ``replayed`` line for an outcome ``out`` that :func:`replay_confirmed` names."""
+    seen, new = baseline(out), out["unseen_ms"]
+    return (f"calls on input values it had never seen took {min(new):.4g} ms or more, "
+            f"calls on values seen before {max(out['median_ms'], min(seen, default=0.0)):.4g} ms "
+            "or less"
+            f"{_recheck_text(out)}: solve keeps results (or work) from earlier calls and "
+            "reuses them when the inputs match, or works outside its calls (a thread of its own "
+            "while the harness prepares the next call); compute every call from its inputs, "
+            "inside the call")
+
+
+def _recheck_text(out: dict) -> str:
+    """What the ``replayed`` line says about the recheck (:func:`replay_confirmed`)."""
+    again = out.get("recheck_unseen_ms")
+    cut = " (no time left in timing.timeout_s to check again on more new sets)"
+    if again:
+        return (f", and again on {len(again)} more new input sets ({min(again):.4g} ms or "
+                f"more){cut if out.get('recheck_cut') else ''}")
+    return cut if "recheck_seen_ms" in out else ""
 
 
 class _TooSlow(Exception):
@@ -1174,10 +1624,15 @@ def _band(exp: torch.Tensor, out: torch.dtype, tol: dict) -> tuple[torch.Tensor,
     e = exp.double()
     slack = tol["atol"] + tol["rtol"] * e.abs()
     dt = out if torch.finfo(out).bits >= 32 else torch.float32
-    lo = (e - slack).to(dt)
-    hi = (e + slack).to(dt)
-    return (torch.nextafter(lo, torch.full_like(lo, -math.inf)),
-            torch.nextafter(hi, torch.full_like(hi, math.inf)))
+    lo = torch.nextafter((e - slack).to(dt), torch.tensor(-math.inf, dtype=dt, device=e.device))
+    hi = torch.nextafter((e + slack).to(dt), torch.tensor(math.inf, dtype=dt, device=e.device))
+    # an infinite expected value: its slack is infinite too, and inf - inf is NaN, a band no
+    # value lies in (an honest kernel that matched it was `wrong_result`); the value itself,
+    # as the check (torch.isclose) takes it
+    inf = torch.isinf(e)
+    if bool(inf.any()):
+        lo, hi = torch.where(inf, e.to(dt), lo), torch.where(inf, e.to(dt), hi)
+    return lo, hi
 
 
 def _zeros_pass(s: InputSet, name: str) -> bool:
@@ -1317,9 +1772,12 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
 
     ``listen_fd``: a listening Unix socket (workers.prestart): the harness sets up the
     device first, then makes the inputs and reference outputs of the job dicts pickled in
-    ``prepare`` (the sweep's reference checks, so that the device actor's finds them made;
-    any failure ends the process, and the actor starts a harness of its own that reports
-    it), then takes the first connection and serves it (``rfd``/``wfd`` unused).
+    ``prepare`` (the sweep's reference checks, so that the device actor's finds them made)
+    in a thread while it takes the first connection, says it is ready and serves it
+    (``rfd``/``wfd`` unused) once they are made. A ref.py that hangs there is then the
+    first job's hang, timed out naming ref.py as without a prestart (before, the actor
+    waited 180 s for a hello that never came, then started a harness of its own); one
+    that fails is left to the first job's own preparation, which reports it.
     """
     h: Harness | None = None
     error = ""
@@ -1328,8 +1786,11 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         info = device_info(h)
     except Exception as e:
         error = f"harness start failed: {e!r}"
+    ahead = None
     if h is not None and prepare:
-        _prepare_ahead(h, prepare)
+        ahead = threading.Thread(target=_prepare_ahead, args=(h, prepare), daemon=True,
+                                 name="kopt-prepare-ahead")
+        ahead.start()
     if listen_fd is not None:
         with socket.socket(fileno=listen_fd) as listener:
             conn, _ = listener.accept()
@@ -1341,6 +1802,8 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         wconn.send({"ready": False, "error": error})
         return
     wconn.send({"ready": True, "pid": os.getpid(), "info": info})
+    if ahead is not None:
+        ahead.join()  # the first job's wait (its budget: the sandbox's prepare timeout)
     while True:
         try:
             kind, job = rconn.recv()
@@ -1383,8 +1846,6 @@ def _die_with(pid: int | None, poll_s: float = 0.2) -> None:
     gone, as a harness the actor started dies with it."""
     if pid is None:
         return
-    import threading
-
     threading.Thread(target=_watch, args=(pid, poll_s), daemon=True,
                      name="kopt-adopter-watch").start()
 
@@ -1400,7 +1861,9 @@ def _watch(pid: int, poll_s: float) -> None:
 
 def _prepare_ahead(h: Harness, path: str) -> None:
     """Make the inputs and reference outputs of the jobs pickled at ``path`` (kept in
-    ``h.data`` for the jobs that come later); exit 1 on any failure (see :func:`main`)."""
+    ``h.data`` for the jobs that come later). A failure is written to the log and left
+    to the job that needs them: its own :meth:`Harness.prepare` runs ref.py again and
+    reports it (see :func:`main`)."""
     import pickle
 
     progress, h.progress = h.progress, lambda msg: None  # nobody is connected yet
@@ -1408,11 +1871,11 @@ def _prepare_ahead(h: Harness, path: str) -> None:
         with open(path, "rb") as f:
             for job in pickle.load(f):
                 h.prepare(job)
-    except BaseException as e:  # noqa: BLE001 -- the actor's own harness reports it
+    except Exception as e:  # noqa: BLE001 -- the job's own preparation reports it
         print(f"kopt harness: the inputs and reference made ahead failed: {e!r}",
               file=sys.stderr, flush=True)
-        os._exit(1)
-    h.progress = progress
+    finally:
+        h.progress = progress
 
 
 if __name__ == "__main__":

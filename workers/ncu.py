@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,45 @@ def ncu_version() -> str | None:
         return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def query_metrics() -> list[str] | None:
+    """Base metric names ``ncu --query-metrics`` lists for this node's GPUs, sorted (None
+    without ncu, or when it fails or lists none). One ncu process: 1.2-2.8 s on an H200
+    host (issue 14.2, docs/verified/2026-12-01-h200-targets.md run 15)."""
+    exe = ncu_exe()
+    if exe is None:
+        return None
+    try:
+        p = subprocess.run([exe, "--query-metrics"], capture_output=True, text=True,
+                           timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return sorted(parse_query_metrics(p.stdout)) or None
+
+
+_early: list[Future[list[str] | None]] = []  # this process's query started ahead
+
+
+def start_query() -> None:
+    """Start :func:`query_metrics` in a thread of this process now: a sweep's driver does it
+    before Ray starts, so that its local devices' metric list is known before their first
+    job (issue 14.2: the driver waited for it between the devices' start and the first job,
+    1.9 s cold on an H200, run 15). :func:`early_query` gives its result."""
+    if not _early:
+        _early.append(ThreadPoolExecutor(1, thread_name_prefix="ncu-query").submit(
+            query_metrics))
+
+
+def early_query() -> tuple[bool, list[str] | None]:
+    """(started, names): whether :func:`start_query` ran in this process, and its result
+    once done (waits for it; None where :func:`query_metrics` gives None)."""
+    if not _early:
+        return False, None
+    try:
+        return True, _early[0].result()
+    except Exception:  # noqa: BLE001 -- as query_metrics: no list, the catalog's names
+        return True, None
 
 
 def parse_query_metrics(text: str) -> set[str]:

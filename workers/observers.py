@@ -112,6 +112,19 @@ class Nvml:
         except Exception:  # NVMLError (NOT_SUPPORTED, ...), or a library without ``fn``
             return None
 
+    def process_bytes(self, pid: int) -> int | None:
+        """Device memory (bytes) process ``pid`` holds on this GPU, from NVML's list of its
+        compute processes (``nvmlDeviceGetComputeRunningProcesses``: framebuffer memory per
+        process, its context included). None without NVML, when the GPU does not report
+        per-process memory, or when ``pid`` is not in the list (e.g. a container whose
+        process ids are not the host's, which NVML lists)."""
+        procs = self._read("nvmlDeviceGetComputeRunningProcesses")
+        for p in procs or []:
+            if p.pid == pid:
+                used = p.usedGpuMemory
+                return int(used) if isinstance(used, int) and used >= 0 else None
+        return None
+
     def sample(self) -> dict[str, Any]:
         """``sm_clock_mhz`` (MHz), ``temperature_c`` (C), ``throttle_reasons`` (NVML's
         clocks-event bits) and ``power_w`` (W, ``nvmlDeviceGetPowerUsage``'s milliwatts;

@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from workers.prestart_reaper import write_status
-from workers.reap import die_with_parent, package_env, pid_alive
+from workers.reap import NO_GPU, die_with_parent, package_env, pid_alive
 
 SOCKET = "sock"
 STATUS = "status"
@@ -131,13 +131,14 @@ def connect(pre: Prestarted) -> tuple[Connection, Connection] | None:
 def harness_env(device: str, key: str, threads: int = 1) -> dict[str, str]:
     """The environment a device actor's own harness would get: for a GPU, Ray's
     ``CUDA_VISIBLE_DEVICES`` (the GPU id ``key``) and ``OMP_NUM_THREADS`` (the actor's one
-    CPU, unless set already: Ray's rule); for a CPU device, ``threads`` OpenMP threads."""
+    CPU, unless set already: Ray's rule); for a CPU device, ``threads`` OpenMP threads and
+    no GPU (:data:`workers.reap.NO_GPU`)."""
     env = package_env()
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = key
         env.setdefault("OMP_NUM_THREADS", "1")
     else:
-        env["OMP_NUM_THREADS"] = str(threads)
+        env.update(NO_GPU, OMP_NUM_THREADS=str(threads))
     return env
 
 

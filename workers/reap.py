@@ -77,6 +77,12 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+# a CPU-backend harness's environment: no GPU visible to it, so that a "CPU" candidate
+# cannot do its work on a GPU of the host and beat the CPU clock (Ray leaves
+# CUDA_VISIBLE_DEVICES unset for an actor without GPUs: every GPU was visible)
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
 def package_env() -> dict[str, str]:
     """This environment with the checkout holding ``workers`` first on ``PYTHONPATH``, so
     that a child's ``python -m workers.<module>`` finds the package."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from workers import prestart
 from workers.prestart import Prestarted
-from workers.reap import die_with_parent, package_env
+from workers.reap import NO_GPU, die_with_parent, package_env
 from workers.records import RunJob, Status
 
 START_TIMEOUT_S = 180.0
@@ -43,6 +43,8 @@ class Sandbox:
     def __init__(self, device: str, env: dict[str, str] | None = None):
         self.device = device
         self.env = {**package_env(), **(env or {})}  # found from any cwd
+        if device == "cpu":  # a CPU candidate's clock must not be beaten on a GPU
+            self.env.update(NO_GPU)
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.info: dict[str, Any] = {}
@@ -205,10 +207,14 @@ class Sandbox:
         ``timeout_s`` starts again once the inputs are made (``prepared``: making them is
         kopt's work, not the candidate's); once a call's time is known (``called``), the
         harness fits its work into that budget itself, and the sandbox waits a grace of
-        ``GRACE_S`` plus two calls beyond it before calling the job a hang."""
+        ``GRACE_S`` plus two calls beyond it before calling the job a hang; the harness's
+        own work in the job (``own``: the checks' comparisons, a recheck's draws) is added
+        to it, as the harness adds it to its budget (workers.harness ``Harness.own``)."""
         now = time.perf_counter()
         if msg.get("stage") == "prepared":
             return now + timeout_s
+        if msg.get("stage") == "own":
+            return deadline + float(msg["s"])
         if msg.get("stage") == "called":
             return max(deadline, base + timeout_s + GRACE_S + 2e-3 * float(msg["call_ms"]))
         return deadline

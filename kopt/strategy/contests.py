@@ -12,6 +12,7 @@ from kopt.database import Database
 from kopt.runner import DeviceError
 from kopt.store import now
 from kopt.strategy.context import RunContext
+from kopt.words import counted
 from workers.records import RunJob, Status
 
 SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a contest
@@ -82,8 +83,8 @@ class SideBySide:
         except DeviceError as e:
             return {"status": Status.LOST, "error": str(e), "actor": True}
         finally:
-            self.ctx.phases.end("contest", info, detail=f"{len(cids)} contenders, {rounds} "
-                                "rounds")
+            self.ctx.phases.end("contest", info, detail=f"{counted(len(cids), 'contender')}, "
+                                f"{counted(rounds, 'round')}")
 
     def _size(self, dims: str) -> str:
         """Contest one problem size until it passes; returns an error that stops it all."""

@@ -54,14 +54,18 @@ class SuccessiveHalving(Exhaustive):
 
     def notify(self, ranked: dict[str, list[dict[str, Any]]]) -> None:
         """Keep, per device class, the best 1/HALVING_ETA (at least HALVING_MIN) of the
-        rung's correct candidates, and the baseline, for the next rung."""
+        rung's correct candidates, and the baseline (also when it failed in this rung: the
+        last rung's ranking needs it), for the next rung; a class with no correct
+        candidate is dropped."""
         r = self.rung + 1
         nxt: list[Job] = []
         for dc in sorted({j.device_class for j in self.jobs}):
             rows = ranked.get(dc, [])
             n_keep = max(math.ceil(len(rows) / HALVING_ETA), min(len(rows), HALVING_MIN))
             keep = {x["candidate_id"] for x in rows[:n_keep] if not x["is_baseline"]}
-            keep |= {x["candidate_id"] for x in rows if x["is_baseline"]}
+            if rows:
+                keep |= {j.candidate.candidate_id for j in self.jobs
+                         if j.device_class == dc and j.candidate.is_baseline}
             nxt += [dataclasses.replace(j, job_key=stable_hash({"job": j.job_key, "rung": r}),
                                         rung=r, timing=self.rung_timing(r))
                     for j in self.jobs if j.device_class == dc

@@ -14,6 +14,8 @@ from kopt.bottleneck import Evidence, aggregate, analyze, resolve_metrics, wante
 from kopt.runner import DeviceError
 from kopt.store import now
 from kopt.strategy.context import RunContext
+from kopt.words import counted
+from workers import ncu as wncu
 from workers.observers import observer_columns
 from workers.records import RunJob, Status
 
@@ -32,19 +34,26 @@ def warm_up(ctx: RunContext, names: dict[str, list[str]]) -> None:
 
 def resolve(ctx: RunContext) -> dict[str, list[str]]:
     """Per device class, the metric names its ncu knows (aliases applied); missing names
-    are reported once."""
-    wanted = wanted_metrics(ctx.sweep.ncu.metrics or [], ctx.catalog)
+    are reported once. A device that adopted a harness this driver started before Ray
+    (``info["prestarted"]``: it is on the driver's node) takes the list of the query the
+    driver started then (workers.ncu.start_query), without asking the device's actor."""
     out: dict[str, list[str]] = {}
+    if ctx.sweep.ncu.top_k <= 0:  # no profiles: the metric guide is not even read
+        return out
+    wanted = wanted_metrics(ctx.sweep.ncu.metrics or [], ctx.catalog)
     for i, info in enumerate(ctx.runner.infos):
         dc = info["device_class"]
-        if dc in out or ctx.sweep.ncu.top_k <= 0:
+        if dc in out:
             continue
         ctx.phases.begin("ncu", info)
-        try:
-            avail = ctx.runner.call(i, "query_metrics", timeout=600)
-        except DeviceError:
-            avail = None
-        ctx.phases.end("ncu", info, detail="ncu --query-metrics")
+        started, avail = wncu.early_query() if info.get("prestarted") else (False, None)
+        if not started:
+            try:
+                avail = ctx.runner.call(i, "query_metrics", timeout=600)
+            except DeviceError:
+                avail = None
+        ctx.phases.end("ncu", info, detail="ncu --query-metrics" + (
+            " (started before Ray)" if started else ""))
         keep, aliased, missing = resolve_metrics(wanted, set(avail) if avail else None)
         out[dc] = keep
         for o in ctx.observers:
@@ -115,7 +124,7 @@ def _ncu_done(ctx: RunContext, split: list[tuple[int, list[int]]], k: int, res: 
     device actor reading the report and the call's round trip)."""
     d, idx = split[k]
     secs = sum(r.get("ncu_seconds") or 0.0 for r in res) if isinstance(res, list) else 0.0
-    ctx.phases.end("ncu", ctx.runner.infos[d], detail=f"{len(idx)} candidates" + (
+    ctx.phases.end("ncu", ctx.runner.infos[d], detail=counted(len(idx), "candidate") + (
         f"; ncu processes {secs:.2f} s" if secs else ""))
 
 
