@@ -973,7 +973,7 @@ class Harness:
         return out
 
     def unseen(self, lib: Any, job: dict, d: Data, est_ms: float,
-               new: list[int] | None = None) -> dict:
+               new: list[int] | None = None, fitted: bool = False) -> dict:
         """Timed calls on values the candidate has never seen: two calls on seen input sets,
         then one on each held-back ``d.unseen`` set, timed and verified like the samples.
         Honest work costs the same on any values of one size; a candidate that keeps results
@@ -981,11 +981,12 @@ class Harness:
         and slow on the others, and it cannot know which calls these are before it has seen
         new values. ``est_ms``: a call's time, to fit the calls into the budget. ``new``: the
         never-seen sets to call on (``Data.input_set`` indices; default ``N_UNSEEN`` sets
-        this artifact has never been called on, :meth:`fresh_sets`). Returns ``seen_ms`` and
+        this artifact has never been called on, :meth:`fresh_sets`). ``fitted``: the caller
+        has asked the budget for these calls already (:meth:`recheck`). Returns ``seen_ms`` and
         ``unseen_ms`` (empty without unseen sets or when the calls do not fit the budget).
         Raises _Wrong for a wrong output."""
         n = 2 + (N_UNSEEN if new is None else len(new))
-        if not d.unseen or not self.fits(est_ms, n):
+        if not d.unseen or not (fitted or self.fits(est_ms, n)):
             return {}
         if new is None:
             new = self.fresh_sets(job, d, N_UNSEEN)
@@ -1018,17 +1019,18 @@ class Harness:
         for i in range(RECHECK_ROUNDS):
             if i >= RECHECK_MIN_ROUNDS and load_chance({**out, **res}) < REPLAY_ALPHA:
                 break
-            if not self.fits(max(new), 2 + N_UNSEEN):
+            pause = RECHECK_PAUSE_S * 2 ** i  # out of a burst of load, if that was one
+            t0 = time.perf_counter()
+            time.sleep(pause)
+            self.own(time.perf_counter() - t0)
+            # the budget is asked once, before the sets are drawn (their draw is the
+            # harness's own time): a round is either called on every set it spent or cut
+            # before it spent any, whatever the load
+            if not d.unseen or not self.fits(max(new), 2 + N_UNSEEN):
                 res["recheck_cut"] = True
                 break
             sets = self.fresh_sets(job, d, N_UNSEEN)
-            pause = RECHECK_PAUSE_S * 2 ** i  # out of a burst of load, if that was one
-            time.sleep(pause)
-            self.own(pause)
-            again = self.unseen(lib, job, d, max(new), sets)
-            if not again:
-                res["recheck_cut"] = True
-                break
+            again = self.unseen(lib, job, d, max(new), sets, fitted=True)
             res["recheck_seen_ms"] += again["seen_ms"]
             res["recheck_unseen_ms"] += again["unseen_ms"]
             res["recheck_prep_ms"] += again["unseen_prep_ms"]
