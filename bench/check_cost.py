@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import write_report  # noqa: E402
 from kopt.catalog import load_catalog  # noqa: E402
 from kopt.compare import label  # noqa: E402
 from kopt.expand import cap, iter_candidates, stable_hash  # noqa: E402
@@ -118,9 +118,7 @@ def main() -> None:
             "min": min(ratio, default=None), "max": max(ratio, default=None)},
         "labels": {k: labels.count(k) for k in ("TIED", "FASTER", "SLOWER")},
         "rows": rows}
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "check_cost.json").write_text(json.dumps(report, indent=1))
-    print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=1))
+    write_report(a.out, "check_cost", report)
 
 
 if __name__ == "__main__":

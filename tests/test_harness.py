@@ -1,6 +1,7 @@
 """The sandboxed harness without Ray: correctness check, timing, and faults as outcomes."""
 
 import dataclasses
+import math
 import os
 import shutil
 
@@ -136,25 +137,77 @@ def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
     assert res["sm_clock_mhz"] == 1200.0 and res["power_w"] is None  # the stand-in has none
 
 
+def _timed_calls(res: dict) -> int:
+    """The timed calls of a job's outcome: its samples, then the calls on seen and unseen
+    sets, and a recheck's rounds where a burst of load made its unseen calls look slow."""
+    return res["n_samples"] + sum(len(res.get(k, [])) for k in (
+        "seen_ms", "unseen_ms", "recheck_seen_ms", "recheck_unseen_ms"))
+
+
 def test_the_cache_flush_runs_before_every_sample_unless_turned_off(tmp_path):
     """Before every sample and every call on seen/unseen values (``Harness.unseen``)."""
     from workers.harness import Harness
 
-    class Counter:
-        n = 0
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    h = Harness("cpu")
+    real, flushed = h.flush, []
+    h.flush = lambda buf: (flushed.append(buf), real(buf))
+    art = artifact(tmp_path, src, 0)
+    for flush in (True, False):
+        flushed.clear()
+        res = h.run(job(art, src, ref, timing={**TIMING, "flush": flush}))
+        assert res["status"] == "ok" and res["n_samples"] >= TIMING["min_samples"]
+        assert len(flushed) == (_timed_calls(res) if flush else 0)
+        d = next(iter(h.data.values()))
+        assert all(b is d.bufs[0] for b in flushed)  # the buffers the timed call gets
 
-        def zero_(self):
-            self.n += 1
+
+def test_the_cpu_flush_evicts_every_line_of_the_candidates_buffers(tmp_path, monkeypatch):
+    """No buffer of twice the last-level cache (600 MB on a VM whose L3 reads 300 MB): the
+    flush writes back and invalidates every cache line of the storages the timed call gets
+    (each input copy, each output with its canary elements), and nothing else."""
+    from workers import native
+    from workers.harness import GUARD, Harness
 
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
     h = Harness("cpu")
-    art = artifact(tmp_path, src, 0)
-    for flush in (True, False):
-        h.flush_buf = Counter()
-        res = h.run(job(art, src, ref, timing={**TIMING, "flush": flush}))
-        assert res["status"] == "ok" and res["n_samples"] >= TIMING["min_samples"]
-        timed = res["n_samples"] + len(res["seen_ms"]) + len(res["unseen_ms"])
-        assert h.flush_buf.n == (timed if flush else 0)
+    assert h.native is not None and h.flush_buf is None, native.WHY_NOT
+    seen: list[list[tuple[int, int]]] = []
+    real = native.evict
+    monkeypatch.setattr(native, "evict", lambda rs: (seen.append(list(rs)), real(seen[-1]))[1])
+    res = h.run(job(artifact(tmp_path, src, 0), src, ref))
+    assert res["status"] == "ok" and len(seen) == _timed_calls(res)
+    b = next(iter(h.data.values())).bufs[0]
+    want = sorted({(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                   for t in [*b.inputs.values(), *b.outputs.values()]})
+    assert all(rs == want for rs in seen)
+    for t in b.outputs.values():  # an output's storage reaches over its canary
+        assert (t.data_ptr(), t.untyped_storage().nbytes()) in want
+        assert t.untyped_storage().nbytes() == (t.numel() + GUARD) * t.element_size()
+    assert Harness("cpu").flush_buf is None
+
+
+def test_eviction_keeps_the_values_and_a_machine_without_a_compiler_zeroes_the_llc(
+        monkeypatch):
+    """Evicting writes modified lines back first: the values survive. Without a C compiler
+    the harness falls back to zeroing twice the last-level cache, and says so."""
+    import shutil
+
+    import torch
+
+    from workers import native
+    from workers.harness import Harness, _llc_bytes, device_info
+
+    x = torch.arange(1 << 20, dtype=torch.float32)
+    x += 1  # dirty lines
+    assert native.evict(native.storage_ranges([x, x[5:]])) == x.numel() * 4  # one storage
+    assert torch.equal(x, torch.arange(1 << 20, dtype=torch.float32) + 1)
+    assert native.library().kopt_line_bytes() in (32, 64, 128, 256)
+    monkeypatch.setattr(native, "_LIB", [])
+    monkeypatch.setattr(shutil, "which", lambda _c: None)
+    h = Harness("cpu")
+    assert h.native is None and h.flush_buf.numel() == max(2 * _llc_bytes(), 1 << 20)
+    assert "no C compiler on the PATH" in device_info(h)["cpu_flush"]
 
 
 def test_a_contest_times_contenders_side_by_side(tmp_path):
@@ -335,3 +388,42 @@ def test_sandbox_jobs_back_to_back_skip_the_timed_warm_up(tmp_path):
     finally:
         sb.close()
     assert first["warmup_runs"] > 20 and second["warmup_runs"] == 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_one_pass_check_agrees_with_torch_on_every_edge_value(dtype):
+    """workers.native's compare and all-close test give what the torch path gives (isclose
+    with equal_nan=False; |got - exp| with NaN as infinite and equal infinities as 0) on
+    NaN, both infinities, zeros, subnormals and values at the tolerance's edge."""
+    import torch
+
+    from workers import native
+    from workers.harness import _abs_diff, abs_rel_error
+
+    dt = getattr(torch, dtype)
+    inf, nan = math.inf, math.nan
+    tiny = torch.finfo(dt).tiny / 4
+    e = torch.tensor([1.0, 1.0, 0.0, inf, inf, -inf, nan, 2.0, 1e-3, tiny, -5.0, 3.0, 0.0,
+                      1e30], dtype=dt)
+    g = torch.tensor([1.0, 1.0 + 2e-5, 1e-6, inf, 1e30, inf, nan, nan, 1e-3 + 1.1e-8, 0.0,
+                      -5.0 - 5e-5, -inf, -0.0, 1e30 * (1 + 1e-6)], dtype=dt)
+    atol, rtol = 1e-8, 1e-5
+    c = native.compare(g, e, atol, rtol)
+    ok = torch.isclose(g.double(), e.double(), rtol=rtol, atol=atol, equal_nan=False)
+    assert c.bad == int((~ok).sum()) and c.bad > 3
+    assert c.first == int((~ok).nonzero()[0])
+    assert c.max_abs == float(_abs_diff(g.double(), e.double()).max()) == inf
+    assert c.max_rel == abs_rel_error(g, e)[1]
+    fine = torch.tensor([1.0, 2.0, -3.0], dtype=dt)
+    c = native.compare(fine + 1e-6, fine, 0.0, 1e-5)
+    assert c.bad == 0 and c.first == -1
+    assert c.max_abs == pytest.approx(float(((fine + 1e-6).double() - fine.double()).abs().max()))
+    assert native.all_close(g, e, atol, rtol) is False
+    for i in range(len(e)):  # element by element, and each placed in a long array
+        want = bool(ok[i])
+        assert native.all_close(g[i:i + 1], e[i:i + 1], atol, rtol) is want
+        big_g, big_e = torch.ones(10_000, dtype=dt), torch.ones(10_000, dtype=dt)
+        big_g[7777], big_e[7777] = g[i], e[i]
+        assert native.all_close(big_g, big_e, atol, rtol) is want
+    with pytest.raises(ValueError, match="contiguous CPU float32/float64"):
+        native.compare(g.half(), e.half(), atol, rtol)

@@ -24,7 +24,8 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   until the median is stable (workers.timing).
   Before every timed call a randomly chosen input set is copied into the buffers and the
   outputs poisoned (an in/out argument never drifts, state kept between calls never
-  matches), the L2 is flushed (a buffer of 2x the L2 zeroed); CUDA events on torch's
+  matches), the cache is flushed (GPU: a buffer of 2x the L2 zeroed; CPU: every cache line
+  of the candidate's buffers evicted, ``Harness.flush``); CUDA events on torch's
   stream around ``solve`` (CPU: a monotonic clock); after it, on the device and outside
   the timed interval, every output element is verified against that set's tolerance band.
 - unseen values: after the samples, two timed calls on seen input sets, then one on each of
@@ -128,7 +129,7 @@ from typing import Any
 
 import torch
 
-from workers import nvrtc
+from workers import native, nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -259,12 +260,19 @@ class Harness:
         self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
+        # CPU: the candidate's own buffers evicted line by line before each sample, outputs
+        # checked in one pass (workers.native); where its helpers cannot be built, and on
+        # the GPU, a buffer of twice the last-level cache (L2) zeroed instead
+        self.native = None if self.is_cuda else native.library()
+        self.flush_buf: torch.Tensor | None = None
         if self.is_cuda:
             torch.cuda.init()
             l2 = torch.cuda.get_device_properties(0).L2_cache_size
         else:
             l2 = _llc_bytes()
-        self.flush_buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.int8, device=self.device)
+        if self.native is None:
+            self.flush_buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.int8,
+                                         device=self.device)
         self.observers: list[Observer] = timing_observers("cuda" if self.is_cuda else "cpu")
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self._deadline = math.inf  # perf_counter time by which the job must answer
@@ -687,6 +695,13 @@ class Harness:
         self.rel_err = 0.0
         for n, exp in d.input_set(k).expected.items():
             got = d.bufs[b].outputs[n]
+            if self.native and native.native_dtype(got, exp):  # one pass, float64
+                c = native.compare(got, exp, tol["atol"], tol["rtol"])
+                worst = max(worst, c.max_abs)
+                self.rel_err = max(self.rel_err, c.max_rel)
+                if c.bad:
+                    msgs.append(_differ(n, got, exp, c.first, c.bad, c.max_abs))
+                continue
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
                 g, e = got.double(), exp.double()
                 ok = torch.isclose(g, e, rtol=tol["rtol"], atol=tol["atol"], equal_nan=False)
@@ -700,23 +715,24 @@ class Harness:
             worst = max(worst, err)
             bad = int((~ok).sum())
             if bad:
-                idx = int((~ok).flatten().nonzero()[0])
-                pos = tuple(int(i) for i in _unravel(idx, got.shape))
-                msgs.append(f"{n}: {bad} of {got.numel()} elements differ (first at {pos}: got "
-                            f"{float(got.flatten()[idx])!r}, expected {float(exp.flatten()[idx])!r}"
-                            f"); max abs err {err:.3g}")
+                msgs.append(_differ(n, got, exp, int((~ok).flatten().nonzero()[0]), bad, err))
         return not msgs, worst, "; ".join(msgs)
 
-    def verify(self, d: Data, b: int, k: int) -> torch.Tensor:
+    def verify(self, d: Data, b: int, k: int, tol: dict) -> torch.Tensor:
         """A 0-dim bool tensor, computed on the device without waiting: True when every output
         of buffer set ``b`` lies in input set ``k``'s tolerance band and no canary was
-        touched. Enqueued after each timed call, outside the timed interval."""
+        touched. Enqueued after each timed call, outside the timed interval. CPU float32 /
+        float64 outputs: every element close to the expected one by the check's own test
+        (``tol``: atol, rtol; workers.native ``all_close``), in one pass."""
         buf, s = d.bufs[b], d.input_set(k)
         ok = torch.ones((), dtype=torch.bool, device=self.device)
         for n, got in buf.outputs.items():
             if n not in s.expected:
                 continue
-            if s.lo[n].numel():
+            if self.native and native.native_dtype(got, s.expected[n]):
+                # one pass over the output and the expected values, in float64 as the check
+                ok &= native.all_close(got, s.expected[n], tol["atol"], tol["rtol"])
+            elif s.lo[n].numel():
                 g = got.float() if got.element_size() < 4 else got
                 ok &= ((g >= s.lo[n]) & (g <= s.hi[n])).all()
             else:
@@ -845,7 +861,8 @@ class Harness:
                 self.call(lib, job, d)
                 e.record()
                 evs.append((s, e))
-                oks.append(True if isinstance(lib, RefCall) else self.verify(d, 0, k))
+                oks.append(True if isinstance(lib, RefCall) else
+                           self.verify(d, 0, k, job["tolerance"]))
             torch.cuda.synchronize()
             times = [s.elapsed_time(e) for s, e in evs]
         else:
@@ -859,7 +876,8 @@ class Harness:
                 times.append((time.perf_counter_ns() - t0) / 1e6)
                 lazy = "" if isinstance(lib, RefCall) else self.unreadable(d.bufs[0])
                 oks.append(False if lazy else
-                           True if isinstance(lib, RefCall) else self.verify(d, 0, k))
+                           True if isinstance(lib, RefCall) else
+                           self.verify(d, 0, k, job["tolerance"]))
         bad = [f"{job.get('job_key', '?')}: " + (self.lazy or (
                f"a timed call on input set {k + 1} gave wrong output (outputs are poisoned "
                "before and verified after every timed call)"))
@@ -884,10 +902,22 @@ class Harness:
 
     def _prep(self, d: Data, k: int, flush: bool) -> None:
         """The harness's work before a timed call: input set ``k`` loaded into buffer set 0,
-        then the cache flushed (``flush``)."""
+        then the cache flushed (``flush``, :meth:`flush`)."""
         self.load(d, 0, k)
         if flush:
+            self.flush(d.bufs[0])
+
+    def flush(self, buf: Buffers) -> None:
+        """Leave no line of what the next call reads or writes in any cache. CPU: every
+        cache line of ``buf``'s storages (input copies, outputs with their canaries)
+        written back and invalidated (workers.native: CLFLUSHOPT / DC CIVAC), which costs in
+        proportion to the candidate's data, not to the cache; without an evictor, and on
+        the GPU (whose L2 the host cannot evict by line), ``flush_buf`` (twice the
+        last-level cache) zeroed."""
+        if self.flush_buf is not None:
             self.flush_buf.zero_()
+            return
+        native.evict(native.storage_ranges([*buf.inputs.values(), *buf.outputs.values()]))
 
     def _unguarded_samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool
                            ) -> list[float]:
@@ -897,7 +927,7 @@ class Harness:
             out = []
             for lib, job in calls:
                 if flush:
-                    self.flush_buf.zero_()
+                    self.flush(d.bufs[0])
                 t0 = time.perf_counter_ns()
                 self.call(lib, job, d)
                 out.append((time.perf_counter_ns() - t0) / 1e6)
@@ -905,7 +935,7 @@ class Harness:
         evs = []
         for lib, job in calls:
             if flush:
-                self.flush_buf.zero_()
+                self.flush(d.bufs[0])
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
             self.call(lib, job, d)
@@ -1372,6 +1402,16 @@ class RefCall:
         return ""
 
 
+def _differ(name: str, got: torch.Tensor, exp: torch.Tensor, idx: int, bad: int,
+            err: float) -> str:
+    """The check's line for output ``name``: ``bad`` elements differ, the first at flat
+    index ``idx``, max abs error ``err``."""
+    pos = tuple(int(i) for i in _unravel(idx, got.shape))
+    return (f"{name}: {bad} of {got.numel()} elements differ (first at {pos}: got "
+            f"{float(got.flatten()[idx])!r}, expected {float(exp.flatten()[idx])!r}); "
+            f"max abs err {err:.3g}")
+
+
 def abs_rel_error(got: torch.Tensor, exp: torch.Tensor) -> tuple[float, float]:
     """(max ``|got - exp|``, max ``|got - exp| / |exp|`` over the elements where ``exp`` is not
     0), in float64; NaN counts as infinite. Both 0.0 for empty tensors."""
@@ -1722,6 +1762,8 @@ def device_info(h: Harness) -> dict:
     return {"backend": "cpu", "name": name, "sm": None, "arch": "host", "platform": machine,
             "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "l2_bytes": _llc_bytes(), "multiprocessors": torch.get_num_threads(),
+            "cpu_flush": ("the candidate's buffers evicted by cache line" if h.native else
+                          f"2x the last-level cache zeroed ({native.WHY_NOT})"),
             "device_class": f"cpu-{machine}", "torch": str(torch.__version__), "cuda": None,
             "node": platform.node()}
 
