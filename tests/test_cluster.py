@@ -21,6 +21,8 @@ import pytest
 
 from conftest import FIXTURES
 
+pytestmark = pytest.mark.slow  # starts a Ray cluster or a kopt service
+
 RAY = shutil.which("ray")
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
        "RAY_DEDUP_LOGS": "0"}
@@ -94,8 +96,12 @@ class LocalCluster:
         return "".join((self.root / f"{n}.log").read_text()[-800:] for n in self.procs)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(tmp_path_factory):
+    """A fresh cluster per test: one test kills a node and freezes others, and a cluster
+    shared with the next test left it a node short (or one Ray had marked dead on missed
+    health checks while frozen on a loaded machine: the next sweep then found no CPU for
+    its builds, a CI failure)."""
     if RAY is None:
         pytest.fail("the `ray` command is not on PATH (it comes with `pip install ray`)")
     c = LocalCluster(tmp_path_factory.mktemp("raycluster"))
