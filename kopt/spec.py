@@ -548,7 +548,11 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared)
-        notes += [f"{spec_path}: {msg}" for msg in dead_methods(spaces[backend], catalog, prefix)]
+        sp = spaces[backend]
+        notes += [f"{spec_path}: {msg}" for msg in [
+            *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
+            *macros.text_value_notes(sp, prefix),
+            *macros.zero_division_notes(sp, catalog, prefix)]]
     return Sweep(
         name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
         tolerance=sf.tolerance, scalars=sf.scalars, timing=sf.timing,
