@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from kopt import names as macros
 from kopt.catalog import Catalog, load_catalog
 from kopt.contract import (
     ContractError,
@@ -547,7 +548,11 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared)
-        notes += [f"{spec_path}: {msg}" for msg in dead_methods(spaces[backend], catalog, prefix)]
+        sp = spaces[backend]
+        notes += [f"{spec_path}: {msg}" for msg in [
+            *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
+            *macros.text_value_notes(sp, prefix),
+            *macros.zero_division_notes(sp, catalog, prefix)]]
     return Sweep(
         name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
         tolerance=sf.tolerance, scalars=sf.scalars, timing=sf.timing,
@@ -885,8 +890,11 @@ def _check_param_names(blk: BackendBlock, dims: list[dict[str, int]], sig: Any, 
     """Each launch param, method param and method define reaches the compiler as
     ``-DNAME=VALUE``: SpecError at its field for a name that is no C identifier (``1NT``,
     ``a-b``, ``""``: every candidate a compile_error "macro names must be identifiers"),
-    or that is also a dim or a ``solve`` argument (``-DN=2`` rewrites the prototype, and
-    the expressions would read two values for one name)."""
+    that is also a dim or a ``solve`` argument (``-DN=2`` rewrites the prototype, and
+    the expressions would read two values for one name), or that kopt.names.reserved
+    refuses (``int``, ``defined``, ``__cplusplus``, ``solve``, ``KOPT_DEVICE_CLASS``: the
+    macro rewrites that name in the kernel and every header, and every candidate would be
+    a compile_error)."""
     taken = {k: "dim" for d in dims for k in d}
     for a in sig.args:
         taken[a.name] = " and ".join(x for x in (taken.get(a.name), f"{sig.name} argument") if x)
@@ -901,6 +909,13 @@ def _check_param_names(blk: BackendBlock, dims: list[dict[str, int]], sig: Any, 
         if k in taken:
             raise err(where, f"{k!r} is also a {taken[k]}; it is passed as a macro (-D{k}=...), "
                       "which would replace that name in the kernel: rename the param")
+        why = macros.reserved(k, sig.name)
+        if why is not None:
+            raise err(where, f"{k!r} is {why}; it is passed as a macro (-D{k}=...), which "
+                      "would rewrite that name in the kernel and in every header the compiler "
+                      "reads, so every candidate would be a compile_error: rename the "
+                      f"{'define' if '.defines.' in where else 'param'}, e.g. to "
+                      f"{macros.free_name(k, set(taken) | {n for _, n in fields}, sig.name)}")
 
 
 # the pip distribution that installs a package, for the message when it is missing

@@ -285,7 +285,9 @@ DEAD = """
 def test_a_method_the_restrictions_exclude_is_warned_about(tmp_path):
     """A method that no launch config carries past the restrictions loads with one line
     naming the method and the restriction(s) that remove it; live methods get none."""
-    sw = load_sweep(make(tmp_path, DEAD, **{"k.cu": VADD_CPP}))
+    src = VADD_CPP + "#if defined(THREADS) || defined(ITEMS) || defined(SHFL) || defined(T)\n"
+    src += "#endif\n"  # the source reads every name (no unread-name notes)
+    sw = load_sweep(make(tmp_path, DEAD, **{"k.cpp": src, "k.cu": src}))
     spec = sw.spec_path
     assert sw.warnings == [
         f"{spec}: methods.memory.vectorized_access: no launch config survives "
