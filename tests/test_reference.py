@@ -93,7 +93,7 @@ def test_a_cpu_sweep_stores_the_reference_and_every_table_compares_with_it(ray_l
     # calls are a few microseconds on a loaded machine; which candidates are `ok` does not
     # matter here, only that the tables compare them with the stored reference)
     spec = (d / "sweep.yaml").read_text().replace(
-        "    - {N: 4194304}", "    - {N: 262144}\n    - {N: 524288}")
+        "    - {N: 2097152}", "    - {N: 262144}\n    - {N: 524288}")
     (d / "sweep.yaml").write_text(spec)
     store = tmp_path / "store"
     s = run_sweep(load_sweep(d), store, backend="cpu", max_candidates=2)
