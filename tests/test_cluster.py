@@ -125,7 +125,10 @@ head_start_ray_commands: ["ray start --head --port={port}"]
 def _sweep(tmp_path: Path, yaml: Path, store: Path, *extra: str, u: int = 4
            ) -> subprocess.Popen:
     """``kopt sweep --cluster`` of the cluster fixture shrunk to ``u`` x 2 launch configs of
-    20 samples (a CI-sized sweep), its output piped."""
+    100 samples of its 10 ms call (about a second a job whatever the harness's own cost:
+    with 20, once the CPU flush stopped zeroing 600 MB a sample, a class's jobs were all
+    done before the first rows were stored, and the tests found no run left to kill), its
+    output piped."""
     sweep = tmp_path / "sweep"
     if not sweep.exists():
         shutil.copytree(FIXTURES / "cluster", sweep)
@@ -133,7 +136,8 @@ def _sweep(tmp_path: Path, yaml: Path, store: Path, *extra: str, u: int = 4
         text = spec.read_text()
         for old, new in (("U: [1, 2, 3, 4, 5, 6, 7, 8], V: [1, 2, 3]",
                           f"U: {list(range(1, u + 1))}, V: [1, 2]"),
-                         ("min_samples: 40, max_samples: 40", "min_samples: 20, max_samples: 20")):
+                         ("min_samples: 40, max_samples: 40",
+                          "min_samples: 100, max_samples: 100")):
             assert old in text
             text = text.replace(old, new)
         spec.write_text(text)

@@ -24,6 +24,8 @@ import pytest
 
 from conftest import FIXTURES
 
+pytestmark = pytest.mark.slow  # starts a kopt service (a Ray head)
+
 N_CANDIDATES = 6
 
 
@@ -73,8 +75,6 @@ def _query(store: Path, table: str, sql: str) -> list[tuple]:
 ACTOR = """
 import json, sys, ray
 from kopt.service import NAMESPACE, read_state, use_token
-
-pytestmark = pytest.mark.slow  # starts a Ray cluster or a kopt service
 addr = read_state()["address"]
 use_token(addr)
 ray.init(address=addr, logging_level="ERROR", log_to_driver=False)

@@ -436,10 +436,14 @@ def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
     d = tmp_path / "va"
     shutil.copytree(ROOT / "sweeps" / "vector_add", d)
     spec = yaml.safe_load((d / "sweep.yaml").read_text())
-    spec["cpu"].update(dims=[{"N": 65536}], params={"NT": [1], "CHUNK": [16384, 32768, 65536]},
+    # 200 samples of a 12 MB vector add: about a second a job whatever the machine's speed,
+    # so the run is still going when Ctrl-C comes after the first progress line (10 s in;
+    # with 5 samples the 27 jobs took 0.4 s and the run had ended, a CI failure)
+    spec["cpu"].update(dims=[{"N": 1 << 20}], params={"NT": [1], "CHUNK": [16384, 32768, 65536]},
                        methods={"compute.ilp_unroll": {"params": {"UNROLL": [2, 4]}},
                                 "memory.vectorized_access": {"params": {"VEC": [4, 8]}}},
-                       timing={"warmup_ms": 1, "min_samples": 3, "max_samples": 5})
+                       timing={"warmup_ms": 1, "min_samples": 200, "max_samples": 200,
+                               "max_time_ms": 60000})
     (d / "sweep.yaml").write_text(yaml.safe_dump(spec))
     store = tmp_path / "st"
     p = subprocess.Popen(
