@@ -520,7 +520,9 @@ def _summary_line(summary: Any, root: Path) -> str:
 @click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
               show_default=True, help="auto: CUDA when a GPU is visible, else the C++ source.")
 @click.option("--max-candidates", type=click.IntRange(min=1), default=None,
-              help="Cap per device class: the baseline plus a deterministic sample.")
+              help="Cap per device class: the baseline plus a deterministic sample (drawn "
+                   "at random by index in a space of over 2,000,000 launch configs, which "
+                   "needs a cap).")
 @click.option("--resume", "resume", metavar="RUN_ID", default=None,
               help="Finish a killed run; nothing already measured is measured again.")
 @click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
