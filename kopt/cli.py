@@ -520,7 +520,9 @@ def _summary_line(summary: Any, root: Path) -> str:
 @click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
               show_default=True, help="auto: CUDA when a GPU is visible, else the C++ source.")
 @click.option("--max-candidates", type=click.IntRange(min=1), default=None,
-              help="Cap per device class: the baseline plus a deterministic sample.")
+              help="Cap per device class: the baseline plus a deterministic sample (drawn "
+                   "at random by index in a space of over 2,000,000 launch configs, which "
+                   "needs a cap).")
 @click.option("--resume", "resume", metavar="RUN_ID", default=None,
               help="Finish a killed run; nothing already measured is measured again.")
 @click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
@@ -937,12 +939,19 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
         out.print(f"{counted(len(p['triples']), 'triple')} besides the baseline:")
         for tr in p["triples"]:
             out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
-        if p.get("empty_triples"):
-            out.print(f"{counted(len(p['empty_triples']), 'admissible triple')} with no "
-                      "candidate (the restrictions, or in kernel mode the device's launch "
-                      "limits, exclude every launch config):")
-            for tr in p["empty_triples"]:
-                out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
+        for key, why in PROPOSE_SETS:
+            if p.get(key):
+                out.print(f"{counted(len(p[key]), 'admissible triple')} {why}:")
+                for tr in p[key]:
+                    out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
+
+
+# the triples `kopt propose` lists besides those it runs, and what each list means
+PROPOSE_SETS = (
+    ("empty_triples", "with no candidate (the restrictions, or in kernel mode the device's "
+                      "launch limits, exclude every launch config)"),
+    ("undecided_triples", "too large to check whose random launch configs the restrictions "
+                          "all excluded (they may have a few candidates)"))
 
 
 @main.command()

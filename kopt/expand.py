@@ -16,7 +16,10 @@ import hashlib
 import heapq
 import itertools
 import json
+import math
 import operator
+import random
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,6 +194,7 @@ class _Plan:
             self.mdefines.update(r.defines)
         self.names = list(pspace)
         self.values = [pspace[n] for n in self.names]
+        self.size = math.prod(len(v) for v in self.values)  # launch configs, unrestricted
         # a method define named like a param: several configs can realize one build
         self.override = bool(self.mdefines.keys() & pspace.keys())
         self.target = _target((*triple, *sel), catalog, space, sm)
@@ -224,6 +228,15 @@ class _Plan:
     def holds(self, spieces: list[str]) -> bool:
         """Whether the build with these sorted define pieces is one of this plan's."""
         return all(p in b for p, b in zip(spieces, self.box))
+
+    def decode(self, index: int) -> list[int]:
+        """The value indices of launch config number ``index`` (0 <= index < size) in
+        ``itertools.product(*values)`` order: mixed-radix digits, the last param fastest."""
+        digits = []
+        for vals in reversed(self.values):
+            index, d = divmod(index, len(vals))
+            digits.append(d)
+        return digits[::-1]
 
 
 def _piece(name: str, value: Any) -> str:
@@ -274,63 +287,124 @@ def _passes(holds: Callable[[Any], bool], restrictions: list[Any], values: tuple
     return True
 
 
-def iter_candidates(space: Space, catalog: Catalog, sm: int | None,
-                    selected: Iterable[str] = (), source_digest: str | None = None,
-                    ctx: Context | None = None) -> Iterator[Candidate]:
-    """The candidates of ``space``, lazily, baseline first (then as :func:`expand` lists them).
+# Launch configs (summed over the triples, before restrictions) up to which a capped sample
+# walks the whole space (the sample by id kopt always drew; about 10 s per million configs
+# on one core); above it, the sample is drawn by index (Expansion.sample).
+WALK_LIMIT = 2_000_000
+SAMPLE_DRAWS = 200_000  # random configs a sample may draw at least, before it gives up ...
+DRAWS_PER_CANDIDATE = 1_000  # ... or this many per candidate asked for, whichever is more
 
-    Restrictions are evaluated per candidate as the generator advances; nothing but the
-    triples is held, so a consumer that keeps few candidates (:func:`cap`) runs in memory
-    independent of the space's size. Equal builds of several triples are yielded once, with
-    the later triples in ``aliases``. When a method define shares a name with a launch param
-    (one build for several configs) the space is expanded in full first, as before.
 
-    Args and raises: as :func:`expand`; errors surface when the generator reaches them.
+@dataclass(frozen=True)
+class SampleInfo:
+    """How a sample of a space too large to walk was drawn (Expansion.sample).
+
+    Attributes:
+        configs: the space's launch configs over every triple, before restrictions.
+        draws: random configs drawn.
+        passed: drawn configs that passed the restrictions as a new candidate (not the
+            baseline, not drawn before, not another triple's equal build).
+        wanted: the candidates asked for (the baseline included).
     """
-    if space.needs_sm90a and sm is not None and sm != 90:
-        raise SpecError(f"{space.source.name} needs the sm_90a target (sweep.yaml: "
-                        f"`needs_sm90a: true`), which an sm_{sm} device cannot run: run the "
-                        "sweep on an sm_90 device (H100/H200)")
-    digest = source_digest or space_digest(space)
-    # names were checked against params, method params/defines and dims when the spec loaded
-    restrictions = [parse(space.resolve(text)) for text in space.restrictions]
-    ctx = ctx or Context()
-    sel = list(dict.fromkeys([*ctx.selected, *selected]))
-    base_params = ctx.baseline_params or space.baseline
-    plans = [_Plan(t, space, catalog, sm, sel, restrictions)
-             for t in admissible_triples(space, catalog, sm, sel, ctx)]
-    head = f'{{"backend": {json.dumps(space.backend)}, "defines": {{'
-    tail = f'}}, "source": {json.dumps(digest)}}}'
 
-    def cid(plan: _Plan, pcs: tuple[str, ...]) -> tuple[str, list[str]]:
+    configs: int
+    draws: int
+    passed: int
+    wanted: int
+
+
+class _Setup:
+    """What walking or sampling one space needs, prepared once: the triples' plans, the
+    candidate-id pieces and the baseline's place (see :class:`Expansion`)."""
+
+    def __init__(self, space: Space, catalog: Catalog, sm: int | None, selected: Iterable[str],
+                 source_digest: str | None, ctx: Context | None):
+        if space.needs_sm90a and sm is not None and sm != 90:
+            raise SpecError(f"{space.source.name} needs the sm_90a target (sweep.yaml: "
+                            f"`needs_sm90a: true`), which an sm_{sm} device cannot run: run the "
+                            "sweep on an sm_90 device (H100/H200)")
+        self.space, self.sm = space, sm
+        digest = source_digest or space_digest(space)
+        # names were checked against params, method params/defines and dims at load
+        restrictions = [parse(space.resolve(text)) for text in space.restrictions]
+        ctx = ctx or Context()
+        sel = list(dict.fromkeys([*ctx.selected, *selected]))
+        self.base_params = ctx.baseline_params or space.baseline
+        self.plans = [_Plan(t, space, catalog, sm, sel, restrictions)
+                      for t in admissible_triples(space, catalog, sm, sel, ctx)]
+        self.head = f'{{"backend": {json.dumps(space.backend)}, "defines": {{'
+        self.tail = f'}}, "source": {json.dumps(digest)}}}'
+        self.override = any(p.override for p in self.plans)
+        if self.override:
+            return
+        for i, p in enumerate(self.plans):
+            for q in self.plans[i + 1:]:
+                if p.overlaps(q):
+                    p.later.append(q)
+                    q.earlier.append(p)
+
+    def cid(self, plan: _Plan, pcs: tuple[str, ...]) -> tuple[str, list[str]]:
+        """The candidate id of ``plan``'s build with launch-param pieces ``pcs``, and its
+        sorted define pieces."""
         allp = pcs + plan.mpieces
         spcs = [allp[i] for i in plan.order]
-        text = head + ", ".join(spcs) + tail
+        text = self.head + ", ".join(spcs) + self.tail
         return hashlib.sha256(text.encode()).hexdigest()[:16], spcs
 
-    if any(p.override for p in plans):
-        yield from _expand_all(plans, space, sm, base_params, cid)
+    def baseline(self) -> tuple[Candidate, list[int]]:
+        """The baseline candidate and its value indices in the (none, none, none) plan.
+
+        Raises:
+            SpecError: the baseline is not in the space, or breaks a restriction.
+        """
+        p0 = self.plans[0]  # (none, none, none): admissible_triples puts it first
+        base = self.base_params
+        at = [next((j for j, v in enumerate(vals) if v == base.get(n, _MISSING)), None)
+              for n, vals in zip(p0.names, p0.values)]
+        if set(base) != set(p0.names) or None in at:
+            raise SpecError("the baseline (no methods, baseline params) is not in the space")
+        idx = [int(j) for j in at]  # type: ignore[arg-type]
+        params = {n: vals[j] for n, vals, j in zip(p0.names, p0.values, idx)}
+        dims_ok = _dims_ok(p0, params, self.space, self.sm)
+        _check_baseline(params, dims_ok, self.space)
+        bid, spcs = self.cid(p0, tuple(pcs[j] for pcs, j in zip(p0.pieces, idx)))
+        return Candidate(bid, p0.triple, params, {**params, **p0.mdefines}, dims_ok, True,
+                         p0.target, self.aliases(p0, spcs)), idx
+
+    def aliases(self, plan: _Plan, spcs: list[str]) -> list[Triple]:
+        """The triples besides ``plan``'s that realize the build ``spcs`` as well."""
+        others = plan.later if not self.override else [q for q in self.plans if q is not plan]
+        return [q.triple for q in others if q.holds(spcs)]
+
+    def candidate_at(self, plan: _Plan, idx: list[int]) -> Candidate | None:
+        """The candidate of ``plan``'s launch config with value indices ``idx``, as the walk
+        yields it; None where the restrictions (or the device) exclude it at every dims, or
+        an earlier triple yields its build."""
+        params = {n: vals[j] for n, vals, j in zip(plan.names, plan.values, idx)}
+        dims_ok = _dims_ok(plan, params, self.space, self.sm)
+        if not dims_ok:
+            return None
+        c, spcs = self.cid(plan, tuple(pcs[j] for pcs, j in zip(plan.pieces, idx)))
+        if plan.earlier and any(q.holds(spcs) for q in plan.earlier):
+            return None  # an earlier triple's build: it is drawn as that triple's
+        return Candidate(c, plan.triple, params, {**params, **plan.mdefines}, dims_ok, False,
+                         plan.target, self.aliases(plan, spcs))
+
+
+def _walk(setup: _Setup) -> Iterator[Candidate]:
+    """Every candidate of the setup's space, baseline first (see :func:`iter_candidates`)."""
+    space, sm, plans = setup.space, setup.sm, setup.plans
+    if setup.override:
+        yield from _expand_all(plans, space, sm, setup.base_params, setup.cid)
         return
-    for i, p in enumerate(plans):
-        for q in plans[i + 1:]:
-            if p.overlaps(q):
-                p.later.append(q)
-                q.earlier.append(p)
     n_dims = len(space.dims)
-    p0 = plans[0]  # (none, none, none): admissible_triples puts it first
-    base_at = [next((j for j, v in enumerate(vals) if v == base_params.get(n, _MISSING)), None)
-               for n, vals in zip(p0.names, p0.values)]
-    if set(base_params) != set(p0.names) or None in base_at:
-        raise SpecError("the baseline (no methods, baseline params) is not in the space")
-    base_vals = tuple(vals[j] for vals, j in zip(p0.values, base_at))  # type: ignore[index]
-    bparams = dict(zip(p0.names, base_vals))
-    dims_ok = _dims_ok(p0, bparams, space, sm)
-    _check_baseline(bparams, dims_ok, space)
-    bid, spcs = cid(p0, tuple(pcs[j] for pcs, j in zip(p0.pieces, base_at)))  # type: ignore[index]
-    yield Candidate(bid, p0.triple, bparams, {**bparams, **p0.mdefines}, dims_ok, True,
-                    p0.target, [q.triple for q in p0.later if q.holds(spcs)])
+    p0 = plans[0]
+    base, base_at = setup.baseline()
+    base_vals = tuple(vals[j] for vals, j in zip(p0.values, base_at))
+    yield base
     every = list(range(n_dims))
     sha256 = hashlib.sha256
+    head, tail = setup.head, setup.tail
     for plan in plans:
         plain = space.launch is None and not any(rs for _, rs, _ in plan.checks)
         # one problem size in solve mode (the common case): the check inlined
@@ -365,6 +439,148 @@ def iter_candidates(space: Space, catalog: Catalog, sm: int | None,
             params = dict(zip(names, values))
             yield Candidate(c, plan.triple, params, {**params, **mdefines}, dims_ok, False,
                             plan.target, [q.triple for q in plan.later if q.holds(spcs)])
+
+
+class Expansion:
+    """The candidates of a space: an iterator over them, lazily, baseline first (what
+    :func:`iter_candidates` returns), that also knows the space's size without walking it
+    and draws a sample of a space too large to walk.
+
+    Attributes:
+        n: candidates yielded so far (the whole space's count once it is exhausted).
+        sampled: how :meth:`sample` drew its sample; None while none was drawn.
+    """
+
+    def __init__(self, space: Space, catalog: Catalog, sm: int | None,
+                 selected: Iterable[str] = (), source_digest: str | None = None,
+                 ctx: Context | None = None):
+        self._args = (space, catalog, sm, tuple(selected), source_digest, ctx)
+        self._setup: _Setup | None = None
+        self._gen: Iterator[Candidate] | None = None
+        self.n = 0
+        self.sampled: SampleInfo | None = None
+
+    def setup(self) -> _Setup:
+        """The prepared space (computed on first use: errors surface then).
+
+        Raises:
+            SpecError: as :func:`expand`.
+        """
+        if self._setup is None:
+            self._setup = _Setup(*self._args)
+        return self._setup
+
+    def __iter__(self) -> Expansion:
+        return self
+
+    def __next__(self) -> Candidate:
+        if self._gen is None:
+            self._gen = _walk(self.setup())
+        c = next(self._gen)
+        self.n += 1
+        return c
+
+    def plans(self) -> list[_Plan]:
+        """One plan per admissible triple, the (none, none, none) baseline's first."""
+        return self.setup().plans
+
+    @property
+    def configs(self) -> int:
+        """Launch configs over every admissible triple before restrictions: a sum of
+        products of option counts, nothing enumerated (candidates are at most this many)."""
+        return sum(p.size for p in self.setup().plans)
+
+    @property
+    def huge(self) -> bool:
+        """Whether the space has more than WALK_LIMIT configs: :func:`cap` then samples it
+        by index (:meth:`sample`) instead of walking it."""
+        return self.configs > WALK_LIMIT
+
+    def sample(self, n: int, seed: int | None = None) -> list[Candidate]:
+        """The baseline plus up to ``n - 1`` distinct candidates drawn uniformly at random
+        over the space's launch configs (a seeded ``random.Random``; each draw an integer
+        below :attr:`configs`, decoded by mixed radix into one triple's config, kept when
+        it passes the restrictions): never walks the space. The candidates are the walk's
+        own (ids, params, dims, aliases); the same seed draws the same sample. Fewer come
+        back when max(SAMPLE_DRAWS, DRAWS_PER_CANDIDATE * n) draws found no more.
+
+        Raises:
+            SpecError: no draw passed the restrictions (naming sweep.yaml's field), or
+                the baseline breaks them.
+        """
+        setup = self.setup()
+        base, _ = setup.baseline()
+        kept = {base.candidate_id: base}
+        ends = list(itertools.accumulate(p.size for p in setup.plans))
+        rng = random.Random(f"kopt sample {seed}")
+        budget, draws = max(SAMPLE_DRAWS, DRAWS_PER_CANDIDATE * n), 0
+        while len(kept) < n and draws < budget:
+            draws += 1
+            r = rng.randrange(ends[-1])
+            i = bisect_right(ends, r)
+            c = setup.candidate_at(setup.plans[i], setup.plans[i].decode(
+                r - (ends[i - 1] if i else 0)))
+            if c is not None and c.candidate_id not in kept:
+                kept[c.candidate_id] = c
+        self.sampled = SampleInfo(ends[-1], draws, len(kept) - 1, n)
+        if len(kept) == 1 and n > 1:
+            sp = setup.space
+            raise SpecError(f"{sp.spec_path}: {sp.prefix}restrictions: none of {draws:,} random "
+                            f"launch configs (of {ends[-1]:,} before restrictions) passes "
+                            "them besides the baseline; loosen the restrictions, or narrow "
+                            f"{sp.prefix}params to at most {WALK_LIMIT:,} configs (walked "
+                            "in full)")
+        return list(kept.values())
+
+    def probe(self, plan: _Plan, draws: int) -> bool | None:
+        """Whether some launch config of ``plan`` passes the restrictions (as its own
+        candidate or as another triple's equal build): every config checked when it has
+        at most ``draws``, else ``draws`` random ones (seeded); None when those found none
+        (undecided: the restrictions pass few or none of them)."""
+        setup = self.setup()
+        rng = random.Random(f"kopt probe {plan.triple}")
+        picks = (range(plan.size) if plan.size <= draws
+                 else (rng.randrange(plan.size) for _ in range(draws)))
+        for i in picks:
+            idx = plan.decode(i)
+            params = {n: vals[j] for n, vals, j in zip(plan.names, plan.values, idx)}
+            if _dims_ok(plan, params, setup.space, setup.sm):
+                return True
+        return False if plan.size <= draws else None
+
+
+def configs_bound(space: Space, catalog: Catalog) -> int:
+    """An upper bound of the launch configs (before restrictions) of ``space``'s first
+    iteration on any device: the product of the option counts summed over every triple of
+    the realized methods, with no arch gate, conflict or ``requires`` dropping one. Nothing
+    is enumerated but the triples."""
+    options = [[None] + [m.id for m in catalog.axis(a) if m.id in space.methods] for a in AXES]
+    total = 0
+    for triple in itertools.product(*options):
+        pspace = dict(space.params)
+        for m in triple:
+            if m is not None:
+                pspace.update(space.methods[m].params)
+        total += math.prod(len(v) for v in pspace.values())
+    return total
+
+
+def iter_candidates(space: Space, catalog: Catalog, sm: int | None,
+                    selected: Iterable[str] = (), source_digest: str | None = None,
+                    ctx: Context | None = None) -> Expansion:
+    """The candidates of ``space``, lazily, baseline first (then as :func:`expand` lists them):
+    an :class:`Expansion`, an iterator that also counts the space's launch configs without
+    walking them (``configs``) and samples a space too large to walk (``sample``).
+
+    Restrictions are evaluated per candidate as the iterator advances; nothing but the
+    triples is held, so a consumer that keeps few candidates (:func:`cap`) runs in memory
+    independent of the space's size. Equal builds of several triples are yielded once, with
+    the later triples in ``aliases``. When a method define shares a name with a launch param
+    (one build for several configs) the space is expanded in full first, as before.
+
+    Args and raises: as :func:`expand`; errors surface when the iterator reaches them.
+    """
+    return Expansion(space, catalog, sm, selected, source_digest, ctx)
 
 
 _MISSING = object()
@@ -493,10 +709,13 @@ def cap(cands: Iterable[Candidate], max_candidates: int | None, seed: int | None
     reproducible sample of the space; another seed draws another sample. ``cands`` may be
     a generator (:func:`iter_candidates`): only the best ``max_candidates`` keys are held
     (a bounded heap), so memory grows with the sample, not with the space. A list no
-    longer than the cap (or no cap) is returned as it is.
+    longer than the cap (or no cap) is returned as it is. An :func:`iter_candidates`
+    stream of more than WALK_LIMIT launch configs is not walked: its sample is drawn by
+    index instead (:meth:`Expansion.sample`, seeded by ``seed``), in seconds at any size.
 
     Raises:
         ValueError: ``max_candidates`` < 1.
+        SpecError: a sample by index found no candidate besides the baseline.
     """
     if max_candidates is None:
         return cands if isinstance(cands, list) else list(cands)
@@ -504,6 +723,8 @@ def cap(cands: Iterable[Candidate], max_candidates: int | None, seed: int | None
         return cands
     if max_candidates < 1:
         raise ValueError("--max-candidates must be >= 1")
+    if isinstance(cands, Expansion) and cands.n == 0 and cands.huge:
+        return cands.sample(max_candidates, seed)  # too large to walk: drawn by index
     key = sample_key(seed)
     base: list[tuple[int, Candidate]] = []
     total = 0

@@ -46,7 +46,15 @@ from kopt.builder import (
 from kopt.catalog import Catalog, load_catalog
 from kopt.database import Database
 from kopt.devices import build_nodes, local_gpu_count, peaks, predicted_target
-from kopt.expand import Context, Tally, iter_candidates, space_digest, stable_hash
+from kopt.expand import (
+    WALK_LIMIT,
+    Context,
+    SampleInfo,
+    configs_bound,
+    iter_candidates,
+    space_digest,
+    stable_hash,
+)
 from kopt.loop import IterState, rank_rung
 from kopt.observer import Observer
 from kopt.paths import broken_link
@@ -368,6 +376,8 @@ class Driver:
         self.iterations = iterations or sweep.iterations
         self.observers = observers or []
         self.space_sizes: dict[str, int] = {}  # device class -> candidates in its last space
+        # device class -> how its last space's sample was drawn by index (None: walked)
+        self.samples: dict[str, SampleInfo | None] = {}
         self.catalog = catalog or load_catalog()
         self.search: SearchStrategy | None = None
         self.builder = RayBuilder(self.phases)
@@ -393,12 +403,14 @@ class Driver:
         counts: dict[str, int] = {}
         source = space.source_text()
         for dc, info in classes.items():
-            # a generator: with a cap, only the sample is held (kopt.expand.cap)
-            tally = Tally(iter_candidates(space, self.catalog, info["sm"], source_digest=digest,
-                                          ctx=ctxs[dc]))
-            cands = [next(iter(tally))] if baseline_only else search.select(tally)
+            # lazy: with a cap, only the sample is held, and a space too large to walk is
+            # sampled by index (kopt.expand.cap)
+            stream = iter_candidates(space, self.catalog, info["sm"], source_digest=digest,
+                                     ctx=ctxs[dc])
+            cands = [next(stream)] if baseline_only else search.select(stream)
             counts[dc] = len(cands)
-            self.space_sizes[dc] = tally.n
+            self.space_sizes[dc] = stream.n
+            self.samples[dc] = stream.sampled
             plat = info.get("platform") or ""
             timing = None if baseline_only else search.first_timing()
             for c in cands:
@@ -415,13 +427,18 @@ class Driver:
         """A note per device class whose iteration runs a sample of its space (`_plan`'s
         counts against the space's size): how large the space was and what capped it."""
         for dc, n in counts.items():
+            drawn = self.samples.get(dc)
             total = self.space_sizes.get(dc, n)
-            if total <= n:
+            if drawn is None and total <= n:
                 continue
             why = self.search.sample_reason() if self.search else "capped by --max-candidates"
             where = f" ({dc})" if len(counts) > 1 else ""
+            line = (f"{n:,} of {total:,} candidates ({why})" if drawn is None else
+                    f"{n:,} of {drawn.configs:,} launch configs before restrictions ({why}; "
+                    f"drawn at random, too many to walk: {drawn.passed:,} of {drawn.draws:,} "
+                    "draws passed the restrictions)")
             for o in self.observers:
-                o.on_note(f"iteration {iteration}{where}: {n:,} of {total:,} candidates ({why})")
+                o.on_note(f"iteration {iteration}{where}: {line}")
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> RunSummary:
@@ -1001,21 +1018,27 @@ def check_store_path(store: Path) -> None:
 
 
 def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,
-                     local: bool) -> None:
+                     local: bool, max_candidates: int | None = None) -> None:
     """What can be checked before Ray starts (which takes seconds): the store path, the
-    ``--resume`` run, the backend's source and, on an embedded local instance
-    (``local``), a GPU on this machine for the CUDA backend.
+    ``--resume`` run, the backend's source, a space too large to walk without a cap
+    (:func:`check_walkable`, with the resumed run's own cap) and, on an embedded local
+    instance (``local``), a GPU on this machine for the CUDA backend.
 
     Raises:
-        SweepError: see :func:`check_store_path`, :func:`resumable_run`; no GPU here.
+        SweepError: see :func:`check_store_path`, :func:`resumable_run`,
+            :func:`check_walkable`; no GPU here.
         SpecError: the sweep has no source for the requested backend.
     """
     check_store_path(store)
     if resume:
         rec = resumable_run(store, resume, sweep)
         backend = rec["backend"] if backend == "auto" else backend
+        max_candidates = stored_json(rec.get("options"), "options").get("max_candidates")
     if backend != "auto":
         sweep.space(backend)  # SpecError when the sweep has no source for it
+    check_walkable(sweep, backend if backend != "auto" or not local else
+                   "cuda" if local_gpu_count() and "cuda" in sweep.spaces else "cpu",
+                   max_candidates)
     if not local or backend == "cpu" or local_gpu_count():
         return
     if backend == "cuda":
@@ -1027,6 +1050,30 @@ def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None
         raise SweepError(f"{sweep.spec_path}: this machine has no GPU and the sweep has no "
                          "C++ source for the CPU backend; run it on a GPU node, or add a "
                          "`cpu:` block with `kernel: NAME.cpp`")
+
+
+def check_walkable(sweep: Sweep, backend: str, max_candidates: int | None) -> None:
+    """Refuse a run with no ``--max-candidates`` of a space of more than
+    kopt.expand.WALK_LIMIT launch configs (kopt.expand.configs_bound: counted, not walked):
+    every strategy would walk it (random takes a quarter of it, halving screens all of it),
+    for hours. With a cap, such a space is sampled by index (kopt.expand.Expansion.sample).
+    ``backend`` ``auto``: every space of the sweep is checked.
+
+    Raises:
+        SweepError: one line naming sweep.yaml's ``params`` field and the fix.
+    """
+    if max_candidates is not None:
+        return
+    catalog = load_catalog()
+    for name in [backend] if backend in sweep.spaces else sorted(sweep.spaces):
+        sp = sweep.spaces[name]
+        n = configs_bound(sp, catalog)
+        if n > WALK_LIMIT:
+            raise SweepError(f"{sp.spec_path}: {sp.prefix}params: {n:,} launch configs (the "
+                             "methods' params included, before restrictions), too many to "
+                             "walk; give --max-candidates N to measure a random sample of N "
+                             f"(with any --strategy), or narrow {sp.prefix}params to at most "
+                             f"{WALK_LIMIT:,}")
 
 
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
@@ -1061,7 +1108,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     if queue and address:
         use_token(address)  # the service's own Ray head (kopt serve start): its token
     local = not cluster and address in (None, "local")
-    check_before_ray(sweep, Path(store), backend, resume, local=local)
+    check_before_ray(sweep, Path(store), backend, resume, local=local,
+                     max_candidates=max_candidates)
     phases.end("checks")
     pre = prestart_sandboxes(sweep, backend, cpu_devices) if local and not resume else None
     if pre is not None:  # this node builds early: its compiler identity, while Ray starts

@@ -60,7 +60,10 @@ def run_preflight(sweep: Sweep, backend: str = "auto", arch: int | None = None
     digest = space_digest(space)
     cands = iter_candidates(space, load_catalog(), sm, source_digest=digest)
     base = next(cands)  # the baseline comes first; the rest are only counted
-    n_cands = 1 + sum(1 for _ in cands)
+    if cands.huge:  # too many to walk: counted before restrictions, not enumerated
+        n_cands = f"at most {cands.configs:,} (launch configs before restrictions)"
+    else:
+        n_cands = str(1 + sum(1 for _ in cands))
     bid = build_id(space, base, digest, wbuild.compiler_identity(space.toolchain),
                    platform.machine())
     job = wbuild.BuildJob(bid, backend, space.source_text(), space.source.name,

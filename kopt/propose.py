@@ -11,7 +11,7 @@ from kopt.bottleneck import _cond as condition_holds  # the loop's own reading o
 from kopt.catalog import Catalog, load_catalog
 from kopt.claims import catalog_scan, catalog_triples
 from kopt.database import Database
-from kopt.expand import admissible_triples, iter_candidates, scan_axes
+from kopt.expand import Expansion, admissible_triples, iter_candidates, scan_axes
 from kopt.loop import IterState
 from kopt.spec import Space, Sweep
 from kopt.store import complete_rows, default_root, stored_json
@@ -38,6 +38,8 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
       claim: :mod:`kopt.claims`);
     - ``triples``: the admitted triples the next iteration will run; ``empty_triples``:
       admissible ones whose every launch config the restrictions exclude;
+      ``undecided_triples``: in a space too large to walk (kopt.expand.WALK_LIMIT), the
+      ones whose configs are too many to check and none of PROBE_DRAWS random ones passed;
       ``triples_from``: ``sweep`` (the sweep's ``-D`` realizations) or, once the best is a
       submitted version (``kopt submit``), ``catalog``: the sweep's switches do not apply
       to that source, so ``scan`` is the catalog scan and ``triples`` every admissible
@@ -104,19 +106,42 @@ def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalo
         # the best is a submitted version: the sweep's -D realizations are switches of the
         # sweep's own source, not of it; what may come next is any admissible catalog triple
         return {**plan, "triples_from": "catalog", "best_source": str(submitted),
-                "scan": plan["catalog_scan"], "empty_triples": [],
+                "scan": plan["catalog_scan"], "empty_triples": [], "undecided_triples": [],
                 "triples": [list(t) for t in catalog_triples(cat, sm, ctx) if any(t)]}
     triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
-    # a triple whose every launch config the restrictions exclude runs nothing
-    have: set[tuple] = set()  # streamed: a large space is never held
-    for c in iter_candidates(space, cat, sm, ctx=ctx):
-        have.add(c.triple)
-        have.update(c.aliases)
+    have, undecided = triples_with_candidates(iter_candidates(space, cat, sm, ctx=ctx))
     return {**plan, "triples_from": "sweep",
             "scan": {a: [asdict(s) for s in v]
                      for a, v in scan_axes(space, cat, sm, ctx=ctx).items()},
             "triples": [list(t) for t in triples if t in have],
-            "empty_triples": [list(t) for t in triples if t not in have]}
+            "empty_triples": [list(t) for t in triples if t not in have | undecided],
+            "undecided_triples": [list(t) for t in triples if t in undecided]}
+
+
+PROBE_DRAWS = 2_000  # random launch configs per triple of a space too large to walk
+
+
+def triples_with_candidates(stream: Expansion) -> tuple[set[tuple], set[tuple]]:
+    """(the triples with at least one candidate, the undecided ones) of a space: a triple
+    whose every launch config the restrictions exclude runs nothing. A space of at most
+    kopt.expand.WALK_LIMIT configs is walked (streamed: never held) and none is
+    undecided; a larger one is probed triple by triple (:meth:`Expansion.probe`, up to
+    PROBE_DRAWS configs each), and a triple of more configs none of whose draws passed
+    is undecided."""
+    have: set[tuple] = set()
+    undecided: set[tuple] = set()
+    if not stream.huge:
+        for c in stream:
+            have.add(c.triple)
+            have.update(c.aliases)
+        return have, undecided
+    for plan in stream.plans():
+        found = stream.probe(plan, PROBE_DRAWS)
+        if found:
+            have.add(plan.triple)
+        elif found is None:
+            undecided.add(plan.triple)
+    return have, undecided
 
 
 def _submitted_source(store: Path | str | None, r: dict[str, Any], st: IterState,

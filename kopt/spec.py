@@ -261,6 +261,8 @@ class Space:
     launch: Launch | None = None
     derived: dict[str, str] = field(default_factory=dict)
     needs_sm90a: bool = False
+    spec_path: Path | None = None
+    prefix: str = ""
 
     def resolve(self, text: str) -> str:
         """``text`` (a restriction) with this space's derived names inlined
@@ -547,7 +549,8 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                           f"{fname} counts the work of one call: 0 or more")
     spaces, notes = {}, []
     for backend, (prefix, blk) in blocks.items():
-        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared)
+        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared,
+                                 spec_path)
         sp = spaces[backend]
         notes += [f"{spec_path}: {msg}" for msg in [
             *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
@@ -711,7 +714,7 @@ def _bindings(tree: ast.Module) -> dict[str, ast.stmt]:
 
 
 def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Path,
-           catalog: Catalog, err: Any, shared: dict[str, str]) -> Space:
+           catalog: Catalog, err: Any, shared: dict[str, str], spec_path: Path) -> Space:
     src = root / blk.kernel
     if not src.exists():
         raise err(f"{prefix}kernel", f"file {src} does not exist")
@@ -879,7 +882,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
         flags=list(blk.flags), dims=[dict(d) for d in dims],
         include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
-        needs_sm90a=blk.needs_sm90a)
+        needs_sm90a=blk.needs_sm90a, spec_path=spec_path, prefix=prefix)
 
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
