@@ -248,6 +248,21 @@ def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
                   highlight=False, soft_wrap=True)
 
 
+def compile_errors_line(obs: ProgressObserver) -> str | None:
+    """The line `kopt sweep` and `kopt submit` print when builds failed (rich markup):
+    ``nothing compiled (4 compile errors); the compiler's first error: f.cpp:3:5: error:
+    ...`` -- or ``1 of 3 builds failed (...)`` when some compiled; None when every build
+    ``obs`` saw compiled."""
+    from kopt.report import first_error
+
+    if obs.build_error is None:
+        return None
+    head = ("nothing compiled" if obs.builds_failed == obs.builds
+            else f"{obs.builds_failed} of {counted(obs.builds, 'build')} failed")
+    return (f"[red]{head}[/] ({counted(obs.compile_errors, 'compile error')}); the "
+            f"compiler's first error: {escape(first_error(obs.build_error))}")
+
+
 class ProgressObserver(ProgressCallback):
     """Rich progress: builds done, runs done, failures, ETA."""
 
@@ -259,6 +274,8 @@ class ProgressObserver(ProgressCallback):
         self.iteration = 0
         self.label = ""
         self.build_error: str | None = None  # the first failed build's compiler output
+        self.builds = self.builds_failed = 0  # builds seen / failed, over every iteration
+        self.compile_errors = 0  # jobs left without a build, over every iteration
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
 
@@ -329,9 +346,12 @@ class ProgressObserver(ProgressCallback):
 
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
+        self.builds += 1
         if not result.ok:
             if self.build_error is None:
                 self.build_error = result.error
+            self.builds_failed += 1
+            self.compile_errors += n_jobs
             self.failed += n_jobs
             self.p.advance(self.tr, n_jobs)
             self.p.update(self.tr, extra=f"failed {self.failed}")
@@ -629,12 +649,9 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
                 highlight=False)
     rows = top(summary.run_id, top_k, root)
     if not summary.status_counts.get(Status.OK) and not summary.n_skipped:
-        if set(summary.status_counts) == {"compile_error"} and obs.build_error is not None:
-            from kopt.report import first_error
-
-            console.print(f"[red]nothing compiled[/] ({summary.status_counts['compile_error']} "
-                          f"compile errors); the compiler's first error: "
-                          f"{escape(first_error(obs.build_error))}", highlight=False)
+        line = compile_errors_line(obs)
+        if set(summary.status_counts) == {"compile_error"} and line is not None:
+            console.print(line, highlight=False)
         console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
                       f"error from candidates where run_id = '{summary.run_id}'\"`")
         exit_code = 1
@@ -1176,6 +1193,9 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
                                              sweep=sweep)
                 finally:
                     obs.stop()
+                line = compile_errors_line(obs)
+                if line is not None:  # the version's own compiler message, as a sweep's
+                    console.print(line, highlight=False, soft_wrap=True)
         if detach:
             log = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
