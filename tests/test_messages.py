@@ -42,3 +42,28 @@ def test_a_submitted_version_that_does_not_compile_prints_the_compilers_first_er
             "error: expected ';' before 'SYNTAXERR'") in res.output
     assert "v2.cpp (source abc123, iteration 2, try 1): c1 c2" in res.output
 
+
+def test_a_winner_rejected_as_noise_names_the_side_whose_noise_set_the_threshold():
+    from kopt.loop import IterState, close_iteration
+    from kopt.review import judge
+
+    base = {"candidate_id": "b", "speedup": 1.0, "rel_iqr": 1.2, "is_baseline": True}
+    win = {"candidate_id": "w", "speedup": 2.4, "rel_iqr": 1.5, "is_baseline": False}
+    ok = [{"dims": '{"N": 1}', "status": "ok"}]
+    assert judge(win, base, ok, [{"N": 1}]) == [
+        "not faster than its parent beyond noise: 2.4x, the noise threshold 88.955% (set by "
+        "the baseline's own noise: its IQR is 120% of its median, sigma = IQR / 1.349; the "
+        "winner's IQR is 150%; re-measure on an idle device to narrow it)"]
+    quiet = {**base, "rel_iqr": 0.002}
+    assert judge({**win, "speedup": 1.005, "rel_iqr": 0.004}, quiet, ok, [{"N": 1}]) == [
+        "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000% (the 1% "
+        "floor: the baseline's IQR is 0.2% of its median, the winner's 0.4%)"]
+    for r in (base, win):
+        r.update(build_id="x", triple=[None, None, None], params={}, defines={},
+                 median_ms=1.0, dims=[])
+    win["triple"] = ["compute.a", None, None]
+    st = close_iteration(IterState(iteration=0), [win, base], 1, {}, None)
+    assert st.stop == (
+        "no gain beyond noise: the best candidate is 2.400x the baseline, noise threshold "
+        "88.955% (set by the baseline's own noise: its IQR is 120% of its median, sigma = IQR "
+        "/ 1.349; the best's IQR is 150%; re-measure on an idle device to narrow it)")
