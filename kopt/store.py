@@ -140,8 +140,9 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
     "runs": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("event", pa.string()),
-        ("spec_hash", pa.string()), ("sweep_dir", pa.string()), ("backend", pa.string()),
-        ("devices", pa.string()), ("n_candidates", pa.int64()), ("n_jobs", pa.int64()),
+        ("spec_hash", pa.string()), ("spec_parts", pa.string()), ("sweep_dir", pa.string()),
+        ("backend", pa.string()), ("devices", pa.string()), ("n_candidates", pa.int64()),
+        ("n_jobs", pa.int64()),
         ("wall_s", pa.float64()), ("options", pa.string()), ("host", pa.string()),
         ("env", pa.string()), ("compile_cpu_s", pa.float64()), ("device_busy", pa.string()),
         ("device_wait_build", pa.string()),

@@ -67,3 +67,32 @@ def test_a_winner_rejected_as_noise_names_the_side_whose_noise_set_the_threshold
         "no gain beyond noise: the best candidate is 2.400x the baseline, noise threshold "
         "88.955% (set by the baseline's own noise: its IQR is 120% of its median, sigma = IQR "
         "/ 1.349; the best's IQR is 150%; re-measure on an idle device to narrow it)")
+
+
+def test_a_refused_resume_names_the_field_and_the_file_that_changed(tmp_path):
+    import shutil
+
+    import pytest
+
+    from conftest import ROOT
+    from kopt.pipeline import SweepError, resumable_run, spec_parts
+    from kopt.spec import load_sweep
+    from kopt.store import Writer, dumps
+
+    d = tmp_path / "vector_add"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    sweep = load_sweep(d)
+    w = Writer(tmp_path / "st", sweep.name, "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": sweep.name, "event": "running",
+                    "spec_hash": sweep.spec_hash, "spec_parts": dumps(spec_parts(sweep))}])
+    w.flush()
+    assert resumable_run(tmp_path / "st", "r1", load_sweep(d))["run_id"] == "r1"
+    spec = d / "sweep.yaml"
+    spec.write_text(spec.read_text() + "seed: 12345\n")
+    src = d / "vector_add.cpp"
+    src.write_text(src.read_text() + "// edited\n")
+    with pytest.raises(SweepError) as e:
+        resumable_run(tmp_path / "st", "r1", load_sweep(d))
+    assert str(e.value) == (
+        "--resume r1: sweep.yaml's `seed` (added) and vector_add.cpp changed since that run; "
+        f"undo the edit to finish it, or start a new run (`kopt sweep {d}` without --resume)")
