@@ -502,6 +502,15 @@ def _methods(r: dict[str, Any]) -> str:
     return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
+def _print_table(t: Table, empty: str) -> None:
+    """Print table ``t`` on stdout, or, when it has no row, the one line ``empty`` (rich
+    markup) in its place: a table of headers alone says nothing."""
+    if t.row_count:
+        out.print(t)
+    else:
+        out.print(empty, highlight=False, soft_wrap=True)
+
+
 def _phases_table(rows: list[dict[str, Any]]) -> Table:
     """The run's phase times (kopt.phases.phase_summary) as a table."""
     from kopt.phases import phase_summary
@@ -671,7 +680,9 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _speedup(r["speedup"]), _fmt(r["side_by_side_ms"]),
                   _speedup(r["vs_first_baseline"]), _speedup(r["vs_reference"]), _rate(r))
-    out.print(t)
+    if rows or not exit_code:  # none correct: the line above says so
+        _print_table(t, "no fastest correct candidates to show: none of this run's measured "
+                        "jobs is correct")
     for dc, st in sorted(summary.states.items()):
         if st.closing:
             out.print(closing_line(dc, st.closing), highlight=False)
@@ -799,7 +810,7 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                     t.add_row(*(_fmt(v) for v in r))
                 shown += len(take)
                 left += len(rows) - len(take)
-            out.print(t)
+            _print_table(t, escape(f"no rows (columns: {', '.join(cols)})"))
             if left:
                 console.print(f"{shown} of {shown + left} rows shown; `--format csv` or "
                               "`--format json` prints all of them (or `--max-rows N`)",
@@ -1117,7 +1128,9 @@ def serve_status(address: str | None, fmt: str) -> None:
     for d in st["devices"]:
         t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
                   _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
-    out.print(t)
+    _print_table(t, escape(f"kopt service at {st['address']} ({st['backend']}): no device "
+                           "actor is up (`kopt serve stop`, then `kopt serve start`, makes "
+                           "them again)"))
     b = st.get("builders") or []
     states = ", ".join(f"{n} {s}" for s, n in sorted(Counter(x["state"] for x in b).items()))
     out.print(f"{counted(len(b), 'warm builder')} ({states or 'none'}), "
@@ -1528,7 +1541,7 @@ def _triage_tables(t: Any, top_k: int) -> None:
                   _fmt(r["total_us"]), str(r["calls"]), _fmt(r["avg_us"]), _fmt(r["min_us"]),
                   _fmt(r["max_us"]), _fmt(r["grid"]), _fmt(r["block"]), _fmt(r["stages"]),
                   _fmt(r["layers"]), "yes" if r["in_graph"] else "no")
-    out.print(k)
+    _print_table(k, escape(f"no kernel in {t.trace}"))
     if len(t.kernels) > top_k:
         console.print(f"{top_k} of {len(t.kernels)} kernels shown (--top N)", highlight=False)
     p = Table(title="known paths of the hot kernels")
@@ -1538,14 +1551,14 @@ def _triage_tables(t: Any, top_k: int) -> None:
         p.add_row(str(r["rank"]), escape(r["kernel"][:60]), f"{r['share']:.1%}",
                   _fmt(r["route"]) if r["known"] else "(none)", _fmt(r["operator"]),
                   _fmt(r["source"]), _fmt(r["tuning"]), _fmt(r["owner"]))
-    out.print(p)
+    _print_table(p, "known paths of the hot kernels: none")
     a = Table(title="actions")
     for c in ("#", "kernel", "action", "why"):
         a.add_column(c, overflow="fold")
     for r in t.actions:
         if r["action"] != "leave" or r["rank"] <= top_k:
             a.add_row(str(r["rank"]), escape(r["kernel"][:60]), r["action"], escape(r["why"]))
-    out.print(a)
+    _print_table(a, "actions: none")
 
 @main.command("port")
 @click.argument("run_id")

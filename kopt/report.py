@@ -253,6 +253,8 @@ def _reference_section(refs: list[dict[str, Any]], best: list[dict[str, Any]]) -
                   f"| {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} "
                   f"| {_num(r['pct_peak_flops'], '.3g')} / {_num(r['pct_peak_bw'], '.3g')} "
                   f"| {_num(r['max_abs_err'], '.3g')} | {_num(r['max_rel_err'], '.3g')} |")
+    if not best:
+        return md + ["", "No candidate was correct: none to compare with the reference."]
     md += ["", "| device class | dims | best candidate | median ms | vs reference "
            "| TFLOP/s | GB/s | % of peak (flops / bw) | max abs err | max rel err |",
            "|" + "---|" * 10]

@@ -96,3 +96,71 @@ def test_a_refused_resume_names_the_field_and_the_file_that_changed(tmp_path):
     assert str(e.value) == (
         "--resume r1: sweep.yaml's `seed` (added) and vector_add.cpp changed since that run; "
         f"undo the edit to finish it, or start a new run (`kopt sweep {d}` without --resume)")
+
+
+def test_a_run_with_nothing_correct_prints_no_empty_fastest_table(monkeypatch, capsys):
+    import pytest
+
+    import kopt.select
+    from kopt import cli
+
+    monkeypatch.setattr(kopt.select, "top", lambda run_id, k, root: [])
+    summary = SimpleNamespace(run_id="r1", status_counts={"wrong_result": 2}, n_skipped=0,
+                              n_jobs=2, n_candidates=2, wall_s=1.0, rungs={}, states={},
+                              phases=[], backend="cpu")
+    obs = SimpleNamespace(build_error=None)
+    with pytest.raises(SystemExit) as e:
+        cli._show_sweep(summary, SimpleNamespace(name="vadd"), None, 5, obs, False)
+    assert e.value.code == 1
+    got = capsys.readouterr()
+    assert "no candidate was correct" in got.err
+    assert "fastest correct candidates" not in got.out + got.err
+    assert "median ms" not in got.out  # no header row of an empty table
+    # resumed with nothing correct among the rows left: one line, no table
+    summary.n_skipped, summary.status_counts = 2, {}
+    with pytest.raises(SystemExit):
+        cli._show_sweep(summary, SimpleNamespace(name="vadd"), None, 5, obs, False)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "no fastest correct candidates to show: none of this run's measured jobs is correct")
+
+
+def test_empty_tables_are_one_line(tmp_path, monkeypatch):
+    from kopt import cli
+    from kopt.report import _reference_section
+    from kopt.store import Writer
+
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
+    w.flush()
+    res = CliRunner().invoke(main, ["query", "select run_id, sweep from runs where run_id = "
+                                    "'nope'", "--store", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert res.output == "no rows (columns: run_id, sweep)\n"
+
+    t = SimpleNamespace(trace="t.sqlite", kernels=[], paths=[], actions=[])
+    printed: list[str] = []
+    monkeypatch.setattr(cli.out, "print", lambda x, **k: printed.append(x))
+    cli._triage_tables(t, 5)
+    assert printed == ["no kernel in t.sqlite", "known paths of the hot kernels: none",
+                       "actions: none"]
+
+    ref = {"device_class": "cpu", "dims": '{"N": 4}', "impl": "reference", "status": "ok",
+           "median_ms": 1.0, "iqr_ms": 0.1, "tflops": None, "gbps": None,
+           "pct_peak_flops": None, "pct_peak_bw": None, "max_abs_err": None,
+           "max_rel_err": None}
+    md = _reference_section([ref], [])
+    assert not any(ln.startswith("| device class | dims | best candidate") for ln in md)
+    assert md[-1] == "No candidate was correct: none to compare with the reference."
+
+
+def test_a_service_with_no_device_actor_is_one_line_not_an_empty_table(monkeypatch):
+    from kopt import service
+
+    st = {"address": "10.0.0.1:6379", "backend": "cpu", "sweeps_served": 0,
+          "sweeps_running": [], "devices": [], "builders": []}
+    monkeypatch.setattr(service, "service_status", lambda address: st)
+    res = CliRunner().invoke(main, ["serve", "status"])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0] == (
+        "kopt service at 10.0.0.1:6379 (cpu): no device actor is up (`kopt serve stop`, then "
+        "`kopt serve start`, makes them again)")
