@@ -1111,9 +1111,17 @@ def serve_stop(address: str | None) -> None:
 def serve_status(address: str | None, fmt: str) -> None:
     """The service's devices (idle/busy, jobs, busy seconds) and the sweeps it served."""
     from kopt.runner import SweepError  # ServiceError is one; so are the runner's
-    from kopt.service import service_status
+    from kopt.service import read_state, service_status, state_path
 
     try:
+        if address is None and not read_state().get("address"):
+            if fmt == "json":
+                out.print_json(json.dumps({"service": None, "record": str(state_path())}))
+            else:
+                out.print(escape(f"no service: none is recorded in {state_path()} (`kopt "
+                                 "serve start` starts one; one elsewhere: pass --address "
+                                 "HOST:PORT)"), highlight=False, soft_wrap=True)
+            return
         st = service_status(address)
     except SweepError as e:
         _fail(str(e))

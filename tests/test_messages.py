@@ -164,3 +164,17 @@ def test_a_service_with_no_device_actor_is_one_line_not_an_empty_table(monkeypat
     assert res.output.splitlines()[0] == (
         "kopt service at 10.0.0.1:6379 (cpu): no device actor is up (`kopt serve stop`, then "
         "`kopt serve start`, makes them again)")
+
+
+def test_serve_status_with_no_service_says_so_and_exits_0(tmp_path):
+    import json
+
+    env = {"KOPT_CACHE": str(tmp_path), "COLUMNS": "400"}
+    res = CliRunner().invoke(main, ["serve", "status"], env=env)
+    assert res.exit_code == 0, res.output
+    assert res.output == (f"no service: none is recorded in {tmp_path / 'service.json'} "
+                          "(`kopt serve start` starts one; one elsewhere: pass --address "
+                          "HOST:PORT)\n")
+    res = CliRunner().invoke(main, ["serve", "status", "--format", "json"], env=env)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"service": None, "record": str(tmp_path / "service.json")}
