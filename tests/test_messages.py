@@ -178,3 +178,32 @@ def test_serve_status_with_no_service_says_so_and_exits_0(tmp_path):
     res = CliRunner().invoke(main, ["serve", "status", "--format", "json"], env=env)
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == {"service": None, "record": str(tmp_path / "service.json")}
+
+
+def test_a_name_and_a_folder_name_follow_one_rule(tmp_path):
+    import pytest
+
+    from conftest import VADD_CPP, VADD_REF, write_sweep
+    from kopt.spec import SpecError, load_sweep, name_problem
+
+    yaml_text = "kernel: k.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n"
+    files = {"k.cpp": VADD_CPP, "ref.py": VADD_REF}
+    rule = "give `name:` (at most 128 characters: letters, digits, _ . -, not . or - first)"
+    for bad, why in (("sw (1)", "'sw (1)' holds ' ', '(', ')'"), ("-x", "'-x' starts with '-'"),
+                     (".x", "'.x' starts with '.'")):
+        folder = write_sweep(tmp_path / f"f{len(why)}" / bad, yaml_text, files)
+        with pytest.raises(SpecError) as e:
+            load_sweep(folder)
+        assert str(e.value) == (f"{folder / 'sweep.yaml'}: field 'name': missing, and the "
+                                f"folder's name {why}; {rule}")
+        named = write_sweep(tmp_path / f"n{len(why)}" / "ok", f"name: '{bad}'\n" + yaml_text,
+                            files)
+        with pytest.raises(SpecError) as e:
+            load_sweep(named)
+        assert str(e.value) == (f"{named / 'sweep.yaml'}: field 'name': the name {why}; "
+                                f"{rule}")
+        assert load_sweep(write_sweep(tmp_path / f"g{len(why)}" / bad,
+                                      "name: fine.name-1\n" + yaml_text, files)).name == \
+            "fine.name-1"
+    assert name_problem("vector_add.v2-x") is None and name_problem("_a") is None
+    assert name_problem("a" * 129) == "(129 characters) is too long to be the sweep's store folder"
