@@ -626,7 +626,8 @@ REPORT_SQL = {
     "rungs": "select iteration, device_class, coalesce(rung, 0) rung, "
              "count(distinct candidate_id) n, max(n_samples) samples from candidates "
              "where run_id = ? group by all order by all",
-    "correct": "select iteration, device_class, candidate_id, params, median_ms, speedup, "
+    "correct": "select iteration, device_class, candidate_id, params, median_ms, iqr_ms, "
+               "speedup, "
                "vs_reference, max_abs_err, max_rel_err, "
                "compute_method, memory_method, latency_method, is_baseline "
                "from candidates where run_id = ? and status = 'ok'",

@@ -207,3 +207,69 @@ def test_a_name_and_a_folder_name_follow_one_rule(tmp_path):
             "fine.name-1"
     assert name_problem("vector_add.v2-x") is None and name_problem("_a") is None
     assert name_problem("a" * 129) == "(129 characters) is too long to be the sweep's store folder"
+
+
+def _iter_state(it, best_id, closing=None):
+    from kopt.loop import IterState
+
+    return IterState(iteration=it, best={"candidate_id": best_id} if best_id else None,
+                     closing=closing or {})
+
+
+def test_the_median_figure_has_iqr_bars_and_the_speedup_figure_integer_ticks():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from kopt.report import median_figure, speedup_figure
+
+    cand = [{"iteration": 1, "params": f'{{"T": {t}}}', "median_ms": m, "iqr_ms": q}
+            for t, m, q in ((64, 2.0, 0.4), (128, 1.0, 0.2), (128, 1.5, 0.9), (256, 3.0, None))]
+    key, fig = median_figure(cand)
+    ax = fig.axes[0]
+    assert key == "T" and len(ax.containers) == 1
+    line, caps, (bars,) = ax.containers[0].lines
+    assert list(line.get_ydata()) == [2.0, 1.0, 3.0]  # the best median of each T
+    segs = [s[:, 1].tolist() for s in bars.get_segments()]
+    assert np.allclose(segs, [[1.8, 2.2], [0.9, 1.1], [3.0, 3.0]])  # IQR long, centred
+    plt.close(fig)
+
+    closing = {"first_baseline_ms": 4.0, "medians_ms": {"a": 2.0, "b": 1.0}}
+    states = {"cpu": [_iter_state(1, "a"), _iter_state(2, "b", closing)]}
+    fig = speedup_figure(states)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    assert list(ax.lines[0].get_xdata()) == [0, 1, 2]
+    assert list(ax.lines[0].get_ydata()) == [1.0, 2.0, 4.0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
+    assert speedup_figure({"cpu": [_iter_state(1, None)]}) is None
+
+
+def test_the_timeline_keeps_a_colour_per_phase_and_draws_only_lanes_with_work():
+    import matplotlib.pyplot as plt
+
+    from kopt.report import _lanes, phase_color, timeline_figure
+
+    def row(phase, a, b, device=None):
+        return {"phase": phase, "start_s": a, "end_s": b, "device": device,
+                "device_class": "cpu" if device is not None else None}
+
+    dev = "local/cpu-0"
+    small = [row("startup", 0, 1), row("busy", 2, 3, dev)]
+    big = [row("startup", 0, 1), row("checks", 1, 1.5), row("ray", 1.5, 4),
+           row("build", 2, 3), row("build", 2.5, 3.5), row("build", 4, 4),
+           row("reference", 4, 4), row("busy", 4, 6, dev), row("ncu", 6, 7, dev)]
+    colours = []
+    for rows in (small, big):
+        fig = timeline_figure(rows)
+        ax = fig.axes[0]
+        colours.append({c.get_label(): tuple(c.get_facecolor()[0]) for c in ax.collections})
+        plt.close(fig)
+    for k in ("startup", "busy"):
+        assert colours[0][k] == colours[1][k] == phase_color(k)
+    assert phase_color("startup") != phase_color("busy")
+    assert phase_color("a new phase") == phase_color("a new phase")
+    names = [n for n, _ in _lanes(big)]
+    # the zero-length reference phase has no lane; two builds overlapped: two lanes
+    assert names == ["startup", "checks", "ray", "build 1", "build 2", "cpu local/cpu-0"]
