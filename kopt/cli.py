@@ -515,7 +515,7 @@ def _phases_table(rows: list[dict[str, Any]]) -> Table:
     """The run's phase times (kopt.phases.phase_summary) as a table."""
     from kopt.phases import phase_summary
 
-    t = Table(title="where the run's time went: seconds since the process started "
+    t = Table(title="where the run's time went: seconds since kopt started "
                     "(`kopt report RUN_ID` draws the timeline)",
               caption="a phase xN: the sum of N intervals between its first start and its "
                       "last end (a device's jobs, the builds' compiler seconds)")

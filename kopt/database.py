@@ -1087,8 +1087,8 @@ class Database:
 
     def phases(self, run_id: str) -> list[dict[str, Any]]:
         """The ``phases`` rows of ``run_id``'s latest process (kopt.phases: ``phase``,
-        ``device_class``, ``device``, ``node``, ``start_s``/``end_s`` in seconds since that
-        process started, ``started_at``/``ended_at``, ``detail``, ``process_start``), by
+        ``device_class``, ``device``, ``node``, ``start_s``/``end_s`` in seconds since kopt
+        started in that process, ``started_at``/``ended_at``, ``detail``, ``process_start``), by
         start; [] for a run from before the table."""
         return self._records(PHASES_SQL, [run_id])
 

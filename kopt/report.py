@@ -449,7 +449,7 @@ def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
         return ["", "## Where the time went", "", "This run recorded no phases (a run from "
                 "before the `phases` table)."]
     md = ["", "## Where the time went", "",
-          "Seconds since the driver process started (interpreter and imports included); "
+          "Seconds since kopt started in the driver process (its imports included); "
           "per device: the total of each kind of interval (`busy x140`: the sum of 140 "
           "intervals between the first start and the last end). Timeline: `timeline.png`.", "",
           "| phase | where | start s | end s | seconds |", "|---|---|---|---|---|"]

@@ -198,7 +198,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("bench_value", pa.float64()), ("status", pa.string()), ("created_at", TS),
     ]),
     # where a run's time went (kopt.phases, issue 14.1): one row per interval, seconds since
-    # the driver process started (``process_start``; a resumed run has one set per process);
+    # kopt started in the driver process (``process_start``; a resumed run has one set per
+    # process);
     # device phases name their device, ``build`` rows their build id in ``detail``
     "phases": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("process_start", TS),

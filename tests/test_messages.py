@@ -273,3 +273,21 @@ def test_the_timeline_keeps_a_colour_per_phase_and_draws_only_lanes_with_work():
     names = [n for n, _ in _lanes(big)]
     # the zero-length reference phase has no lane; two builds overlapped: two lanes
     assert names == ["startup", "checks", "ray", "build 1", "build 2", "cpu local/cpu-0"]
+
+
+def test_startup_counts_from_kopts_start_not_from_a_shell_that_execs_it():
+    """`bash -c "pip install ... && kopt sweep ..."` runs kopt in bash's own process
+    (``exec``): the OS process's start was before the commands ahead of kopt."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    child = ("import time, kopt.phases as p; r = p.PhaseRecorder(); "
+             "print(time.time() - p.start_epoch(), r.now())")
+    got = subprocess.run(["bash", "-c", f'sleep 3 && exec "{sys.executable}" -c "{child}"'],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert got.returncode == 0, got.stderr
+    since_start, now = map(float, got.stdout.split())
+    assert 0 <= since_start < 2.0 and 0 <= now < 2.0  # the 3 s of sleep are not kopt's
