@@ -291,3 +291,20 @@ def test_startup_counts_from_kopts_start_not_from_a_shell_that_execs_it():
     assert got.returncode == 0, got.stderr
     since_start, now = map(float, got.stdout.split())
     assert 0 <= since_start < 2.0 and 0 <= now < 2.0  # the 3 s of sleep are not kopt's
+
+
+def test_export_numbers_problem_sizes_in_sweep_yaml_order(tmp_path):
+    from test_export import X86, write_two_classes
+
+    from conftest import VADD_CPP, VADD_REF, write_sweep
+    from kopt.export import export
+
+    sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 4096}, {N: 1024}]\n"
+                            "params: {CHUNK: [64, 256, 1024]}\n",
+                            {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    write_two_classes(tmp_path / "st", sweep_dir)
+    res = export("demo", tmp_path / "st", tmp_path / "out")
+    got = [(r["device_class"], r["size"], r["dims"]["N"], r["candidate_id"]) for r in res.rows]
+    assert [g for g in got if g[0] == X86] == [(X86, 0, 4096, "c2"), (X86, 1, 1024, "c1")]
+    header = (tmp_path / "out" / "demo.h").read_text()
+    assert " *     KOPT_PROBLEM_SIZE=0: N=4096\n *     KOPT_PROBLEM_SIZE=1: N=1024" in header
