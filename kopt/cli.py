@@ -403,11 +403,12 @@ class ProgressObserver(ProgressCallback):
 
 
 def _fmt(v: Any) -> str:
-    """A table cell: floats to 4 significant digits, rich markup escaped."""
+    """A table cell: floats to 4 significant digits, and from 10,000 on whole with
+    thousands separators (``162,345``, never ``1.623e+05``); rich markup escaped."""
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if math.isfinite(v) and abs(v) >= 1e4 else f"{v:.4g}"
     return escape(str(v))
 
 

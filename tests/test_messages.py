@@ -308,3 +308,21 @@ def test_export_numbers_problem_sizes_in_sweep_yaml_order(tmp_path):
     assert [g for g in got if g[0] == X86] == [(X86, 0, 4096, "c2"), (X86, 1, 1024, "c1")]
     header = (tmp_path / "out" / "demo.h").read_text()
     assert " *     KOPT_PROBLEM_SIZE=0: N=4096\n *     KOPT_PROBLEM_SIZE=1: N=1024" in header
+
+
+def test_triage_tables_show_plain_numbers(monkeypatch):
+    from kopt import cli
+
+    kernel = {"rank": 1, "kernel": "sgemm_128x128", "share": 0.93, "total_us": 162345.6,
+              "calls": 120, "avg_us": 1352.88, "min_us": 1201.5, "max_us": 10250.25,
+              "grid": "(32, 32, 1)", "block": "(256, 1, 1)", "stages": None, "layers": None,
+              "in_graph": False}
+    t = SimpleNamespace(trace="t.sqlite", kernels=[kernel], paths=[], actions=[])
+    printed: list = []
+    monkeypatch.setattr(cli.out, "print", lambda x, **k: printed.append(x))
+    cli._triage_tables(t, 5)
+    cells = {c.header: c._cells[0] for c in printed[0].columns}
+    assert (cells["total us"], cells["avg us"], cells["min"], cells["max"]) == (
+        "162,346", "1353", "1202", "10,250")
+    assert cli._fmt(1.5e-05) == "1.5e-05" and cli._fmt(0.1234567) == "0.1235"
+    assert cli._fmt(float("inf")) == "inf" and cli._fmt(-25000.0) == "-25,000"
