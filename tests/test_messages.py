@@ -159,7 +159,7 @@ def test_a_service_with_no_device_actor_is_one_line_not_an_empty_table(monkeypat
     st = {"address": "10.0.0.1:6379", "backend": "cpu", "sweeps_served": 0,
           "sweeps_running": [], "devices": [], "builders": []}
     monkeypatch.setattr(service, "service_status", lambda address: st)
-    res = CliRunner().invoke(main, ["serve", "status"])
+    res = CliRunner().invoke(main, ["serve", "status", "--address", "10.0.0.1:6379"])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0] == (
         "kopt service at 10.0.0.1:6379 (cpu): no device actor is up (`kopt serve stop`, then "
