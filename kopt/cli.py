@@ -248,6 +248,21 @@ def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
                   highlight=False, soft_wrap=True)
 
 
+def compile_errors_line(obs: ProgressObserver) -> str | None:
+    """The line `kopt sweep` and `kopt submit` print when builds failed (rich markup):
+    ``nothing compiled (4 compile errors); the compiler's first error: f.cpp:3:5: error:
+    ...`` -- or ``1 of 3 builds failed (...)`` when some compiled; None when every build
+    ``obs`` saw compiled."""
+    from kopt.report import first_error
+
+    if obs.build_error is None:
+        return None
+    head = ("nothing compiled" if obs.builds_failed == obs.builds
+            else f"{obs.builds_failed} of {counted(obs.builds, 'build')} failed")
+    return (f"[red]{head}[/] ({counted(obs.compile_errors, 'compile error')}); the "
+            f"compiler's first error: {escape(first_error(obs.build_error))}")
+
+
 class ProgressObserver(ProgressCallback):
     """Rich progress: builds done, runs done, failures, ETA."""
 
@@ -259,6 +274,8 @@ class ProgressObserver(ProgressCallback):
         self.iteration = 0
         self.label = ""
         self.build_error: str | None = None  # the first failed build's compiler output
+        self.builds = self.builds_failed = 0  # builds seen / failed, over every iteration
+        self.compile_errors = 0  # jobs left without a build, over every iteration
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
 
@@ -329,9 +346,12 @@ class ProgressObserver(ProgressCallback):
 
     def on_build(self, result: Any, n_jobs: int) -> None:
         self.p.advance(self.tb)
+        self.builds += 1
         if not result.ok:
             if self.build_error is None:
                 self.build_error = result.error
+            self.builds_failed += 1
+            self.compile_errors += n_jobs
             self.failed += n_jobs
             self.p.advance(self.tr, n_jobs)
             self.p.update(self.tr, extra=f"failed {self.failed}")
@@ -383,11 +403,12 @@ class ProgressObserver(ProgressCallback):
 
 
 def _fmt(v: Any) -> str:
-    """A table cell: floats to 4 significant digits, rich markup escaped."""
+    """A table cell: floats to 4 significant digits, and from 10,000 on whole with
+    thousands separators (``162,345``, never ``1.623e+05``); rich markup escaped."""
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:,.0f}" if math.isfinite(v) and abs(v) >= 1e4 else f"{v:.4g}"
     return escape(str(v))
 
 
@@ -482,11 +503,20 @@ def _methods(r: dict[str, Any]) -> str:
     return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
+def _print_table(t: Table, empty: str) -> None:
+    """Print table ``t`` on stdout, or, when it has no row, the one line ``empty`` (rich
+    markup) in its place: a table of headers alone says nothing."""
+    if t.row_count:
+        out.print(t)
+    else:
+        out.print(empty, highlight=False, soft_wrap=True)
+
+
 def _phases_table(rows: list[dict[str, Any]]) -> Table:
     """The run's phase times (kopt.phases.phase_summary) as a table."""
     from kopt.phases import phase_summary
 
-    t = Table(title="where the run's time went: seconds since the process started "
+    t = Table(title="where the run's time went: seconds since kopt started "
                     "(`kopt report RUN_ID` draws the timeline)",
               caption="a phase xN: the sum of N intervals between its first start and its "
                       "last end (a device's jobs, the builds' compiler seconds)")
@@ -631,12 +661,9 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
                 highlight=False)
     rows = top(summary.run_id, top_k, root)
     if not summary.status_counts.get(Status.OK) and not summary.n_skipped:
-        if set(summary.status_counts) == {"compile_error"} and obs.build_error is not None:
-            from kopt.report import first_error
-
-            console.print(f"[red]nothing compiled[/] ({summary.status_counts['compile_error']} "
-                          f"compile errors); the compiler's first error: "
-                          f"{escape(first_error(obs.build_error))}", highlight=False)
+        line = compile_errors_line(obs)
+        if set(summary.status_counts) == {"compile_error"} and line is not None:
+            console.print(line, highlight=False)
         console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
                       f"error from candidates where run_id = '{summary.run_id}'\"`")
         exit_code = 1
@@ -656,7 +683,9 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
                   _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
                   _speedup(r["speedup"]), _fmt(r["side_by_side_ms"]),
                   _speedup(r["vs_first_baseline"]), _speedup(r["vs_reference"]), _rate(r))
-    out.print(t)
+    if rows or not exit_code:  # none correct: the line above says so
+        _print_table(t, "no fastest correct candidates to show: none of this run's measured "
+                        "jobs is correct")
     for dc, st in sorted(summary.states.items()):
         if st.closing:
             out.print(closing_line(dc, st.closing), highlight=False)
@@ -784,7 +813,7 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
                     t.add_row(*(_fmt(v) for v in r))
                 shown += len(take)
                 left += len(rows) - len(take)
-            out.print(t)
+            _print_table(t, escape(f"no rows (columns: {', '.join(cols)})"))
             if left:
                 console.print(f"{shown} of {shown + left} rows shown; `--format csv` or "
                               "`--format json` prints all of them (or `--max-rows N`)",
@@ -1092,9 +1121,17 @@ def serve_stop(address: str | None) -> None:
 def serve_status(address: str | None, fmt: str) -> None:
     """The service's devices (idle/busy, jobs, busy seconds) and the sweeps it served."""
     from kopt.runner import SweepError  # ServiceError is one; so are the runner's
-    from kopt.service import service_status
+    from kopt.service import read_state, service_status, state_path
 
     try:
+        if address is None and not read_state().get("address"):
+            if fmt == "json":
+                out.print_json(json.dumps({"service": None, "record": str(state_path())}))
+            else:
+                out.print(escape(f"no service: none is recorded in {state_path()} (`kopt "
+                                 "serve start` starts one; one elsewhere: pass --address "
+                                 "HOST:PORT)"), highlight=False, soft_wrap=True)
+            return
         st = service_status(address)
     except SweepError as e:
         _fail(str(e))
@@ -1109,7 +1146,9 @@ def serve_status(address: str | None, fmt: str) -> None:
     for d in st["devices"]:
         t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
                   _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
-    out.print(t)
+    _print_table(t, escape(f"kopt service at {st['address']} ({st['backend']}): no device "
+                           "actor is up (`kopt serve stop`, then `kopt serve start`, makes "
+                           "them again)"))
     b = st.get("builders") or []
     states = ", ".join(f"{n} {s}" for s, n in sorted(Counter(x["state"] for x in b).items()))
     out.print(f"{counted(len(b), 'warm builder')} ({states or 'none'}), "
@@ -1185,6 +1224,9 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
                                              sweep=sweep)
                 finally:
                     obs.stop()
+                line = compile_errors_line(obs)
+                if line is not None:  # the version's own compiler message, as a sweep's
+                    console.print(line, highlight=False, soft_wrap=True)
         if detach:
             log = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
@@ -1517,7 +1559,7 @@ def _triage_tables(t: Any, top_k: int) -> None:
                   _fmt(r["total_us"]), str(r["calls"]), _fmt(r["avg_us"]), _fmt(r["min_us"]),
                   _fmt(r["max_us"]), _fmt(r["grid"]), _fmt(r["block"]), _fmt(r["stages"]),
                   _fmt(r["layers"]), "yes" if r["in_graph"] else "no")
-    out.print(k)
+    _print_table(k, escape(f"no kernel in {t.trace}"))
     if len(t.kernels) > top_k:
         console.print(f"{top_k} of {len(t.kernels)} kernels shown (--top N)", highlight=False)
     p = Table(title="known paths of the hot kernels")
@@ -1527,14 +1569,14 @@ def _triage_tables(t: Any, top_k: int) -> None:
         p.add_row(str(r["rank"]), escape(r["kernel"][:60]), f"{r['share']:.1%}",
                   _fmt(r["route"]) if r["known"] else "(none)", _fmt(r["operator"]),
                   _fmt(r["source"]), _fmt(r["tuning"]), _fmt(r["owner"]))
-    out.print(p)
+    _print_table(p, "known paths of the hot kernels: none")
     a = Table(title="actions")
     for c in ("#", "kernel", "action", "why"):
         a.add_column(c, overflow="fold")
     for r in t.actions:
         if r["action"] != "leave" or r["rank"] <= top_k:
             a.add_row(str(r["rank"]), escape(r["kernel"][:60]), r["action"], escape(r["why"]))
-    out.print(a)
+    _print_table(a, "actions: none")
 
 @main.command("port")
 @click.argument("run_id")

@@ -105,6 +105,36 @@ def speedup_threshold(ref_rel_iqr: float | None, cmp_rel_iqr: float | None,
                      inclusive)
 
 
+def speedup_threshold_cause(ref_rel_iqr: float | None, cmp_rel_iqr: float | None,
+                            ref_name: str = "the baseline", cmp_name: str = "the winner"
+                            ) -> str:
+    """What set :func:`speedup_threshold` (NVBench's smaller noise, not inclusive): the
+    side whose noise it is, named ``ref_name`` / ``cmp_name``, with that side's relative
+    IQR (``iqr_ms / median_ms``, in %) and the other's; or the 1 % floor when both sides'
+    sigma is below it. Relative IQRs as :func:`speedup_threshold` takes them (None:
+    unknown, counted as no noise). E.g. ``"set by the baseline's own noise: its IQR is 120% of
+    its median, sigma = IQR / 1.349; the winner's IQR is 150%"``."""
+    ref, cmp_ = ref_rel_iqr or 0.0, cmp_rel_iqr or 0.0
+    if min(ref, cmp_) / IQR_PER_SIGMA <= MIN_REL_NOISE:
+        return (f"the {MIN_REL_NOISE:.0%} floor: {ref_name}'s IQR is {ref:.1%} of its median, "
+                f"{cmp_name}'s {cmp_:.1%}")
+    (name, own), (other, theirs) = sorted([(ref_name, ref), (cmp_name, cmp_)],
+                                          key=lambda side: side[1])
+    return (f"set by {name}'s own noise: its IQR is {own:.0%} of its median, sigma = IQR / "
+            f"{IQR_PER_SIGMA}; {other}'s IQR is {theirs:.0%}")
+
+
+def noise_line(ref_rel_iqr: float | None, cmp_rel_iqr: float | None,
+               ref_name: str = "the baseline", cmp_name: str = "the winner") -> str:
+    """:func:`speedup_threshold` in % and its cause (:func:`speedup_threshold_cause`), with
+    what narrows it when a side's noise set it: ``"89.0% (set by the baseline's own noise:
+    ...; re-measure on an idle device to narrow it)"``."""
+    t = speedup_threshold(ref_rel_iqr, cmp_rel_iqr)
+    fix = "; re-measure on an idle device to narrow it" if t > MIN_REL_NOISE else ""
+    return (f"{t:.3%} ({speedup_threshold_cause(ref_rel_iqr, cmp_rel_iqr, ref_name, cmp_name)}"
+            f"{fix})")
+
+
 def geo_mean(xs: Iterable[float]) -> float:
     """Geometric mean of positive numbers (e.g. medians or speedups across problem sizes);
     the one geometric mean of kopt (``statistics.geometric_mean``).

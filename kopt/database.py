@@ -626,7 +626,8 @@ REPORT_SQL = {
     "rungs": "select iteration, device_class, coalesce(rung, 0) rung, "
              "count(distinct candidate_id) n, max(n_samples) samples from candidates "
              "where run_id = ? group by all order by all",
-    "correct": "select iteration, device_class, candidate_id, params, median_ms, speedup, "
+    "correct": "select iteration, device_class, candidate_id, params, median_ms, iqr_ms, "
+               "speedup, "
                "vs_reference, max_abs_err, max_rel_err, "
                "compute_method, memory_method, latency_method, is_baseline "
                "from candidates where run_id = ? and status = 'ok'",
@@ -1086,8 +1087,8 @@ class Database:
 
     def phases(self, run_id: str) -> list[dict[str, Any]]:
         """The ``phases`` rows of ``run_id``'s latest process (kopt.phases: ``phase``,
-        ``device_class``, ``device``, ``node``, ``start_s``/``end_s`` in seconds since that
-        process started, ``started_at``/``ended_at``, ``detail``, ``process_start``), by
+        ``device_class``, ``device``, ``node``, ``start_s``/``end_s`` in seconds since kopt
+        started in that process, ``started_at``/``ended_at``, ``detail``, ``process_start``), by
         start; [] for a run from before the table."""
         return self._records(PHASES_SQL, [run_id])
 

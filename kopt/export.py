@@ -9,11 +9,11 @@ best of each device class, else the fastest correct candidate of each problem si
   than a letter or digit as ``_``), so a build picks its class with one macro, e.g.
   ``-DKOPT_DEVICE_NVIDIA_H200_SM90``; without one the header stops the build with an
   ``#error`` that lists them. Inside a class, one ``#if KOPT_PROBLEM_SIZE == i`` block per
-  problem size (``i`` counts the class's problem sizes in ``kopt best``'s order, from 0; the
-  default is 0). Each block defines every ``-D`` the candidate was built with (launch
-  params and method defines, written exactly as kopt passed them), ``KOPT_DIM_<NAME>`` per
-  problem-size dimension, ``KOPT_DEVICE_CLASS`` and ``KOPT_CANDIDATE_ID`` (strings) and
-  ``KOPT_MEDIAN_MS`` (the measured median, ms).
+  problem size (``i`` counts the class's problem sizes in the order sweep.yaml's ``dims:``
+  lists them, from 0; the default, 0, is the first size listed). Each block defines every
+  ``-D`` the candidate was built with (launch params and method defines, written exactly as
+  kopt passed them), ``KOPT_DIM_<NAME>`` per problem-size dimension, ``KOPT_DEVICE_CLASS``
+  and ``KOPT_CANDIDATE_ID`` (strings) and ``KOPT_MEDIAN_MS`` (the measured median, ms).
 - ``<sweep>.t4.json``: the same rows in the T4 autotuning results format (schema_version
   1.0.0, Kernel Tuner's ``kernel_tuner/schema/T4``): per row ``configuration`` (the
   ``-D`` defines), ``times`` (``compilation_time`` in ms, ``runtimes``: every timed sample
@@ -79,6 +79,28 @@ def _comment(text: str) -> str:
     return text.replace("*/", "* /")
 
 
+def in_sweep_order(picked: list[dict[str, Any]], info: dict[str, Any]
+                   ) -> list[dict[str, Any]]:
+    """``picked`` (rows with ``device_class`` and ``dims`` JSON) with each class's problem
+    sizes in the order its sweep.yaml lists them (``dims:``, read from the run's
+    ``sweep_dir`` for its ``backend``), so that ``KOPT_PROBLEM_SIZE=0`` is the first size
+    listed; the classes stay in their order. A size the sweep no longer lists goes after
+    those it does, and a sweep folder that does not load leaves the order as it is (the
+    report's source notes say why)."""
+    from kopt.spec import SpecError, load_sweep
+
+    try:
+        dims = load_sweep(info["sweep_dir"]).space(info["backend"]).dims
+    except (SpecError, OSError, KeyError, TypeError):
+        dims = []
+    listed = {json.dumps(d, sort_keys=True): k for k, d in enumerate(dims)}
+    classes: dict[str, int] = {}
+    for p in picked:
+        classes.setdefault(p["device_class"], len(classes))
+    return sorted(picked, key=lambda p: (classes[p["device_class"]], listed.get(
+        json.dumps(stored_json(p["dims"], "dims"), sort_keys=True), len(listed))))
+
+
 def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
            ) -> Exported:
     """Write the header, the T4 JSON and the realized sources of ``sweep``'s best (module
@@ -101,6 +123,7 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
                           + (f" run {run_id}" if run_id else "") + f" in {store}; "
                           "`kopt best` and `kopt query` show what the store holds")
     run = picked[0]["run_id"]
+    picked = in_sweep_order(picked, Database(store).run_info(run) or {})
     got = Database(store).candidate_rows(run, sorted({r["candidate_id"] for r in picked}))
     rows = []
     sizes: dict[str, int] = {}

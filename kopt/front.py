@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kopt.phases import process_start_epoch  # standard library only
+from kopt.phases import start_epoch  # standard library only
 
 HANDSHAKE_S = 30.0  # a driver process still importing (the spare just taken) answers by then
 MAX_MESSAGE = 1 << 24  # bytes: a request carries the environment; replies are small
@@ -114,7 +114,7 @@ def request(argv: list[str]) -> dict[str, Any]:
     os.umask(mask)
     return {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": mask,
             "exe": sys.executable, "kopt": str(Path(kopt.__file__).resolve().parent),
-            "started": process_start_epoch(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "started": start_epoch(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
             "rlimits": {n: list(resource.getrlimit(getattr(resource, n)))
                         for n in RLIMITS if hasattr(resource, n)}}
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kopt.compare import geo_mean, speedup_label, speedup_threshold
+from kopt.compare import geo_mean, noise_line, speedup_label, speedup_threshold
 from kopt.database import Database
 from kopt.expand import Context
 from kopt.store import stored_json
@@ -200,8 +200,10 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
         else:
             st.ineffective[m] = bottleneck_before
     if win["is_baseline"] or not gains(win, base):
+        noise = ("it is the baseline" if win["is_baseline"] else "noise threshold "
+                 + noise_line(base["rel_iqr"], win["rel_iqr"], "the baseline", "the best"))
         st.stop = (f"no gain beyond noise: the best candidate is {win['speedup']:.3f}x the "
-                   f"baseline, noise {st.noise:.3f}")
+                   f"baseline, {noise}")
         return st
     st.selected += [m for m in win["triple"] if m and m not in st.selected]
     for m in win["triple"]:  # part of the winner: selected, whatever its own margin was

@@ -2,10 +2,12 @@
 to the scheduler, builder, runner and strategies, and whose rows become the store's
 ``phases`` table (one row per interval; written through :mod:`kopt.database`'s Writer).
 
-Every time is in seconds since the **process** started (``/proc``: interpreter start and
-imports count), read from one monotone clock; each row also carries the wall-clock
-timestamps. Run-level phases (:data:`RUN_PHASES`) occur once per process of a run; device
-phases (:data:`DEVICE_PHASES`) are intervals of one device (its class, id and node);
+Every time is in seconds since **kopt** started in the process (the first import of the
+``kopt`` package, :func:`start_epoch`; not the OS process's start, which a shell that
+``exec``s kopt dates to the commands before it), read from one monotone clock; each row also
+carries the wall-clock timestamps. Run-level phases (:data:`RUN_PHASES`) occur once per
+process of a run; device phases (:data:`DEVICE_PHASES`) are intervals of one device (its
+class, id and node);
 ``build`` rows are compiles (one per build that ran a compiler, none for cache hits).
 
 Device busy intervals are derived from what the scheduler already knows: a job runs from
@@ -18,9 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 # once per run (per process of a resumed run), in the order they begin
@@ -29,7 +29,8 @@ RUN_PHASES = ("startup", "checks", "ray", "devices", "reference", "first_build",
 # per device: actor start, ref.py's reference, jobs, idle waiting for builds, NCU, contests
 DEVICE_PHASES = ("device_start", "reference", "busy", "build_wait", "ncu", "contest")
 PHASE_HELP = {
-    "startup": "process start to the sweep's start: interpreter, imports, sweep.yaml",
+    "startup": "kopt's start (its package imported) to the sweep's start: imports, "
+               "sweep.yaml",
     "checks": "checks before Ray (store, --resume, backend)",
     "ray": "Ray started or attached",
     "devices": "device actors asked for until every one answered (sandboxes, torch)",
@@ -52,7 +53,7 @@ def adopt_start(epoch: float) -> None:
     a driver kept ready by the kopt service (kopt.launchpad) runs a command whose process,
     the `kopt` front (kopt.front), started then."""
     _ADOPTED[:] = [float(epoch)]
-    process_start_epoch.cache_clear()
+    start_epoch.cache_clear()
 
 
 def adopted() -> bool:
@@ -61,27 +62,25 @@ def adopted() -> bool:
 
 
 @functools.cache
-def process_start_epoch() -> float:
-    """The wall-clock time (epoch seconds) at which this process started, from
-    ``/proc/self/stat`` (start time in clock ticks since boot) and ``/proc/uptime``; the
-    time of the first call where ``/proc`` cannot be read (not Linux). Read once per
-    process: both files count in 10 ms ticks, so two readings can differ by that much.
-    After :func:`adopt_start`, the epoch given there."""
+def start_epoch() -> float:
+    """The wall-clock time (epoch seconds) at which kopt started in this process: the first
+    import of the ``kopt`` package (``kopt.STARTED_AT``), the `kopt` command's first step.
+    Not the OS process's start: ``bash -c "pip install ... && kopt sweep ..."`` runs its last
+    command in bash's own process (``exec``), whose start was before pip's 289 s. After
+    :func:`adopt_start`, the epoch given there."""
     if _ADOPTED:
         return _ADOPTED[0]
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return time.time()
-    return time.time() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    import kopt
+
+    return kopt.STARTED_AT
 
 
 class PhaseRecorder:
     """Collects one process's phase intervals of a run.
 
     Args:
-        started: the process's start (epoch seconds); default :func:`process_start_epoch`.
+        started: kopt's start in this process (epoch seconds); default
+            :func:`start_epoch`.
 
     Attributes:
         rows: the intervals so far (``phase``, ``device_class``, ``device``, ``node``,
@@ -89,7 +88,7 @@ class PhaseRecorder:
     """
 
     def __init__(self, started: float | None = None) -> None:
-        self.started = process_start_epoch() if started is None else started
+        self.started = start_epoch() if started is None else started
         self._perf0, self._wall0 = time.perf_counter(), time.time()
         self.rows: list[dict[str, Any]] = []
         self._open: dict[tuple[str, str | None], tuple[float, dict | None]] = {}
@@ -100,16 +99,16 @@ class PhaseRecorder:
         self._seen: set[str] = set()  # phases with a row
 
     def now(self) -> float:
-        """Seconds since the process started (monotone)."""
+        """Seconds since kopt started (monotone)."""
         return self.at(time.perf_counter())
 
     def at(self, perf: float) -> float:
-        """A ``time.perf_counter()`` reading as seconds since the process started."""
+        """A ``time.perf_counter()`` reading as seconds since kopt started."""
         return self._wall0 - self.started + perf - self._perf0
 
     def span(self, phase: str, start: float, end: float, info: dict | None = None,
              detail: str | None = None) -> dict[str, Any]:
-        """Record ``phase`` from ``start`` to ``end`` (seconds since the process started) on
+        """Record ``phase`` from ``start`` to ``end`` (seconds since kopt started) on
         the device described by ``info`` (a runner's device info; None: the run's); returns
         the row."""
         row = {"phase": phase, "start_s": start, "end_s": max(start, end), "detail": detail,

@@ -19,6 +19,7 @@ Ray, checks what can be checked first, and drives a run (:class:`Driver`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -670,6 +671,7 @@ class Driver:
                    # the kopt service's ready driver (kopt.launchpad) or the command's own
                    "driver": "launchpad" if adopted() else "command"}
         self.run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
+                        "spec_parts": dumps(spec_parts(sweep)),
                         "sweep_dir": str(sweep.root), "backend": backend,
                         "devices": dumps(infos), "options": dumps(options),
                         "host": platform.node(), "env": dumps(env), "kopt_version": __version__}
@@ -983,9 +985,49 @@ def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
         raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
                          f"not {sweep.name!r}")
     if rec["spec_hash"] != sweep.spec_hash:
-        raise SweepError(f"--resume {run_id}: the sweep's spec or sources changed "
-                         "since that run; start a new run instead")
+        stored = json.loads(rec["spec_parts"]) if rec.get("spec_parts") else None
+        what = (" and ".join(changed_parts(stored, spec_parts(sweep))) if stored
+                else "the sweep's spec or sources")  # a run stored before spec_parts
+        raise SweepError(f"--resume {run_id}: {what} changed since that run; undo the edit "
+                         f"to finish it, or start a new run (`kopt sweep {sweep.root}` "
+                         "without --resume)")
     return rec
+
+
+def spec_parts(sweep: Sweep) -> dict[str, str]:
+    """What :attr:`kopt.spec.Sweep.spec_hash` covers, part by part (stored with each run as
+    ``runs.spec_parts``, so a refused ``--resume`` names what changed): ``"sweep.yaml's
+    `FIELD`"`` per top-level field, and each file -- every backend's source, the local
+    headers it includes, ref.py -- by its path relative to the sweep folder (absolute when
+    outside it); each -> sha256 (16 hex)."""
+    root = Path(sweep.root).resolve()
+    parts = {f"sweep.yaml's `{k}`": _digest(json.dumps(v, sort_keys=True, default=str).encode())
+             for k, v in sweep.raw.items()}
+    for sp in sweep.spaces.values():
+        parts[_part_name(sp.source, root)] = _digest(sp.source.read_bytes())
+        for rel, sha in sp.local_inputs().items():
+            parts[_part_name(sp.source.parent / rel, root)] = sha[:16]
+    parts[_part_name(sweep.reference, root)] = _digest(sweep.reference.read_bytes())
+    return parts
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _part_name(path: Path, root: Path) -> str:
+    """``path`` relative to the sweep folder ``root`` (resolved), absolute outside it."""
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path.resolve())
+
+
+def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """The parts of :func:`spec_parts` that differ between ``old`` and ``new``, sorted;
+    one only in ``new`` is marked ``(added)``, one only in ``old`` ``(removed)``."""
+    return [k + (" (added)" if k not in old else " (removed)" if k not in new else "")
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
 def check_store_path(store: Path) -> None:

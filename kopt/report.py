@@ -253,6 +253,8 @@ def _reference_section(refs: list[dict[str, Any]], best: list[dict[str, Any]]) -
                   f"| {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} "
                   f"| {_num(r['pct_peak_flops'], '.3g')} / {_num(r['pct_peak_bw'], '.3g')} "
                   f"| {_num(r['max_abs_err'], '.3g')} | {_num(r['max_rel_err'], '.3g')} |")
+    if not best:
+        return md + ["", "No candidate was correct: none to compare with the reference."]
     md += ["", "| device class | dims | best candidate | median ms | vs reference "
            "| TFLOP/s | GB/s | % of peak (flops / bw) | max abs err | max rel err |",
            "|" + "---|" * 10]
@@ -355,56 +357,87 @@ def lineage_picture(store: Path, run_id: str, out: Path) -> tuple[str, list[str]
     return "lineage.png", lineage_text(nodes)
 
 
-def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: Path
-           ) -> list[str]:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _plots(states: dict[str, list[IterState]], cand: list[dict[str, Any]], out: Path
+           ) -> list[str]:
+    """Save the report's figures into ``out`` (:func:`speedup_figure`,
+    :func:`median_figure`); returns their file names, none for a figure without data."""
+    plt = _pyplot()
     names = []
-    if any(s.best for sts in states.values() for s in sts):  # no line for no winner
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for dc, sts in states.items():
-            closing = sts[-1].closing
-            first, ms = closing.get("first_baseline_ms"), closing.get("medians_ms") or {}
-            pts = [(0, 1.0)] + [(s.iteration, first / ms[s.best["candidate_id"]])
-                                for s in sts if first and s.best
-                                and ms.get(s.best["candidate_id"])]
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=dc)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("speedup over the first baseline (x)")
-        ax.set_title("each iteration's winner, re-measured side by side")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "speedup_per_iteration.png", dpi=110)
-        plt.close(fig)
-        names.append("speedup_per_iteration.png")
+    figs = [("speedup_per_iteration.png", speedup_figure(states))]
+    got = median_figure(cand)
+    if got is not None:
+        figs.append((f"median_vs_{got[0]}.png", got[1]))
+    for name, fig in figs:
+        if fig is not None:
+            fig.savefig(out / name, dpi=110)
+            plt.close(fig)
+            names.append(name)
+    return names
+
+
+def speedup_figure(states: dict[str, list[IterState]]) -> Any:
+    """Each iteration's winner as a speedup over the first baseline (both re-measured side
+    by side in the loop's closing contest), one line per device class, iterations on an
+    integer axis; a matplotlib Figure, or None when no iteration has a winner."""
+    from matplotlib.ticker import MaxNLocator
+
+    if not any(s.best for sts in states.values() for s in sts):  # no line for no winner
+        return None
+    fig, ax = _pyplot().subplots(figsize=(6, 3.5))
+    for dc, sts in states.items():
+        closing = sts[-1].closing
+        first, ms = closing.get("first_baseline_ms"), closing.get("medians_ms") or {}
+        pts = [(0, 1.0)] + [(s.iteration, first / ms[s.best["candidate_id"]])
+                            for s in sts if first and s.best
+                            and ms.get(s.best["candidate_id"])]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=dc)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("speedup over the first baseline (x)")
+    ax.set_title("each iteration's winner, re-measured side by side")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def median_figure(cand: list[dict[str, Any]]) -> tuple[str, Any] | None:
+    """Iteration 1's best median time (ms) per value of the parameter with the most
+    values, each point with an error bar as long as that candidate's IQR (ms), centred on
+    its median (rows without an IQR: no bar); ``(parameter, Figure)``, or None when
+    iteration 1 has no correct candidate with a parameter."""
     first = complete_rows([c for c in cand if c["iteration"] == 1], ("median_ms",),
                           "correct candidate rows of iteration 1")
-    if first:
-        params = [stored_json(c["params"], "params") for c in first]
-        keys = {k for p in params for k in p}
-        key = max(sorted(keys), key=lambda k: len({str(p.get(k)) for p in params}), default=None)
-        if key is not None:
-            best: dict[Any, float] = {}
-            for c, p in zip(first, params):
-                if key in p:
-                    best[p[key]] = min(best.get(p[key], float("inf")), c["median_ms"])
-            xs = sorted(best)
-            fig, ax = plt.subplots(figsize=(6, 3.5))
-            ax.plot([str(x) for x in xs], [best[x] for x in xs], marker="o")
-            ax.set_xlabel(key)
-            ax.set_ylabel("best median time (ms)")
-            ax.set_title(f"iteration 1: median time across {key}")
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            fname = f"median_vs_{key}.png"
-            fig.savefig(out / fname, dpi=110)
-            plt.close(fig)
-            names.append(fname)
-    return names
+    params = [stored_json(c["params"], "params") for c in first]
+    keys = {k for p in params for k in p}
+    key = max(sorted(keys), key=lambda k: len({str(p.get(k)) for p in params}), default=None)
+    if key is None:
+        return None
+    best: dict[Any, dict[str, Any]] = {}  # value -> its fastest row
+    for c, p in zip(first, params):
+        if key in p and (p[key] not in best or c["median_ms"] < best[p[key]]["median_ms"]):
+            best[p[key]] = c
+    xs = sorted(best)
+    fig, ax = _pyplot().subplots(figsize=(6, 3.5))
+    ax.errorbar([str(x) for x in xs], [best[x]["median_ms"] for x in xs],
+                yerr=[(best[x].get("iqr_ms") or 0.0) / 2 for x in xs], marker="o",
+                capsize=3)
+    ax.set_xlabel(key)
+    ax.set_ylabel("best median time (ms); bar: its IQR")
+    ax.set_title(f"iteration 1: median time across {key}")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return key, fig
 
 
 def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -416,7 +449,7 @@ def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
         return ["", "## Where the time went", "", "This run recorded no phases (a run from "
                 "before the `phases` table)."]
     md = ["", "## Where the time went", "",
-          "Seconds since the driver process started (interpreter and imports included); "
+          "Seconds since kopt started in the driver process (its imports included); "
           "per device: the total of each kind of interval (`busy x140`: the sum of 140 "
           "intervals between the first start and the last end). Timeline: `timeline.png`.", "",
           "| phase | where | start s | end s | seconds |", "|---|---|---|---|---|"]
@@ -430,7 +463,8 @@ MAX_BUILD_LANES = 32  # rows of build bars in the timeline (more builds at once 
 
 def _lanes(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
     """The timeline's rows, top to bottom: one per run-level phase (a waterfall), the
-    builds stacked into as many rows as ran at once, one per device."""
+    builds stacked into as many rows as ran at once, one per device; a row whose every
+    interval is of no length (nothing to draw) is left out."""
     from kopt.phases import RUN_PHASES
 
     lanes = [(r["phase"], [r]) for p in RUN_PHASES for r in rows
@@ -444,25 +478,51 @@ def _lanes(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
     lanes += [(f"build {k + 1}", ln) for k, ln in enumerate(build_lanes)]
     devs = sorted({(r.get("device_class") or "", r["device"]) for r in rows if r.get("device")})
     lanes += [(f"{dc} {dev}", [r for r in rows if r.get("device") == dev]) for dc, dev in devs]
-    return lanes
+    return [(name, rs) for name, rs in lanes if any(r["end_s"] > r["start_s"] for r in rs)]
+
+
+# every phase's colour, the same in every report: the phases kopt records in a fixed
+# order of tab20's colours; another name (a phase added later) by a digest of its name
+PHASE_ORDER = ("startup", "checks", "ray", "devices", "reference", "first_build",
+               "first_result", "stop_devices", "store", "device_start", "busy",
+               "build_wait", "ncu", "contest", "build")
+
+
+def phase_color(phase: str) -> tuple[float, float, float, float]:
+    """The timeline's colour (RGBA, 0-1) of ``phase``: the same for a phase name in every
+    report, whatever other phases a run has (:data:`PHASE_ORDER`)."""
+    import zlib
+
+    plt = _pyplot()
+    k = (PHASE_ORDER.index(phase) if phase in PHASE_ORDER
+         else len(PHASE_ORDER) + zlib.crc32(phase.encode()) % (20 - len(PHASE_ORDER)))
+    return tuple(plt.get_cmap("tab20")(k % 20))
 
 
 def _timeline(rows: list[dict[str, Any]], out: Path) -> list[str]:
-    """Draw ``timeline.png``: the run's phases as a waterfall, the builds and each device's
-    intervals (busy, waiting for builds, NCU, contests, reference, start) against seconds
-    since the process started. Returns ``["timeline.png"]`` ([] without phases)."""
-    if not rows:
+    """Draw ``timeline.png`` (:func:`timeline_figure`); ``["timeline.png"]``, [] without
+    phases."""
+    fig = timeline_figure(rows)
+    if fig is None:
         return []
-    import matplotlib
+    fig.savefig(out / "timeline.png", dpi=110)
+    _pyplot().close(fig)
+    return ["timeline.png"]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def timeline_figure(rows: list[dict[str, Any]]) -> Any:
+    """The run's phases as a waterfall, the builds and each device's intervals (busy,
+    waiting for builds, NCU, contests, reference, start) against seconds since kopt
+    started, one lane per row that has an interval of some length (:func:`_lanes`), each
+    phase in its :func:`phase_color`; a matplotlib Figure, None without phases."""
     from matplotlib.patches import Patch
 
+    if not rows:
+        return None
     lanes = _lanes(rows)
     kinds = sorted({r["phase"] for _, rs in lanes for r in rs})
-    color = {k: plt.get_cmap("tab20")(i % 20) for i, k in enumerate(kinds)}
-    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.3 * len(lanes)))
+    color = {k: phase_color(k) for k in kinds}
+    fig, ax = _pyplot().subplots(figsize=(10, 1.5 + 0.3 * len(lanes)))
     for y, (_, rs) in enumerate(reversed(lanes)):
         by_kind: dict[str, list[tuple[float, float]]] = {}
         for r in rs:  # one call per lane and kind: a run of 10^5 jobs draws in seconds
@@ -470,16 +530,14 @@ def _timeline(rows: list[dict[str, Any]], out: Path) -> list[str]:
                 (r["start_s"], max(r["end_s"] - r["start_s"], 1e-3)))
         for kind, spans in by_kind.items():
             ax.broken_barh(spans, (y - 0.4, 0.8), color=color[kind], edgecolor="white",
-                           linewidth=0.5)
+                           linewidth=0.5, label=kind)
     ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)], fontsize=7)
     end = max(r["end_s"] for r in rows)
     ax.axvline(end, color="black", lw=0.8)
-    ax.set_xlabel("seconds since the driver process started")
+    ax.set_xlabel("seconds since kopt started")
     ax.set_title(f"where the run's time went ({end:.1f} s to the end of the run)")
     ax.legend(handles=[Patch(color=color[k], label=k) for k in kinds],
               fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "timeline.png", dpi=110)
-    plt.close(fig)
-    return ["timeline.png"]
+    return fig

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kopt.compare import geo_mean, speedup_threshold
+from kopt.compare import geo_mean, noise_line
 from kopt.database import Database
 from kopt.loop import IterState, gains
 from kopt.store import now
@@ -113,7 +113,7 @@ def judge(win: dict[str, Any] | None, base: dict[str, Any] | None,
         out.append("no candidate beat its parent: the winner is the iteration's baseline")
     elif not gains(win, base):
         out.append(f"not faster than its parent beyond noise: {win['speedup']:.4g}x, the "
-                   f"noise threshold {speedup_threshold(base['rel_iqr'], win['rel_iqr']):.3%}")
+                   f"noise threshold {noise_line(base['rel_iqr'], win['rel_iqr'])}")
     return out
 
 

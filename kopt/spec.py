@@ -183,13 +183,31 @@ class BackendBlock(_Model):
 
 # a sweep's name is a store folder's (``sweep=NAME``): file systems cap one at 255 bytes
 MAX_NAME = 128
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.-]")
+NAME_RULE = (f"at most {MAX_NAME} characters: letters, digits, _ . -, not . or - first")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a sweep -- its store folder ``sweep=NAME`` (the one rule
+    for a ``name:`` and, without one, the sweep folder's name: :data:`NAME_RULE`): its
+    length, a first ``.`` or ``-``, or the characters it holds that the rule has not; None
+    when it can. E.g. ``"'sw (1)' holds ' ', '(', ')'"``."""
+    if len(name) > MAX_NAME:
+        return f"({len(name)} characters) is too long to be the sweep's store folder"
+    if not name:
+        return "is empty"
+    bad = list(dict.fromkeys(c for c in name if not _NAME_CHARS.fullmatch(c)))
+    if bad:
+        return f"{name!r} holds {', '.join(map(repr, bad))}"
+    if name[0] in ".-":
+        return f"{name!r} starts with {name[0]!r}"
+    return None
 
 
 class SweepFile(_Model):
     """The whole of sweep.yaml (schema; semantic checks come after)."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
-                             max_length=MAX_NAME)
+    name: str | None = None  # checked by name_problem, as the folder's name is
     kernel: str
     launch: Launch | None = None
     reference: str = "ref.py"
@@ -481,10 +499,10 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     def err(fieldname: str, msg: str) -> SpecError:
         return SpecError(f"{spec_path}: field '{fieldname}': {msg}")
 
-    if sf.name is None and len(root.name) > MAX_NAME:
-        raise err("name", f"missing, and the folder's name ({len(root.name)} characters) is "
-                  f"too long to be the sweep's store folder; give `name:` (at most {MAX_NAME} "
-                  "characters: letters, digits, _ . -)")
+    why = name_problem(sf.name if sf.name is not None else root.name)
+    if why:
+        raise err("name", ("missing, and the folder's name " if sf.name is None else
+                           "the name ") + f"{why}; give `name:` ({NAME_RULE})")
     ref = root / sf.reference
     if not ref.exists():
         raise err("reference", f"file {ref} does not exist; it must define reference(**kwargs)")

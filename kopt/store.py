@@ -140,8 +140,9 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
     "runs": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("event", pa.string()),
-        ("spec_hash", pa.string()), ("sweep_dir", pa.string()), ("backend", pa.string()),
-        ("devices", pa.string()), ("n_candidates", pa.int64()), ("n_jobs", pa.int64()),
+        ("spec_hash", pa.string()), ("spec_parts", pa.string()), ("sweep_dir", pa.string()),
+        ("backend", pa.string()), ("devices", pa.string()), ("n_candidates", pa.int64()),
+        ("n_jobs", pa.int64()),
         ("wall_s", pa.float64()), ("options", pa.string()), ("host", pa.string()),
         ("env", pa.string()), ("compile_cpu_s", pa.float64()), ("device_busy", pa.string()),
         ("device_wait_build", pa.string()),
@@ -197,7 +198,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("bench_value", pa.float64()), ("status", pa.string()), ("created_at", TS),
     ]),
     # where a run's time went (kopt.phases, issue 14.1): one row per interval, seconds since
-    # the driver process started (``process_start``; a resumed run has one set per process);
+    # kopt started in the driver process (``process_start``; a resumed run has one set per
+    # process);
     # device phases name their device, ``build`` rows their build id in ``detail``
     "phases": pa.schema([
         ("run_id", pa.string()), ("sweep", pa.string()), ("process_start", TS),

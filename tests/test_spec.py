@@ -160,7 +160,8 @@ def test_every_shipped_sweep_validates():
 
 
 def test_name_must_be_a_safe_partition_name(tmp_path):
-    expect(tmp_path, GOOD + "    name: ../../evil\n", "field 'name'", "pattern")
+    expect(tmp_path, GOOD + "    name: ../../evil\n",
+           "field 'name': the name '../../evil' holds '/'")
 
 
 def test_duplicate_keys_are_rejected(tmp_path):

@@ -208,7 +208,8 @@ def test_review_judge_checks_every_size_and_noise():
         "not correct on problem size {'N': 2}: not measured"]
     # within the noise of kopt.compare: 1% floor, or the smaller relative sigma
     assert judge(_ranked("w", 1.005, 0.0), base, ok, dims) == [
-        "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000%"]
+        "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000% (the 1% "
+        "floor: the baseline's IQR is 0.0% of its median, the winner's 0.0%)"]
     noisy = _ranked("b", 1.0, 0.4, True)
     assert judge(_ranked("w", 1.2, 0.4), noisy, ok, dims)[0].startswith(
         "not faster than its parent beyond noise: 1.2x")
