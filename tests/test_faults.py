@@ -182,6 +182,16 @@ def test_a_reference_of_the_wrong_dtype_is_caught_before_building(tmp_path):
                             "or higher"]
 
 
+def _both_ways(harness, tmp_path, src: str, ref: str, n: int, define: str) -> dict:
+    """Outcomes of kernel ``src`` (``solve(x, y, N)``) against ``ref`` at ``N = n``, built with
+    ``define`` 0 (honest) and 1 (the fault), by that value."""
+    d = write_sweep(tmp_path / "s", f"kernel: k.cpp\ndims: [{{N: {n}}}]\n",
+                    {"k.cpp": src, "ref.py": ref})
+    return {v: harness.run(job(artifact(tmp_path, d / "k.cpp", {define: v}), d / "k.cpp",
+                               d / "ref.py", {"N": n}, {"x": ["N"], "y": ["N"]}))
+            for v in (0, 1)}
+
+
 def test_an_infinite_expected_value_passes_when_matched(tmp_path, harness):
     """A reference with infinities (log of 0) and a kernel that gives the same: the check
     passed it (inf == inf), then every timed call failed verification, since the band
@@ -196,11 +206,7 @@ def test_an_infinite_expected_value_passes_when_matched(tmp_path, harness):
            "    x[::7] = 0.0\n"
            "    return {'x': x}\n"
            "def reference(x, N):\n    return torch.log(x)\n")
-    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 256}]\n",
-                    {"k.cpp": log, "ref.py": ref})
-    run = {bad: harness.run(job(artifact(tmp_path, d / "k.cpp", {"BAD": bad}), d / "k.cpp",
-                                d / "ref.py", {"N": 256}, {"x": ["N"], "y": ["N"]}))
-           for bad in (0, 1)}
+    run = _both_ways(harness, tmp_path, log, ref, 256, "BAD")
     assert run[0]["status"] == "ok", run[0]
     assert run[0]["max_abs_err"] < 1e-5 and run[0]["n_samples"] >= TIMING["min_samples"]
     assert run[1]["status"] == "wrong_result"
@@ -230,11 +236,8 @@ def test_an_unwritten_bool_output_never_passes(tmp_path, harness):
     Bool outputs are compared byte by byte (0 or 1)."""
     lazy = ('extern "C" void solve(const float* x, bool* y, int N) '
             '{ for (int i = 0; i < N; ++i) if (SKIP == 0 || !(x[i] > 0.f)) y[i] = x[i] > 0.f; }')
-    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 256}]\n",
-                    {"k.cpp": lazy, "ref.py": "def reference(x, N):\n    return x > 0\n"})
-    run = {skip: harness.run(job(artifact(tmp_path, d / "k.cpp", {"SKIP": skip}), d / "k.cpp",
-                                 d / "ref.py", {"N": 256}, {"x": ["N"], "y": ["N"]}))
-           for skip in (0, 1)}
+    run = _both_ways(harness, tmp_path, lazy, "def reference(x, N):\n    return x > 0\n", 256,
+                     "SKIP")
     assert run[0]["status"] == "ok", run[0]
     assert run[1]["status"] == "wrong_result", run[1]
     assert run[1]["error"].startswith("y: ") and " of 256 elements differ" in run[1]["error"]
@@ -255,11 +258,7 @@ def test_an_unwritten_integer_output_never_passes(tmp_path, harness):
            "    g = torch.Generator().manual_seed(seed)\n"
            "    return {'x': torch.randint(0, 256, (N,), generator=g, dtype=torch.uint8)}\n"
            "def reference(x, N):\n    return x.clone()\n")
-    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 4096}]\n",
-                    {"k.cpp": copy, "ref.py": ref})
-    run = {skip: harness.run(job(artifact(tmp_path, d / "k.cpp", {"SKIP": skip}), d / "k.cpp",
-                                 d / "ref.py", {"N": 4096}, {"x": ["N"], "y": ["N"]}))
-           for skip in (0, 1)}
+    run = _both_ways(harness, tmp_path, copy, ref, 4096, "SKIP")
     assert run[0]["status"] == "ok", run[0]
     assert run[1]["status"] == "wrong_result", run[1]
     assert "got 165.0, expected 90.0" in run[1]["error"]  # the other poison byte, 0xA5
