@@ -86,7 +86,8 @@ wrongly:
   MODE 8 in tests/fixtures/faultpack/attacks.cpp: ``ok`` at 0.065 ms against the honest
   0.31 on the CPU while the flush zeroed twice the LLC; with the flush by cache line, a few
   microseconds for its 48 KB, it was ``ok`` at 0.31 ms against the honest 0.22: no gain at
-  that size, though a candidate with large buffers still has their eviction's time). Flushing first and loading right before the call left it only the
+  that size, though a candidate with large buffers still has their eviction's time).
+  Flushing first and loading right before the call left it only the
   copy's time, but under load its thread still kept up in most jobs, and it would leave
   the calls on new sets with warm inputs, which weakens the replay check for memory-bound
   kernels: not done;
