@@ -162,11 +162,6 @@ REPLAY_ALPHA, RECHECK_ROUNDS = 1e-3, 4
 # the harness's own work before the calls on new sets slower than DRIFT_FACTOR x its median
 # before the samples: the machine slowed down since (workers.harness.drifted)
 DRIFT_FACTOR = 1.5
-# ... and by more than DRIFT_MS: the flush by cache line made that work a few microseconds for
-# small buffers, where Python's own jitter passed DRIFT_FACTOR alone, and a replayer padding
-# its seen calls then counted as drift (attack MODE 7 `ok` in 2 of 3 jobs); the old flush's
-# 45 ms gave the same test a floor of about 22 ms
-DRIFT_MS = 1.0
 PROBE_CALLS = 3  # calls timed from an idle device to a device-wide synchronize
 # work the events missed (ms) that makes a candidate `escaped`: over this and over
 # ESCAPE_SHARE of its median; an honest solve's host overhead is tens of microseconds
@@ -1568,13 +1563,12 @@ def drifted(out: dict) -> bool:
     """Whether the machine was slower during the calls on never-seen sets of ``out`` than
     during its samples: the harness's own work before those calls (``unseen_prep_ms``,
     ``recheck_prep_ms``: loading the input set, flushing the cache) took more than
-    ``DRIFT_FACTOR`` x its median before the samples (``prep_ms``), and ``DRIFT_MS`` more.
-    True where not measured (GPU): the seen calls decide there."""
+    ``DRIFT_FACTOR`` x its median before the samples (``prep_ms``). True where not measured
+    (GPU): the seen calls decide there."""
     prep = list(out.get("unseen_prep_ms") or []) + list(out.get("recheck_prep_ms") or [])
     if not prep or not out.get("prep_ms"):
         return True
-    return statistics.median(prep) > max(DRIFT_FACTOR * out["prep_ms"],
-                                         out["prep_ms"] + DRIFT_MS)
+    return statistics.median(prep) > DRIFT_FACTOR * out["prep_ms"]
 
 
 def baseline(out: dict) -> list[float]:
