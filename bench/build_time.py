@@ -42,9 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kopt.catalog import load_catalog  # noqa: E402
-from kopt.expand import expand  # noqa: E402
-from kopt.spec import load_sweep  # noqa: E402
+from kopt.core.catalog import load_catalog  # noqa: E402
+from kopt.core.expand import expand  # noqa: E402
+from kopt.core.spec import load_sweep  # noqa: E402
 from workers import build as wb  # noqa: E402
 from workers import nvrtc  # noqa: E402
 from workers.ptxas import parse_ptxas  # noqa: E402

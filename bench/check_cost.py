@@ -2,8 +2,8 @@
 
     python bench/check_cost.py SWEEP_DIR [--backend auto] [--n 30] [--seed 0] [--out DIR]
 
-Expands SWEEP_DIR's iteration-1 space (kopt.expand, the shipped catalog), draws ``--n``
-candidates (kopt.expand.cap: the baseline and a seeded uniform sample), builds them in
+Expands SWEEP_DIR's iteration-1 space (kopt.core.expand, the shipped catalog), draws ``--n``
+candidates (kopt.core.expand.cap: the baseline and a seeded uniform sample), builds them in
 parallel (workers.build, one process per core), then runs every candidate twice, back to back
 in one sandbox on one device, the order alternating per candidate:
 
@@ -17,7 +17,7 @@ in one sandbox on one device, the order alternating per candidate:
 Both use the sweep's timing (warm-up, L2 flush, samples until the median is stable). Per
 candidate it reports the job's wall seconds (the harness's answer time, sandbox round trip
 included) and the median; the summary gives the extra seconds per candidate (mean, median) and
-how many honest medians differ beyond noise (kopt.compare.label, NVBench's rule) between the
+how many honest medians differ beyond noise (kopt.core.compare.label, NVBench's rule) between the
 two procedures. Prints one JSON report; writes check_cost.json under --out.
 """
 
@@ -36,11 +36,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import write_report  # noqa: E402
-from kopt.catalog import load_catalog  # noqa: E402
-from kopt.compare import label  # noqa: E402
-from kopt.expand import cap, iter_candidates, stable_hash  # noqa: E402
-from kopt.pipeline import build_id, job_base  # noqa: E402
-from kopt.spec import load_sweep  # noqa: E402
+from kopt.core.catalog import load_catalog  # noqa: E402
+from kopt.core.compare import label  # noqa: E402
+from kopt.core.expand import cap, iter_candidates, stable_hash  # noqa: E402
+from kopt.core.spec import load_sweep  # noqa: E402
+from kopt.driver.sweep import build_id, job_base  # noqa: E402
 from workers import build as wbuild  # noqa: E402
 from workers.harness import UNGUARDED  # noqa: E402
 from workers.sandbox import Sandbox  # noqa: E402

@@ -2,8 +2,8 @@
 
     python bench/cpu_flush.py [SWEEP_DIR] [--n 12] [--seed 0] [--out DIR]
 
-Expands SWEEP_DIR's (default ``sweeps/vector_add``) CPU space (kopt.expand, the shipped
-catalog), draws ``--n`` candidates (kopt.expand.cap: the baseline and a seeded uniform
+Expands SWEEP_DIR's (default ``sweeps/vector_add``) CPU space (kopt.core.expand, the shipped
+catalog), draws ``--n`` candidates (kopt.core.expand.cap: the baseline and a seeded uniform
 sample), builds them, then runs every candidate's job twice, back to back in this process,
 the order alternating per candidate, on two CPU harnesses (workers.harness) that differ only
 in the flush before each timed call:
@@ -17,7 +17,7 @@ Per job it records the job's wall seconds (``Harness.run``: check, warm-up, samp
 unseen sets), the median, IQR and sample count. The summary gives, per flush, the cost ratio
 the issue's target names (job wall seconds / (median x samples): how many times its own timed
 work a candidate costs), and how many medians differ beyond noise between the two flushes
-(kopt.compare.label, NVBench's rule). Prints one JSON report; writes cpu_flush.json under
+(kopt.core.compare.label, NVBench's rule). Prints one JSON report; writes cpu_flush.json under
 --out.
 """
 
@@ -36,11 +36,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import write_report  # noqa: E402
-from kopt.catalog import load_catalog  # noqa: E402
-from kopt.compare import label  # noqa: E402
-from kopt.expand import cap, iter_candidates, stable_hash  # noqa: E402
-from kopt.pipeline import build_id, job_base  # noqa: E402
-from kopt.spec import load_sweep  # noqa: E402
+from kopt.core.catalog import load_catalog  # noqa: E402
+from kopt.core.compare import label  # noqa: E402
+from kopt.core.expand import cap, iter_candidates, stable_hash  # noqa: E402
+from kopt.core.spec import load_sweep  # noqa: E402
+from kopt.driver.sweep import build_id, job_base  # noqa: E402
 from workers import build as wbuild  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

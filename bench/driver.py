@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kopt.observer import ProgressCallback
+from kopt.run.callbacks import ProgressCallback
 
 TARGET_PER_S = 200.0
 
@@ -73,7 +73,7 @@ def reference(x: torch.Tensor, y: torch.Tensor, N: int) -> dict[str, torch.Tenso
 def flush_knob() -> bool:
     """Whether this kopt's timing settings have ``flush`` (the per-sample cache flush can be
     turned off); without it every sample of the no-op kernel pays a 2x-LLC flush."""
-    from kopt.spec import Timing
+    from kopt.core.spec import Timing
 
     return "flush" in Timing.model_fields
 
@@ -129,13 +129,13 @@ class Clock(ProgressCallback):
 
 
 class StoreTimer:
-    """Times every Parquet file the driver writes (wraps kopt.store.write_table)."""
+    """Times every Parquet file the driver writes (wraps kopt.store.files.write_table)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, float]] = []
 
     def __enter__(self) -> StoreTimer:
-        import kopt.store as ks
+        import kopt.store.files as ks
 
         self._orig = ks.write_table
 
@@ -150,7 +150,7 @@ class StoreTimer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        import kopt.store as ks
+        import kopt.store.files as ks
 
         ks.write_table = self._orig
 
@@ -182,7 +182,7 @@ def report(store: Path, run_id: str, clock: Clock, writes: StoreTimer, t_call: f
            t_ret: float) -> tuple[float, float]:
     """Print the run's figures; returns candidates/s over the run's wall time and over its
     steady state (first to last result)."""
-    from kopt.store import query
+    from kopt.store.database import query
 
     _, runs = query("select n_candidates, n_jobs, wall_s, compile_cpu_s, device_busy, devices "
                     f"from runs where run_id = '{run_id}'", store)
@@ -256,8 +256,8 @@ def main() -> None:
 
     import ray
 
-    from kopt.pipeline import run_sweep
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
 
     sweep = load_sweep(write_sweep(work / "sweep", a.candidates))
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,

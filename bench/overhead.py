@@ -37,7 +37,7 @@ def overhead(run_id: str, store: Path, cores: float | None = None,
         OverheadError: no such run, the run did not finish, or it has no
             ``compile_cpu_s``/``device_busy`` (a run from before they were recorded).
     """
-    from kopt.store import run_record
+    from kopt.store.database import run_record
 
     rec = run_record(store, run_id)
     if rec is None:
@@ -110,7 +110,7 @@ def main() -> None:
                     help="devices the run had (default: the actors in runs.device_busy)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args()
-    from kopt.store import default_root
+    from kopt.store.files import default_root
 
     try:
         o = overhead(a.run_id, a.store or default_root(), a.cores, a.devices)

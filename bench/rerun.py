@@ -10,7 +10,7 @@ then compares every run with the first, per device class and dims:
   the lowest median), and the same figure for run 1's winner configuration as re-measured in
   run i (target: both <= 1%);
 - the top-``k`` sets: the same candidates, or tied: every candidate in one run's top-k but
-  not the other's is TIED (``kopt.compare.label``, NVBench's rule) with the other run's k-th
+  not the other's is TIED (``kopt.core.compare.label``, NVBench's rule) with the other run's k-th
   candidate in that other run, i.e. the cut at k fell within noise.
 
 Prints one JSON report and a PASS/MISS line per target; writes ``rerun.json`` under --out.
@@ -38,14 +38,14 @@ def run_sweep(sweep_dir: Path, store: Path, backend: str, log: Path) -> tuple[fl
         SystemExit: the sweep exited non-zero (its output tail is in the message).
     """
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(sweep_dir), "--store",
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "sweep", str(sweep_dir), "--store",
                         str(store), "--backend", backend], capture_output=True, text=True)
     wall = time.perf_counter() - t0
     log.write_text(p.stdout + p.stderr)
     if p.returncode != 0:
         raise SystemExit(f"kopt sweep {sweep_dir} failed ({p.returncode}): "
                          f"{(p.stdout + p.stderr)[-2000:]}")
-    from kopt.store import query
+    from kopt.store.database import query
 
     _, rows = query("select run_id from runs where status = 'finished' order by created_at",
                     store)
@@ -54,10 +54,10 @@ def run_sweep(sweep_dir: Path, store: Path, backend: str, log: Path) -> tuple[fl
 
 def ranked(store: Path, run_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Correct, final candidates of a run per (device_class, dims), the winner first: the
-    loop's named winner when there is one, then ``kopt.select.top``'s order (one iteration:
+    loop's named winner when there is one, then ``kopt.store.select.top``'s order (one iteration:
     ascending median).
     Each row: candidate_id, params, median_ms, iqr_ms, ..."""
-    from kopt.select import top
+    from kopt.store.select import top
 
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in sorted(top(run_id, 10**6, store), key=lambda r: not r["named"]):  # stable
@@ -68,7 +68,7 @@ def ranked(store: Path, run_id: str) -> dict[tuple[str, str], list[dict[str, Any
 def compare_runs(first: dict, other: dict, k: int) -> list[dict[str, Any]]:
     """Per (device_class, dims): winner drift and top-k agreement of ``other`` vs ``first``
     (both from :func:`ranked`)."""
-    from kopt.compare import label
+    from kopt.core.compare import label
 
     def dist(r: dict) -> tuple[float, float | None]:
         return r["median_ms"], r["iqr_ms"]

@@ -1,8 +1,9 @@
 """Benchmark: DuckDB selection over a synthetic store of 1M candidate and 50M metric rows.
 
-Writes the store with the same layout and schema kopt uses (kopt.store.SCHEMAS), reports
-the Parquet write rate, then times the queries kopt runs: ``kopt best`` (kopt.select.best),
-the top-k of a run, an iteration's ranking (kopt.database.Database.rank) and a metrics lookup for
+Writes the store with the same layout and schema kopt uses (kopt.store.files.SCHEMAS), reports
+the Parquet write rate, then times the queries kopt runs: ``kopt best`` (kopt.store.select.best),
+the top-k of a run, an iteration's ranking (kopt.store.database.Database.rank) and a metrics
+lookup for
 the top candidates. Each query's time is the median of 3 runs on a fresh connection.
 
     python bench/store.py [--candidates 1000000] [--metrics 50000000] [--dir DIR]
@@ -23,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kopt.database import Database
-from kopt.store import SCHEMAS
+from kopt.store.database import Database
+from kopt.store.files import SCHEMAS
 
 RUNS, CLASSES, METRICS_PER_CAND = 10, ["h200-sm90", "orin-sm87", "cpu-x86_64"], 50
 

@@ -20,8 +20,8 @@ Runs, one after the other in one session on the same GPU:
 
    A process wall time counts everything: interpreter, imports, Ray's start or attach,
    builds, runs, NCU, the store. kopt runs as ``python -m kopt``, the `kopt` console
-   script's code (kopt.front): on the warm service a queued sweep runs in the service's
-   ready driver (kopt.launchpad), its wall still the command's, from its start to its exit.
+   script's code (kopt.cli.front): on the warm service a queued sweep runs in the service's
+   ready driver (kopt.cli.launchpad), its wall still the command's, from its start to its exit.
 
 What each side measures per candidate: Kernel Tuner 1.5, its defaults (read in its
 ``core.benchmark_default`` and ``runners/sequential.py``): one run whose output is compared
@@ -38,7 +38,7 @@ Prints per run the wall times, the ratio kopt / Kernel Tuner against the issue's
 (cold with NCU <= 0.35, warm <= 0.2, cold without NCU <= 0.25), the first timing row (s
 after the command; <= 5 cold, <= 1 warm), run wall / max(compile CPU-s / cores, device
 busy s) (<= 1.3), and the winners: same config, or kopt's own measurement of Kernel
-Tuner's winner against kopt's winner by kopt.compare.label (FASTER/SLOWER/TIED).
+Tuner's winner against kopt's winner by kopt.core.compare.label (FASTER/SLOWER/TIED).
 
 Needs a CUDA GPU, cupy (Kernel Tuner's CUPY backend: NVRTC, like kopt's kernel mode)
 and ``kernel_tuner`` (PyPI; bring it to an offline host with KOPT_DEVICE_PKGS).
@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from kopt.spec import Space
+    from kopt.core.spec import Space
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ROOT / "sweeps" / "sgemm_kt"
@@ -75,7 +75,7 @@ SWEEP = ROOT / "sweeps" / "sgemm_kt"
 def _kt_space() -> Space:
     """The sweep's space as kopt loads it: expressions with its derived names inlined, over
     Kernel Tuner's params and the dims only (Kernel Tuner knows no derived names)."""
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
 
     return load_sweep(SWEEP).space("cuda")
 
@@ -176,8 +176,8 @@ def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str],
     cache; its figures: process wall s, run wall s, first result s (after the process
     started), compile CPU-s, device busy s, the cluster's CPUs, winner. ``timeline``: also
     write Ray's timeline of the run ($KOPT_RAY_TIMELINE, ``ray-timeline-LABEL.json``)."""
-    from kopt.database import Database, query
-    from kopt.select import best
+    from kopt.store.database import Database, query
+    from kopt.store.select import best
 
     shutil.rmtree(Path(env["KOPT_CACHE"]) / "builds", ignore_errors=True)  # empty build cache
     store = out / f"store-{label}"
@@ -209,7 +209,7 @@ def kopt_run(label: str, sweep: Path, out: Path, env: dict[str, str],
 
 def verdict(kt_best: dict, r: dict[str, Any]) -> str:
     """Same config, or kopt's measurement of Kernel Tuner's winner against kopt's."""
-    from kopt.compare import label
+    from kopt.core.compare import label
 
     mine = json.dumps({k: v for k, v in r["best"].items() if k != "median_ms"}, sort_keys=True)
     kt = json.dumps({k: v for k, v in kt_best.items() if k != "time_ms"}, sort_keys=True)

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kopt.database import Database
+from kopt.store.database import Database
 
 RUN_ID = re.compile(r"run (\d{8}-\d{6}-[0-9a-f]{6})")
 
@@ -29,7 +29,7 @@ RUN_ID = re.compile(r"run (\d{8}-\d{6}-[0-9a-f]{6})")
 def kopt(args: list[str], env: dict[str, str]) -> tuple[float, str]:
     """Run ``kopt ARGS``; returns (process wall s, stdout + stderr). Exits on failure."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", *args], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", *args], capture_output=True,
                        text=True, env=env)
     wall = time.perf_counter() - t0
     if p.returncode not in (0, 1):

@@ -1,6 +1,6 @@
-"""``python -m kopt``: the `kopt` command (kopt.front: a queued sweep starts in the local
-service's ready driver; anything else runs kopt.cli in this process)."""
+"""``python -m kopt``: the `kopt` command (kopt.cli.front: a queued sweep starts in the local
+service's ready driver; anything else runs kopt.cli.main in this process)."""
 
-from kopt.front import entry
+from kopt.cli.front import entry
 
 entry()

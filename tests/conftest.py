@@ -86,7 +86,7 @@ def assert_spec_error(sweep_dir: Path, *needles: str) -> str:
     """Load ``sweep_dir`` expecting a SpecError that names sweep.yaml and every needle."""
     import pytest
 
-    from kopt.spec import SpecError, load_sweep
+    from kopt.core.spec import SpecError, load_sweep
 
     with pytest.raises(SpecError) as ei:
         load_sweep(sweep_dir)

@@ -6,10 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import ROOT
-from kopt.catalog import load_catalog
-from kopt.expand import Context, cap, expand, stable_hash
-from kopt.pipeline import build_id
-from kopt.spec import load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import Context, cap, expand, stable_hash
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import build_id
 from workers import build as wb
 from workers.ptxas import parse_ptxas, summarize
 
@@ -201,7 +201,7 @@ def test_a_build_task_that_raised_is_one_line():
     """A build task that raised (a full disk): its error, not Ray's remote traceback."""
     import ray
 
-    from kopt.builder import _task_error
+    from kopt.run.builder import _task_error
 
     e = ray.exceptions.RayTaskError(
         "build", "Traceback (most recent call last):\n  File ...\nOSError: no space",

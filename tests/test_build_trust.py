@@ -10,10 +10,10 @@ import textwrap
 import pytest
 
 from conftest import VADD_REF, write_sweep
-from kopt.catalog import load_catalog
-from kopt.expand import expand, space_digest
-from kopt.pipeline import build_id
-from kopt.spec import load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import expand, space_digest
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import build_id
 from workers import build as wb
 from workers import deps
 

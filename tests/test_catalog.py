@@ -1,4 +1,4 @@
-from kopt.catalog import AXES, load_catalog, load_metric_guide
+from kopt.core.catalog import AXES, load_catalog, load_metric_guide
 
 
 def test_catalog_shape():

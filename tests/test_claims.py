@@ -1,8 +1,9 @@
-"""Claim checking (kopt.claims): the methods a submitted version claims, held to the catalog."""
+"""Claim checking (kopt.core.claims): the methods a submitted version claims, held to the
+catalog."""
 
-from kopt.catalog import load_catalog, parse_catalog
-from kopt.claims import catalog_scan, check_claim, check_claim_for_plan, parse_claim
-from kopt.expand import Context
+from kopt.core.catalog import load_catalog, parse_catalog
+from kopt.core.claims import catalog_scan, check_claim, check_claim_for_plan, parse_claim
+from kopt.core.expand import Context
 
 CAT = load_catalog()
 
@@ -156,8 +157,8 @@ def test_the_plan_of_kopt_propose_is_the_scan(tmp_path):
     """propose's plan (iteration 1 without a stored run, CPU: GPU-only methods gated, no evidence)
     carries the scan over every catalog method, so a hand-written version is held to it."""
     from conftest import VADD_CPP, VADD_REF, write_sweep
-    from kopt.propose import propose
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
+    from kopt.loop.propose import propose
 
     sw = load_sweep(write_sweep(tmp_path / "s", """
         kernel: k.cpp

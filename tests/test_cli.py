@@ -3,8 +3,8 @@
 from click.testing import CliRunner
 
 from conftest import ROOT, VADD_CPP, VADD_REF, write_sweep
-from kopt.cli import main
-from kopt.store import Writer
+from kopt.cli.main import main
+from kopt.store.database import Writer
 
 
 def run(*args):
@@ -83,9 +83,9 @@ def test_report_of_a_run_with_no_correct_candidate(ray_local, tmp_path):
     """Every candidate failed: the report says so with the failures, and names no best."""
     import shutil
 
-    from kopt.pipeline import run_sweep
-    from kopt.report import write_report
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
+    from kopt.tools.report import write_report
 
     d = tmp_path / "broken"
     shutil.copytree(ROOT / "sweeps" / "vector_add", d)
@@ -102,9 +102,9 @@ def test_report_of_a_run_with_no_correct_candidate(ray_local, tmp_path):
 def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, monkeypatch):
     """In a CI log or a file the progress bars only draw at the end: the sweep prints a
     plain 'built a/b, ran c/d' line every HEARTBEAT_S seconds instead (0.2 s here)."""
-    import kopt.cli
+    import kopt.cli.main
 
-    monkeypatch.setattr(kopt.cli, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(kopt.cli.main, "HEARTBEAT_S", 0.2)
     r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
             "--max-candidates", "3", "--iterations", "1", "--store", str(tmp_path / "st"))
     assert r.exit_code == 0, r.output
@@ -143,7 +143,7 @@ LEAVE_RAY = """
 import sys
 import ray
 from click.testing import CliRunner
-from kopt.cli import main
+from kopt.cli.main import main
 sweep, store = sys.argv[1], sys.argv[2]
 r = CliRunner().invoke(main, ["sweep", sweep, "--backend", "cpu", "--store", store + "1"])
 print(r.exit_code, ray.is_initialized())

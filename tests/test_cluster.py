@@ -142,7 +142,7 @@ def _sweep(tmp_path: Path, yaml: Path, store: Path, *extra: str, u: int = 4
             text = text.replace(old, new)
         spec.write_text(text)
     return subprocess.Popen(
-        [sys.executable, "-m", "kopt.cli", "sweep", str(sweep), "--cluster", str(yaml),
+        [sys.executable, "-m", "kopt.cli.main", "sweep", str(sweep), "--cluster", str(yaml),
          "--store", str(store), "--backend", "cpu", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
         start_new_session=True)
@@ -199,7 +199,7 @@ def test_cluster_spreads_classes_and_survives_a_dead_node(cluster, tmp_path):
     a_nodes = {nid for dc, _, _, nid in rows if dc == "a"}
     b_nodes = {nid for dc, _, _, nid in rows if dc == "b"}
     assert victim in a_nodes and len(a_nodes) == 2 and len(b_nodes) == 1 and victim not in b_nodes
-    best = subprocess.run([sys.executable, "-m", "kopt.cli", "best", "--store", str(store),
+    best = subprocess.run([sys.executable, "-m", "kopt.cli.main", "best", "--store", str(store),
                            "--format", "json", "cluster"], capture_output=True, text=True,
                           env=ENV, timeout=120)
     assert best.returncode == 0, best.stderr
@@ -254,7 +254,7 @@ def test_upload_leaves_big_and_ignored_files_behind(head, tmp_path):
     (sweep / ".koptignore").write_text("# what the sweep does not need\nscratch/\n")
     cmd = [sys.executable, "-c", "import sys, ray._private.runtime_env.packaging as p\n"
            "if sys.argv[1] == 'small': p.GCS_STORAGE_MAX_SIZE = 64 * 2**10\n"
-           "from kopt.cli import main\nmain(sys.argv[2:])", "as-is",
+           "from kopt.cli.main import main\nmain(sys.argv[2:])", "as-is",
            "sweep", str(sweep), "--address", f"127.0.0.1:{head.port}", "--backend", "cpu",
            "--max-candidates", "1", "--store", str(tmp_path / "store")]
     p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kopt.compare import geo_mean, label, rel_noise
-from kopt.contest import contenders, decide
+from kopt.core.compare import geo_mean, label, rel_noise
+from kopt.core.winner import contenders, decide
 
 
 def test_labels_follow_the_smaller_noise_with_a_one_percent_floor():
@@ -47,7 +47,7 @@ def test_the_loops_close_names_an_earlier_winner_faster_side_by_side():
     iteration 1's beyond noise: iteration 1's is named, the total is the first baseline's
     median over its median (no product), and the note says the later iterations did not
     improve on it."""
-    from kopt.contest import close_loop
+    from kopt.core.winner import close_loop
 
     winner_of = {"b": 0, "w1": 1, "w2": 2, "w3": 3}
     side = {"b": [(10.0, 0.1)], "w1": [(1.0, 0.01)], "w2": [(1.4, 0.01)], "w3": [(1.5, 0.01)]}
@@ -62,7 +62,7 @@ def test_the_loops_close_names_an_earlier_winner_faster_side_by_side():
 
 
 def test_the_loops_close_never_names_a_contender_that_failed_its_check():
-    from kopt.contest import close_loop
+    from kopt.core.winner import close_loop
 
     winner_of = {"b": 0, "w1": 1, "w2": 2}
     c = close_loop("b", "w2", winner_of, {"b": [(4.0, 0.01)], "w1": [(2.0, 0.01)]},
@@ -80,9 +80,9 @@ def test_the_loops_close_never_names_a_contender_that_failed_its_check():
 
 
 def test_the_noise_model_edge_cases():
-    """kopt.compare's one rule, with real values: NVBench's smaller noise, kopt's 1% floor,
+    """kopt.core.compare's one rule, with real values: NVBench's smaller noise, kopt's 1% floor,
     either side of the threshold, zero and unknown IQRs, inclusive."""
-    from kopt.compare import MIN_REL_NOISE, speedup_label, speedup_threshold, threshold
+    from kopt.core.compare import MIN_REL_NOISE, speedup_label, speedup_threshold, threshold
 
     # zero IQR on both sides: the floor alone; 0.99% apart ties, 1.01% does not
     assert threshold(0.0, 0.0) == MIN_REL_NOISE == 0.01
@@ -112,7 +112,7 @@ def test_the_noise_model_edge_cases():
 
 
 def test_one_geometric_mean_across_sizes():
-    from kopt.compare import across_sizes
+    from kopt.core.compare import across_sizes
 
     assert geo_mean([2.0, 8.0]) == pytest.approx(4.0)
     assert geo_mean(iter([3.0])) == pytest.approx(3.0)
@@ -125,10 +125,10 @@ def test_one_geometric_mean_across_sizes():
 
 
 def test_rank_takes_the_geometric_mean_and_worst_noise_across_sizes(tmp_path):
-    """kopt.loop.rank summarises a candidate's sizes with kopt.compare.geo_mean (no SQL
+    """kopt.loop.state.rank summarises a candidate's sizes with kopt.core.compare.geo_mean (no SQL
     geometric mean of its own) and its worst relative IQR, best speedup first."""
-    from kopt.loop import rank
-    from kopt.store import write_table
+    from kopt.loop.state import rank
+    from kopt.store.files import write_table
 
     def row(cid, dims, med, iqr, base=False):
         return {"run_id": "r1", "sweep": "s", "iteration": 1, "job_key": f"{cid}{dims}",

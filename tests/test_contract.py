@@ -1,6 +1,6 @@
 import pytest
 
-from kopt.contract import ContractError, parse_signature
+from kopt.core.contract import ContractError, parse_signature
 
 
 def test_inputs_outputs_scalars_and_types():

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from kopt.builder import build_id, build_job
-from kopt.catalog import load_catalog
-from kopt.expand import iter_candidates, space_digest
-from kopt.spec import load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import iter_candidates, space_digest
+from kopt.core.spec import load_sweep
+from kopt.run.builder import build_id, build_job
 from workers import build as wb
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

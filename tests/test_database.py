@@ -1,4 +1,4 @@
-"""kopt.database.Database on a small store with real rows: each public method's values."""
+"""kopt.store.database.Database on a small store with real rows: each public method's values."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
-from kopt.database import Database, RunHistory, TraceError, Writer, read_nsys_export
-from kopt.loop import rank
-from kopt.store import QueryError, RunLock
+from kopt.loop.state import rank
+from kopt.store.database import Database, RunHistory, TraceError, Writer, read_nsys_export
+from kopt.store.files import QueryError, RunLock
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 DC = "cpu-x86_64"
@@ -212,24 +212,6 @@ def test_read_nsys_export(tmp_path):
     (tmp_path / "not.sqlite").write_text("not a database at all, long enough to have a header")
     with pytest.raises(TraceError, match="not a database"):
         read_nsys_export(tmp_path / "not.sqlite")
-
-
-def test_the_moved_names_stay_importable_from_kopt_store():
-    """Code written against kopt.store (connect, query, Writer, run_record...) keeps working:
-    the very objects of kopt.database, and nothing else appears there."""
-    import kopt.database
-    import kopt.store
-    from kopt.store import Writer as W
-    from kopt.store import connect, open_query, run_record
-
-    assert W is Writer and connect is kopt.database.connect
-    assert open_query is kopt.database.open_query and run_record is kopt.database.run_record
-    assert sorted(kopt.store._MOVED) == [
-        "CANDIDATES_VIEW", "METRICS_VIEW", "RUNS_VIEW", "Result", "Writer", "connect",
-        "done_job_keys", "explain", "iteration_states", "open_query", "query", "run_record"]
-    assert all(getattr(kopt.store, n) is getattr(kopt.database, n) for n in kopt.store._MOVED)
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        kopt.store.nope  # noqa: B018
 
 
 def test_status_counts_are_the_whole_runs_rows(db):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, VADD_CPP, VADD_REF, assert_spec_error, write_sweep
-from kopt.catalog import load_catalog
-from kopt.expand import Context, expand
-from kopt.spec import SpecError, launch_geometry, load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import Context, expand
+from kopt.core.spec import SpecError, launch_geometry, load_sweep
 
 GOOD = """
     kernel: k.cpp
@@ -50,7 +50,7 @@ def expect(tmp_path, yaml_text, *needles):
 
 
 def test_inline_substitutes_with_the_parentheses_precedence_needs():
-    from kopt.expr import inline
+    from kopt.core.restrictions import inline
 
     assert inline("(N + BN - 1) // BN", {"BN": "BX * TN"}) == "(N + BX * TN - 1) // (BX * TN)"
     assert inline("-A ** 2 + B", {"A": "-x", "B": "p < q"}) == "-(-x) ** 2 + (p < q)"
@@ -294,7 +294,7 @@ def test_every_shipped_sweep_is_pinned():
 
 
 def test_the_written_out_winner_states_its_derived_quantities(tmp_path):
-    from kopt.report import realized_source
+    from kopt.tools.report import realized_source
 
     text = realized_source(make(tmp_path), "cpu", {"CHUNK": 128, "VEC": 4}, "winner")
     assert text.splitlines()[:5] == [

@@ -5,7 +5,7 @@ import platform
 
 import pytest
 
-from kopt.devices import Node, Slot, build_nodes, plan_slots
+from kopt.run.devices import Node, Slot, build_nodes, plan_slots
 
 
 def _nodes():
@@ -42,7 +42,7 @@ def test_builds_routed_by_platform_only_on_a_mixed_cluster():
 def test_the_arch_of_local_gpus_is_read_before_any_device_starts(tmp_path, monkeypatch):
     """nvidia-smi's compute capability, filtered like CUDA_VISIBLE_DEVICES (index or UUID
     prefix); a one-node run's build target is known from it, a mixed or unknown one is not."""
-    from kopt.devices import Node, local_compute_caps, predicted_target
+    from kopt.run.devices import Node, local_compute_caps, predicted_target
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\ncat <<'X'\n0, GPU-1111aaaa-0000, 9.0\n1, GPU-2222bbbb-0000, 8.7\n"

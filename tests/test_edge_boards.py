@@ -58,7 +58,7 @@ def test_kopt_env_on_a_jetson_exits_0_with_unknown_figures():
     PYTHONPATH, which the embedded Ray instance's workers inherit)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(ROOT)]),
            "RAY_USAGE_STATS_ENABLED": "0"}
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "env"], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "env"], capture_output=True,
                        text=True, env=env, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "Traceback" not in p.stdout + p.stderr

@@ -13,18 +13,18 @@ import sys
 from click.testing import CliRunner
 
 from conftest import ROOT
-from kopt.cli import main
-from kopt.store import Writer
+from kopt.cli.main import main
+from kopt.store.database import Writer
 
 VADD = str(ROOT / "sweeps" / "vector_add")
 # Ray takes 8-15 s to start on a 2-core machine; these checks need none of it
 FAST_S = 3.0
 TIMED = """
 import sys, time
-import kopt.cli, kopt.pipeline
+import kopt.cli.main, kopt.driver.sweep
 t0 = time.perf_counter()
 try:
-    kopt.cli.main(sys.argv[1:])
+    kopt.cli.main.main(sys.argv[1:])
 finally:
     print(f"elapsed {time.perf_counter() - t0:.3f}", file=sys.stderr)
 """

@@ -1,9 +1,9 @@
 """Expansion: triples (priority, arch gates, conflicts, requires), restrictions, dedup, cap."""
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
-from kopt.catalog import load_catalog
-from kopt.expand import Tally, admissible_triples, cap, expand, iter_candidates, scan_axes
-from kopt.spec import load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import Tally, admissible_triples, cap, expand, iter_candidates, scan_axes
+from kopt.core.spec import load_sweep
 
 CAT = load_catalog()
 
@@ -112,7 +112,7 @@ def test_cpu_devices_get_no_gpu_only_method(tmp_path):
 def test_unknown_name_in_restriction(tmp_path):
     import pytest
 
-    from kopt.spec import SpecError
+    from kopt.core.spec import SpecError
     with pytest.raises(SpecError, match="THREDS"):
         expand(space(tmp_path, SPEC.replace('"THREADS * ITEMS <= 1024"', '"THREDS < 4"')),
                CAT, sm=90)
@@ -146,9 +146,9 @@ MILLION = """
 
 CAP_A_MILLION = """
 import json, resource, sys, time
-from kopt.catalog import load_catalog
-from kopt.expand import Tally, cap, iter_candidates
-from kopt.spec import load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import Tally, cap, iter_candidates
+from kopt.core.spec import load_sweep
 
 sp, cat = load_sweep(sys.argv[1]).space("cpu"), load_catalog()
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

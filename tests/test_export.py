@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
-from kopt.cli import main
-from kopt.export import device_macro
-from kopt.store import now, write_table
+from kopt.cli.main import main
+from kopt.store.files import now, write_table
+from kopt.tools.export import device_macro
 
 X86, ARM = "cpu-x86_64", "cpu-aarch64"
 
@@ -155,8 +155,8 @@ TINY_CPP = """
 def test_a_cpu_sweep_exported_into_a_cpp_build(ray_local, tmp_path):
     """A one-iteration CPU sweep of two candidates whose winner is certain (A does 32x less
     work); the exported header carries it into a C++ build."""
-    from kopt.pipeline import run_sweep
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
 
     d = write_sweep(tmp_path / "tiny", TINY, {"tiny.cpp": TINY_CPP,
                                              "ref.py": "def reference(x, N):\n"

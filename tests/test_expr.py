@@ -68,9 +68,10 @@ def test_the_issues_expression_fails_in_milliseconds():
 
 
 def test_compiled_restrictions_match_the_tree_walk():
-    """kopt.expr.all_of compiles restrictions (they run per candidate, a million times for a
+    """kopt.core.restrictions.all_of compiles restrictions (they run per candidate, a million
+    times for a
     large space); its verdicts and errors are the tree walk's."""
-    from kopt.expr import all_of
+    from kopt.core.restrictions import all_of
     from workers.expr import Expr
 
     env = {"A": 3, "B": 0, "C": 2.5, "N": 4096, "S": -7}

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from conftest import FIXTURES, write_sweep
-from kopt.contract import parse_signature_file
+from kopt.core.contract import parse_signature_file
 from workers import build as wb
 from workers.harness import Harness
 from workers.sandbox import Sandbox

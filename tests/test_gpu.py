@@ -5,10 +5,10 @@ import json
 import pytest
 
 from conftest import ROOT
-from kopt.pipeline import run_sweep
-from kopt.select import best
-from kopt.spec import load_sweep
-from kopt.store import query
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import run_sweep
+from kopt.store.database import query
+from kopt.store.select import best
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

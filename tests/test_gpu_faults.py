@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from conftest import FIXTURES, ROOT
-from kopt.contract import parse_signature_file
+from kopt.core.contract import parse_signature_file
 from workers import build as wb
 from workers.sandbox import Sandbox
 
@@ -94,7 +94,7 @@ def test_a_real_ncu_capture(tmp_path):
 def test_preflight_on_a_gpu():
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     r = CliRunner().invoke(main, ["preflight", str(ROOT / "sweeps" / "vector_add")])
     assert r.exit_code == 0, r.output
@@ -102,9 +102,9 @@ def test_preflight_on_a_gpu():
 
 
 def test_a_two_iteration_ncu_loop(ray_local, tmp_path):
-    from kopt.pipeline import run_sweep
-    from kopt.spec import load_sweep
-    from kopt.store import query
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
+    from kopt.store.database import query
 
     s = run_sweep(load_sweep(ROOT / "sweeps" / "vector_add"), tmp_path / "st", backend="cuda",
                   iterations=2, max_candidates=8)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import FIXTURES, write_sweep
-from kopt.contract import parse_signature_file
+from kopt.core.contract import parse_signature_file
 from workers import build as wb
 from workers.sandbox import Sandbox
 
@@ -285,7 +285,7 @@ def _call_half_solve(path: str, src, backend: str) -> list[float]:
 
     import torch
 
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.ctypes_map import scalar_ctype
 
     lib = ctypes.CDLL(path)

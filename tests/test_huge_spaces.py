@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-import kopt.expand
+import kopt.core.expand
 from conftest import ROOT, VADD_CPP, VADD_REF, write_sweep
-from kopt.catalog import load_catalog
-from kopt.expand import cap, expand, iter_candidates
-from kopt.spec import SpecError, load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import cap, expand, iter_candidates
+from kopt.core.spec import SpecError, load_sweep
 
 CAT = load_catalog()
 DIGITS = list(range(1, 11))
@@ -47,7 +47,7 @@ def counted_restrictions(monkeypatch):
     """Counts every evaluation of a compiled restriction check, and stops a walk: past
     100,000 evaluations the check raises (an enumeration of the space would get there)."""
     calls = [0]
-    real = kopt.expand.all_of
+    real = kopt.core.expand.all_of
 
     def counting(*args, **kwargs):
         check = real(*args, **kwargs)
@@ -58,7 +58,7 @@ def counted_restrictions(monkeypatch):
                 raise RuntimeError("the space is being enumerated")
             return check(values)
         return counted
-    monkeypatch.setattr(kopt.expand, "all_of", counting)
+    monkeypatch.setattr(kopt.core.expand, "all_of", counting)
     return calls
 
 
@@ -96,7 +96,7 @@ def test_sampled_candidates_are_those_the_walk_yields(tmp_path, monkeypatch):
                     methods=methods)
     every = {c.candidate_id: c for c in expand(sp, CAT, None)}
     walked = cap(iter_candidates(sp, CAT, None), 30)
-    monkeypatch.setattr(kopt.expand, "WALK_LIMIT", 1000)
+    monkeypatch.setattr(kopt.core.expand, "WALK_LIMIT", 1000)
     stream = iter_candidates(sp, CAT, None)
     assert stream.configs == 10**4 * (1 + 2) * 2 and stream.huge
     drawn = cap(stream, 30)
@@ -117,15 +117,15 @@ def test_the_index_decodes_to_the_products_order(tmp_path):
 
 def test_restrictions_that_reject_everything_are_named(tmp_path, monkeypatch):
     sp = huge_space(tmp_path, 10, restrictions='["A + B + C + D + E + F + G + H + I + J <= 10"]')
-    monkeypatch.setattr(kopt.expand, "SAMPLE_DRAWS", 2000)
-    monkeypatch.setattr(kopt.expand, "DRAWS_PER_CANDIDATE", 100)
+    monkeypatch.setattr(kopt.core.expand, "SAMPLE_DRAWS", 2000)
+    monkeypatch.setattr(kopt.core.expand, "DRAWS_PER_CANDIDATE", 100)
     with pytest.raises(SpecError, match=r"sweep.yaml: restrictions: none of 2,000 random "
                        r"launch configs .*10,000,000,000 before restrictions"):
         cap(iter_candidates(sp, CAT, None), 5)
 
 
 def test_an_uncapped_walk_of_a_huge_space_is_refused_before_ray(tmp_path):
-    from kopt.pipeline import SweepError, check_before_ray
+    from kopt.driver.sweep import SweepError, check_before_ray
 
     d = write_sweep(tmp_path / "h", huge_spec(9), {"k.cpp": KERNEL, "ref.py": VADD_REF})
     sw = load_sweep(d)
@@ -133,7 +133,7 @@ def test_an_uncapped_walk_of_a_huge_space_is_refused_before_ray(tmp_path):
                        r".* give --max-candidates N"):
         check_before_ray(sw, tmp_path / "store", "cpu", None, local=True)
     check_before_ray(sw, tmp_path / "store", "cpu", None, local=True, max_candidates=5)
-    assert 10**6 < kopt.expand.WALK_LIMIT < 10**9
+    assert 10**6 < kopt.core.expand.WALK_LIMIT < 10**9
 
 
 def kopt_cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -143,7 +143,7 @@ def kopt_cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
 
 
 def test_propose_plans_a_1e9_space_without_walking_it(tmp_path, counted_restrictions):
-    from kopt.propose import propose
+    from kopt.loop.propose import propose
 
     methods = ("methods:\n  compute.thread_coarsening: {params: {ITEMS: [2, 4]}}\n"
                "  memory.vectorized_access: {defines: {VEC: 4}}\n")
@@ -162,9 +162,10 @@ def test_sweep_plans_a_1e9_space_before_ray_in_a_fresh_process(tmp_path):
     process on a generated 1e9-config sweep folder: the baseline and 4 distinct sampled
     candidates (the walk of the cap took minutes here)."""
     d = write_sweep(tmp_path / "h", huge_spec(9), {"k.cpp": KERNEL, "ref.py": VADD_REF})
-    code = ("import json, sys\nfrom kopt.pipeline import check_before_ray\n"
-            "from kopt.catalog import load_catalog\nfrom kopt.expand import iter_candidates\n"
-            "from kopt.strategy import make\nfrom kopt.spec import load_sweep\n"
+    code = ("import json, sys\nfrom kopt.driver.sweep import check_before_ray\n"
+            "from kopt.core.catalog import load_catalog\n"
+            "from kopt.core.expand import iter_candidates\n"
+            "from kopt.strategy import make\nfrom kopt.core.spec import load_sweep\n"
             "from pathlib import Path\n"
             "sw = load_sweep(sys.argv[1]); sp = sw.space('cpu')\n"
             "check_before_ray(sw, Path(sys.argv[2]), 'cpu', None, local=True, max_candidates=5)\n"
@@ -208,6 +209,6 @@ def test_kopt_sweep_measures_a_capped_sample_of_a_1e9_space(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     words = " ".join((out.stdout + out.stderr).split())  # the console wraps long notes
     assert "5 of 1,000,000,000 launch configs before restrictions" in words, out.stdout
-    from kopt.database import Database
+    from kopt.store.database import Database
     _, rows = Database(store).query("select count(distinct candidate_id) from candidates")
     assert rows[0][0] == 5

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, VADD_CPP, VADD_REF, assert_spec_error, write_sweep
-from kopt.catalog import load_catalog
-from kopt.expand import expand, stable_hash
-from kopt.pipeline import build_id, job_base
-from kopt.spec import launch_geometry, load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import expand, stable_hash
+from kopt.core.spec import launch_geometry, load_sweep
+from kopt.driver.sweep import build_id, job_base
 from workers import build as wb
 from workers import nvrtc
 
@@ -364,7 +364,7 @@ def test_without_a_driver_loading_a_cubin_is_a_clear_error(tmp_path):
 def test_preflight_builds_a_kernel_mode_sweep_without_a_gpu():
     import torch
 
-    from kopt.preflight import run_preflight
+    from kopt.tools.preflight import run_preflight
 
     if torch.cuda.is_available():
         pytest.skip("with a GPU, preflight runs the kernel (test_gpu_kernel_mode_launches)")
@@ -427,8 +427,8 @@ def test_gpu_kernel_mode_launches(tmp_path):
 def test_the_driver_plans_kernel_mode_builds(tmp_path):
     """The pipeline's plan for sgemm_kt on an sm_90 class: NVRTC build jobs that carry the
     launch block, build ids that depend on it, and one of them built for real."""
-    from kopt.expand import Context
-    from kopt.pipeline import Driver
+    from kopt.core.expand import Context
+    from kopt.driver.sweep import Driver
 
     sw = load_sweep(ROOT / "sweeps" / "sgemm_kt")
     space = sw.space("cuda")

@@ -1,6 +1,6 @@
-"""The service's ready driver (kopt.launchpad) against fronts that misbehave: a spare that
+"""The service's ready driver (kopt.cli.launchpad) against fronts that misbehave: a spare that
 took a connection answers or gives up within its wait, and runs nothing it was not handed
-properly. Each spare runs :func:`kopt.launchpad.serve` on the accepted connection; here it
+properly. Each spare runs :func:`kopt.cli.launchpad.serve` on the accepted connection; here it
 runs in a thread on one end of a socket pair, the test playing the front on the other."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kopt import front, launchpad
+from kopt.cli import front, launchpad
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_a_request_without_stdin_stdout_stderr_is_declined(spare):
 def test_a_launchpad_started_beside_a_users_workers_package_uses_kopts(tmp_path,
                                                                         monkeypatch):
     # `kopt serve start` in a project with a `workers` package of its own: `python -m
-    # kopt.launchpad` put that folder first on sys.path, imported the user's `workers` and
+    # kopt.cli.launchpad` put that folder first on sys.path, imported the user's `workers` and
     # died (no ready driver, ever)
     (tmp_path / "workers").mkdir()
     (tmp_path / "workers" / "__init__.py").write_text("")
@@ -105,7 +105,7 @@ def test_the_launchpad_counts_sweeps_not_declined_fronts_and_records_a_killed_dr
     """A spare that took a front writes 1, one that then declined it d: `served` (what
     `serve status` shows) counts only the sweeps run (it counted declined fronts too). A
     driver killed by a signal (here SIGKILL, as the out-of-memory killer does) is recorded
-    for its front (kopt.front.exit_file)."""
+    for its front (kopt.cli.front.exit_file)."""
     import json
     import signal
 
@@ -139,7 +139,7 @@ def test_a_front_whose_driver_was_killed_dies_by_that_signal(tmp_path):
 
     rec = front.exit_file(str(tmp_path / "s.sock"), 4242)
     rec.write_text(str(-signal.SIGKILL))
-    code = "import sys; from kopt import front; sys.exit(front._gone(sys.argv[1]))"
+    code = "import sys; from kopt.cli import front; sys.exit(front._gone(sys.argv[1]))"
     p = subprocess.run([sys.executable, "-c", code, str(rec)], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == -signal.SIGKILL, p.stderr

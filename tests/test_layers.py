@@ -15,7 +15,7 @@ DRIVER_SIDE = {"ray", "pydantic", "yaml", "pycparser", "kopt"}
 
 def test_node_side_modules_load_nothing_of_the_driver():
     """A fresh interpreter that imports what a sandbox and a build run has none of the
-    driver-side packages in sys.modules (before: kopt.spec, kopt.catalog, pydantic, yaml,
+    driver-side packages in sys.modules (before: kopt.core.spec, kopt.core.catalog, pydantic, yaml,
     pycparser came with workers.harness)."""
     code = ("import workers.harness, workers.sandbox, workers.launcher, workers.build, "
             "workers.ncu_target, sys; print(sorted(m for m in sys.modules "
@@ -40,24 +40,24 @@ def test_the_driver_names_are_the_shared_ones():
     """kopt's public names still work and are the very objects that workers/ holds (one
     definition, re-exported): the C type table, scalar ctypes, expressions, launch geometry,
     the ``ncu --query-metrics`` parser."""
-    import kopt.bottleneck
-    import kopt.contract
-    import kopt.expr
-    import kopt.spec
+    import kopt.core.bottleneck
+    import kopt.core.contract
+    import kopt.core.restrictions
+    import kopt.core.spec
     from workers import ctypes_map, expr, launch_geometry, ncu
 
-    assert kopt.contract.C_TYPES is ctypes_map.C_TYPES
-    assert kopt.contract.scalar_ctype is ctypes_map.scalar_ctype
-    assert kopt.contract.scalar_range is ctypes_map.scalar_range
-    assert kopt.expr.parse is expr.parse and kopt.expr.ExprError is expr.ExprError
-    assert kopt.bottleneck.parse_query_metrics is ncu.parse_query_metrics
+    assert kopt.core.contract.C_TYPES is ctypes_map.C_TYPES
+    assert kopt.core.contract.scalar_ctype is ctypes_map.scalar_ctype
+    assert kopt.core.contract.scalar_range is ctypes_map.scalar_range
+    assert kopt.core.restrictions.parse is expr.parse and kopt.core.restrictions.ExprError is expr.ExprError
+    assert kopt.core.bottleneck.parse_query_metrics is ncu.parse_query_metrics
     launch = {"block": [128], "grid": ["(N + 127) // 128"], "smem_bytes": 0}
     want = {"block": [128, 1, 1], "grid": [8, 1, 1], "smem_bytes": 0}
-    assert kopt.spec.launch_geometry(launch, {"N": 1000}) == want
+    assert kopt.core.spec.launch_geometry(launch, {"N": 1000}) == want
     assert launch_geometry.launch_geometry(launch, {"N": 1000}) == want
 
 
-# the driver's modules that issue 13.1 split out of kopt/pipeline.py
+# the driver's modules that issue 13.1 split out of kopt/driver/sweep.py
 SPLIT = ["pipeline.py", "builder.py", "runner.py", "scheduler.py", "service.py",
          "strategy/*.py"]
 MAX_FUNCTION_LINES = 60

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 import pytest
 from test_ncu import rows as ncu_rows
 
-from kopt.bottleneck import aggregate
-from kopt.catalog import load_catalog
-from kopt.database import Database
-from kopt.loop import IterState
-from kopt.propose import trigger_digest
-from kopt.store import now, write_table
-from kopt.strategy.ncu_loop import evidence_rows
-from kopt.submit import SubmitError, parse_idea
+from kopt.core.bottleneck import aggregate
+from kopt.core.catalog import load_catalog
+from kopt.loop.guided import evidence_rows
+from kopt.loop.propose import trigger_digest
+from kopt.loop.state import IterState
+from kopt.store.database import Database
+from kopt.store.files import now, write_table
+from kopt.tools.submit import SubmitError, parse_idea
 
 TC, CP = "compute.thread_coarsening", "memory.cache_policy"
 IPC = "sm__inst_executed.avg.per_cycle_active"
@@ -120,7 +120,7 @@ def test_a_lineage_node_compares_its_candidates_over_every_problem_size():
     """A node's best is the candidate correct on the most sizes with the highest geometric
     mean speedup; its figures are geometric means over those sizes (a candidate fast on one
     size only, or a node's figure from one size, would compare unlike with like)."""
-    from kopt.submit import Node, _settle, _take
+    from kopt.tools.submit import Node, _settle, _take
 
     n = Node(("a", 2, "h"), "it 2 sweep (source h)", "", parent="b1")
     rows = [("c1", "d1", 1.0, 2.0), ("c1", "d2", 4.0, 1.0), ("c2", "d1", 0.5, 4.0),
@@ -143,7 +143,7 @@ def test_a_lineage_root_says_its_speedup_is_over_its_baseline_not_a_parent():
     baseline, and `kopt lineage` said "over its parent" (new-user trial); the caption says
     a child's speedup is over its parent as re-measured in the child's own iteration, so it
     need not be the ratio of the two nodes' medians."""
-    from kopt.submit import LINEAGE_CAPTION, Node, _settle, _take
+    from kopt.tools.submit import LINEAGE_CAPTION, Node, _settle, _take
 
     root = Node(("a", 1, "h"), "it 1 sweep (source h)", "")
     kid = Node(("a", 2, "v"), "it 2 v2.cpp (try 1, me, source v)", "compute.ilp_unroll",

@@ -3,11 +3,11 @@
 import pytest
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
-from kopt.catalog import load_catalog
-from kopt.compare import speedup_label, speedup_threshold
-from kopt.expand import Context, expand, scan_axes
-from kopt.loop import IterState, close_iteration
-from kopt.spec import load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.compare import speedup_label, speedup_threshold
+from kopt.core.expand import Context, expand, scan_axes
+from kopt.core.spec import load_sweep
+from kopt.loop.state import IterState, close_iteration
 
 
 def cand(cid, triple, speedup, base=False, rel_iqr=0.01, params=None):
@@ -33,7 +33,7 @@ def test_gain_selects_the_winner_and_records_ineffective_methods():
     assert ctx.baseline_params == {"T": 2} and ctx.selected == [U, V]
     # iteration 2 from there: the winner becomes the baseline; the state holds the speedup
     # over that iteration's own baseline only, never a product across timing runs (the loop's
-    # total comes from its closing contest: kopt.contest.close_loop)
+    # total comes from its closing contest: kopt.core.winner.close_loop)
     ranked2 = [cand("x", (None, None, P), 1.5), cand("w", (None, None, None), 1.0, base=True)]
     st2 = close_iteration(st, ranked2, 2, {}, "latency")
     assert st2.best["speedup"] == 1.5 and st2.best["iteration"] == 2
@@ -45,13 +45,14 @@ def test_within_noise_is_no_gain():
               cand("b", (None, None, None), 1.0, base=True, rel_iqr=0.04)]
     st = close_iteration(IterState(), ranked, 1, {}, None)
     assert st.stop.startswith("no gain beyond noise") and st.selected == []
-    # kopt.compare's threshold: the larger relative sigma (IQR / 1.349), not an IQR
+    # kopt.core.compare's threshold: the larger relative sigma (IQR / 1.349), not an IQR
     assert st.noise == pytest.approx(0.04 / 1.349) and st.ineffective == {U: None}
     assert st.best["candidate_id"] == "b"
 
 
 def test_the_gain_test_is_the_shared_noise_rule():
-    """kopt.loop decides a gain with kopt.compare's rule (NVBench's smaller noise), for every
+    """kopt.loop.state decides a gain with kopt.core.compare's rule (NVBench's smaller noise), for
+    every
     speedup and noise; the cases where that changed the loop's outcome are explicit."""
     for sp in (1.005, 1.0101, 1.0102, 1.02, 1.035, 1.06, 1.1, 1.3, 11.5):
         for rw, rb in ((0.0, 0.0), (0.01, 0.01), (0.04, 0.04), (0.1, 0.0), (0.3, 0.0),
@@ -160,7 +161,7 @@ def test_without_the_same_triple_minus_the_method_the_baseline_is_the_reference(
 def test_propose_sets_apart_triples_the_restrictions_empty(tmp_path):
     """An admissible triple whose every launch config a restriction excludes would run
     nothing: propose lists it apart instead of among the triples to run."""
-    from kopt.propose import propose
+    from kopt.loop.propose import propose
 
     spec = SPEC.replace("params: {T: [1, 2]}",
                         'params: {T: [1, 2]}\n    restrictions: ["VEC == 1 or T == 3"]')
@@ -188,8 +189,8 @@ def test_a_ranked_candidates_median_and_dims_belong_together(tmp_path):
     """rank() gives a candidate's smallest median over the problem sizes and the size it was
     measured on (before: the lexicographically first dims, here N=1000003, beside the
     N=65536 median: propose showed a median under the wrong size)."""
-    from kopt.loop import rank
-    from kopt.store import write_table
+    from kopt.loop.state import rank
+    from kopt.store.files import write_table
 
     rows = [{"run_id": "r", "sweep": "s", "iteration": 1, "device_class": "c",
              "candidate_id": cid, "job_key": f"{cid}{n}", "is_baseline": cid == "b",
@@ -209,8 +210,8 @@ def test_a_rung_whose_baseline_failed_is_ranked_by_medians(tmp_path):
     so rank() is empty and the halving ended there (CI, 2026-12-01: a false `replayed` on
     the baseline). rank_rung ranks the rung by the geometric mean of the medians across the
     sizes; rung 0 does not (a baseline failing its screen stops the loop)."""
-    from kopt.loop import rank, rank_rung
-    from kopt.store import write_table
+    from kopt.loop.state import rank, rank_rung
+    from kopt.store.files import write_table
 
     rows = [{"run_id": "r", "sweep": "s", "iteration": 1, "device_class": "c", "rung": rung,
              "candidate_id": cid, "job_key": f"{cid}{n}{rung}", "is_baseline": cid == "b",

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from click.testing import CliRunner
 
-from kopt import submit
-from kopt.cli import main
+from kopt.cli.main import main
+from kopt.tools import submit
 from workers.records import BuildResult
 
 GCC = ("v2.cpp: In function 'void solve(const float*, float*, int)':\n"
@@ -44,8 +44,8 @@ def test_a_submitted_version_that_does_not_compile_prints_the_compilers_first_er
 
 
 def test_a_winner_rejected_as_noise_names_the_side_whose_noise_set_the_threshold():
-    from kopt.loop import IterState, close_iteration
-    from kopt.review import judge
+    from kopt.loop.review import judge
+    from kopt.loop.state import IterState, close_iteration
 
     base = {"candidate_id": "b", "speedup": 1.0, "rel_iqr": 1.2, "is_baseline": True}
     win = {"candidate_id": "w", "speedup": 2.4, "rel_iqr": 1.5, "is_baseline": False}
@@ -75,9 +75,10 @@ def test_a_refused_resume_names_the_field_and_the_file_that_changed(tmp_path):
     import pytest
 
     from conftest import ROOT
-    from kopt.pipeline import SweepError, resumable_run, spec_parts
-    from kopt.spec import load_sweep
-    from kopt.store import Writer, dumps
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import SweepError, resumable_run, spec_parts
+    from kopt.store.database import Writer
+    from kopt.store.files import dumps
 
     d = tmp_path / "vector_add"
     shutil.copytree(ROOT / "sweeps" / "vector_add", d)
@@ -101,10 +102,10 @@ def test_a_refused_resume_names_the_field_and_the_file_that_changed(tmp_path):
 def test_a_run_with_nothing_correct_prints_no_empty_fastest_table(monkeypatch, capsys):
     import pytest
 
-    import kopt.select
-    from kopt import cli
+    import kopt.store.select
+    from kopt.cli import main as cli
 
-    monkeypatch.setattr(kopt.select, "top", lambda run_id, k, root: [])
+    monkeypatch.setattr(kopt.store.select, "top", lambda run_id, k, root: [])
     summary = SimpleNamespace(run_id="r1", status_counts={"wrong_result": 2}, n_skipped=0,
                               n_jobs=2, n_candidates=2, wall_s=1.0, rungs={}, states={},
                               phases=[], backend="cpu")
@@ -125,9 +126,9 @@ def test_a_run_with_nothing_correct_prints_no_empty_fastest_table(monkeypatch, c
 
 
 def test_empty_tables_are_one_line(tmp_path, monkeypatch):
-    from kopt import cli
-    from kopt.report import _reference_section
-    from kopt.store import Writer
+    from kopt.cli import main as cli
+    from kopt.store.database import Writer
+    from kopt.tools.report import _reference_section
 
     w = Writer(tmp_path, "demo", "r1")
     w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
@@ -154,7 +155,7 @@ def test_empty_tables_are_one_line(tmp_path, monkeypatch):
 
 
 def test_a_service_with_no_device_actor_is_one_line_not_an_empty_table(monkeypatch):
-    from kopt import service
+    from kopt.run import service
 
     st = {"address": "10.0.0.1:6379", "backend": "cpu", "sweeps_served": 0,
           "sweeps_running": [], "devices": [], "builders": []}
@@ -184,7 +185,7 @@ def test_a_name_and_a_folder_name_follow_one_rule(tmp_path):
     import pytest
 
     from conftest import VADD_CPP, VADD_REF, write_sweep
-    from kopt.spec import SpecError, load_sweep, name_problem
+    from kopt.core.spec import SpecError, load_sweep, name_problem
 
     yaml_text = "kernel: k.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n"
     files = {"k.cpp": VADD_CPP, "ref.py": VADD_REF}
@@ -210,7 +211,7 @@ def test_a_name_and_a_folder_name_follow_one_rule(tmp_path):
 
 
 def _iter_state(it, best_id, closing=None):
-    from kopt.loop import IterState
+    from kopt.loop.state import IterState
 
     return IterState(iteration=it, best={"candidate_id": best_id} if best_id else None,
                      closing=closing or {})
@@ -220,7 +221,7 @@ def test_the_median_figure_has_iqr_bars_and_the_speedup_figure_integer_ticks():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from kopt.report import median_figure, speedup_figure
+    from kopt.tools.report import median_figure, speedup_figure
 
     cand = [{"iteration": 1, "params": f'{{"T": {t}}}', "median_ms": m, "iqr_ms": q}
             for t, m, q in ((64, 2.0, 0.4), (128, 1.0, 0.2), (128, 1.5, 0.9), (256, 3.0, None))]
@@ -249,7 +250,7 @@ def test_the_median_figure_has_iqr_bars_and_the_speedup_figure_integer_ticks():
 def test_the_timeline_keeps_a_colour_per_phase_and_draws_only_lanes_with_work():
     import matplotlib.pyplot as plt
 
-    from kopt.report import _lanes, phase_color, timeline_figure
+    from kopt.tools.report import _lanes, phase_color, timeline_figure
 
     def row(phase, a, b, device=None):
         return {"phase": phase, "start_s": a, "end_s": b, "device": device,
@@ -283,7 +284,7 @@ def test_startup_counts_from_kopts_start_not_from_a_shell_that_execs_it():
 
     from conftest import ROOT
 
-    child = ("import time, kopt.phases as p; r = p.PhaseRecorder(); "
+    child = ("import time, kopt.util.phases as p; r = p.PhaseRecorder(); "
              "print(time.time() - p.start_epoch(), r.now())")
     got = subprocess.run(["bash", "-c", f'sleep 3 && exec "{sys.executable}" -c "{child}"'],
                          capture_output=True, text=True, timeout=120, cwd=ROOT,
@@ -297,7 +298,7 @@ def test_export_numbers_problem_sizes_in_sweep_yaml_order(tmp_path):
     from test_export import X86, write_two_classes
 
     from conftest import VADD_CPP, VADD_REF, write_sweep
-    from kopt.export import export
+    from kopt.tools.export import export
 
     sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 4096}, {N: 1024}]\n"
                             "params: {CHUNK: [64, 256, 1024]}\n",
@@ -311,7 +312,7 @@ def test_export_numbers_problem_sizes_in_sweep_yaml_order(tmp_path):
 
 
 def test_triage_tables_show_plain_numbers(monkeypatch):
-    from kopt import cli
+    from kopt.cli import main as cli
 
     kernel = {"rank": 1, "kernel": "sgemm_128x128", "share": 0.93, "total_us": 162345.6,
               "calls": 120, "avg_us": 1352.88, "min_us": 1201.5, "max_us": 10250.25,

@@ -1,15 +1,15 @@
 """``kopt methods``: each catalog method's record over the whole store, per device class and
-bottleneck, from rows written with the store's own writer (kopt.store.write_table)."""
+bottleneck, from rows written with the store's own writer (kopt.store.files.write_table)."""
 
 import json
 
 import pytest
 from click.testing import CliRunner
 
-from kopt.cli import main
-from kopt.database import Database
-from kopt.loop import IterState
-from kopt.store import now, write_table
+from kopt.cli.main import main
+from kopt.loop.state import IterState
+from kopt.store.database import Database
+from kopt.store.files import now, write_table
 
 U, V, P = "compute.ilp_unroll", "memory.vectorized_access", "latency.persistent_kernel"
 CPU, GPU = "cpu-x86_64", "nvidia-h200-sm90"

@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import VADD_CPP, VADD_REF, assert_spec_error, write_sweep
-from kopt.cli import main
-from kopt.names import reserved
-from kopt.spec import load_sweep
+from kopt.cli.main import main
+from kopt.core.names import reserved
+from kopt.core.spec import load_sweep
 
 SPEC = "kernel: k.cpp\ndims: [{N: 1024}]\nargs: {x: [N], y: [N]}\n"
 # reads CHUNK and VEC (VADD_CPP) and ITEMS, U

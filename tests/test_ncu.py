@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kopt.bottleneck import (
+from kopt.core.bottleneck import (
     aggregate,
     analyze,
     resolve_metrics,
@@ -209,7 +209,7 @@ def test_one_ncu_lock_per_gpu(tmp_path, monkeypatch):
 
 
 def test_the_candidates_to_profile_are_shared_round_robin():
-    from kopt.strategy.profiling import shares
+    from kopt.loop.profiling import shares
 
     todo = ["base", "top1", "top2", "top3"]
     assert shares(todo, [3]) == [(3, [0, 1, 2, 3])]
@@ -218,13 +218,13 @@ def test_the_candidates_to_profile_are_shared_round_robin():
 
 
 def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_local):
-    # issue 14.4: kopt.strategy.profiling sends each device its share at once and closes each
+    # issue 14.4: kopt.loop.profiling sends each device its share at once and closes each
     # device's ncu phase when its own share is back (Runner.call_many's `done`)
     import time
 
     import ray
 
-    from kopt.runner import DeviceError, RayRunner, Runner
+    from kopt.run.runner import DeviceError, RayRunner, Runner
 
     @ray.remote(num_cpus=0)
     class Echo:
@@ -312,10 +312,10 @@ def test_the_local_devices_metric_list_comes_from_the_query_started_before_ray(
     before Ray; another device still asks its actor."""
     import types
 
-    from kopt.catalog import load_catalog
-    from kopt.phases import PhaseRecorder
-    from kopt.spec import load_sweep
-    from kopt.strategy.profiling import resolve
+    from kopt.core.catalog import load_catalog
+    from kopt.core.spec import load_sweep
+    from kopt.loop.profiling import resolve
+    from kopt.util.phases import PhaseRecorder
 
     _query_ncu(tmp_path, monkeypatch)
     assert ncu.early_query() == (False, None)  # not started: nothing waits

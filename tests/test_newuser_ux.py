@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from test_export import cand
 from test_propose_json import DC, SWEEP, store_with_a_profiled_winner
 
-from kopt.cli import main
-from kopt.store import dumps, now, write_table
+from kopt.cli.main import main
+from kopt.store.files import dumps, now, write_table
 
 ADDR = "10.0.0.5:6379"
 
@@ -87,7 +87,7 @@ def test_wait_on_an_interrupted_queued_run_keeps_the_queue(tmp_path):
 
 
 def test_counted_is_singular_for_one_only():
-    from kopt.words import counted
+    from kopt.util.words import counted
 
     assert [counted(n, "cpu device actor") for n in (0, 1, 2)] == [
         "0 cpu device actors", "1 cpu device actor", "2 cpu device actors"]
@@ -113,17 +113,17 @@ def test_serve_stop_names_the_launchpad_it_stopped(tmp_path):
     import uuid
     from pathlib import Path
 
-    from kopt.service import _start_ticks
+    from kopt.run.service import _start_ticks
 
     tmp = Path(f"/tmp/kopt-ray-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     folder = Path(tempfile.mkdtemp(prefix="kopt-launch-", dir="/tmp"))
     sock = str(folder / "launch.sock")
     # stand-ins: the head kopt started (its command line names ray and its folder) and its
-    # launchpad (its command line names kopt.launchpad and the socket)
+    # launchpad (its command line names kopt.cli.launchpad and the socket)
     head = subprocess.Popen(["bash", "-c", "sleep 300; true", "ray", str(tmp)],
                             start_new_session=True)
-    pad = subprocess.Popen(["bash", "-c", "sleep 300; true", "kopt.launchpad", sock])
+    pad = subprocess.Popen(["bash", "-c", "sleep 300; true", "kopt.cli.launchpad", sock])
     try:
         (tmp_path / "service.json").write_text(json.dumps(
             {"address": "127.0.0.1:1", "pgid": head.pid, "head_start": _start_ticks(head.pid),
@@ -147,8 +147,8 @@ def test_lineage_shows_the_loops_named_best(tmp_path):
     """`kopt lineage` showed each node's fastest candidate as its "best", where `kopt best`
     shows the loop's named best (a tie within noise re-measured side by side names the one
     with the fewest methods): the two named different candidates (new-user trial)."""
-    from kopt.loop import IterState
-    from kopt.submit import LINEAGE_CAPTION
+    from kopt.loop.state import IterState
+    from kopt.tools.submit import LINEAGE_CAPTION
 
     st = tmp_path / "st"
     b, fast, simple = {"CHUNK": 64}, {"CHUNK": 256, "VEC": 4}, {"CHUNK": 1024}
@@ -172,14 +172,14 @@ def test_lineage_shows_the_loops_named_best(tmp_path):
 
 def test_a_run_keeps_the_ray_head_it_was_started_on_for_its_resume_command(copy_fixture,
                                                                           tmp_path):
-    """The run's record keeps --address/--cluster as given (kopt.pipeline.run_sweep passes
+    """The run's record keeps --address/--cluster as given (kopt.driver.sweep.run_sweep passes
     them to the Driver), so that the resume command its notes name keeps them."""
-    from kopt.builder import job_base
-    from kopt.database import Database
-    from kopt.pipeline import Driver, space_digest
-    from kopt.runner import LocalRunner
-    from kopt.spec import load_sweep
-    from kopt.store import recorded_resume_command
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import Driver, space_digest
+    from kopt.run.builder import job_base
+    from kopt.run.runner import LocalRunner
+    from kopt.store.database import Database
+    from kopt.store.files import recorded_resume_command
 
     sweep, store = load_sweep(copy_fixture("submit")), tmp_path / "store"
     drv = Driver(sweep, store, attach={"address": None, "cluster": "c l.yaml"})

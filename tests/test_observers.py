@@ -157,9 +157,9 @@ class _Readings:
 
 
 def test_the_progress_callback_keeps_its_old_name():
-    """kopt.observer's hooks are progress callbacks (TVM: MeasureCallback), not measurement
+    """kopt.run.callbacks's hooks are progress callbacks (TVM: MeasureCallback), not measurement
     observers; code written against the old name still imports it."""
-    from kopt.observer import Observer, ProgressCallback
+    from kopt.run.callbacks import Observer, ProgressCallback
 
     assert Observer is ProgressCallback
     assert ProgressCallback().on_note("x") is None
@@ -171,7 +171,8 @@ def test_power_is_a_stored_column_null_in_older_stores(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kopt.store import query, write_table
+    from kopt.store.database import query
+    from kopt.store.files import write_table
 
     folder = tmp_path / "candidates" / "sweep=s" / "run=r0"
     folder.mkdir(parents=True)
@@ -219,7 +220,7 @@ def _rows(res):
 
 def _built(tmp_path, build_id):
     """faulty.cpp's honest mode built for the CPU as ``build_id``: the artifact's bytes and
-    the sweep-wide part of a run job for it (kopt.builder.job_base's fields)."""
+    the sweep-wide part of a run job for it (kopt.run.builder.job_base's fields)."""
     from test_harness import job
 
     from workers import build as wb
@@ -265,7 +266,7 @@ def test_ncu_is_a_profiling_observer_whose_results_are_its_columns(tmp_path, mon
 
 @pytest.mark.parametrize("devices", [1, 2])
 def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatch, devices):
-    """kopt.strategy.profiling through the device actor (kopt.runner.LocalRunner: the
+    """kopt.loop.profiling through the device actor (kopt.run.runner.LocalRunner: the
     device side in this process): every profiling observer registered for the device
     wraps the pass; NCU's rows become ``metrics`` rows, and every declared column -- NCU's
     status and error and a third, toy observer's -- a ``profiles`` column, with no change
@@ -275,13 +276,12 @@ def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatc
 
     import pytest
 
-    from kopt.catalog import load_catalog
-    from kopt.database import Database
-    from kopt.runner import LocalRunner
-    from kopt.spec import load_sweep
-    from kopt.store import query
-    from kopt.strategy import profiling
-    from kopt.strategy.context import RunContext
+    from kopt.core.catalog import load_catalog
+    from kopt.core.spec import load_sweep
+    from kopt.loop import profiling
+    from kopt.run.context import RunContext
+    from kopt.run.runner import LocalRunner
+    from kopt.store.database import Database, query
     from workers import observers
     from workers.observers import NcuObserver, ProfilingObserver, register
     from workers.records import BuildResult
@@ -393,9 +393,9 @@ def test_a_plugged_in_observer_adds_a_stored_column(tmp_path, monkeypatch):
     import dataclasses
     import json
 
-    from kopt.database import Database
-    from kopt.runner import LocalRunner, RunInput
-    from kopt.store import now, query, table_schema
+    from kopt.run.runner import LocalRunner, RunInput
+    from kopt.store.database import Database, query
+    from kopt.store.files import now, table_schema
     from workers.observers import observer_columns, registered
     from workers.records import RunJob, Status, TuningRecord
 
@@ -431,7 +431,7 @@ def test_the_builtin_observers_add_no_column_and_bad_plugins_are_named(tmp_path,
     import pyarrow as pa
     import pytest
 
-    from kopt.store import SCHEMAS, table_schema
+    from kopt.store.files import SCHEMAS, table_schema
     from workers import observers
     from workers.observers import register, registered
 

@@ -8,8 +8,9 @@ import errno
 
 from click.testing import CliRunner
 
-from kopt import cli, submit
-from kopt.cli import main, os_error_line
+from kopt.cli import main as cli
+from kopt.cli.main import main, os_error_line
+from kopt.tools import submit
 
 
 def test_a_full_disk_names_no_empty_file_and_says_how_to_finish():
@@ -55,7 +56,7 @@ def test_a_port_whose_worktree_cannot_be_made_leaves_no_branch(tmp_path):
 
     import pytest
 
-    from kopt.port import PortError, _add_worktree, _git
+    from kopt.tools.port import PortError, _add_worktree, _git
 
     repo = tmp_path / "repo"
     repo.mkdir()

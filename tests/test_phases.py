@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from kopt.database import Database
-from kopt.phases import RUN_PHASES, PhaseRecorder, phase_summary, start_epoch
-from kopt.pipeline import run_sweep
-from kopt.report import write_report
-from kopt.spec import load_sweep
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import run_sweep
+from kopt.store.database import Database
+from kopt.tools.report import write_report
+from kopt.util.phases import RUN_PHASES, PhaseRecorder, phase_summary, start_epoch
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = {"device_class": "cpu-x", "device_id": "n/cpu-1", "node_ip": "n"}

@@ -12,11 +12,11 @@ import uuid
 import pytest
 
 from conftest import ROOT
-from kopt.compare import label
-from kopt.pipeline import run_sweep
-from kopt.select import best, top
-from kopt.spec import load_sweep
-from kopt.store import query
+from kopt.core.compare import label
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import run_sweep
+from kopt.store.database import query
+from kopt.store.select import best, top
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def _smaller(folder, samples, keep_space=False):
 
 def _kopt(*args, **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "kopt.cli", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "kopt.cli.main", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, **kw)
 
@@ -166,10 +166,10 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     """tests/fixtures/steps: methods cut the work by 16 (A), 8 (B) and 4 (C), so every step
     of the loop is certain; the closing contest re-measures the first baseline and both
     winners side by side and the loop's total comes from it alone."""
-    from kopt.cli import closing_line
-    from kopt.compare import RULE
-    from kopt.propose import propose
-    from kopt.report import write_report
+    from kopt.cli.main import closing_line
+    from kopt.core.compare import RULE
+    from kopt.loop.propose import propose
+    from kopt.tools.report import write_report
 
     store = tmp_path / "store"
     sweep = load_sweep(copy_fixture("steps"))
@@ -239,7 +239,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     summary = write_report(s.run_id, store, tmp_path / "rep")
     text = summary.read_text()
     assert "## Iterations on cpu-" in text and B in text
-    assert f"Noise: {RULE}." in text  # the one noise model's rule (kopt.compare), stated
+    assert f"Noise: {RULE}." in text  # the one noise model's rule (kopt.core.compare), stated
     assert f"the loop's total: {closing['speedup']:.3g}x the first baseline" in text
     assert (tmp_path / "rep" / "speedup_per_iteration.png").read_bytes()[:4] == b"\x89PNG"
     src = next((tmp_path / "rep").glob("best-*.cpp")).read_text()
@@ -260,9 +260,9 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     side by side than iteration 2's (the latest that passed) and is named the loop's best,
     the note says so, and the loop's total is the first baseline's median over its median,
     both from the closing contest's rows."""
-    from kopt.cli import closing_line
-    from kopt.observer import ProgressCallback
-    from kopt.report import write_report
+    from kopt.cli.main import closing_line
+    from kopt.run.callbacks import ProgressCallback
+    from kopt.tools.report import write_report
 
     d = copy_fixture("steps")
     trigger = tmp_path / "closing-started"
@@ -328,7 +328,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
 
 def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fixture,
                                                               tmp_path):
-    from kopt.observer import ProgressCallback
+    from kopt.run.callbacks import ProgressCallback
 
     class KillFirstDevice(ProgressCallback):
         """SIGKILLs device actor 0's process after its first result, once."""
@@ -362,7 +362,7 @@ def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fi
 def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_local,
                                                                           copy_fixture,
                                                                           tmp_path):
-    from kopt.pipeline import HALVING_SAMPLES
+    from kopt.driver.sweep import HALVING_SAMPLES
 
     store = tmp_path / "store"
     sweep = load_sweep(_smaller(copy_fixture("cluster"), 20, keep_space=True))
@@ -404,7 +404,7 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
     state = json.loads(query("select state from iterations order by created_at desc limit 1",
                              store)[1][0][0])
     assert b["candidate_id"] == state["closing"]["best"]["candidate_id"] and b["named"]
-    from kopt.pipeline import SweepError
+    from kopt.driver.sweep import SweepError
 
     with pytest.raises(SweepError, match="started with strategy halving, not exhaustive"):
         run_sweep(sweep, store, backend="cpu", resume=s.run_id, strategy="exhaustive")

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import write_sweep
-from kopt.cli import main
-from kopt.port import bench_figure
+from kopt.cli.main import main
+from kopt.tools.port import bench_figure
 
 KERNEL = """
     #ifndef CHUNK
@@ -67,8 +67,8 @@ def git(repo, *args):
 @pytest.fixture(scope="module")
 def swept(ray_local, tmp_path_factory):
     """A finished CPU sweep over CHUNK (the baseline 1 against 64 and 512) and its store."""
-    from kopt.pipeline import run_sweep
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
 
     tmp = tmp_path_factory.mktemp("port")
     d = write_sweep(tmp / "vadd", """

@@ -1,5 +1,5 @@
 """Harnesses started before Ray (workers.prestart) and taken over by a sandbox, and the
-quick stop of the embedded Ray (kopt.raystop): issue 14.2's cold start-up costs."""
+quick stop of the embedded Ray (kopt.run.raystop): issue 14.2's cold start-up costs."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 from test_harness import artifact, job
 
 from conftest import FIXTURES, ROOT, write_sweep
-from kopt.spec import load_sweep
+from kopt.core.spec import load_sweep
 from workers.prestart import STATUS, Prestarter
 from workers.reap import pid_alive
 from workers.sandbox import Sandbox
@@ -79,8 +79,8 @@ def test_a_dead_prestarted_harness_is_not_taken_over(prestarted):
 LEAVE = """
 import json, os, time
 import ray
-from kopt.pipeline import ensure_ray
-from kopt.raystop import leave_ray
+from kopt.driver.sweep import ensure_ray
+from kopt.run.raystop import leave_ray
 from workers.reap import pid_alive
 ensure_ray()
 node = ray._private.worker._global_node
@@ -99,7 +99,7 @@ leave_ray()
 
 
 def test_leave_ray_stops_every_process_of_the_embedded_instance():
-    """kopt.raystop.leave_ray stops what ray.init started -- all of it gone when it
+    """kopt.run.raystop.leave_ray stops what ray.init started -- all of it gone when it
     returns, the raylet's workers right after -- and Ray can start again (in a process of
     its own: this one may hold another test's Ray)."""
     out = subprocess.run([sys.executable, "-c", LEAVE], capture_output=True, text=True,
@@ -126,7 +126,7 @@ def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
     """prestart_sandboxes hands each harness the sweep's reference checks: their inputs and
     reference outputs are made before the actor takes the harness over, and the actor's
     own reference check (the same job) finds them made: reference() is not called again."""
-    from kopt.pipeline import prestart_sandboxes
+    from kopt.driver.sweep import prestart_sandboxes
 
     d, log = _counting_sweep(tmp_path)
     sweep = load_sweep(d)
@@ -154,7 +154,7 @@ def test_a_reference_that_fails_ahead_is_left_to_the_jobs_own_preparation(tmp_pa
     """A ref.py that raises while the prestarted harness makes its outputs ahead: the
     harness is taken over all the same, and the job's own preparation reports the error as
     without a prestart."""
-    from kopt.pipeline import prestart_sandboxes
+    from kopt.driver.sweep import prestart_sandboxes
 
     d, _ = _counting_sweep(tmp_path, "    raise ValueError('bad ref')")
     pre = prestart_sandboxes(load_sweep(d), "cpu", 1)
@@ -174,7 +174,7 @@ def test_a_reference_that_hangs_ahead_costs_what_it_costs_without_a_prestart(tmp
     the actor waited 180 s for a hello that never came before starting a harness of its
     own (that hung again). Now the harness is taken over at once and the first job times
     out within its preparation budget, naming ref.py."""
-    from kopt.pipeline import prestart_sandboxes
+    from kopt.driver.sweep import prestart_sandboxes
 
     d, _ = _counting_sweep(tmp_path, "    import time; time.sleep(3600)")
     pre = prestart_sandboxes(load_sweep(d), "cpu", 1)
@@ -287,7 +287,7 @@ def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path):
 
 
 def test_an_interrupted_prestart_leaves_no_harness_and_no_folder(monkeypatch):
-    """Ctrl-C or SIGTERM (kopt.pipeline.Terminated) while the second harness starts: the
+    """Ctrl-C or SIGTERM (kopt.driver.sweep.Terminated) while the second harness starts: the
     Prestarter never reached the sweep's clean-up, so the first harness ran on until the
     driver exited and its /tmp/kopt-prestart-* folder stayed. Both are gone now."""
     real, started = Prestarter._start, []

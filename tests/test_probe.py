@@ -1,4 +1,4 @@
-"""A HOST:PORT that is not a Ray head is refused in seconds (kopt.probe), not after Ray's
+"""A HOST:PORT that is not a Ray head is refused in seconds (kopt.run.probe), not after Ray's
 own 90 s and more of retries (trial 13)."""
 
 import socket
@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT
-from kopt.cli import main
-from kopt.probe import speaks_http2
+from kopt.cli.main import main
+from kopt.run.probe import speaks_http2
 
 
 def _server(reply: bytes | None) -> tuple[socket.socket, int]:
@@ -77,7 +77,7 @@ def test_sweep_with_an_address_that_is_not_ray_is_one_line_in_seconds(tmp_path):
 def test_head_problem_names_what_is_wrong_with_an_address():
     import socket
 
-    from kopt.probe import head_problem
+    from kopt.run.probe import head_problem
 
     assert head_problem("nohost") == "format" and head_problem("h:port") == "format"
     assert head_problem("::1:6379") == "format"  # IPv6 needs brackets Ray does not take

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 from test_ncu import rows as ncu_rows
 
 from conftest import ROOT
-from kopt.bottleneck import aggregate, triggers
-from kopt.cli import main
-from kopt.loop import IterState
-from kopt.store import dumps, now, write_table
+from kopt.cli.main import main
+from kopt.core.bottleneck import aggregate, triggers
+from kopt.loop.state import IterState
+from kopt.store.files import dumps, now, write_table
 
 SWEEP = ROOT / "sweeps" / "vector_add"
 DC = "nvidia-h200-sm90"
@@ -83,7 +83,7 @@ def test_propose_json_has_triples_reasons_evidence_and_the_best_source(tmp_path)
     assert ev["triggers"]["memory.kernel_fusion"] == {
         "text": ev["triggers"]["memory.kernel_fusion"]["text"], "verdict": None,
         "conditions": None}  # a text-only trigger: NCU cannot decide it
-    # every verdict is the loop's own (kopt.bottleneck.triggers) on the same figures
+    # every verdict is the loop's own (kopt.core.bottleneck.triggers) on the same figures
     assert {m: t["verdict"] for m, t in ev["triggers"].items()} == triggers(
         aggregate(ncu_rows("vadd_full")))
 
@@ -151,7 +151,7 @@ def test_propose_plans_from_the_closing_contests_best(tmp_path):
     """Trial 8, D2: the loop's closing contest found the first baseline faster side by side
     than iteration 1's winner; `kopt best` and `kopt export` name the baseline, but
     `kopt propose` planned from the losing winner (its methods already selected)."""
-    from kopt.database import Database
+    from kopt.store.database import Database
 
     root = tmp_path / "st"
     store_with_a_profiled_winner(root)
@@ -173,7 +173,7 @@ def test_propose_plans_from_the_closing_contests_best(tmp_path):
     assert plan["best"]["params"] == {"THREADS": 128}
     # `kopt submit` derives the next iteration from the same best: the one propose planned
     # from (CI at 5172507: the sweep's winner was the parent while propose named another)
-    from kopt.submit import _prior
+    from kopt.tools.submit import _prior
     it, states = _prior(Database(root), "r1", retry=False)
     assert it == 2 and states[1][DC].best["candidate_id"] == "b0"
     assert states[1][DC].selected == []

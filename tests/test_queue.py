@@ -36,7 +36,7 @@ def _env(cache: Path) -> dict[str, str]:
 
 
 def _kopt(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kopt.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kopt.cli.main", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
 
@@ -57,7 +57,7 @@ def _sweep_dir(root: Path, name: str) -> Path:
 
 
 def _submit(env: dict, sweep: Path, store: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kopt.cli", "sweep", str(sweep), "--queue",
+    return subprocess.Popen([sys.executable, "-m", "kopt.cli.main", "sweep", str(sweep), "--queue",
                              "--store", str(store)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
 
@@ -74,7 +74,7 @@ def _query(store: Path, table: str, sql: str) -> list[tuple]:
 
 ACTOR = """
 import json, sys, ray
-from kopt.service import NAMESPACE, read_state, use_token
+from kopt.run.service import NAMESPACE, read_state, use_token
 addr = read_state()["address"]
 use_token(addr)
 ray.init(address=addr, logging_level="ERROR", log_to_driver=False)
@@ -225,7 +225,7 @@ def _shared_fairly(rows: list[tuple], runs: list[str]) -> None:
 
 
 def _front(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The `kopt` command as the console script runs it (kopt.front, ``python -m kopt``)."""
+    """The `kopt` command as the console script runs it (kopt.cli.front, ``python -m kopt``)."""
     return subprocess.run([sys.executable, "-m", "kopt", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
@@ -288,7 +288,7 @@ def test_a_front_whose_environment_differs_runs_the_sweep_itself(service, tmp_pa
 def test_a_front_switched_off_hands_nothing_over(service, monkeypatch):
     """`KOPT_FRONT=0`: the front finds no launch socket to hand the sweep to, so the command
     runs in its own process (what that does is the test above's)."""
-    from kopt import front
+    from kopt.cli import front
 
     env, state = service
     monkeypatch.setenv("KOPT_CACHE", env["KOPT_CACHE"])
@@ -362,7 +362,7 @@ def test_a_front_with_stdout_closed_runs_the_sweep_as_the_full_command(service, 
 
 def test_sighup_ends_a_front_as_it_ends_the_full_command(service, tmp_path):
     proc, out, err, store = _signalled_front(service, tmp_path, "h", signal.SIGHUP)
-    # `python -m kopt.cli` dies by SIGHUP (a shell shows 129); the front said "ended
+    # `python -m kopt.cli.main` dies by SIGHUP (a shell shows 129); the front said "ended
     # without an exit status" and exited 1
     assert proc.returncode == -signal.SIGHUP, out[-2000:] + err[-2000:]
     assert "without an exit status" not in err
@@ -528,7 +528,7 @@ def test_queue_without_a_service_says_how_to_start_one(tmp_path):
 def test_ctrl_c_while_the_head_starts_leaves_no_head(tmp_path, monkeypatch):
     """Ctrl-C while `kopt serve start` waited for its Ray head to answer left the head
     running, unrecorded (no `serve stop` could find it): it is stopped, its folder gone."""
-    from kopt import service
+    from kopt.run import service
 
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path))
     started: list[subprocess.Popen] = []
@@ -622,7 +622,7 @@ def test_serve_mistakes_are_one_line(tmp_path):
 def test_the_num_cpus_ceiling_is_rays():
     from ray._private.ray_constants import MAX_RESOURCE_QUANTITY
 
-    from kopt.cli import RAY_MAX_RESOURCE
+    from kopt.cli.main import RAY_MAX_RESOURCE
 
     assert RAY_MAX_RESOURCE == MAX_RESOURCE_QUANTITY
 
@@ -665,7 +665,7 @@ def _import_time_env_reads(tree: ast.Module) -> set[str]:
 def test_the_ready_drivers_compare_every_variable_read_at_import():
     # a ready driver imported kopt and workers with the service's environment: a KOPT_
     # variable read at import time must be one the front's environment is compared on
-    from kopt.launchpad import IMPORT_VARS, import_env, mismatch
+    from kopt.cli.launchpad import IMPORT_VARS, import_env, mismatch
 
     root = Path(__file__).resolve().parent.parent
     read = set()

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import pickle
 
-from kopt.store import SCHEMAS
+from kopt.store.files import SCHEMAS
 from workers.records import RunJob, RunOutcome, Status, TuningRecord
 
 
@@ -50,8 +50,8 @@ def test_the_tuning_record_is_the_candidates_table():
 
 def test_the_guards_figures_reach_the_store(tmp_path):
     """A leaked and an escaped candidate's figures are queryable (they were dropped before)."""
-    from kopt.database import Database
-    from kopt.store import write_table
+    from kopt.store.database import Database
+    from kopt.store.files import write_table
 
     rows = [{"run_id": "r", "sweep": "s", "job_key": "a", "status": "leaked",
              "leaked_bytes": 1 << 30, "input_sets": 2},

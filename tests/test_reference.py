@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from test_harness import TIMING, artifact, job
 
 from conftest import write_sweep
-from kopt.cli import main
-from kopt.database import Database, query
-from kopt.devices import peaks
-from kopt.pipeline import run_sweep
-from kopt.report import write_report
-from kopt.spec import load_sweep
+from kopt.cli.main import main
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import run_sweep
+from kopt.run.devices import peaks
+from kopt.store.database import Database, query
+from kopt.tools.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 

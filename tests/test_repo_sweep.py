@@ -6,9 +6,9 @@ edit in the repository is a new build."""
 from __future__ import annotations
 
 from conftest import write_sweep
-from kopt.expand import space_digest
-from kopt.preflight import run_preflight
-from kopt.spec import load_sweep
+from kopt.core.expand import space_digest
+from kopt.core.spec import load_sweep
+from kopt.tools.preflight import run_preflight
 
 KERNEL = """
     #include "common.h"

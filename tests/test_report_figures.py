@@ -1,5 +1,5 @@
 """The report's NCU column reads a multi-kernel ``solve`` as the loop does: every launch of
-one call, weighted by its duration (kopt.bottleneck.aggregate). Figures: the bf16x3 winner of
+one call, weighted by its duration (kopt.core.bottleneck.aggregate). Figures: the bf16x3 winner of
 sweeps/gemm_cutlass_fp32 on the H200 (docs/verified/2026-11-30-h200-cutlass-fp32.md), two
 split kernels then the CUTLASS GEMM; the report used to show the last row's (a split's)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kopt.report import winner_figures
+from kopt.tools.report import winner_figures
 
 SOL = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 DUR = "gpu__time_duration.sum"

@@ -2,8 +2,8 @@
 that can be 0 (a 0 ms median, a 0 work figure)."""
 
 from conftest import VADD_CPP, VADD_REF, assert_spec_error, write_sweep
-from kopt.cli import _rate, _speedup
-from kopt.store import Writer, query
+from kopt.cli.main import _rate, _speedup
+from kopt.store.database import Writer, query
 
 SPEC = """
     kernel: k.cpp

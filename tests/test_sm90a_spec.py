@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import write_sweep
-from kopt.catalog import load_catalog
-from kopt.expand import iter_candidates, scan_axes
-from kopt.spec import SpecError, load_sweep
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import iter_candidates, scan_axes
+from kopt.core.spec import SpecError, load_sweep
 
 CU = """
     extern "C" void solve(const float* x, float* y, int N) {}
@@ -68,7 +68,7 @@ def test_pkg_include_dir_is_the_folder_inside_the_installed_package(tmp_path):
 
 
 def test_pkg_include_dir_of_a_missing_package_names_it_and_pip(tmp_path, monkeypatch):
-    monkeypatch.setitem(__import__("kopt.spec").spec.PIP_NAMES, "kopt_no_such_pkg",
+    monkeypatch.setitem(__import__("kopt.core.spec").spec.PIP_NAMES, "kopt_no_such_pkg",
                         "kopt-no-such-dist")
     d = _sweep(tmp_path, "include_dirs: ['pkg:kopt_no_such_pkg/source/include']")
     with pytest.raises(SpecError) as e:
@@ -91,7 +91,7 @@ def test_pkg_include_dir_that_the_package_lacks(tmp_path):
 
 
 def test_cutlass_names_nvidia_cutlass():
-    from kopt.spec import PIP_NAMES
+    from kopt.core.spec import PIP_NAMES
 
     assert PIP_NAMES["cutlass_library"] == "nvidia-cutlass"
 

@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import VADD_CPP, VADD_REF, assert_spec_error, write_sweep
-from kopt.spec import SpecError, load_sweep
+from kopt.core.spec import SpecError, load_sweep
 
 GOOD = """
     kernel: k.cpp

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT
-from kopt.store import QueryError, Writer, connect, query, write_table
+from kopt.store.database import Writer, connect, query
+from kopt.store.files import QueryError, write_table
 
 
 def row(job, median, status="ok", base=False, **kw):
@@ -109,7 +110,7 @@ def test_explain_analyze_cannot_write(tmp_path):
 
 def test_damaged_file_is_named_with_the_fix(tmp_path):
     """An empty part file is skipped with a note naming it and the fix; the rest is read."""
-    from kopt.store import StoreWarning
+    from kopt.store.files import StoreWarning
 
     write_table(tmp_path, "candidates", "s", "r1", [row("a", 1.0)])
     bad = tmp_path / "candidates" / "sweep=s" / "run=r1" / "part-99999999999999999999-dead.parquet"
@@ -120,7 +121,7 @@ def test_damaged_file_is_named_with_the_fix(tmp_path):
 
 
 def test_store_path_that_is_a_file(tmp_path):
-    from kopt.store import StoreError
+    from kopt.store.files import StoreError
 
     f = tmp_path / "afile"
     f.write_text("x")
@@ -128,7 +129,7 @@ def test_store_path_that_is_a_file(tmp_path):
         query("select 1", f)
 
 
-# -- issue 13: every SQL statement of the product sits behind kopt/database.py ---------------
+# -- issue 13: every SQL statement of the product sits behind kopt/store/database.py ---------------
 
 SQL_TEXT = re.compile(r"\bselect\b[\s\S]+?\bfrom\b|\bcreate\s+(or\s+replace\s+)?(temp\s+)?"
                       r"(view|table)\b|\binsert\s+into\b|\bdelete\s+from\b|\bpragma\s+\w+|"
@@ -186,7 +187,8 @@ def test_the_sql_check_finds_what_it_looks_for():
 
 
 def test_every_sql_statement_is_in_the_database_module():
-    """Issue 13: kopt/ and workers/ hold no SQL outside kopt/database.py (before: kopt/store.py,
+    """Issue 13: kopt/ and workers/ hold no SQL outside kopt/store/database.py (before:
+    kopt/store/files.py,
     loop.py, pipeline.py, port.py, propose.py, report.py, select.py, triage.py and cli.py ran
     statements of their own)."""
     root = Path(__file__).resolve().parent.parent
@@ -201,7 +203,7 @@ def test_every_sql_statement_is_in_the_database_module():
 def test_warm_arrow_is_where_pyarrow_imports_pandas(tmp_path):
     # pyarrow imports pandas (when installed) on its first conversion of Python objects:
     # 0.4-0.5 s of a queued sweep's path to its first result on an H200 host (py-spy, run
-    # 13). kopt.store.warm_arrow pays it early, off the critical path; a stand-in pandas
+    # 13). kopt.store.files.warm_arrow pays it early, off the critical path; a stand-in pandas
     # package records that it was asked for, and by which call.
     fake = tmp_path / "site" / "pandas"
     fake.mkdir(parents=True)
@@ -210,7 +212,7 @@ def test_warm_arrow_is_where_pyarrow_imports_pandas(tmp_path):
         "open(os.environ['MARK'], 'a').write(''.join(traceback.format_stack()))\n"
         "raise ImportError('stand-in')\n")
     mark = tmp_path / "mark.txt"
-    code = ("import pyarrow as pa, kopt.store as s, pathlib, os\n"
+    code = ("import pyarrow as pa, kopt.store.files as s, pathlib, os\n"
             "assert not pathlib.Path(os.environ['MARK']).exists()\n"
             "s.warm_arrow()\n")
     env = {**os.environ, "MARK": str(mark),

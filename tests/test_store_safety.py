@@ -15,8 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT
-from kopt.cli import main
-from kopt.store import StoreError, Writer, explain, query, write_table
+from kopt.cli.main import main
+from kopt.store.database import Writer, explain, query
+from kopt.store.files import StoreError, write_table
 
 
 def run(*args: str):
@@ -206,8 +207,8 @@ def test_a_sql_error_is_one_line_with_the_line_it_names(tmp_path):
     docstring promised, the query line DuckDB names kept in parentheses."""
     import duckdb
 
-    from kopt.database import query
-    from kopt.store import QueryError
+    from kopt.store.database import query
+    from kopt.store.files import QueryError
 
     with pytest.raises(duckdb.Error) as raw:
         duckdb.connect().execute("selct 1")
@@ -224,7 +225,7 @@ def test_a_sql_error_is_one_line_with_the_line_it_names(tmp_path):
 
 # -- item 9: one writer per run; a killed driver's run is interrupted ------------------
 
-HOLD = ("import sys, time; from kopt.store import RunLock; "
+HOLD = ("import sys, time; from kopt.store.files import RunLock; "
         "RunLock(sys.argv[1], sys.argv[2]).acquire(); print('locked', flush=True); "
         "time.sleep(120)")
 
@@ -243,7 +244,7 @@ def test_a_second_writer_of_a_run_is_refused(tmp_path):
     the run is interrupted and the lock is free."""
     import platform
 
-    from kopt.store import RunLock, RunLocked
+    from kopt.store.files import RunLock, RunLocked
 
     demo_store(tmp_path, event="running")
     holder = hold_lock(tmp_path, "r1")
@@ -325,7 +326,7 @@ def test_query_reads_nothing_outside_the_store(tmp_path, sql):
 
 
 def test_query_cannot_undo_the_restrictions(tmp_path):
-    from kopt.store import connect
+    from kopt.store.database import connect
 
     con = connect(demo_store(tmp_path))
     assert con.execute("select current_setting('enable_external_access'), "
@@ -369,7 +370,7 @@ def swept(tmp_path_factory):
                     "{compute.ilp_unroll: {params: {UNROLL: [2]}}}\n", {"ref.py": REF,
                                                                         "add.cpp": ADD})
     store = root / "st"
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu",
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "sweep", str(d), "--backend", "cpu",
                         "--store", str(store)], capture_output=True, text=True, timeout=600,
                        cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -438,7 +439,7 @@ def test_a_part_compacted_away_between_listing_and_reading_is_listed_again(tmp_p
     DuckDB's "IO Error: No files found that match the pattern .../part-....parquet" (the
     part was listed, then replaced by the compacted file before the query read it). The
     product's queries list the parts again."""
-    import kopt.database as db
+    import kopt.store.database as db
 
     st = demo_store(tmp_path / "st")
     demo_store(st, run_id="r2")
@@ -463,7 +464,7 @@ def test_kopts_own_queries_make_only_the_views_they_read(tmp_path):
     read (candidates: profiles and reference)."""
     import duckdb
 
-    import kopt.database as db
+    import kopt.store.database as db
 
     assert db.tables_of(db.FINAL_OK_SQL) == {"candidates", "profiles", "reference"}
     assert db.tables_of("select * from profiles_raw") == {"profiles"}

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from kopt.bottleneck import Evidence
-from kopt.catalog import load_catalog
-from kopt.contest import Verdict
-from kopt.expand import Candidate, sample_key, stable_hash
-from kopt.loop import IterState
-from kopt.runner import DeviceError, Runner
+from kopt.core.bottleneck import Evidence
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import Candidate, sample_key, stable_hash
+from kopt.core.winner import Verdict
+from kopt.loop.contests import SideBySide
+from kopt.loop.guided import NO_TRIPLE, NcuLoop
+from kopt.loop.state import IterState
+from kopt.run.context import RunContext
+from kopt.run.runner import DeviceError, Runner
 from kopt.strategy import Exhaustive, Job, RandomSample, SuccessiveHalving, make
-from kopt.strategy.contests import SideBySide
-from kopt.strategy.context import RunContext
-from kopt.strategy.ncu_loop import NO_TRIPLE, NcuLoop
 from kopt.strategy.random_sample import RANDOM_FRACTION
 
 TIMING = {"warmup_ms": 10.0, "min_samples": 20, "max_samples": 200, "timeout_s": 30.0}
@@ -236,7 +236,7 @@ class Faults:
 
 
 def side_by_side(tmp_path: Path, device: ScriptedDevice, faults: Faults):
-    from kopt.builder import LocalBuilder
+    from kopt.run.builder import LocalBuilder
 
     builder = LocalBuilder()
     builder.artifacts.update({b: b"so" for b in ("ba", "bb", "bc")})
@@ -286,16 +286,16 @@ class Rows:
 
 
 def test_a_batch_moves_through_the_in_process_builder_and_runner(tmp_path):
-    """The scheduler with kopt.builder.LocalBuilder and kopt.runner.LocalRunner (the device
+    """The scheduler with kopt.run.builder.LocalBuilder and kopt.run.runner.LocalRunner (the device
     side's code in this process, no Ray): three vector_add candidates and a build that does
     not compile; every job is emitted once, measured or with its compile error."""
     import dataclasses
 
-    from kopt.builder import LocalBuilder, build_id, build_job, job_base
-    from kopt.expand import iter_candidates, space_digest
-    from kopt.runner import LocalRunner
-    from kopt.scheduler import Scheduler
-    from kopt.spec import load_sweep
+    from kopt.core.expand import iter_candidates, space_digest
+    from kopt.core.spec import load_sweep
+    from kopt.run.builder import LocalBuilder, build_id, build_job, job_base
+    from kopt.run.runner import LocalRunner
+    from kopt.run.scheduler import Scheduler
     from workers.build import compiler_identity
     from workers.records import Status
 

@@ -27,9 +27,9 @@ timing: {warmup_ms: 1, min_samples: 3, max_samples: 5, flush: false, timeout_s: 
 
 
 def kopt(*args: str, close: int | None = None, **env: str) -> subprocess.CompletedProcess:
-    """``python -m kopt.cli ARGS`` with ``env`` added; ``close``: a descriptor (1 or 2)
+    """``python -m kopt.cli.main ARGS`` with ``env`` added; ``close``: a descriptor (1 or 2)
     closed in the child, as ``>&-`` / ``2>&-`` do."""
-    return subprocess.run([sys.executable, "-m", "kopt.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kopt.cli.main", *args], capture_output=True,
                           text=True, encoding="utf-8", errors="replace", timeout=300,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
                           preexec_fn=None if close is None else lambda: os.close(close))
@@ -86,7 +86,7 @@ def test_ctrl_c_in_a_long_query_is_one_line(tmp_path, fmt):
     store.mkdir()
     sql = ("select count(*) from range(100000000000)" if fmt == "table"
            else "select * from range(100000000000)")
-    p = subprocess.Popen([sys.executable, "-m", "kopt.cli", "query", "--format", fmt, sql,
+    p = subprocess.Popen([sys.executable, "-m", "kopt.cli.main", "query", "--format", fmt, sql,
                           "--store", str(store)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)},

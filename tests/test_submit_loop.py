@@ -9,13 +9,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from kopt.cli import main
-from kopt.database import Database
-from kopt.loop import IterState
-from kopt.pipeline import run_sweep
-from kopt.spec import load_sweep
-from kopt.store import now, write_table
-from kopt.submit import LINEAGE_CAPTION, lineage, lineage_text
+from kopt.cli.main import main
+from kopt.core.spec import load_sweep
+from kopt.driver.sweep import run_sweep
+from kopt.loop.state import IterState
+from kopt.store.database import Database
+from kopt.store.files import now, write_table
+from kopt.tools.submit import LINEAGE_CAPTION, lineage, lineage_text
 
 pytestmark = pytest.mark.slow
 

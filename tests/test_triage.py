@@ -14,8 +14,8 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import ROOT
-from kopt.cli import main
-from kopt.triage import TriageError, read_trace, triage
+from kopt.cli.main import main
+from kopt.tools.triage import TriageError, read_trace, triage
 
 DATA = ROOT / "tests" / "data"
 EAGER = DATA / "triage-h200" / "toy_graph0.json.gz"  # CUDA graphs off, record_function ranges
@@ -202,7 +202,7 @@ def test_a_backtracking_route_pattern_matches_in_linear_time_and_a_bad_one_is_on
         tmp_path):
     # trial 13: `(a+)+$` against a long kernel name took Python's re exponential time (the
     # command hung); RE2 matches it at once. A pattern RE2 cannot take is one line.
-    from kopt.triage import load_routes, path_table
+    from kopt.tools.triage import load_routes, path_table
 
     routes = tmp_path / "r.yaml"
     routes.write_text('routes:\n  - pattern: "(a+)+$"\n    owner: x\n'

@@ -24,7 +24,7 @@ ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; 
 
 @pytest.mark.parametrize("text", ["[1,2]", "5", '"x"', "null"])
 def test_a_held_lock_file_holding_non_object_json_names_an_unknown_holder(tmp_path, text):
-    from kopt.store import lock_holder
+    from kopt.store.files import lock_holder
 
     (tmp_path / "locks").mkdir()
     path = tmp_path / "locks" / "R1.lock"
@@ -44,7 +44,7 @@ def test_a_held_lock_file_holding_non_object_json_names_an_unknown_holder(tmp_pa
     ("(x + 1).to_sparse()", "reference() returned output 'y' as a torch.sparse_coo tensor"),
 ], ids=["meta", "sparse"])
 def test_a_reference_output_without_values_is_one_line(tmp_path, make, why):
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.harness import Harness, JobError
 
     d = write_sweep(tmp_path / "s", "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n",
@@ -65,7 +65,7 @@ def test_a_reference_output_without_values_is_one_line(tmp_path, make, why):
 def test_query_column_names_are_shown_literally(tmp_path):
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     (tmp_path / "st").mkdir()
     r = CliRunner().invoke(main, ["query", "select 1 \"[/]\", 2 \"[bold]x\", '[/red]' y",
@@ -95,9 +95,9 @@ def test_query_column_names_are_shown_literally(tmp_path):
 def test_wait_on_a_damaged_try_record_is_one_line(tmp_path, data, why):
     from test_store_safety import demo_store
 
-    from kopt.database import Database
-    from kopt.submit import job_file
-    from kopt.wait import WaitError, _stalled
+    from kopt.store.database import Database
+    from kopt.tools.submit import job_file
+    from kopt.tools.wait import WaitError, _stalled
 
     st = demo_store(tmp_path / "st")
     path = job_file(st, "r1", 1, 0, ".json")  # no version submitted: try 0
@@ -113,9 +113,9 @@ def test_wait_on_a_damaged_try_record_is_one_line(tmp_path, data, why):
 def test_an_exit_keeps_the_try_records_fields(tmp_path):
     from test_store_safety import demo_store
 
-    from kopt.database import Database
-    from kopt.submit import job_file, mark_exit
-    from kopt.wait import WaitError, _stalled
+    from kopt.store.database import Database
+    from kopt.tools.submit import job_file, mark_exit
+    from kopt.tools.wait import WaitError, _stalled
 
     st = demo_store(tmp_path / "st")
     path = job_file(st, "r1", 1, 0, ".json")
@@ -148,7 +148,7 @@ def test_an_exit_keeps_the_try_records_fields(tmp_path):
 def test_a_damaged_service_record_is_one_line(tmp_path, field, value, why, cmd):
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     rec = {"address": '"127.0.0.1:1"', "pgid": "2", "temp_dir": '"/tmp/t10-nonexist"',
            "token": '"x"', field: value}
@@ -163,7 +163,7 @@ def test_a_damaged_service_record_is_one_line(tmp_path, field, value, why, cmd):
 
 
 def test_a_service_record_that_is_not_an_object_is_one_line(tmp_path, monkeypatch):
-    from kopt.service import ServiceError, read_state
+    from kopt.run.service import ServiceError, read_state
 
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path))
     (tmp_path / "service.json").write_text("[1, 2]")
@@ -183,7 +183,7 @@ def _group(*argv):
 def test_serve_stop_leaves_a_foreign_process_group_and_folder_alone(tmp_path):
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     precious = tmp_path / "precious"
     precious.mkdir()
@@ -211,7 +211,7 @@ def test_serve_stop_leaves_a_foreign_process_group_and_folder_alone(tmp_path):
 def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
     import tempfile
 
-    from kopt.service import _start_ticks, _stop_head, own_head
+    from kopt.run.service import _start_ticks, _stop_head, own_head
 
     tmp = Path(tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp"))
     (tmp / "session_latest").mkdir()
@@ -243,7 +243,7 @@ def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
 def test_a_store_table_folder_that_is_a_file_is_refused_before_anything_runs(tmp_path, table):
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     d = write_sweep(tmp_path / "s", "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n",
                     {"add.cpp": ADD, "ref.py": "def reference(x, N):\n    return x\n"})
@@ -265,7 +265,7 @@ def test_a_store_table_folder_that_is_a_file_is_refused_before_anything_runs(tmp
 def test_submit_refuses_a_claim_that_names_nothing(tmp_path, methods):
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     (tmp_path / "v.cpp").write_text(ADD)
     r = CliRunner().invoke(main, ["submit", "r1", "--store", str(tmp_path / "st"), "--source",
@@ -282,8 +282,8 @@ def test_submit_refuses_a_claim_that_names_nothing(tmp_path, methods):
 
 FIRE = """
 import os, signal, sys, threading, time
-from kopt import pipeline
-from kopt.cli import main
+from kopt.driver import sweep as pipeline
+from kopt.cli.main import main
 
 def fire():  # SIGTERM as soon as ray.init has put its own handler in place of kopt's
     while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, pipeline._terminate):
@@ -325,10 +325,10 @@ def test_a_submission_refused_by_the_run_lock_spends_no_try(ray_local, copy_fixt
 
     from click.testing import CliRunner
 
-    from kopt.cli import main
-    from kopt.database import Database
-    from kopt.pipeline import run_sweep
-    from kopt.spec import load_sweep
+    from kopt.cli.main import main
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
+    from kopt.store.database import Database
 
     folder = copy_fixture("submit")
     store = tmp_path / "store"
@@ -364,7 +364,7 @@ def test_a_recorded_service_that_does_not_answer_is_named_as_the_record(tmp_path
     option the user had not passed. It names the record and the fix now."""
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     (tmp_path / "service.json").write_text(json.dumps({"address": "127.0.0.1:1",
                                                        "token": "x"}))
@@ -395,8 +395,8 @@ def test_serve_stop_of_its_own_head_that_does_not_answer_says_it_stopped_it(tmp_
 
     from click.testing import CliRunner
 
-    from kopt.cli import main
-    from kopt.service import _start_ticks
+    from kopt.cli.main import main
+    from kopt.run.service import _start_ticks
 
     tmp = Path(f"/tmp/kopt-ray-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
@@ -426,7 +426,7 @@ def test_serve_stop_with_no_service_recorded_says_there_is_nothing_to_stop(tmp_p
     `--queue` keeps its advice (start one); `serve status` answers that there is none."""
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     env = {"KOPT_CACHE": str(tmp_path), "COLUMNS": "400"}
     r = CliRunner().invoke(main, ["serve", "stop"], env=env)

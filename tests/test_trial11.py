@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
-from kopt.cli import main
-from kopt.paths import broken_link, resolved
-from kopt.pipeline import SweepError, check_store_path
-from kopt.spec import SpecError, load_sweep
+from kopt.cli.main import main
+from kopt.core.spec import SpecError, load_sweep
+from kopt.driver.sweep import SweepError, check_store_path
+from kopt.util.paths import broken_link, resolved
 
 SWEEP = """
     kernel: k.cpp
@@ -113,14 +113,14 @@ def test_a_build_cache_nobody_can_make_is_one_line_before_anything_runs(tmp_path
 STOP_WHILE_SHOWING = """
 import signal, sys
 from click.testing import CliRunner
-import kopt.cli
-from kopt.pipeline import Terminated
+import kopt.cli.main
+from kopt.driver.sweep import Terminated
 
 def stop():
     raise Terminated(signal.SIGTERM)  # SIGTERM lands while the sweep leaves Ray
 
-kopt.cli._leave_ray = stop
-r = CliRunner().invoke(kopt.cli.main, ["sweep", sys.argv[1], "--backend", "cpu", "--store",
+kopt.cli.main._leave_ray = stop
+r = CliRunner().invoke(kopt.cli.main.main, ["sweep", sys.argv[1], "--backend", "cpu", "--store",
                                        sys.argv[2]])
 print(r.exit_code)
 print(r.output.strip().splitlines()[-1])
@@ -152,7 +152,7 @@ def test_a_killed_queued_sweep_is_not_listed_as_running():
     import subprocess
     import sys
 
-    from kopt.service import driver_alive
+    from kopt.run.service import driver_alive
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
@@ -173,7 +173,7 @@ def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_pat
 
     import ray
 
-    from kopt.builder import RayBuilder
+    from kopt.run.builder import RayBuilder
     from workers.build_actor import BuildActor
     from workers.records import BuildJob
 
@@ -201,7 +201,7 @@ def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_pat
 def test_a_submitted_source_that_is_a_broken_link_says_which(tmp_path, kind, said):
     """Trial 13 N-D5: `kopt submit --source srcloop` (a link to itself) said "no such file or
     folder"; the line now says what the path is."""
-    from kopt.submit import SubmitError, source_files
+    from kopt.tools.submit import SubmitError, source_files
 
     src = tmp_path / "src.cu"
     if kind == "loop":

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kopt.loop import IterState
-from kopt.store import StoreError
-from kopt.submit import Node, _settle, _take
-from kopt.wait import _class
+from kopt.loop.state import IterState
+from kopt.store.files import StoreError
+from kopt.tools.submit import Node, _settle, _take
+from kopt.tools.wait import _class
 
 
 def _review(reasons):
@@ -64,7 +64,7 @@ def test_triage_reads_kernel_names_stored_as_bytes_and_paths_with_hash(tmp_path)
     raise TypeError; a `#` in the file's name opened (and created) another file."""
     from test_database import _nsys_db
 
-    from kopt.database import read_nsys_export
+    from kopt.store.database import read_nsys_export
 
     path = tmp_path / "a#b?c.sqlite"
     _nsys_db(path)
@@ -88,15 +88,15 @@ def test_a_command_that_builds_nothing_neither_makes_nor_needs_the_build_cache(t
     import sys
 
     env = {**os.environ, "KOPT_CACHE": str(tmp_path / "kc")}
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "catalog"], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "catalog"], capture_output=True,
                        text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert not (tmp_path / "kc").exists()
     os.symlink("loop", tmp_path / "loop")
     env["KOPT_CACHE"] = str(tmp_path / "loop")
-    assert subprocess.run([sys.executable, "-m", "kopt.cli", "catalog"], capture_output=True,
+    assert subprocess.run([sys.executable, "-m", "kopt.cli.main", "catalog"], capture_output=True,
                           env=env, timeout=120).returncode == 0
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "preflight", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "preflight", str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith(
         f"error: $KOPT_CACHE={str(tmp_path / 'loop')!r}: the build cache folder "), p.stderr

@@ -13,7 +13,7 @@ import pytest
 from test_harness import TIMING, artifact, job
 
 from conftest import ROOT, assert_spec_error, write_sweep
-from kopt.spec import load_sweep
+from kopt.core.spec import load_sweep
 from workers.harness import Harness, JobError
 from workers.sandbox import Sandbox
 
@@ -122,7 +122,7 @@ def test_preflight_arch_is_bounded(tmp_path, arch):
     the format and the range, before anything is built."""
     from click.testing import CliRunner
 
-    from kopt.cli import main
+    from kopt.cli.main import main
 
     res = CliRunner().invoke(main, ["preflight", str(sweep(tmp_path)), f"--arch={arch}"])
     assert res.exit_code == 2 and res.exception.__class__ is SystemExit
@@ -143,7 +143,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path, fmt):
     """`kopt query ... | head -1` said "error: : Broken pipe" and exited 2. Now nothing on
     stderr and 141 (128 + SIGPIPE), as Unix tools. 2M rows: more than any pipe holds."""
     (tmp_path / "store").mkdir()
-    p = _kopt(["-m", "kopt.cli", "query", "--store", str(tmp_path / "store"), "--format", fmt,
+    p = _kopt(["-m", "kopt.cli.main", "query", "--store", str(tmp_path / "store"), "--format", fmt,
                "select * from range(2000000)"], tmp_path)
     assert p.stdout.readline()  # the reader takes one line and goes
     p.stdout.close()
@@ -155,7 +155,7 @@ def test_rich_output_to_a_closed_pipe_ends_quietly(tmp_path):
     """A table or any rich line (`kopt catalog | head -1`): rich exited 1; now 141 and
     nothing on stderr, like the rest. The pipe's reader is gone before the write."""
     code = ("import os, sys\nr, w = os.pipe()\nos.close(r)\nos.dup2(w, 1)\n"
-            "from kopt.cli import out\nout.print('x' * 100)\nprint('not reached')\n")
+            "from kopt.cli.main import out\nout.print('x' * 100)\nprint('not reached')\n")
     p = _kopt(["-c", code], tmp_path)
     out, err = p.communicate(timeout=120)
     assert (p.returncode, err.decode()) == (141, "")
@@ -172,7 +172,7 @@ def test_rich_output_to_a_closed_pipe_ends_quietly(tmp_path):
 def test_a_method_claimed_twice_is_one_line_per_rule(claim, lines):
     """Before, every rule the method broke was printed once per mention (two identical
     arch_gate / unknown_method lines), after "X and X are all on the compute axis"."""
-    from kopt.claims import check_claim, parse_claim
+    from kopt.core.claims import check_claim, parse_claim
 
     assert check_claim(parse_claim(claim)).lines() == lines
 
@@ -186,8 +186,8 @@ def test_a_store_deleted_mid_run_is_written_again(tmp_path):
     import shutil
     import warnings
 
-    from kopt.database import Database, query
-    from kopt.store import StoreWarning
+    from kopt.store.database import Database, query
+    from kopt.store.files import StoreWarning
 
     root = tmp_path / "store"
     db = Database(root)
@@ -210,7 +210,7 @@ def test_a_store_deleted_mid_run_is_written_again(tmp_path):
         assert query("select count(*) from runs", root)[1] == [(1,)]
         assert query("select count(*) from candidates", root)[1] == [(1,)]
         other = subprocess.run(  # a second writer of the run is refused again
-            [sys.executable, "-c", "import sys; from kopt.store import RunLock, RunLocked\n"
+            [sys.executable, "-c", "import sys; from kopt.store.files import RunLock, RunLocked\n"
              "try:\n    RunLock(sys.argv[1], 'r1').acquire(wait_s=0)\n"
              "except RunLocked:\n    sys.exit(3)", str(root)],
             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
@@ -225,7 +225,7 @@ def test_a_closed_stderr_pipe_silences_and_the_command_carries_on(tmp_path):
     (rows not yet flushed were lost). Now stderr's console goes quiet and the command goes
     on to its end."""
     code = ("import os\nr, w = os.pipe()\nos.close(r)\nos.dup2(w, 2)\n"
-            "from kopt.cli import console\nconsole.print('x' * 100)\nconsole.print('y')\n"
+            "from kopt.cli.main import console\nconsole.print('x' * 100)\nconsole.print('y')\n"
             "print('carried on', flush=True)\n")
     p = _kopt(["-c", code], tmp_path)
     out, _ = p.communicate(timeout=120)

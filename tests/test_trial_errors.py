@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, assert_spec_error, write_sweep
-from kopt.cli import main
+from kopt.cli.main import main
 
 ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n'  # noqa: E501
 REF = "def reference(x, N):\n    return x\n"
@@ -36,7 +36,7 @@ def test_a_folder_where_a_file_goes_is_named(tmp_path, what):
 
 
 def test_sweep_yaml_as_a_folder(tmp_path):
-    from kopt.spec import SpecError, load_sweep
+    from kopt.core.spec import SpecError, load_sweep
 
     d = base(tmp_path)
     (d / "sweep.yaml").unlink()
@@ -47,7 +47,7 @@ def test_sweep_yaml_as_a_folder(tmp_path):
 
 @pytest.mark.parametrize("what", ["sweep.yaml", "add.cpp"])
 def test_text_that_is_not_utf8_is_named(tmp_path, what):
-    from kopt.spec import SpecError, load_sweep
+    from kopt.core.spec import SpecError, load_sweep
 
     d = base(tmp_path)
     (d / what).write_bytes(b"\xff\xfe" + (d / what).read_bytes())
@@ -85,7 +85,7 @@ def test_a_function_called_with_the_wrong_arguments_is_named(tmp_path, expr, why
 
 
 def test_a_solve_of_void_is_read_as_no_arguments(tmp_path):
-    from kopt.contract import parse_signature
+    from kopt.core.contract import parse_signature
 
     assert parse_signature('extern "C" void solve(void) { }', "k.cpp").args == ()
 
@@ -93,7 +93,7 @@ def test_a_solve_of_void_is_read_as_no_arguments(tmp_path):
 @pytest.mark.parametrize("text, why", [(b"\xff", "cannot read it"),
                                        (b"[1]\n", "expected a mapping")])
 def test_a_cluster_file_kopt_cannot_read(tmp_path, text, why):
-    from kopt.pipeline import SweepError, cluster_address
+    from kopt.driver.sweep import SweepError, cluster_address
 
     f = tmp_path / "cl.yaml"
     f.write_bytes(text)
@@ -104,7 +104,7 @@ def test_a_cluster_file_kopt_cannot_read(tmp_path, text, why):
 def test_port_to_a_symlink_loop_or_a_folder(tmp_path):
     import subprocess
 
-    from kopt.port import PortError, check_repo
+    from kopt.tools.port import PortError, check_repo
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -142,7 +142,7 @@ def test_a_compile_env_var_kopt_cannot_use_is_one_line(value):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "catalog"], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "catalog"], capture_output=True,
                        text=True, timeout=120, cwd=ROOT,
                        env={**os.environ, "KOPT_COMPILE_TIMEOUT_S": value})
     assert p.returncode == 2, p.stdout + p.stderr
@@ -170,7 +170,7 @@ def test_an_expression_nested_too_deeply(tmp_path):
 def test_odd_inputs_are_the_references_fault_in_one_line(tmp_path, make, why):
     import dataclasses
 
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.harness import Harness, JobError
 
     d = base(tmp_path, **{"ref.py": "import torch\n"
@@ -194,7 +194,7 @@ def test_a_reference_that_raises_names_its_line(tmp_path, where, line, code):
     its own, not torch's frames below it) and its code are named."""
     import dataclasses
 
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.harness import Harness, JobError
 
     ref = ("import torch\n"
@@ -234,7 +234,7 @@ def _repo(tmp_path):
 
 
 def test_port_to_a_missing_or_untracked_file_is_refused(tmp_path):
-    from kopt.port import PortError, check_repo
+    from kopt.tools.port import PortError, check_repo
 
     repo = _repo(tmp_path)
     with pytest.raises(PortError, match=r"new\.cpp: no such file; a port replaces a file"):
@@ -255,14 +255,14 @@ def test_port_to_a_missing_or_untracked_file_is_refused(tmp_path):
     'extern "C" void solve(const float* x, float* y, [[maybe_unused]] int N = (1 << 4)) { }',
 ], ids=["block", "block-with-more", "attribute", "default-value"])
 def test_prototypes_cpp_allows_are_read(src):
-    from kopt.contract import parse_signature
+    from kopt.core.contract import parse_signature
 
     assert parse_signature(src, "k.cpp").describe() == "solve(const float* x, float* y, int N)"
 
 
 def test_an_extern_c_block_builds_and_runs(tmp_path):
-    from kopt.preflight import run_preflight
-    from kopt.spec import load_sweep
+    from kopt.core.spec import load_sweep
+    from kopt.tools.preflight import run_preflight
 
     d = base(tmp_path, **{"add.cpp": 'extern "C" {\nvoid solve(const float* x, float* y, '
                                      "int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n}\n"})
@@ -279,7 +279,7 @@ def test_a_damaged_store_file_is_noted_once_per_command(tmp_path, monkeypatch):
 
     from test_store_safety import demo_store
 
-    from kopt.store import readable_parts, write_table
+    from kopt.store.files import readable_parts, write_table
 
     demo_store(tmp_path)
     bad = write_table(tmp_path, "candidates", "demo", "r1", [
@@ -302,9 +302,9 @@ def test_a_damaged_store_file_is_noted_once_per_command(tmp_path, monkeypatch):
 def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
     from test_store_safety import demo_store
 
-    from kopt.cli import _summary_line
-    from kopt.pipeline import RunSummary
-    from kopt.store import Writer
+    from kopt.cli.main import _summary_line
+    from kopt.driver.sweep import RunSummary
+    from kopt.store.database import Writer
 
     demo_store(tmp_path)  # job "a" measured before the resume
     w = Writer(tmp_path, "demo", "r1")
@@ -326,7 +326,7 @@ def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
 def test_resuming_a_finished_run_measures_nothing(tmp_path):
     from test_store_safety import demo_store
 
-    from kopt.store import query
+    from kopt.store.database import query
 
     demo_store(tmp_path, sweep="vector_add")
     before = query("select * from candidates", tmp_path)
@@ -360,7 +360,7 @@ def test_an_empty_argument_is_refused_naming_it(tmp_path, monkeypatch, args, nam
 def test_the_report_of_an_interrupted_run_says_what_was_not_recorded(tmp_path):
     from test_store_safety import demo_store
 
-    from kopt.report import write_report
+    from kopt.tools.report import write_report
 
     demo_store(tmp_path / "st", event="running")  # its driver was killed: no closing record
     text = write_report("r1", tmp_path / "st", tmp_path / "rep").read_text()
@@ -394,7 +394,7 @@ def test_kopt_env_with_an_address_nobody_answers_is_one_line(address, why):
 def test_a_cluster_file_with_fields_of_the_wrong_type(tmp_path, text, why):
     """Was a TypeError traceback (cmds-int), a silently wrong port 6379 (cmds-text: its
     characters were read as commands) or an address like "['a', 'b']:6379"."""
-    from kopt.pipeline import SweepError, cluster_address
+    from kopt.driver.sweep import SweepError, cluster_address
 
     f = tmp_path / "cl.yaml"
     f.write_text(text)
@@ -407,7 +407,7 @@ def test_a_cluster_file_with_fields_of_the_wrong_type(tmp_path, text, why):
                          ids=["negative-duration", "infinite-start"])
 def test_a_kernel_time_no_profiler_writes_is_refused(tmp_path, ts, dur, shown):
     """A negative duration was 100% of the trace's kernel time: a silently wrong table."""
-    from kopt.triage import TriageError, read_trace
+    from kopt.tools.triage import TriageError, read_trace
 
     t = tmp_path / "t.json"
     k = '{"ph": "X", "cat": "kernel", "name": "k", "ts": ' + f'{ts}, "dur": {dur}' + "}"
@@ -431,7 +431,7 @@ def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
 
     import yaml
 
-    from kopt.store import query
+    from kopt.store.database import query
 
     d = tmp_path / "va"
     shutil.copytree(ROOT / "sweeps" / "vector_add", d)
@@ -447,7 +447,7 @@ def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
     (d / "sweep.yaml").write_text(yaml.safe_dump(spec))
     store = tmp_path / "st"
     p = subprocess.Popen(
-        [sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu", "--store",
+        [sys.executable, "-m", "kopt.cli.main", "sweep", str(d), "--backend", "cpu", "--store",
          str(store)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
         preexec_fn=lambda: (os.setsid(), signal.signal(signal.SIGINT, signal.SIG_DFL)))
@@ -502,7 +502,7 @@ def test_a_file_that_never_ends_is_refused_not_read(tmp_path, what, kind):
     into memory until the machine ran out of it."""
     import os
 
-    from kopt.spec import SpecError, load_sweep
+    from kopt.core.spec import SpecError, load_sweep
 
     d = base(tmp_path)
     (d / what).unlink()
@@ -525,8 +525,8 @@ def test_a_cluster_or_routes_file_that_never_ends_is_refused(tmp_path, kind):
     """--cluster /dev/zero and --known /dev/zero were a MemoryError traceback; a FIFO a hang."""
     import os
 
-    from kopt.pipeline import SweepError, cluster_address
-    from kopt.triage import TriageError, load_routes
+    from kopt.driver.sweep import SweepError, cluster_address
+    from kopt.tools.triage import TriageError, load_routes
 
     f = tmp_path / "f.yaml"
     if kind == "fifo":
@@ -544,7 +544,7 @@ def test_an_input_of_the_wrong_size_names_the_reference_and_the_spec(tmp_path):
     """Was "input 'x' has 63 elements; args says [64]": no file, no fix."""
     import dataclasses
 
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.harness import Harness, JobError
 
     d = base(tmp_path, **{"ref.py": "import torch\n"
@@ -565,7 +565,7 @@ def test_an_input_of_the_wrong_size_names_the_reference_and_the_spec(tmp_path):
                                          ("{owner: x}", "missing")])
 def test_a_route_pattern_that_is_not_text_is_named_as_such(tmp_path, route, what):
     """`pattern: 5` was reported as "missing"."""
-    from kopt.triage import TriageError, load_routes
+    from kopt.tools.triage import TriageError, load_routes
 
     f = tmp_path / "k.yaml"
     f.write_text(f"routes: [{route}]\n")
@@ -663,7 +663,7 @@ def test_a_number_option_no_clock_or_share_holds_is_refused(tmp_path, args, why)
                                          ("took 0.5 ms\n1e999\n", 0.5)])
 def test_a_bench_number_no_float_holds_is_no_figure(out, figure):
     """`--bench "echo took 1e999 ms"` gave figures inf and inf and the ratio "(nanx)"."""
-    from kopt.port import bench_figure
+    from kopt.tools.port import bench_figure
 
     assert bench_figure(out) == figure
 
@@ -681,7 +681,7 @@ def test_a_build_cache_that_is_a_file_is_refused_before_ray(tmp_path, where):
     f.write_text("x")
     cache = f if where == "file" else f / "sub" / "deeper"
     d = base(tmp_path)
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(d), "--backend", "cpu",
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "sweep", str(d), "--backend", "cpu",
                         "--store", str(tmp_path / "st")], capture_output=True, text=True,
                        timeout=120, cwd=ROOT, env={**os.environ, "KOPT_CACHE": str(cache)})
     assert p.returncode == 2, p.stdout + p.stderr
@@ -696,7 +696,7 @@ def test_more_cpu_devices_than_any_node_has_is_refused_at_once(tmp_path):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(base(tmp_path)),
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "sweep", str(base(tmp_path)),
                         "--backend", "cpu", "--cpu-devices", str(10**20)],
                        capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -712,8 +712,8 @@ def test_export_says_when_the_sweep_folder_changed_or_is_gone(tmp_path, change):
     from test_export import X86, cand
 
     from conftest import VADD_CPP, VADD_REF
-    from kopt.spec import load_sweep
-    from kopt.store import now, write_table
+    from kopt.core.spec import load_sweep
+    from kopt.store.files import now, write_table
 
     sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 1024}]\n"
                             "params: {CHUNK: [64, 256]}\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
@@ -850,7 +850,7 @@ def test_a_reference_that_ends_the_process_is_named_before_anything_is_built(tmp
     exit code 3` (preflight built the baseline first and showed it as the crash)."""
     import dataclasses
 
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.sandbox import Sandbox
 
     d = base(tmp_path, **{"ref.py": "import os\nimport torch\n"
@@ -885,7 +885,7 @@ def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, sh
     ignored silently."""
     import dataclasses
 
-    from kopt.contract import parse_signature_file
+    from kopt.core.contract import parse_signature_file
     from workers.harness import Harness, JobError
 
     d = base(tmp_path, **{"ref.py": "import torch\ndef inputs(seed, N):\n"
@@ -924,7 +924,7 @@ def test_an_include_dir_that_is_no_folder_is_refused_at_load(tmp_path, where):
 ], ids=["auto", "register", "const-only"])
 def test_an_argument_without_a_c_type_is_refused_naming_it(tmp_path, decl, why):
     """`auto N` (C++: a template parameter) and `const N` were read as `int N`."""
-    from kopt.contract import supported_types
+    from kopt.core.contract import supported_types
 
     d = base(tmp_path, **{"add.cpp": f'extern "C" void solve(const float* x, float* y, {decl}) '
                                      "{ }\n"})
@@ -940,8 +940,8 @@ def test_report_says_when_the_sweep_folder_is_gone(tmp_path, change):
     from test_export import X86, cand
 
     from conftest import VADD_CPP, VADD_REF
-    from kopt.spec import load_sweep
-    from kopt.store import now, write_table
+    from kopt.core.spec import load_sweep
+    from kopt.store.files import now, write_table
 
     sweep_dir = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 1024}]\n"
                             "params: {CHUNK: [64, 256]}\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
@@ -993,7 +993,7 @@ def test_a_stored_json_column_that_is_damaged_is_one_line(tmp_path, cmd, column,
     `kopt propose` a JSONDecodeError traceback."""
     from test_store_safety import demo_store
 
-    from kopt.store import write_table
+    from kopt.store.files import write_table
 
     st = demo_store(tmp_path / "st")
     if cmd == "best":
@@ -1089,13 +1089,13 @@ def test_the_resume_command_shown_pastes_into_a_shell_with_odd_paths(tmp_path):
 def test_a_contender_whose_build_is_not_at_hand_is_dropped_not_a_keyerror(tmp_path):
     """`kopt submit` after earlier submits (or with a source that does not build): the
     closing contest looked up an earlier version's artifact this run never built, and the
-    command died with a KeyError traceback in kopt/strategy/contests.py."""
+    command died with a KeyError traceback in kopt/loop/contests.py."""
     from test_strategies import TIMING, Faults, ScriptedDevice
 
-    from kopt.builder import LocalBuilder
-    from kopt.catalog import load_catalog
-    from kopt.strategy.contests import SideBySide
-    from kopt.strategy.context import RunContext
+    from kopt.core.catalog import load_catalog
+    from kopt.loop.contests import SideBySide
+    from kopt.run.builder import LocalBuilder
+    from kopt.run.context import RunContext
 
     builder = LocalBuilder()
     builder.artifacts.update({b: b"so" for b in ("ba", "bc")})  # bb: built by another command
@@ -1121,8 +1121,8 @@ def test_a_submitted_source_kopt_cannot_call_is_refused(tmp_path, text, why):
     """`kopt submit --source bad.cpp`: a UnicodeDecodeError traceback (not UTF-8); a source
     with another prototype or none was accepted, built and called with the sweep's
     arguments."""
-    from kopt.spec import load_sweep
-    from kopt.submit import SubmitError, store_source
+    from kopt.core.spec import load_sweep
+    from kopt.tools.submit import SubmitError, store_source
 
     space = load_sweep(base(tmp_path)).space("cpu")
     src = tmp_path / "v2.cpp"
@@ -1177,7 +1177,7 @@ def test_a_reference_that_never_returns_is_named_within_timeout_s(tmp_path):
     d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
                             "timing: {timeout_s: 3}\n", **{"ref.py": LOOP_REF})
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "preflight", str(d)],
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "preflight", str(d)],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert time.monotonic() - t0 < 120 and p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
@@ -1220,7 +1220,7 @@ def test_preflight_ended_by_a_signal_leaves_no_harness(tmp_path, sig):
 
     d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
                             "timing: {timeout_s: 300}\n", **{"ref.py": LOOP_REF})
-    p = subprocess.Popen([sys.executable, "-m", "kopt.cli", "preflight", str(d)], cwd=ROOT,
+    p = subprocess.Popen([sys.executable, "-m", "kopt.cli.main", "preflight", str(d)], cwd=ROOT,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
@@ -1250,7 +1250,7 @@ def test_a_file_where_the_build_cache_folder_goes_is_refused_at_once(tmp_path):
     cache = tmp_path / "kc"
     cache.mkdir()
     (cache / "builds").write_text("x")
-    p = subprocess.run([sys.executable, "-m", "kopt.cli", "sweep", str(base(tmp_path)),
+    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "sweep", str(base(tmp_path)),
                         "--backend", "cpu", "--store", str(tmp_path / "st")],
                        capture_output=True, text=True, timeout=120, cwd=ROOT,
                        env={**os.environ, "KOPT_CACHE": str(cache)})
@@ -1267,7 +1267,7 @@ def test_an_interrupted_queued_sweeps_resume_hint_keeps_the_queue(tmp_path):
     trial); --address/--cluster were dropped the same way."""
     import shlex
 
-    from kopt.store import resume_command
+    from kopt.store.files import resume_command
 
     st = tmp_path / "st"
     assert shlex.split(resume_command("sweeps/v", st, "r1", queue=True)) == [
@@ -1285,7 +1285,7 @@ def test_export_of_an_interrupted_run_says_so(tmp_path):
     candidates measured) without a word, where `kopt best` notes it (new-user trial)."""
     from test_export import X86, cand
 
-    from kopt.store import now, write_table
+    from kopt.store.files import now, write_table
 
     st = tmp_path / "st"
     write_table(st, "candidates", "demo", "r1", [
@@ -1305,7 +1305,7 @@ def test_a_refused_claim_that_asks_for_a_reason_names_the_note_option(tmp_path, 
                                                                      with_note):
     """`kopt submit` refused a claim with "give a reason (the analysis note) ..." and never
     said how a reason is given (new-user trial: it is `--note FILE`)."""
-    from kopt import submit as sm
+    from kopt.tools import submit as sm
 
     lines = ["not_admitted: compute.ilp_unroll was skipped by the scan: it was ineffective "
              "under the current bottleneck (ineffective); give a reason (the analysis note) "
@@ -1331,8 +1331,8 @@ def test_a_refused_claim_that_asks_for_a_reason_names_the_note_option(tmp_path, 
 def test_a_cluster_or_routes_file_with_a_yaml_error_says_where(tmp_path):
     """A YAML syntax error in a --cluster or a triage --known file is one line with its line
     and column (it was PyYAML's first line alone: `while parsing a flow sequence`)."""
-    from kopt.pipeline import SweepError, cluster_address
-    from kopt.triage import TriageError, load_routes
+    from kopt.driver.sweep import SweepError, cluster_address
+    from kopt.tools.triage import TriageError, load_routes
 
     f = tmp_path / "cl.yaml"
     f.write_text("provider: {type: local,\n  head_ip: [127.0.0.1\n")

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kopt import expand, submit
-from kopt.cli import ProgressObserver, main
-from kopt.database import Database
-from kopt.pipeline import run_sweep
-from kopt.port import run_command
-from kopt.review import Verdict, judge, output_log
-from kopt.spec import SpecError, load_sweep
-from kopt.store import RunLock, now
-from kopt.submit import open_run, record
+from kopt.cli.main import ProgressObserver, main
+from kopt.core import expand
+from kopt.core.spec import SpecError, load_sweep
+from kopt.driver.sweep import run_sweep
+from kopt.loop.review import Verdict, judge, output_log
+from kopt.store.database import Database
+from kopt.store.files import RunLock, now
+from kopt.tools import submit
+from kopt.tools.port import run_command
+from kopt.tools.submit import open_run, record
 from workers.reap import pid_alive as _alive
 
 FAST = "compute.thread_coarsening"
@@ -206,7 +207,7 @@ def test_review_judge_checks_every_size_and_noise():
         "not correct on problem size {'N': 2}: wrong_result"]
     assert judge(_ranked("w", 1.5, 0.0), base, ok[:1], dims) == [
         "not correct on problem size {'N': 2}: not measured"]
-    # within the noise of kopt.compare: 1% floor, or the smaller relative sigma
+    # within the noise of kopt.core.compare: 1% floor, or the smaller relative sigma
     assert judge(_ranked("w", 1.005, 0.0), base, ok, dims) == [
         "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000% (the 1% "
         "floor: the baseline's IQR is 0.0% of its median, the winner's 0.0%)"]
@@ -327,8 +328,8 @@ def test_wait_on_a_run_interrupted_in_iteration_1_says_so_and_how_to_resume(tmp_
 def _check_reference(sweep, store, runner, resume):
     """The rows Driver._check_reference leaves to time (on ``runner``) for run ``resume``
     (None: a new run), timed."""
-    from kopt.builder import job_base
-    from kopt.pipeline import Driver
+    from kopt.driver.sweep import Driver
+    from kopt.run.builder import job_base
 
     drv = Driver(sweep, store, resume=resume)
     drv.runner, drv.classes, drv.space = runner, runner.classes(), sweep.space("cpu")
@@ -341,8 +342,8 @@ def test_the_reference_is_timed_once_per_run_class_and_size(copy_fixture, tmp_pa
     """A resumed run or a submitted iteration re-timed the reference on every start (the
     latest timing won); it reuses the run's row for a class and problem size and times only
     the missing ones."""
-    from kopt.runner import LocalRunner
-    from kopt.store import dumps
+    from kopt.run.runner import LocalRunner
+    from kopt.store.files import dumps
 
     folder = copy_fixture("submit")
     (folder / "sweep.yaml").write_text((folder / "sweep.yaml").read_text().replace(
@@ -374,10 +375,10 @@ def test_a_device_lost_while_it_times_the_reference_is_a_row_and_the_next_one_ti
     with the error, and the next live device of the class times the reference."""
     import types
 
-    from kopt.builder import job_base
-    from kopt.phases import PhaseRecorder
-    from kopt.pipeline import Driver
-    from kopt.runner import DeviceError, LocalRunner
+    from kopt.driver.sweep import Driver
+    from kopt.run.builder import job_base
+    from kopt.run.runner import DeviceError, LocalRunner
+    from kopt.util.phases import PhaseRecorder
 
     class FirstDies(LocalRunner):
         def call(self, i, method, *args, timeout=None):
@@ -410,8 +411,8 @@ def test_a_device_lost_while_it_checks_ref_py_is_one_line(copy_fixture, tmp_path
     """The same loss before anything is built: one SweepError line, not a traceback."""
     import pytest
 
-    from kopt.runner import DeviceError, LocalRunner
-    from kopt.runner import SweepError as SE
+    from kopt.run.runner import DeviceError, LocalRunner
+    from kopt.run.runner import SweepError as SE
 
     class Dead(LocalRunner):
         def call(self, i, method, *args, timeout=None):

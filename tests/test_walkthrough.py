@@ -14,11 +14,11 @@ from pathlib import Path
 import yaml
 
 from conftest import FIXTURES, ROOT
-from kopt.catalog import load_catalog
-from kopt.expand import iter_candidates, space_digest
-from kopt.preflight import run_preflight
-from kopt.spec import launch_geometry, load_sweep
-from kopt.triage import triage
+from kopt.core.catalog import load_catalog
+from kopt.core.expand import iter_candidates, space_digest
+from kopt.core.spec import launch_geometry, load_sweep
+from kopt.tools.preflight import run_preflight
+from kopt.tools.triage import triage
 
 FIX = FIXTURES / "walkthrough"
 GRAPH = ROOT / "tests" / "data" / "triage-h200" / "toy_graph1.json.gz"

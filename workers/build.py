@@ -179,7 +179,7 @@ def compiler_identity(backend: str) -> str:
     """A 16-hex digest of the compiler's identity.
 
     Args:
-        backend: the toolchain (kopt.spec.Space.toolchain): ``cuda`` (nvcc's
+        backend: the toolchain (kopt.core.spec.Space.toolchain): ``cuda`` (nvcc's
             ``--version`` plus the host C++'s, and kopt's pre-included shim), ``cpu``
             (c++'s ``--version``), each with kopt's own flags for that compiler, or
             ``nvrtc`` (NVRTC's version, a digest of the loaded libnvrtc and the CUDA
@@ -233,7 +233,7 @@ def identity_and_env(backend: str) -> tuple[str, dict]:
     """The node's compiler identity for ``backend`` (:func:`compiler_identity`) and its
     environment (workers.envinfo.collect). A Ray task of the driver's: it lives here, not
     in kopt/, so that the worker that runs it imports this small module only (issue 14.2:
-    a build task's worker that imported kopt.builder paid for kopt, pydantic and pyarrow
+    a build task's worker that imported kopt.run.builder paid for kopt, pydantic and pyarrow
     before its first compile)."""
     from workers.envinfo import collect
 
@@ -336,7 +336,7 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
         return hit
     entry = cache / job.build_id
     bad = arch_flag(job.flags) if job.backend == "cuda" else None
-    if bad is not None:  # kopt.spec refuses these at load; a job made another way too
+    if bad is not None:  # kopt.core.spec refuses these at load; a job made another way too
         return BuildResult(job.build_id, False, f"flag {bad!r} sets the GPU arch; kopt builds "
                            f"for the device's own ({job.target}): remove it"), None
     res, data = _build_kernel(job, entry) if job.mode == "kernel" else _compile(job, entry)

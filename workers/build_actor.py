@@ -6,7 +6,7 @@ Ray starts fresh worker processes for every job, so a queued sweep's first build
 a worker to start and import the build modules. A :class:`BuildActor` is started once by
 ``kopt serve start`` (named, detached, restarted by Ray) with those modules imported and
 its compilers' identities read; a queued sweep sends its builds to the service's builders
-(kopt.builder.RayBuilder.use_actors). The builds themselves are workers.build's, with the
+(kopt.run.builder.RayBuilder.use_actors). The builds themselves are workers.build's, with the
 build cache of the node the actor runs on.
 """
 

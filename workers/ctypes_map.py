@@ -2,7 +2,7 @@
 ctypes name), each scalar type's range, and the ctypes classes that pass ``half`` /
 ``bfloat16`` scalars by their 16-bit patterns.
 
-Shared by the driver (``kopt.contract`` parses prototypes with these names, ``kopt.spec``
+Shared by the driver (``kopt.core.contract`` parses prototypes with these names, ``kopt.core.spec``
 checks scalar values against their ranges) and the node side (``workers.harness`` and
 ``workers.launcher`` pass scalars with :func:`scalar_ctype`); it imports nothing but the
 standard library, so a sandbox process stays small.
@@ -85,7 +85,7 @@ def half_bits(value: float) -> int:
     """The IEEE binary16 bit pattern of ``value`` (round to nearest even).
 
     Raises:
-        OverflowError: ``value`` is finite but beyond +-65504 (kopt.spec refuses those).
+        OverflowError: ``value`` is finite but beyond +-65504 (kopt.core.spec refuses those).
     """
     return struct.unpack("<H", struct.pack("<e", value))[0]
 

@@ -11,7 +11,8 @@ Evaluation is bounded too: ``**`` and ``<<`` refuse integer results above
 every expression evaluates in microseconds; constant sub-expressions are
 evaluated when the expression is parsed, so such an error surfaces at spec load.
 
-Shared by the driver (``kopt.spec``, ``kopt.expand``; ``kopt.expr`` re-exports it) and the
+Shared by the driver (``kopt.core.spec``, ``kopt.core.expand``; ``kopt.core.restrictions``
+re-exports it) and the
 node side (the harness's shapes, launch geometry); standard library only.
 """
 
@@ -112,7 +113,7 @@ class Expr:
             try:
                 _eval(node, {})
             except ZeroDivisionError:
-                pass  # callers treat division by zero where they evaluate (see kopt.spec)
+                pass  # callers treat division by zero where they evaluate (see kopt.core.spec)
             except ExprError as e:
                 raise ExprError(f"{self.text!r}: {e}") from None
             return

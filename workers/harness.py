@@ -346,7 +346,7 @@ class Harness:
                 raise JobError("error", f"{path}: import failed: {e!r}") from None
             finally:
                 sys.path.pop(0)
-            for name in ("inputs", "reference", "contender"):  # kopt.spec.REF_FUNCTIONS
+            for name in ("inputs", "reference", "contender"):  # kopt.core.spec.REF_FUNCTIONS
                 f = getattr(mod, name, None)
                 if f is not None and not callable(f):  # `contender = 5` was silently ignored
                     raise JobError("error", f"{path}: `{name}` is {f!r:.40}, not a function; "
@@ -1107,7 +1107,7 @@ class Harness:
         each is checked on every input set, warmed up, then ``job["rounds"]`` rounds each take
         one sample of every contender (rotating who goes first), the L2 flushed before every
         sample and every sample's output verified, so that drift in clocks, temperature or
-        neighbours hits all alike (kopt.contest).
+        neighbours hits all alike (kopt.core.winner).
 
         Returns ``status`` and ``results``: per contender ``median_ms``, ``iqr_ms``,
         ``n_samples``, ``samples_ms``; a contender that fails its check or a timed call fails

@@ -1,7 +1,8 @@
 """Kernel mode's launch geometry: a sweep's ``launch:`` block (grid, block, dynamic shared
 memory; integers or expressions) evaluated for one candidate at one problem size.
 
-Shared by the driver (``kopt.spec`` checks the baseline's geometry at load, ``kopt.expand``
+Shared by the driver (``kopt.core.spec`` checks the baseline's geometry at load,
+``kopt.core.expand``
 drops candidates whose geometry is invalid) and the node side (``workers.launcher`` sizes
 every launch); it needs only :mod:`workers.expr`.
 """
@@ -18,7 +19,7 @@ def launch_geometry(launch: Mapping[str, Any], env: Mapping[str, Any]) -> dict[s
     """Evaluate a launch block with ``env`` (params/defines, dims, scalars).
 
     Args:
-        launch: ``{"block": [...], "grid": [...], "smem_bytes": ...}`` (a ``kopt.spec.Launch``
+        launch: ``{"block": [...], "grid": [...], "smem_bytes": ...}`` (a ``kopt.core.spec.Launch``
             as ``model_dump()``); each entry an integer or an expression.
         env: name -> number.
 

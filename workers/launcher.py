@@ -49,7 +49,7 @@ class KernelLauncher:
 
     Args:
         path: the artifact (workers.nvrtc.pack's bundle: header + cubin).
-        signature: the kernel's arguments as dicts (kopt.contract.Arg fields).
+        signature: the kernel's arguments as dicts (kopt.core.contract.Arg fields).
         device_index: the torch CUDA device whose (primary) context gets the module.
 
     Raises:

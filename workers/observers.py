@@ -21,7 +21,7 @@ declares their ``columns`` (name -> Arrow type) and which ``devices`` it measure
 registered (:func:`register` in this process; the ``kopt.observers`` entry-point group for
 an installed package, seen by every process of every node). The harness and the device
 actor make their observers from :func:`registered`; the driver stores every declared
-column (kopt.store ``table_schema``) without knowing the observer.
+column (kopt.store.files ``table_schema``) without knowing the observer.
 
 Node side: this module imports nothing beyond the standard library (nvidia-ml-py only
 when an :class:`NvmlObserver` is made, and it is optional; workers.ncu only when an

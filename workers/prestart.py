@@ -170,7 +170,7 @@ class Prestarter:
                 pre = self._start(key)
                 if pre is not None:
                     self.started[key] = pre
-        except BaseException:  # Ctrl-C, SIGTERM (kopt.pipeline.Terminated): none left behind
+        except BaseException:  # Ctrl-C, SIGTERM (kopt.driver.sweep.Terminated): none left behind
             self.close()
             raise
 

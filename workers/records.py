@@ -47,7 +47,7 @@ class BuildJob:
     """What to build. ``source`` is the text (it travels to any node).
 
     Attributes:
-        build_id: content address (see kopt.builder.build_id).
+        build_id: content address (see kopt.run.builder.build_id).
         backend: ``cuda`` or ``cpu``.
         source: kernel source text; ``source_name`` its file name (suffix matters).
         source_dir: the sweep folder, added as ``-I`` for relative includes.
@@ -56,7 +56,7 @@ class BuildJob:
         target: ``sm_90``, ``sm_90a``, ... or ``host``.
         include_dirs: extra ``-I`` folders.
         mode: ``solve`` (nvcc / c++ -> a shared object) or ``kernel`` (NVRTC -> a cubin).
-        launch: kernel mode's launch block (kopt.spec.Space.launch_spec): the kernel name
+        launch: kernel mode's launch block (kopt.core.spec.Space.launch_spec): the kernel name
             and the geometry expressions, stored in the artifact for the harness.
     """
 
@@ -104,7 +104,7 @@ class RunJob:
         job_key: the job's content address (the ``job_key`` column).
         build_id: the build whose artifact it runs.
         dims: the problem size (``{"N": 4096}``).
-        common: the part every job of the sweep shares (kopt.builder.job_base: reference,
+        common: the part every job of the sweep shares (kopt.run.builder.job_base: reference,
             seed, args, scalars, tolerance, timing, signature).
         timing: overrides ``common["timing"]`` (a successive-halving screening rung).
         artifact: the artifact's path on the device's node, once the device side has it
@@ -193,12 +193,12 @@ class RunOutcome:
 
 @dataclass
 class TuningRecord:
-    """One row of the ``candidates`` table (kopt.store's schema): a job, its build and its
+    """One row of the ``candidates`` table (kopt.store.files's schema): a job, its build and its
     outcome. Times: ``compile_s``/``wall_s`` in seconds, ``*_ms`` in milliseconds.
 
-    Every field is a column of the ``candidates`` table (kopt.store.SCHEMAS); stores
+    Every field is a column of the ``candidates`` table (kopt.store.files.SCHEMAS); stores
     written before a column existed read it as NULL. A measurement observer plug-in's
-    columns (:meth:`RunOutcome.observed`) go into the row beside these fields (kopt.store
+    columns (:meth:`RunOutcome.observed`) go into the row beside these fields (kopt.store.files
     ``table_schema`` adds their columns)."""
 
     run_id: str

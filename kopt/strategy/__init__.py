@@ -14,7 +14,7 @@ from kopt.strategy.random_sample import RandomSample
 def make(name: str, max_candidates: int | None, seed: int, timing: dict[str, Any]
          ) -> SearchStrategy:
     """The strategy called ``name`` (one of ``STRATEGIES``); ``timing``: the space's timing
-    (a dict of kopt.spec.Timing), which the screening rungs of ``halving`` shorten.
+    (a dict of kopt.core.spec.Timing), which the screening rungs of ``halving`` shorten.
 
     Raises:
         ValueError: an unknown name.

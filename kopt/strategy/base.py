@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kopt.expand import Candidate
+from kopt.core.expand import Candidate
 
 STRATEGIES = ("exhaustive", "random", "halving")
 
@@ -26,7 +26,7 @@ class Job:
     rung: int = 0  # successive-halving rung (0: the screen, or the only rung)
     timing: dict[str, Any] | None = None  # overrides the spec's timing (screening rungs)
     # lineage columns of its row (parent_id, source_hash, submitter, claimed_methods, note);
-    # None: the sweep's own source (kopt.pipeline.Driver's defaults)
+    # None: the sweep's own source (kopt.driver.sweep.Driver's defaults)
     lineage: dict[str, Any] | None = None
 
 
@@ -53,7 +53,7 @@ class SearchStrategy(ABC):
     @abstractmethod
     def select(self, cands: Iterable[Candidate]) -> list[Candidate]:
         """The candidates to measure out of ``cands`` (the baseline first; a generator is
-        fine: kopt.expand.Tally)."""
+        fine: kopt.core.expand.Tally)."""
 
     def sample_reason(self) -> str:
         """Why an iteration measures fewer candidates than its space holds."""
@@ -78,5 +78,5 @@ class SearchStrategy(ABC):
 
     def notify(self, ranked: dict[str, list[dict[str, Any]]]) -> None:
         """The batch just measured, per device class: its correct candidates, best first
-        (kopt.loop.rank rows: ``candidate_id``, ``is_baseline``, ``speedup``, ...)."""
+        (kopt.loop.state.rank rows: ``candidate_id``, ``is_baseline``, ``speedup``, ...)."""
         self.ranked = ranked

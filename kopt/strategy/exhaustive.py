@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kopt.expand import Candidate, cap
+from kopt.core.expand import Candidate, cap
 from kopt.strategy.base import SearchStrategy
 
 

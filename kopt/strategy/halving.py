@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Any
 
-from kopt.expand import stable_hash
+from kopt.core.expand import stable_hash
 from kopt.strategy.base import Job
 from kopt.strategy.exhaustive import Exhaustive
 
@@ -22,7 +22,7 @@ class SuccessiveHalving(Exhaustive):
 
     Args:
         max_candidates: cap per device class for rung 0 (chosen as :class:`Exhaustive`).
-        timing: the space's timing (kopt.spec.Timing as a dict); screening rungs take
+        timing: the space's timing (kopt.core.spec.Timing as a dict); screening rungs take
             its fields with a fixed sample count and the warm-up capped at 2 ms.
     """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from kopt.expand import Candidate, cap
+from kopt.core.expand import Candidate, cap
 from kopt.strategy.exhaustive import Exhaustive
 
 RANDOM_FRACTION = 0.25  # --strategy random without --max-candidates: a quarter of the space

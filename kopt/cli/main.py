@@ -1,0 +1,1651 @@
+"""The ``kopt`` command line (click): sweep, preflight, query, best, catalog."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import json
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from kopt.cli import streams
+from kopt.core.spec import SpecError, load_sweep
+from kopt.run.callbacks import ProgressCallback
+from kopt.store.files import QueryError, complete_rows, default_root, resume_command
+from kopt.strategy.base import STRATEGIES
+from kopt.util.words import counted
+from workers.records import Status
+
+streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
+
+
+class _Err(Console):
+    """stderr's console (progress, notes, errors): when its reader is gone (``kopt sweep
+    2>&1 | head -1``) it goes quiet and the command carries on, so a sweep still measures
+    and stores everything (rich's default exits 1 mid-sweep, losing the rows not yet
+    flushed)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+        except (OSError, ValueError):  # stderr without a file descriptor (a test's buffer)
+            pass
+
+
+console = _Err(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
+
+
+class _Out(Console):
+    """stdout's console: a closed pipe (``kopt catalog | head -1``) ends the command as
+    :func:`_pipe_closed` says (rich's own default exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _pipe_closed()
+
+
+out = _Out(width=None if sys.stdout.isatty() else 160, emoji=False)
+HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
+MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
+
+class _Finite(click.FloatRange):
+    """A FloatRange that refuses NaN, which passes every range check (``--min-share nan``
+    kept every kernel), and infinities (``--timeout 1e308``, ``inf``: an OverflowError
+    traceback in the timer)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return v
+
+
+class _SmArch(click.ParamType):
+    """An SM arch as nvcc's ``sm_XY`` takes it: ``major * 10 + minor`` (``90``, ``120``; an
+    ``sm_`` prefix is allowed), bounded to ``SM_ARCHS``. 0 read as "no value" (the default
+    sm_90), -1 and 99999 reached nvcc as ``-arch=sm_-1`` (trial 7)."""
+
+    name = "sm_arch"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        text = str(value).strip().lower().removeprefix("sm_")
+        if text.isdigit() and int(text) in SM_ARCHS:
+            return int(text)
+        self.fail(f"{value!r} is not an SM arch: give major*10+minor, {SM_ARCHS.start} to "
+                  f"{SM_ARCHS.stop - 1} (e.g. 90 for sm_90, 120 for sm_120)", param, ctx)
+
+
+SM_ARCHS = range(30, 130)  # sm_30 (Kepler) .. sm_12x (Blackwell): what nvcc has ever named
+WEEK_S = 7 * 86400.0  # the longest --timeout: beyond it no timer is meant
+# the most CPU device actors per node: each takes a core of its own (the pipeline refuses
+# more than the cluster has, once Ray is up); past this, listing the slots never ends
+MAX_CPU_DEVICES = 4096
+# the most of any resource Ray accepts (ray._private.ray_constants.MAX_RESOURCE_QUANTITY,
+# 100e12): a head asked for more fails to start, and `serve start` said so only after
+# 65 s, blaming --address (trial 13 N-D1)
+RAY_MAX_RESOURCE = 10**14
+STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
+                         help="Store root (default: $KOPT_STORE or ./kopt-store).")
+# which run `kopt best`, `kopt export` and `kopt propose` read without --run (one rule:
+# kopt.store.database.LATEST_RUN)
+LATEST_HELP = ("the sweep's latest run (the latest that stored a result; when it was "
+               "interrupted, a note says so, how to resume it and which run is the latest "
+               "finished one)")
+
+
+def _store(store: Path | None) -> Path:
+    return store if store is not None else default_root()
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def _note(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+          file: Any = None, line: str | None = None) -> None:
+    """warnings.showwarning for the CLI: a store note (a damaged file skipped) is one line."""
+    from kopt.store.files import StoreWarning
+
+    if issubclass(category, StoreWarning):
+        if str(message) in _noted:  # one note per damaged file per command
+            return
+        _noted.add(str(message))
+        console.print(f"[yellow]note:[/] {escape(str(message))}", highlight=False,
+                      soft_wrap=True)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+_noted: set[str] = set()  # the store notes this command has printed
+
+
+def _spec_notes(sw: Any) -> None:
+    """The loaded sweep's warnings (kopt.core.spec.Sweep.warnings), one ``note:`` line each."""
+    for w in sw.warnings:
+        console.print(f"[yellow]note:[/] {escape(w)}", highlight=False, soft_wrap=True)
+
+
+class _Group(click.Group):
+    """Store problems surface as one clear line, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from kopt.store.files import StoreWarning
+
+        _noted.clear()
+        with warnings.catch_warnings():  # every store note reaches _note, once per command
+            warnings.simplefilter("always", StoreWarning)
+            warnings.showwarning = _note
+            return self._invoke(ctx)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """Click's, then a usable build cache for a command that builds (:data:`BUILDING`;
+        trial 12: others neither need nor create ``$KOPT_CACHE/builds``)."""
+        from workers.build import check_env
+
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and cmd.name in BUILDING:
+            check_env(builds=True)
+        return name, cmd, rest
+
+    def _invoke(self, ctx: click.Context) -> Any:
+        from kopt.store.database import DatabaseError, explain, interrupted
+        from workers.build import EnvError, check_env
+
+        try:
+            check_env(builds=False)  # no side effect; a building command checks the rest
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `kopt query ... | head -1`: the reader has what it wanted
+            _pipe_closed()
+        except (QueryError, EnvError) as e:
+            _fail(str(e))
+        except (KeyboardInterrupt, RuntimeError) as e:  # Ctrl-C, also inside a DuckDB query
+            if not interrupted(e):
+                raise
+            _fail("interrupted (Ctrl-C)", 130)
+        except DatabaseError as e:
+            _fail(str(explain(e)))
+        except OSError as e:  # a path in the way, a full disk, a read-only store
+            _fail(os_error_line(e))
+
+
+# OSError numbers -> what to do (trial 8 D5: a full disk said "error: : No space left")
+# the commands that build candidates: only they need a usable build cache ($KOPT_CACHE)
+BUILDING = frozenset({"sweep", "preflight", "submit", "run-submitted", "port"})
+OS_HINTS = {errno.EEXIST: "a file is in the way: move it or choose another path",
+            errno.ENOTDIR: "part of the path is a file, not a folder",
+            errno.EISDIR: "is a folder, not a file",
+            errno.EACCES: "no permission",
+            errno.EROFS: "a read-only file system: pass a folder you can write to",
+            errno.ELOOP: "a symlink loop: point it at a real folder or file",
+            errno.ENOSPC: "the disk is full: free space there; what was measured before is "
+                          "stored, and `kopt sweep DIR --store STORE --resume RUN_ID` "
+                          "finishes an interrupted sweep"}
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError that reached the CLI: the file when it is known, the
+    system's words and what to do (:data:`OS_HINTS`); pyarrow's write errors carry their
+    number only in the text (``[errno 28]``)."""
+    code = e.errno
+    if code is None:
+        m = re.search(r"\[errno (\d+)\]", str(e))
+        code = int(m.group(1)) if m else None
+    hint = OS_HINTS.get(code or 0, "")
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{e.strerror or e}" + (f" ({hint})" if hint else "")
+
+
+def _pipe_closed() -> None:
+    """Exit quietly, as Unix tools do, when the reader of stdout has gone (``| head -1``):
+    stdout is pointed at /dev/null (Python's flush at exit would fail again) and the exit
+    code is 141 (128 + SIGPIPE, what a shell reports for ``seq 1 9999999 | head -1``)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test's buffer)
+        pass
+    sys.exit(128 + signal.SIGPIPE)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="kopt")
+def main() -> None:
+    """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
+
+
+def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
+    """The review gate's rejection of an iteration's winner, one line on the console."""
+    from kopt.loop.review import rejection_line
+
+    console.print(f"[yellow]{escape(rejection_line(iteration, device_class, verdict))}[/]",
+                  highlight=False, soft_wrap=True)
+
+
+def compile_errors_line(obs: ProgressObserver) -> str | None:
+    """The line `kopt sweep` and `kopt submit` print when builds failed (rich markup):
+    ``nothing compiled (4 compile errors); the compiler's first error: f.cpp:3:5: error:
+    ...`` -- or ``1 of 3 builds failed (...)`` when some compiled; None when every build
+    ``obs`` saw compiled."""
+    from kopt.tools.report import first_error
+
+    if obs.build_error is None:
+        return None
+    head = ("nothing compiled" if obs.builds_failed == obs.builds
+            else f"{obs.builds_failed} of {counted(obs.builds, 'build')} failed")
+    return (f"[red]{head}[/] ({counted(obs.compile_errors, 'compile error')}); the "
+            f"compiler's first error: {escape(first_error(obs.build_error))}")
+
+
+class ProgressObserver(ProgressCallback):
+    """Rich progress: builds done, runs done, failures, ETA."""
+
+    def __init__(self) -> None:
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
+                          TextColumn("eta"), TimeRemainingColumn(), console=console)
+        self.failed = 0
+        self.iteration = 0
+        self.label = ""
+        self.build_error: str | None = None  # the first failed build's compiler output
+        self.builds = self.builds_failed = 0  # builds seen / failed, over every iteration
+        self.compile_errors = 0  # jobs left without a build, over every iteration
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
+
+    def on_run(self, run_id: str, store: Path) -> None:
+        self.run_id, self.store = run_id, store
+        console.print(f"run {run_id} (store {escape(str(store))})", highlight=False)
+
+    def on_phase(self, label: str) -> None:
+        self.label = label
+
+    def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None:
+        self.iteration += 1
+        if self.iteration == 1:
+            for d in devices:
+                console.print(escape(f"device: {d['name']} ({d['device_class']}, "
+                                     f"{d.get('node_ip', '')})"), highlight=False)
+            self.p.start()
+            if not console.is_terminal:  # a CI log, a file: the bars only draw at the end
+                self._beat_thread = threading.Thread(target=self._beat, daemon=True,
+                                                     name="kopt-progress")
+                self._beat_thread.start()
+        else:
+            for t in list(self.p.task_ids):
+                self.p.remove_task(t)
+        it = f"{self.label} " if self.label else ""
+        self.failed = 0
+        self.tb = self.p.add_task(it + "built", total=n_builds, extra="")
+        self.tr = self.p.add_task(it + "ran  ", total=n_jobs, extra="failed 0")
+
+    def on_metrics(self, device_class: str, aliased: dict, missing: list) -> None:
+        for alias, name in aliased.items():
+            console.print(escape(f"{device_class}: metric {name} read as {alias}"),
+                          highlight=False)
+        if missing:
+            console.print(f"[yellow]{escape(device_class)}: ncu lacks "
+                          f"{counted(len(missing), 'metric')}, not collected[/]: "
+                          f"{escape(', '.join(missing))}", highlight=False)
+
+    def on_evidence(self, device_class: str, ev: Any, triggered: dict | None) -> None:
+        scores = ", ".join(f"{a} {v:.2f}" for a, v in ev.scores.items())
+        fired = sorted(m for m, v in (triggered or {}).items() if v)
+        self.p.console.print(escape(f"baseline ({device_class}): bottleneck {ev.bottleneck} "
+                                    f"({scores}); triggered: {', '.join(fired) or 'none'}"),
+                             highlight=False)
+
+    def on_iteration(self, device_class: str, st: Any) -> None:
+        if st.closing:  # the loop's close: printed under the closing table
+            return
+        best = st.best or {}
+        trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
+        neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
+                if st.bottleneck_before or st.bottleneck_after
+                else "bottleneck not measured (no NCU profile)")
+        so_far = (f"best so far {trip} {_kv(json.dumps(best.get('params') or {}), False)} "
+                  f"({best.get('speedup') or 1.0:.3g}x the baseline of iteration "
+                  f"{best.get('iteration', st.iteration)})"
+                  if best.get("candidate_id") else "no correct candidate so far")
+        self.p.console.print(escape(
+            f"iteration {st.iteration} ({device_class}): "
+            f"{counted(st.n_candidates, 'correct candidate')}; "
+            f"{neck}; {so_far}"), highlight=False)
+
+    def on_fault(self, message: str) -> None:
+        self.p.console.print(f"[yellow]fault:[/] {escape(message)}", highlight=False)
+
+    def on_note(self, message: str) -> None:
+        self.p.console.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
+
+    def on_build(self, result: Any, n_jobs: int) -> None:
+        self.p.advance(self.tb)
+        self.builds += 1
+        if not result.ok:
+            if self.build_error is None:
+                self.build_error = result.error
+            self.builds_failed += 1
+            self.compile_errors += n_jobs
+            self.failed += n_jobs
+            self.p.advance(self.tr, n_jobs)
+            self.p.update(self.tr, extra=f"failed {self.failed}")
+
+    def on_result(self, row: dict[str, Any]) -> None:
+        if row["status"] == "compile_error":
+            return
+        if row["status"] != Status.OK:
+            self.failed += 1
+        self.p.advance(self.tr)
+        self.p.update(self.tr, extra=f"failed {self.failed}")
+
+    def _beat(self) -> None:
+        """Without a terminal the bars only draw at the end: a plain progress line every
+        HEARTBEAT_S seconds instead, also while nothing completes (long builds, a contest)."""
+        t0 = time.monotonic()
+        while not self._beat_stop.wait(HEARTBEAT_S):
+            tasks = {t.id: t for t in self.p.tasks}
+            b, r = tasks.get(self.tb), tasks.get(self.tr)
+            if b is None or r is None:  # between iterations
+                continue
+            console.print(f"{self.label or f'it {self.iteration}'}: built {b.completed:.0f}/"
+                          f"{b.total:.0f}, ran {r.completed:.0f}/{r.total:.0f}, failed "
+                          f"{self.failed} ({time.monotonic() - t0:.0f} s)", highlight=False)
+
+    def on_finish(self, summary: Any) -> None:
+        self.stop()
+        for dc, st in summary.states.items():
+            if st.stop:
+                console.print(escape(f"{dc}: the loop stopped after iteration "
+                                     f"{st.iteration}: {st.stop}"), highlight=False)
+
+    def on_contest(self, device_class: str, verdict: Any) -> None:
+        msg = (f"tie within noise between {len(verdict.tied)} candidates; the simplest won"
+               if len(verdict.tied) > 1 else "clear winner")
+        self.p.console.print(escape(f"contest ({device_class}): {len(verdict.labels)} "
+                                    f"contenders re-measured side by side: {msg}"),
+                             highlight=False)
+
+    def on_review(self, device_class: str, iteration: int, verdict: Any) -> None:
+        _print_rejection(device_class, iteration, verdict)
+
+    def stop(self) -> None:
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join()
+        if self.p.live.is_started:  # a never-started display would print an empty line
+            self.p.stop()
+
+
+def _fmt(v: Any) -> str:
+    """A table cell: floats to 4 significant digits, and from 10,000 on whole with
+    thousands separators (``162,345``, never ``1.623e+05``); rich markup escaped."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if math.isfinite(v) and abs(v) >= 1e4 else f"{v:.4g}"
+    return escape(str(v))
+
+
+def _json_safe(col: str, v: Any) -> Any:
+    """Non-finite floats become null (JSON has no Infinity/NaN); the JSON-text columns
+    (params, defines, dims, state, devices, options, env) are embedded as JSON."""
+    import math
+
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if col in ("params", "defines", "dims", "state", "devices", "options", "env") and \
+            isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
+    return v
+
+
+def closing_line(device_class: str, closing: dict[str, Any]) -> str:
+    """The loop's closing figure on one device class, from its closing contest (the first
+    baseline and the iteration winners re-measured side by side; kopt.core.winner.close_loop)."""
+    best = closing.get("best") or {}
+    trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
+    sp = closing.get("speedup")
+    figure = (f"{sp:.3g}x the first baseline" if sp is not None
+              else "no total speedup (the first baseline was not re-measured)")
+    if closing.get("first_baseline_ms") and closing.get("best_ms"):
+        figure += (f" ({closing['first_baseline_ms']:.4g} ms -> {closing['best_ms']:.4g} ms, "
+                   "measured side by side)")
+    who = (f" from iteration {closing['winner_of'][best['candidate_id']]}"
+           if closing.get("winner_of", {}).get(best.get("candidate_id")) else "")
+    line = (f"loop result ({device_class}): best {trip}{who} "
+            f"{_kv(json.dumps(best.get('params') or {}))}: {figure}")
+    return line + (f"; {closing['note']}" if closing.get("note") else "")
+
+
+REF_NOTE = ("vs reference: the median of ref.py's contender (else reference), timed as the "
+            "candidates are, over the candidate's ('-': not timed; `reference_timing` in "
+            "sweep.yaml)")
+
+
+def _speedup(v: float | None) -> str:
+    v = _figure(v)
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def _kv(text: str | None, markup: bool = True) -> str:
+    """``{"A": 1, "B": 2}`` (JSON text) -> ``A=1 B=2`` (rich markup escaped unless
+    ``markup`` is False)."""
+    if not text:
+        return "-"
+    from kopt.store.files import stored_json
+
+    kv = " ".join(f"{k}={v}" for k, v in stored_json(text, "params or dims").items()) or "-"
+    return escape(kv) if markup else kv
+
+
+def _figure(v: Any) -> float | None:
+    """``v`` as a positive finite float, else None (a rate of 0, NaN or infinity says
+    nothing and must never be divided by)."""
+    import math
+
+    if v is None or isinstance(v, bool):
+        return None
+    v = float(v)
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def _rate(r: dict[str, Any]) -> str:
+    """Achieved rate from the spec's flops/bytes: TFLOP/s for arithmetic-heavy kernels
+    (>= 10 FLOP per byte moved), else GB/s; ``-`` when neither is a positive figure."""
+    tf, gb = _figure(r.get("tflops")), _figure(r.get("gbps"))
+    if tf is not None and (gb is None or tf * 1e3 >= 10 * gb):
+        return f"{tf:.3g} TFLOP/s" + _of_peak(r.get("pct_peak_flops"))
+    return f"{gb:.4g} GB/s" + _of_peak(r.get("pct_peak_bw")) if gb is not None else "-"
+
+
+def _of_peak(pct: Any) -> str:
+    """`` (N% of peak)`` for a known share of the device's peak, else nothing."""
+    v = _figure(pct)
+    return "" if v is None else f" ({v:.3g}% of peak)"
+
+
+def _methods(r: dict[str, Any]) -> str:
+    """The candidate's methods: those carried from earlier iterations' winners (``carried``,
+    a JSON list, when the row has it) and its own triple."""
+    from kopt.store.files import stored_json
+
+    ms = stored_json(r.get("carried"), "carried", list) + [
+        r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
+    return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
+
+
+def _print_table(t: Table, empty: str) -> None:
+    """Print table ``t`` on stdout, or, when it has no row, the one line ``empty`` (rich
+    markup) in its place: a table of headers alone says nothing."""
+    if t.row_count:
+        out.print(t)
+    else:
+        out.print(empty, highlight=False, soft_wrap=True)
+
+
+def _phases_table(rows: list[dict[str, Any]]) -> Table:
+    """The run's phase times (kopt.util.phases.phase_summary) as a table."""
+    from kopt.util.phases import phase_summary
+
+    t = Table(title="where the run's time went: seconds since kopt started "
+                    "(`kopt report RUN_ID` draws the timeline)",
+              caption="a phase xN: the sum of N intervals between its first start and its "
+                      "last end (a device's jobs, the builds' compiler seconds)")
+    for c in ("phase", "where", "start s", "end s", "seconds"):
+        t.add_column(c, overflow="fold")
+    for phase, where, start, end, secs in phase_summary(rows):
+        t.add_row(phase, escape(where), f"{start:.2f}", f"{end:.2f}", f"{secs:.2f}")
+    return t
+
+
+def _summary_line(summary: Any, root: Path) -> str:
+    """The run's closing count line. After ``--resume`` the counts are the whole run's (read
+    from the store), with how many jobs were measured before and how many now."""
+    counts = summary.status_counts
+    done = summary.n_jobs - summary.n_skipped
+    if summary.n_skipped:
+        from kopt.store.database import Database
+
+        counts = Database(root).status_counts(summary.run_id)
+    text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    how = (f"{summary.n_skipped} measured before this resume, {done} now"
+           if summary.n_skipped else f"{done} measured")
+    return (f"run [bold]{summary.run_id}[/]: {counted(summary.n_candidates, 'candidate')}, "
+            f"{counted(summary.n_jobs, 'job')} ({how}) in {summary.wall_s:.1f} s; "
+            + (f"whole run: {text}" if summary.n_skipped else text or "nothing to run"))
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@STORE_OPT
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="auto: CUDA when a GPU is visible, else the C++ source.")
+@click.option("--max-candidates", type=click.IntRange(min=1), default=None,
+              help="Cap per device class: the baseline plus a deterministic sample (drawn "
+                   "at random by index in a space of over 2,000,000 launch configs, which "
+                   "needs a cap).")
+@click.option("--resume", "resume", metavar="RUN_ID", default=None,
+              help="Finish a killed run; nothing already measured is measured again.")
+@click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
+              show_default=True, help="CPU backend: how many single-thread CPU device actors.")
+@click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--cluster", type=click.Path(dir_okay=False), default=None,
+              help="A Ray cluster-launcher YAML (ray_cluster.yaml): attach to its head.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Optimization-loop iterations (default: the spec's `iterations`).")
+@click.option("--strategy", type=click.Choice(list(STRATEGIES)),
+              default=None,
+              help="(default exhaustive) exhaustive: measure every candidate fully; "
+                   "random: a uniform sample (--max-candidates, or a quarter of the space; "
+                   "--seed); halving: screen every candidate with 5 samples, re-measure the "
+                   "best third (at least 3) with 15, then the best third (at least 3) of those "
+                   "with the spec's timing; the baseline in every rung.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="The random strategy's sample (default 0).")
+@click.option("--top", "top_k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Rows in the closing table.")
+@click.option("--queue", is_flag=True,
+              help="Run on the warm kopt service (`kopt serve start`) of --address/--cluster, "
+                   "else the one recorded on this machine: its device actors, no start-up.")
+def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int | None,
+          resume: str | None, cpu_devices: int, address: str | None, cluster: str | None,
+          iterations: int | None, strategy: str | None, seed: int | None,
+          top_k: int, queue: bool) -> None:
+    """Expand, build, run and store every candidate of SWEEP_DIR; print the best.
+
+    With several iterations, each takes the last winner as its baseline and the
+    next method triples from the catalog's priority scan and the NCU evidence.
+    """
+    from kopt.driver.sweep import SweepError, run_sweep
+
+    try:
+        sw = load_sweep(sweep_dir)
+    except SpecError as e:
+        _fail(str(e))
+    _spec_notes(sw)
+    root = _store(store)
+    if cluster and address:
+        _fail("--cluster and --address both name a Ray head: give one")
+    if seed is not None and (strategy or "exhaustive") != "random" and not resume:
+        _fail(f"--seed {seed} only applies to --strategy random")
+    if resume and root.is_dir():
+        from kopt.store.database import run_record
+
+        rec = run_record(root, resume)
+        if rec is not None and rec.get("status") == "finished" and rec.get("sweep") == sw.name:
+            console.print(escape(f"run {resume} is finished: every job is measured and its "
+                                 f"winners are stored; nothing to resume (`kopt best {sw.name} "
+                                 f"--run {resume}` or `kopt report {resume}` show it)"),
+                          highlight=False, soft_wrap=True)
+            sys.exit(0)
+    obs = ProgressObserver()
+    ray_before = _ray_up()
+    try:
+        summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
+                            resume=resume, cpu_devices=cpu_devices, address=address,
+                            iterations=iterations, observers=[obs], cluster=cluster,
+                            strategy=strategy, seed=seed, queue=queue)
+    except SpecError as e:
+        obs.stop()
+        msg = str(e)
+        _fail(msg if msg.startswith(str(sw.spec_path)) else f"{sw.spec_path}: {msg}")
+    except SweepError as e:
+        obs.stop()
+        _fail(str(e))
+    except KeyboardInterrupt as e:
+        # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        obs.stop()
+        rid = getattr(obs, "run_id", None)
+        if rid is None:
+            console.print("[yellow]interrupted[/] before the run started: nothing was stored")
+        else:
+            hint = resume_command(sweep_dir, root, rid, queue=queue, address=address,
+                                  cluster=cluster)
+            console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
+                          + escape(f"with `{hint}`"), highlight=False)
+        sys.exit(_interrupt_code(e))
+    try:
+        _show_sweep(summary, sw, root, top_k, obs, leave_ray=not ray_before)
+    except KeyboardInterrupt as e:  # trial 11 D6: the run is stored; say so, not "Ctrl-C"
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        console.print(escape(f"interrupted while showing the results: run {summary.run_id} is "
+                             f"finished and stored (`kopt best {sw.name} --run "
+                             f"{summary.run_id}` shows it)"), highlight=False, soft_wrap=True)
+        sys.exit(_interrupt_code(e))
+
+
+def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
+                leave_ray: bool) -> None:
+    """The end of `kopt sweep` once its run is stored: leave Ray (``leave_ray``), print the
+    summary, the fastest candidates, each loop's closing line and the phase totals; exits
+    0, or 1 when no candidate was correct."""
+    from kopt.store.select import top
+
+    if leave_ray:
+        _leave_ray()
+    console.print(_summary_line(summary, root), highlight=False)
+    for it, rungs in sorted(summary.rungs.items()):
+        if len(rungs) > 1:
+            console.print(f"iteration {it}, successive halving: " + ", ".join(
+                f"rung {r} measured {counted(n, 'candidate')}" for r, n in sorted(rungs.items())),
+                highlight=False)
+    rows = top(summary.run_id, top_k, root)
+    if not summary.status_counts.get(Status.OK) and not summary.n_skipped:
+        line = compile_errors_line(obs)
+        if set(summary.status_counts) == {"compile_error"} and line is not None:
+            console.print(line, highlight=False)
+        console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
+                      f"error from candidates where run_id = '{summary.run_id}'\"`")
+        exit_code = 1
+    else:
+        exit_code = 0
+    t = Table(title=f"{escape(sw.name)}: fastest correct candidates ({summary.backend}); "
+                    "* = the loop's named best; speedup over the row's own iteration's "
+                    "baseline; side by side: the closing contest (first baseline and "
+                    "iteration winners re-measured together); " + REF_NOTE)
+    for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
+              "speedup", "side by side ms", "vs first baseline", "vs reference", "rate"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), str(r["iteration"]),
+                  ("* " if r["named"] else "") + _methods(r)
+                  + (" (baseline)" if r["is_baseline"] else ""),
+                  _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
+                  _speedup(r["speedup"]), _fmt(r["side_by_side_ms"]),
+                  _speedup(r["vs_first_baseline"]), _speedup(r["vs_reference"]), _rate(r))
+    if rows or not exit_code:  # none correct: the line above says so
+        _print_table(t, "no fastest correct candidates to show: none of this run's measured "
+                        "jobs is correct")
+    for dc, st in sorted(summary.states.items()):
+        if st.closing:
+            out.print(closing_line(dc, st.closing), highlight=False)
+    if summary.phases:
+        out.print(_phases_table(summary.phases))
+    _exit_now(exit_code)
+
+
+_STANDALONE = False  # this process is the `kopt` command itself (entry), not a caller's
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End `kopt sweep` once its run is stored and printed: stdout and stderr flushed, then
+    ``os._exit`` -- the interpreter's teardown (every module, Ray's core worker) took about
+    0.3 s of an H200 host's sweep after its last line (py-spy, docs/verified run 8c), and
+    nothing is left to write. Only when this process is the `kopt` command (:func:`entry`);
+    under a caller (a test's CliRunner) a plain SystemExit."""
+    if not _STANDALONE:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed, or None: nothing to flush
+            pass
+    os._exit(code)
+
+
+def entry() -> None:
+    """The `kopt` console script and ``python -m kopt.cli.main``: :func:`main` as the process."""
+    global _STANDALONE
+    _STANDALONE = True
+    main()
+
+
+def _ray_up() -> bool:
+    """Whether this process is attached to Ray already (a caller's, e.g. a test's)."""
+    import ray
+
+    return bool(ray.is_initialized())
+
+
+def _leave_ray() -> None:
+    """Leave the Ray this command attached to (its embedded instance stopped, a cluster only
+    left) once the sweep is stored, before the results are printed: Ray's own exit hook
+    first sleeps 0.5 s "to make sure log messages finish printing"
+    (ray._private.worker.shutdown), time a finished sweep has no use for, and then stops
+    the embedded instance's processes one by one (kopt.run.raystop.leave_ray: all at once)."""
+    from kopt.run.raystop import leave_ray
+
+    leave_ray()
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True)
+@click.option("--arch", type=_SmArch(), default=None,
+              help="SM arch to build for when no GPU is here (e.g. 90, 87); default 90.")
+def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
+    """Build the baseline, run it once against the reference, print its figures. Writes nothing."""
+    from kopt.tools.preflight import PreflightError, run_preflight
+
+    try:
+        sw = load_sweep(sweep_dir)
+        _spec_notes(sw)
+        r = run_preflight(sw, backend, arch)
+    except (SpecError, PreflightError) as e:
+        _fail(str(e))
+    t = Table(title=escape(f"preflight {sw.name} ({r['backend']}, {r['device']})"),
+              show_header=False)
+    for k in ("signature", "candidates", "command", "compile_s", "registers", "smem_bytes",
+              "spill_bytes", "launch", "dims", "status", "error", "note", "max_abs_err",
+              "median_ms", "iqr_ms", "n_samples"):
+        if r.get(k) not in (None, ""):
+            t.add_row(k, _fmt(r[k]))
+    out.print(t)
+    if r["status"] not in (Status.OK, "built"):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("sql")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.option("--max-rows", type=click.IntRange(min=1), default=MAX_TABLE_ROWS,
+              show_default=True,
+              help="Rows in table output; the others are counted (csv and json print all).")
+def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
+    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations, contests).
+
+    The query reads only the store's views: other files, URLs and extensions are refused.
+    """
+    from kopt.store.database import Database
+
+    if not _store(store).is_dir():
+        _fail(f"no store at {_store(store)} (run `kopt sweep` first, or pass --store DIR)")
+    try:
+        res = Database(_store(store)).open_query(sql)
+    except QueryError as e:
+        _fail(str(e))
+    with res:
+        cols = res.columns
+        if fmt == "csv":  # streamed: a batch of rows at a time
+            w = csv.writer(sys.stdout, lineterminator="\n")
+            w.writerow(cols)
+            for rows in res.batches():
+                w.writerows(rows)
+        elif fmt == "json":  # streamed, the same text as json.dumps(list, indent=1)
+            first = True
+            for rows in res.batches():
+                text = json.dumps([{c: _json_safe(c, v) for c, v in zip(cols, r)}
+                                   for r in rows], default=str, indent=1)
+                sys.stdout.write(("[\n" if first else ",\n") + text[2:-2])  # "[\n" ... "\n]"
+                first = False
+            sys.stdout.write("[]\n" if first else "\n]\n")
+        else:
+            t = Table()
+            for c in cols:
+                t.add_column(escape(c), overflow="fold")  # trial 10 X3: user text
+            shown = left = 0
+            for rows in res.batches():
+                take = rows[:max_rows - shown]
+                for r in take:
+                    t.add_row(*(_fmt(v) for v in r))
+                shown += len(take)
+                left += len(rows) - len(take)
+            _print_table(t, escape(f"no rows (columns: {', '.join(cols)})"))
+            if left:
+                console.print(f"{shown} of {shown + left} rows shown; `--format csv` or "
+                              "`--format json` prints all of them (or `--max-rows N`)",
+                              highlight=False)
+
+
+def _interrupt_code(e: KeyboardInterrupt) -> int:
+    """The exit code after an interrupted sweep: 128 + the signal, as a shell reports a
+    process the signal ended: 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+    (kopt.driver.sweep.stop_signal)."""
+    from kopt.driver.sweep import stop_signal
+
+    return 128 + int(stop_signal(e))
+
+
+def _run_state_note(root: Path, run_id: str, unrecorded: bool = True, sweep: str | None = None,
+                    shown: str = "these are the figures measured before it stopped") -> None:
+    """A note on stderr when ``run_id`` is not finished: interrupted (its driver stopped or
+    was killed; ``shown`` says what the command shows of it, then how to resume it with the
+    ``--queue``/``--address``/``--cluster`` it ran with and, given ``sweep``, the sweep's
+    latest finished run when that is another), still running (who writes it), or without
+    a record (a damaged or partial store: :func:`kopt.store.files.no_run`; not when ``unrecorded``
+    is False: the caller refuses such a run itself)."""
+    from kopt.store.database import Database
+    from kopt.store.files import lock_holder, no_run, recorded_resume_command
+
+    db = Database(root)
+    rec = db.run(run_id) or {}
+    if not rec and unrecorded:
+        console.print("[yellow]note:[/] " + escape(no_run(root, run_id)), highlight=False,
+                      soft_wrap=True)
+    elif rec.get("status") == "interrupted":
+        done = db.latest_runs(sweep)[1] if sweep else None
+        console.print(f"[yellow]note:[/] run {escape(run_id)} was interrupted: {shown}; finish "
+                      "it with " + escape(f"`{recorded_resume_command(root, rec)}`")
+                      + (escape(f"; run {done} is the latest finished one (`kopt best {sweep} "
+                                f"--run {done}`)") if done and done != run_id else ""),
+                      highlight=False, soft_wrap=True)
+    elif rec.get("status") == "running":
+        console.print(f"[yellow]note:[/] run {escape(run_id)} is still running ("
+                      + escape(lock_holder(root, run_id) or "?") + "): figures so far",
+                      highlight=False, soft_wrap=True)
+
+
+@main.command()
+@click.argument("sweep_name")
+@STORE_OPT
+@click.option("--run", "run_id", default=None, help=f"A run id (default: {LATEST_HELP}).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> None:
+    """Best correct candidate per device class (and problem size) of SWEEP_NAME, from one run:
+    --run, else the sweep's latest (the latest that stored a result; when it was
+    interrupted, a note says so, how to resume it and which run is the latest finished
+    one; `kopt export` and `kopt propose` read the same run)."""
+    from kopt.store.database import Database
+    from kopt.store.select import best as select_best
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    rows = select_best(sweep_name, root, run_id)
+    if not rows:
+        names = Database(root).sweeps()
+        from kopt.store.files import no_run, runs_missing
+
+        if sweep_name not in names and runs_missing(root):
+            _fail(f"no sweep {sweep_name!r} found: {runs_missing(root)}")
+        if sweep_name not in names:
+            _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
+        if run_id and Database(root).run(run_id) is None:
+            _fail(no_run(root, run_id))
+        latest, done = Database(root).latest_runs(sweep_name)
+        _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
+              + (f" run {run_id}" if run_id else f" (latest run {latest})")
+              + "; `kopt query \"select status, error from candidates\"` shows why"
+              + (f"; run {done} is the latest finished one (`kopt best {sweep_name} --run "
+                 f"{done}`)" if not run_id and done and done != latest else ""), 1)
+    _run_state_note(root, rows[0]["run_id"], sweep=None if run_id else sweep_name)
+    if fmt == "json":
+        click.echo(json.dumps(rows, default=str, indent=1))
+        return
+    t = Table(title=escape(f"best of {sweep_name} (run {rows[0]['run_id']})"))
+    for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
+              "loop speedup", "vs reference", "rate", "max abs / rel err"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), _methods(r), _kv(r["params"]),
+                  _fmt(r["median_ms"]),
+                  _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _speedup(r["loop_speedup"]),
+                  _speedup(r["vs_reference"]), _rate(r),
+                  f"{_fmt(r['max_abs_err'])} / {_fmt(r['max_rel_err'])}")
+    out.print(t)
+    out.print("speedup: over the baseline of the candidate's own iteration; loop speedup: the "
+              "first baseline's median over the named best's, re-measured side by side at "
+              "the loop's close; " + REF_NOTE, highlight=False)
+    for dc, note in dict.fromkeys((r["device_class"], r["loop_note"]) for r in rows
+                                  if r["loop_note"]):
+        out.print(f"{dc}: {note}", highlight=False)
+    for r in rows:
+        if r["tied_with"] > 1:
+            out.print(f"{escape(r['device_class'])}: a tie within noise between {r['tied_with']} "
+                      "candidates, re-measured side by side; the one with the fewest methods is "
+                      "named (`kopt query \"select * from contests\"` lists them)",
+                      highlight=False)
+
+
+@main.command()
+@click.argument("sweep_dir", type=click.Path(path_type=Path))
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
+    """The next iteration's methods per axis (admitted / skipped and why) and its triples,
+    after the sweep's latest run as `kopt best` reads it (the latest that stored a
+    result; when it was interrupted, a note says so and how to resume it: the plan is
+    the iteration its resume goes on with)."""
+    from kopt.loop.propose import propose as make_plans
+
+    try:
+        sw = load_sweep(sweep_dir)
+        _spec_notes(sw)
+        plans = make_plans(sw, _store(store))
+    except SpecError as e:
+        _fail(str(e))
+    for rid in dict.fromkeys(p["run_id"] for p in plans if p["run_id"]):
+        _run_state_note(_store(store), rid, False, sweep=sw.name,
+                        shown="this plan goes on from what it stored")
+    if fmt == "json":
+        click.echo(json.dumps(plans, indent=1))
+        return
+    for p in plans:
+        out.print(f"[bold]{escape(p['device_class'])}[/]: iteration {p['next_iteration']}"
+                  + (f" after run {escape(p['run_id'])}" if p["run_id"] else " (no stored run)")
+                  + f"; selected: {', '.join(p['selected']) or 'none'}; bottleneck: "
+                  f"{p['bottleneck'] or 'unknown'}"
+                  + ("" if p["evidence"] else "; no NCU evidence: every method counts as "
+                     "triggered") + (f"; last stop: {escape(p['stop'])}" if p["stop"] else ""))
+        t = Table()
+        for c in ("axis", "P", "method", "admitted", "reason"):
+            t.add_column(c)
+        for axis, scans in p["scan"].items():
+            if not scans:
+                t.add_row(axis, "-", "(no realized method: none)", "-", "")
+            for s in scans:
+                t.add_row(axis, str(s["priority"]), escape(s["method"]),
+                          "yes" if s["admitted"] else "no", escape(s["reason"]))
+        out.print(t)
+        if p.get("triples_from") == "catalog":
+            out.print(f"the best is a submitted version ({escape(p['best_source'])}): the "
+                      f"next version may claim any of {len(p['triples'])} admissible catalog "
+                      "triples (`--format json` lists them)", highlight=False)
+            continue
+        out.print(f"{counted(len(p['triples']), 'triple')} besides the baseline:")
+        for tr in p["triples"]:
+            out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
+        for key, why in PROPOSE_SETS:
+            if p.get(key):
+                out.print(f"{counted(len(p[key]), 'admissible triple')} {why}:")
+                for tr in p[key]:
+                    out.print(escape("  (" + ", ".join(m or "none" for m in tr) + ")"))
+
+
+# the triples `kopt propose` lists besides those it runs, and what each list means
+PROPOSE_SETS = (
+    ("empty_triples", "with no candidate (the restrictions, or in kernel mode the device's "
+                      "launch limits, exclude every launch config)"),
+    ("undecided_triples", "too large to check whose random launch configs the restrictions "
+                          "all excluded (they may have a few candidates)"))
+
+
+@main.command()
+@click.argument("run_id")
+@STORE_OPT
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
+def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
+    """Write a run's summary.md (environment, iterations, best candidate, plots)."""
+    from kopt.store.database import Database
+    from kopt.tools.report import ReportError, source_notes, write_report
+
+    try:
+        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
+    except ReportError as e:
+        _fail(str(e))
+    for note in source_notes(Database(_store(store)).run(run_id) or {}, run_id):
+        console.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
+    out.print(f"wrote {escape(str(path))}", highlight=False)
+
+
+@main.command()
+@click.option("--address", default=None, help="Ray cluster address (default: this machine).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def env(address: str | None, fmt: str) -> None:
+    """Per Ray node: GPUs and SM arch, driver, nvcc, ncu and counter access, CUTLASS, torch, ray."""
+    import ray
+
+    from kopt.driver.sweep import SweepError, attach, ensure_ray
+    from workers.envinfo import collect
+
+    if address and address != "auto":  # as `kopt sweep --address`: one line, at once
+        try:
+            attach(address, f"--address {address}")
+        except SweepError as e:
+            _fail(str(e))
+    else:
+        try:
+            ensure_ray(address)
+        except SweepError as e:
+            _fail(str(e))
+    task = ray.remote(num_cpus=0)(collect)
+    refs = []
+    for node in ray.nodes():
+        if node.get("Alive"):
+            strat = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)
+            refs.append(task.options(scheduling_strategy=strat).remote())
+    infos = ray.get(refs)
+    if fmt == "json":
+        click.echo(json.dumps(infos, indent=1))
+        return
+    for info in infos:
+        t = Table(title=escape(f"node {info['host']} ({info['platform']})"), show_header=False)
+        t.add_row("GPUs", escape("; ".join(_gpu_line(g) for g in info["gpus"]) or "none"))
+        for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
+                  "torch_cuda", "ray", "python"):
+            unset = "unknown" if k == "driver" and info["gpus"] else "not found"
+            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else unset)
+        for note in info.get("notes") or []:
+            t.add_row("note", escape(note))
+        out.print(t)
+
+
+@main.group("serve")
+def serve() -> None:
+    """A warm queue: a long-lived kopt service keeps device actors warm on a Ray cluster;
+    `kopt sweep --queue` runs on them (no start-up cost after the first)."""
+
+
+@serve.command("start")
+@click.option("--address", default=None,
+              help="A running Ray cluster's HOST:PORT (default: start a Ray head here).")
+@click.option("--backend", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="auto: CUDA when the cluster has a GPU, else CPU.")
+@click.option("--cpu-devices", type=click.IntRange(1, MAX_CPU_DEVICES), default=1,
+              show_default=True, help="CPU backend: single-thread CPU device actors per node.")
+@click.option("--num-cpus", type=click.IntRange(1, RAY_MAX_RESOURCE), default=None,
+              help="CPUs of the Ray head it starts (default: this machine's); not with "
+                   "--address.")
+def serve_start(address: str | None, backend: str, cpu_devices: int,
+                num_cpus: int | None) -> None:
+    """Start the service: its device actors stay up until `kopt serve stop`."""
+    from kopt.run.runner import SweepError  # ServiceError is one; so are the runner's
+    from kopt.run.service import start_service
+
+    if address and num_cpus:
+        _fail("--num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
+              "cluster's own CPUs count: leave --num-cpus out")
+    try:
+        cfg = start_service(address, backend, cpu_devices, num_cpus)
+    except SweepError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _interrupted_start()
+    addr = cfg["address"]
+    actors = counted(len(cfg["devices"]), f"{cfg['backend']} device actor")
+    out.print(escape(f"kopt service at {addr}: {actors} warm "
+                     f"({', '.join(i['device_id'] for i in cfg['infos'])}), "
+                     f"{counted(len(cfg.get('builders') or []), 'builder')}"), highlight=False)
+    out.print("sweep on it: kopt sweep SWEEP_DIR --queue; see it: kopt serve status; stop it: "
+              "kopt serve stop", highlight=False)
+
+
+def _interrupted_start() -> None:
+    """Ctrl-C during `kopt serve start`, once it has stopped what it started: one line, exit
+    130, without Ray's exit hooks (a connection interrupted half-made made them segfault:
+    exit 139; there is no embedded Ray instance for them to stop)."""
+    console.print("[bold red]error:[/] interrupted (Ctrl-C): nothing is left running; start "
+                  "it again with `kopt serve start`", highlight=False, soft_wrap=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(130)
+
+
+@serve.command("stop")
+@click.option("--address", default=None,
+              help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
+def serve_stop(address: str | None) -> None:
+    """Stop the service's actors (and the Ray head and launchpad `kopt serve start`
+    started); the line names what it stopped."""
+    from kopt.run.runner import SweepError  # ServiceError is one; so are the runner's
+    from kopt.run.service import stop_service
+
+    try:
+        names = stop_service(address)
+    except SweepError as e:
+        _fail(str(e))
+    out.print(escape(f"kopt service stopped ({', '.join(names)})"
+                     if names else "kopt service stopped (its Ray head was gone already)"),
+              highlight=False)
+
+
+@serve.command("status")
+@click.option("--address", default=None,
+              help="The service's Ray HOST:PORT (default: the one `kopt serve start` recorded).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def serve_status(address: str | None, fmt: str) -> None:
+    """The service's devices (idle/busy, jobs, busy seconds) and the sweeps it served."""
+    from kopt.run.runner import SweepError  # ServiceError is one; so are the runner's
+    from kopt.run.service import read_state, service_status, state_path
+
+    try:
+        if address is None and not read_state().get("address"):
+            if fmt == "json":
+                out.print_json(json.dumps({"service": None, "record": str(state_path())}))
+            else:
+                out.print(escape(f"no service: none is recorded in {state_path()} (`kopt "
+                                 "serve start` starts one; one elsewhere: pass --address "
+                                 "HOST:PORT)"), highlight=False, soft_wrap=True)
+            return
+        st = service_status(address)
+    except SweepError as e:
+        _fail(str(e))
+    if fmt == "json":
+        out.print_json(json.dumps(st))
+        return
+    t = Table(title=escape(f"kopt service at {st['address']} ({st['backend']}): "
+                           f"{counted(st['sweeps_served'], 'sweep')} served, "
+                           f"{len(st['sweeps_running'])} running"))
+    for c in ("device", "class", "state", "jobs", "busy s", "sandbox restarts"):
+        t.add_column(c)
+    for d in st["devices"]:
+        t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
+                  _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
+    _print_table(t, escape(f"kopt service at {st['address']} ({st['backend']}): no device "
+                           "actor is up (`kopt serve stop`, then `kopt serve start`, makes "
+                           "them again)"))
+    b = st.get("builders") or []
+    states = ", ".join(f"{n} {s}" for s, n in sorted(Counter(x["state"] for x in b).items()))
+    out.print(f"{counted(len(b), 'warm builder')} ({states or 'none'}), "
+              f"{counted(sum(x.get('builds', 0) for x in b), 'build')} since start",
+              highlight=False)
+    pad = st.get("launchpad")
+    if pad:
+        out.print(escape(f"launchpad (pid {pad.get('pid')}): a sweep driver "
+                         f"{'ready' if pad.get('spare_ready') else 'starting'}, "
+                         f"{counted(pad.get('served', 0), 'queued sweep')} started in one"
+                         f" ({pad.get('declined', 0)} declined: they ran in their own "
+                         "process); "
+                         f"{counted(pad.get('spare_failures', 0), 'spare driver')} failed to "
+                         "start"),
+                  highlight=False)
+
+
+def _gpu_line(g: dict[str, Any]) -> str:
+    """``0: NAME sm_90 141 GiB``; a figure NVML could not read is ``unknown``."""
+    mem = g.get("memory_bytes")
+    return (f"{g['index']}: {g.get('name') or 'unknown GPU'} {g.get('sm') or 'sm unknown'} "
+            + (f"{mem / 2**30:.0f} GiB" if mem is not None else "memory unknown"))
+
+
+@main.command("submit")
+@click.argument("run_id")
+@click.option("--source", type=click.Path(path_type=Path), required=True,
+              help="The new version's kernel source, or a folder of versions.")
+@click.option("--methods", required=True, help="Claimed methods: compute.X,memory.Y,latency.Z.")
+@click.option("--note", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The analysis (a text file): why these methods.")
+@click.option("--submitter", default=None, help="Who or what submits (default: $USER).")
+@click.option("--retry", is_flag=True, help="Another try at the last submitted iteration.")
+@click.option("--max-tries", type=click.IntRange(min=1), default=None,
+              help="Submissions allowed per iteration (default: sweep.yaml submit.max_tries, 3).")
+@click.option("--detach", is_flag=True, help="Check and record, then run the iteration in a "
+              "background process and return at once (`kopt wait` for its verdict).")
+@click.option("--idea", "ideas", multiple=True,
+              help="A source of the version's idea (repeatable): a catalog method id, a URL, "
+                   "or KIND:REF (paper:, kernel:, other:); stored in the provenance table.")
+@click.option("--store", type=click.Path(path_type=Path), default=None)
+@click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
+               submitter: str | None, retry: bool, max_tries: int | None, detach: bool,
+               ideas: tuple[str, ...],
+               store: Path | None, address: str | None, fmt: str) -> None:
+    """Run new kernel versions as the next iteration of RUN_ID: each version x its sweep's
+    launch configs against the run's current best; prints the candidate ids it created.
+    A claim that breaks the catalog's rules is refused (one line per rule, exit 1)."""
+    import os
+
+    from kopt.core.contract import read_text
+    from kopt.driver.sweep import SweepError
+    from kopt.store.files import RunLock, RunLocked
+    from kopt.tools import submit as sm
+
+    root = _store(store)
+    log: Path | None = None
+    try:
+        claim, files = sm.claimed(methods), sm.source_files(source)
+        text = (read_text(note, lambda m: sm.SubmitError([f"--note {m}"])) if note is not None
+                else "")
+        sweep = sm.open_run(root, run_id)
+        with RunLock(root, run_id):  # trial 10 D2: from the record to the run, one writer
+            it, try_no = sm.record(sweep, root, run_id, files, claim, text,
+                                   submitter or os.environ.get("USER") or "user", retry,
+                                   max_tries, ideas)
+            if not detach:  # its progress and notes (a review rejection, trial 7) as a sweep's
+                log, obs = None, ProgressObserver()
+                try:
+                    sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
+                                             sweep=sweep)
+                finally:
+                    obs.stop()
+                line = compile_errors_line(obs)
+                if line is not None:  # the version's own compiler message, as a sweep's
+                    console.print(line, highlight=False, soft_wrap=True)
+        if detach:
+            log = sm.detach(root, run_id, it, try_no, address)
+            sub = sm.planned_ids(sweep, root, run_id, it, try_no)
+    except sm.SubmitError as e:
+        for line in e.lines:
+            console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
+                          soft_wrap=True)
+        if note is None and any("(the analysis note)" in line for line in e.lines):
+            console.print("the reason these refusals ask for is `--note FILE` (a text file: "
+                          "your analysis, why these methods)", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except OSError as e:  # the note, else the store (trial 8 D6: a read-only store)
+        if note is not None and e.filename and Path(e.filename) == Path(note):
+            _fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
+        _fail(os_error_line(e), 1)
+    except (SweepError, RunLocked, SpecError) as e:
+        _fail(str(e), 1)
+    _submitted(run_id, try_no, sub, log, fmt)
+
+
+def _submitted(run_id: str, try_no: int, sub: Any, log: Path | None, fmt: str) -> None:
+    """`kopt submit`'s output: per version (of ``sub``, kopt.loop.submitted.Submitted)
+    its source digest and candidate ids (``candidates``: the same list, its older name)."""
+    it = sub.iteration
+    rows = [{"name": v.name, "source_hash": v.source_hash,
+             "candidate_ids": sub.created[v.source_hash],
+             "candidates": sub.created[v.source_hash]} for v in sub.versions]
+    if fmt == "json":
+        click.echo(json.dumps({"run_id": run_id, "iteration": it, "try": try_no,
+                               "versions": rows, "log": str(log) if log else None}))
+        return
+    for r in rows:
+        click.echo(f"{r['name']} (source {r['source_hash']}, iteration {it}, try {try_no}): "
+                   + " ".join(r["candidate_ids"]))
+    if log is not None:
+        click.echo(f"running in the background; log: {log}; `kopt wait {run_id}` for the "
+                   "verdict")
+
+
+@main.command("run-submitted", hidden=True)
+@click.argument("run_id")
+@click.option("--iteration", type=click.IntRange(min=1), required=True)
+@click.option("--try", "try_no", type=click.IntRange(min=1), required=True)
+@click.option("--store", type=click.Path(path_type=Path), required=True)
+@click.option("--address", default=None)
+def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
+                      address: str | None) -> None:
+    """A recorded try run by `kopt submit --detach` in its background process; its exit
+    status goes into STORE/submit-logs/RUN_ID-itN-tryK.json."""
+    from kopt.driver.sweep import SweepError
+    from kopt.store.files import RunLocked
+    from kopt.tools import submit as sm
+
+    rc, obs = 1, ProgressObserver()
+    try:
+        sm.run_recorded(store, run_id, iteration, try_no, [obs], address)
+        rc = 0
+    except sm.SubmitError as e:
+        console.print(f"[bold red]error:[/] {escape(e.lines[0])}", highlight=False)
+    except (SweepError, RunLocked, SpecError) as e:
+        console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+    except KeyboardInterrupt as e:
+        rc = _interrupt_code(e)
+    finally:
+        obs.stop()
+        sm.mark_exit(store, run_id, iteration, try_no, rc)
+    sys.exit(rc)
+
+
+@main.command("wait")
+@click.argument("run_id")
+@click.option("--iteration", type=click.IntRange(min=1), default=None,
+              help="Which iteration (default: the run's latest, stored or submitted).")
+@click.option("--timeout", "timeout_s", type=_Finite(0, WEEK_S), default=None,
+              help="Give up after this many seconds (exit 3).")
+@click.option("--poll", "poll_s", type=_Finite(0.05, 3600), default=2.0, show_default=True,
+              help="Seconds between two looks at the store.")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s: float,
+             store: Path | None, fmt: str) -> None:
+    """Block until an iteration of RUN_ID is closed, then print its verdict per device
+    class: winner, median, speedup, accepted by the review gate and why, ineffective
+    methods, bottleneck before/after, stop decision, candidate ids. Exit 1 when there is no
+    such run or iteration, or its background process ended without closing it; 4 when the
+    run was interrupted before the iteration closed (the line says how to go on); 3 on
+    --timeout."""
+    from kopt.tools.wait import WaitError, wait
+
+    try:
+        v = wait(_store(store), run_id, iteration, timeout_s, poll_s)
+    except WaitError as e:
+        _fail(str(e), e.code)
+    if fmt == "json":
+        click.echo(json.dumps(v, default=str))
+        return
+    for c in v["classes"]:
+        ok = {True: "accepted", False: "rejected", None: "not reviewed"}[c["accepted"]]
+        click.echo(f"{c['device_class']} iteration {c['iteration']}: winner "
+                   f"{c['winner'] or 'none'}, {_fmt(c['median_ms'])} ms, "
+                   f"{_speedup(c['speedup'])} over the baseline; {ok}"
+                   + (": " + "; ".join(c["reasons"]) if c["reasons"] else ""))
+        click.echo(f"  best {c['best']}; bottleneck {c['bottleneck_before'] or 'unknown'} -> "
+                   f"{c['bottleneck_after'] or 'unknown'}; ineffective: "
+                   f"{', '.join(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
+        click.echo(f"  candidates: {' '.join(c['candidates']) or 'none'}")
+
+
+@main.command("lineage")
+@click.argument("run_id")
+@click.option("--store", type=click.Path(path_type=Path), default=None)
+def lineage_cmd(run_id: str, store: Path | None) -> None:
+    """The version tree of RUN_ID: each node's best candidate (its fastest; in the node
+    that holds it, the loop's named best, as `kopt best` names it), median, speedup over its
+    parent, statuses and claimed methods; the last line says which best is shown."""
+    from kopt.tools.submit import SubmitError, lineage, lineage_text
+
+    try:
+        nodes = lineage(_store(store), run_id)
+    except SubmitError as e:
+        _fail(e.lines[0], 1)
+    for line in lineage_text(nodes):
+        click.echo(line)
+
+
+@main.command("catalog")
+@click.option("--axis", type=click.Choice(["compute", "memory", "latency"]), default=None)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def catalog_cmd(axis: str | None, fmt: str) -> None:
+    """List the optimization catalog: methods per axis in priority order."""
+    from kopt.core.catalog import AXES, load_catalog
+
+    cat = load_catalog()
+    axes = [axis] if axis else list(AXES)
+    if fmt == "json":
+        click.echo(json.dumps([{**m.__dict__, "conflicts": sorted(m.conflicts),
+                                "couples": sorted(m.couples), "requires": sorted(m.requires)}
+                               for a in axes for m in cat.axis(a)], indent=1))
+        return
+    for a in axes:
+        t = Table(title=f"{a} axis", caption="P: priority (1 is scanned first); "
+                  "'= X': the same code change as X seen from another axis (counted once)")
+        for c in ("P", "id", "change", "min SM", "conflicts / couples", "trigger"):
+            t.add_column(c, overflow="fold")
+        for m in cat.axis(a):
+            sm = (f"{m.min_sm}" if m.min_sm else "any") + ("a" if m.needs_sm90a else "")
+            rel = ", ".join([*sorted(m.conflicts)] + [f"= {c}" for c in sorted(m.couples)])
+            t.add_row(str(m.priority), m.id, escape(m.change), sm, rel,
+                      escape(m.trigger.get("text", "")))
+        out.print(t)
+
+
+@main.command("export")
+@click.argument("sweep_name")
+@STORE_OPT
+@click.option("--run", "run_id", default=None, help=f"A run id (default: {LATEST_HELP}).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the header, the T4 JSON and the sources (default: "
+                   "export-SWEEP_NAME).")
+def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
+               out_dir: Path | None) -> None:
+    """Write SWEEP_NAME's best configuration per device class and problem size as a C
+    header of #defines (one block per class: -DKOPT_DEVICE_<CLASS> picks it,
+    -DKOPT_PROBLEM_SIZE=i the size), as T4 autotuning JSON, and the realized best sources.
+    The run is --run, else the sweep's latest, as `kopt best` reads it (the latest that
+    stored a result; when it was interrupted, a note says so and how to resume it)."""
+    from kopt.tools.export import ExportError, export
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    try:
+        res = export(sweep_name, root, out_dir or Path(f"export-{sweep_name}"), run_id)
+    except ExportError as e:
+        _fail(str(e))
+    for r in res.rows:
+        out.print(escape(f"{r['device_class']} size {r['size']} "
+                         f"({' '.join(f'{k}={v}' for k, v in r['dims'].items())}): "
+                         f"{r['candidate_id']} "
+                         + " ".join(f"{k}={v}" for k, v in sorted(r["defines"].items()))),
+                  highlight=False)
+    for p in [res.header, res.t4, *res.sources]:
+        out.print(f"wrote {escape(str(p))}", highlight=False)
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
+    _run_state_note(root, res.run_id, False,  # as `kopt best`: an unfinished run's winner
+                    sweep=None if run_id else sweep_name)
+
+
+@main.command("methods")
+@STORE_OPT
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def methods_cmd(store: Path | None, fmt: str) -> None:
+    """Each catalog method's record over the whole store, per device class and the
+    bottleneck it was applied under: times tried, accepted (in an iteration's named winner),
+    its median own gain (best speedup of a triple holding it over the same triple without
+    it, as the loop judges it) and times judged ineffective."""
+    from kopt.core.catalog import load_catalog
+    from kopt.store.database import Database
+
+    root = _store(store)
+    if not root.is_dir():
+        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+    order = {m: i for i, m in enumerate(load_catalog().methods)}
+    rows = sorted(complete_rows(Database(root).method_effectiveness(), ("method", "device_class"),
+                                "method rows"), key=lambda r: (
+        order.get(r["method"], len(order)), r["method"], r["device_class"], r["bottleneck"] or ""))
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        out.print(f"no method was tried in the store {escape(str(root))}", highlight=False)
+        return
+    t = Table(title=escape(f"method effectiveness over the store {root}"),
+              caption="gain: the method's own, as the loop judges it (best speedup of a "
+              "triple holding it over the same triple without it); median over the "
+              "iterations that measured one")
+    for c in ("method", "device class", "bottleneck", "tried", "accepted", "median gain",
+              "ineffective"):
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"] or "-"),
+                  str(r["tried"]), str(r["accepted"]), _speedup(r["median_gain"]),
+                  str(r["ineffective"]))
+    out.print(t)
+    never = [m for m in order if m not in {r["method"] for r in rows}]
+    if never:
+        out.print(f"{counted(len(never), 'catalog method')} never tried: {', '.join(never)}",
+                  highlight=False)
+
+
+@main.command("triage")
+@click.argument("trace", required=False, type=click.Path(path_type=Path))
+@click.option("--mapping", type=click.Path(path_type=Path), default=None,
+              help="A trace with ranges (CUDA graphs off): stages and layers come from it.")
+@click.option("--formal", type=click.Path(path_type=Path), default=None,
+              help="The trace timed (CUDA graphs on); the same as TRACE.")
+@click.option("--known", type=click.Path(path_type=Path), default=None,
+              help="YAML of known routes (routes: [{pattern, operator, source, tuning, owner}]).")
+@click.option("--min-share", type=_Finite(0, 1), default=0.05, show_default=True,
+              help="Kernels below this share of the trace's kernel time are left alone.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@click.option("--top", "top_k", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Kernel rows in the terminal table.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Report folder: triage.json, the three CSVs, triage.png, sweep skeletons.")
+@click.option("--plot", "plot_file", type=click.Path(path_type=Path), default=None,
+              help="Write the time-share picture (PNG) here.")
+@STORE_OPT
+@click.option("--no-store", is_flag=True, help="Do not write the tables to the store.")
+def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
+               known: Path | None, min_share: float, fmt: str, top_k: int,
+               out_dir: Path | None, plot_file: Path | None, store: Path | None,
+               no_store: bool) -> None:
+    """Hotspots of a profiled step (PyTorch trace JSON or Nsight Systems SQLite): kernels,
+    known paths, actions. See kopt/tools/triage.py for how kernels are attributed to ranges."""
+    import pyarrow as pa
+
+    from kopt.tools import triage as tr
+
+    if trace and formal and trace != formal:
+        _fail(f"TRACE {trace} and --formal {formal} both name the trace to time: give one")
+    formal = formal or trace
+    if formal is None:
+        _fail("give TRACE (or --mapping EAGER --formal GRAPH)")
+    try:
+        t = tr.triage(formal, mapping=mapping, known=known, min_share=min_share,
+                      sweeps=out_dir / "sweeps" if out_dir else None)
+        if not no_store:
+            tr.store_triage(t, _store(store))
+    except tr.TriageError as e:
+        _fail(str(e))
+    except (KeyError, ValueError, TypeError, AttributeError, OverflowError,
+            pa.ArrowException) as e:
+        # a trace, a --known file or a plot name kopt cannot use: one line, not a traceback
+        # (OverflowError: a time like 10**400, an integer no float holds)
+        files = ", ".join(str(f) for f in (mapping, formal, known) if f)
+        _fail(f"{files}: not a trace (or known-routes file) kopt can read: "
+              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}; PyTorch "
+              "profiler JSON and Nsight Systems SQLite exports are read (docs: README, Triage)")
+    tables = {"kernels": t.kernels, "paths": t.paths, "actions": t.actions}
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "triage.json").write_text(json.dumps(tr.as_json(t), indent=1))
+        for name, rows in tables.items():
+            with open(out_dir / f"{name}.csv", "w", newline="") as f:
+                _csv(f, rows)
+        tr.plot(t, out_dir / "triage.png")
+    if plot_file:
+        if not plot_file.suffix:  # matplotlib would pick PNG and rename it, silently
+            named = plot_file
+            plot_file = plot_file.with_name(plot_file.name.rstrip(".") + ".png")
+            console.print(escape(f"note: --plot {named} has no extension: writing {plot_file} "
+                                 "(PNG; name .svg, .pdf or .jpeg for another format)"),
+                          highlight=False, soft_wrap=True)
+        try:
+            tr.plot(t, plot_file)
+        except ValueError as e:  # matplotlib: an extension it cannot write
+            _fail(f"--plot {plot_file}: {str(e).splitlines()[0]}")
+    for n in t.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
+    if fmt == "json":
+        click.echo(json.dumps(tr.as_json(t), indent=1))
+    elif fmt == "csv":
+        for i, (name, rows) in enumerate(tables.items()):
+            sys.stdout.write(("\n" if i else "") + f"# {name}\n")
+            _csv(sys.stdout, rows)
+    else:
+        _triage_tables(t, top_k)
+    console.print(f"triage {t.triage_id}" + ("" if no_store else escape(
+        f" stored in {_store(store)} (`kopt query \"select * from triage_kernels where "
+        f"triage_id = '{t.triage_id}'\"`)")), highlight=False, soft_wrap=True)
+
+
+def _csv(f: Any, rows: list[dict[str, Any]]) -> None:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["kernel"],
+                       lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+
+
+def _triage_tables(t: Any, top_k: int) -> None:
+    """The three triage tables in the terminal."""
+    k = Table(title=escape(f"kernels of {t.trace} (share of all kernel time)"))
+    for c in ("#", "kernel", "share", "total us", "calls", "avg us", "min", "max", "grid",
+              "block", "stages", "layers", "graph"):
+        k.add_column(c, overflow="fold")
+    for r in t.kernels[:top_k]:
+        k.add_row(str(r["rank"]), escape(r["kernel"][:90]), f"{r['share']:.1%}",
+                  _fmt(r["total_us"]), str(r["calls"]), _fmt(r["avg_us"]), _fmt(r["min_us"]),
+                  _fmt(r["max_us"]), _fmt(r["grid"]), _fmt(r["block"]), _fmt(r["stages"]),
+                  _fmt(r["layers"]), "yes" if r["in_graph"] else "no")
+    _print_table(k, escape(f"no kernel in {t.trace}"))
+    if len(t.kernels) > top_k:
+        console.print(f"{top_k} of {len(t.kernels)} kernels shown (--top N)", highlight=False)
+    p = Table(title="known paths of the hot kernels")
+    for c in ("#", "kernel", "share", "route", "operator", "source", "tuning", "owner"):
+        p.add_column(c, overflow="fold")
+    for r in t.paths:
+        p.add_row(str(r["rank"]), escape(r["kernel"][:60]), f"{r['share']:.1%}",
+                  _fmt(r["route"]) if r["known"] else "(none)", _fmt(r["operator"]),
+                  _fmt(r["source"]), _fmt(r["tuning"]), _fmt(r["owner"]))
+    _print_table(p, "known paths of the hot kernels: none")
+    a = Table(title="actions")
+    for c in ("#", "kernel", "action", "why"):
+        a.add_column(c, overflow="fold")
+    for r in t.actions:
+        if r["action"] != "leave" or r["rank"] <= top_k:
+            a.add_row(str(r["rank"]), escape(r["kernel"][:60]), r["action"], escape(r["why"]))
+    _print_table(a, "actions: none")
+
+@main.command("port")
+@click.argument("run_id")
+@click.option("--to", "target", required=True, type=click.Path(path_type=Path),
+              help="The repository file the winner's realized source replaces.")
+@click.option("--build", default=None, help="Build command (shell, run in the port's worktree).")
+@click.option("--test", "test_cmd", default=None, help="Test command.")
+@click.option("--bench", default=None,
+              help="Benchmark command: its last printed number is the figure (before/after).")
+@click.option("--timeout", "timeout_s", type=_Finite(1, WEEK_S), default=600,
+              show_default=True, help="Seconds per command.")
+@click.option("--device-class", default=None, help="Whose winner, when the run has several.")
+@STORE_OPT
+def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
+             bench: str | None, timeout_s: float, device_class: str | None,
+             store: Path | None) -> None:
+    """Port RUN_ID's winner into a repository file on a new branch; build, test, bench.
+
+    The user's checkout and branch are never touched (a separate git worktree); nothing is
+    merged. Exit 1 when a command fails (the branch stays for inspection)."""
+    from kopt.tools.port import PortError, port
+
+    if _store(store).is_dir():
+        _run_state_note(_store(store), run_id, False)  # an unfinished run's winner: say so
+    try:
+        res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
+                   timeout_s=timeout_s, device_class=device_class)
+    except PortError as e:
+        _fail(str(e))
+    t = Table(title=escape(f"port of {run_id} ({res.candidate_id}, {res.device_class}) on "
+                           f"branch {res.branch}"))
+    for c in ("step", "command", "exit", "seconds", "figure", "output (last line)"):
+        t.add_column(c, overflow="fold")
+    for s in res.steps:
+        last = (s.output_tail.strip().splitlines() or [""])[-1][:100]
+        t.add_row(s.step, escape(s.command), "timeout" if s.timed_out else str(s.exit_status),
+                  f"{s.duration_s:.2f}", _fmt(s.bench_value), escape(last))
+    out.print(t)
+    before, after = res.figure("bench_before"), res.figure("bench")
+    if before is not None and after is not None:
+        out.print(f"bench: before {before:g}, after {after:g}"
+                  + (f" ({before / after:.3g}x)" if after else ""), highlight=False)
+    where = escape(f"branch {res.branch} in worktree {res.worktree}")
+    if res.status != "ok":
+        console.print(f"[red]{res.status.replace('_', ' ')}[/]: {where} left for inspection; "
+                      "your branch is untouched", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    console.print(f"ported: {where}; nothing merged (`git merge {escape(res.branch)}` when "
+                  "you are happy with it)", highlight=False, soft_wrap=True)
+
+
+class _NotEmpty(click.ParamType):
+    """``inner`` (a path or text type) that refuses an empty or blank value: ``--store ""``
+    would be the current folder, ``--resume ""`` a new run, ``--run ""`` no run at all."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner, self.name = inner, inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"empty ({value!r}); give a value (an unset shell variable?)", param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+
+for _cmd in main.commands.values():  # every path and text argument of every command
+    for _p in _cmd.params:
+        if _p.name != "sql" and (isinstance(_p.type, click.Path) or _p.type is click.STRING):
+            _p.type = _NotEmpty(_p.type)
+
+if __name__ == "__main__":
+    entry()

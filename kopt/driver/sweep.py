@@ -1,0 +1,1245 @@
+"""The sweep pipeline on Ray: expand -> build (CPU tasks) -> run (one actor per device) -> store.
+
+Builds are Ray tasks of one CPU each, all submitted up front so that Ray runs
+as many at once as there are CPUs; each GPU starts on the first finished
+build (no compile phase to wait for). CPU devices wait for the batch's builds:
+they would share the cores the compilers use, and a timing taken next to a
+compiler measures the compiler. Every device actor holds at most
+``inflight`` jobs (backpressure), so one slow device never hoards work.
+Results are rows appended to the store as they arrive; a compile error, wrong
+result, crash or timeout is a row with its status, never an exception.
+
+The pieces, in TVM MetaSchedule's terms: kopt.run.builder (Builder: build inputs -> build
+results), kopt.run.runner (Runner: run inputs -> futures of run results, on Ray device actors
+or in process), kopt.run.scheduler (moves one batch between them), kopt.strategy (search
+strategies: exhaustive, random, halving; the NCU-guided loop, its contests and profiles);
+workers.records holds the typed records that cross processes. This module attaches to
+Ray, checks what can be checked first, and drives a run (:class:`Driver`).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from kopt import __version__
+from kopt.core.bottleneck import triggers
+from kopt.core.catalog import Catalog, load_catalog
+from kopt.core.expand import (
+    WALK_LIMIT,
+    Context,
+    SampleInfo,
+    configs_bound,
+    iter_candidates,
+    space_digest,
+    stable_hash,
+)
+from kopt.core.spec import Space, SpecError, Sweep
+from kopt.loop.contests import SOLO_ROUNDS
+from kopt.loop.guided import (
+    NcuLoop,
+    close_iteration_on_devices,
+    close_loop_on_devices,
+    write_state,
+)
+from kopt.loop.profiling import profile, resolve
+from kopt.loop.profiling import warm_up as warm_ncu
+from kopt.loop.state import IterState, rank_rung
+from kopt.run.builder import (
+    MAX_BUILD_SUBMITS,
+    RayBuilder,
+    build_id,
+    build_job,
+    job_base,
+)
+from kopt.run.callbacks import Observer
+from kopt.run.context import RunContext
+from kopt.run.devices import build_nodes, local_gpu_count, peaks, predicted_target
+from kopt.run.probe import NOT_RAY, head_problem
+from kopt.run.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, SweepError
+from kopt.run.scheduler import MAX_JOB_ATTEMPTS, Scheduler
+from kopt.run.service import (
+    QueueRunner,
+    queue_backend,
+    recorded_address,
+    service_config,
+    use_token,
+)
+from kopt.store.database import Database, Writer, done_job_keys, iteration_states, run_record
+from kopt.store.files import SCHEMAS, RunLock, dumps, no_run, now, stored_json, warm_arrow
+from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
+from kopt.strategy.halving import HALVING_ETA, HALVING_MIN, HALVING_SAMPLES
+from kopt.strategy.random_sample import RANDOM_FRACTION
+from kopt.util.paths import broken_link
+from kopt.util.phases import PhaseRecorder, adopted
+from kopt.util.words import counted
+from workers import build as wbuild
+from workers import ncu as wncu
+from workers.prestart import Prestarted, Prestarter
+from workers.records import RunJob, RunOutcome, Status, TuningRecord
+
+
+@dataclass
+class RunSummary:
+    """What a finished (or interrupted) sweep did. Times in seconds."""
+
+    run_id: str
+    sweep: str
+    backend: str
+    n_candidates: int
+    n_jobs: int
+    n_skipped: int
+    status_counts: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    compile_cpu_s: float = 0.0
+    device_busy_s: dict[str, float] = field(default_factory=dict)
+    # actor -> seconds it sat idle, nothing ready for it, while builds of its class were
+    # still compiling (the share of the run a device waited for the compilers)
+    device_wait_build_s: dict[str, float] = field(default_factory=dict)
+    devices: list[dict] = field(default_factory=list)
+    interrupted: bool = False
+    states: dict[str, IterState] = field(default_factory=dict)
+    rungs: dict[int, dict[int, int]] = field(default_factory=dict)  # it -> rung -> candidates
+    # the run's time breakdown (kopt.util.phases rows, as stored in ``phases``)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+
+def new_run_id(sweep: str) -> str:
+    """``YYYYmmdd-HHMMSS-<6 hex>`` (UTC), sortable by start time."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> None:
+    """Attach to ``address`` or start an embedded local Ray instance (once per process).
+
+    Raises:
+        SweepError: the embedded instance did not start (Ray's own error, e.g. "The
+            current node timed out during startup" on an overloaded machine), or
+            ``--address auto`` found no running instance. Other addresses raise what Ray
+            raises (:func:`attach` words it).
+    """
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
+                              "log_to_driver": False}
+    if runtime_env:
+        kwargs["runtime_env"] = runtime_env
+    # no address: a new embedded instance ("local"), never a `ray start` cluster that
+    # happens to run on this machine (--address auto attaches to that one)
+    try:
+        ray.init(address=address or "local", **kwargs)
+    except Exception as e:  # noqa: BLE001 -- Ray raises a bare Exception when its node fails
+        if address not in (None, "local", "auto"):
+            raise
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        what = "--address auto" if address == "auto" else "an embedded local instance"
+        raise SweepError(f"Ray did not start ({what}): {first}; nothing was measured or stored: "
+                         "run the command again once the machine is less loaded, or start Ray "
+                         "once with `ray start --head` and pass --address auto") from None
+
+
+def cluster_address(path: str | Path) -> str:
+    """The head address (``HEAD_IP:PORT``) of a Ray cluster-launcher file: the local
+    provider's ``head_ip`` and the ``--port`` of ``head_start_ray_commands`` (default 6379).
+
+    Raises:
+        SweepError: the file is missing or has no ``provider.head_ip``.
+    """
+    import yaml
+
+    from kopt.core.contract import check_plain_file, too_deep, yaml_error_line
+
+    p = Path(path)
+    check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
+    try:
+        cfg = yaml.safe_load(p.read_text())
+    except RecursionError:
+        raise SweepError(too_deep(f"--cluster {p}", "YAML")) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        first = yaml_error_line(e)
+        raise SweepError(f"--cluster {p}: cannot read it ({first}); pass the Ray "
+                         "cluster-launcher YAML you brought up with `ray up`") from None
+    if cfg is not None and not isinstance(cfg, dict):
+        raise SweepError(f"--cluster {p}: expected a mapping (provider:, head_start_ray_commands:"
+                         f", ...), got a YAML {type(cfg).__name__}; pass the Ray "
+                         "cluster-launcher YAML you brought up with `ray up`")
+    provider = (cfg or {}).get("provider") or {}
+    head = provider.get("head_ip") if isinstance(provider, dict) else None
+    if not head:
+        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
+                         "to the head of a local-provider cluster (or pass --address HOST:PORT)")
+    if not isinstance(head, str) or not re.fullmatch(r"[\w.-]+", head):
+        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is {head!r}; expected one "
+                         "host name or IPv4 address (e.g. 10.0.0.5)")
+    cmds = cfg.get("head_start_ray_commands") or []
+    if not isinstance(cmds, list) or not all(isinstance(c, str) for c in cmds):
+        raise SweepError(f"--cluster {p}: field 'head_start_ray_commands' is {cmds!r}; "
+                         "expected a list of shell commands (- ray start --head --port=6379)")
+    port = 6379
+    for cmd in cmds:
+        m = re.search(r"--port[= ](\S+)", str(cmd))
+        if m:
+            if not m.group(1).isdigit() or not 0 < int(m.group(1)) < 65536:
+                raise SweepError(f"--cluster {p}: head_start_ray_commands has --port "
+                                 f"{m.group(1)!r}; expected a port from 1 to 65535")
+            port = int(m.group(1))
+    return f"{head}:{port}"
+
+
+# files larger than this stay behind when a sweep folder travels to a cluster: Ray's
+# upload limit is 512 MiB for the whole (zipped) folder, and a sweep needs its sources
+UPLOAD_FILE_LIMIT = 100 * 2**20
+UPLOAD_EXCLUDES = ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]
+IGNORE_FILE = ".koptignore"
+
+
+def _gitignore_literal(rel: str) -> str:
+    """``rel`` (a path under the sweep folder) as a gitignore pattern matching only it."""
+    return "/" + re.sub(r"([\\\[\]*?!# ])", r"\\\1", rel)
+
+
+def cluster_runtime_env(sweep: Sweep) -> tuple[dict[str, Any], list[str]]:
+    """What travels to every node of a cluster, and notes on what stays behind.
+
+    The sweep folder travels as the working_dir (sources, ref.py, headers), without kopt's
+    own outputs (``UPLOAD_EXCLUDES``), the patterns of the folder's ``.koptignore``
+    (gitignore syntax; Ray also honours ``.gitignore`` and ``.rayignore``) and any file
+    over ``UPLOAD_FILE_LIMIT`` bytes (a note names each); kopt's own packages (``kopt``,
+    ``workers``) travel as py_modules.
+    """
+    import fnmatch
+
+    import kopt
+    import workers
+
+    excludes = list(UPLOAD_EXCLUDES)
+    ignore = sweep.root / IGNORE_FILE
+    if ignore.is_file():
+        excludes += [ln for ln in ignore.read_text().splitlines()
+                     if ln.strip() and not ln.startswith("#")]
+    big = []
+    for folder, dirs, files in os.walk(sweep.root):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, x) for x in UPLOAD_EXCLUDES)]
+        for f in files:
+            path = Path(folder) / f
+            if (not any(fnmatch.fnmatch(f, x) for x in UPLOAD_EXCLUDES) and path.is_file()
+                    and path.stat().st_size > UPLOAD_FILE_LIMIT):
+                big.append((path.relative_to(sweep.root).as_posix(), path.stat().st_size))
+    excludes += [_gitignore_literal(rel) for rel, _ in big]
+    notes = [f"{sweep.root / rel} ({size / 2**20:.0f} MiB) stays behind: files over "
+             f"{UPLOAD_FILE_LIMIT // 2**20} MiB do not travel to cluster nodes; if ref.py "
+             f"reads it, copy it to every node and read it by absolute path (list files the "
+             f"sweep does not need in {ignore})" for rel, size in sorted(big)]
+    return {"working_dir": str(sweep.root),
+            "py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)],
+            "excludes": excludes}, notes
+
+
+def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
+    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``.
+
+    Raises:
+        SweepError: ``address`` is not HOST:PORT, no head answers there, or Ray cannot
+            ship ``runtime_env`` (e.g. the sweep folder is over Ray's upload limit).
+    """
+    problem = head_problem(address)
+    if problem == "format":
+        raise SweepError(f"{source}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
+    up = (f"`ray up {source.split(' ', 1)[1]}`" if source.startswith("--cluster")
+          else "`ray up ray_cluster.yaml`")
+    if problem == "silent":
+        raise SweepError(f"{source}: no Ray head answers at {address}; bring the cluster up "
+                         f"with {up} (or start one with `ray start --head`)")
+    if problem:  # Ray would retry for 90 s and more
+        raise SweepError(f"{source}: " + NOT_RAY.format(address=address))
+    try:
+        ensure_ray(address, runtime_env)
+    except ConnectionError as e:
+        raise SweepError(f"{source}: {e}; is the cluster up (`ray up ray_cluster.yaml`, "
+                         "`ray status`)?") from None
+    except ray.exceptions.RuntimeEnvSetupError as e:
+        wd = (runtime_env or {}).get("working_dir", "the sweep folder")
+        m = re.search(r"Package size \(([^)]*)\) exceeds the maximum size of ([\d.]+ ?\w+)",
+                      str(e))
+        if m:
+            raise SweepError(
+                f"{source}: the sweep folder {wd} packs to {m.group(1)}, over Ray's upload "
+                f"limit of {m.group(2)}; list the files the sweep does not need in "
+                f"{Path(wd) / IGNORE_FILE} (gitignore syntax)") from None
+        last = [ln for ln in str(e).splitlines() if ln.strip()][-1:] or [type(e).__name__]
+        raise SweepError(f"{source}: Ray could not ship the sweep folder {wd}: "
+                         f"{last[0]}") from None
+
+
+def pick_backend(sweep: Sweep, backend: str) -> str:
+    """Resolve ``auto``: CUDA when the cluster has a GPU and the sweep a .cu source, else CPU.
+
+    Raises:
+        SweepError: the requested backend has no source or no device.
+    """
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if backend == "auto":
+        if gpus and "cuda" in sweep.spaces:
+            return "cuda"
+        if "cpu" in sweep.spaces:
+            return "cpu"
+        raise SweepError(
+            f"{sweep.spec_path}: no GPU is visible and the sweep has no C++ source for the CPU "
+            "backend; run it on a GPU node, or add a `cpu:` block with `kernel: NAME.cpp`")
+    if backend == "cuda" and not gpus:
+        raise SweepError("--backend cuda: no GPU in the Ray cluster (ray.cluster_resources() "
+                         "shows none); use --backend cpu or run on a GPU node")
+    sweep.space(backend)  # SpecError when missing
+    return backend
+
+
+class Driver:
+    """Runs one sweep on the attached Ray cluster, for one or more iterations: the NCU-guided
+    loop (kopt.loop.guided) over batches that a search strategy (kopt.strategy)
+    chooses, moved by the scheduler (kopt.run.scheduler) between the builder (kopt.run.builder)
+    and the device actors (kopt.run.runner).
+
+    Args:
+        sweep: the validated sweep.
+        store: the store root.
+        backend: ``auto``, ``cuda`` or ``cpu``.
+        max_candidates: cap per device class and iteration (baseline always kept).
+        resume: a run id to finish instead of starting a new run.
+        cpu_devices: how many CPU device actors for the CPU backend.
+        inflight: jobs queued per device actor (backpressure).
+        iterations: loop iterations (default: the spec's ``iterations``).
+        observers: progress hooks.
+        catalog: the method catalog (default: the shipped one).
+        strategy: ``exhaustive`` (every candidate, fully measured), ``random`` (a uniform
+            sample: ``max_candidates``, or a quarter of the space, drawn with ``seed``) or
+            ``halving`` (successive halving: every candidate screened with
+            ``HALVING_SAMPLES[0]`` samples, the best 1/``HALVING_ETA`` re-measured with more,
+            the last rung with the spec's timing; the baseline is in every rung).
+        seed: the random strategy's sample.
+        phases: the run's time breakdown so far (kopt.util.phases; default: a new one).
+        prestarted: harnesses started before Ray (workers.prestart.Prestarter.started),
+            offered to the device actors of the embedded instance.
+        attach: the command's ``address`` and ``cluster`` as given (None: neither), kept
+            in the run's ``options`` so that a resume command keeps its Ray head
+            (kopt.store.files.recorded_resume_command).
+
+    Raises:
+        ValueError: an unknown strategy.
+    """
+
+    def __init__(self, sweep: Sweep, store: Path, backend: str = "auto",
+                 max_candidates: int | None = None, resume: str | None = None,
+                 cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
+                 observers: list[Observer] | None = None, catalog: Catalog | None = None,
+                 strategy: str | None = None, seed: int | None = None,
+                 submission: Any = None, phases: PhaseRecorder | None = None,
+                 queue: dict[str, Any] | None = None,
+                 prestarted: dict[str, Prestarted] | None = None,
+                 attach: dict[str, str | None] | None = None):
+        self.phases = phases or PhaseRecorder()
+        self.attach = attach or {}  # --address / --cluster as given: kept in the run's options
+        self.prestarted = prestarted
+        self.queue = queue  # the warm service's config (kopt.run.service): its devices are used
+        self.submission = submission  # kopt.loop.submitted.Submitted: one more iteration
+        if strategy is not None and strategy not in STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+        self._strategy_req, self._seed_req = strategy, seed
+        self.strategy, self.seed = strategy or "exhaustive", seed or 0
+        self.sweep, self.store = sweep, Path(store)
+        self.backend_req, self.max_candidates = backend, max_candidates
+        self.resume, self.cpu_devices, self.inflight = resume, cpu_devices, inflight
+        self._iterations_req = iterations
+        self.iterations = iterations or sweep.iterations
+        self.observers = observers or []
+        self.space_sizes: dict[str, int] = {}  # device class -> candidates in its last space
+        # device class -> how its last space's sample was drawn by index (None: walked)
+        self.samples: dict[str, SampleInfo | None] = {}
+        self.catalog = catalog or load_catalog()
+        self.search: SearchStrategy | None = None
+        self.builder = RayBuilder(self.phases)
+        self._lost: dict[str, str] = {}  # device class -> why its jobs could not run
+        self.wait_build_s: dict[int, float] = {}  # device slot -> s idle waiting for builds
+        self._ident_ref: Any = None  # the compiler-identity task started with the devices
+        self._predicted: list[dict[str, Any]] = []  # device targets built for early
+        # paths relative to the sweep folder when it travels as the runtime_env working_dir
+        # (a warm service's devices read the sweep where this driver does: absolute paths)
+        self.rel_paths = bool((ray.get_runtime_context().runtime_env or {}).get("working_dir")
+                              ) if ray.is_initialized() and not queue else False
+
+    # -- planning ------------------------------------------------------------------------
+    def _plan(self, space: Space, classes: dict[str, dict], compilers: dict[str, str],
+              digest: str, iteration: int, ctxs: dict[str, Context], baseline_only: bool = False
+              ) -> tuple[list[Job], dict[str, wbuild.BuildJob], dict[str, int]]:
+        """Iteration ``iteration``'s jobs and builds on each device class of ``classes``
+        (the search strategy's choice of its space), and the candidates per class."""
+        search = self.search or make(self.strategy, self.max_candidates, self.seed,
+                                     space.timing.model_dump())
+        jobs: list[Job] = []
+        builds: dict[str, wbuild.BuildJob] = {}
+        counts: dict[str, int] = {}
+        source = space.source_text()
+        for dc, info in classes.items():
+            # lazy: with a cap, only the sample is held, and a space too large to walk is
+            # sampled by index (kopt.core.expand.cap)
+            stream = iter_candidates(space, self.catalog, info["sm"], source_digest=digest,
+                                     ctx=ctxs[dc])
+            cands = [next(stream)] if baseline_only else search.select(stream)
+            counts[dc] = len(cands)
+            self.space_sizes[dc] = stream.n
+            self.samples[dc] = stream.sampled
+            plat = info.get("platform") or ""
+            timing = None if baseline_only else search.first_timing()
+            for c in cands:
+                bid = build_id(space, c, digest, compilers[plat], plat)
+                builds[bid] = self.builder.plan(build_job(space, c, bid, source), plat)
+                jobs += [Job(stable_hash({"candidate": c.candidate_id, "dims": space.dims[di],
+                                          "device_class": dc, "iteration": iteration,
+                                          "build": bid}),
+                             c, dc, di, space.dims[di], bid, iteration, timing=timing)
+                         for di in c.dims_ok]
+        return jobs, builds, counts
+
+    def _note_sample(self, iteration: int, counts: dict[str, int]) -> None:
+        """A note per device class whose iteration runs a sample of its space (`_plan`'s
+        counts against the space's size): how large the space was and what capped it."""
+        for dc, n in counts.items():
+            drawn = self.samples.get(dc)
+            total = self.space_sizes.get(dc, n)
+            if drawn is None and total <= n:
+                continue
+            why = self.search.sample_reason() if self.search else "capped by --max-candidates"
+            where = f" ({dc})" if len(counts) > 1 else ""
+            line = (f"{n:,} of {total:,} candidates ({why})" if drawn is None else
+                    f"{n:,} of {drawn.configs:,} launch configs before restrictions ({why}; "
+                    f"drawn at random, too many to walk: {drawn.passed:,} of {drawn.draws:,} "
+                    "draws passed the restrictions)")
+            for o in self.observers:
+                o.on_note(f"iteration {iteration}{where}: {line}")
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        """Run the sweep to the end, holding the run's lock (one run, one writer); returns
+        its summary.
+
+        Raises:
+            kopt.store.files.RunLocked: another process is writing the run (--resume).
+            SweepError / SpecError: before anything is measured.
+            KeyboardInterrupt: after flushing every measured row (resume with --resume).
+        """
+        run_id = self.resume or new_run_id(self.sweep.name)
+        # a submission's process holds the lock from its record on (trial 10 D2)
+        with RunLock(self.store, run_id, reuse=self.submission is not None):
+            return self._run(run_id)
+
+    def _run(self, run_id: str) -> RunSummary:
+        t_start = time.perf_counter()
+        self.phases.begin("run")
+        prev, stored = self._resume()
+        backend = pick_backend(self.sweep, self.backend_req)
+        self.space = space = self.sweep.space(backend)
+        self.digest = space_digest(space)
+        self.search = make(self.strategy, self.max_candidates, self.seed,
+                           space.timing.model_dump())
+        env = self._start(backend)
+        self._open_run(run_id, backend, env)
+        summary = self.summary
+        self.loop = NcuLoop(list(self.classes), self.iterations, stored)
+        self.ncu_names = resolve(self.ctx) if backend == "cuda" else {}
+        warm_ncu(self.ctx, self.ncu_names)
+        try:
+            self._iterate(bool(stored))
+            self._time_references()  # an iteration that measured nothing left them
+            close_loop_on_devices(self.ctx, self.loop)
+        except KeyboardInterrupt:
+            self._interrupted(t_start, prev)
+            raise
+        finally:
+            self.phases.begin("stop_devices")
+            self._stop_devices()
+            self.phases.end("stop_devices")
+        summary.states = self.loop.states
+        summary.wall_s = time.perf_counter() - t_start
+        self._finish(prev)
+        return summary
+
+    def _resume(self) -> tuple[dict[str, Any], dict[tuple[int, str], IterState]]:
+        """Take a resumed run's options (refusing ones that differ), the jobs it stored and
+        its iterations' states; returns its last record (its figures add up) and those
+        states."""
+        self.done: set[str] = set()
+        if not self.resume:
+            return {}, {}
+        rec = resumable_run(self.store, self.resume, self.sweep)
+        if self.backend_req == "auto":
+            self.backend_req = rec["backend"]
+        opts = stored_json(rec.get("options"), "options")
+        for name, mine in (("max_candidates", self.max_candidates),
+                           ("iterations", self._iterations_req),
+                           ("strategy", self._strategy_req), ("seed", self._seed_req)):
+            if mine is not None and mine != opts.get(name):
+                raise SweepError(f"--resume {self.resume}: that run was started with "
+                                 f"{name} {opts.get(name)}, not {mine}; resume without "
+                                 f"the option (the run keeps its own)")
+        self.max_candidates = opts.get("max_candidates")
+        self.strategy = opts.get("strategy") or "exhaustive"
+        self.seed = opts.get("seed") or 0
+        self.iterations = opts.get("iterations") or self.iterations
+        self.cpu_devices = opts.get("cpu_devices") or self.cpu_devices
+        self.done = done_job_keys(self.store, self.resume)
+        return rec, {(it, dc): IterState.from_json(js)
+                     for it, dc, js in iteration_states(self.store, self.resume)}
+
+    def _start(self, backend: str) -> dict[str, Any]:
+        """Start the devices (and, meanwhile, iteration 1's builds where its plan is known),
+        find the compilers and check the reference; returns the run's environment."""
+        space = self.space
+        self._early = not self.resume and not (backend == "cuda"
+                                               and self.sweep.ncu.profile_baseline)
+        self.runner = (QueueRunner(backend, self.queue) if self.queue
+                       else RayRunner(backend, self.cpu_devices,
+                                      self.prestarted if not self.resume else None))
+        if isinstance(self.runner, QueueRunner):
+            self.builder.use_actors(self.runner.builders(), self.runner.who)
+        self.phases.begin("devices")
+        infos = self.runner.start(self._while_devices_start, self.phases)
+        self.phases.end("devices", detail=counted(len(infos), "device actor") + (
+            f" (warm: kopt service at {self.queue['address']})" if self.queue else ""))
+        if isinstance(self.runner, QueueRunner):
+            self.runner.check_reads(self.sweep.reference)
+        self.classes = self.runner.classes()
+        platforms = {i.get("platform") or "" for i in infos}
+        try:
+            self.builder.set_routes(build_nodes(self.runner.nodes, platforms))
+        except ValueError as e:
+            raise SweepError(f"cannot build for every device: {e}") from None
+        self.compilers, env = self.builder.identities(space.toolchain, platforms,
+                                                      self._ident_ref)
+        if self._early and not all({"sm": i.get("sm"), "platform": i.get("platform")}
+                                   in self._predicted for i in infos):
+            # iteration 1's plan is known now: compile while the devices compute the reference
+            self.builder.start_early(self._plan(space, self.classes, self.compilers,
+                                                self.digest, 1, {dc: IterState().context()
+                                                                 for dc in self.classes})[1])
+        self._common = job_base(self.sweep, space, self.rel_paths)
+        self._check_reference()
+        return {**env, "cluster_cpus": ray.cluster_resources().get("CPU")}
+
+    def _while_devices_start(self) -> None:
+        """Work that needs no device info, while the actors import torch and run the
+        reference: the compiler identity and, on one node (its devices' arch is known from
+        nvidia-smi), iteration 1's builds."""
+        nodes = self.runner.nodes
+        if len({n.platform for n in nodes}) <= 1:
+            self._ident_ref = self.builder.start_identity(self.space.toolchain)
+        target = predicted_target(self.runner.backend, nodes) if self._early else None
+        if target is None:
+            return
+        ident = wbuild.identity(self.space.toolchain)  # the driver's node's (run_sweep began it)
+        self.builder.start_early(self._plan(
+            self.space, {"predicted": target}, {target["platform"]: ident}, self.digest, 1,
+            {"predicted": IterState().context()})[1])
+        self._predicted.append(target)
+
+    def _check_reference(self) -> None:
+        """Run ref.py's inputs() and reference() once per dims on one device of each class
+        before anything is built; a failure stops the sweep with an error naming ref.py.
+        With ``reference_timing`` (the default), the reference is timed where this run has
+        no ``reference`` row for the class and problem size yet (a resumed run, a submitted
+        iteration reuse the one stored) once the first iteration's candidates are measured
+        (:meth:`_time_references`)."""
+        seen: set[str] = set()
+        self.phases.begin("reference")
+        self._ref_todo: list[tuple[str, dict[str, int]]] = []
+        timed = Database(self.store).timed_references(self.resume) if self.resume else set()
+        for dc in self.classes:
+            i = self.runner.live(dc)[0]
+            self.phases.begin("reference", self.runner.infos[i])
+            for d in self.space.dims:
+                try:
+                    res = self.runner.call(i, "prepare",
+                                           RunJob("reference", "", d, self._common).payload())
+                except DeviceError as e:  # its node died before anything was built
+                    raise SweepError(f"the {dc} device checking ref.py at dims {d} was lost "
+                                     f"({e}); nothing was built or measured: run the sweep "
+                                     "again") from None
+                if res["status"] != Status.OK:
+                    raise SweepError(f"{self.sweep.reference}: inputs()/reference() failed for "
+                                     f"dims {d} on {dc} ({res['status']}): "
+                                     f"{res.get('error')}; nothing was built or measured")
+                for note in res.get("notes") or []:
+                    if note not in seen:
+                        seen.add(note)
+                        for o in self.observers:
+                            o.on_note(note)
+                if self.sweep.reference_timing and (dc, dumps(d)) not in timed:
+                    self._ref_todo.append((dc, d))
+            self.phases.end("reference", self.runner.infos[i])
+        self.phases.end("reference")
+
+    def _time_references(self) -> None:
+        """Time the references :meth:`_check_reference` left to do, on a live device of
+        each class, and write their ``reference`` rows: after the first iteration's
+        candidates, so that the first result does not wait for them (0.2 s of an H200
+        host's queued sweep, docs/verified run 14). A device lost while it times one (its
+        node died) leaves a ``lost`` row and the next live device of the class times it; a
+        class with no live device left gets a note instead."""
+        todo, self._ref_todo = self._ref_todo, []
+        rows = []
+        for dc, d in todo:
+            live = self.runner.live(dc)
+            if not live:
+                for o in self.observers:
+                    o.on_note(f"the reference could not be timed at dims {d} on {dc}: no "
+                              "device of the class is left")
+            for i in live:
+                info = self.runner.infos[i]
+                self.phases.begin("reference", info)
+                rows.append(self._time_reference(i, d))
+                self.phases.end("reference", info, detail="ref.py timed")
+                if rows[-1]["status"] != Status.LOST:
+                    break
+        if rows:
+            self.ctx.writer.add("reference", [{**r, "run_id": self.ctx.run_id,
+                                               "created_at": now()} for r in rows])
+            self.ctx.writer.flush()
+
+    def _time_reference(self, i: int, dims: dict[str, int]) -> dict[str, Any]:
+        """The ``reference`` row of device ``i``'s class at ``dims``: ref.py's contender (else
+        reference) timed by the harness as candidates are (workers.harness
+        ``Harness.time_reference``), with the sweep's work and the device's peaks for the
+        dtype of solve's first output (kopt.run.devices.peaks). A failure is a row with its
+        status and a note, never a stop."""
+        info = self.runner.infos[i]
+        job = {**RunJob("reference", "", dims, self._common).payload(), "job_key": "reference"}
+        try:
+            res = self.runner.call(i, "time_reference", job)
+        except DeviceError as e:  # its node died (test_cluster: killed mid-sweep)
+            res = {"status": Status.LOST, "error": str(e)}
+        dtype = next((a.dtype for a in self.space.signature.outputs), None)
+        flops, nbytes = self.sweep.work(dims)
+        peak_tflops, peak_gbps = peaks(info.get("name"), dtype)
+        if res.get("status") != Status.OK:
+            for o in self.observers:
+                o.on_note(f"the reference could not be timed at dims {dims} on "
+                          f"{info['device_class']} ({res.get('status')}): {res.get('error')}")
+        cols = ("median_ms", "min_ms", "iqr_ms", "mean_ms", "n_samples", "samples_ms",
+                "warmup_runs", "throttled", "sm_clock_mhz", "max_abs_err", "max_rel_err",
+                "impl", "error", "wall_s")
+        return {"sweep": self.sweep.name, "dims": dumps(dims), "backend": self.space.backend,
+                "device_class": info["device_class"], "device_name": info.get("name"),
+                "node": info.get("node_ip"), "device_id": info.get("device_id"),
+                "status": str(res.get("status") or Status.ERROR),
+                **{c: res.get(c) for c in cols}, "flops": flops, "bytes": nbytes,
+                "dtype": dtype, "peak_tflops": peak_tflops, "peak_gbps": peak_gbps}
+
+    def _open_run(self, run_id: str, backend: str, env: dict[str, Any]) -> None:
+        """The run's writer, context, summary and ``running`` record."""
+        sweep, infos = self.sweep, self.runner.infos
+        writer = Writer(self.store, sweep.name, run_id)
+        options = {"backend": backend, "max_candidates": self.max_candidates,
+                   "strategy": self.strategy, "seed": self.seed,
+                   "cpu_devices": self.cpu_devices, "resume": self.resume,
+                   "iterations": self.iterations,
+                   "queue": self.queue["address"] if self.queue else None,
+                   "address": self.attach.get("address"),
+                   "cluster": self.attach.get("cluster"),
+                   # the kopt service's ready driver (kopt.cli.launchpad) or the command's own
+                   "driver": "launchpad" if adopted() else "command"}
+        self.run_row = {"run_id": run_id, "sweep": sweep.name, "spec_hash": sweep.spec_hash,
+                        "spec_parts": dumps(spec_parts(sweep)),
+                        "sweep_dir": str(sweep.root), "backend": backend,
+                        "devices": dumps(infos), "options": dumps(options),
+                        "host": platform.node(), "env": dumps(env), "kopt_version": __version__}
+        writer.add("runs", [{**self.run_row, "event": "running", "created_at": now()}])
+        writer.add("sources", [{"source_hash": self.digest, "name": self.space.source.name,
+                                "text": self.space.source_text(), "created_at": now()}])
+        writer.flush()
+        for o in self.observers:
+            o.on_run(run_id, self.store)
+        self.summary = RunSummary(run_id, sweep.name, backend, 0, 0, 0, devices=infos)
+        self.ctx = RunContext(sweep, self.store, run_id, writer, self.builder, self.runner,
+                              self.catalog, backend, self.observers, self._common,
+                              phases=self.phases)
+
+    # -- iterations ----------------------------------------------------------------------
+    def _iterate(self, resumed_states: bool) -> None:
+        """The baseline's profile (when the spec asks for it), then every iteration."""
+        if self.submission is not None:
+            self._submitted(self.submission)
+            return
+        if self.ncu_names and self.sweep.ncu.profile_baseline and not resumed_states:
+            self._profile_baseline()
+        for it in range(1, self.iterations + 1):
+            if not self._iteration(it):
+                break
+
+    def _iteration(self, it: int) -> bool:
+        """Plan, measure and close iteration ``it``; False when the loop has stopped."""
+        loop = self.loop
+        active = loop.active()
+        if not active:
+            return False
+        jobs, builds, counts = self._plan(self.space, {dc: self.classes[dc] for dc in active},
+                                          self.compilers, self.digest, it,
+                                          loop.contexts(active))
+        self._note_sample(it, counts)
+        loop.exhausted(it, counts)
+        jobs = [j for j in jobs if not loop.states[j.device_class].stop]
+        if not jobs:
+            return False
+        self.summary.n_candidates += sum(n for dc, n in counts.items()
+                                         if not loop.states[dc].stop)
+        self._measure(it, jobs, builds)
+        self._time_references()
+        self._close(it, [d for d in active if not loop.states[d].stop])
+        return True
+
+    def _submitted(self, sub: Any) -> None:
+        """One more iteration of a stored run: the versions of ``sub``
+        (kopt.loop.submitted.Submitted) against their parent, closed as any iteration."""
+        self.search = sub
+        it, classes = sub.iteration, list(self.classes)
+        sub.prepare(self.loop, classes)
+        jobs, builds = sub.plan_jobs(self, classes)
+        self.summary.n_candidates += len({(j.device_class, j.candidate.candidate_id)
+                                          for j in jobs})
+        self._measure(it, jobs, builds)
+        self._time_references()
+        self.builder.build(list(sub.prebuilds.values()))  # what its contests re-measure
+        self._close(it, classes)
+
+    def _close(self, it: int, classes: list[str]) -> None:
+        """Close iteration ``it`` of each class (a resumed run's stored state where it has
+        one), write its state and tell the observers."""
+        loop = self.loop
+        for dc in classes:
+            if loop.resumed(it, dc):
+                continue
+            st = close_iteration_on_devices(self.ctx, loop, it, dc, self.ncu_names.get(dc))
+            write_state(self.ctx, dc, st)
+            self.ctx.writer.flush()
+            for o in self.observers:
+                o.on_iteration(dc, st)
+
+    def _measure(self, it: int, jobs: list[Job], builds: dict[str, wbuild.BuildJob]) -> None:
+        """Measure iteration ``it``'s batches as the search strategy generates them
+        (successive halving: one per rung, each ranked for the next)."""
+        search = self.search
+        assert search is not None
+        search.start(jobs)
+        while (batch := search.generate()) is not None:
+            rung = batch[0].rung
+            self.summary.rungs.setdefault(it, {})[rung] = len(
+                {(j.device_class, j.candidate.candidate_id) for j in batch})
+            self._run_batch(f"it {it} rung {rung}" if rung else f"it {it}", batch, builds)
+            if search.needs_ranking():
+                search.notify({dc: rank_rung(self.store, self.ctx.run_id, it, dc, rung)
+                               for dc in sorted({j.device_class for j in batch})})
+
+    def _profile_baseline(self) -> None:
+        """Measure and profile the baseline before iteration 1, so that its NCU evidence
+        (bottleneck, triggers) prunes iteration 1's scan as it does later ones'."""
+        jobs, builds, _ = self._plan(self.space, self.classes, self.compilers, self.digest, 1,
+                                     {dc: Context() for dc in self.classes}, baseline_only=True)
+        for o in self.observers:
+            o.on_phase("baseline")
+            o.on_start(len(builds), len(jobs), self.runner.infos)
+        self._loop(jobs, builds)
+        self.done.update(j.job_key for j in jobs)
+        self.ctx.writer.flush()
+        for dc in self.classes:
+            base = [j for j in jobs if j.device_class == dc]
+            row = self.ctx.rows.get(base[0].job_key) if base else None
+            if row is not None and row["status"] == Status.OK:
+                self._baseline_evidence(dc, row)
+
+    def _baseline_evidence(self, dc: str, row: dict[str, Any]) -> None:
+        cid = row["candidate_id"]
+        ev = profile(self.ctx, 1, dc, [{"candidate_id": cid, "build_id": row["build_id"],
+                                        "is_baseline": True}], self.ncu_names.get(dc)).get(cid)
+        if ev is None or not ev.scores:
+            return
+        st = IterState(bottleneck_before=ev.bottleneck, scores_before=ev.scores,
+                       triggered=triggers(self.ctx.agg[(1, dc, cid)], self.catalog, ev))
+        self.loop.states[dc] = st
+        for o in self.observers:
+            o.on_evidence(dc, ev, st.triggered)
+
+    # -- batches -------------------------------------------------------------------------
+    def _run_batch(self, label: str, jobs: list[Job], builds: dict[str, wbuild.BuildJob]
+                   ) -> None:
+        """Run the ``jobs`` not already stored (``done``) through :meth:`_loop` and flush the
+        store; counts them in the summary and announces the batch to the observers."""
+        self.summary.n_jobs += len(jobs)
+        todo = [j for j in jobs if j.job_key not in self.done]
+        self.summary.n_skipped += len(jobs) - len(todo)
+        need = {j.build_id for j in todo}
+        for o in self.observers:
+            o.on_phase(label)
+            o.on_start(len(need - set(self.builder.artifacts)), len(todo), self.runner.infos)
+        self._loop(todo, {b: builds[b] for b in need})
+        self.ctx.writer.flush()
+
+    def _loop(self, todo: list[Job], builds: dict[str, wbuild.BuildJob]) -> None:
+        """Build, dispatch and collect ``todo`` until every job has its row (kopt.run.scheduler:
+        lost builds resubmitted, dead devices replaced, orphaned jobs ``lost``)."""
+        sched = Scheduler(self.builder, self.runner, self._common, self._emit, self.observers,
+                          self.inflight, self.wait_build_s, self.space.backend == "cpu",
+                          self._lost, self._tick, self.phases)
+        sched.run(todo, builds)
+        self.summary.compile_cpu_s += sched.compile_cpu_s
+
+    def _tick(self) -> None:
+        self.ctx.writer.add("candidates", [])  # time-based flush
+
+    def _emit(self, job: Job, outcome: RunOutcome, info: dict | None) -> None:
+        """Store the row of ``job`` (one per job key, whatever Ray retried)."""
+        if job.job_key in self.ctx.rows:
+            return
+        row = self._record(job, outcome, info).row(outcome.observed())
+        self.ctx.rows[job.job_key] = row
+        self.ctx.writer.add("candidates", [row])
+        counts = self.summary.status_counts
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+        for o in self.observers:
+            o.on_result(row)
+
+    def _record(self, job: Job, o: RunOutcome, info: dict | None) -> TuningRecord:
+        """The tuning record of ``job``: its candidate, build, device and outcome."""
+        c, info = job.candidate, info or {}
+        meta = self.builder.results.get(job.build_id)
+        work = self.sweep.work(job.dims)
+        return TuningRecord(
+            run_id=self.ctx.run_id, sweep=self.sweep.name, iteration=job.iteration,
+            rung=job.rung, job_key=job.job_key, candidate_id=c.candidate_id,
+            build_id=job.build_id, compute_method=c.triple[0], memory_method=c.triple[1],
+            latency_method=c.triple[2], is_baseline=c.is_baseline, params=dumps(c.params),
+            defines=dumps(c.defines), dims=dumps(job.dims), backend=self.space.backend,
+            arch=c.target, device_class=job.device_class, device_name=info.get("name"),
+            node=info.get("node_ip"), node_id=info.get("node_id"),
+            device_id=info.get("device_id"), status=o.status, error=o.error or None,
+            compile_s=meta.compile_s if meta else None,
+            build_cached=meta.cached if meta else None,
+            registers=meta.registers if meta else None,
+            smem_bytes=meta.smem_bytes if meta else None,
+            spill_bytes=meta.spill_bytes if meta else None, max_abs_err=o.max_abs_err,
+            max_rel_err=o.max_rel_err,
+            median_ms=o.median_ms, min_ms=o.min_ms, iqr_ms=o.iqr_ms, mean_ms=o.mean_ms,
+            n_samples=o.n_samples, samples_ms=o.samples_ms, sm_clock_mhz=o.sm_clock_mhz,
+            temperature_c=o.temperature_c, throttle_reasons=o.throttle_reasons,
+            throttled_samples=o.throttled_samples, throttled=o.throttled, power_w=o.power_w,
+            wall_s=o.wall_s,
+            flops=work[0], bytes=work[1], input_sets=o.input_sets, full_ms=o.full_ms,
+            escaped_ms=o.escaped_ms, leaked_bytes=o.leaked_bytes, created_at=now(),
+            device_start=_utc(o.started_at), device_end=_utc(o.ended_at),
+            **(job.lineage or {"source_hash": self.digest, "submitter": "sweep"}))
+
+    # -- the end -------------------------------------------------------------------------
+    def _stop_devices(self) -> None:
+        """Stop every device actor; their busy and build-wait seconds go to the summary."""
+        for i, busy in self.runner.close().items():
+            name = f"{self.runner.infos[i]['device_class']}#{i}"
+            self.summary.device_busy_s[name] = busy
+            self.summary.device_wait_build_s[name] = round(self.wait_build_s.get(i, 0.0), 3)
+
+    def _interrupted(self, t_start: float, prev: dict[str, Any]) -> None:
+        """Flush every measured row and mark the run interrupted (resumable)."""
+        s, writer = self.summary, self.ctx.writer
+        s.interrupted = True
+        with _signals_held():  # a second Ctrl-C must not cut the flush: nothing lost
+            writer.flush()
+            writer.add("runs", [{**self.run_row, "event": "interrupted", "created_at": now(),
+                                 "n_candidates": s.n_candidates, "n_jobs": s.n_jobs,
+                                 "wall_s": time.perf_counter() - t_start
+                                 + (prev.get("wall_s") or 0.0)}])
+            self._write_phases()
+
+    def _finish(self, prev: dict[str, Any]) -> None:
+        """The ``finished`` record (a resumed run's figures add up), the store compacted,
+        the observers told."""
+        self.phases.begin("store")
+        s, writer = self.summary, self.ctx.writer
+        if not (prev.get("status") == "finished" and s.n_skipped == s.n_jobs):
+            # resuming a finished run with nothing left to do leaves its record alone
+            writer.add("runs", [{
+                **self.run_row, "event": "finished", "created_at": now(),
+                "n_candidates": s.n_candidates, "n_jobs": s.n_jobs,
+                "wall_s": s.wall_s + (prev.get("wall_s") or 0.0),
+                "compile_cpu_s": s.compile_cpu_s + (prev.get("compile_cpu_s") or 0.0),
+                "device_busy": _totals(prev, "device_busy", s.device_busy_s),
+                "device_wait_build": _totals(prev, "device_wait_build",
+                                             s.device_wait_build_s)}])
+        writer.compact("candidates", ["run_id", "job_key"])
+        writer.compact("contests", ["run_id", "iteration", "device_class", "dims",
+                                    "candidate_id"])
+        writer.compact("reference", ["run_id", "device_class", "dims"])
+        writer.compact("metrics", ["run_id", "iteration", "candidate_id", "device_class", "dims",
+                                   "kernel", "launch", "metric"])
+        writer.flush()
+        self.phases.end("store")
+        self._write_phases()
+        for o in self.observers:
+            o.on_finish(s)
+
+    def _write_phases(self) -> None:
+        """Close the run's phases (``run`` and the ``end`` point) and write them as the
+        ``phases`` rows of this process (also the summary's)."""
+        self.phases.end("run")
+        t = self.phases.now()
+        self.phases.span("end", t, t)
+        self.summary.phases = self.phases.table_rows(self.ctx.run_id, self.sweep.name)
+        self.ctx.writer.add("phases", self.summary.phases)
+        self.ctx.writer.flush()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored inside (main thread only): what runs there finishes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _totals(prev: dict[str, Any], key: str, mine: dict[str, float]) -> str:
+    """A resumed run's ``key`` (JSON: name -> seconds) plus this part's ``mine``."""
+    out = dict(json.loads(prev.get(key) or "{}"))
+    for k, v in mine.items():
+        out[k] = out.get(k, 0.0) + v
+    return dumps(out)
+
+
+def _utc(epoch_s: float | None) -> Any:
+    """Epoch seconds as a UTC datetime (the store's timestamps); None stays None."""
+    import datetime as dt
+
+    return None if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does (every
+    finished measurement flushed, the run marked interrupted); ``signum`` tells the CLI to
+    exit 128 + 15 = 143, as a process ended by SIGTERM does, where Ctrl-C exits 130."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_signals: list[int] = []  # the signals _terminate turned into Terminated, in order
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    _signals.append(signum)
+    raise Terminated(signum)
+
+
+def stop_signal(e: KeyboardInterrupt) -> int:
+    """The signal that stopped a sweep with ``e``: SIGTERM when :func:`_terminate` saw one
+    (Ray's ``ray.get`` turns the Terminated raised inside it into a plain
+    KeyboardInterrupt), else SIGINT (Ctrl-C)."""
+    return getattr(e, "signum", None) or (_signals[-1] if _signals else signal.SIGINT)
+
+
+def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
+    """The latest ``runs`` record of ``run_id``, checked to be a run of ``sweep`` with the
+    same spec and sources (what ``--resume`` needs).
+
+    Raises:
+        SweepError: no such run in ``store``, a run of another sweep, or the spec changed.
+    """
+    rec = run_record(store, run_id)
+    if not rec:
+        raise SweepError(f"--resume {run_id}: {no_run(store, run_id)}")
+    if rec["sweep"] != sweep.name:
+        raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
+                         f"not {sweep.name!r}")
+    if rec["spec_hash"] != sweep.spec_hash:
+        stored = json.loads(rec["spec_parts"]) if rec.get("spec_parts") else None
+        what = (" and ".join(changed_parts(stored, spec_parts(sweep))) if stored
+                else "the sweep's spec or sources")  # a run stored before spec_parts
+        raise SweepError(f"--resume {run_id}: {what} changed since that run; undo the edit "
+                         f"to finish it, or start a new run (`kopt sweep {sweep.root}` "
+                         "without --resume)")
+    return rec
+
+
+def spec_parts(sweep: Sweep) -> dict[str, str]:
+    """What :attr:`kopt.core.spec.Sweep.spec_hash` covers, part by part (stored with each run as
+    ``runs.spec_parts``, so a refused ``--resume`` names what changed): ``"sweep.yaml's
+    `FIELD`"`` per top-level field, and each file -- every backend's source, the local
+    headers it includes, ref.py -- by its path relative to the sweep folder (absolute when
+    outside it); each -> sha256 (16 hex)."""
+    root = Path(sweep.root).resolve()
+    parts = {f"sweep.yaml's `{k}`": _digest(json.dumps(v, sort_keys=True, default=str).encode())
+             for k, v in sweep.raw.items()}
+    for sp in sweep.spaces.values():
+        parts[_part_name(sp.source, root)] = _digest(sp.source.read_bytes())
+        for rel, sha in sp.local_inputs().items():
+            parts[_part_name(sp.source.parent / rel, root)] = sha[:16]
+    parts[_part_name(sweep.reference, root)] = _digest(sweep.reference.read_bytes())
+    return parts
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _part_name(path: Path, root: Path) -> str:
+    """``path`` relative to the sweep folder ``root`` (resolved), absolute outside it."""
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path.resolve())
+
+
+def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """The parts of :func:`spec_parts` that differ between ``old`` and ``new``, sorted;
+    one only in ``new`` is marked ``(added)``, one only in ``old`` ``(removed)``."""
+    return [k + (" (added)" if k not in old else " (removed)" if k not in new else "")
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def check_store_path(store: Path) -> None:
+    """Refuse a ``--store`` that is not a folder and cannot become one.
+
+    Raises:
+        SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
+            not writable, or a table's folder (or ``locks``) in it is a file.
+    """
+    for p in [store, *store.absolute().parents]:  # trial 11: a loop passed exists() checks
+        bad = broken_link(p)
+        if bad:
+            raise SweepError(f"--store {store}: {p} is {bad}; pass a folder (a missing one "
+                             "is created)")
+    if store.exists() and not store.is_dir():
+        raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
+                         "folder (a missing one is created)")
+    above = next(p for p in [store, *store.absolute().parents] if p.exists())
+    if not above.is_dir():
+        raise SweepError(f"--store {store}: {above} is a file, so the folder cannot be "
+                         "created; pass a path under a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
+                         "folder you can write to")
+    for name in [*SCHEMAS, "locks"]:  # trial 10 D3: measured everything, lost it at the write
+        if (store / name).exists() and not (store / name).is_dir():
+            raise SweepError(f"--store {store}: {store / name} is a file where the store's "
+                             f"{name!r} folder goes; move it out of the store (restore the "
+                             "folder from a copy if you have one)")
+
+
+def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,
+                     local: bool, max_candidates: int | None = None) -> None:
+    """What can be checked before Ray starts (which takes seconds): the store path, the
+    ``--resume`` run, the backend's source, a space too large to walk without a cap
+    (:func:`check_walkable`, with the resumed run's own cap) and, on an embedded local
+    instance (``local``), a GPU on this machine for the CUDA backend.
+
+    Raises:
+        SweepError: see :func:`check_store_path`, :func:`resumable_run`,
+            :func:`check_walkable`; no GPU here.
+        SpecError: the sweep has no source for the requested backend.
+    """
+    check_store_path(store)
+    if resume:
+        rec = resumable_run(store, resume, sweep)
+        backend = rec["backend"] if backend == "auto" else backend
+        max_candidates = stored_json(rec.get("options"), "options").get("max_candidates")
+    if backend != "auto":
+        sweep.space(backend)  # SpecError when the sweep has no source for it
+    check_walkable(sweep, backend if backend != "auto" or not local else
+                   "cuda" if local_gpu_count() and "cuda" in sweep.spaces else "cpu",
+                   max_candidates)
+    if not local or backend == "cpu" or local_gpu_count():
+        return
+    if backend == "cuda":
+        raise SweepError("--backend cuda: this machine has no GPU (NVML sees none"
+                         + (f" with CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+                            if "CUDA_VISIBLE_DEVICES" in os.environ else "")
+                         + "); use --backend cpu, or --address/--cluster for a GPU cluster")
+    if "cpu" not in sweep.spaces:
+        raise SweepError(f"{sweep.spec_path}: this machine has no GPU and the sweep has no "
+                         "C++ source for the CPU backend; run it on a GPU node, or add a "
+                         "`cpu:` block with `kernel: NAME.cpp`")
+
+
+def check_walkable(sweep: Sweep, backend: str, max_candidates: int | None) -> None:
+    """Refuse a run with no ``--max-candidates`` of a space of more than
+    kopt.core.expand.WALK_LIMIT launch configs (kopt.core.expand.configs_bound: counted, not
+    walked):
+    every strategy would walk it (random takes a quarter of it, halving screens all of it),
+    for hours. With a cap, such a space is sampled by index (kopt.core.expand.Expansion.sample).
+    ``backend`` ``auto``: every space of the sweep is checked.
+
+    Raises:
+        SweepError: one line naming sweep.yaml's ``params`` field and the fix.
+    """
+    if max_candidates is not None:
+        return
+    catalog = load_catalog()
+    for name in [backend] if backend in sweep.spaces else sorted(sweep.spaces):
+        sp = sweep.spaces[name]
+        n = configs_bound(sp, catalog)
+        if n > WALK_LIMIT:
+            raise SweepError(f"{sp.spec_path}: {sp.prefix}params: {n:,} launch configs (the "
+                             "methods' params included, before restrictions), too many to "
+                             "walk; give --max-candidates N to measure a random sample of N "
+                             f"(with any --strategy), or narrow {sp.prefix}params to at most "
+                             f"{WALK_LIMIT:,}")
+
+
+def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
+              max_candidates: int | None = None, resume: str | None = None,
+              cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
+              observers: list[Observer] | None = None, cluster: str | None = None,
+              strategy: str | None = None, seed: int | None = None,
+              queue: bool = False) -> RunSummary:
+    """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
+
+    ``cluster`` (a cluster-launcher YAML) or ``address`` attach to a running cluster;
+    neither starts an embedded local Ray instance. ``queue``: run on the warm kopt service
+    (kopt.run.service) of that cluster -- or, with neither, of the one ``kopt serve start``
+    recorded -- with its devices (its backend and CPU devices). Everything
+    :func:`check_before_ray` can check fails before Ray starts. The run's phases
+    (kopt.util.phases) count from the process's start.
+    """
+    phases = PhaseRecorder()
+    phases.span("startup", 0.0, phases.now())
+    attach = {"address": address, "cluster": str(cluster) if cluster else None}
+    threading.Thread(target=warm_arrow, daemon=True).start()  # pandas, off the critical path
+    phases.begin("checks")
+    if resume:
+        RunLock(store, resume).check()  # before Ray starts: one run has one writer
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
+        # finished measurement flushed, the run marked interrupted, resumable
+        _signals.clear()  # stop_signal: this sweep's, not an earlier one's in this process
+        signal.signal(signal.SIGTERM, _terminate)
+    if queue and not (cluster or address):
+        address = recorded_address()
+    if queue and address:
+        use_token(address)  # the service's own Ray head (kopt serve start): its token
+    local = not cluster and address in (None, "local")
+    check_before_ray(sweep, Path(store), backend, resume, local=local,
+                     max_candidates=max_candidates)
+    phases.end("checks")
+    pre = prestart_sandboxes(sweep, backend, cpu_devices) if local and not resume else None
+    if pre is not None:  # this node builds early: its compiler identity, while Ray starts
+        wbuild.start_identity(sweep.space(pre.device).toolchain)
+        if pre.device == "cuda" and sweep.ncu.top_k > 0:  # and its ncu's metric list
+            wncu.start_query()
+    try:
+        phases.begin("ray")
+        _start_ray(sweep, cluster, address, observers)
+        phases.end("ray")
+        svc = (service_config(cluster_address(cluster) if cluster else str(address))
+               if queue else None)
+        if svc is not None:
+            backend, cpu_devices = queue_backend(svc, backend), int(svc.get("cpu_devices") or 1)
+        return Driver(sweep, store, backend, max_candidates, resume, cpu_devices,
+                      iterations=iterations, observers=observers, strategy=strategy,
+                      seed=seed, phases=phases, queue=svc,
+                      prestarted=pre.started if pre is not None else None,
+                      attach=attach).run()
+    finally:
+        if pre is not None:
+            pre.close()
+        ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
+
+
+def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestarter | None:
+    """Start the harnesses of the embedded instance's devices now, before Ray
+    (workers.prestart: torch's import and the CUDA context then overlap Ray's start, issue
+    14.2): one per GPU that Ray will see (the same ids: ``CUDA_VISIBLE_DEVICES``'s entries,
+    else 0..n-1) for a CUDA run, one per CPU device for a CPU run, each making the inputs and
+    reference outputs of the sweep's reference checks ahead. None when the backend cannot
+    be known before Ray, or with ``KOPT_PRESTART=0``."""
+    if os.environ.get("KOPT_PRESTART", "1") == "0":
+        return None
+    gpus = local_gpu_count()
+    if backend == "auto":
+        backend = ("cuda" if gpus and "cuda" in sweep.spaces
+                   else "cpu" if "cpu" in sweep.spaces else "")
+    if backend == "cuda" and gpus:
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        keys = ([v.strip() for v in vis.split(",") if v.strip()][:gpus] if vis is not None
+                else [str(i) for i in range(gpus)])
+    elif backend == "cpu" and cpu_devices >= 1:
+        keys = [str(i) for i in range(cpu_devices)]
+    else:
+        return None
+    if not keys:
+        return None
+    # the reference checks' inputs and outputs (Driver._check_reference), made ahead
+    base = job_base(sweep, sweep.space(backend))
+    return Prestarter(backend, keys, [RunJob("reference", "", d, base).payload()
+                                      for d in sweep.space(backend).dims])
+
+
+def _start_ray(sweep: Sweep, cluster: str | None, address: str | None,
+               observers: list[Observer] | None) -> None:
+    """Attach to the cluster (``cluster`` / ``address``) or start the embedded Ray, then
+    put :func:`_terminate` back as the SIGTERM handler (``ray.init`` installs its own).
+
+    Raises:
+        Terminated: SIGTERM arrived while Ray started: Ray's own handlers end start-up
+            with ``sys.exit`` (15, or 1 after stopping the node they started), which
+            would exit 15 with no line (trial 10 D5); it stops the sweep as any SIGTERM.
+    """
+    try:
+        if cluster or (address and address != "auto"):
+            renv, notes = cluster_runtime_env(sweep)
+            for o in observers or []:
+                for n in notes:
+                    o.on_note(n)
+            attach(cluster_address(cluster) if cluster else address,
+                   f"--cluster {cluster}" if cluster else f"--address {address}", renv)
+        else:
+            ensure_ray(address)
+    except SystemExit:  # only Ray's SIGTERM handlers exit inside ray.init
+        _signals.append(signal.SIGTERM)
+        raise Terminated(signal.SIGTERM) from None
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminate)
+
+
+def ray_timeline(path: str | None) -> None:
+    """Write Ray's own timeline of this process's Ray job (``ray.timeline``: Chrome tracing
+    JSON of every task and actor call, worker start-ups included; open it in
+    chrome://tracing or Perfetto) to ``path`` when given (``$KOPT_RAY_TIMELINE``): what the
+    run's ``phases`` rows do not show. A failure to write it is a warning, never the
+    sweep's."""
+    if not path or not ray.is_initialized():
+        return
+    try:
+        ray.timeline(filename=path)
+    except Exception as e:  # noqa: BLE001 -- a diagnostic: never fail the sweep for it
+        warnings.warn(f"KOPT_RAY_TIMELINE={path}: not written ({e})", stacklevel=1)
+
+
+__all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",
+           "MAX_BUILD_SUBMITS", "MAX_JOB_ATTEMPTS", "RANDOM_FRACTION", "SOLO_ROUNDS",
+           "STRATEGIES", "Driver", "Job", "Observer", "RunSummary", "SpecError", "SweepError",
+           "Terminated", "stop_signal",
+           "build_id", "check_before_ray", "job_base",
+           "run_sweep"]

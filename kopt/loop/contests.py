@@ -1,0 +1,188 @@
+"""Side-by-side contests of the NCU-guided loop: the leader and the candidates within noise
+of it re-measured together on one device (kopt.core.winner decides), at the end of each
+iteration and, for the loop's closing, the first baseline against every winner."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kopt.core.winner import CONTEST_ROUNDS, Verdict, contenders, decide
+from kopt.run.context import RunContext
+from kopt.run.runner import DeviceError
+from kopt.store.database import Database
+from kopt.store.files import now
+from kopt.util.words import counted
+from workers.records import RunJob, Status
+
+SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a contest
+
+# candidate id -> dims (JSON) -> (job_key, build_id, median_ms, iqr_ms)
+ByCand = dict[str, dict[str, tuple[str, str, float, float]]]
+# candidate id -> dims (JSON) -> the harness's contest result plus ``job_key``
+Results = dict[str, dict[str, dict[str, Any]]]
+
+
+def ok_rows(ctx: RunContext, dc: str, iteration: int | None = None) -> ByCand:
+    """Candidate id -> dims (JSON) -> ``(job_key, build_id, median_ms, iqr_ms)`` of the
+    correct, final-rung rows of class ``dc`` (of ``iteration``; None: the earliest
+    iteration that measured each candidate)."""
+    rows = Database(ctx.store).final_ok(ctx.run_id, dc, iteration)  # halving: the last rung's
+    out: ByCand = {}
+    for c, dims, key, b, med, iqr in rows:
+        out.setdefault(c, {})[dims] = (key, b, med, iqr)
+    return out
+
+
+class SideBySide:
+    """Re-measure the candidates of ``by_cand`` side by side on device ``device`` of class
+    ``dc``, one contest per problem size (workers.harness ``contest``: each checked, then
+    ``CONTEST_ROUNDS`` interleaved samples each).
+
+    A contender that fails a check (or crashes, or times out) is dropped, and the contest
+    is run again without it: when the contest's error does not name the contender, each is
+    run alone to find it. A dropped contender's measurements of other sizes are dropped
+    too (it must be correct on all of them).
+    """
+
+    def __init__(self, ctx: RunContext, device: int, dc: str, by_cand: ByCand):
+        self.ctx, self.device, self.dc, self.by_cand = ctx, device, dc, by_cand
+        self.alive = list(by_cand)
+        self.results: Results = {}
+        self.dropped: dict[str, str] = {}
+
+    def run(self) -> tuple[Results, dict[str, str], str]:
+        """``(results, dropped, error)``: per candidate and dims the harness's result
+        (``median_ms``, ``iqr_ms``, ``n_samples``, ``samples_ms``) plus ``job_key``, for the
+        contenders that passed every check; candidate id -> ``"status: error"`` for the
+        dropped ones; and a reason when the contest could not run at all (the device
+        failed, or it fails while every contender passes alone), else ""."""
+        for rows in self.by_cand.values():  # measured before a --resume: rebuild (cache hit)
+            for _key, b, *_ in rows.values():
+                self.ctx.builder.ensure(b)
+        self._drop({c: f"{Status.ERROR}: its build {b} is not at hand in this run (a version "
+                       "submitted by an earlier command, or a build that failed): it cannot be "
+                       "re-measured side by side"
+                    for c, rows in self.by_cand.items() for _k, b, *_ in rows.values()
+                    if b not in self.ctx.builder.artifacts})
+        for dims in sorted({d for rows in self.by_cand.values() for d in rows}):
+            error = self._size(dims)
+            if error:
+                return self.results, self.dropped, error
+        return self.results, self.dropped, ""
+
+    def _contest(self, cids: list[str], dims: str, rounds: int) -> dict[str, Any]:
+        entries = [self.by_cand[c][dims] for c in cids]
+        jobs = [RunJob(e[0], e[1], json.loads(dims), self.ctx.common).payload()
+                for e in entries]
+        arts = [self.ctx.builder.artifacts[e[1]] for e in entries]
+        info = self.ctx.runner.infos[self.device]
+        self.ctx.phases.begin("contest", info)
+        try:
+            return self.ctx.runner.call(self.device, "contest", jobs, rounds, *arts)
+        except DeviceError as e:
+            return {"status": Status.LOST, "error": str(e), "actor": True}
+        finally:
+            self.ctx.phases.end("contest", info, detail=f"{counted(len(cids), 'contender')}, "
+                                f"{counted(rounds, 'round')}")
+
+    def _size(self, dims: str) -> str:
+        """Contest one problem size until it passes; returns an error that stops it all."""
+        while self.alive:
+            cids = [c for c in self.alive if dims in self.by_cand[c]]
+            if not cids:
+                return ""
+            res = self._contest(cids, dims, CONTEST_ROUNDS)
+            if res.get("status") == Status.OK:
+                for c, st in zip(cids, res["results"]):
+                    self.results.setdefault(c, {})[dims] = {
+                        **st, "job_key": self.by_cand[c][dims][0]}
+                return ""
+            why = f"{res.get('status')}: {res.get('error') or ''}".strip()
+            if res.get("actor"):
+                return why
+            bad, error = self._culprits(cids, dims, why, res.get("error") or "")
+            if error:
+                return error
+            self._drop(bad)
+        return ""
+
+    def _culprits(self, cids: list[str], dims: str, why: str, said: str
+                  ) -> tuple[dict[str, str], str]:
+        """The contenders a failed contest's error names; when it names none, each one
+        run alone that fails. Returns them and an error when none can be found."""
+        named = [c for c in cids if self.by_cand[c][dims][0] in said]
+        bad = {c: why for c in named} if len(cids) > 1 else {cids[0]: why}
+        if bad:
+            return bad, ""
+        for c in cids:  # the error names nobody: run each contender alone
+            solo = self._contest([c], dims, SOLO_ROUNDS)
+            if solo.get("actor"):
+                return {}, why
+            if solo.get("status") != Status.OK:
+                bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+        if not bad:
+            return {}, f"{why} (yet every contender passes alone; nothing was dropped)"
+        return bad, ""
+
+    def _drop(self, bad: dict[str, str]) -> None:
+        for c, w in bad.items():
+            if c not in self.alive:
+                continue
+            self.dropped[c] = w
+            self.alive.remove(c)
+            self.results.pop(c, None)
+            self.ctx.fault(f"contest on {self.dc}: candidate {c} failed its check "
+                           f"({w.splitlines()[0][:300]}); dropped: it cannot win")
+
+
+def contest_rows(ctx: RunContext, it: int, dc: str, results: Results,
+                 dropped: dict[str, str], by_cand: ByCand, labels: dict[str, str],
+                 winner: str | None) -> list[dict[str, Any]]:
+    """``contests`` rows: every re-measured sample set, and one row per dropped contender
+    and size with its status (``label``: e.g. ``wrong_result``) and no figure."""
+    base = {"run_id": ctx.run_id, "sweep": ctx.sweep.name, "iteration": it,
+            "device_class": dc}
+    out = [{**base, "dims": dims, "candidate_id": c, "job_key": st["job_key"],
+            "median_ms": st["median_ms"], "iqr_ms": st["iqr_ms"],
+            "n_samples": st["n_samples"], "samples_ms": st["samples_ms"],
+            "label": labels.get(c), "winner": c == winner, "created_at": now()}
+           for c, per in results.items() for dims, st in per.items()]
+    out += [{**base, "dims": dims, "candidate_id": c, "job_key": e[0],
+             "label": why.split(":", 1)[0], "winner": False, "created_at": now()}
+            for c, why in dropped.items() for dims, e in by_cand[c].items()]
+    return out
+
+
+def contest(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]
+            ) -> tuple[Verdict | None, dict[str, str]]:
+    """Re-measure the leader and the candidates within noise of it side by side on one
+    device of ``dc``. Returns the verdict (None when the leader is clear, no device is left
+    or the contest could not run) and the contenders dropped for failing a check, which the
+    caller must not name. Writes every re-measured sample set and every dropped contender
+    to the ``contests`` table."""
+    by_cand = ok_rows(ctx, dc, it)
+    per_dims = {c: [(r[2], r[3]) for r in rows.values()] for c, rows in by_cand.items()}
+    cands = contenders(ranked, per_dims)
+    live = ctx.runner.live(dc)
+    if len(cands) < 2 or not live:
+        return None, {}
+    ids = [c["candidate_id"] for c in cands]
+    results, dropped, error = SideBySide(ctx, live[0], dc,
+                                         {c: by_cand[c] for c in ids}).run()
+    left = [c for c in cands if c["candidate_id"] in results]
+    verdict = None
+    if error or not left:
+        why = error or "every contender failed its check"
+        ctx.fault(f"contest on {dc} could not finish ({why}); the best-ranked contender "
+                  "that did not fail a check wins")
+    else:
+        verdict = decide(left, {c: [(st["median_ms"], st["iqr_ms"]) for st in per.values()]
+                                for c, per in results.items()})
+    ctx.writer.add("contests", contest_rows(
+        ctx, it, dc, results if verdict else {}, dropped, by_cand,
+        verdict.labels if verdict else {}, verdict.winner if verdict else None))
+    if verdict is not None:
+        for o in ctx.observers:
+            o.on_contest(dc, verdict)
+    return verdict, dropped

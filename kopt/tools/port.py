@@ -1,0 +1,308 @@
+"""``kopt port RUN_ID --to REPO_FILE``: the winner of a sweep back into the user's repository.
+
+The winner's realized source (the sweep's kernel source with its ``-D`` defines written in as
+``#define`` lines at the top: no ``-D`` needed) replaces ``REPO_FILE`` on a new branch
+``kopt/port-RUN_ID-CANDIDATE`` checked out in a separate git worktree (default
+``STORE/port-worktrees/<branch>-<port id>``): the user's checkout, its current branch and any
+uncommitted change in it are never touched. Refused with one line when ``REPO_FILE`` has
+uncommitted changes (the port would silently drop them from the branch) or the repository is
+mid-merge, mid-rebase or mid-cherry-pick.
+
+In the worktree, each command runs through the shell with a timeout, in this order:
+``--build`` and ``--bench`` on the base commit (the *before* figure, only with ``--bench``),
+then the port's commit, ``--build``, ``--test``, ``--bench`` (the *after* figure). A failing
+build or test stops there. Each command becomes one ``ports`` row in the store: exit status
+(``-9`` when killed at its timeout), duration, the last 4000 characters of its output, and
+for a bench its figure. Nothing is merged: the branch stays for inspection either way.
+
+Bench figure: the last number (``12.5``, ``-3``, ``1.2e-3``; a unit after it is ignored) on
+the last line of the bench command's standard output that holds one, e.g. ``time_ms 0.42``
+or ``0.42 ms``. None when no line holds a number.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kopt.util.paths import resolved
+
+TAIL = 4000  # characters of each command's output kept in the store
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+class PortError(ValueError):
+    """A port refused before anything changed (no run, dirty file, mid-merge...)."""
+
+
+@dataclass
+class Step:
+    """One command run for a port (``step``: build_before, bench_before, build, test,
+    bench; ``duration_s`` seconds; ``exit_status`` -9 when killed at the timeout)."""
+
+    step: str
+    command: str
+    exit_status: int
+    duration_s: float
+    timed_out: bool
+    output_tail: str
+    bench_value: float | None = None
+
+
+@dataclass
+class PortResult:
+    """What a port did: the branch and worktree it made, its steps and overall status
+    (``ok``, ``build_failed``, ``test_failed``, ``bench_failed``)."""
+
+    port_id: str
+    branch: str
+    worktree: Path
+    commit: str
+    base_commit: str
+    candidate_id: str
+    device_class: str
+    status: str = "ok"
+    steps: list[Step] = field(default_factory=list)
+
+    def figure(self, step: str) -> float | None:
+        """The bench figure of ``step`` (``bench_before`` / ``bench``), or None."""
+        return next((s.bench_value for s in self.steps if s.step == step), None)
+
+
+def bench_figure(output: str) -> float | None:
+    """The last number on the last line of ``output`` that holds one (see the module doc);
+    a number no float holds (``1e999``) is no figure: it would make every ratio NaN."""
+    for line in reversed(output.splitlines()):
+        nums = [v for v in map(float, _NUMBER.findall(line)) if math.isfinite(v)]
+        if nums:
+            return nums[-1]
+    return None
+
+
+def run_command(step: str, command: str, cwd: Path, timeout_s: float,
+                env: dict[str, str] | None = None, log: Path | None = None) -> Step:
+    """Run ``command`` through the shell in ``cwd`` (``env``: its environment, default this
+    process's) in a session of its own; its exit status is the shell's own, also when it
+    leaves a background process running (its output goes to temporary files, not pipes, so
+    nothing waits for such a process to close them). At ``timeout_s`` seconds the whole
+    process group is killed (exit status -9); after the shell exits, whatever it left
+    running in its group is killed too. ``log``: a file that gets its whole output (standard
+    output, then standard error; its folder is made).
+
+    Raises:
+        OSError: the command cannot start (``cwd`` is gone, no shell).
+    """
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        p = subprocess.Popen(command, shell=True, cwd=cwd,
+                             stdout=fout, stderr=ferr, start_new_session=True, env=env)
+        timed_out = False
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(p.pid)
+        p.wait()
+        out, err = _read_back(fout), _read_back(ferr)
+    text = out + (("\n" + err) if err else "")
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(text)
+    return Step(step=step, command=command, exit_status=p.returncode,
+                duration_s=time.monotonic() - t0, timed_out=timed_out,
+                output_tail=text[-TAIL:],
+                bench_value=bench_figure(out) if step.startswith("bench") else None)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL process group ``pgid`` (a command's session); nothing left in it is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_back(f: Any) -> str:
+    """The text a command wrote to temporary file ``f`` (undecodable bytes replaced)."""
+    f.seek(0)
+    return f.read().decode("utf-8", errors="replace")
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> str:
+    r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise PortError(f"git {' '.join(args)} in {repo} failed: "
+                        f"{(r.stderr.strip().splitlines() or ['?'])[-1]}")
+    return r.stdout.strip()
+
+
+def _add_worktree(root: Path, branch: str, wt: Path, base: str) -> None:
+    """``git worktree add -b BRANCH WT BASE``; when it fails (a read-only store: git makes the
+    branch, then cannot make the folder) the new branch is deleted again, so a failed port
+    leaves nothing in the user's repository (trial 8 D6).
+
+    Raises:
+        PortError: git failed (its last line).
+    """
+    try:
+        _git(root, "worktree", "add", "-b", branch, str(wt), base)
+    except PortError:
+        _git(root, "worktree", "prune", check=False)
+        _git(root, "branch", "-D", branch, check=False)
+        raise
+
+
+def check_repo(target: Path) -> tuple[Path, str]:
+    """The repository root of ``target`` and the file's path relative to it.
+
+    Raises:
+        PortError: not in a git work tree, no such file or one git does not track (a port
+            replaces a tracked file; it never creates one), the file has uncommitted
+            changes, or the repository is mid-merge / rebase / cherry-pick / revert.
+    """
+    folder = target.parent
+    if not folder.is_dir():
+        raise PortError(f"--to {target}: folder {folder} does not exist")
+    r = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PortError(f"--to {target}: not inside a git repository; kopt port works on a "
+                        "new branch of the file's repository")
+    root = Path(r.stdout.strip())
+    try:
+        real = target.resolve(strict=False)
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise PortError(f"--to {target}: cannot be resolved ({e}); name a real file") from None
+    if real.is_dir():
+        raise PortError(f"--to {target}: is a directory; name the source file to replace")
+    if not real.exists():
+        raise PortError(f"--to {target}: no such file; a port replaces a file the repository "
+                        "tracks (check the path; nothing was changed)")
+    rel = os.path.relpath(real, resolved(root))
+    if _git(root, "ls-files", "--", rel) == "":
+        raise PortError(f"--to {target}: not tracked by git in {root}; `git add` and commit it "
+                        "first, then port again (nothing was changed)")
+    for marker, what in (("MERGE_HEAD", "a merge"), ("rebase-merge", "a rebase"),
+                         ("rebase-apply", "a rebase"), ("CHERRY_PICK_HEAD", "a cherry-pick"),
+                         ("REVERT_HEAD", "a revert")):
+        if Path(root, _git(root, "rev-parse", "--git-path", marker)).exists():
+            raise PortError(f"{root} is in the middle of {what}: finish or abort it, then "
+                            "port again (nothing was changed)")
+    if _git(root, "status", "--porcelain", "--", rel):
+        raise PortError(f"{target} has uncommitted changes: commit or stash them, then port "
+                        "again (the port branches from HEAD; nothing was changed)")
+    return root, rel
+
+
+def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[str, Any]:
+    """The run's winner: sweep, sweep_dir, backend, candidate_id, device_class, defines
+    (dict), median_ms.
+
+    Raises:
+        PortError: no such run, no correct candidate, or several device classes and none
+            chosen.
+    """
+    from kopt.store.database import Database
+    from kopt.store.files import stored_json
+    from kopt.store.select import best
+
+    rec = Database(store).run(run_id)
+    if rec is None:
+        from kopt.store.files import no_run
+
+        raise PortError(no_run(store, run_id))
+    rows = best(rec["sweep"], store, run_id)
+    classes = sorted({r["device_class"] for r in rows})
+    if device_class is not None:
+        rows = [r for r in rows if r["device_class"] == device_class]
+    elif len(classes) > 1:
+        raise PortError(f"run {run_id} has winners on {', '.join(classes)}: choose one with "
+                        "--device-class")
+    if not rows:
+        raise PortError(f"run {run_id} has no correct candidate"
+                        + (f" on {device_class}" if device_class else "") + " to port")
+    row = next((r for r in rows if r["named"]), rows[0])
+    backend, defines = Database(store).candidate_build(run_id, row["candidate_id"]) or (None, None)
+    return {"sweep": rec["sweep"], "sweep_dir": rec["sweep_dir"], "backend": backend,
+            "candidate_id": row["candidate_id"], "device_class": row["device_class"],
+            "defines": stored_json(defines, "defines"), "median_ms": row["median_ms"]}
+
+
+def port(run_id: str, target: Path, store: Path, build: str | None = None,
+         test: str | None = None, bench: str | None = None, timeout_s: float = 600.0,
+         device_class: str | None = None, worktrees: Path | None = None) -> PortResult:
+    """Port ``run_id``'s winner into ``target`` on a new branch and run the commands
+    (module doc). The ``ports`` rows are written to ``store`` before returning.
+
+    Raises:
+        PortError: refused before anything changed (see :func:`check_repo`, :func:`winner`).
+    """
+    from kopt.store.database import Database
+    from kopt.store.files import now
+    from kopt.tools.report import realized_source
+
+    store = resolved(store)
+    root, rel = check_repo(Path(target))
+    w = winner(run_id, store, device_class)
+    header = (f"kopt port: sweep {w['sweep']}, run {run_id}, candidate {w['candidate_id']} "
+              f"({w['device_class']}, {w['median_ms']:.4g} ms in the sweep)")
+    text = realized_source(Path(w["sweep_dir"]), w["backend"], w["defines"], header)
+    if text is None:
+        raise PortError(f"the sweep folder {w['sweep_dir']} of run {run_id} no longer loads: "
+                        "its source is needed to realize the winner")
+    base = _git(root, "rev-parse", "HEAD")
+    branch = stem = f"kopt/port-{run_id}-{w['candidate_id'][:8]}"
+    n = 1
+    while _git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False):
+        n += 1
+        branch = f"{stem}-{n}"
+    port_id = uuid.uuid4().hex[:12]
+    # one folder per port: the same run may be ported into several repositories
+    wt = (worktrees or store / "port-worktrees") / f"{branch.replace('/', '_')}-{port_id[:6]}"
+    wt.parent.mkdir(parents=True, exist_ok=True)
+    _add_worktree(root, branch, wt, base)
+    res = PortResult(port_id=port_id, branch=branch, worktree=wt, commit="",
+                     base_commit=base, candidate_id=w["candidate_id"],
+                     device_class=w["device_class"])
+    if bench:
+        if build:
+            res.steps.append(run_command("build_before", build, wt, timeout_s))
+        res.steps.append(run_command("bench_before", bench, wt, timeout_s))
+    (wt / rel).parent.mkdir(parents=True, exist_ok=True)
+    (wt / rel).write_text(text)
+    who = [] if _git(wt, "config", "user.email", check=False) else [
+        "-c", "user.name=kopt", "-c", "user.email=kopt@localhost"]
+    _git(wt, "add", "--", rel)
+    _git(wt, *who, "commit", "-q", "--allow-empty", "-m",
+         f"kopt port: {w['sweep']} run {run_id} candidate {w['candidate_id']} into {rel}")
+    res.commit = _git(wt, "rev-parse", "HEAD")
+    for step, cmd in (("build", build), ("test", test), ("bench", bench)):
+        if not cmd:
+            continue
+        s = run_command(step, cmd, wt, timeout_s)
+        res.steps.append(s)
+        if s.exit_status != 0:
+            res.status = f"{step}_failed"
+            break
+    at = now()
+    Database(store).commit("ports", w["sweep"], run_id, [{
+        "port_id": res.port_id, "run_id": run_id, "sweep": w["sweep"],
+        "candidate_id": res.candidate_id, "device_class": res.device_class,
+        "repo": str(root), "file": rel, "branch": branch, "base_commit": base,
+        "commit": res.commit, "status": res.status, "created_at": at,
+        **{k: getattr(s, k) for k in ("step", "command", "exit_status", "duration_s",
+                                      "timed_out", "output_tail", "bench_value")}}
+        for s in res.steps] or [{"port_id": res.port_id, "run_id": run_id, "sweep": w["sweep"],
+                                 "repo": str(root), "file": rel, "branch": branch,
+                                 "base_commit": base, "commit": res.commit,
+                                 "status": res.status, "step": "write", "created_at": at}])
+    return res
