@@ -15,6 +15,7 @@ import time
 import pytest
 
 from kopt.cli import front, launchpad
+from kopt.run import launchpad as handle
 
 
 @pytest.fixture
@@ -76,14 +77,14 @@ def test_a_launchpad_started_beside_a_users_workers_package_uses_kopts(tmp_path,
     (tmp_path / "workers").mkdir()
     (tmp_path / "workers" / "__init__.py").write_text("")
     monkeypatch.chdir(tmp_path)
-    sock, pid = launchpad.start(os.getpid(), tmp_path / "launch.log")
+    sock, pid = handle.start(os.getpid(), tmp_path / "launch.log")
     try:
         t0 = time.time()
         while not os.path.exists(sock) and time.time() - t0 < 30:
             time.sleep(0.1)
         assert os.path.exists(sock), (tmp_path / "launch.log").read_text()[-2000:]
     finally:
-        launchpad.stop(sock, pid)
+        handle.stop(sock, pid)
     assert not os.path.exists(os.path.dirname(sock))
 
 
@@ -92,7 +93,7 @@ def test_a_launchpad_whose_head_is_gone_exits_and_removes_its_folder(tmp_path):
     # left its /tmp/kopt-launch-* folder behind, one per service
     head = subprocess.Popen(["true"])
     head.wait()
-    sock, pid = launchpad.start(head.pid, tmp_path / "launch.log")
+    sock, pid = handle.start(head.pid, tmp_path / "launch.log")
     t0 = time.time()
     while os.path.exists(os.path.dirname(sock)) and time.time() - t0 < 30:
         time.sleep(0.1)

@@ -13,9 +13,10 @@ from kopt.core.catalog import load_catalog
 from kopt.loop.guided import evidence_rows
 from kopt.loop.propose import trigger_digest
 from kopt.loop.state import IterState
+from kopt.loop.submitted import SubmitError
 from kopt.store.database import Database
 from kopt.store.files import now, write_table
-from kopt.tools.submit import SubmitError, parse_idea
+from kopt.tools.submit import parse_idea
 
 TC, CP = "compute.thread_coarsening", "memory.cache_policy"
 IPC = "sm__inst_executed.avg.per_cycle_active"

@@ -397,7 +397,8 @@ def test_a_plugged_in_observer_adds_a_stored_column(tmp_path, monkeypatch):
     from kopt.store.database import Database, query
     from kopt.store.files import now, table_schema
     from workers.observers import observer_columns, registered
-    from workers.records import RunJob, Status, TuningRecord
+    from workers.records import RunJob, TuningRecord
+    from workers.status import Status
 
     _install_plugin(tmp_path, monkeypatch, "kopt_toy_observer", TOY_PLUGIN,
                     "samples_seen = kopt_toy_observer:SamplesSeen")

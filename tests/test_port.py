@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from conftest import write_sweep
 from kopt.cli.main import main
-from kopt.tools.port import bench_figure
+from kopt.util.command import bench_figure
 
 KERNEL = """
     #ifndef CHUNK

@@ -9,7 +9,8 @@ import json
 import pickle
 
 from kopt.store.files import SCHEMAS
-from workers.records import RunJob, RunOutcome, Status, TuningRecord
+from workers.records import RunJob, RunOutcome, TuningRecord
+from workers.status import Status
 
 
 def test_status_values_are_the_stored_strings():

@@ -297,7 +297,7 @@ def test_a_batch_moves_through_the_in_process_builder_and_runner(tmp_path):
     from kopt.run.runner import LocalRunner
     from kopt.run.scheduler import Scheduler
     from workers.build import compiler_identity
-    from workers.records import Status
+    from workers.status import Status
 
     sw = load_sweep(Path(__file__).resolve().parent.parent / "sweeps" / "vector_add")
     space = sw.space("cpu")

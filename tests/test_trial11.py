@@ -201,7 +201,8 @@ def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_pat
 def test_a_submitted_source_that_is_a_broken_link_says_which(tmp_path, kind, said):
     """Trial 13 N-D5: `kopt submit --source srcloop` (a link to itself) said "no such file or
     folder"; the line now says what the path is."""
-    from kopt.tools.submit import SubmitError, source_files
+    from kopt.loop.submitted import SubmitError
+    from kopt.tools.submit import source_files
 
     src = tmp_path / "src.cu"
     if kind == "loop":

@@ -663,7 +663,7 @@ def test_a_number_option_no_clock_or_share_holds_is_refused(tmp_path, args, why)
                                          ("took 0.5 ms\n1e999\n", 0.5)])
 def test_a_bench_number_no_float_holds_is_no_figure(out, figure):
     """`--bench "echo took 1e999 ms"` gave figures inf and inf and the ratio "(nanx)"."""
-    from kopt.tools.port import bench_figure
+    from kopt.util.command import bench_figure
 
     assert bench_figure(out) == figure
 
@@ -1122,7 +1122,8 @@ def test_a_submitted_source_kopt_cannot_call_is_refused(tmp_path, text, why):
     with another prototype or none was accepted, built and called with the sweep's
     arguments."""
     from kopt.core.spec import load_sweep
-    from kopt.tools.submit import SubmitError, store_source
+    from kopt.loop.submitted import SubmitError
+    from kopt.tools.submit import store_source
 
     space = load_sweep(base(tmp_path)).space("cpu")
     src = tmp_path / "v2.cpp"

@@ -17,8 +17,8 @@ from kopt.loop.review import Verdict, judge, output_log
 from kopt.store.database import Database
 from kopt.store.files import RunLock, now
 from kopt.tools import submit
-from kopt.tools.port import run_command
 from kopt.tools.submit import open_run, record
+from kopt.util.command import run_command
 from workers.reap import pid_alive as _alive
 
 FAST = "compute.thread_coarsening"

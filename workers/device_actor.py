@@ -20,8 +20,9 @@ from workers import ncu
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted
-from workers.records import RunJob, RunOutcome, Status
+from workers.records import RunJob, RunOutcome
 from workers.sandbox import Sandbox
+from workers.status import Status
 
 
 class DeviceActor:

@@ -136,7 +136,8 @@ from workers import native, nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
-from workers.records import RunJob, Status
+from workers.records import RunJob
+from workers.status import Status
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2

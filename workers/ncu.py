@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.reap import package_env
-from workers.records import Status
+from workers.status import Status
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"  # the node-wide lock
 

@@ -36,7 +36,7 @@ from workers.ncu import (
     ncu_exe,
 )
 from workers.reap import package_env
-from workers.records import Status
+from workers.status import Status
 
 NVTX_RANGE = "kopt"  # the target's push/pop range around each solve call
 

@@ -25,7 +25,8 @@ from typing import Any
 from workers import prestart
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
-from workers.records import RunJob, Status
+from workers.records import RunJob
+from workers.status import Status
 
 START_TIMEOUT_S = 180.0
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang

@@ -99,7 +99,7 @@ def launch_socket(argv: list[str]) -> str | None:
     path = rec.get("launch") if isinstance(rec, dict) else None
     if not isinstance(path, str) or not path:
         return None
-    try:  # only a folder of this user's that nobody else may write (kopt.cli.launchpad.start)
+    try:  # only a folder of this user's that nobody else may write (kopt.run.launchpad.start)
         st = os.stat(os.path.dirname(path))
     except OSError:
         return None

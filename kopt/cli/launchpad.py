@@ -40,16 +40,15 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from kopt.cli.front import MAX_MESSAGE, exit_file, recv, send
+from kopt.run.launchpad import IGNORED_ENV, KOPT_DIR, own_folder
 from workers.reap import die_with_parent, pid_alive
 
-SOCKET_NAME = "kopt-launch.sock"
 # what `kopt sweep --queue` imports before its first line of work (kopt.cli.main itself is
 # imported after the front's stdout and stderr are in place: it sizes its consoles on them)
 PRELOAD = ("ray", "pyarrow", "pyarrow.parquet", "duckdb", "pydantic", "yaml", "click", "numpy",
@@ -62,11 +61,8 @@ PRELOAD = ("ray", "pyarrow", "pyarrow.parquet", "duckdb", "pydantic", "yaml", "c
 # other KOPT_ variable is read at import time)
 IMPORT_ENV = ("PYTHON", "RAY_", "LD_", "VIRTUAL_ENV", "CONDA_PREFIX")
 IMPORT_VARS = ("KOPT_COMPILE_TIMEOUT_S", "KOPT_COMPILE_MEM_GB")  # workers.build's caps
-IGNORED_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_CLIENT_MODE",
-               "PYTHONBREAKPOINT")  # the last two: Ray's own, set in every driver
 GO_WAIT_S = 10.0  # a front that does not confirm by then gave up: nothing runs
 SPARE_FAILURES = 5  # spares that die before taking a front, in a row, before giving up
-KOPT_DIR = str(Path(__file__).resolve().parent)
 
 
 def import_env(env: dict[str, str]) -> dict[str, str]:
@@ -432,87 +428,14 @@ def main(path: str, head_pid: int) -> None:
         pad.close()
 
 
-def state_of(socket_path: str) -> dict[str, Any] | None:
-    """What the launchpad at ``socket_path`` last wrote (None when it has not, or the file
-    is damaged), with ``spare_ready``: whether its waiting spare has its imports done."""
-    try:
-        state = json.loads(Path(socket_path + ".json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict):
-        return None
-    try:
-        ready = int(Path(socket_path + ".ready").read_text())
-    except (OSError, ValueError):
-        ready = None
-    return {**state, "spare_ready": bool(state.get("spare")) and state.get("spare") == ready}
 
 
-def wait_ready(socket_path: str, timeout_s: float = 60.0) -> bool:
-    """Wait until the launchpad at ``socket_path`` has a spare with its imports done (at
-    most ``timeout_s`` s: `kopt serve start` returns once the service's first queued sweep
-    can start at once; in docs/verified run 15 that sweep waited 1.1 s for the imports);
-    whether it has."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        st = state_of(socket_path)
-        if st is not None and st["spare_ready"]:
-            return True
-        time.sleep(0.05)
-    return False
 
 
-def start(head_pid: int, log: Path) -> tuple[str, int]:
-    """Start the launchpad of the head ``head_pid`` (a session of its own), its socket in a
-    folder of its own (``/tmp/kopt-launch-*``, mode 0700: the head's folder is
-    world-writable, and a socket there could be replaced), its output into ``log``; returns
-    the socket's path and the launchpad's pid. It runs in the folder that holds kopt (``-m``
-    puts its working folder first on ``sys.path``: started in the user's, a ``workers`` or
-    ``catalog`` package there would stand in for kopt's own)."""
-    import kopt
-
-    path = str(Path(tempfile.mkdtemp(prefix="kopt-launch-", dir="/tmp")) / SOCKET_NAME)
-    env = {k: v for k, v in kopt.START_ENV.items() if k not in IGNORED_ENV}
-    with open(log, "a") as f:
-        p = subprocess.Popen([sys.executable, "-m", "kopt.cli.launchpad", path, str(head_pid)],
-                             stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                             env=env, start_new_session=True, cwd=Path(KOPT_DIR).parent)
-    return path, p.pid
 
 
-def own_folder(socket_path: str) -> Path | None:
-    """The folder :func:`start` made for ``socket_path`` when it is that (``/tmp/kopt-launch-*``,
-    a real folder of this user's that nobody else may write); else None."""
-    d = Path(socket_path).parent
-    if d.parent != Path("/tmp") or not d.name.startswith("kopt-launch-") or d.is_symlink():
-        return None
-    try:
-        st = d.stat()
-    except OSError:
-        return None
-    return d if st.st_uid == os.getuid() and not st.st_mode & 0o022 else None
 
 
-def stop(socket_path: str, pid: int | None) -> bool:
-    """Stop the launchpad ``pid`` serving ``socket_path`` (only when that process is it:
-    its command line names the socket) and remove its folder (:func:`own_folder`).
-    Returns whether it stopped a running launchpad (False: none was running as ``pid``)."""
-    stopped = False
-    if pid:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            cmd = []
-        if b"kopt.cli.launchpad" in cmd and socket_path.encode() in cmd:
-            try:
-                os.kill(pid, signal.SIGTERM)
-                stopped = True
-            except ProcessLookupError:
-                pass
-    folder = own_folder(socket_path)
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
-    return stopped
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from kopt.run.callbacks import ProgressCallback
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from kopt.util.words import counted
-from workers.records import Status
+from workers.status import Status
 
 streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
 
@@ -1342,7 +1342,8 @@ def lineage_cmd(run_id: str, store: Path | None) -> None:
     """The version tree of RUN_ID: each node's best candidate (its fastest; in the node
     that holds it, the loop's named best, as `kopt best` names it), median, speedup over its
     parent, statuses and claimed methods; the last line says which best is shown."""
-    from kopt.tools.submit import SubmitError, lineage, lineage_text
+    from kopt.loop.submitted import SubmitError
+    from kopt.tools.submit import lineage, lineage_text
 
     try:
         nodes = lineage(_store(store), run_id)

@@ -89,7 +89,8 @@ from kopt.util.words import counted
 from workers import build as wbuild
 from workers import ncu as wncu
 from workers.prestart import Prestarted, Prestarter
-from workers.records import RunJob, RunOutcome, Status, TuningRecord
+from workers.records import RunJob, RunOutcome, TuningRecord
+from workers.status import Status
 
 
 @dataclass

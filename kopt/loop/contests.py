@@ -13,7 +13,8 @@ from kopt.run.runner import DeviceError
 from kopt.store.database import Database
 from kopt.store.files import now
 from kopt.util.words import counted
-from workers.records import RunJob, Status
+from workers.records import RunJob
+from workers.status import Status
 
 SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a contest
 

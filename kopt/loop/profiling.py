@@ -17,7 +17,8 @@ from kopt.store.files import now
 from kopt.util.words import counted
 from workers import ncu as wncu
 from workers.observers import observer_columns
-from workers.records import RunJob, Status
+from workers.records import RunJob
+from workers.status import Status
 
 # (ranked row, its job rows, the row of its first dims)
 Todo = tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]

@@ -158,8 +158,8 @@ def _submitted_source(store: Path | str | None, r: dict[str, Any], st: IterState
         return None
     if own:
         return space.source
+    from kopt.loop.submitted import SubmitError, stored_source
     from kopt.store.files import StoreError
-    from kopt.tools.submit import SubmitError, stored_source
 
     try:
         return stored_source(db, space, row["source_hash"]).source

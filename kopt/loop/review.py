@@ -33,7 +33,7 @@ from kopt.loop.state import IterState, gains
 from kopt.run.context import RunContext
 from kopt.store.database import Database
 from kopt.store.files import now
-from workers.records import Status
+from workers.status import Status
 
 # what the validation command finds in its environment (docs/spec.md)
 ENV = {"KOPT_SOURCE": "the winner's kernel source (absolute path; the sweep's own source, "
@@ -134,7 +134,7 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> V
             r.startswith("not correct") for r in v.reasons):
         v.accepted = not v.reasons
         return v
-    from kopt.tools.port import run_command
+    from kopt.util.command import run_command
 
     v.command = cmd.command
     log = output_log(ctx.store, ctx.run_id, it, dc, win["candidate_id"])
@@ -159,7 +159,7 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> V
 def _env(ctx: RunContext, db: Database, it: int, dc: str, win: dict[str, Any]
          ) -> dict[str, str]:
     """The :data:`ENV` variables of winner ``win``."""
-    from kopt.tools.submit import stored_source
+    from kopt.loop.submitted import stored_source
 
     space = ctx.sweep.space(ctx.backend)
     row = db.candidate_lineage(ctx.run_id, win["candidate_id"]) or {}

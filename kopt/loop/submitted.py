@@ -19,6 +19,7 @@ from kopt.core.expand import Candidate, iter_candidates, stable_hash
 from kopt.core.spec import Space
 from kopt.loop.state import IterState
 from kopt.run.builder import build_id, build_job
+from kopt.store.database import Database
 from kopt.strategy.base import Job, SearchStrategy
 
 NO_STOP = 10**9  # a submitted iteration is never the loop's last by count
@@ -171,3 +172,29 @@ def _parent_candidate(row: dict[str, Any], space: Space) -> Candidate:
                      (row["compute_method"], row["memory_method"], row["latency_method"]),
                      json.loads(row["params"]), json.loads(row["defines"]),
                      list(range(len(space.dims))), True, row["arch"] or "host")
+
+
+class SubmitError(ValueError):
+    """A submission refused before anything ran; ``lines``: one per problem."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def stored_source(db: Database, space: Space, source_hash: str) -> Space:
+    """The space a stored source (a ``sources`` row) is built from, its copy re-written
+    under the store when it is missing.
+
+    Raises:
+        SubmitError: the store holds no source with that digest.
+    """
+    row = db.source(source_hash)
+    if row is None:
+        raise SubmitError([f"{db.root}: no stored source {source_hash} (table sources); "
+                           "the parent's source is lost, submit against a newer run"])
+    copy = db.root / "source-files" / source_hash / row["name"]
+    if not copy.exists():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(row["text"])
+    return version_space(space, copy)

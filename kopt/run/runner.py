@@ -20,7 +20,8 @@ from kopt.run.devices import Node, Slot, actor_options, alive_nodes, plan_slots
 from kopt.util.phases import PhaseRecorder
 from workers.device_actor import DeviceActor, remote_actor
 from workers.prestart import Prestarted
-from workers.records import RunJob, RunOutcome, Status
+from workers.records import RunJob, RunOutcome
+from workers.status import Status
 
 ACTOR_START_TIMEOUT_S = 120.0  # a replacement actor that has not started by then is dropped
 

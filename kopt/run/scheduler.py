@@ -24,7 +24,8 @@ from kopt.run.callbacks import Observer
 from kopt.run.runner import ACTOR_START_TIMEOUT_S, RunFuture, RunInput, Runner
 from kopt.strategy.base import Job
 from kopt.util.phases import PhaseRecorder
-from workers.records import BuildJob, BuildResult, RunJob, RunOutcome, Status
+from workers.records import BuildJob, BuildResult, RunJob, RunOutcome
+from workers.status import Status
 
 MAX_JOB_ATTEMPTS = 3  # runs of one job when its device actor dies under it
 

@@ -46,7 +46,7 @@ from typing import Any
 import ray
 from pydantic import Field
 
-from kopt.cli import launchpad
+from kopt.run import launchpad
 from kopt.run.devices import Slot
 from kopt.run.probe import NOT_RAY, head_problem
 from kopt.run.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
@@ -742,7 +742,7 @@ def stop_service(address: str | None = None) -> list[str]:
 
 
 def _stop_launchpad(own: dict[str, Any]) -> list[str]:
-    """Stop the recorded launchpad (kopt.cli.launchpad.stop: only a process that is it, only
+    """Stop the recorded launchpad (kopt.run.launchpad.stop: only a process that is it, only
     its own folder removed); ``["its launchpad: pid N"]`` when one was running, else []."""
     if own.get("launch") and launchpad.stop(own["launch"], own.get("launch_pid")):
         return [f"its launchpad: pid {own.get('launch_pid')}"]

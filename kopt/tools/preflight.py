@@ -13,8 +13,8 @@ from kopt.core.spec import Sweep, launch_geometry
 from kopt.driver.sweep import build_id, job_base
 from kopt.util.words import counted
 from workers import build as wbuild
-from workers.records import Status
 from workers.sandbox import Sandbox
+from workers.status import Status
 
 
 class PreflightError(RuntimeError):

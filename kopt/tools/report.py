@@ -328,7 +328,8 @@ def lineage_picture(store: Path, run_id: str, out: Path) -> tuple[str, list[str]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kopt.tools.submit import SubmitError, lineage, lineage_order, lineage_text
+    from kopt.loop.submitted import SubmitError
+    from kopt.tools.submit import lineage, lineage_order, lineage_text
 
     try:
         nodes = lineage(store, run_id)

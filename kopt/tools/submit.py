@@ -33,24 +33,25 @@ from kopt.core.compare import geo_mean
 from kopt.core.expand import space_digest
 from kopt.core.spec import Space, Sweep
 from kopt.loop.state import IterState
-from kopt.loop.submitted import Submitted, Version, version_candidates, version_space
+from kopt.loop.submitted import (
+    SubmitError,
+    Submitted,
+    Version,
+    stored_source,
+    version_candidates,
+    version_space,
+)
 from kopt.store.database import Database
 from kopt.store.files import complete_rows, no_run, now, stored_json
 from kopt.util.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.util.paths import broken_link
 from kopt.util.words import counted
-from workers.records import Status
+from workers.status import Status
 
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx")
 IDEA_KINDS = ("catalog", "paper", "url", "kernel", "other")  # the `provenance` table's kinds
 
 
-class SubmitError(ValueError):
-    """A submission refused before anything ran; ``lines``: one per problem."""
-
-    def __init__(self, lines: list[str]):
-        super().__init__("\n".join(lines))
-        self.lines = lines
 
 
 def claimed(text: str) -> list[str]:
@@ -157,22 +158,6 @@ def version_digest(space: Space, path: Path) -> str:
     return space_digest(version_space(space, path))
 
 
-def stored_source(db: Database, space: Space, source_hash: str) -> Space:
-    """The space a stored source (a ``sources`` row) is built from, its copy re-written
-    under the store when it is missing.
-
-    Raises:
-        SubmitError: the store holds no source with that digest.
-    """
-    row = db.source(source_hash)
-    if row is None:
-        raise SubmitError([f"{db.root}: no stored source {source_hash} (table sources); "
-                           "the parent's source is lost, submit against a newer run"])
-    copy = db.root / "source-files" / source_hash / row["name"]
-    if not copy.exists():
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(row["text"])
-    return version_space(space, copy)
 
 
 def named_states(db: Database, run_id: str) -> dict[int, dict[str, IterState]]:
