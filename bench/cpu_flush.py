@@ -40,7 +40,7 @@ from kopt.core.catalog import load_catalog  # noqa: E402
 from kopt.core.compare import label  # noqa: E402
 from kopt.core.expand import cap, iter_candidates, stable_hash  # noqa: E402
 from kopt.core.spec import load_sweep  # noqa: E402
-from kopt.driver.sweep import build_id, job_base  # noqa: E402
+from kopt.run.builder import build_id, job_base
 from workers import build as wbuild  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from conftest import ROOT
 from kopt.core.catalog import load_catalog
 from kopt.core.expand import Context, cap, expand, stable_hash
 from kopt.core.spec import load_sweep
-from kopt.driver.sweep import build_id
+from kopt.run.builder import build_id
 from workers import build as wb
 from workers.ptxas import parse_ptxas, summarize
 

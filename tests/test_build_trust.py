@@ -13,7 +13,7 @@ from conftest import VADD_REF, write_sweep
 from kopt.core.catalog import load_catalog
 from kopt.core.expand import expand, space_digest
 from kopt.core.spec import load_sweep
-from kopt.driver.sweep import build_id
+from kopt.run.builder import build_id
 from workers import build as wb
 from workers import deps
 

@@ -125,7 +125,8 @@ def test_restrictions_that_reject_everything_are_named(tmp_path, monkeypatch):
 
 
 def test_an_uncapped_walk_of_a_huge_space_is_refused_before_ray(tmp_path):
-    from kopt.driver.sweep import SweepError, check_before_ray
+    from kopt.driver.checks import check_before_ray
+    from kopt.run.runner import SweepError
 
     d = write_sweep(tmp_path / "h", huge_spec(9), {"k.cpp": KERNEL, "ref.py": VADD_REF})
     sw = load_sweep(d)

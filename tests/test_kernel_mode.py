@@ -10,7 +10,7 @@ from conftest import ROOT, VADD_CPP, VADD_REF, assert_spec_error, write_sweep
 from kopt.core.catalog import load_catalog
 from kopt.core.expand import expand, stable_hash
 from kopt.core.spec import launch_geometry, load_sweep
-from kopt.driver.sweep import build_id, job_base
+from kopt.run.builder import build_id, job_base
 from workers import build as wb
 from workers import nvrtc
 

@@ -76,7 +76,8 @@ def test_a_refused_resume_names_the_field_and_the_file_that_changed(tmp_path):
 
     from conftest import ROOT
     from kopt.core.spec import load_sweep
-    from kopt.driver.sweep import SweepError, resumable_run, spec_parts
+    from kopt.driver.checks import resumable_run, spec_parts
+    from kopt.run.runner import SweepError
     from kopt.store.database import Writer
     from kopt.store.files import dumps
 

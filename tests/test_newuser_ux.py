@@ -174,8 +174,9 @@ def test_a_run_keeps_the_ray_head_it_was_started_on_for_its_resume_command(copy_
                                                                           tmp_path):
     """The run's record keeps --address/--cluster as given (kopt.driver.sweep.run_sweep passes
     them to the Driver), so that the resume command its notes name keeps them."""
+    from kopt.core.expand import space_digest
     from kopt.core.spec import load_sweep
-    from kopt.driver.sweep import Driver, space_digest
+    from kopt.driver.sweep import Driver
     from kopt.run.builder import job_base
     from kopt.run.runner import LocalRunner
     from kopt.store.database import Database

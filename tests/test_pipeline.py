@@ -362,7 +362,7 @@ def test_a_killed_device_actor_is_replaced_and_its_jobs_rerun(ray_local, copy_fi
 def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_local,
                                                                           copy_fixture,
                                                                           tmp_path):
-    from kopt.driver.sweep import HALVING_SAMPLES
+    from kopt.strategy.halving import HALVING_SAMPLES
 
     store = tmp_path / "store"
     sweep = load_sweep(_smaller(copy_fixture("cluster"), 20, keep_space=True))
@@ -404,7 +404,7 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
     state = json.loads(query("select state from iterations order by created_at desc limit 1",
                              store)[1][0][0])
     assert b["candidate_id"] == state["closing"]["best"]["candidate_id"] and b["named"]
-    from kopt.driver.sweep import SweepError
+    from kopt.run.runner import SweepError
 
     with pytest.raises(SweepError, match="started with strategy halving, not exhaustive"):
         run_sweep(sweep, store, backend="cpu", resume=s.run_id, strategy="exhaustive")

@@ -126,7 +126,7 @@ def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
     """prestart_sandboxes hands each harness the sweep's reference checks: their inputs and
     reference outputs are made before the actor takes the harness over, and the actor's
     own reference check (the same job) finds them made: reference() is not called again."""
-    from kopt.driver.sweep import prestart_sandboxes
+    from kopt.run.cluster import prestart_sandboxes
 
     d, log = _counting_sweep(tmp_path)
     sweep = load_sweep(d)
@@ -154,7 +154,7 @@ def test_a_reference_that_fails_ahead_is_left_to_the_jobs_own_preparation(tmp_pa
     """A ref.py that raises while the prestarted harness makes its outputs ahead: the
     harness is taken over all the same, and the job's own preparation reports the error as
     without a prestart."""
-    from kopt.driver.sweep import prestart_sandboxes
+    from kopt.run.cluster import prestart_sandboxes
 
     d, _ = _counting_sweep(tmp_path, "    raise ValueError('bad ref')")
     pre = prestart_sandboxes(load_sweep(d), "cpu", 1)
@@ -174,7 +174,7 @@ def test_a_reference_that_hangs_ahead_costs_what_it_costs_without_a_prestart(tmp
     the actor waited 180 s for a hello that never came before starting a harness of its
     own (that hung again). Now the harness is taken over at once and the first job times
     out within its preparation budget, naming ref.py."""
-    from kopt.driver.sweep import prestart_sandboxes
+    from kopt.run.cluster import prestart_sandboxes
 
     d, _ = _counting_sweep(tmp_path, "    import time; time.sleep(3600)")
     pre = prestart_sandboxes(load_sweep(d), "cpu", 1)

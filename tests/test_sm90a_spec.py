@@ -68,7 +68,7 @@ def test_pkg_include_dir_is_the_folder_inside_the_installed_package(tmp_path):
 
 
 def test_pkg_include_dir_of_a_missing_package_names_it_and_pip(tmp_path, monkeypatch):
-    monkeypatch.setitem(__import__("kopt.core.spec").spec.PIP_NAMES, "kopt_no_such_pkg",
+    monkeypatch.setitem(__import__("kopt.core.spec").core.spec.PIP_NAMES, "kopt_no_such_pkg",
                         "kopt-no-such-dist")
     d = _sweep(tmp_path, "include_dirs: ['pkg:kopt_no_such_pkg/source/include']")
     with pytest.raises(SpecError) as e:

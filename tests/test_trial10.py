@@ -282,11 +282,11 @@ def test_submit_refuses_a_claim_that_names_nothing(tmp_path, methods):
 
 FIRE = """
 import os, signal, sys, threading, time
-from kopt.driver import sweep as pipeline
+from kopt.run import signals
 from kopt.cli.main import main
 
 def fire():  # SIGTERM as soon as ray.init has put its own handler in place of kopt's
-    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, pipeline._terminate):
+    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signals.terminate):
         time.sleep(0.0005)
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from conftest import VADD_CPP, VADD_REF, write_sweep
 from kopt.cli.main import main
 from kopt.core.spec import SpecError, load_sweep
-from kopt.driver.sweep import SweepError, check_store_path
+from kopt.driver.checks import check_store_path
+from kopt.run.runner import SweepError
 from kopt.util.paths import broken_link, resolved
 
 SWEEP = """

@@ -93,7 +93,8 @@ def test_a_solve_of_void_is_read_as_no_arguments(tmp_path):
 @pytest.mark.parametrize("text, why", [(b"\xff", "cannot read it"),
                                        (b"[1]\n", "expected a mapping")])
 def test_a_cluster_file_kopt_cannot_read(tmp_path, text, why):
-    from kopt.driver.sweep import SweepError, cluster_address
+    from kopt.run.cluster import cluster_address
+    from kopt.run.runner import SweepError
 
     f = tmp_path / "cl.yaml"
     f.write_bytes(text)
@@ -394,7 +395,8 @@ def test_kopt_env_with_an_address_nobody_answers_is_one_line(address, why):
 def test_a_cluster_file_with_fields_of_the_wrong_type(tmp_path, text, why):
     """Was a TypeError traceback (cmds-int), a silently wrong port 6379 (cmds-text: its
     characters were read as commands) or an address like "['a', 'b']:6379"."""
-    from kopt.driver.sweep import SweepError, cluster_address
+    from kopt.run.cluster import cluster_address
+    from kopt.run.runner import SweepError
 
     f = tmp_path / "cl.yaml"
     f.write_text(text)
@@ -525,7 +527,8 @@ def test_a_cluster_or_routes_file_that_never_ends_is_refused(tmp_path, kind):
     """--cluster /dev/zero and --known /dev/zero were a MemoryError traceback; a FIFO a hang."""
     import os
 
-    from kopt.driver.sweep import SweepError, cluster_address
+    from kopt.run.cluster import cluster_address
+    from kopt.run.runner import SweepError
     from kopt.tools.triage import TriageError, load_routes
 
     f = tmp_path / "f.yaml"
@@ -1332,7 +1335,8 @@ def test_a_refused_claim_that_asks_for_a_reason_names_the_note_option(tmp_path, 
 def test_a_cluster_or_routes_file_with_a_yaml_error_says_where(tmp_path):
     """A YAML syntax error in a --cluster or a triage --known file is one line with its line
     and column (it was PyYAML's first line alone: `while parsing a flow sequence`)."""
-    from kopt.driver.sweep import SweepError, cluster_address
+    from kopt.run.cluster import cluster_address
+    from kopt.run.runner import SweepError
     from kopt.tools.triage import TriageError, load_routes
 
     f = tmp_path / "cl.yaml"

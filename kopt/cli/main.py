@@ -585,7 +585,8 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     With several iterations, each takes the last winner as its baseline and the
     next method triples from the catalog's priority scan and the NCU evidence.
     """
-    from kopt.driver.sweep import SweepError, run_sweep
+    from kopt.driver.sweep import run_sweep
+    from kopt.run.runner import SweepError
 
     try:
         sw = load_sweep(sweep_dir)
@@ -824,7 +825,7 @@ def _interrupt_code(e: KeyboardInterrupt) -> int:
     """The exit code after an interrupted sweep: 128 + the signal, as a shell reports a
     process the signal ended: 130 for Ctrl-C (SIGINT), 143 for SIGTERM
     (kopt.driver.sweep.stop_signal)."""
-    from kopt.driver.sweep import stop_signal
+    from kopt.run.signals import stop_signal
 
     return 128 + int(stop_signal(e))
 
@@ -1009,7 +1010,8 @@ def env(address: str | None, fmt: str) -> None:
     """Per Ray node: GPUs and SM arch, driver, nvcc, ncu and counter access, CUTLASS, torch, ray."""
     import ray
 
-    from kopt.driver.sweep import SweepError, attach, ensure_ray
+    from kopt.run.cluster import attach, ensure_ray
+    from kopt.run.runner import SweepError
     from workers.envinfo import collect
 
     if address and address != "auto":  # as `kopt sweep --address`: one line, at once
@@ -1202,7 +1204,7 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
     import os
 
     from kopt.core.contract import read_text
-    from kopt.driver.sweep import SweepError
+    from kopt.run.runner import SweepError
     from kopt.store.files import RunLock, RunLocked
     from kopt.tools import submit as sm
 
@@ -1276,7 +1278,7 @@ def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
                       address: str | None) -> None:
     """A recorded try run by `kopt submit --detach` in its background process; its exit
     status goes into STORE/submit-logs/RUN_ID-itN-tryK.json."""
-    from kopt.driver.sweep import SweepError
+    from kopt.run.runner import SweepError
     from kopt.store.files import RunLocked
     from kopt.tools import submit as sm
 

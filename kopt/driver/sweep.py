@@ -18,17 +18,12 @@ Ray, checks what can be checked first, and drives a run (:class:`Driver`).
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import platform
-import re
 import signal
 import threading
 import time
-import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,16 +34,14 @@ from kopt import __version__
 from kopt.core.bottleneck import triggers
 from kopt.core.catalog import Catalog, load_catalog
 from kopt.core.expand import (
-    WALK_LIMIT,
     Context,
     SampleInfo,
-    configs_bound,
     iter_candidates,
     space_digest,
     stable_hash,
 )
-from kopt.core.spec import Space, SpecError, Sweep
-from kopt.loop.contests import SOLO_ROUNDS
+from kopt.core.spec import Space, Sweep
+from kopt.driver.checks import check_before_ray, pick_backend, resumable_run, spec_parts
 from kopt.loop.guided import (
     NcuLoop,
     close_iteration_on_devices,
@@ -59,18 +52,17 @@ from kopt.loop.profiling import profile, resolve
 from kopt.loop.profiling import warm_up as warm_ncu
 from kopt.loop.state import IterState, rank_rung
 from kopt.run.builder import (
-    MAX_BUILD_SUBMITS,
     RayBuilder,
     build_id,
     build_job,
     job_base,
 )
-from kopt.run.callbacks import Observer
+from kopt.run.callbacks import ProgressCallback
+from kopt.run.cluster import cluster_address, prestart_sandboxes, ray_timeline, start_ray
 from kopt.run.context import RunContext
-from kopt.run.devices import build_nodes, local_gpu_count, peaks, predicted_target
-from kopt.run.probe import NOT_RAY, head_problem
-from kopt.run.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, SweepError
-from kopt.run.scheduler import MAX_JOB_ATTEMPTS, Scheduler
+from kopt.run.devices import build_nodes, peaks, predicted_target
+from kopt.run.runner import DeviceError, RayRunner, SweepError
+from kopt.run.scheduler import Scheduler
 from kopt.run.service import (
     QueueRunner,
     queue_backend,
@@ -78,17 +70,15 @@ from kopt.run.service import (
     service_config,
     use_token,
 )
-from kopt.store.database import Database, Writer, done_job_keys, iteration_states, run_record
-from kopt.store.files import SCHEMAS, RunLock, dumps, no_run, now, stored_json, warm_arrow
+from kopt.run.signals import received, signals_held, terminate
+from kopt.store.database import Database, Writer, done_job_keys, iteration_states
+from kopt.store.files import RunLock, dumps, now, stored_json, warm_arrow
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
-from kopt.strategy.halving import HALVING_ETA, HALVING_MIN, HALVING_SAMPLES
-from kopt.strategy.random_sample import RANDOM_FRACTION
-from kopt.util.paths import broken_link
 from kopt.util.phases import PhaseRecorder, adopted
 from kopt.util.words import counted
 from workers import build as wbuild
 from workers import ncu as wncu
-from workers.prestart import Prestarted, Prestarter
+from workers.prestart import Prestarted
 from workers.records import RunJob, RunOutcome, TuningRecord
 from workers.status import Status
 
@@ -123,188 +113,18 @@ def new_run_id(sweep: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
-def ensure_ray(address: str | None = None, runtime_env: dict | None = None) -> None:
-    """Attach to ``address`` or start an embedded local Ray instance (once per process).
-
-    Raises:
-        SweepError: the embedded instance did not start (Ray's own error, e.g. "The
-            current node timed out during startup" on an overloaded machine), or
-            ``--address auto`` found no running instance. Other addresses raise what Ray
-            raises (:func:`attach` words it).
-    """
-    if ray.is_initialized():
-        return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR",
-                              "log_to_driver": False}
-    if runtime_env:
-        kwargs["runtime_env"] = runtime_env
-    # no address: a new embedded instance ("local"), never a `ray start` cluster that
-    # happens to run on this machine (--address auto attaches to that one)
-    try:
-        ray.init(address=address or "local", **kwargs)
-    except Exception as e:  # noqa: BLE001 -- Ray raises a bare Exception when its node fails
-        if address not in (None, "local", "auto"):
-            raise
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        what = "--address auto" if address == "auto" else "an embedded local instance"
-        raise SweepError(f"Ray did not start ({what}): {first}; nothing was measured or stored: "
-                         "run the command again once the machine is less loaded, or start Ray "
-                         "once with `ray start --head` and pass --address auto") from None
 
 
-def cluster_address(path: str | Path) -> str:
-    """The head address (``HEAD_IP:PORT``) of a Ray cluster-launcher file: the local
-    provider's ``head_ip`` and the ``--port`` of ``head_start_ray_commands`` (default 6379).
-
-    Raises:
-        SweepError: the file is missing or has no ``provider.head_ip``.
-    """
-    import yaml
-
-    from kopt.core.contract import check_plain_file, too_deep, yaml_error_line
-
-    p = Path(path)
-    check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
-    try:
-        cfg = yaml.safe_load(p.read_text())
-    except RecursionError:
-        raise SweepError(too_deep(f"--cluster {p}", "YAML")) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        first = yaml_error_line(e)
-        raise SweepError(f"--cluster {p}: cannot read it ({first}); pass the Ray "
-                         "cluster-launcher YAML you brought up with `ray up`") from None
-    if cfg is not None and not isinstance(cfg, dict):
-        raise SweepError(f"--cluster {p}: expected a mapping (provider:, head_start_ray_commands:"
-                         f", ...), got a YAML {type(cfg).__name__}; pass the Ray "
-                         "cluster-launcher YAML you brought up with `ray up`")
-    provider = (cfg or {}).get("provider") or {}
-    head = provider.get("head_ip") if isinstance(provider, dict) else None
-    if not head:
-        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is missing; kopt attaches "
-                         "to the head of a local-provider cluster (or pass --address HOST:PORT)")
-    if not isinstance(head, str) or not re.fullmatch(r"[\w.-]+", head):
-        raise SweepError(f"--cluster {p}: field 'provider.head_ip' is {head!r}; expected one "
-                         "host name or IPv4 address (e.g. 10.0.0.5)")
-    cmds = cfg.get("head_start_ray_commands") or []
-    if not isinstance(cmds, list) or not all(isinstance(c, str) for c in cmds):
-        raise SweepError(f"--cluster {p}: field 'head_start_ray_commands' is {cmds!r}; "
-                         "expected a list of shell commands (- ray start --head --port=6379)")
-    port = 6379
-    for cmd in cmds:
-        m = re.search(r"--port[= ](\S+)", str(cmd))
-        if m:
-            if not m.group(1).isdigit() or not 0 < int(m.group(1)) < 65536:
-                raise SweepError(f"--cluster {p}: head_start_ray_commands has --port "
-                                 f"{m.group(1)!r}; expected a port from 1 to 65535")
-            port = int(m.group(1))
-    return f"{head}:{port}"
 
 
-# files larger than this stay behind when a sweep folder travels to a cluster: Ray's
-# upload limit is 512 MiB for the whole (zipped) folder, and a sweep needs its sources
-UPLOAD_FILE_LIMIT = 100 * 2**20
-UPLOAD_EXCLUDES = ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]
-IGNORE_FILE = ".koptignore"
 
 
-def _gitignore_literal(rel: str) -> str:
-    """``rel`` (a path under the sweep folder) as a gitignore pattern matching only it."""
-    return "/" + re.sub(r"([\\\[\]*?!# ])", r"\\\1", rel)
 
 
-def cluster_runtime_env(sweep: Sweep) -> tuple[dict[str, Any], list[str]]:
-    """What travels to every node of a cluster, and notes on what stays behind.
-
-    The sweep folder travels as the working_dir (sources, ref.py, headers), without kopt's
-    own outputs (``UPLOAD_EXCLUDES``), the patterns of the folder's ``.koptignore``
-    (gitignore syntax; Ray also honours ``.gitignore`` and ``.rayignore``) and any file
-    over ``UPLOAD_FILE_LIMIT`` bytes (a note names each); kopt's own packages (``kopt``,
-    ``workers``) travel as py_modules.
-    """
-    import fnmatch
-
-    import kopt
-    import workers
-
-    excludes = list(UPLOAD_EXCLUDES)
-    ignore = sweep.root / IGNORE_FILE
-    if ignore.is_file():
-        excludes += [ln for ln in ignore.read_text().splitlines()
-                     if ln.strip() and not ln.startswith("#")]
-    big = []
-    for folder, dirs, files in os.walk(sweep.root):
-        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, x) for x in UPLOAD_EXCLUDES)]
-        for f in files:
-            path = Path(folder) / f
-            if (not any(fnmatch.fnmatch(f, x) for x in UPLOAD_EXCLUDES) and path.is_file()
-                    and path.stat().st_size > UPLOAD_FILE_LIMIT):
-                big.append((path.relative_to(sweep.root).as_posix(), path.stat().st_size))
-    excludes += [_gitignore_literal(rel) for rel, _ in big]
-    notes = [f"{sweep.root / rel} ({size / 2**20:.0f} MiB) stays behind: files over "
-             f"{UPLOAD_FILE_LIMIT // 2**20} MiB do not travel to cluster nodes; if ref.py "
-             f"reads it, copy it to every node and read it by absolute path (list files the "
-             f"sweep does not need in {ignore})" for rel, size in sorted(big)]
-    return {"working_dir": str(sweep.root),
-            "py_modules": [str(Path(kopt.__file__).parent), str(Path(workers.__file__).parent)],
-            "excludes": excludes}, notes
 
 
-def attach(address: str, source: str, runtime_env: dict | None = None) -> None:
-    """Attach to a running Ray cluster; fail fast, naming ``source`` and ``ray up``.
-
-    Raises:
-        SweepError: ``address`` is not HOST:PORT, no head answers there, or Ray cannot
-            ship ``runtime_env`` (e.g. the sweep folder is over Ray's upload limit).
-    """
-    problem = head_problem(address)
-    if problem == "format":
-        raise SweepError(f"{source}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379)")
-    up = (f"`ray up {source.split(' ', 1)[1]}`" if source.startswith("--cluster")
-          else "`ray up ray_cluster.yaml`")
-    if problem == "silent":
-        raise SweepError(f"{source}: no Ray head answers at {address}; bring the cluster up "
-                         f"with {up} (or start one with `ray start --head`)")
-    if problem:  # Ray would retry for 90 s and more
-        raise SweepError(f"{source}: " + NOT_RAY.format(address=address))
-    try:
-        ensure_ray(address, runtime_env)
-    except ConnectionError as e:
-        raise SweepError(f"{source}: {e}; is the cluster up (`ray up ray_cluster.yaml`, "
-                         "`ray status`)?") from None
-    except ray.exceptions.RuntimeEnvSetupError as e:
-        wd = (runtime_env or {}).get("working_dir", "the sweep folder")
-        m = re.search(r"Package size \(([^)]*)\) exceeds the maximum size of ([\d.]+ ?\w+)",
-                      str(e))
-        if m:
-            raise SweepError(
-                f"{source}: the sweep folder {wd} packs to {m.group(1)}, over Ray's upload "
-                f"limit of {m.group(2)}; list the files the sweep does not need in "
-                f"{Path(wd) / IGNORE_FILE} (gitignore syntax)") from None
-        last = [ln for ln in str(e).splitlines() if ln.strip()][-1:] or [type(e).__name__]
-        raise SweepError(f"{source}: Ray could not ship the sweep folder {wd}: "
-                         f"{last[0]}") from None
 
 
-def pick_backend(sweep: Sweep, backend: str) -> str:
-    """Resolve ``auto``: CUDA when the cluster has a GPU and the sweep a .cu source, else CPU.
-
-    Raises:
-        SweepError: the requested backend has no source or no device.
-    """
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if backend == "auto":
-        if gpus and "cuda" in sweep.spaces:
-            return "cuda"
-        if "cpu" in sweep.spaces:
-            return "cpu"
-        raise SweepError(
-            f"{sweep.spec_path}: no GPU is visible and the sweep has no C++ source for the CPU "
-            "backend; run it on a GPU node, or add a `cpu:` block with `kernel: NAME.cpp`")
-    if backend == "cuda" and not gpus:
-        raise SweepError("--backend cuda: no GPU in the Ray cluster (ray.cluster_resources() "
-                         "shows none); use --backend cpu or run on a GPU node")
-    sweep.space(backend)  # SpecError when missing
-    return backend
 
 
 class Driver:
@@ -344,7 +164,7 @@ class Driver:
     def __init__(self, sweep: Sweep, store: Path, backend: str = "auto",
                  max_candidates: int | None = None, resume: str | None = None,
                  cpu_devices: int = 1, inflight: int = 2, iterations: int | None = None,
-                 observers: list[Observer] | None = None, catalog: Catalog | None = None,
+                 observers: list[ProgressCallback] | None = None, catalog: Catalog | None = None,
                  strategy: str | None = None, seed: int | None = None,
                  submission: Any = None, phases: PhaseRecorder | None = None,
                  queue: dict[str, Any] | None = None,
@@ -860,7 +680,7 @@ class Driver:
         """Flush every measured row and mark the run interrupted (resumable)."""
         s, writer = self.summary, self.ctx.writer
         s.interrupted = True
-        with _signals_held():  # a second Ctrl-C must not cut the flush: nothing lost
+        with signals_held():  # a second Ctrl-C must not cut the flush: nothing lost
             writer.flush()
             writer.add("runs", [{**self.run_row, "event": "interrupted", "created_at": now(),
                                  "n_candidates": s.n_candidates, "n_jobs": s.n_jobs,
@@ -906,18 +726,6 @@ class Driver:
         self.ctx.writer.flush()
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM ignored inside (main thread only): what runs there finishes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _totals(prev: dict[str, Any], key: str, mine: dict[str, float]) -> str:
@@ -935,183 +743,34 @@ def _utc(epoch_s: float | None) -> Any:
     return None if epoch_s is None else dt.datetime.fromtimestamp(epoch_s, dt.timezone.utc)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does (every
-    finished measurement flushed, the run marked interrupted); ``signum`` tells the CLI to
-    exit 128 + 15 = 143, as a process ended by SIGTERM does, where Ctrl-C exits 130."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"signal {signum}")
-        self.signum = signum
 
 
-_signals: list[int] = []  # the signals _terminate turned into Terminated, in order
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    _signals.append(signum)
-    raise Terminated(signum)
 
 
-def stop_signal(e: KeyboardInterrupt) -> int:
-    """The signal that stopped a sweep with ``e``: SIGTERM when :func:`_terminate` saw one
-    (Ray's ``ray.get`` turns the Terminated raised inside it into a plain
-    KeyboardInterrupt), else SIGINT (Ctrl-C)."""
-    return getattr(e, "signum", None) or (_signals[-1] if _signals else signal.SIGINT)
 
 
-def resumable_run(store: Path, run_id: str, sweep: Sweep) -> dict[str, Any]:
-    """The latest ``runs`` record of ``run_id``, checked to be a run of ``sweep`` with the
-    same spec and sources (what ``--resume`` needs).
-
-    Raises:
-        SweepError: no such run in ``store``, a run of another sweep, or the spec changed.
-    """
-    rec = run_record(store, run_id)
-    if not rec:
-        raise SweepError(f"--resume {run_id}: {no_run(store, run_id)}")
-    if rec["sweep"] != sweep.name:
-        raise SweepError(f"--resume {run_id}: that run is of sweep {rec['sweep']!r}, "
-                         f"not {sweep.name!r}")
-    if rec["spec_hash"] != sweep.spec_hash:
-        stored = json.loads(rec["spec_parts"]) if rec.get("spec_parts") else None
-        what = (" and ".join(changed_parts(stored, spec_parts(sweep))) if stored
-                else "the sweep's spec or sources")  # a run stored before spec_parts
-        raise SweepError(f"--resume {run_id}: {what} changed since that run; undo the edit "
-                         f"to finish it, or start a new run (`kopt sweep {sweep.root}` "
-                         "without --resume)")
-    return rec
 
 
-def spec_parts(sweep: Sweep) -> dict[str, str]:
-    """What :attr:`kopt.core.spec.Sweep.spec_hash` covers, part by part (stored with each run as
-    ``runs.spec_parts``, so a refused ``--resume`` names what changed): ``"sweep.yaml's
-    `FIELD`"`` per top-level field, and each file -- every backend's source, the local
-    headers it includes, ref.py -- by its path relative to the sweep folder (absolute when
-    outside it); each -> sha256 (16 hex)."""
-    root = Path(sweep.root).resolve()
-    parts = {f"sweep.yaml's `{k}`": _digest(json.dumps(v, sort_keys=True, default=str).encode())
-             for k, v in sweep.raw.items()}
-    for sp in sweep.spaces.values():
-        parts[_part_name(sp.source, root)] = _digest(sp.source.read_bytes())
-        for rel, sha in sp.local_inputs().items():
-            parts[_part_name(sp.source.parent / rel, root)] = sha[:16]
-    parts[_part_name(sweep.reference, root)] = _digest(sweep.reference.read_bytes())
-    return parts
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
 
 
-def _part_name(path: Path, root: Path) -> str:
-    """``path`` relative to the sweep folder ``root`` (resolved), absolute outside it."""
-    try:
-        return str(path.resolve().relative_to(root))
-    except ValueError:
-        return str(path.resolve())
 
 
-def changed_parts(old: dict[str, str], new: dict[str, str]) -> list[str]:
-    """The parts of :func:`spec_parts` that differ between ``old`` and ``new``, sorted;
-    one only in ``new`` is marked ``(added)``, one only in ``old`` ``(removed)``."""
-    return [k + (" (added)" if k not in old else " (removed)" if k not in new else "")
-            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
-def check_store_path(store: Path) -> None:
-    """Refuse a ``--store`` that is not a folder and cannot become one.
-
-    Raises:
-        SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
-            not writable, or a table's folder (or ``locks``) in it is a file.
-    """
-    for p in [store, *store.absolute().parents]:  # trial 11: a loop passed exists() checks
-        bad = broken_link(p)
-        if bad:
-            raise SweepError(f"--store {store}: {p} is {bad}; pass a folder (a missing one "
-                             "is created)")
-    if store.exists() and not store.is_dir():
-        raise SweepError(f"--store {store}: that is a file, not a store folder; pass a "
-                         "folder (a missing one is created)")
-    above = next(p for p in [store, *store.absolute().parents] if p.exists())
-    if not above.is_dir():
-        raise SweepError(f"--store {store}: {above} is a file, so the folder cannot be "
-                         "created; pass a path under a folder")
-    if not os.access(above, os.W_OK | os.X_OK):
-        raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
-                         "folder you can write to")
-    for name in [*SCHEMAS, "locks"]:  # trial 10 D3: measured everything, lost it at the write
-        if (store / name).exists() and not (store / name).is_dir():
-            raise SweepError(f"--store {store}: {store / name} is a file where the store's "
-                             f"{name!r} folder goes; move it out of the store (restore the "
-                             "folder from a copy if you have one)")
 
 
-def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None,
-                     local: bool, max_candidates: int | None = None) -> None:
-    """What can be checked before Ray starts (which takes seconds): the store path, the
-    ``--resume`` run, the backend's source, a space too large to walk without a cap
-    (:func:`check_walkable`, with the resumed run's own cap) and, on an embedded local
-    instance (``local``), a GPU on this machine for the CUDA backend.
-
-    Raises:
-        SweepError: see :func:`check_store_path`, :func:`resumable_run`,
-            :func:`check_walkable`; no GPU here.
-        SpecError: the sweep has no source for the requested backend.
-    """
-    check_store_path(store)
-    if resume:
-        rec = resumable_run(store, resume, sweep)
-        backend = rec["backend"] if backend == "auto" else backend
-        max_candidates = stored_json(rec.get("options"), "options").get("max_candidates")
-    if backend != "auto":
-        sweep.space(backend)  # SpecError when the sweep has no source for it
-    check_walkable(sweep, backend if backend != "auto" or not local else
-                   "cuda" if local_gpu_count() and "cuda" in sweep.spaces else "cpu",
-                   max_candidates)
-    if not local or backend == "cpu" or local_gpu_count():
-        return
-    if backend == "cuda":
-        raise SweepError("--backend cuda: this machine has no GPU (NVML sees none"
-                         + (f" with CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
-                            if "CUDA_VISIBLE_DEVICES" in os.environ else "")
-                         + "); use --backend cpu, or --address/--cluster for a GPU cluster")
-    if "cpu" not in sweep.spaces:
-        raise SweepError(f"{sweep.spec_path}: this machine has no GPU and the sweep has no "
-                         "C++ source for the CPU backend; run it on a GPU node, or add a "
-                         "`cpu:` block with `kernel: NAME.cpp`")
 
 
-def check_walkable(sweep: Sweep, backend: str, max_candidates: int | None) -> None:
-    """Refuse a run with no ``--max-candidates`` of a space of more than
-    kopt.core.expand.WALK_LIMIT launch configs (kopt.core.expand.configs_bound: counted, not
-    walked):
-    every strategy would walk it (random takes a quarter of it, halving screens all of it),
-    for hours. With a cap, such a space is sampled by index (kopt.core.expand.Expansion.sample).
-    ``backend`` ``auto``: every space of the sweep is checked.
-
-    Raises:
-        SweepError: one line naming sweep.yaml's ``params`` field and the fix.
-    """
-    if max_candidates is not None:
-        return
-    catalog = load_catalog()
-    for name in [backend] if backend in sweep.spaces else sorted(sweep.spaces):
-        sp = sweep.spaces[name]
-        n = configs_bound(sp, catalog)
-        if n > WALK_LIMIT:
-            raise SweepError(f"{sp.spec_path}: {sp.prefix}params: {n:,} launch configs (the "
-                             "methods' params included, before restrictions), too many to "
-                             "walk; give --max-candidates N to measure a random sample of N "
-                             f"(with any --strategy), or narrow {sp.prefix}params to at most "
-                             f"{WALK_LIMIT:,}")
 
 
 def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
               max_candidates: int | None = None, resume: str | None = None,
               cpu_devices: int = 1, address: str | None = None, iterations: int | None = None,
-              observers: list[Observer] | None = None, cluster: str | None = None,
+              observers: list[ProgressCallback] | None = None, cluster: str | None = None,
               strategy: str | None = None, seed: int | None = None,
               queue: bool = False) -> RunSummary:
     """Attach to (or start) Ray and run ``sweep``; see :class:`Driver`.
@@ -1133,8 +792,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (timeout, a scheduler, systemd) stops a sweep the way Ctrl-C does: every
         # finished measurement flushed, the run marked interrupted, resumable
-        _signals.clear()  # stop_signal: this sweep's, not an earlier one's in this process
-        signal.signal(signal.SIGTERM, _terminate)
+        received.clear()  # stop_signal: this sweep's, not an earlier one's in this process
+        signal.signal(signal.SIGTERM, terminate)
     if queue and not (cluster or address):
         address = recorded_address()
     if queue and address:
@@ -1150,7 +809,7 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
             wncu.start_query()
     try:
         phases.begin("ray")
-        _start_ray(sweep, cluster, address, observers)
+        start_ray(sweep, cluster, address, observers)
         phases.end("ray")
         svc = (service_config(cluster_address(cluster) if cluster else str(address))
                if queue else None)
@@ -1167,80 +826,8 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
 
 
-def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestarter | None:
-    """Start the harnesses of the embedded instance's devices now, before Ray
-    (workers.prestart: torch's import and the CUDA context then overlap Ray's start, issue
-    14.2): one per GPU that Ray will see (the same ids: ``CUDA_VISIBLE_DEVICES``'s entries,
-    else 0..n-1) for a CUDA run, one per CPU device for a CPU run, each making the inputs and
-    reference outputs of the sweep's reference checks ahead. None when the backend cannot
-    be known before Ray, or with ``KOPT_PRESTART=0``."""
-    if os.environ.get("KOPT_PRESTART", "1") == "0":
-        return None
-    gpus = local_gpu_count()
-    if backend == "auto":
-        backend = ("cuda" if gpus and "cuda" in sweep.spaces
-                   else "cpu" if "cpu" in sweep.spaces else "")
-    if backend == "cuda" and gpus:
-        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-        keys = ([v.strip() for v in vis.split(",") if v.strip()][:gpus] if vis is not None
-                else [str(i) for i in range(gpus)])
-    elif backend == "cpu" and cpu_devices >= 1:
-        keys = [str(i) for i in range(cpu_devices)]
-    else:
-        return None
-    if not keys:
-        return None
-    # the reference checks' inputs and outputs (Driver._check_reference), made ahead
-    base = job_base(sweep, sweep.space(backend))
-    return Prestarter(backend, keys, [RunJob("reference", "", d, base).payload()
-                                      for d in sweep.space(backend).dims])
 
 
-def _start_ray(sweep: Sweep, cluster: str | None, address: str | None,
-               observers: list[Observer] | None) -> None:
-    """Attach to the cluster (``cluster`` / ``address``) or start the embedded Ray, then
-    put :func:`_terminate` back as the SIGTERM handler (``ray.init`` installs its own).
-
-    Raises:
-        Terminated: SIGTERM arrived while Ray started: Ray's own handlers end start-up
-            with ``sys.exit`` (15, or 1 after stopping the node they started), which
-            would exit 15 with no line (trial 10 D5); it stops the sweep as any SIGTERM.
-    """
-    try:
-        if cluster or (address and address != "auto"):
-            renv, notes = cluster_runtime_env(sweep)
-            for o in observers or []:
-                for n in notes:
-                    o.on_note(n)
-            attach(cluster_address(cluster) if cluster else address,
-                   f"--cluster {cluster}" if cluster else f"--address {address}", renv)
-        else:
-            ensure_ray(address)
-    except SystemExit:  # only Ray's SIGTERM handlers exit inside ray.init
-        _signals.append(signal.SIGTERM)
-        raise Terminated(signal.SIGTERM) from None
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _terminate)
 
 
-def ray_timeline(path: str | None) -> None:
-    """Write Ray's own timeline of this process's Ray job (``ray.timeline``: Chrome tracing
-    JSON of every task and actor call, worker start-ups included; open it in
-    chrome://tracing or Perfetto) to ``path`` when given (``$KOPT_RAY_TIMELINE``): what the
-    run's ``phases`` rows do not show. A failure to write it is a warning, never the
-    sweep's."""
-    if not path or not ray.is_initialized():
-        return
-    try:
-        ray.timeline(filename=path)
-    except Exception as e:  # noqa: BLE001 -- a diagnostic: never fail the sweep for it
-        warnings.warn(f"KOPT_RAY_TIMELINE={path}: not written ({e})", stacklevel=1)
 
-
-__all__ = ["ACTOR_START_TIMEOUT_S", "HALVING_ETA", "HALVING_MIN", "HALVING_SAMPLES",
-           "MAX_BUILD_SUBMITS", "MAX_JOB_ATTEMPTS", "RANDOM_FRACTION", "SOLO_ROUNDS",
-           "STRATEGIES", "Driver", "Job", "Observer", "RunSummary", "SpecError", "SweepError",
-           "Terminated", "stop_signal",
-           "build_id", "check_before_ray", "job_base",
-           "run_sweep"]

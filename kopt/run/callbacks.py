@@ -17,14 +17,13 @@ if TYPE_CHECKING:
     from kopt.driver.sweep import RunSummary
     from kopt.loop.review import Verdict as Review
     from kopt.loop.state import IterState
-    from workers.build import BuildResult
+    from workers.records import BuildResult
 
 
 class ProgressCallback:
     """Hooks the driver calls as a sweep progresses (phases, builds, results, iterations,
     faults, contests, a winner the review gate rejected, the end). Every hook is a no-op
-    here; subclass and override the ones you need. Formerly ``Observer``, still importable
-    under that name."""
+    here; subclass and override the ones you need."""
 
     def on_run(self, run_id: str, store: Path) -> None: ...
     def on_phase(self, label: str) -> None: ...
@@ -42,5 +41,3 @@ class ProgressCallback:
     def on_review(self, device_class: str, iteration: int, verdict: Review) -> None: ...
     def on_finish(self, summary: RunSummary) -> None: ...
 
-
-Observer = ProgressCallback  # the old name, for code written before the rename

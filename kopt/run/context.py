@@ -10,7 +10,7 @@ from typing import Any
 from kopt.core.catalog import Catalog
 from kopt.core.spec import Sweep
 from kopt.run.builder import Builder
-from kopt.run.callbacks import Observer
+from kopt.run.callbacks import ProgressCallback
 from kopt.run.runner import Runner
 from kopt.store.database import Writer
 from kopt.util.phases import PhaseRecorder
@@ -38,7 +38,7 @@ class RunContext:
     runner: Runner
     catalog: Catalog
     backend: str = "cpu"
-    observers: list[Observer] = field(default_factory=list)
+    observers: list[ProgressCallback] = field(default_factory=list)
     common: dict[str, Any] = field(default_factory=dict)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     agg: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 from kopt.run.builder import Builder, BuildFuture
-from kopt.run.callbacks import Observer
+from kopt.run.callbacks import ProgressCallback
 from kopt.run.runner import ACTOR_START_TIMEOUT_S, RunFuture, RunInput, Runner
 from kopt.strategy.base import Job
 from kopt.util.phases import PhaseRecorder
@@ -54,7 +54,7 @@ class Scheduler:
     """
 
     def __init__(self, builder: Builder, runner: Runner, common: dict[str, Any], emit: Emit,
-                 observers: list[Observer], inflight: int, wait_build_s: dict[int, float],
+                 observers: list[ProgressCallback], inflight: int, wait_build_s: dict[int, float],
                  hold_for_builds: bool, lost_why: dict[str, str],
                  tick: Callable[[], None] | None = None,
                  phases: PhaseRecorder | None = None):

@@ -10,7 +10,7 @@ from typing import Any
 from kopt.core.catalog import load_catalog
 from kopt.core.expand import iter_candidates, space_digest
 from kopt.core.spec import Sweep, launch_geometry
-from kopt.driver.sweep import build_id, job_base
+from kopt.run.builder import build_id, job_base
 from kopt.util.words import counted
 from workers import build as wbuild
 from workers.sandbox import Sandbox

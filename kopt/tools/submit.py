@@ -581,7 +581,7 @@ def open_run(root: Path, run_id: str) -> Sweep:
         kopt.driver.sweep.SweepError: the sweep changed since the run.
     """
     from kopt.core.spec import SpecError, load_sweep
-    from kopt.driver.sweep import resumable_run
+    from kopt.driver.checks import resumable_run
     from kopt.store.files import RunLock
 
     info = Database(root).run_info(run_id)
@@ -631,14 +631,16 @@ def run_recorded(root: Path, run_id: str, it: int, try_no: int,
         SubmitError: as :func:`load`, :func:`open_run`.
         kopt.store.files.RunLocked: another process is writing the run.
     """
-    from kopt.driver.sweep import Driver, _terminate, ensure_ray
+    from kopt.driver.sweep import Driver
+    from kopt.run.cluster import ensure_ray
+    from kopt.run.signals import terminate
 
     sweep = sweep or open_run(root, run_id)
     sub = load(sweep, root, run_id, it, try_no)
     ensure_ray(address)
     if threading.current_thread() is threading.main_thread():
         # SIGTERM stops it as Ctrl-C does: what was measured flushed, the run interrupted
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, terminate)
     summary = Driver(sweep, root, resume=run_id, observers=observers, submission=sub).run()
     return sub, summary
 
