@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from click.testing import CliRunner
 
+from kopt.cli import console
 from kopt.cli.main import main
 from kopt.tools import submit
 from workers.records import BuildResult
@@ -141,7 +142,7 @@ def test_empty_tables_are_one_line(tmp_path, monkeypatch):
 
     t = SimpleNamespace(trace="t.sqlite", kernels=[], paths=[], actions=[])
     printed: list[str] = []
-    monkeypatch.setattr(cli.out, "print", lambda x, **k: printed.append(x))
+    monkeypatch.setattr(console.out, "print", lambda x, **k: printed.append(x))
     cli._triage_tables(t, 5)
     assert printed == ["no kernel in t.sqlite", "known paths of the hot kernels: none",
                        "actions: none"]
@@ -321,10 +322,10 @@ def test_triage_tables_show_plain_numbers(monkeypatch):
               "in_graph": False}
     t = SimpleNamespace(trace="t.sqlite", kernels=[kernel], paths=[], actions=[])
     printed: list = []
-    monkeypatch.setattr(cli.out, "print", lambda x, **k: printed.append(x))
+    monkeypatch.setattr(console.out, "print", lambda x, **k: printed.append(x))
     cli._triage_tables(t, 5)
     cells = {c.header: c._cells[0] for c in printed[0].columns}
     assert (cells["total us"], cells["avg us"], cells["min"], cells["max"]) == (
         "162,346", "1353", "1202", "10,250")
-    assert cli._fmt(1.5e-05) == "1.5e-05" and cli._fmt(0.1234567) == "0.1235"
-    assert cli._fmt(float("inf")) == "inf" and cli._fmt(-25000.0) == "-25,000"
+    assert console.cell(1.5e-05) == "1.5e-05" and console.cell(0.1234567) == "0.1235"
+    assert console.cell(float("inf")) == "inf" and console.cell(-25000.0) == "-25,000"

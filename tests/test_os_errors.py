@@ -8,8 +8,9 @@ import errno
 
 from click.testing import CliRunner
 
-from kopt.cli import main as cli
-from kopt.cli.main import main, os_error_line
+from kopt.cli import console
+from kopt.cli.console import os_error_line
+from kopt.cli.main import main
 from kopt.tools import submit
 
 
@@ -46,7 +47,7 @@ def test_submit_blames_the_store_not_a_readable_note(tmp_path, monkeypatch):
     assert "--note" not in res.output
     assert f"{tmp_path / 'st' / 'versions'}: Read-only file system (a read-only file system: " \
            "pass a folder you can write to)" in res.output.replace("\n", "")
-    assert cli.OS_HINTS[errno.ENOSPC].startswith("the disk is full")
+    assert console.OS_HINTS[errno.ENOSPC].startswith("the disk is full")
 
 
 def test_a_port_whose_worktree_cannot_be_made_leaves_no_branch(tmp_path):

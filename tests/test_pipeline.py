@@ -166,7 +166,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     """tests/fixtures/steps: methods cut the work by 16 (A), 8 (B) and 4 (C), so every step
     of the loop is certain; the closing contest re-measures the first baseline and both
     winners side by side and the loop's total comes from it alone."""
-    from kopt.cli.main import closing_line
+    from kopt.cli.console import closing_line
     from kopt.core.compare import RULE
     from kopt.loop.propose import propose
     from kopt.tools.report import write_report
@@ -260,7 +260,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     side by side than iteration 2's (the latest that passed) and is named the loop's best,
     the note says so, and the loop's total is the first baseline's median over its median,
     both from the closing contest's rows."""
-    from kopt.cli.main import closing_line
+    from kopt.cli.console import closing_line
     from kopt.run.callbacks import ProgressCallback
     from kopt.tools.report import write_report
 

@@ -2,7 +2,7 @@
 that can be 0 (a 0 ms median, a 0 work figure)."""
 
 from conftest import VADD_CPP, VADD_REF, assert_spec_error, write_sweep
-from kopt.cli.main import _rate, _speedup
+from kopt.cli.console import rate_text, speedup_text
 from kopt.store.database import Writer, query
 
 SPEC = """
@@ -28,16 +28,16 @@ def test_empty_problem_sizes_are_refused_at_load(tmp_path):
 
 
 def test_rates_and_speedups_of_zero_figures_print_a_dash():
-    """cli._rate divided by a 0 GB/s figure (ZeroDivisionError); non-finite speedups
+    """console.rate_text divided by a 0 GB/s figure (ZeroDivisionError); non-finite speedups
     printed as 'infx'."""
-    assert _rate({"tflops": 0.0, "gbps": 0.0}) == "-"
-    assert _rate({"tflops": 2.0, "gbps": 0.0}) == "2 TFLOP/s"
-    assert _rate({"tflops": 0.0, "gbps": 500.0}) == "500 GB/s"
-    assert _rate({"tflops": 0.05, "gbps": 500.0}) == "500 GB/s"
-    assert _rate({"tflops": 50.0, "gbps": 500.0}) == "50 TFLOP/s"
-    assert _rate({"tflops": None, "gbps": float("nan")}) == "-"
-    assert _speedup(float("inf")) == "-" and _speedup(None) == "-"
-    assert _speedup(1.25) == "1.250x"
+    assert rate_text({"tflops": 0.0, "gbps": 0.0}) == "-"
+    assert rate_text({"tflops": 2.0, "gbps": 0.0}) == "2 TFLOP/s"
+    assert rate_text({"tflops": 0.0, "gbps": 500.0}) == "500 GB/s"
+    assert rate_text({"tflops": 0.05, "gbps": 500.0}) == "500 GB/s"
+    assert rate_text({"tflops": 50.0, "gbps": 500.0}) == "50 TFLOP/s"
+    assert rate_text({"tflops": None, "gbps": float("nan")}) == "-"
+    assert speedup_text(float("inf")) == "-" and speedup_text(None) == "-"
+    assert speedup_text(1.25) == "1.250x"
 
 
 def test_the_store_never_divides_by_a_zero_median_or_work(tmp_path):

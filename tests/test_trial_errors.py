@@ -303,7 +303,7 @@ def test_a_damaged_store_file_is_noted_once_per_command(tmp_path, monkeypatch):
 def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
     from test_store_safety import demo_store
 
-    from kopt.cli.main import _summary_line
+    from kopt.cli.console import summary_line
     from kopt.driver.sweep import RunSummary
     from kopt.store.database import Writer
 
@@ -315,12 +315,12 @@ def test_the_summary_after_a_resume_counts_the_whole_run(tmp_path):
     w.flush()
     resumed = RunSummary("r1", "demo", "cpu", n_candidates=3, n_jobs=3, n_skipped=1,
                          status_counts={"ok": 1, "wrong_result": 1}, wall_s=2.0)
-    assert _summary_line(resumed, tmp_path) == (
+    assert summary_line(resumed, tmp_path) == (
         "run [bold]r1[/]: 3 candidates, 3 jobs (1 measured before this resume, 2 now) in "
         "2.0 s; whole run: ok 2, wrong_result 1")
     fresh = RunSummary("r2", "demo", "cpu", n_candidates=2, n_jobs=2, n_skipped=0,
                        status_counts={"ok": 2}, wall_s=1.0)
-    assert _summary_line(fresh, tmp_path) == (
+    assert summary_line(fresh, tmp_path) == (
         "run [bold]r2[/]: 2 candidates, 2 jobs (2 measured) in 1.0 s; ok 2")
 
 

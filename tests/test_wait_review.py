@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kopt.cli.main import ProgressObserver, main
+from kopt.cli.console import ConsoleProgress
+from kopt.cli.main import main
 from kopt.core import expand
 from kopt.core.spec import SpecError, load_sweep
 from kopt.driver.sweep import run_sweep
-from kopt.loop.review import Verdict, judge, output_log
+from kopt.loop.review import ReviewVerdict, judge, output_log
 from kopt.store.database import Database
 from kopt.store.files import RunLock, now
 from kopt.tools import submit
@@ -269,24 +270,24 @@ def test_a_review_command_that_leaves_a_child_running_passes_by_its_own_exit_sta
 
 
 def test_a_rejected_winner_is_one_line_on_the_console(capsys):
-    """`kopt sweep` and `kopt submit` (both ProgressObserver) print the review
+    """`kopt sweep` and `kopt submit` (both ConsoleProgress) print the review
     gate's rejection of a winner: its reasons, the command's exit status, the last line of
     its output and the file holding all of it (trial 7 #6)."""
     log = output_log(Path("/s"), "r1", 2, "cpu x/1", "c1")
     assert log == Path("/s/review-logs/r1-it2-cpu_x_1-c1.log")
     noise = "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000%"
-    failed = Verdict("c1", False, [noise, "the review command exited with status 7"],
+    failed = ReviewVerdict("c1", False, [noise, "the review command exited with status 7"],
                      command="pytest", exit_status=7, output_log=str(log),
                      output_tail="collected 3\nFAILED t.py::op - assert 1 == 2\n\n")
-    ProgressObserver().on_review("cpu", 2, failed)
-    passed = Verdict("c2", False, [noise], command="pytest", exit_status=0, output_log="L",
+    ConsoleProgress().on_review("cpu", 2, failed)
+    passed = ReviewVerdict("c2", False, [noise], command="pytest", exit_status=0, output_log="L",
                      output_tail="")
-    ProgressObserver().on_review("cpu", 3, passed)
-    slow = Verdict("c3", False, ["the review command ran past its 5 s (review.timeout_s) "
+    ConsoleProgress().on_review("cpu", 3, passed)
+    slow = ReviewVerdict("c3", False, ["the review command ran past its 5 s (review.timeout_s) "
                                  "and was killed"], command="sleep 9", exit_status=-9,
                    timed_out=True, output_tail="started\n", output_log="M")
-    ProgressObserver().on_review("gpu", 4, slow)
-    ProgressObserver().on_review("gpu", 5, Verdict("c4", False, ["not correct on problem size "
+    ConsoleProgress().on_review("gpu", 4, slow)
+    ConsoleProgress().on_review("gpu", 5, ReviewVerdict("c4", False, ["not correct on problem size "
                                                             "{'N': 2}: wrong_result"]))
     assert capsys.readouterr().err.splitlines() == [
         f"iteration 2 (cpu): winner c1 rejected by review: {noise}; the review command exited "

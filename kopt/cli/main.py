@@ -1,75 +1,54 @@
-"""The ``kopt`` command line (click): sweep, preflight, query, best, catalog."""
+"""The ``kopt`` command line (click): every command (sweep, preflight, query, best, propose,
+report, env, serve, submit, wait, lineage, catalog, export, methods, triage, port); what they
+print and how goes through :mod:`kopt.cli.console`."""
 
 from __future__ import annotations
 
 import csv
-import errno
 import json
 import math
 import os
-import re
 import signal
 import sys
-import threading
-import time
 import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
-from kopt.cli import streams
+from kopt.cli.console import (
+    MAX_TABLE_ROWS,
+    REF_NOTE,
+    ConsoleProgress,
+    cell,
+    closing_line,
+    compile_errors_line,
+    console,
+    fail,
+    json_safe,
+    kv_text,
+    methods_text,
+    noted,
+    os_error_line,
+    out,
+    phases_table,
+    pipe_closed,
+    print_table,
+    rate_text,
+    show_note,
+    spec_notes,
+    speedup_text,
+    summary_line,
+)
 from kopt.core.spec import SpecError, load_sweep
-from kopt.run.callbacks import ProgressCallback
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy.base import STRATEGIES
 from kopt.util.words import counted
 from workers.status import Status
 
-streams.prepare()  # closed stdout/stderr, a console encoding that is not UTF-8
-
-
-class _Err(Console):
-    """stderr's console (progress, notes, errors): when its reader is gone (``kopt sweep
-    2>&1 | head -1``) it goes quiet and the command carries on, so a sweep still measures
-    and stores everything (rich's default exits 1 mid-sweep, losing the rows not yet
-    flushed)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
-        except (OSError, ValueError):  # stderr without a file descriptor (a test's buffer)
-            pass
-
-
-console = _Err(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
-
-
-class _Out(Console):
-    """stdout's console: a closed pipe (``kopt catalog | head -1``) ends the command as
-    :func:`_pipe_closed` says (rich's own default exits 1)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        _pipe_closed()
-
-
-out = _Out(width=None if sys.stdout.isatty() else 160, emoji=False)
-HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
-MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
 class _Finite(click.FloatRange):
     """A FloatRange that refuses NaN, which passes every range check (``--min-share nan``
@@ -122,34 +101,12 @@ def _store(store: Path | None) -> Path:
     return store if store is not None else default_root()
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
-    sys.exit(code)
 
 
-def _note(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-          file: Any = None, line: str | None = None) -> None:
-    """warnings.showwarning for the CLI: a store note (a damaged file skipped) is one line."""
-    from kopt.store.files import StoreWarning
-
-    if issubclass(category, StoreWarning):
-        if str(message) in _noted:  # one note per damaged file per command
-            return
-        _noted.add(str(message))
-        console.print(f"[yellow]note:[/] {escape(str(message))}", highlight=False,
-                      soft_wrap=True)
-    else:
-        _show_warning(message, category, filename, lineno, file, line)
 
 
-_show_warning = warnings.showwarning
-_noted: set[str] = set()  # the store notes this command has printed
 
 
-def _spec_notes(sw: Any) -> None:
-    """The loaded sweep's warnings (kopt.core.spec.Sweep.warnings), one ``note:`` line each."""
-    for w in sw.warnings:
-        console.print(f"[yellow]note:[/] {escape(w)}", highlight=False, soft_wrap=True)
 
 
 class _Group(click.Group):
@@ -158,10 +115,10 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from kopt.store.files import StoreWarning
 
-        _noted.clear()
-        with warnings.catch_warnings():  # every store note reaches _note, once per command
+        noted.clear()
+        with warnings.catch_warnings():  # every store note reaches show_note, once per command
             warnings.simplefilter("always", StoreWarning)
-            warnings.showwarning = _note
+            warnings.showwarning = show_note
             return self._invoke(ctx)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
@@ -182,56 +139,26 @@ class _Group(click.Group):
             check_env(builds=False)  # no side effect; a building command checks the rest
             return super().invoke(ctx)
         except BrokenPipeError:  # `kopt query ... | head -1`: the reader has what it wanted
-            _pipe_closed()
+            pipe_closed()
         except (QueryError, EnvError) as e:
-            _fail(str(e))
+            fail(str(e))
         except (KeyboardInterrupt, RuntimeError) as e:  # Ctrl-C, also inside a DuckDB query
             if not interrupted(e):
                 raise
-            _fail("interrupted (Ctrl-C)", 130)
+            fail("interrupted (Ctrl-C)", 130)
         except DatabaseError as e:
-            _fail(str(explain(e)))
+            fail(str(explain(e)))
         except OSError as e:  # a path in the way, a full disk, a read-only store
-            _fail(os_error_line(e))
+            fail(os_error_line(e))
 
 
 # OSError numbers -> what to do (trial 8 D5: a full disk said "error: : No space left")
 # the commands that build candidates: only they need a usable build cache ($KOPT_CACHE)
 BUILDING = frozenset({"sweep", "preflight", "submit", "run-submitted", "port"})
-OS_HINTS = {errno.EEXIST: "a file is in the way: move it or choose another path",
-            errno.ENOTDIR: "part of the path is a file, not a folder",
-            errno.EISDIR: "is a folder, not a file",
-            errno.EACCES: "no permission",
-            errno.EROFS: "a read-only file system: pass a folder you can write to",
-            errno.ELOOP: "a symlink loop: point it at a real folder or file",
-            errno.ENOSPC: "the disk is full: free space there; what was measured before is "
-                          "stored, and `kopt sweep DIR --store STORE --resume RUN_ID` "
-                          "finishes an interrupted sweep"}
 
 
-def os_error_line(e: OSError) -> str:
-    """One line for an OSError that reached the CLI: the file when it is known, the
-    system's words and what to do (:data:`OS_HINTS`); pyarrow's write errors carry their
-    number only in the text (``[errno 28]``)."""
-    code = e.errno
-    if code is None:
-        m = re.search(r"\[errno (\d+)\]", str(e))
-        code = int(m.group(1)) if m else None
-    hint = OS_HINTS.get(code or 0, "")
-    where = f"{e.filename}: " if e.filename else ""
-    return f"{where}{e.strerror or e}" + (f" ({hint})" if hint else "")
 
 
-def _pipe_closed() -> None:
-    """Exit quietly, as Unix tools do, when the reader of stdout has gone (``| head -1``):
-    stdout is pointed at /dev/null (Python's flush at exit would fail again) and the exit
-    code is 141 (128 + SIGPIPE, what a shell reports for ``seq 1 9999999 | head -1``)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout without a file descriptor (a test's buffer)
-        pass
-    sys.exit(128 + signal.SIGPIPE)
 
 
 @click.group(cls=_Group)
@@ -240,308 +167,36 @@ def main() -> None:
     """kopt: sweep CUDA/C++ kernel candidates over launch configs and optimization methods."""
 
 
-def _print_rejection(device_class: str, iteration: int, verdict: Any) -> None:
-    """The review gate's rejection of an iteration's winner, one line on the console."""
-    from kopt.loop.review import rejection_line
-
-    console.print(f"[yellow]{escape(rejection_line(iteration, device_class, verdict))}[/]",
-                  highlight=False, soft_wrap=True)
 
 
-def compile_errors_line(obs: ProgressObserver) -> str | None:
-    """The line `kopt sweep` and `kopt submit` print when builds failed (rich markup):
-    ``nothing compiled (4 compile errors); the compiler's first error: f.cpp:3:5: error:
-    ...`` -- or ``1 of 3 builds failed (...)`` when some compiled; None when every build
-    ``obs`` saw compiled."""
-    from kopt.tools.report import first_error
-
-    if obs.build_error is None:
-        return None
-    head = ("nothing compiled" if obs.builds_failed == obs.builds
-            else f"{obs.builds_failed} of {counted(obs.builds, 'build')} failed")
-    return (f"[red]{head}[/] ({counted(obs.compile_errors, 'compile error')}); the "
-            f"compiler's first error: {escape(first_error(obs.build_error))}")
 
 
-class ProgressObserver(ProgressCallback):
-    """Rich progress: builds done, runs done, failures, ETA."""
-
-    def __init__(self) -> None:
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[extra]}"), TimeElapsedColumn(),
-                          TextColumn("eta"), TimeRemainingColumn(), console=console)
-        self.failed = 0
-        self.iteration = 0
-        self.label = ""
-        self.build_error: str | None = None  # the first failed build's compiler output
-        self.builds = self.builds_failed = 0  # builds seen / failed, over every iteration
-        self.compile_errors = 0  # jobs left without a build, over every iteration
-        self._beat_stop = threading.Event()
-        self._beat_thread: threading.Thread | None = None
-
-    def on_run(self, run_id: str, store: Path) -> None:
-        self.run_id, self.store = run_id, store
-        console.print(f"run {run_id} (store {escape(str(store))})", highlight=False)
-
-    def on_phase(self, label: str) -> None:
-        self.label = label
-
-    def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None:
-        self.iteration += 1
-        if self.iteration == 1:
-            for d in devices:
-                console.print(escape(f"device: {d['name']} ({d['device_class']}, "
-                                     f"{d.get('node_ip', '')})"), highlight=False)
-            self.p.start()
-            if not console.is_terminal:  # a CI log, a file: the bars only draw at the end
-                self._beat_thread = threading.Thread(target=self._beat, daemon=True,
-                                                     name="kopt-progress")
-                self._beat_thread.start()
-        else:
-            for t in list(self.p.task_ids):
-                self.p.remove_task(t)
-        it = f"{self.label} " if self.label else ""
-        self.failed = 0
-        self.tb = self.p.add_task(it + "built", total=n_builds, extra="")
-        self.tr = self.p.add_task(it + "ran  ", total=n_jobs, extra="failed 0")
-
-    def on_metrics(self, device_class: str, aliased: dict, missing: list) -> None:
-        for alias, name in aliased.items():
-            console.print(escape(f"{device_class}: metric {name} read as {alias}"),
-                          highlight=False)
-        if missing:
-            console.print(f"[yellow]{escape(device_class)}: ncu lacks "
-                          f"{counted(len(missing), 'metric')}, not collected[/]: "
-                          f"{escape(', '.join(missing))}", highlight=False)
-
-    def on_evidence(self, device_class: str, ev: Any, triggered: dict | None) -> None:
-        scores = ", ".join(f"{a} {v:.2f}" for a, v in ev.scores.items())
-        fired = sorted(m for m, v in (triggered or {}).items() if v)
-        self.p.console.print(escape(f"baseline ({device_class}): bottleneck {ev.bottleneck} "
-                                    f"({scores}); triggered: {', '.join(fired) or 'none'}"),
-                             highlight=False)
-
-    def on_iteration(self, device_class: str, st: Any) -> None:
-        if st.closing:  # the loop's close: printed under the closing table
-            return
-        best = st.best or {}
-        trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
-        neck = (f"bottleneck {st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'}"
-                if st.bottleneck_before or st.bottleneck_after
-                else "bottleneck not measured (no NCU profile)")
-        so_far = (f"best so far {trip} {_kv(json.dumps(best.get('params') or {}), False)} "
-                  f"({best.get('speedup') or 1.0:.3g}x the baseline of iteration "
-                  f"{best.get('iteration', st.iteration)})"
-                  if best.get("candidate_id") else "no correct candidate so far")
-        self.p.console.print(escape(
-            f"iteration {st.iteration} ({device_class}): "
-            f"{counted(st.n_candidates, 'correct candidate')}; "
-            f"{neck}; {so_far}"), highlight=False)
-
-    def on_fault(self, message: str) -> None:
-        self.p.console.print(f"[yellow]fault:[/] {escape(message)}", highlight=False)
-
-    def on_note(self, message: str) -> None:
-        self.p.console.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
-
-    def on_build(self, result: Any, n_jobs: int) -> None:
-        self.p.advance(self.tb)
-        self.builds += 1
-        if not result.ok:
-            if self.build_error is None:
-                self.build_error = result.error
-            self.builds_failed += 1
-            self.compile_errors += n_jobs
-            self.failed += n_jobs
-            self.p.advance(self.tr, n_jobs)
-            self.p.update(self.tr, extra=f"failed {self.failed}")
-
-    def on_result(self, row: dict[str, Any]) -> None:
-        if row["status"] == "compile_error":
-            return
-        if row["status"] != Status.OK:
-            self.failed += 1
-        self.p.advance(self.tr)
-        self.p.update(self.tr, extra=f"failed {self.failed}")
-
-    def _beat(self) -> None:
-        """Without a terminal the bars only draw at the end: a plain progress line every
-        HEARTBEAT_S seconds instead, also while nothing completes (long builds, a contest)."""
-        t0 = time.monotonic()
-        while not self._beat_stop.wait(HEARTBEAT_S):
-            tasks = {t.id: t for t in self.p.tasks}
-            b, r = tasks.get(self.tb), tasks.get(self.tr)
-            if b is None or r is None:  # between iterations
-                continue
-            console.print(f"{self.label or f'it {self.iteration}'}: built {b.completed:.0f}/"
-                          f"{b.total:.0f}, ran {r.completed:.0f}/{r.total:.0f}, failed "
-                          f"{self.failed} ({time.monotonic() - t0:.0f} s)", highlight=False)
-
-    def on_finish(self, summary: Any) -> None:
-        self.stop()
-        for dc, st in summary.states.items():
-            if st.stop:
-                console.print(escape(f"{dc}: the loop stopped after iteration "
-                                     f"{st.iteration}: {st.stop}"), highlight=False)
-
-    def on_contest(self, device_class: str, verdict: Any) -> None:
-        msg = (f"tie within noise between {len(verdict.tied)} candidates; the simplest won"
-               if len(verdict.tied) > 1 else "clear winner")
-        self.p.console.print(escape(f"contest ({device_class}): {len(verdict.labels)} "
-                                    f"contenders re-measured side by side: {msg}"),
-                             highlight=False)
-
-    def on_review(self, device_class: str, iteration: int, verdict: Any) -> None:
-        _print_rejection(device_class, iteration, verdict)
-
-    def stop(self) -> None:
-        self._beat_stop.set()
-        if self._beat_thread is not None:
-            self._beat_thread.join()
-        if self.p.live.is_started:  # a never-started display would print an empty line
-            self.p.stop()
 
 
-def _fmt(v: Any) -> str:
-    """A table cell: floats to 4 significant digits, and from 10,000 on whole with
-    thousands separators (``162,345``, never ``1.623e+05``); rich markup escaped."""
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if math.isfinite(v) and abs(v) >= 1e4 else f"{v:.4g}"
-    return escape(str(v))
 
 
-def _json_safe(col: str, v: Any) -> Any:
-    """Non-finite floats become null (JSON has no Infinity/NaN); the JSON-text columns
-    (params, defines, dims, state, devices, options, env) are embedded as JSON."""
-    import math
-
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if col in ("params", "defines", "dims", "state", "devices", "options", "env") and \
-            isinstance(v, str):
-        try:
-            return json.loads(v)
-        except ValueError:
-            return v
-    return v
 
 
-def closing_line(device_class: str, closing: dict[str, Any]) -> str:
-    """The loop's closing figure on one device class, from its closing contest (the first
-    baseline and the iteration winners re-measured side by side; kopt.core.winner.close_loop)."""
-    best = closing.get("best") or {}
-    trip = " + ".join(m for m in best.get("triple") or [] if m) or "(no method)"
-    sp = closing.get("speedup")
-    figure = (f"{sp:.3g}x the first baseline" if sp is not None
-              else "no total speedup (the first baseline was not re-measured)")
-    if closing.get("first_baseline_ms") and closing.get("best_ms"):
-        figure += (f" ({closing['first_baseline_ms']:.4g} ms -> {closing['best_ms']:.4g} ms, "
-                   "measured side by side)")
-    who = (f" from iteration {closing['winner_of'][best['candidate_id']]}"
-           if closing.get("winner_of", {}).get(best.get("candidate_id")) else "")
-    line = (f"loop result ({device_class}): best {trip}{who} "
-            f"{_kv(json.dumps(best.get('params') or {}))}: {figure}")
-    return line + (f"; {closing['note']}" if closing.get("note") else "")
 
 
-REF_NOTE = ("vs reference: the median of ref.py's contender (else reference), timed as the "
-            "candidates are, over the candidate's ('-': not timed; `reference_timing` in "
-            "sweep.yaml)")
 
 
-def _speedup(v: float | None) -> str:
-    v = _figure(v)
-    return "-" if v is None else f"{v:.3f}x"
 
 
-def _kv(text: str | None, markup: bool = True) -> str:
-    """``{"A": 1, "B": 2}`` (JSON text) -> ``A=1 B=2`` (rich markup escaped unless
-    ``markup`` is False)."""
-    if not text:
-        return "-"
-    from kopt.store.files import stored_json
-
-    kv = " ".join(f"{k}={v}" for k, v in stored_json(text, "params or dims").items()) or "-"
-    return escape(kv) if markup else kv
 
 
-def _figure(v: Any) -> float | None:
-    """``v`` as a positive finite float, else None (a rate of 0, NaN or infinity says
-    nothing and must never be divided by)."""
-    import math
-
-    if v is None or isinstance(v, bool):
-        return None
-    v = float(v)
-    return v if math.isfinite(v) and v > 0 else None
 
 
-def _rate(r: dict[str, Any]) -> str:
-    """Achieved rate from the spec's flops/bytes: TFLOP/s for arithmetic-heavy kernels
-    (>= 10 FLOP per byte moved), else GB/s; ``-`` when neither is a positive figure."""
-    tf, gb = _figure(r.get("tflops")), _figure(r.get("gbps"))
-    if tf is not None and (gb is None or tf * 1e3 >= 10 * gb):
-        return f"{tf:.3g} TFLOP/s" + _of_peak(r.get("pct_peak_flops"))
-    return f"{gb:.4g} GB/s" + _of_peak(r.get("pct_peak_bw")) if gb is not None else "-"
 
 
-def _of_peak(pct: Any) -> str:
-    """`` (N% of peak)`` for a known share of the device's peak, else nothing."""
-    v = _figure(pct)
-    return "" if v is None else f" ({v:.3g}% of peak)"
 
 
-def _methods(r: dict[str, Any]) -> str:
-    """The candidate's methods: those carried from earlier iterations' winners (``carried``,
-    a JSON list, when the row has it) and its own triple."""
-    from kopt.store.files import stored_json
-
-    ms = stored_json(r.get("carried"), "carried", list) + [
-        r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
-    return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
-def _print_table(t: Table, empty: str) -> None:
-    """Print table ``t`` on stdout, or, when it has no row, the one line ``empty`` (rich
-    markup) in its place: a table of headers alone says nothing."""
-    if t.row_count:
-        out.print(t)
-    else:
-        out.print(empty, highlight=False, soft_wrap=True)
 
 
-def _phases_table(rows: list[dict[str, Any]]) -> Table:
-    """The run's phase times (kopt.util.phases.phase_summary) as a table."""
-    from kopt.util.phases import phase_summary
-
-    t = Table(title="where the run's time went: seconds since kopt started "
-                    "(`kopt report RUN_ID` draws the timeline)",
-              caption="a phase xN: the sum of N intervals between its first start and its "
-                      "last end (a device's jobs, the builds' compiler seconds)")
-    for c in ("phase", "where", "start s", "end s", "seconds"):
-        t.add_column(c, overflow="fold")
-    for phase, where, start, end, secs in phase_summary(rows):
-        t.add_row(phase, escape(where), f"{start:.2f}", f"{end:.2f}", f"{secs:.2f}")
-    return t
 
 
-def _summary_line(summary: Any, root: Path) -> str:
-    """The run's closing count line. After ``--resume`` the counts are the whole run's (read
-    from the store), with how many jobs were measured before and how many now."""
-    counts = summary.status_counts
-    done = summary.n_jobs - summary.n_skipped
-    if summary.n_skipped:
-        from kopt.store.database import Database
-
-        counts = Database(root).status_counts(summary.run_id)
-    text = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    how = (f"{summary.n_skipped} measured before this resume, {done} now"
-           if summary.n_skipped else f"{done} measured")
-    return (f"run [bold]{summary.run_id}[/]: {counted(summary.n_candidates, 'candidate')}, "
-            f"{counted(summary.n_jobs, 'job')} ({how}) in {summary.wall_s:.1f} s; "
-            + (f"whole run: {text}" if summary.n_skipped else text or "nothing to run"))
 
 
 @main.command()
@@ -591,13 +246,13 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     try:
         sw = load_sweep(sweep_dir)
     except SpecError as e:
-        _fail(str(e))
-    _spec_notes(sw)
+        fail(str(e))
+    spec_notes(sw)
     root = _store(store)
     if cluster and address:
-        _fail("--cluster and --address both name a Ray head: give one")
+        fail("--cluster and --address both name a Ray head: give one")
     if seed is not None and (strategy or "exhaustive") != "random" and not resume:
-        _fail(f"--seed {seed} only applies to --strategy random")
+        fail(f"--seed {seed} only applies to --strategy random")
     if resume and root.is_dir():
         from kopt.store.database import run_record
 
@@ -608,7 +263,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                                  f"--run {resume}` or `kopt report {resume}` show it)"),
                           highlight=False, soft_wrap=True)
             sys.exit(0)
-    obs = ProgressObserver()
+    obs = ConsoleProgress()
     ray_before = _ray_up()
     try:
         summary = run_sweep(sw, root, backend=backend, max_candidates=max_candidates,
@@ -618,10 +273,10 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     except SpecError as e:
         obs.stop()
         msg = str(e)
-        _fail(msg if msg.startswith(str(sw.spec_path)) else f"{sw.spec_path}: {msg}")
+        fail(msg if msg.startswith(str(sw.spec_path)) else f"{sw.spec_path}: {msg}")
     except SweepError as e:
         obs.stop()
-        _fail(str(e))
+        fail(str(e))
     except KeyboardInterrupt as e:
         # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -654,7 +309,7 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
 
     if leave_ray:
         _leave_ray()
-    console.print(_summary_line(summary, root), highlight=False)
+    console.print(summary_line(summary, root), highlight=False)
     for it, rungs in sorted(summary.rungs.items()):
         if len(rungs) > 1:
             console.print(f"iteration {it}, successive halving: " + ", ".join(
@@ -678,20 +333,21 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
               "speedup", "side by side ms", "vs first baseline", "vs reference", "rate"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), str(r["iteration"]),
-                  ("* " if r["named"] else "") + _methods(r)
+        t.add_row(cell(r["device_class"]), kv_text(r["dims"]), str(r["iteration"]),
+                  ("* " if r["named"] else "") + methods_text(r)
                   + (" (baseline)" if r["is_baseline"] else ""),
-                  _kv(r["params"]), _fmt(r["median_ms"]), _fmt(r["iqr_ms"]),
-                  _speedup(r["speedup"]), _fmt(r["side_by_side_ms"]),
-                  _speedup(r["vs_first_baseline"]), _speedup(r["vs_reference"]), _rate(r))
+                  kv_text(r["params"]), cell(r["median_ms"]), cell(r["iqr_ms"]),
+                  speedup_text(r["speedup"]), cell(r["side_by_side_ms"]),
+                  speedup_text(r["vs_first_baseline"]), speedup_text(r["vs_reference"]),
+                  rate_text(r))
     if rows or not exit_code:  # none correct: the line above says so
-        _print_table(t, "no fastest correct candidates to show: none of this run's measured "
+        print_table(t, "no fastest correct candidates to show: none of this run's measured "
                         "jobs is correct")
     for dc, st in sorted(summary.states.items()):
         if st.closing:
             out.print(closing_line(dc, st.closing), highlight=False)
     if summary.phases:
-        out.print(_phases_table(summary.phases))
+        out.print(phases_table(summary.phases))
     _exit_now(exit_code)
 
 
@@ -751,17 +407,17 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
 
     try:
         sw = load_sweep(sweep_dir)
-        _spec_notes(sw)
+        spec_notes(sw)
         r = run_preflight(sw, backend, arch)
     except (SpecError, PreflightError) as e:
-        _fail(str(e))
+        fail(str(e))
     t = Table(title=escape(f"preflight {sw.name} ({r['backend']}, {r['device']})"),
               show_header=False)
     for k in ("signature", "candidates", "command", "compile_s", "registers", "smem_bytes",
               "spill_bytes", "launch", "dims", "status", "error", "note", "max_abs_err",
               "median_ms", "iqr_ms", "n_samples"):
         if r.get(k) not in (None, ""):
-            t.add_row(k, _fmt(r[k]))
+            t.add_row(k, cell(r[k]))
     out.print(t)
     if r["status"] not in (Status.OK, "built"):
         sys.exit(1)
@@ -783,11 +439,11 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
     from kopt.store.database import Database
 
     if not _store(store).is_dir():
-        _fail(f"no store at {_store(store)} (run `kopt sweep` first, or pass --store DIR)")
+        fail(f"no store at {_store(store)} (run `kopt sweep` first, or pass --store DIR)")
     try:
         res = Database(_store(store)).open_query(sql)
     except QueryError as e:
-        _fail(str(e))
+        fail(str(e))
     with res:
         cols = res.columns
         if fmt == "csv":  # streamed: a batch of rows at a time
@@ -798,7 +454,7 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
         elif fmt == "json":  # streamed, the same text as json.dumps(list, indent=1)
             first = True
             for rows in res.batches():
-                text = json.dumps([{c: _json_safe(c, v) for c, v in zip(cols, r)}
+                text = json.dumps([{c: json_safe(c, v) for c, v in zip(cols, r)}
                                    for r in rows], default=str, indent=1)
                 sys.stdout.write(("[\n" if first else ",\n") + text[2:-2])  # "[\n" ... "\n]"
                 first = False
@@ -811,10 +467,10 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
             for rows in res.batches():
                 take = rows[:max_rows - shown]
                 for r in take:
-                    t.add_row(*(_fmt(v) for v in r))
+                    t.add_row(*(cell(v) for v in r))
                 shown += len(take)
                 left += len(rows) - len(take)
-            _print_table(t, escape(f"no rows (columns: {', '.join(cols)})"))
+            print_table(t, escape(f"no rows (columns: {', '.join(cols)})"))
             if left:
                 console.print(f"{shown} of {shown + left} rows shown; `--format csv` or "
                               "`--format json` prints all of them (or `--max-rows N`)",
@@ -874,20 +530,20 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
 
     root = _store(store)
     if not root.is_dir():
-        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+        fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     rows = select_best(sweep_name, root, run_id)
     if not rows:
         names = Database(root).sweeps()
         from kopt.store.files import no_run, runs_missing
 
         if sweep_name not in names and runs_missing(root):
-            _fail(f"no sweep {sweep_name!r} found: {runs_missing(root)}")
+            fail(f"no sweep {sweep_name!r} found: {runs_missing(root)}")
         if sweep_name not in names:
-            _fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
+            fail(f"no sweep {sweep_name!r} in {root}; it holds: {', '.join(names) or 'nothing'}")
         if run_id and Database(root).run(run_id) is None:
-            _fail(no_run(root, run_id))
+            fail(no_run(root, run_id))
         latest, done = Database(root).latest_runs(sweep_name)
-        _fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
+        fail(f"no correct candidate of sweep {sweep_name!r} in {root}"
               + (f" run {run_id}" if run_id else f" (latest run {latest})")
               + "; `kopt query \"select status, error from candidates\"` shows why"
               + (f"; run {done} is the latest finished one (`kopt best {sweep_name} --run "
@@ -901,11 +557,11 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
               "loop speedup", "vs reference", "rate", "max abs / rel err"):
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(_fmt(r["device_class"]), _kv(r["dims"]), _methods(r), _kv(r["params"]),
-                  _fmt(r["median_ms"]),
-                  _fmt(r["iqr_ms"]), _speedup(r["speedup"]), _speedup(r["loop_speedup"]),
-                  _speedup(r["vs_reference"]), _rate(r),
-                  f"{_fmt(r['max_abs_err'])} / {_fmt(r['max_rel_err'])}")
+        t.add_row(cell(r["device_class"]), kv_text(r["dims"]), methods_text(r),
+                  kv_text(r["params"]), cell(r["median_ms"]),
+                  cell(r["iqr_ms"]), speedup_text(r["speedup"]), speedup_text(r["loop_speedup"]),
+                  speedup_text(r["vs_reference"]), rate_text(r),
+                  f"{cell(r['max_abs_err'])} / {cell(r['max_rel_err'])}")
     out.print(t)
     out.print("speedup: over the baseline of the candidate's own iteration; loop speedup: the "
               "first baseline's median over the named best's, re-measured side by side at "
@@ -934,10 +590,10 @@ def propose(sweep_dir: Path, store: Path | None, fmt: str) -> None:
 
     try:
         sw = load_sweep(sweep_dir)
-        _spec_notes(sw)
+        spec_notes(sw)
         plans = make_plans(sw, _store(store))
     except SpecError as e:
-        _fail(str(e))
+        fail(str(e))
     for rid in dict.fromkeys(p["run_id"] for p in plans if p["run_id"]):
         _run_state_note(_store(store), rid, False, sweep=sw.name,
                         shown="this plan goes on from what it stored")
@@ -997,7 +653,7 @@ def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
     try:
         path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
     except ReportError as e:
-        _fail(str(e))
+        fail(str(e))
     for note in source_notes(Database(_store(store)).run(run_id) or {}, run_id):
         console.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
     out.print(f"wrote {escape(str(path))}", highlight=False)
@@ -1018,12 +674,12 @@ def env(address: str | None, fmt: str) -> None:
         try:
             attach(address, f"--address {address}")
         except SweepError as e:
-            _fail(str(e))
+            fail(str(e))
     else:
         try:
             ensure_ray(address)
         except SweepError as e:
-            _fail(str(e))
+            fail(str(e))
     task = ray.remote(num_cpus=0)(collect)
     refs = []
     for node in ray.nodes():
@@ -1041,7 +697,7 @@ def env(address: str | None, fmt: str) -> None:
         for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
                   "torch_cuda", "ray", "python"):
             unset = "unknown" if k == "driver" and info["gpus"] else "not found"
-            t.add_row(k, _fmt(info.get(k)) if info.get(k) is not None else unset)
+            t.add_row(k, cell(info.get(k)) if info.get(k) is not None else unset)
         for note in info.get("notes") or []:
             t.add_row("note", escape(note))
         out.print(t)
@@ -1070,12 +726,12 @@ def serve_start(address: str | None, backend: str, cpu_devices: int,
     from kopt.run.service import start_service
 
     if address and num_cpus:
-        _fail("--num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
+        fail("--num-cpus sizes the Ray head `kopt serve start` starts; with --address the "
               "cluster's own CPUs count: leave --num-cpus out")
     try:
         cfg = start_service(address, backend, cpu_devices, num_cpus)
     except SweepError as e:
-        _fail(str(e))
+        fail(str(e))
     except KeyboardInterrupt:
         _interrupted_start()
     addr = cfg["address"]
@@ -1110,7 +766,7 @@ def serve_stop(address: str | None) -> None:
     try:
         names = stop_service(address)
     except SweepError as e:
-        _fail(str(e))
+        fail(str(e))
     out.print(escape(f"kopt service stopped ({', '.join(names)})"
                      if names else "kopt service stopped (its Ray head was gone already)"),
               highlight=False)
@@ -1136,7 +792,7 @@ def serve_status(address: str | None, fmt: str) -> None:
             return
         st = service_status(address)
     except SweepError as e:
-        _fail(str(e))
+        fail(str(e))
     if fmt == "json":
         out.print_json(json.dumps(st))
         return
@@ -1146,9 +802,9 @@ def serve_status(address: str | None, fmt: str) -> None:
     for c in ("device", "class", "state", "jobs", "busy s", "sandbox restarts"):
         t.add_column(c)
     for d in st["devices"]:
-        t.add_row(_fmt(d["device_id"]), _fmt(d["device_class"]), d["state"],
-                  _fmt(d.get("jobs")), _fmt(d.get("busy_s")), _fmt(d.get("restarts")))
-    _print_table(t, escape(f"kopt service at {st['address']} ({st['backend']}): no device "
+        t.add_row(cell(d["device_id"]), cell(d["device_class"]), d["state"],
+                  cell(d.get("jobs")), cell(d.get("busy_s")), cell(d.get("restarts")))
+    print_table(t, escape(f"kopt service at {st['address']} ({st['backend']}): no device "
                            "actor is up (`kopt serve stop`, then `kopt serve start`, makes "
                            "them again)"))
     b = st.get("builders") or []
@@ -1220,7 +876,7 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
                                    submitter or os.environ.get("USER") or "user", retry,
                                    max_tries, ideas)
             if not detach:  # its progress and notes (a review rejection, trial 7) as a sweep's
-                log, obs = None, ProgressObserver()
+                log, obs = None, ConsoleProgress()
                 try:
                     sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
                                              sweep=sweep)
@@ -1242,10 +898,10 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         sys.exit(1)
     except OSError as e:  # the note, else the store (trial 8 D6: a read-only store)
         if note is not None and e.filename and Path(e.filename) == Path(note):
-            _fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
-        _fail(os_error_line(e), 1)
+            fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
+        fail(os_error_line(e), 1)
     except (SweepError, RunLocked, SpecError) as e:
-        _fail(str(e), 1)
+        fail(str(e), 1)
     _submitted(run_id, try_no, sub, log, fmt)
 
 
@@ -1282,7 +938,7 @@ def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
     from kopt.store.files import RunLocked
     from kopt.tools import submit as sm
 
-    rc, obs = 1, ProgressObserver()
+    rc, obs = 1, ConsoleProgress()
     try:
         sm.run_recorded(store, run_id, iteration, try_no, [obs], address)
         rc = 0
@@ -1321,15 +977,15 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
     try:
         v = wait(_store(store), run_id, iteration, timeout_s, poll_s)
     except WaitError as e:
-        _fail(str(e), e.code)
+        fail(str(e), e.code)
     if fmt == "json":
         click.echo(json.dumps(v, default=str))
         return
     for c in v["classes"]:
         ok = {True: "accepted", False: "rejected", None: "not reviewed"}[c["accepted"]]
         click.echo(f"{c['device_class']} iteration {c['iteration']}: winner "
-                   f"{c['winner'] or 'none'}, {_fmt(c['median_ms'])} ms, "
-                   f"{_speedup(c['speedup'])} over the baseline; {ok}"
+                   f"{c['winner'] or 'none'}, {cell(c['median_ms'])} ms, "
+                   f"{speedup_text(c['speedup'])} over the baseline; {ok}"
                    + (": " + "; ".join(c["reasons"]) if c["reasons"] else ""))
         click.echo(f"  best {c['best']}; bottleneck {c['bottleneck_before'] or 'unknown'} -> "
                    f"{c['bottleneck_after'] or 'unknown'}; ineffective: "
@@ -1350,7 +1006,7 @@ def lineage_cmd(run_id: str, store: Path | None) -> None:
     try:
         nodes = lineage(_store(store), run_id)
     except SubmitError as e:
-        _fail(e.lines[0], 1)
+        fail(e.lines[0], 1)
     for line in lineage_text(nodes):
         click.echo(line)
 
@@ -1400,11 +1056,11 @@ def export_cmd(sweep_name: str, store: Path | None, run_id: str | None,
 
     root = _store(store)
     if not root.is_dir():
-        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+        fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     try:
         res = export(sweep_name, root, out_dir or Path(f"export-{sweep_name}"), run_id)
     except ExportError as e:
-        _fail(str(e))
+        fail(str(e))
     for r in res.rows:
         out.print(escape(f"{r['device_class']} size {r['size']} "
                          f"({' '.join(f'{k}={v}' for k, v in r['dims'].items())}): "
@@ -1432,7 +1088,7 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
 
     root = _store(store)
     if not root.is_dir():
-        _fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
+        fail(f"no store at {root} (run `kopt sweep` first, or pass --store DIR)")
     order = {m: i for i, m in enumerate(load_catalog().methods)}
     rows = sorted(complete_rows(Database(root).method_effectiveness(), ("method", "device_class"),
                                 "method rows"), key=lambda r: (
@@ -1452,7 +1108,7 @@ def methods_cmd(store: Path | None, fmt: str) -> None:
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(escape(r["method"]), escape(r["device_class"]), escape(r["bottleneck"] or "-"),
-                  str(r["tried"]), str(r["accepted"]), _speedup(r["median_gain"]),
+                  str(r["tried"]), str(r["accepted"]), speedup_text(r["median_gain"]),
                   str(r["ineffective"]))
     out.print(t)
     never = [m for m in order if m not in {r["method"] for r in rows}]
@@ -1491,23 +1147,23 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
     from kopt.tools import triage as tr
 
     if trace and formal and trace != formal:
-        _fail(f"TRACE {trace} and --formal {formal} both name the trace to time: give one")
+        fail(f"TRACE {trace} and --formal {formal} both name the trace to time: give one")
     formal = formal or trace
     if formal is None:
-        _fail("give TRACE (or --mapping EAGER --formal GRAPH)")
+        fail("give TRACE (or --mapping EAGER --formal GRAPH)")
     try:
         t = tr.triage(formal, mapping=mapping, known=known, min_share=min_share,
                       sweeps=out_dir / "sweeps" if out_dir else None)
         if not no_store:
             tr.store_triage(t, _store(store))
     except tr.TriageError as e:
-        _fail(str(e))
+        fail(str(e))
     except (KeyError, ValueError, TypeError, AttributeError, OverflowError,
             pa.ArrowException) as e:
         # a trace, a --known file or a plot name kopt cannot use: one line, not a traceback
         # (OverflowError: a time like 10**400, an integer no float holds)
         files = ", ".join(str(f) for f in (mapping, formal, known) if f)
-        _fail(f"{files}: not a trace (or known-routes file) kopt can read: "
+        fail(f"{files}: not a trace (or known-routes file) kopt can read: "
               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r}; PyTorch "
               "profiler JSON and Nsight Systems SQLite exports are read (docs: README, Triage)")
     tables = {"kernels": t.kernels, "paths": t.paths, "actions": t.actions}
@@ -1528,7 +1184,7 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
         try:
             tr.plot(t, plot_file)
         except ValueError as e:  # matplotlib: an extension it cannot write
-            _fail(f"--plot {plot_file}: {str(e).splitlines()[0]}")
+            fail(f"--plot {plot_file}: {str(e).splitlines()[0]}")
     for n in t.notes:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
     if fmt == "json":
@@ -1559,10 +1215,10 @@ def _triage_tables(t: Any, top_k: int) -> None:
         k.add_column(c, overflow="fold")
     for r in t.kernels[:top_k]:
         k.add_row(str(r["rank"]), escape(r["kernel"][:90]), f"{r['share']:.1%}",
-                  _fmt(r["total_us"]), str(r["calls"]), _fmt(r["avg_us"]), _fmt(r["min_us"]),
-                  _fmt(r["max_us"]), _fmt(r["grid"]), _fmt(r["block"]), _fmt(r["stages"]),
-                  _fmt(r["layers"]), "yes" if r["in_graph"] else "no")
-    _print_table(k, escape(f"no kernel in {t.trace}"))
+                  cell(r["total_us"]), str(r["calls"]), cell(r["avg_us"]), cell(r["min_us"]),
+                  cell(r["max_us"]), cell(r["grid"]), cell(r["block"]), cell(r["stages"]),
+                  cell(r["layers"]), "yes" if r["in_graph"] else "no")
+    print_table(k, escape(f"no kernel in {t.trace}"))
     if len(t.kernels) > top_k:
         console.print(f"{top_k} of {len(t.kernels)} kernels shown (--top N)", highlight=False)
     p = Table(title="known paths of the hot kernels")
@@ -1570,16 +1226,16 @@ def _triage_tables(t: Any, top_k: int) -> None:
         p.add_column(c, overflow="fold")
     for r in t.paths:
         p.add_row(str(r["rank"]), escape(r["kernel"][:60]), f"{r['share']:.1%}",
-                  _fmt(r["route"]) if r["known"] else "(none)", _fmt(r["operator"]),
-                  _fmt(r["source"]), _fmt(r["tuning"]), _fmt(r["owner"]))
-    _print_table(p, "known paths of the hot kernels: none")
+                  cell(r["route"]) if r["known"] else "(none)", cell(r["operator"]),
+                  cell(r["source"]), cell(r["tuning"]), cell(r["owner"]))
+    print_table(p, "known paths of the hot kernels: none")
     a = Table(title="actions")
     for c in ("#", "kernel", "action", "why"):
         a.add_column(c, overflow="fold")
     for r in t.actions:
         if r["action"] != "leave" or r["rank"] <= top_k:
             a.add_row(str(r["rank"]), escape(r["kernel"][:60]), r["action"], escape(r["why"]))
-    _print_table(a, "actions: none")
+    print_table(a, "actions: none")
 
 @main.command("port")
 @click.argument("run_id")
@@ -1608,7 +1264,7 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
         res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
                    timeout_s=timeout_s, device_class=device_class)
     except PortError as e:
-        _fail(str(e))
+        fail(str(e))
     t = Table(title=escape(f"port of {run_id} ({res.candidate_id}, {res.device_class}) on "
                            f"branch {res.branch}"))
     for c in ("step", "command", "exit", "seconds", "figure", "output (last line)"):
@@ -1616,7 +1272,7 @@ def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
     for s in res.steps:
         last = (s.output_tail.strip().splitlines() or [""])[-1][:100]
         t.add_row(s.step, escape(s.command), "timeout" if s.timed_out else str(s.exit_status),
-                  f"{s.duration_s:.2f}", _fmt(s.bench_value), escape(last))
+                  f"{s.duration_s:.2f}", cell(s.bench_value), escape(last))
     out.print(t)
     before, after = res.figure("bench_before"), res.figure("bench")
     if before is not None and after is not None:

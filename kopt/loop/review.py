@@ -47,7 +47,7 @@ ENV = {"KOPT_SOURCE": "the winner's kernel source (absolute path; the sweep's ow
 
 
 @dataclasses.dataclass
-class Verdict:
+class ReviewVerdict:
     """The gate's verdict on one iteration's winner of one class (a ``reviews`` row)."""
 
     candidate_id: str | None
@@ -71,7 +71,7 @@ def output_log(store: Path, run_id: str, it: int, dc: str, candidate_id: str) ->
     return Path(os.path.abspath(store)) / "review-logs" / name
 
 
-def rejection_line(it: int, dc: str, v: Verdict) -> str:
+def rejection_line(it: int, dc: str, v: ReviewVerdict) -> str:
     """One line saying that the review gate rejected winner ``v.candidate_id`` of iteration
     ``it`` on class ``dc``: every reason and, when the command ran, its exit status, the
     last line of its output and where its whole output is."""
@@ -117,7 +117,7 @@ def judge(win: dict[str, Any] | None, base: dict[str, Any] | None,
     return out
 
 
-def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> Verdict:
+def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> ReviewVerdict:
     """The gate's verdict on iteration ``it``'s winner on class ``dc`` (``ranked``: its
     ranking in the loop's order, the winner first); runs the validation command when the
     sweep names one, on a winner that is not the baseline and is correct on every size."""
@@ -126,7 +126,7 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> V
     db = Database(ctx.store)
     sizes = db.winner_sizes(ctx.run_id, it, dc, win["candidate_id"]) if win else []
     meds = [r["median_ms"] for r in sizes if r["status"] == Status.OK and r["median_ms"]]
-    v = Verdict(win["candidate_id"] if win else None, False,
+    v = ReviewVerdict(win["candidate_id"] if win else None, False,
                 judge(win, base, sizes, ctx.sweep.space(ctx.backend).dims),
                 win["speedup"] if win else None, geo_mean(meds) if meds else None)
     cmd = ctx.sweep.review
