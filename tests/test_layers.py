@@ -228,3 +228,19 @@ def test_every_folder_of_kopt_is_a_floor():
     folders = sorted(p.name for p in (ROOT / "kopt").iterdir()
                      if p.is_dir() and (p / "__init__.py").exists())
     assert folders == sorted(FLOORS)
+
+
+def test_ray_stays_inside_the_run_floor():
+    """Only kopt/run/ imports Ray (the machinery on Ray: builder, runner, scheduler, cluster,
+    service); the rules, the store, the loop, the driver, the tools and the CLI ask it
+    (e.g. kopt.run.cluster.cluster_total) and never hold a Ray object."""
+    offenders = []
+    for path in sorted((ROOT / "kopt").rglob("*.py")):
+        if path.relative_to(ROOT).parts[1] == "run":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
+                          if n.split(".")[0] == "ray"]
+    assert offenders == []

@@ -27,4 +27,4 @@ echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}" >&2
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/kopt-verify}
 mkdir -p "$out"
-kopt() { python3 -m kopt.cli "$@"; }
+kopt() { python3 -m kopt "$@"; }  # kopt/__main__.py: the `kopt` command in any layout

@@ -45,7 +45,7 @@ from kopt.cli.console import (
 )
 from kopt.core.spec import SpecError, load_sweep
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
-from kopt.strategy.base import STRATEGIES
+from kopt.strategy import STRATEGIES
 from kopt.util.words import counted
 from workers.status import Status
 
@@ -379,9 +379,9 @@ def entry() -> None:
 
 def _ray_up() -> bool:
     """Whether this process is attached to Ray already (a caller's, e.g. a test's)."""
-    import ray
+    from kopt.run.cluster import attached
 
-    return bool(ray.is_initialized())
+    return attached()
 
 
 def _leave_ray() -> None:
@@ -664,9 +664,7 @@ def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def env(address: str | None, fmt: str) -> None:
     """Per Ray node: GPUs and SM arch, driver, nvcc, ncu and counter access, CUTLASS, torch, ray."""
-    import ray
-
-    from kopt.run.cluster import attach, ensure_ray
+    from kopt.run.cluster import attach, ensure_ray, on_every_node
     from kopt.run.runner import SweepError
     from workers.envinfo import collect
 
@@ -680,14 +678,7 @@ def env(address: str | None, fmt: str) -> None:
             ensure_ray(address)
         except SweepError as e:
             fail(str(e))
-    task = ray.remote(num_cpus=0)(collect)
-    refs = []
-    for node in ray.nodes():
-        if node.get("Alive"):
-            strat = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-                node["NodeID"], soft=False)
-            refs.append(task.options(scheduling_strategy=strat).remote())
-    infos = ray.get(refs)
+    infos = on_every_node(collect)
     if fmt == "json":
         click.echo(json.dumps(infos, indent=1))
         return

@@ -10,14 +10,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from kopt.core.catalog import load_catalog
 from kopt.core.expand import (
     WALK_LIMIT,
     configs_bound,
 )
 from kopt.core.spec import Sweep
+from kopt.run.cluster import cluster_total
 from kopt.run.devices import local_gpu_count
 from kopt.run.runner import SweepError
 from kopt.store.database import run_record
@@ -31,7 +30,7 @@ def pick_backend(sweep: Sweep, backend: str) -> str:
     Raises:
         SweepError: the requested backend has no source or no device.
     """
-    gpus = ray.cluster_resources().get("GPU", 0)
+    gpus = cluster_total("GPU")
     if backend == "auto":
         if gpus and "cuda" in sweep.spaces:
             return "cuda"

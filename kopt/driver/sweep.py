@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from kopt import __version__
 from kopt.core.bottleneck import triggers
 from kopt.core.catalog import Catalog, load_catalog
@@ -58,7 +56,14 @@ from kopt.run.builder import (
     job_base,
 )
 from kopt.run.callbacks import ProgressCallback
-from kopt.run.cluster import cluster_address, prestart_sandboxes, ray_timeline, start_ray
+from kopt.run.cluster import (
+    cluster_address,
+    cluster_total,
+    prestart_sandboxes,
+    ray_timeline,
+    start_ray,
+    working_dir_travels,
+)
 from kopt.run.context import RunContext
 from kopt.run.devices import build_nodes, peaks, predicted_target
 from kopt.run.runner import DeviceError, RayRunner, SweepError
@@ -197,8 +202,7 @@ class Driver:
         self._predicted: list[dict[str, Any]] = []  # device targets built for early
         # paths relative to the sweep folder when it travels as the runtime_env working_dir
         # (a warm service's devices read the sweep where this driver does: absolute paths)
-        self.rel_paths = bool((ray.get_runtime_context().runtime_env or {}).get("working_dir")
-                              ) if ray.is_initialized() and not queue else False
+        self.rel_paths = working_dir_travels() if not queue else False
 
     # -- planning ------------------------------------------------------------------------
     def _plan(self, space: Space, classes: dict[str, dict], compilers: dict[str, str],
@@ -356,7 +360,7 @@ class Driver:
                                                                  for dc in self.classes})[1])
         self._common = job_base(self.sweep, space, self.rel_paths)
         self._check_reference()
-        return {**env, "cluster_cpus": ray.cluster_resources().get("CPU")}
+        return {**env, "cluster_cpus": cluster_total("CPU")}
 
     def _while_devices_start(self) -> None:
         """Work that needs no device info, while the actors import torch and run the

@@ -10,6 +10,7 @@ import re
 import signal
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +264,35 @@ def ray_timeline(path: str | None) -> None:
         ray.timeline(filename=path)
     except Exception as e:  # noqa: BLE001 -- a diagnostic: never fail the sweep for it
         warnings.warn(f"KOPT_RAY_TIMELINE={path}: not written ({e})", stacklevel=1)
+
+
+def attached() -> bool:
+    """Whether this process is attached to Ray already (a caller's, e.g. a test's)."""
+    return bool(ray.is_initialized())
+
+
+def cluster_total(resource: str) -> float:
+    """How much of ``resource`` (``"CPU"``, ``"GPU"``) the attached Ray cluster has in all,
+    0 where it has none."""
+    return float(ray.cluster_resources().get(resource, 0))
+
+
+def working_dir_travels() -> bool:
+    """Whether this driver's runtime environment ships the sweep folder as Ray's
+    ``working_dir`` (then paths in jobs are relative to it); False when not attached."""
+    if not ray.is_initialized():
+        return False
+    return bool((ray.get_runtime_context().runtime_env or {}).get("working_dir"))
+
+
+def on_every_node(fn: Callable[[], Any]) -> list[Any]:
+    """``fn()`` run once on every live node of the attached cluster (a zero-CPU task pinned
+    to the node), its results in node order."""
+    task = ray.remote(num_cpus=0)(fn)
+    refs = []
+    for node in ray.nodes():
+        if node.get("Alive"):
+            strat = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node["NodeID"], soft=False)
+            refs.append(task.options(scheduling_strategy=strat).remote())
+    return ray.get(refs)

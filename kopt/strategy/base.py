@@ -9,8 +9,6 @@ from typing import Any
 
 from kopt.core.expand import Candidate
 
-STRATEGIES = ("exhaustive", "random", "halving")
-
 
 @dataclass
 class Job:
@@ -44,6 +42,15 @@ class SearchStrategy(ABC):
     """
 
     name = "base"
+
+    @classmethod
+    def create(cls, max_candidates: int | None, seed: int, timing: dict[str, Any]
+               ) -> SearchStrategy:
+        """This strategy for one sweep: ``max_candidates`` per device class and iteration
+        (None: no cap), ``seed`` for those that draw at random, ``timing`` the space's (a
+        dict of kopt.core.spec.Timing) for those that shorten it. The registry
+        (:data:`kopt.strategy.REGISTRY`) makes every strategy through this."""
+        return cls(max_candidates)
 
     def __init__(self, max_candidates: int | None = None):
         self.max_candidates = max_candidates

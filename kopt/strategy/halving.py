@@ -28,6 +28,12 @@ class SuccessiveHalving(Exhaustive):
 
     name = "halving"
 
+    @classmethod
+    def create(cls, max_candidates: int | None, seed: int, timing: dict[str, Any]
+               ) -> SuccessiveHalving:
+        """Rungs screened with a shortened ``timing``."""
+        return cls(max_candidates, timing)
+
     def __init__(self, max_candidates: int | None, timing: dict[str, Any]):
         super().__init__(max_candidates)
         self.timing = timing

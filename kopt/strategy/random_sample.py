@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from kopt.core.expand import Candidate, cap
 from kopt.strategy.exhaustive import Exhaustive
@@ -16,6 +17,12 @@ class RandomSample(Exhaustive):
     2), the baseline plus a sample chosen by a hash of ``seed`` and the candidate id."""
 
     name = "random"
+
+    @classmethod
+    def create(cls, max_candidates: int | None, seed: int, timing: dict[str, Any]
+               ) -> RandomSample:
+        """A sample of ``max_candidates`` drawn with ``seed``."""
+        return cls(max_candidates, seed)
 
     def __init__(self, max_candidates: int | None = None, seed: int = 0):
         super().__init__(max_candidates)
