@@ -478,3 +478,44 @@ def test_kopts_own_queries_make_only_the_views_they_read(tmp_path):
     finally:
         con.close()
     assert db.Database(st).done_job_keys("r1") == {"a"}
+
+
+def test_a_store_deleted_mid_run_is_written_again(tmp_path):
+    """`rm -rf` of the store while a sweep runs: before, the rows flushed so far (the run's
+    `running` record, its source and its reference rows) vanished, and so did the run's
+    lock (a second writer could take a new one), with no word. Now the next flush writes
+    them again, takes the lock again and says so in one line."""
+    import shutil
+    import warnings
+
+    from kopt.store.database import Database, query
+    from kopt.store.files import StoreWarning
+
+    root = tmp_path / "store"
+    db = Database(root)
+    w = db.writer("s", "r1", flush_rows=1000)
+    with db.lock("r1"):
+        w.add("runs", [{"run_id": "r1", "sweep": "s", "event": "running"}])
+        w.add("reference", [{"run_id": "r1", "sweep": "s", "dims": f'{{"N": {n}}}',
+                             "median_ms": 1.0 + n} for n in (1, 2)])
+        w.flush()
+        shutil.rmtree(root)
+        w.add("candidates", [{"run_id": "r1", "sweep": "s", "job_key": "j1", "status": "ok"}])
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            w.flush()
+        assert [str(x.message) for x in seen if x.category is StoreWarning] == [
+            f"{root}: 2 file(s) of run r1 were removed while it ran (the store folder deleted "
+            "or moved?); kopt wrote them again (2 reference, 1 runs rows) and took the run's "
+            "lock again; rows of other runs in that folder are not kopt's to restore"]
+        assert query("select count(*) from reference", root)[1] == [(2,)]
+        assert query("select count(*) from runs", root)[1] == [(1,)]
+        assert query("select count(*) from candidates", root)[1] == [(1,)]
+        other = subprocess.run(  # a second writer of the run is refused again
+            [sys.executable, "-c", "import sys; from kopt.store.files import RunLock, RunLocked\n"
+             "try:\n    RunLock(sys.argv[1], 'r1').acquire(wait_s=0)\n"
+             "except RunLocked:\n    sys.exit(3)", str(root)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+        assert other.returncode == 3
+        w.flush()  # nothing removed since: no second note, nothing written twice
+        assert query("select count(*) from reference", root)[1] == [(2,)]
