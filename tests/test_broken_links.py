@@ -46,7 +46,7 @@ def test_resolved_turns_pythons_symlink_loop_into_an_oserror(tmp_path):
 
 @pytest.mark.parametrize("kind", ["loop", "dangling", "under a loop"])
 def test_a_store_that_is_a_broken_link_is_refused_before_ray(tmp_path, kind):
-    """Y1: `kopt sweep --store LOOP` started Ray, then raised RuntimeError from the run lock."""
+    """`kopt sweep --store LOOP` started Ray, then raised RuntimeError from the run lock."""
     if kind == "dangling":
         os.symlink(tmp_path / "nowhere", tmp_path / "st")
         store, where, what = tmp_path / "st", tmp_path / "st", "a dangling symlink"
@@ -69,7 +69,7 @@ def test_sweep_into_a_looped_store_is_one_line(tmp_path):
 
 
 def test_include_dirs_entry_that_is_a_symlink_loop_is_a_spec_error(tmp_path):
-    """Y2: the spec's include_dirs entry raised RuntimeError while loading sweep.yaml."""
+    """The spec's include_dirs entry raised RuntimeError while loading sweep.yaml."""
     d = write_sweep(tmp_path / "s", SWEEP + "    include_dirs: [il]\n",
                     {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
     _loop(d / "il")
@@ -80,7 +80,7 @@ def test_include_dirs_entry_that_is_a_symlink_loop_is_a_spec_error(tmp_path):
 
 
 def test_port_with_a_looped_store_is_one_line(tmp_path):
-    """Y3: `kopt port RUN --store LOOP` raised RuntimeError."""
+    """`kopt port RUN --store LOOP` raised RuntimeError."""
     loop = _loop(tmp_path / "st")
     r = CliRunner().invoke(main, ["port", "20261201-000000-abcdef", "--store", str(loop),
                                   "--to", str(tmp_path / "x.cu"), "--build", "true",
@@ -93,7 +93,7 @@ def test_port_with_a_looped_store_is_one_line(tmp_path):
 @pytest.mark.parametrize("kind", ["loop", "dangling", "uncreatable"])
 def test_a_build_cache_nobody_can_make_is_one_line_before_anything_runs(tmp_path, kind,
                                                                        monkeypatch):
-    """Y4: KOPT_CACHE a symlink loop, a dangling link or a path nobody may create passed the
+    """KOPT_CACHE a symlink loop, a dangling link or a path nobody may create passed the
     cache check; every build then failed with Ray's "Unhandled error" tracebacks."""
     from workers.build import EnvError, check_env
 
@@ -117,7 +117,7 @@ def test_a_build_cache_nobody_can_make_is_one_line_before_anything_runs(tmp_path
                                         ("dangling", "a dangling symlink (to nowhere.cu)"),
                                         ("missing", "no such file or folder")])
 def test_a_submitted_source_that_is_a_broken_link_says_which(tmp_path, kind, said):
-    """Trial 13 N-D5: `kopt submit --source srcloop` (a link to itself) said "no such file or
+    """`kopt submit --source srcloop` (a link to itself) said "no such file or
     folder"; the line now says what the path is."""
     from kopt.loop.submitted import SubmitError
     from kopt.tools.submit import source_files
@@ -133,7 +133,7 @@ def test_a_submitted_source_that_is_a_broken_link_says_which(tmp_path, kind, sai
 
 
 def test_a_command_that_builds_nothing_neither_makes_nor_needs_the_build_cache(tmp_path):
-    """Trial 12: the Y4 check made $KOPT_CACHE/builds before every command and refused
+    """The build cache check made $KOPT_CACHE/builds before every command and refused
     `kopt catalog` or `kopt query` with an unusable cache; only building commands do."""
     import os
     import subprocess

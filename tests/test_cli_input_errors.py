@@ -536,7 +536,7 @@ def test_a_store_without_the_runs_record_is_named_damaged_not_no_run(tmp_path, l
     """A store whose runs/ folder (or one run's folder in it, or that folder's part files)
     was deleted while the other tables are there: `kopt report`, `kopt best --run`,
     `--resume` said "no run"; with the folder left empty they pointed to a damaged-file
-    note that was never printed (trial 13 N-D10)."""
+    note that was never printed."""
     import shutil
 
     from test_store_safety import demo_store
@@ -786,7 +786,7 @@ def test_a_submit_note_that_is_not_utf8_is_refused(tmp_path):
 
 
 def test_a_file_where_the_build_cache_folder_goes_is_refused_at_once(tmp_path):
-    """Trial 8, T5: `$KOPT_CACHE/builds` a file: two Ray "Unhandled error" tracebacks
+    """`$KOPT_CACHE/builds` a file: two Ray "Unhandled error" tracebacks
     (FileExistsError) and every candidate a compile_error, though each compile worked."""
     import subprocess
     import sys

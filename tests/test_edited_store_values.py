@@ -26,7 +26,7 @@ def _row(cid, median, speedup, dims='{"N": 8}'):
 
 @pytest.mark.parametrize("reasons", ["garbage", "5", '{"x": 1}'])
 def test_wait_on_a_review_whose_reasons_are_not_a_json_list_is_one_line(reasons):
-    """Z1: `kopt wait` raised JSONDecodeError / TypeError from a bare json.loads."""
+    """`kopt wait` raised JSONDecodeError / TypeError from a bare json.loads."""
     with pytest.raises(StoreError) as e:
         _class("cpu", IterState(iteration=1), _review(reasons), [])
     assert str(e.value).startswith(f"damaged store row: column 'reasons' holds {reasons!r}, "
@@ -34,14 +34,14 @@ def test_wait_on_a_review_whose_reasons_are_not_a_json_list_is_one_line(reasons)
 
 
 def test_review_reasons_that_are_not_text_are_shown_as_text():
-    """Z1: `[1]` or `[{"x": 1}]` made the join of the reasons raise TypeError."""
+    """`[1]` or `[{"x": 1}]` made the join of the reasons raise TypeError."""
     got = _class("cpu", IterState(iteration=1), _review('[1, {"x": 1}, "slower"]'), [])
     assert got["reasons"] == ["1", "{'x': 1}", "slower"]
 
 
 @pytest.mark.parametrize("median", [-1.0, 0.0, float("nan"), float("inf"), "x"])
 def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(median):
-    """Z2: a negative median (an edited row) made `kopt lineage` and `kopt report` raise
+    """A negative median (an edited row) made `kopt lineage` and `kopt report` raise
     ValueError from the geometric mean; such a row is not a figure of its node."""
     n = Node(("cpu", 1, "h"), "it 1 sweep", "")
     for r in (_row("bad", median, 2.0), _row("good", 1.0, 1.25)):
@@ -49,7 +49,7 @@ def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(med
     _settle(n)
     assert (n.best, n.median_ms, n.speedup) == ("good", 1.0, 1.25)
     assert n.statuses == {"ok": 2} and n.members == ["bad", "good"]
-    # trial 13 N-D6: with every ok row damaged, the line says so (it said "no correct
+    # with every ok row damaged, the line says so (it said "no correct
     # candidate; ok 2")
     only = Node(("cpu", 1, "h"), "it 1 sweep", "")
     for r in (_row("bad", median, 2.0), _row("worse", median, 1.0)):
@@ -61,7 +61,7 @@ def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(med
 
 
 def test_triage_reads_kernel_names_stored_as_bytes_and_paths_with_hash(tmp_path):
-    """Z3: an Nsight Systems export whose StringIds values are bytes made `kopt triage`
+    """An Nsight Systems export whose StringIds values are bytes made `kopt triage`
     raise TypeError; a `#` in the file's name opened (and created) another file."""
     from test_database import _nsys_db
 

@@ -71,7 +71,7 @@ def test_sigterm_while_ray_starts_is_the_interrupt_line_and_143(tmp_path):
 
 
 def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_path):
-    """Trial 11 D6: SIGTERM (or Ctrl-C) in the second the sweep left Ray said "interrupted
+    """SIGTERM (or Ctrl-C) in the second the sweep left Ray said "interrupted
     (Ctrl-C)", exited 130 and showed nothing, though the run was finished and stored."""
     import subprocess
     import sys
@@ -89,7 +89,7 @@ def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_pa
 
 
 def test_a_killed_queued_sweep_is_not_listed_as_running():
-    """Trial 11 D8: a SIGKILLed `--queue` sweep stayed "running" in `kopt serve status`
+    """A SIGKILLed `--queue` sweep stayed "running" in `kopt serve status`
     forever; a driver of this host that is gone is dropped (one elsewhere cannot be told)."""
     import platform
     import subprocess
@@ -106,7 +106,7 @@ def test_a_killed_queued_sweep_is_not_listed_as_running():
 
 
 def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_path):
-    """Trial 11 D2: builds an interrupted (or killed) `--queue` sweep sent to the service's
+    """Builds an interrupted (or killed) `--queue` sweep sent to the service's
     builders stayed queued there and kept the next sweeps waiting (Ray runs a plain actor's
     queued calls even when they are cancelled); a builder skips the builds of a sweep whose
     driver is gone, and builds those of a live one."""

@@ -207,7 +207,7 @@ def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, sh
 
 
 def test_a_reference_that_never_returns_is_named_within_timeout_s(tmp_path):
-    """Trial 8, D3: `kopt preflight` waited 600 s in silence whatever timing.timeout_s said."""
+    """`kopt preflight` waited 600 s in silence whatever timing.timeout_s said."""
     import subprocess
     import sys
     import time
@@ -226,7 +226,7 @@ def test_a_reference_that_never_returns_is_named_within_timeout_s(tmp_path):
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_preflight_ended_by_a_signal_leaves_no_harness(tmp_path, sig):
-    """Trial 8, D3: Ctrl-C or SIGTERM during a reference that never returns left the harness
+    """Ctrl-C or SIGTERM during a reference that never returns left the harness
     spinning forever (reparented to init, one core at 100 %)."""
     import signal
     import subprocess

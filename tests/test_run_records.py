@@ -41,7 +41,7 @@ def test_a_held_lock_file_holding_non_object_json_names_an_unknown_holder(tmp_pa
                                        "than or equal to 4194304"),
     (b'{"pid": -1}', "damaged record, field 'pid': Input should be greater than or equal to 1"),
     (b'{"pid": 5, "log": 3}', "damaged record, field 'log': Input should be a valid string"),
-    # trial 13 N-D7: was read as "no live try" ("iteration 1 is not closed yet")
+    # was read as "no live try" ("iteration 1 is not closed yet")
     (b'{"host": "vm"}', "damaged record, field 'pid': Value error, missing: the record names "
                         "neither the try's process (pid) nor its exit status (rc)"),
 ], ids=["garbage", "utf16", "list", "str", "inf", "huge", "minus-one", "log", "no-pid"])

@@ -115,7 +115,7 @@ def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
 
 
 def test_a_recorded_service_that_does_not_answer_is_named_as_the_record(tmp_path):
-    """Trial 13 N-D2: `kopt serve status` with a recorded service whose head is gone said
+    """`kopt serve status` with a recorded service whose head is gone said
     "--address: no Ray head answers ...; run `kopt serve start` without --address", an
     option the user had not passed. It names the record and the fix now."""
     from click.testing import CliRunner
@@ -143,7 +143,7 @@ def test_a_recorded_service_that_does_not_answer_is_named_as_the_record(tmp_path
 
 
 def test_serve_stop_of_its_own_head_that_does_not_answer_says_it_stopped_it(tmp_path):
-    """Trial 13 N-D3: a record whose address is wrong but whose head (pgid, start, folder)
+    """A record whose address is wrong but whose head (pgid, start, folder)
     is kopt's: `serve stop` stopped that head and removed its folder, yet said "its Ray head
     was gone already". It says what it stopped now."""
     import subprocess

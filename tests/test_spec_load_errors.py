@@ -254,7 +254,7 @@ def test_a_name_that_is_both_a_dim_and_a_scalar_is_refused_at_load(tmp_path):
     ("{x: [1, 2]}", "params.x", "'x' is also a solve argument"),
 ])
 def test_param_names_are_checked_at_load(tmp_path, params, field, says):
-    """Trial 8, D4: a param that is no C identifier, or that is also a dim or a solve
+    """A param that is no C identifier, or that is also a dim or a solve
     argument, reached the compiler as -DNAME=...: every candidate a compile_error."""
     d = base(tmp_path, yaml=f"kernel: add.cpp\ndims: [{{N: 64}}]\nargs: {{x: [N]}}\n"
                             f"params: {params}\n")

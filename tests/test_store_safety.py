@@ -1,4 +1,4 @@
-"""Issue 12, the store and query layer: odd store paths and user text, dependency floors,
+"""The store and query layer: odd store paths and user text, dependency floors,
 damaged part files, one writer per run, and `kopt query` at scale and in safety."""
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def test_truncated_part_file_is_named_and_skipped(tmp_path):
 
 @pytest.mark.parametrize("shape", ["retyped", "no_columns"])
 def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
-    """Trial 8, D1: a part file that is valid Parquet but holds text where kopt stores a
+    """A part file that is valid Parquet but holds text where kopt stores a
     number (another tool, an older version), or no columns at all (a tool that failed
     early), blocked every command with DuckDB's binder error or its own message (even
     `select count(*) from runs`), and a new sweep died at its end. Now it is named with the
@@ -175,7 +175,7 @@ def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
 @pytest.mark.parametrize("column, best_code", [("status", 1), ("median_ms", 0),
                                                ("is_baseline", 0)])
 def test_a_column_no_part_file_holds_reads_as_null(tmp_path, column, best_code):
-    """Trial 13 N-D8: a candidates part without a column kopt stores (written by an older
+    """A candidates part without a column kopt stores (written by an older
     kopt or another tool) blocked the whole store with DuckDB's raw multi-line Binder Error
     ('Referenced column "status" not found'), every command. The column now reads as
     NULL: queries answer; `best` shows the candidate (its figure '-' without a median),
@@ -346,7 +346,7 @@ def test_best_with_a_quote_in_the_run_id(tmp_path):
     assert r.exit_code == 2 and "no run \"it's\" in" in r.output, r.output
 
 
-# -- trial 8, T6-T9: NULL in a typed column (another tool, an edited or damaged copy) ------
+# -- NULL in a typed column (another tool, an edited or damaged copy) ------
 
 NULL_CASES = ([(t, ()) for t in ("candidates", "runs", "iterations", "contests", "reference",
                                  "reviews", "sources", "phases")]
@@ -379,7 +379,7 @@ def swept(tmp_path_factory):
 
 @pytest.mark.parametrize("table, cols", NULL_CASES)
 def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
-    """T6-T9 of trial 8: NULL `iteration` (lineage, report), `sweep_dir` (report),
+    """NULL `iteration` (lineage, report), `sweep_dir` (report),
     `median_ms` of ok rows (report's plots), `device_class` (methods, export),
     `candidate_id` (export), an `iterations` row's `iteration` (propose): a TypeError or
     KeyError traceback each. Every read command now answers, the rows left out noted."""
@@ -408,7 +408,7 @@ def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
 
 
 def test_state_that_is_not_json_is_one_line_naming_it(swept, tmp_path):
-    """Trial 13 N-D4: `iterations.state` = `garbage` made `best` and `export` print DuckDB's
+    """`iterations.state` = `garbage` made `best` and `export` print DuckDB's
     raw 'Invalid Input Error: Malformed JSON ...' (their SQL reads the state with ->>),
     naming no table or fix, where `report` and `wait` named the damaged row."""
     import shutil
