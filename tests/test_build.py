@@ -223,7 +223,7 @@ print(p.returncode, p.stdout.strip())
 
 
 def test_compiler_memory_cap_above_the_hard_limit_is_clamped():
-    """T1 of trial 8: under ``ulimit -v`` below KOPT_COMPILE_MEM_GB the compiler's
+    """Under ``ulimit -v`` below KOPT_COMPILE_MEM_GB the compiler's
     preexec_fn raised (SubprocessError traceback from every build); now the cap is the
     hard limit the process already has."""
     import subprocess

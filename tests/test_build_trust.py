@@ -1,4 +1,4 @@
-"""Builds that must not be trusted (issue 11 item 7): an edited local header is a new build
+"""Builds that must not be trusted: an edited local header is a new build
 and a new spec hash; a cached artifact that is damaged is rebuilt, never loaded."""
 
 import ctypes

@@ -1,6 +1,8 @@
 """Claim checking (kopt.core.claims): the methods a submitted version claims, held to the
 catalog."""
 
+import pytest
+
 from kopt.core.catalog import load_catalog, parse_catalog
 from kopt.core.claims import catalog_scan, check_claim, check_claim_for_plan, parse_claim
 from kopt.core.expand import Context
@@ -181,3 +183,18 @@ def test_the_plan_of_kopt_propose_is_the_scan(tmp_path):
         "(priority 2), which the scan admits on the latency axis; claim "
         "latency.reduce_sync_count, or give a reason (the analysis note) why not"]
     assert check_claim_for_plan(["latency.split_k"], plan, reason="no reduction here").ok
+
+
+@pytest.mark.parametrize("claim,lines", [
+    ("compute.tensor_core,compute.tensor_core",
+     ["one_method_per_axis: compute.tensor_core is claimed 2 times; claim it once",
+      "arch_gate: compute.tensor_core is GPU hardware (sm_70 or newer); the device is a CPU"]),
+    ("compute.foo, compute.foo,compute.foo",
+     ["one_method_per_axis: compute.foo is claimed 3 times; claim it once",
+      "unknown_method: compute.foo is not a catalog method (`kopt catalog` lists them)"])])
+def test_a_method_claimed_twice_is_one_line_per_rule(claim, lines):
+    """Before, every rule the method broke was printed once per mention (two identical
+    arch_gate / unknown_method lines), after "X and X are all on the compute axis"."""
+    from kopt.core.claims import check_claim, parse_claim
+
+    assert check_claim(parse_claim(claim)).lines() == lines

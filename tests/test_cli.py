@@ -154,7 +154,7 @@ print(r.exit_code, ray.is_initialized())
 
 
 def test_sweep_leaves_the_ray_it_started_before_printing(tmp_path):
-    """Issue 14.2: `kopt sweep` stops the Ray it started once the run is stored (Ray's exit
+    """`kopt sweep` stops the Ray it started once the run is stored (Ray's exit
     hook would first sleep 0.5 s); a Ray its caller attached to stays up."""
     import os
     import subprocess

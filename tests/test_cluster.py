@@ -240,7 +240,7 @@ def head(tmp_path_factory):
 
 
 def test_upload_leaves_big_and_ignored_files_behind(head, tmp_path):
-    """Issue 12, item 3: a sweep folder with a 600 MiB data file (sparse: nothing is
+    """A sweep folder with a 600 MiB data file (sparse: nothing is
     written) and a folder listed in .koptignore runs on a cluster head; neither travels, a
     note names the big file; a folder still over Ray's upload limit (lowered here to 64 KiB
     in the driver) fails with one line naming the size and the fix."""

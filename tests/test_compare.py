@@ -43,7 +43,7 @@ def test_contenders_and_the_simplest_member_of_a_tie_wins():
 
 
 def test_the_loops_close_names_an_earlier_winner_faster_side_by_side():
-    """Issue 11 item 8: the final winner (iteration 3's) is slower side by side than
+    """The final winner (iteration 3's) is slower side by side than
     iteration 1's beyond noise: iteration 1's is named, the total is the first baseline's
     median over its median (no product), and the note says the later iterations did not
     improve on it."""

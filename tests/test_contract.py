@@ -40,7 +40,7 @@ def test_pointer_to_pointer_rejected():
 
 
 def test_every_c_type_has_its_real_width_and_range():
-    """Issue 12.10: `unsigned*` buffers were torch int64 (8 bytes for a 4-byte type) and an
+    """`unsigned*` buffers were torch int64 (8 bytes for a 4-byte type) and an
     `unsigned` scalar was range-checked as int64. Each C type's torch dtype has the C type's
     width, and its range is the C type's."""
     import ctypes
@@ -68,7 +68,7 @@ def test_every_c_type_has_its_real_width_and_range():
 
 
 def test_structs_and_unknown_types_name_the_argument_and_the_supported_types():
-    """Issue 12.10: `const struct Pair*` gave "unsupported type node Struct" with no argument
+    """`const struct Pair*` gave "unsupported type node Struct" with no argument
     name and no list of supported types."""
     with pytest.raises(ContractError) as ei:
         parse_signature('struct Pair { float a, b; };\n'

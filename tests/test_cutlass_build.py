@@ -81,7 +81,7 @@ def test_gemm_cutlass_fp32_baseline_builds_for_sm90(tmp_path):
 
 
 def test_gemm_cutlass_fp32_warp_specialized_bf16x3_builds_for_sm90a(tmp_path):
-    # issue 17.3: compute.warp_specialization (with memory.async_copy's TMA form) realized as a
+    # compute.warp_specialization (with memory.async_copy's TMA form) realized as a
     # CUTLASS 3.x warp-specialized cooperative wgmma GEMM of the bf16x3 split: sm_90a only
     space, cand, res, data = _build_baseline(
         "gemm_cutlass_fp32", tmp_path,

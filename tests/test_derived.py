@@ -269,7 +269,7 @@ def space_figures(sweep_dir: Path) -> dict[str, str]:
 # computed once with space_figures on main at cfae7ce, before the rewrite (sweeps/*/sweep.yaml
 # without `derived:`); a change here is a change of a shipped space, not of its wording
 MAIN_FIGURES = {
-    # added after the rewrite, pinned as first written (issue 17)
+    # added after the rewrite, pinned as first written
     "gemm_cutlass": {"cuda": "91067e3d5c9fe85e"},
     # fde88f3 changed this space on purpose: STAGES [3, 4] (was [3, 4, 5]) and the two Hopper
     # methods (bf16x3 on wgmma), 114 candidates at sm_90 (was 156)

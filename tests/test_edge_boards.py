@@ -1,4 +1,4 @@
-"""Edge boards (issue 12, item 1): NVML lists the GPU but refuses memory, clock,
+"""Edge boards: NVML lists the GPU but refuses memory, clock,
 temperature and compute-capability reads with NVML_ERROR_NOT_SUPPORTED (Jetson). Every
 NVML figure is optional: `kopt env` and the sweep's environment probe show them as
 unknown, with a note, and never raise. The stand-in NVML (fixtures/jetson_nvml) raises

@@ -1,4 +1,4 @@
-"""Where errors appear (issue 12, item 13): what can be checked before Ray starts fails
+"""Where errors appear: what can be checked before Ray starts fails
 before Ray starts -- one line, in well under the seconds Ray takes to come up, no
 traceback -- and a sweep where nothing compiles says why on the console, and its report
 names no winner."""

@@ -34,7 +34,7 @@ def test_unbound_name_raises_keyerror():
 
 
 def test_power_and_shift_are_bounded():
-    """Issue 12.4: `**` and `<<` refuse results above MAX_BITS bits instead of computing them
+    """`**` and `<<` refuse results above MAX_BITS bits instead of computing them
     for minutes; a constant one is refused when the expression is parsed."""
     with pytest.raises(ExprError, match=r"'9\*\*9\*\*9': 9 \*\* 387420489 has about"):
         parse("9**9**9")

@@ -1,4 +1,4 @@
-"""The fault pack (issue 11): candidates written to fool the check or the clock, run through
+"""The fault pack: candidates written to fool the check or the clock, run through
 the real harness on the CPU backend. Each test failed on the harness before the fix."""
 
 import dataclasses
@@ -153,7 +153,7 @@ def test_inputs_that_ignore_the_seed_are_refused(tmp_path):
 
 
 def test_a_reference_without_an_in_out_argument_says_how_it_gets_there(tmp_path):
-    """issue 12 item 7: was a bare TypeError."""
+    """Was a bare TypeError."""
     from workers.harness import JobError
 
     ref = "def reference(x, out, N):\n    return x\n"
@@ -165,7 +165,7 @@ def test_a_reference_without_an_in_out_argument_says_how_it_gets_there(tmp_path)
 
 
 def test_a_reference_of_the_wrong_dtype_is_caught_before_building(tmp_path):
-    """issue 12 item 12: an int32 reference for a float* output made every candidate
+    """An int32 reference for a float* output made every candidate
     `wrong_result`; a lower-precision one is a note."""
     from workers.harness import JobError
 

@@ -1,4 +1,4 @@
-"""The fault pack and the GPU paths that had no test on a GPU (issue 11), marked gpu: they run
+"""The fault pack and the GPU paths that had no test on a GPU, marked gpu: they run
 on the H200 (docs/verified/) and skip cleanly elsewhere."""
 
 import dataclasses

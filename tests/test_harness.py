@@ -243,7 +243,7 @@ def test_what_a_refusing_kernel_prints_is_in_the_error(tmp_path, sandbox):
 
 
 def test_unsigned_buffers_and_scalars_have_their_real_width(tmp_path):
-    """Issue 12.10: `unsigned*` buffers were int64 tensors (8 bytes per 4-byte element: wrong
+    """`unsigned*` buffers were int64 tensors (8 bytes per 4-byte element: wrong
     results) and an `unsigned` scalar above 2**31 was checked as int64. A real g++ build of
     a solve over unsigned buffers and an unsigned scalar of 3e9 passes the check."""
     from workers.harness import Harness
@@ -299,7 +299,7 @@ def _call_half_solve(path: str, src, backend: str) -> list[float]:
 
 
 def test_half_and_bfloat16_scalars_reach_a_real_cpu_build(tmp_path):
-    """Issue 12.10: `half`/`bfloat16` scalars failed every candidate with a ctypes
+    """`half`/`bfloat16` scalars failed every candidate with a ctypes
     ArgumentError. On the CPU, `half` is `_Float16` (a floating register) and `bfloat16` a
     uint16_t holding the bits; the kernel sees exactly torch's float16/bfloat16 values."""
     import torch

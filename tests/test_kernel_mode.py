@@ -463,7 +463,7 @@ def test_candidates_that_cannot_launch_are_not_expanded(tmp_path):
 
 
 def test_unbounded_power_in_the_geometry_names_the_entry(tmp_path):
-    """Issue 12.4: a launch entry whose value would be a gigantic integer names its field."""
+    """A launch entry whose value would be a gigantic integer names its field."""
     expect(tmp_path, SAXPY.replace('grid: ["(N + THREADS * ITEMS - 1) // (THREADS * ITEMS)"]',
                                    'grid: ["N ** 2 ** 20"]'),
            "field 'launch.grid[0]'", "100000 ** 1048576", "4096 bits")
@@ -473,7 +473,7 @@ def test_unbounded_power_in_the_geometry_names_the_entry(tmp_path):
                                   "-gencode=arch=compute_80,code=sm_80", "-code=sm_80",
                                   "--generate-code=arch=compute_80,code=sm_80"])
 def test_flags_that_set_the_arch_are_refused(tmp_path, flag):
-    """Issue 12.5: `-arch=sm_80` in flags silently replaced the device's arch (rows said
+    """`-arch=sm_80` in flags silently replaced the device's arch (rows said
     sm_90, launches failed with CUDA_ERROR_NO_BINARY_FOR_GPU); refused at load, in kernel
     mode and in solve mode."""
     expect(tmp_path, SAXPY + f'    flags: ["-maxrregcount=64", "{flag}"]\n', "field 'flags'",

@@ -1,4 +1,4 @@
-"""Issue 15's ledgers without Ray: where a submitted version's idea came from (the kinds of
+"""The ledgers without Ray: where a submitted version's idea came from (the kinds of
 ``kopt submit --idea``), and the evidence digest of an iteration read from two real H200 NCU
 profiles (tests/data/ncu-h200: the vector_add report as the parent's, the sgemm report as
 the winner's)."""

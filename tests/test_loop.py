@@ -174,7 +174,7 @@ def test_propose_sets_apart_triples_the_restrictions_empty(tmp_path):
 
 
 def test_a_submitted_iterations_parent_keeps_its_methods_out_of_ineffective():
-    """Issue 15: a submitted iteration's baseline is its parent, a version whose triple holds
+    """A submitted iteration's baseline is its parent, a version whose triple holds
     the methods an earlier iteration selected (U); the new version (V) wins. U was not tried
     in this iteration, so it is not judged (before: the parent "gained nothing over itself"
     and U, selected in iteration 2, was listed ineffective in iteration 3)."""

@@ -193,7 +193,7 @@ def test_split_launches_needs_every_job_bracketed_in_order():
 
 
 def test_one_ncu_lock_per_gpu(tmp_path, monkeypatch):
-    # issue 14.4: ncu processes of different GPUs (device actors' CUDA_VISIBLE_DEVICES) do
+    # ncu processes of different GPUs (device actors' CUDA_VISIBLE_DEVICES) do
     # not wait for each other; one GPU's do; no GPU named, or KOPT_NCU_LOCK=node: one per node
     monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "kopt-ncu.lock")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -218,7 +218,7 @@ def test_the_candidates_to_profile_are_shared_round_robin():
 
 
 def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_local):
-    # issue 14.4: kopt.loop.profiling sends each device its share at once and closes each
+    # kopt.loop.profiling sends each device its share at once and closes each
     # device's ncu phase when its own share is back (Runner.call_many's `done`)
     import time
 
@@ -306,10 +306,10 @@ def _query_ncu(tmp_path, monkeypatch):
 
 def test_the_local_devices_metric_list_comes_from_the_query_started_before_ray(
         tmp_path, monkeypatch):
-    """Issue 14.2: the driver waited 1.9 s (H200, run 15) between its devices' start and the
-    first job for the device actor's ``ncu --query-metrics``; a device on the driver's node
-    (it adopted a harness the driver prestarted) now takes the driver's query, started
-    before Ray; another device still asks its actor."""
+    """The driver waited 1.9 s (H200, docs/verified/2026-12-01-h200-targets.md) between its
+    devices' start and the first job for the device actor's ``ncu --query-metrics``; a
+    device on the driver's node (it adopted a harness the driver prestarted) now takes the
+    driver's query, started before Ray; another device still asks its actor."""
     import types
 
     from kopt.core.catalog import load_catalog

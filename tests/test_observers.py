@@ -188,7 +188,7 @@ def test_power_is_a_stored_column_null_in_older_stores(tmp_path):
     assert rows == [("new", 1755.0, 402.25), ("old", 1980.0, None)]
 
 
-# -- measurement plug-ins (issue 13.5): NCU as a profiling observer, a registry, columns --
+# -- measurement plug-ins: NCU as a profiling observer, a registry, columns --
 
 METRICS = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
 SGEMM_ROWS = [("matmul_kernel", 0, "gpu__time_duration.sum", 935424.0, "ns"),
@@ -322,12 +322,12 @@ def test_the_profiling_step_drives_the_registered_observers(tmp_path, monkeypatc
         ctx.writer.flush()
     finally:
         runner.close()
-    # issue 14.4: with two devices of the class each profiles one of the two candidates
+    # with two devices of the class each profiles one of the two candidates
     ncu = [r for r in ctx.phases.table_rows("r1", "s") if r["phase"] == "ncu"]
     assert sorted((r["device"], r["detail"].split(";")[0]) for r in ncu) == sorted(
         (f"local/cpu-{k}", "1 candidate" if devices == 2 else "2 candidates")
         for k in range(devices))
-    # and how long its profiler processes ran (issue 14.2), within the phase
+    # and how long its profiler processes ran, within the phase
     for r in ncu:
         secs = float(re.fullmatch(r"\d candidates?; ncu processes (\d+\.\d\d) s",
                                   r["detail"]).group(1))

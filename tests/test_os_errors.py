@@ -1,4 +1,4 @@
-"""Trial 8 D5 / D6: an OSError that reaches the CLI is one line that names the file when it
+"""An OSError that reaches the CLI is one line that names the file when it
 is known and says what to do: a full disk said "error: : No space left on device", and a
 read-only store made `kopt submit` blame its (readable) --note file."""
 
@@ -51,7 +51,7 @@ def test_submit_blames_the_store_not_a_readable_note(tmp_path, monkeypatch):
 
 
 def test_a_port_whose_worktree_cannot_be_made_leaves_no_branch(tmp_path):
-    # trial 8 D6: git makes the branch, then fails to make the worktree's folder (a read-only
+    # git makes the branch, then fails to make the worktree's folder (a read-only
     # store); the branch stayed in the user's repository (git 2.x does so here too)
     import subprocess
 

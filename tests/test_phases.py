@@ -1,4 +1,4 @@
-"""Issue 14.1: every run records where its time went (the ``phases`` table) and
+"""Every run records where its time went (the ``phases`` table) and
 ``kopt report`` draws it."""
 
 from __future__ import annotations
@@ -117,13 +117,13 @@ def test_a_vector_add_run_stores_each_phase_once_in_order(vector_add_run):
     assert busy[0]["end_s"] <= busy[1]["start_s"]
     assert {"device_start", "reference", "busy"} <= {r["phase"] for r in dev}
     # ref.py is timed once the first iteration's candidates are: the first result does not
-    # wait for it (issue 14: 0.2 s of an H200 host's queued sweep), and its row is stored
+    # wait for it (0.2 s of an H200 host's queued sweep), and its row is stored
     timed = [r for r in dev if r["phase"] == "reference" and r["detail"] == "ref.py timed"]
     assert len(timed) == 1 and timed[0]["start_s"] >= busy[-1]["end_s"]
     _, refs = Database(store).query(f"select status, median_ms > 0 from reference where "
                                     f"run_id = '{s.run_id}'")
     assert refs == [("ok", True)]
-    # its harness was started before Ray, and the device actor took it over (issue 14.2)
+    # its harness was started before Ray, and the device actor took it over
     assert [r["detail"] for r in dev if r["phase"] == "device_start"] == [
         "sandbox started before Ray"]
     assert s.devices[0]["prestarted"] is True
@@ -163,7 +163,7 @@ def test_reading_a_device_info_or_node_environment_imports_no_torch(tmp_path):
 def test_the_node_environment_is_read_without_importing_torch():
     """The compiler-identity task reads the node's environment before the first builds are
     planned; importing torch there for its version took about 3 s of an H200 host's cold
-    start (issue 14.2). The version still comes out the same."""
+    start. The version still comes out the same."""
     import importlib.metadata
 
     code = ("import sys; from workers.envinfo import collect; c = collect(); "

@@ -124,7 +124,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
 def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     """SIGTERM to the driver alone (a scheduler's stop): measured rows flushed, the run
     marked interrupted, the resume command printed, exit 143 = 128 + SIGTERM (130 before:
-    Ctrl-C's code, trial 7)."""
+    Ctrl-C's code)."""
     store = tmp_path / "store"
     p = _kopt("sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(store),
               "--backend", "cpu", "--max-candidates", "8")
@@ -252,7 +252,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
 
 def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
         ray_local, copy_fixture, tmp_path):
-    """Issue 11 item 8. Three iterations, each a certain gain over its own baseline
+    """Three iterations, each a certain gain over its own baseline
     (16x, 8x, 4x less work: a chained product of 512x). When the closing contest starts, the
     fixture's trigger file makes iteration 2's winner do 64x its work and iteration 3's winner
     (the final one) compute a wrong result after passing every check of the sweep: the final winner

@@ -1,5 +1,5 @@
 """A HOST:PORT that is not a Ray head is refused in seconds (kopt.run.probe), not after Ray's
-own 90 s and more of retries (trial 13)."""
+own 90 s and more of retries."""
 
 import socket
 import threading

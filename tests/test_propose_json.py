@@ -148,7 +148,7 @@ def test_propose_json_after_a_submitted_winner_scans_the_catalog_and_names_its_c
 
 
 def test_propose_plans_from_the_closing_contests_best(tmp_path):
-    """Trial 8, D2: the loop's closing contest found the first baseline faster side by side
+    """The loop's closing contest found the first baseline faster side by side
     than iteration 1's winner; `kopt best` and `kopt export` name the baseline, but
     `kopt propose` planned from the losing winner (its methods already selected)."""
     from kopt.store.database import Database

@@ -1,4 +1,4 @@
-"""Issue 13.2: typed records across the driver -> device actor -> sandbox boundary
+"""Typed records across the driver -> device actor -> sandbox boundary
 (workers.records): the Status enum keeps the stored strings, outcomes keep what the harness
 said, and the tuning record is exactly the ``candidates`` table's columns."""
 
@@ -40,9 +40,9 @@ def test_a_run_job_is_the_harness_job():
 
 
 def test_the_tuning_record_is_the_candidates_table():
-    """Every field of the record is a column of ``candidates`` and the reverse: issue 11's
-    figures (input sets, full/escaped time, leaked bytes) and NVML's power are stored (they
-    were computed but dropped before: no column)."""
+    """Every field of the record is a column of ``candidates`` and the reverse: the
+    measurement guards' figures (input sets, full/escaped time, leaked bytes) and NVML's
+    power are stored (they were computed but dropped before: no column)."""
     names = [f.name for f in dataclasses.fields(TuningRecord)]
     assert sorted(names) == sorted(SCHEMAS["candidates"].names)
     for col in ("input_sets", "full_ms", "escaped_ms", "leaked_bytes", "power_w"):

@@ -1,4 +1,4 @@
-"""Issue 17.1 and 17.4: the reference as a contender (ref.py's ``contender``, else its
+"""The reference as a contender (ref.py's ``contender``, else its
 ``reference``, timed by the harness as candidates are, one row per problem size and device
 class), every candidate's speed against it, derived rates and share of the device's peak,
 and the measured error of every candidate against the reference."""
@@ -73,7 +73,7 @@ def test_the_reference_is_timed_by_the_candidates_timing_path(tmp_path):
 
 
 def test_a_candidates_relative_error_is_measured(tmp_path):
-    """Issue 17.4: the check stores what a candidate costs in accuracy, not only that it
+    """The check stores what a candidate costs in accuracy, not only that it
     passed: y = 2x(1 + 2^-12) against 2x in float64 is 2^-12 off, relatively."""
     from workers.harness import Harness
 

@@ -1,4 +1,4 @@
-"""Issue 12.11: empty problem sizes are refused at load, and no output divides by a figure
+"""Empty problem sizes are refused at load, and no output divides by a figure
 that can be 0 (a 0 ms median, a 0 work figure)."""
 
 from conftest import VADD_CPP, VADD_REF, assert_spec_error, write_sweep

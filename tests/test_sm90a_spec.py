@@ -97,7 +97,7 @@ def test_cutlass_names_nvidia_cutlass():
 
 
 def test_a_realization_needing_sm90a_is_built_for_it_and_gated_elsewhere(tmp_path):
-    # issue 17.3: a kernel's realization of a method the catalog allows from sm_80
+    # a kernel's realization of a method the catalog allows from sm_80
     # (memory.async_copy: cp.async) may need sm_90a (its TMA form feeding wgmma)
     extra = """methods:
           memory.async_copy: {needs_sm90a: true, defines: {TMA: 1}}

@@ -233,7 +233,7 @@ def test_zero_division_in_args_or_a_baseline_restriction(tmp_path):
 
 
 def test_unbounded_powers_are_named_at_load(tmp_path):
-    """Issue 12.4: a restriction or a work figure whose `**`/`<<` would make a gigantic integer
+    """A restriction or a work figure whose `**`/`<<` would make a gigantic integer
     is refused at load, naming sweep.yaml, the field and the fix."""
     expect(tmp_path, GOOD.replace('"CHUNK <= N"', '"CHUNK ** 2 ** 20 > 0"'),
            "field 'restrictions[0]'", "64 ** 1048576", "4096 bits", "smaller operands")
@@ -245,7 +245,7 @@ def test_unbounded_powers_are_named_at_load(tmp_path):
 
 
 def test_scalars_are_checked_against_their_c_types_real_range(tmp_path):
-    """Issue 12.10: an `unsigned N` of 2**32 + 1 passed (checked as int64) and ctypes wrapped
+    """An `unsigned N` of 2**32 + 1 passed (checked as int64) and ctypes wrapped
     it to 1; a half scalar above 65504 would be infinity."""
     src = ('typedef _Float16 half;\n'
            'extern "C" void solve(const float* x, float* out, unsigned N, half a) {}\n')

@@ -129,7 +129,7 @@ def test_store_path_that_is_a_file(tmp_path):
         query("select 1", f)
 
 
-# -- issue 13: every SQL statement of the product sits behind kopt/store/database.py ---------------
+# -- every SQL statement of the product sits behind kopt/store/database.py ---------------
 
 SQL_TEXT = re.compile(r"\bselect\b[\s\S]+?\bfrom\b|\bcreate\s+(or\s+replace\s+)?(temp\s+)?"
                       r"(view|table)\b|\binsert\s+into\b|\bdelete\s+from\b|\bpragma\s+\w+|"

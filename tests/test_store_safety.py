@@ -1,4 +1,4 @@
-"""Issue 12, the store and query layer: odd store paths and user text, dependency floors,
+"""The store and query layer: odd store paths and user text, dependency floors,
 damaged part files, one writer per run, and `kopt query` at scale and in safety."""
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def test_truncated_part_file_is_named_and_skipped(tmp_path):
 
 @pytest.mark.parametrize("shape", ["retyped", "no_columns"])
 def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
-    """Trial 8, D1: a part file that is valid Parquet but holds text where kopt stores a
+    """A part file that is valid Parquet but holds text where kopt stores a
     number (another tool, an older version), or no columns at all (a tool that failed
     early), blocked every command with DuckDB's binder error or its own message (even
     `select count(*) from runs`), and a new sweep died at its end. Now it is named with the
@@ -175,7 +175,7 @@ def test_valid_parquet_of_another_shape_is_named_and_skipped(tmp_path, shape):
 @pytest.mark.parametrize("column, best_code", [("status", 1), ("median_ms", 0),
                                                ("is_baseline", 0)])
 def test_a_column_no_part_file_holds_reads_as_null(tmp_path, column, best_code):
-    """Trial 13 N-D8: a candidates part without a column kopt stores (written by an older
+    """A candidates part without a column kopt stores (written by an older
     kopt or another tool) blocked the whole store with DuckDB's raw multi-line Binder Error
     ('Referenced column "status" not found'), every command. The column now reads as
     NULL: queries answer; `best` shows the candidate (its figure '-' without a median),
@@ -346,7 +346,7 @@ def test_best_with_a_quote_in_the_run_id(tmp_path):
     assert r.exit_code == 2 and "no run \"it's\" in" in r.output, r.output
 
 
-# -- trial 8, T6-T9: NULL in a typed column (another tool, an edited or damaged copy) ------
+# -- NULL in a typed column (another tool, an edited or damaged copy) ------
 
 NULL_CASES = ([(t, ()) for t in ("candidates", "runs", "iterations", "contests", "reference",
                                  "reviews", "sources", "phases")]
@@ -379,7 +379,7 @@ def swept(tmp_path_factory):
 
 @pytest.mark.parametrize("table, cols", NULL_CASES)
 def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
-    """T6-T9 of trial 8: NULL `iteration` (lineage, report), `sweep_dir` (report),
+    """NULL `iteration` (lineage, report), `sweep_dir` (report),
     `median_ms` of ok rows (report's plots), `device_class` (methods, export),
     `candidate_id` (export), an `iterations` row's `iteration` (propose): a TypeError or
     KeyError traceback each. Every read command now answers, the rows left out noted."""
@@ -408,7 +408,7 @@ def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
 
 
 def test_state_that_is_not_json_is_one_line_naming_it(swept, tmp_path):
-    """Trial 13 N-D4: `iterations.state` = `garbage` made `best` and `export` print DuckDB's
+    """`iterations.state` = `garbage` made `best` and `export` print DuckDB's
     raw 'Invalid Input Error: Malformed JSON ...' (their SQL reads the state with ->>),
     naming no table or fix, where `report` and `wait` named the damaged row."""
     import shutil
@@ -478,3 +478,44 @@ def test_kopts_own_queries_make_only_the_views_they_read(tmp_path):
     finally:
         con.close()
     assert db.Database(st).done_job_keys("r1") == {"a"}
+
+
+def test_a_store_deleted_mid_run_is_written_again(tmp_path):
+    """`rm -rf` of the store while a sweep runs: before, the rows flushed so far (the run's
+    `running` record, its source and its reference rows) vanished, and so did the run's
+    lock (a second writer could take a new one), with no word. Now the next flush writes
+    them again, takes the lock again and says so in one line."""
+    import shutil
+    import warnings
+
+    from kopt.store.database import Database, query
+    from kopt.store.files import StoreWarning
+
+    root = tmp_path / "store"
+    db = Database(root)
+    w = db.writer("s", "r1", flush_rows=1000)
+    with db.lock("r1"):
+        w.add("runs", [{"run_id": "r1", "sweep": "s", "event": "running"}])
+        w.add("reference", [{"run_id": "r1", "sweep": "s", "dims": f'{{"N": {n}}}',
+                             "median_ms": 1.0 + n} for n in (1, 2)])
+        w.flush()
+        shutil.rmtree(root)
+        w.add("candidates", [{"run_id": "r1", "sweep": "s", "job_key": "j1", "status": "ok"}])
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            w.flush()
+        assert [str(x.message) for x in seen if x.category is StoreWarning] == [
+            f"{root}: 2 file(s) of run r1 were removed while it ran (the store folder deleted "
+            "or moved?); kopt wrote them again (2 reference, 1 runs rows) and took the run's "
+            "lock again; rows of other runs in that folder are not kopt's to restore"]
+        assert query("select count(*) from reference", root)[1] == [(2,)]
+        assert query("select count(*) from runs", root)[1] == [(1,)]
+        assert query("select count(*) from candidates", root)[1] == [(1,)]
+        other = subprocess.run(  # a second writer of the run is refused again
+            [sys.executable, "-c", "import sys; from kopt.store.files import RunLock, RunLocked\n"
+             "try:\n    RunLock(sys.argv[1], 'r1').acquire(wait_s=0)\n"
+             "except RunLocked:\n    sys.exit(3)", str(root)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+        assert other.returncode == 3
+        w.flush()  # nothing removed since: no second note, nothing written twice
+        assert query("select count(*) from reference", root)[1] == [(2,)]

@@ -1,4 +1,4 @@
-"""Issue 13.1: the search strategies (kopt.strategy) as objects, each tested without Ray on
+"""The search strategies (kopt.strategy) as objects, each tested without Ray on
 fixed fixtures: exhaustive, random, successive halving, the NCU-guided loop's decisions and
 the side-by-side contest's culprit search (on a scripted device)."""
 

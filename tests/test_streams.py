@@ -1,4 +1,4 @@
-"""The console the CLI writes to (trial 8 of issue 12): an encoding that is not UTF-8, a
+"""The console the CLI writes to: an encoding that is not UTF-8, a
 closed stdout or stderr, a Ctrl-C in a long query. Each printed a traceback."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15's first "Done when": the loop played on the CPU backend the way an agent drives
+"""The loop played on the CPU backend the way an agent drives
 it, through the CLI only: a baseline sweep, ``kopt propose --format json``, two versions
 submitted for iteration 2 (one correct and faster, one wrong), a resubmitted fix
 (``--retry``), iteration 3, ``kopt lineage``; then the provenance and evidence ledgers and

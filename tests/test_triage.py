@@ -200,7 +200,7 @@ def test_bad_input_is_one_line(tmp_path):
 @pytest.mark.timeout(60)
 def test_a_backtracking_route_pattern_matches_in_linear_time_and_a_bad_one_is_one_line(
         tmp_path):
-    # trial 13: `(a+)+$` against a long kernel name took Python's re exponential time (the
+    # `(a+)+$` against a long kernel name took Python's re exponential time (the
     # command hung); RE2 matches it at once. A pattern RE2 cannot take is one line.
     from kopt.tools.triage import load_routes, path_table
 

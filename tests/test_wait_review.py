@@ -1,4 +1,4 @@
-"""Issue 15: `kopt wait`, `kopt submit --detach`, the review gate, the try limit as a
+"""`kopt wait`, `kopt submit --detach`, the review gate, the try limit as a
 sweep.yaml setting and `kopt propose --format json` after a submitted method won, on the
 CPU backend (the `submit` fixture: a dependent integer chain of WORK units)."""
 
@@ -248,7 +248,7 @@ def test_review_and_submit_settings_load(copy_fixture):
 def test_a_review_command_that_leaves_a_child_running_passes_by_its_own_exit_status(tmp_path):
     """A command that exits 0 leaving a background child (which holds its stdout open)
     passed: its verdict is its own exit status, not a timeout, and nothing waits for the
-    child (trial 7 #5); the child is killed with the command's session. A timeout still
+    child; the child is killed with the command's session. A timeout still
     kills the whole group."""
     step = run_command("review", "sh -c 'sleep 100 & exit 0'", tmp_path, 5)
     assert (step.exit_status, step.timed_out, step.output_tail) == (0, False, "")
@@ -272,7 +272,7 @@ def test_a_review_command_that_leaves_a_child_running_passes_by_its_own_exit_sta
 def test_a_rejected_winner_is_one_line_on_the_console(capsys):
     """`kopt sweep` and `kopt submit` (both ConsoleProgress) print the review
     gate's rejection of a winner: its reasons, the command's exit status, the last line of
-    its output and the file holding all of it (trial 7 #6)."""
+    its output and the file holding all of it."""
     log = output_log(Path("/s"), "r1", 2, "cpu x/1", "c1")
     assert log == Path("/s/review-logs/r1-it2-cpu_x_1-c1.log")
     noise = "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000%"
@@ -302,8 +302,8 @@ def test_a_rejected_winner_is_one_line_on_the_console(capsys):
 
 def test_wait_on_a_run_interrupted_in_iteration_1_says_so_and_how_to_resume(tmp_path):
     """A run killed before its first iteration closed (no iteration stored or submitted):
-    `kopt wait` said "no iteration 0"; it names iteration 1 and the resume command, exit 4
-    (trial 7 #8). While the run is written, a timeout names iteration 1 too."""
+    `kopt wait` said "no iteration 0"; it names iteration 1 and the resume command, exit 4.
+    While the run is written, a timeout names iteration 1 too."""
     import shlex
 
     from test_store_safety import demo_store

@@ -104,7 +104,7 @@ def _cache_bad(create: bool = True) -> str:
 
 
 def _cache_unusable(raw: str | None, root: Path) -> str:
-    """"" or why the build cache folder ``root`` cannot be made or written (trial 11: a
+    """"" or why the build cache folder ``root`` cannot be made or written (a
     symlink loop, a dangling link or a folder nobody may create passed the file check, and
     every build failed with a traceback): tries to create it (the first build would)."""
     try:
@@ -161,7 +161,7 @@ WARM_KERNEL = 'extern "C" __global__ void kopt_warm(float *x) { x[threadIdx.x] =
 def warm_nvrtc() -> float | None:
     """Start this thread's NVRTC compiler process (workers.nvrtc.Compiler) and compile a
     one-line kernel in it, so that the next kernel-mode build pays neither the process's
-    start and imports nor NVRTC's first compile (issue 14: a fresh warm builder's first
+    start and imports nor NVRTC's first compile (a fresh warm builder's first
     build took 0.7 s on an H200 host where builds average 0.24 s). Returns the seconds it
     took, or None without NVRTC (a build then fails with NVRTC's own message)."""
     t0 = time.perf_counter()
@@ -212,8 +212,9 @@ _ahead: dict[str, threading.Thread] = {}
 
 def start_identity(backend: str) -> None:
     """Start computing :func:`compiler_identity` of ``backend`` in a thread of this process
-    (it is cached for the process): a sweep's driver does it while Ray starts (issue 14.2:
-    NVRTC's identity hashes libnvrtc, about 0.2 s before the first builds).
+    (it is cached for the process): a sweep's driver does it while Ray starts (NVRTC's
+    identity hashes libnvrtc, about 0.2 s before the first builds on an H200 host, measured
+    2026-12-01).
     :func:`identity` waits for it."""
     if backend not in _ahead:
         _ahead[backend] = threading.Thread(target=compiler_identity, args=(backend,),
@@ -232,7 +233,7 @@ def identity(backend: str) -> str:
 def identity_and_env(backend: str) -> tuple[str, dict]:
     """The node's compiler identity for ``backend`` (:func:`compiler_identity`) and its
     environment (workers.envinfo.collect). A Ray task of the driver's: it lives here, not
-    in kopt/, so that the worker that runs it imports this small module only (issue 14.2:
+    in kopt/, so that the worker that runs it imports this small module only (before,
     a build task's worker that imported kopt.run.builder paid for kopt, pydantic and pyarrow
     before its first compile)."""
     from workers.envinfo import collect

@@ -1,4 +1,4 @@
-"""The warm builders of the kopt service (issue 14.3): long-lived Ray actors that compile
+"""The warm builders of the kopt service: long-lived Ray actors that compile
 candidates for every sweep submitted with ``kopt sweep --queue``.
 
 A sweep's own builds are Ray tasks; on a service's cluster each sweep is a new Ray job, and

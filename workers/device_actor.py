@@ -50,7 +50,7 @@ class DeviceActor:
         self.sandbox = Sandbox(backend, env)
         pre = _mine(backend, prestarted or {})
         adopted = pre is not None and self.sandbox.adopt(pre)
-        # ncu's metric list, read while the sandbox starts (issue 14.2: 1.2-1.7 s of an H200
+        # ncu's metric list, read while the sandbox starts (1.2-1.7 s of an H200
         # device's time before its first job when it was read on request); not where the
         # harness was the driver's, on this node: the driver reads it (workers.ncu.start_query)
         self._metrics: Future[list[str] | None] | None = (

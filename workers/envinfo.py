@@ -125,7 +125,7 @@ def torch_versions() -> tuple[str | None, str | None]:
     """torch's version and the CUDA version it was built with (None: a CPU build), read
     from ``torch/version.py`` -- constants torch's build writes there -- without importing
     torch: the import takes about 3 s on an H200 host, and this read sits on the path to a
-    sweep's first builds (issue 14.2). (None, None) when torch is not installed or the file
+    sweep's first builds. (None, None) when torch is not installed or the file
     cannot be read."""
     root = _package_dir("torch")
     if root is None:

@@ -176,7 +176,7 @@ def ncu_version() -> str | None:
 def query_metrics() -> list[str] | None:
     """Base metric names ``ncu --query-metrics`` lists for this node's GPUs, sorted (None
     without ncu, or when it fails or lists none). One ncu process: 1.2-2.8 s on an H200
-    host (issue 14.2, docs/verified/2026-12-01-h200-targets.md run 15)."""
+    host (docs/verified/2026-12-01-h200-targets.md, its Kernel Tuner comparison)."""
     exe = ncu_exe()
     if exe is None:
         return None
@@ -194,8 +194,9 @@ _early: list[Future[list[str] | None]] = []  # this process's query started ahea
 def start_query() -> None:
     """Start :func:`query_metrics` in a thread of this process now: a sweep's driver does it
     before Ray starts, so that its local devices' metric list is known before their first
-    job (issue 14.2: the driver waited for it between the devices' start and the first job,
-    1.9 s cold on an H200, run 15). :func:`early_query` gives its result."""
+    job (the driver waited for it between the devices' start and the first job, 1.9 s cold
+    on an H200, docs/verified/2026-12-01-h200-targets.md). :func:`early_query` gives its
+    result."""
     if not _early:
         _early.append(ThreadPoolExecutor(1, thread_name_prefix="ncu-query").submit(
             query_metrics))

@@ -1,4 +1,4 @@
-"""An ncu process started ahead of need (issue 14.2): a profile of an iteration's top
+"""An ncu process started ahead of need: a profile of an iteration's top
 candidates waits for ncu's own start and for its target to import torch (about 6 of the 7.4 s
 an H200 spent profiling four sgemm candidates, 2026-12-01), so a device actor starts the
 next one as soon as it knows the metrics, while its device is still timing candidates.

@@ -2,8 +2,8 @@
 
 A cold ``kopt sweep`` used to start its embedded Ray (3-4 s on an H200 host) and only then
 its device actors, whose sandboxes imported torch and made the CUDA context (4.5 s more),
-one after the other (issue 14.2). :class:`Prestarter` starts one harness per local device
-(``python -m workers.harness --listen FD DEVICE``) before Ray, so that both happen at once;
+one after the other (measured 2026-12-01). :class:`Prestarter` starts one harness per local
+device (``python -m workers.harness --listen FD DEVICE``) before Ray, so that both happen at once;
 each device actor then takes its harness over (:func:`connect`, from
 workers.sandbox.Sandbox.adopt) instead of starting one.
 

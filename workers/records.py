@@ -1,4 +1,4 @@
-"""Typed records that cross the driver -> device actor -> sandbox boundary (issue 13.2).
+"""Typed records that cross the driver -> device actor -> sandbox boundary.
 
 Small and node-side (standard library only): the driver (``kopt``) and the node side
 (``workers``) both import it; every record is a dataclass, so it pickles through Ray and
@@ -225,15 +225,15 @@ class TuningRecord:
     escaped_ms: float | None
     leaked_bytes: int | None
     created_at: Any
-    # lineage (issue 15): parent candidate id, source digest, submitter, claimed methods
+    # lineage: parent candidate id, source digest, submitter, claimed methods
     # (comma-separated), analysis text
     parent_id: str | None = None
     source_hash: str | None = None
     submitter: str | None = None
     claimed_methods: str | None = None
     note: str | None = None
-    max_rel_err: float | None = None  # issue 17.4: the check's largest |out - ref| / |ref|
-    # issue 14.3: when the device actor began and ended the job (UTC timestamps): jobs on
+    max_rel_err: float | None = None  # the check's largest |out - ref| / |ref|
+    # when the device actor began and ended the job (UTC timestamps): jobs on
     # one device never overlap, whichever sweeps shared it
     device_start: Any = None
     device_end: Any = None

@@ -1,6 +1,6 @@
 """Claim checking: do the methods a new kernel version claims to apply obey the catalog?
 
-A version submitted into a run (issue 15) claims at most one catalog method per axis,
+A version submitted into a run claims at most one catalog method per axis,
 written ``compute.X,memory.Y,latency.Z`` (any subset). :func:`check_claim` holds the claim
 against the catalog (catalog/methods.yaml) and, when given, against the next iteration's
 priority scan as ``kopt propose`` computes it (:func:`kopt.core.expand.scan_axes`; for versions

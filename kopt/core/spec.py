@@ -106,7 +106,7 @@ class Ncu(_Model):
 
 
 class Review(_Model):
-    """The review gate's extra validation command (issue 15): run on each iteration's
+    """The review gate's extra validation command: run on each iteration's
     winner, in the sweep's folder, through the shell, with the winner in ``KOPT_*``
     environment variables (docs/spec.md); exit status 0 accepts it. ``timeout_s``: seconds
     before its process group is killed (the winner is then rejected)."""
@@ -231,7 +231,7 @@ class SweepFile(_Model):
     ncu: Ncu = Ncu()
     review: Review | None = None
     submit: SubmitSettings = SubmitSettings()
-    # issue 17.1: time ref.py's contender (else reference) as a row of its own per problem
+    # time ref.py's contender (else reference) as a row of its own per problem
     # size and device class; every table shows candidates against it
     reference_timing: StrictBool = True
     cpu: BackendBlock | None = None

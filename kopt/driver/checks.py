@@ -112,7 +112,7 @@ def check_store_path(store: Path) -> None:
         SweepError: ``store`` (or the nearest existing folder above it) is a file, or is
             not writable, or a table's folder (or ``locks``) in it is a file.
     """
-    for p in [store, *store.absolute().parents]:  # trial 11: a loop passed exists() checks
+    for p in [store, *store.absolute().parents]:  # a link loop passed exists() checks
         bad = broken_link(p)
         if bad:
             raise SweepError(f"--store {store}: {p} is {bad}; pass a folder (a missing one "
@@ -127,7 +127,7 @@ def check_store_path(store: Path) -> None:
     if not os.access(above, os.W_OK | os.X_OK):
         raise SweepError(f"--store {store}: {above} is not writable by this user; pass a "
                          "folder you can write to")
-    for name in [*SCHEMAS, "locks"]:  # trial 10 D3: measured everything, lost it at the write
+    for name in [*SCHEMAS, "locks"]:  # else a sweep measures everything, then fails at the write
         if (store / name).exists() and not (store / name).is_dir():
             raise SweepError(f"--store {store}: {store / name} is a file where the store's "
                              f"{name!r} folder goes; move it out of the store (restore the "

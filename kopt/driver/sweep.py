@@ -265,7 +265,8 @@ class Driver:
             KeyboardInterrupt: after flushing every measured row (resume with --resume).
         """
         run_id = self.resume or new_run_id(self.sweep.name)
-        # a submission's process holds the lock from its record on (trial 10 D2)
+        # a submission's process holds the lock from its record on (a concurrent retry that
+        # the lock refused once used up a try)
         with RunLock(self.store, run_id, reuse=self.submission is not None):
             return self._run(run_id)
 
@@ -418,9 +419,9 @@ class Driver:
         """Time the references :meth:`_check_reference` left to do, on a live device of
         each class, and write their ``reference`` rows: after the first iteration's
         candidates, so that the first result does not wait for them (0.2 s of an H200
-        host's queued sweep, docs/verified run 14). A device lost while it times one (its
-        node died) leaves a ``lost`` row and the next live device of the class times it; a
-        class with no live device left gets a note instead."""
+        host's queued sweep, docs/verified/2026-12-01-h200-targets.md). A device lost while
+        it times one (its node died) leaves a ``lost`` row and the next live device of the
+        class times it; a class with no live device left gets a note instead."""
         todo, self._ref_todo = self._ref_todo, []
         rows = []
         for dc, d in todo:

@@ -81,7 +81,7 @@ def _todo(ctx: RunContext, it: int, dc: str, picks: list[dict[str, Any]],
 def shares(todo: list[Todo], devices: list[int]) -> list[tuple[int, list[int]]]:
     """Split the candidates to profile over a class's live devices, round robin: (device,
     indices into ``todo``) per device that gets any. One device: all of them, one ncu
-    process (issue 14.4: several GPUs of a class profile their shares at once, each ncu
+    process (several GPUs of a class profile their shares at once, each ncu
     under its own GPU's lock, workers.ncu)."""
     out = [(d, list(range(k, len(todo), len(devices)))) for k, d in enumerate(devices)]
     return [(d, idx) for d, idx in out if idx]

@@ -1,4 +1,4 @@
-"""The review gate (issue 15, item 5): an iteration's winner is accepted only when it is
+"""The review gate: an iteration's winner is accepted only when it is
 
 1. correct on every problem size of the sweep (a final-rung ``ok`` row on each of the
    space's ``dims``),

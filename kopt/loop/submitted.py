@@ -1,4 +1,4 @@
-"""Submitted versions (issue 15) as one more iteration of a stored run: each version (a new
+"""Submitted versions as one more iteration of a stored run: each version (a new
 kernel source written by a person or an agent) x its sweep's launch-config space, measured
 next to their parent (the run's current best, re-measured as the iteration's baseline).
 Building, checking, timing, ranking, profiling and closing the iteration are the NCU loop's

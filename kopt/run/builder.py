@@ -158,7 +158,7 @@ class RayBuilder(Builder):
         instead of starting Ray tasks (whose fresh worker processes a sweep on a service
         would wait for). A build lost with its builder goes to the next one. ``owner``:
         this driver's ``HOST:PID``; a builder skips the builds of an owner that is gone (an
-        interrupted sweep's builds would keep the shared builders busy: trial 11 D2)."""
+        interrupted sweep's builds would keep the shared builders busy)."""
         self.actors, self.owner = list(actors), owner
 
     def plan(self, job: BuildJob, platform: str) -> BuildJob:

@@ -232,7 +232,7 @@ def start_ray(sweep: Sweep, cluster: str | None, address: str | None,
     Raises:
         Terminated: SIGTERM arrived while Ray started: Ray's own handlers end start-up
             with ``sys.exit`` (15, or 1 after stopping the node they started), which
-            would exit 15 with no line (trial 10 D5); it stops the sweep as any SIGTERM.
+            would exit 15 with no line; it stops the sweep as any SIGTERM.
     """
     try:
         if cluster or (address and address != "auto"):

@@ -47,7 +47,8 @@ def state_of(socket_path: str) -> dict[str, Any] | None:
 def wait_ready(socket_path: str, timeout_s: float = 60.0) -> bool:
     """Wait until the launchpad at ``socket_path`` has a spare with its imports done (at
     most ``timeout_s`` s: `kopt serve start` returns once the service's first queued sweep
-    can start at once; in docs/verified run 15 that sweep waited 1.1 s for the imports);
+    can start at once; in docs/verified/2026-12-01-h200-targets.md that sweep waited 1.1 s for
+    the imports);
     whether it has."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:

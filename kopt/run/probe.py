@@ -1,4 +1,4 @@
-"""Whether a HOST:PORT is a Ray head before Ray's own connect is tried (trial 13).
+"""Whether a HOST:PORT is a Ray head before Ray's own connect is tried.
 
 Given the address of a server that is not Ray (a web server, ssh, a port that accepts and
 says nothing), ``ray.init`` waited 90 s and more, retrying, then failed with its own lines.

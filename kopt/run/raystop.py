@@ -1,5 +1,6 @@
-"""Leaving Ray quickly once a command's work is stored (issue 14.2: 1.4-2.6 s of a sweep's
-process wall were spent in ``ray.shutdown`` stopping the embedded instance)."""
+"""Leaving Ray quickly once a command's work is stored (1.4-2.6 s of a sweep's process
+wall were spent in ``ray.shutdown`` stopping the embedded instance, measured on an H200
+host 2026-12-01)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ RAY_STOP_GRACE_S = 0.3
 
 
 def leave_ray() -> None:
-    """Leave Ray once a command's work is stored (issue 14.2): a cluster or service is only
+    """Leave Ray once a command's work is stored: a cluster or service is only
     left; the embedded instance this process started (``ray.init``) is stopped with every
     process signalled at once -- the raylet first, which stops its workers and agents, then
     the rest -- each given :data:`RAY_STOP_GRACE_S` before SIGKILL. ``ray.shutdown`` alone

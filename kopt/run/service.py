@@ -1,4 +1,4 @@
-"""The warm queue (issue 14.3): a long-lived kopt service on a Ray cluster.
+"""The warm queue: a long-lived kopt service on a Ray cluster.
 
 ``kopt serve start`` creates, in the Ray namespace ``kopt``, one named detached device actor
 per device (workers.device_actor, as a sweep's own: one per GPU, or ``--cpu-devices`` per
@@ -302,7 +302,7 @@ def read_state() -> dict[str, Any]:
         rec = read_record(state_path(), ServiceRecord,
                           "remove it (a service it names that still runs: stop it first "
                           "with `kopt serve stop --address HOST:PORT`)")
-    except RecordError as e:  # trial 10 X5, X6: a pgid or token of the wrong type
+    except RecordError as e:  # a pgid or token of the wrong type
         raise ServiceError(f"service record {e}") from None
     return rec.model_dump(exclude_none=True) if rec is not None else {}
 
@@ -325,7 +325,7 @@ def recorded_address(option: str = "--queue") -> str:
 
 def recorded_as() -> str:
     """How messages name the service address that came from the record, not an option
-    (trial 13 N-D2: they named --address, which the user had not passed)."""
+    (they once named --address, which the user had not passed)."""
     return f"the kopt service recorded in {state_path()}"
 
 
@@ -404,7 +404,7 @@ def start_head(num_cpus: int | None = None) -> dict[str, Any]:
 def _stop_head(state: dict[str, Any]) -> None:
     """Stop the Ray head :func:`start_head` started (its process group) and remove its
     folder -- each only when it verifiably is kopt's (:func:`own_head`, :func:`_ray_dir`):
-    a stale record's pgid may be another program's group by now (trial 10 D6)."""
+    a stale record's pgid may be another program's group by now (one such group was once killed)."""
     pgid = state.get("pgid")
     if pgid and own_head(state):
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
@@ -560,7 +560,7 @@ def start_service(address: str | None = None, backend: str = "auto", cpu_devices
             ``address``, the one started here and recorded is still up), no device for the
             backend, or a device actor failed to start (then nothing is left running).
     """
-    if address is None:  # one `serve start` here at a time (trial 13: two both started)
+    if address is None:  # one `serve start` here at a time (two at once both started)
         with _start_lock():
             return _start_here(backend, cpu_devices, num_cpus)
     return _start_on(address, {"address": address}, backend, cpu_devices)
@@ -591,7 +591,7 @@ def _start_lock() -> Iterator[None]:
 def _start_here(backend: str, cpu_devices: int, num_cpus: int | None) -> dict[str, Any]:
     """:func:`start_service` on a Ray head it starts on this machine."""
     prev = read_state()
-    if own_head(prev):  # trial 9: a second head; trial 10 D6: only kopt's own head
+    if own_head(prev):  # no second head, and only kopt's own head counts
         raise ServiceError(f"kopt serve start: the kopt service started here still runs at "
                            f"{prev.get('address')} (recorded in {state_path()}); stop it "
                            "first with `kopt serve stop`, or use it: `kopt sweep ... --queue`")
@@ -725,7 +725,7 @@ def stop_service(address: str | None = None) -> list[str]:
         state_path().unlink(missing_ok=True)
         if foreign:
             raise ServiceError(_foreign_line(own)) from None
-        # trial 13 N-D3: a head that ran but did not answer was reported as gone already
+        # a head that ran but did not answer was once reported as gone already
         return ([f"its Ray head: process group {own['pgid']}, which did not answer at "
                 f"{addr}"] if was_up else []) + pad
     cfg = ray.get(reg.config.remote(), timeout=60)
@@ -751,7 +751,7 @@ def _stop_launchpad(own: dict[str, Any]) -> list[str]:
 
 def _foreign_line(own: dict[str, Any]) -> str:
     """The line of :func:`stop_service` when the recorded head's process group is another
-    program's now (trial 10 D6), after the stale record was removed."""
+    program's now, after the stale record was removed."""
     kept = own.get("temp_dir") if _kopt_dir(own) is None else None
     return (f"kopt serve stop: the Ray head recorded in {state_path()} is gone, and its "
             f"process group {own['pgid']} is now another program's (not the Ray head kopt "
@@ -799,7 +799,7 @@ def service_status(address: str | None = None) -> dict[str, Any]:
         cfg = ray.get(reg.config.remote(), timeout=60)
         served = ray.get(reg.status.remote(), timeout=60)
         gone = [w for w in served["running"] if not driver_alive(w)]
-        for w in gone:  # trial 11 D8: a killed sweep never left; it is not running
+        for w in gone:  # a killed sweep never left; it is not running
             reg.leave.remote(w)
         served["running"] = [w for w in served["running"] if w not in gone]
         devices = [_device_state(n, info) for n, info in zip(cfg["devices"], cfg["infos"])]

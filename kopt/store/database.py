@@ -92,7 +92,7 @@ left join ref on ref.run_id = raw.run_id and ref.device_class = raw.device_class
   and ref.dims = raw.dims
 """
 
-# issue 17.1: ref.py's timed function per run, device class and problem size (latest row),
+# ref.py's timed function per run, device class and problem size (latest row),
 # with the rates and the share of the device's peak that candidates get
 REFERENCE_VIEW = """
 create or replace view reference as
@@ -423,7 +423,7 @@ def explain(e: Exception) -> QueryError:
         return StoreError(f"damaged store file {m.group(1)} ({first}); move it "
                           "out of the store (a killed copy or a disk fault); everything else "
                           "stays readable")
-    if re.search(r"malformed json", first, flags=re.I):  # trial 13 N-D4
+    if re.search(r"malformed json", first, flags=re.I):  # else DuckDB's raw parse error
         m = re.search(r'Input: "?(.*?)"?\s*$', first)
         shown = (m.group(1) if m else "text")[:60]
         return StoreError(f"damaged store row: a JSON text column holds {shown!r}, not JSON as "
@@ -668,7 +668,7 @@ class RunHistory:
     reference: list[dict[str, Any]] = field(default_factory=list)
 
 
-# issue 15's reads: kopt propose --format json, kopt export, kopt methods
+# the reads of kopt propose --format json, kopt export, kopt methods
 CANDIDATE_METRICS_SQL = """
 with latest as (
   select max(iteration) it from metrics
@@ -762,7 +762,7 @@ METHODS_SQL = "select method, device_class, bottleneck, count(*) tried, " + \
     "from (" + METHOD_RECORDS_SQL + ") group by all order by all"
 
 
-# issue 15's lineage: a candidate's own columns, a stored source, the versions of a run
+# lineage: a candidate's own columns, a stored source, the versions of a run
 CANDIDATE_LINEAGE_SQL = """
 select candidate_id, compute_method, memory_method, latency_method, params, defines, arch,
        parent_id, source_hash, submitter, claimed_methods, note
@@ -781,7 +781,7 @@ VERSIONS_SQL = "select * from versions where run_id = ? order by iteration, try_
 # kopt lineage: the loop's named best per device class of a run (NAMED_CTE, as kopt best)
 NAMED_BEST_SQL = "with " + NAMED_CTE + """
 select device_class, named_id from named where run_id = ? and named_id is not null"""
-# issue 14.1: a run's time breakdown, the rows of its latest process (a resumed run has one
+# a run's time breakdown, the rows of its latest process (a resumed run has one
 # set per process)
 PHASES_SQL = """
 select phase, device_class, device, node, start_s, end_s, started_at, ended_at, detail,
@@ -794,7 +794,7 @@ order by start_s, end_s, phase
 # resumed run or a submitted iteration reuses those rows)
 TIMED_REFERENCE_SQL = "select distinct device_class, dims from reference where run_id = ?"
 
-# issue 15's review gate and `kopt wait`
+# the review gate and `kopt wait`
 WINNER_SIZES_SQL = """
 select dims, status, median_ms from candidates
 where run_id = ? and iteration = ? and device_class = ? and candidate_id = ? and final
@@ -1156,7 +1156,7 @@ NSYS_KERNEL_SQL = ("select start, end, demangledName, shortName, {mangled}, grid
 
 def _text(value: Any) -> str | None:
     """A stored name as text: SQLite keeps whatever type was written (a tool that wrote
-    kernel names as bytes made triage raise TypeError: trial 12 Z3)."""
+    kernel names as bytes once made triage raise TypeError)."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bytes):
@@ -1172,7 +1172,7 @@ def read_nsys_export(path: Path) -> NsysExport:
         TraceError: not a readable SQLite file (SQLite's message).
     """
     # as a URI (read-only), percent-encoded: a `#` or `?` in the name is part of the file's
-    # name, not the URI's fragment or query (trial 12: `a#b.sqlite` opened, and made, `a`)
+    # name, not the URI's fragment or query (`a#b.sqlite` once opened, and made, `a`)
     con = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
     try:
         tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}

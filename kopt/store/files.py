@@ -61,22 +61,22 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("temperature_c", pa.float64()), ("throttle_reasons", pa.int64()),
         ("throttled_samples", pa.int32()), ("throttled", pa.bool_()), ("power_w", pa.float64()),
         ("wall_s", pa.float64()), ("flops", pa.float64()), ("bytes", pa.float64()),
-        # issue 11's guards: input sets checked, the probe's full and escaped time (ms),
+        # measurement guards: input sets checked, the probe's full and escaped time (ms),
         # device memory a job left allocated (bytes)
         ("input_sets", pa.int32()), ("full_ms", pa.float64()), ("escaped_ms", pa.float64()),
         ("leaked_bytes", pa.int64()),
         ("created_at", TS),
-        # lineage (issue 15): the candidate it was derived from (NULL for a sweep's), the
+        # lineage: the candidate it was derived from (NULL for a sweep's), the
         # digest of its source (a ``sources`` row), who submitted it ('sweep' for a sweep's
         # own candidates), the methods it claims (comma-separated) and the analysis text
         ("parent_id", pa.string()), ("source_hash", pa.string()), ("submitter", pa.string()),
         ("claimed_methods", pa.string()), ("note", pa.string()),
-        # issue 17.4: the largest |out - ref| / |ref| of the check (ref != 0)
+        # the largest |out - ref| / |ref| of the check (ref != 0)
         ("max_rel_err", pa.float64()),
-        # issue 14.3: when the device actor began and ended the job (the device's clock)
+        # when the device actor began and ended the job (the device's clock)
         ("device_start", TS), ("device_end", TS),
     ]),
-    # issue 17.1: ref.py's timed function (``contender``, else ``reference``), timed by the
+    # ref.py's timed function (``contender``, else ``reference``), timed by the
     # harness as candidates are, once per run, device class and problem size; ``impl`` says
     # which function; ``peak_tflops`` / ``peak_gbps``: the device's peak for the sweep's
     # dtype (kopt.run.devices.peaks; NULL where not known)
@@ -194,7 +194,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("timed_out", pa.bool_()), ("output_tail", pa.string()),
         ("bench_value", pa.float64()), ("status", pa.string()), ("created_at", TS),
     ]),
-    # where a run's time went (kopt.util.phases, issue 14.1): one row per interval, seconds since
+    # where a run's time went (kopt.util.phases): one row per interval, seconds since
     # kopt started in the driver process (``process_start``; a resumed run has one set per
     # process);
     # device phases name their device, ``build`` rows their build id in ``detail``
@@ -267,8 +267,9 @@ def warm_arrow() -> None:
     """Have pyarrow import pandas now, when pandas is installed: pyarrow does so the first
     time it converts Python objects (``pa.array`` asks its pandas shim whether the object
     is a pandas one), which took 0.4-0.5 s of an H200 host's queued sweep between its
-    reference check and its first result (py-spy, docs/verified run 13). kopt calls it in
-    a thread while Ray starts, and in the service's ready drivers (kopt.cli.launchpad)."""
+    reference check and its first result (py-spy, docs/verified/2026-12-01-h200-targets.md).
+    kopt calls it in a thread while Ray starts, and in the service's ready drivers
+    (kopt.cli.launchpad)."""
     pa.array([0.0])
 
 
@@ -444,7 +445,7 @@ def no_run(root: Path | str, run_id: str) -> str:
     if "runs" in held:
         folder = next(d / f"run={run_id}" for d in (root / "runs").glob("sweep=*")
                       if (d / f"run={run_id}").is_dir())
-        if not any(folder.rglob("*.parquet")):  # trial 13 N-D10: no note to point to
+        if not any(folder.rglob("*.parquet")):  # nothing damaged: no note to point to
             return (f"store {root} is damaged or partial: run {run_id}'s record folder "
                     f"{folder} holds no part file; restore it from a copy of the store, or "
                     f"start a new run{rows}")
@@ -572,7 +573,7 @@ def _holder_text(path: Path) -> str:
         h = json.loads(path.read_text() or "{}")
     except (OSError, ValueError):
         h = {}
-    if not isinstance(h, dict):  # trial 10 X1: a lock file holding a list, a number, null
+    if not isinstance(h, dict):  # a lock file holding a list, a number, null
         h = {}
     return (f"pid {h.get('pid', '?')} on {h.get('host', '?')}"
             + (f" since {h['since']}" if h.get("since") else ""))

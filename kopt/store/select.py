@@ -28,7 +28,7 @@ def best(sweep: str, store: Path | str | None = None, run_id: str | None = None
         ``loop_speedup`` (the first baseline's median over this one's, both from the closing
         contest's side-by-side measurement of this problem size; None without one) and
         ``loop_note`` (e.g. later iterations did not improve on it); against the reference
-        (issue 17: ref.py's contender, else reference, timed as candidates are):
+        (ref.py's contender, else reference, timed as candidates are):
         ``reference_ms`` and ``vs_reference`` (reference_ms / median_ms: above 1 is faster
         than the reference; None when the reference was not timed or not ``ok``); rates
         ``tflops``, ``gbps`` and their share of the device's peak for the sweep's dtype in

@@ -76,7 +76,7 @@ def _git(repo: Path, *args: str, check: bool = True) -> str:
 def _add_worktree(root: Path, branch: str, wt: Path, base: str) -> None:
     """``git worktree add -b BRANCH WT BASE``; when it fails (a read-only store: git makes the
     branch, then cannot make the folder) the new branch is deleted again, so a failed port
-    leaves nothing in the user's repository (trial 8 D6).
+    leaves nothing in the user's repository (a failed worktree once left its branch).
 
     Raises:
         PortError: git failed (its last line).

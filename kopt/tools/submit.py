@@ -1,4 +1,4 @@
-"""``kopt submit`` and ``kopt lineage`` (issue 15): new kernel versions into a stored run,
+"""``kopt submit`` and ``kopt lineage``: new kernel versions into a stored run,
 their claims held to the catalog's rules (kopt.core.claims) first, and the run's version tree.
 
 A submission is one more iteration of the run (or, with ``retry``, another try at its last
@@ -58,7 +58,8 @@ def claimed(text: str) -> list[str]:
     """``--methods`` text as the claimed method ids (:func:`kopt.core.claims.parse_claim`).
 
     Raises:
-        SubmitError: the text names nothing at all (only commas or blanks, trial 10 D9).
+        SubmitError: the text names nothing at all (only commas or blanks, once taken as a
+            claim of no method).
     """
     if not any(item.strip() for item in text.split(",")):
         raise SubmitError([f"--methods {text!r}: names no method; name at least one catalog "
@@ -81,7 +82,7 @@ def source_files(source: Path) -> list[Path]:
             return found
         raise SubmitError([f"--source {source}: the folder holds no kernel source "
                            f"({', '.join(SOURCE_SUFFIXES)}); pass a file or a folder of them"])
-    what = broken_link(source)  # trial 13 N-D5: a link loop was called missing
+    what = broken_link(source)  # a link loop was once reported as missing
     raise SubmitError([f"--source {source}: {what or 'no such file or folder'}; pass the new "
                        "version's source file (or a folder of versions)"])
 
@@ -423,7 +424,7 @@ class Node:
         return f"{self.label} [{self.methods or 'no methods'}]: {fig}; {st}"
 
     def _none(self) -> str:
-        """Why the node has no best: no correct candidate, or (trial 13 N-D6) correct rows
+        """Why the node has no best: no correct candidate, or correct rows
         whose figures were left out as damaged."""
         if not self.damaged:
             return "no correct candidate"
@@ -501,7 +502,8 @@ def _take(n: Node, r: dict[str, Any]) -> None:
         n.members.append(r["candidate_id"])
     n.sizes.add(r.get("dims") or "")
     # a measured median and speedup are positive numbers; a row edited by hand or written
-    # by another tool with anything else is left out of the node's figures (trial 12 Z2)
+    # by another tool with anything else is left out of the node's figures (a negative
+    # median once made `kopt lineage` raise ValueError)
     if r["status"] == Status.OK and not (_positive(r["speedup"]) and _positive(r["median_ms"])):
         n.damaged += 1
     elif r["status"] == Status.OK:
@@ -692,7 +694,7 @@ class TryRecord(RecordModel):
     @classmethod
     def _pid_or_rc(cls, pid: int | None, info: ValidationInfo) -> int | None:
         """A record with neither a pid nor an exit status cannot say whether its try
-        still runs (trial 13 N-D7: `kopt wait` then said the iteration was not closed)."""
+        still runs (`kopt wait` then said the iteration was not closed)."""
         if pid is None and info.data.get("rc") is None:
             raise ValueError("missing: the record names neither the try's process (pid) "
                              "nor its exit status (rc)")

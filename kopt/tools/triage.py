@@ -436,7 +436,7 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
 def route_regex(pattern: str) -> Any:
     """``pattern`` compiled by RE2 (google-re2), case-insensitive: a route's pattern is a
     user's, matched against kernel names of thousands of characters, and Python's
-    backtracking ``re`` takes exponential time on patterns such as ``(a+)+$`` (trial 13);
+    backtracking ``re`` takes exponential time on patterns such as ``(a+)+$``;
     RE2 matches in linear time. Raises ``re2.error`` (RE2's message, not logged)."""
     opts = re2.Options()
     opts.log_errors, opts.case_sensitive = False, False

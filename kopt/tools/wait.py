@@ -1,4 +1,4 @@
-"""``kopt wait`` (issue 15): block until an iteration of a run is closed, then return its
+"""``kopt wait``: block until an iteration of a run is closed, then return its
 verdict -- what a loop driver (a person's script, a code-generating agent) needs to write
 the next version, as one JSON object.
 
@@ -128,7 +128,7 @@ def _stalled(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) 
     try_no = db.submit_tries(run_id, it)
     try:
         job = read_try(root, run_id, it, try_no)
-    except RecordError as e:  # trial 10 X4: truncated, edited, a wrong type
+    except RecordError as e:  # truncated, edited, a wrong type
         raise WaitError(f"run {run_id}: {e}") from None
     log = f"; its log: {job.log}" if job is not None and job.log else ""
     if job is not None and job.rc is not None:

@@ -1,4 +1,4 @@
-"""Paths a user hands kopt, made absolute without surprises (trial 11, issue 12).
+"""Paths a user hands kopt, made absolute without surprises.
 
 Python 3.11's ``Path.resolve()`` raises ``RuntimeError`` for a symlink loop (3.13 raises
 ``OSError``), which slipped past every ``except OSError`` and reached the user as a

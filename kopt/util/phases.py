@@ -1,4 +1,4 @@
-"""Where a run's time goes (issue 14.1): a :class:`PhaseRecorder` that the driver passes down
+"""Where a run's time goes: a :class:`PhaseRecorder` that the driver passes down
 to the scheduler, builder, runner and strategies, and whose rows become the store's
 ``phases`` table (one row per interval; written through :mod:`kopt.store.database`'s Writer).
 

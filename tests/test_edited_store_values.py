@@ -1,6 +1,7 @@
-"""Trial 12 (docs/verified/2026-12-01-trial12.md): stored values a user or another tool edited
-(issue 12): a review's `reasons` that is not a JSON list (Z1), a candidate's median that is
-not a positive number (Z2)."""
+"""Stored values a user or another tool edited: a review's `reasons` that is not a JSON list
+(`kopt wait`), a candidate's median that is not a positive number (`kopt lineage`, `kopt
+report`), and an Nsight Systems export with kernel names stored as bytes or a `#` in its file
+name (`kopt triage`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,15 @@ def _review(reasons):
             "median_ms": 2.0}
 
 
+def _row(cid, median, speedup, dims='{"N": 8}'):
+    return {"status": "ok", "candidate_id": cid, "dims": dims, "median_ms": median,
+            "speedup": speedup, "compute_method": None, "memory_method": None,
+            "latency_method": None}
+
+
 @pytest.mark.parametrize("reasons", ["garbage", "5", '{"x": 1}'])
 def test_wait_on_a_review_whose_reasons_are_not_a_json_list_is_one_line(reasons):
-    """Z1: `kopt wait` raised JSONDecodeError / TypeError from a bare json.loads."""
+    """`kopt wait` raised JSONDecodeError / TypeError from a bare json.loads."""
     with pytest.raises(StoreError) as e:
         _class("cpu", IterState(iteration=1), _review(reasons), [])
     assert str(e.value).startswith(f"damaged store row: column 'reasons' holds {reasons!r}, "
@@ -27,20 +34,14 @@ def test_wait_on_a_review_whose_reasons_are_not_a_json_list_is_one_line(reasons)
 
 
 def test_review_reasons_that_are_not_text_are_shown_as_text():
-    """Z1: `[1]` or `[{"x": 1}]` made the join of the reasons raise TypeError."""
+    """`[1]` or `[{"x": 1}]` made the join of the reasons raise TypeError."""
     got = _class("cpu", IterState(iteration=1), _review('[1, {"x": 1}, "slower"]'), [])
     assert got["reasons"] == ["1", "{'x': 1}", "slower"]
 
 
-def _row(cid, median, speedup, dims='{"N": 8}'):
-    return {"status": "ok", "candidate_id": cid, "dims": dims, "median_ms": median,
-            "speedup": speedup, "compute_method": None, "memory_method": None,
-            "latency_method": None}
-
-
 @pytest.mark.parametrize("median", [-1.0, 0.0, float("nan"), float("inf"), "x"])
 def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(median):
-    """Z2: a negative median (an edited row) made `kopt lineage` and `kopt report` raise
+    """A negative median (an edited row) made `kopt lineage` and `kopt report` raise
     ValueError from the geometric mean; such a row is not a figure of its node."""
     n = Node(("cpu", 1, "h"), "it 1 sweep", "")
     for r in (_row("bad", median, 2.0), _row("good", 1.0, 1.25)):
@@ -48,7 +49,7 @@ def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(med
     _settle(n)
     assert (n.best, n.median_ms, n.speedup) == ("good", 1.0, 1.25)
     assert n.statuses == {"ok": 2} and n.members == ["bad", "good"]
-    # trial 13 N-D6: with every ok row damaged, the line says so (it said "no correct
+    # with every ok row damaged, the line says so (it said "no correct
     # candidate; ok 2")
     only = Node(("cpu", 1, "h"), "it 1 sweep", "")
     for r in (_row("bad", median, 2.0), _row("worse", median, 1.0)):
@@ -60,7 +61,7 @@ def test_a_node_leaves_out_a_candidate_whose_median_is_not_a_positive_number(med
 
 
 def test_triage_reads_kernel_names_stored_as_bytes_and_paths_with_hash(tmp_path):
-    """Z3: an Nsight Systems export whose StringIds values are bytes made `kopt triage`
+    """An Nsight Systems export whose StringIds values are bytes made `kopt triage`
     raise TypeError; a `#` in the file's name opened (and created) another file."""
     from test_database import _nsys_db
 
@@ -78,25 +79,3 @@ def test_triage_reads_kernel_names_stored_as_bytes_and_paths_with_hash(tmp_path)
     assert ex.strings == {1: "saxpy(float*)", 2: "saxpy", 3: "_Z5saxpyPf", 4: "layer 0"}
     assert len(ex.kernels) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a#b?c.sqlite"]  # nothing made
-
-
-def test_a_command_that_builds_nothing_neither_makes_nor_needs_the_build_cache(tmp_path):
-    """Trial 12: the Y4 check made $KOPT_CACHE/builds before every command and refused
-    `kopt catalog` or `kopt query` with an unusable cache; only building commands do."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "KOPT_CACHE": str(tmp_path / "kc")}
-    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "catalog"], capture_output=True,
-                       text=True, env=env, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert not (tmp_path / "kc").exists()
-    os.symlink("loop", tmp_path / "loop")
-    env["KOPT_CACHE"] = str(tmp_path / "loop")
-    assert subprocess.run([sys.executable, "-m", "kopt.cli.main", "catalog"], capture_output=True,
-                          env=env, timeout=120).returncode == 0
-    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "preflight", str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=120)
-    assert p.returncode == 2 and p.stderr.startswith(
-        f"error: $KOPT_CACHE={str(tmp_path / 'loop')!r}: the build cache folder "), p.stderr

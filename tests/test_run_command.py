@@ -1,12 +1,10 @@
-"""What else the seventh fresh-clone trial left unfixed (docs/verified/2026-11-30-trial7.md,
-its table's #5): a review command that leaves a background child (`kopt wait` on a run
-interrupted in its first iteration, #8: tests/test_wait_review.py). The test failed before
-its fix."""
+"""kopt.util.command.run_command, which runs a review step: a command that leaves a
+background child on its stdout is done when it exits (a review that exited 0 at once was
+recorded as timed out), and one that hangs is killed at its timeout."""
 
 from __future__ import annotations
 
 
-# -- trial 7 #5: a review command that leaves a background child on its stdout ---------------
 def test_a_command_that_leaves_a_background_child_is_done_when_it_exits(tmp_path):
     """Before: kopt waited for the end of the output pipe, which the child (`sleep 20 &`)
     holds open: a review that exited 0 at once was recorded as timed out at 5 s."""

@@ -1,0 +1,138 @@
+"""A sweep stopped or gone at an awkward moment: SIGTERM while Ray starts or while the results
+are shown says what was stored, a killed `--queue` sweep is not listed as running, and the
+service's builders skip the builds of a sweep whose driver is gone."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import VADD_CPP, VADD_REF, write_sweep
+
+ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n'  # noqa: E501
+
+
+FIRE = """
+import os, signal, sys, threading, time
+from kopt.run import signals
+from kopt.cli.main import main
+
+def fire():  # SIGTERM as soon as ray.init has put its own handler in place of kopt's
+    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signals.terminate):
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=fire, daemon=True).start()
+main(sys.argv[1:])
+"""
+
+
+SWEEP = """
+    kernel: k.cpp
+    dims: [{N: 64}]
+    args: {x: [N], y: [N], out: [N]}
+    params: {CHUNK: [64]}
+"""
+
+
+STOP_WHILE_SHOWING = """
+import signal, sys
+from click.testing import CliRunner
+import kopt.cli.main
+from kopt.driver.sweep import Terminated
+
+def stop():
+    raise Terminated(signal.SIGTERM)  # SIGTERM lands while the sweep leaves Ray
+
+kopt.cli.main._leave_ray = stop
+r = CliRunner().invoke(kopt.cli.main.main, ["sweep", sys.argv[1], "--backend", "cpu", "--store",
+                                       sys.argv[2]])
+print(r.exit_code)
+print(r.output.strip().splitlines()[-1])
+"""
+
+
+def test_sigterm_while_ray_starts_is_the_interrupt_line_and_143(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    d = write_sweep(tmp_path / "s", "kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n",
+                    {"add.cpp": ADD, "ref.py": "def reference(x, N):\n    return x\n"})
+    (tmp_path / "fire.py").write_text(FIRE)
+    p = subprocess.run([sys.executable, str(tmp_path / "fire.py"), "sweep", str(d), "--store",
+                        str(tmp_path / "st"), "--backend", "cpu"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert p.returncode == 143, p.stdout + p.stderr[-3000:]
+    assert p.stderr.splitlines()[-1] == ("interrupted before the run started: nothing was "
+                                         "stored"), p.stderr[-3000:]
+    assert not (tmp_path / "st" / "candidates").exists()
+
+
+def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_path):
+    """SIGTERM (or Ctrl-C) in the second the sweep left Ray said "interrupted
+    (Ctrl-C)", exited 130 and showed nothing, though the run was finished and stored."""
+    import subprocess
+    import sys
+
+    d = write_sweep(tmp_path / "va", SWEEP + "    timing: {min_samples: 3, max_samples: 3}\n"
+                    "    reference_timing: false\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    p = subprocess.run([sys.executable, "-c", STOP_WHILE_SHOWING, str(d), str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
+    code, line = p.stdout.splitlines()[:2]
+    assert code == "143", p.stdout + p.stderr[-3000:]
+    assert line.startswith("interrupted while showing the results: run ")
+    run_id = line.split()[6]
+    assert line.endswith(f"is finished and stored (`kopt best va --run {run_id}` shows it)")
+
+
+def test_a_killed_queued_sweep_is_not_listed_as_running():
+    """A SIGKILLed `--queue` sweep stayed "running" in `kopt serve status`
+    forever; a driver of this host that is gone is dropped (one elsewhere cannot be told)."""
+    import platform
+    import subprocess
+    import sys
+
+    from kopt.run.service import driver_alive
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    assert driver_alive(f"{platform.node()}:{os.getpid()}") is True
+    assert driver_alive(f"{platform.node()}:{p.pid}") is False
+    assert driver_alive(f"another-host:{p.pid}") is True
+    assert driver_alive(f"{platform.node()}:not-a-pid") is True
+
+
+def test_the_builders_skip_the_builds_of_a_sweep_that_is_gone(ray_local, tmp_path):
+    """Builds an interrupted (or killed) `--queue` sweep sent to the service's
+    builders stayed queued there and kept the next sweeps waiting (Ray runs a plain actor's
+    queued calls even when they are cancelled); a builder skips the builds of a sweep whose
+    driver is gone, and builds those of a live one."""
+    import platform
+    import subprocess
+    import sys
+
+    import ray
+
+    from kopt.run.builder import RayBuilder
+    from workers.build_actor import BuildActor
+    from workers.records import BuildJob
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    actor = ray.remote(num_cpus=0)(BuildActor).remote(["cpu"])
+    results = {}
+    for owner in (f"{platform.node()}:{gone.pid}", f"{platform.node()}:{os.getpid()}"):
+        b = RayBuilder()
+        b.use_actors([actor], owner)
+        jobs = [BuildJob(f"owner-{tmp_path.name}-{owner}-{k}", "cpu", VADD_CPP, "k.cpp",
+                         str(tmp_path), {"CHUNK": 64 + k}) for k in range(3)]
+        results[owner] = b.build(jobs)
+    dead, live = results.values()
+    assert [(r.ok, r.error) for r in dead] == [
+        (False, f"not built: its sweep ({platform.node()}:{gone.pid}) is gone")] * 3
+    assert [r.ok for r in live] == [True] * 3
+    assert ray.get(actor.stats.remote(), timeout=120) == {"builds": 3}
+    ray.kill(actor)
