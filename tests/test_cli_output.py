@@ -36,7 +36,7 @@ def test_rich_output_to_a_closed_pipe_ends_quietly(tmp_path):
     """A table or any rich line (`kopt catalog | head -1`): rich exited 1; now 141 and
     nothing on stderr, like the rest. The pipe's reader is gone before the write."""
     code = ("import os, sys\nr, w = os.pipe()\nos.close(r)\nos.dup2(w, 1)\n"
-            "from kopt.cli.main import out\nout.print('x' * 100)\nprint('not reached')\n")
+            "from kopt.cli.console import out\nout.print('x' * 100)\nprint('not reached')\n")
     p = _kopt(["-c", code], tmp_path)
     out, err = p.communicate(timeout=120)
     assert (p.returncode, err.decode()) == (141, "")
@@ -47,7 +47,7 @@ def test_a_closed_stderr_pipe_silences_and_the_command_carries_on(tmp_path):
     (rows not yet flushed were lost). Now stderr's console goes quiet and the command goes
     on to its end."""
     code = ("import os\nr, w = os.pipe()\nos.close(r)\nos.dup2(w, 2)\n"
-            "from kopt.cli.main import console\nconsole.print('x' * 100)\nconsole.print('y')\n"
+            "from kopt.cli.console import console\nconsole.print('x' * 100)\nconsole.print('y')\n"
             "print('carried on', flush=True)\n")
     p = _kopt(["-c", code], tmp_path)
     out, _ = p.communicate(timeout=120)

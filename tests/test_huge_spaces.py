@@ -163,7 +163,7 @@ def test_sweep_plans_a_1e9_space_before_ray_in_a_fresh_process(tmp_path):
     process on a generated 1e9-config sweep folder: the baseline and 4 distinct sampled
     candidates (the walk of the cap took minutes here)."""
     d = write_sweep(tmp_path / "h", huge_spec(9), {"k.cpp": KERNEL, "ref.py": VADD_REF})
-    code = ("import json, sys\nfrom kopt.driver.sweep import check_before_ray\n"
+    code = ("import json, sys\nfrom kopt.driver.checks import check_before_ray\n"
             "from kopt.core.catalog import load_catalog\n"
             "from kopt.core.expand import iter_candidates\n"
             "from kopt.strategy import make\nfrom kopt.core.spec import load_sweep\n"

@@ -38,7 +38,7 @@ STOP_WHILE_SHOWING = """
 import signal, sys
 from click.testing import CliRunner
 import kopt.cli.main
-from kopt.driver.sweep import Terminated
+from kopt.run.signals import Terminated
 
 def stop():
     raise Terminated(signal.SIGTERM)  # SIGTERM lands while the sweep leaves Ray

@@ -80,7 +80,7 @@ def test_a_dead_prestarted_harness_is_not_taken_over(prestarted):
 LEAVE = """
 import json, os, time
 import ray
-from kopt.driver.sweep import ensure_ray
+from kopt.run.cluster import ensure_ray
 from kopt.run.raystop import leave_ray
 from workers.reap import pid_alive
 ensure_ray()
