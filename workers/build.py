@@ -236,6 +236,7 @@ def identity_and_env(backend: str) -> tuple[str, dict]:
     in kopt/, so that the worker that runs it imports this small module only (before,
     a build task's worker that imported kopt.run.builder paid for kopt, pydantic and pyarrow
     before its first compile)."""
+    # lazy: a build task's worker imports this small module only; the node's environment when asked
     from workers.envinfo import collect
 
     return compiler_identity(backend), collect()

@@ -159,6 +159,7 @@ class DeviceActor:
         whether one waits now (False: CUDA backend only, or no ncu)."""
         if self.backend != "cuda":
             return False
+        # lazy: the CUDA backend only: a CPU device actor never loads it
         from workers import ncu_warm
 
         w = self._warm_ncu

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workers import ncu
+
 
 def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
     try:
@@ -142,7 +144,6 @@ def torch_versions() -> tuple[str | None, str | None]:
 def collect() -> dict[str, Any]:
     """This node's environment as a dict (strings; None where a tool is missing or a
     figure cannot be read; ``notes``: the reads that failed)."""
-    from workers import ncu
 
     gpu_list, driver, notes = gpus()
     torch_v, torch_cuda = torch_versions()

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
+from workers import ncu, ncu_warm
+
 ENTRY_POINT_GROUP = "kopt.observers"
 
 # NVML clocks-event reasons that mean thermal or power throttling (nvml.h:
@@ -251,7 +253,6 @@ class NcuObserver(ProfilingObserver):
         self.metrics, self.sections = list(metrics or []), sections
 
     def profile(self, batch: list[ProfileTarget]) -> list[dict[str, Any]]:
-        from workers import ncu, ncu_warm
 
         items = [(t.job, t.kernels) for t in batch]
         warm = self.options.get("warm")  # a started ncu (workers.ncu_warm), used up here

@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/lay
 if [ -z "${SKIP_PYTEST:-}" ]; then
   timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tail -25 | tee "$out/pytest_gpu.txt"
 fi
-for round in 1 2; do
+for round in ${ROUNDS-1 2}; do
   for side in new old; do
     tree=$PWD; [ $side = old ] && tree=$PWD/.old
     mod=kopt.cli.main; [ $side = old ] && mod=kopt.cli

@@ -30,9 +30,11 @@ from typing import Any
 
 from kopt.core.compare import geo_mean, noise_line
 from kopt.loop.state import IterState, gains
+from kopt.loop.submitted import stored_source
 from kopt.run.context import RunContext
 from kopt.store.database import Database
 from kopt.store.files import now
+from kopt.util.command import run_command
 from workers.status import Status
 
 # what the validation command finds in its environment (docs/spec.md)
@@ -134,7 +136,6 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> R
             r.startswith("not correct") for r in v.reasons):
         v.accepted = not v.reasons
         return v
-    from kopt.util.command import run_command
 
     v.command = cmd.command
     log = output_log(ctx.store, ctx.run_id, it, dc, win["candidate_id"])
@@ -159,7 +160,6 @@ def review(ctx: RunContext, it: int, dc: str, ranked: list[dict[str, Any]]) -> R
 def _env(ctx: RunContext, db: Database, it: int, dc: str, win: dict[str, Any]
          ) -> dict[str, str]:
     """The :data:`ENV` variables of winner ``win``."""
-    from kopt.loop.submitted import stored_source
 
     space = ctx.sweep.space(ctx.backend)
     row = db.candidate_lineage(ctx.run_id, win["candidate_id"]) or {}

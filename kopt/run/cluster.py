@@ -16,6 +16,9 @@ from typing import Any
 
 import ray
 
+import kopt
+import workers
+from kopt.core.contract import check_plain_file, too_deep, yaml_error_line
 from kopt.core.spec import Sweep
 from kopt.run.builder import (
     job_base,
@@ -67,7 +70,6 @@ def cluster_address(path: str | Path) -> str:
     """
     import yaml
 
-    from kopt.core.contract import check_plain_file, too_deep, yaml_error_line
 
     p = Path(path)
     check_plain_file(p, lambda why: SweepError(f"--cluster {why}"))
@@ -133,8 +135,6 @@ def cluster_runtime_env(sweep: Sweep) -> tuple[dict[str, Any], list[str]]:
     """
     import fnmatch
 
-    import kopt
-    import workers
 
     excludes = list(UPLOAD_EXCLUDES)
     ignore = sweep.root / IGNORE_FILE

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kopt
+
 SOCKET_NAME = "kopt-launch.sock"
 
 
@@ -66,7 +68,6 @@ def start(head_pid: int, log: Path) -> tuple[str, int]:
     the socket's path and the launchpad's pid. It runs in the folder that holds kopt (``-m``
     puts its working folder first on ``sys.path``: started in the user's, a ``workers`` or
     ``catalog`` package there would stand in for kopt's own)."""
-    import kopt
 
     path = str(Path(tempfile.mkdtemp(prefix="kopt-launch-", dir="/tmp")) / SOCKET_NAME)
     env = {k: v for k, v in kopt.START_ENV.items() if k not in IGNORED_ENV}

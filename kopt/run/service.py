@@ -46,14 +46,16 @@ from typing import Any
 import ray
 from pydantic import Field
 
+import kopt
+import workers
 from kopt.run import launchpad
-from kopt.run.devices import Slot
+from kopt.run.devices import Slot, alive_nodes
 from kopt.run.probe import NOT_RAY, head_problem
 from kopt.run.runner import ACTOR_START_TIMEOUT_S, DeviceError, RayRunner, RunFuture, SweepError
 from kopt.util.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.util.phases import PhaseRecorder
 from kopt.util.words import counted
-from workers.build_actor import process_alive
+from workers.build_actor import BuildActor, process_alive
 from workers.records import RunOutcome
 
 NAMESPACE = "kopt"
@@ -137,7 +139,6 @@ class QueueRunner(RayRunner):
         Raises:
             SweepError: a device actor of the service is gone or does not answer.
         """
-        from kopt.run.devices import alive_nodes
 
         t0 = phases.now() if phases is not None else 0.0
         self.nodes = alive_nodes()
@@ -510,8 +511,6 @@ def connect(address: str, option: str, ship: bool = True) -> None:
     Raises:
         ServiceError: ``address`` is not HOST:PORT or nothing answers there.
     """
-    import kopt
-    import workers
 
     problem = head_problem(address)
     if problem == "format":
@@ -672,7 +671,6 @@ def _start_builders(backend: str, cpu_devices: int) -> list[str]:
         ServiceError: a builder did not start within ACTOR_START_TIMEOUT_S (the ones started
             are killed).
     """
-    from workers.build_actor import BuildActor
 
     n = max(1, int(ray.cluster_resources().get("CPU", 1)) - cpu_devices)
     toolchains = ["nvrtc", "cuda"] if backend == "cuda" else ["cpu"]

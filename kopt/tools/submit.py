@@ -30,8 +30,10 @@ from pydantic import Field, ValidationInfo, field_validator
 from kopt.core.catalog import Catalog, load_catalog
 from kopt.core.claims import catalog_scan, check_claim_for_plan, parse_claim
 from kopt.core.compare import geo_mean
+from kopt.core.contract import ContractError, parse_signature_file, read_text
 from kopt.core.expand import space_digest
-from kopt.core.spec import Space, Sweep
+from kopt.core.spec import Space, SpecError, Sweep, load_sweep
+from kopt.loop.propose import propose
 from kopt.loop.state import IterState
 from kopt.loop.submitted import (
     SubmitError,
@@ -42,7 +44,7 @@ from kopt.loop.submitted import (
     version_space,
 )
 from kopt.store.database import Database
-from kopt.store.files import complete_rows, no_run, now, stored_json
+from kopt.store.files import RunLock, complete_rows, no_run, now, stored_json
 from kopt.util.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.util.paths import broken_link
 from kopt.util.words import counted
@@ -132,7 +134,6 @@ def store_source(root: Path, space: Space, path: Path, digest: str | None = None
         SubmitError: the file cannot be read as UTF-8 text, or its prototype is not the
             sweep's (the harness calls every version with the sweep's arguments).
     """
-    from kopt.core.contract import ContractError, parse_signature_file, read_text
 
     text = read_text(path, lambda m: SubmitError([f"--source {m}"]))
     kernel = space.launch.kernel if space.launch is not None else None
@@ -198,7 +199,6 @@ def _plan_for(sweep: Sweep, db: Database, run_id: str, dc: str, it: int, st: Ite
               sm: int | None, retry: bool) -> dict[str, Any]:
     """The plan a claim is held to: ``kopt propose``'s for this run and class when it names
     iteration ``it`` (not a retry), else the same scan from the state ``st`` before ``it``."""
-    from kopt.loop.propose import propose
 
     ctx = st.context()
     for p in (propose(sweep, db.root) if not retry else []):
@@ -582,9 +582,9 @@ def open_run(root: Path, run_id: str) -> Sweep:
         kopt.store.files.RunLocked: another process is writing the run.
         kopt.driver.sweep.SweepError: the sweep changed since the run.
     """
-    from kopt.core.spec import SpecError, load_sweep
+    # lazy: kopt.driver.checks attaches to Ray (kopt.run.cluster); a submission is checked
+    # before Ray starts
     from kopt.driver.checks import resumable_run
-    from kopt.store.files import RunLock
 
     info = Database(root).run_info(run_id)
     if info is None:
@@ -613,7 +613,6 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
         kopt.store.files.RunLocked: another process is writing the run.
         kopt.driver.sweep.SweepError: the sweep changed since the run.
     """
-    from kopt.store.files import RunLock
 
     sweep = open_run(root, run_id)
     with RunLock(root, run_id):  # from the record to the run: a refused writer records nothing
@@ -633,6 +632,8 @@ def run_recorded(root: Path, run_id: str, it: int, try_no: int,
         SubmitError: as :func:`load`, :func:`open_run`.
         kopt.store.files.RunLocked: another process is writing the run.
     """
+    # lazy: Ray and the driver only when the iteration runs, after its claims are checked
+    # without them
     from kopt.driver.sweep import Driver
     from kopt.run.cluster import ensure_ray
     from kopt.run.signals import terminate

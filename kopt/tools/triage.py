@@ -41,6 +41,9 @@ from typing import Any
 
 import re2
 
+from kopt.core.contract import check_plain_file, too_deep, yaml_error_line
+from kopt.store.database import Database, TraceError, read_nsys_export
+from kopt.store.files import now
 from kopt.util.words import counted
 
 LAYER_PATTERN = r"^layer[_.\-]?\d+$"
@@ -199,7 +202,6 @@ def read_torch_trace(path: Path, shown: Path | None = None) -> list[Launch]:
     Raises:
         TriageError: not JSON, or no ``traceEvents`` list.
     """
-    from kopt.core.contract import too_deep
 
     shown = shown or path
     try:
@@ -262,7 +264,6 @@ def read_nsys_sqlite(path: Path, shown: Path | None = None) -> list[Launch]:
     Raises:
         TriageError: no kernel table (the capture lacked ``--trace=cuda``).
     """
-    from kopt.store.database import TraceError, read_nsys_export
 
     shown = shown or path
     try:
@@ -393,7 +394,6 @@ def load_routes(path: Path | str) -> list[dict[str, Any]]:
     """
     import yaml
 
-    from kopt.core.contract import check_plain_file, too_deep, yaml_error_line
 
     path = Path(path)
     check_plain_file(path, TriageError)
@@ -637,8 +637,6 @@ def launch_rows(t: Triage, layer_pattern: str = LAYER_PATTERN) -> list[dict[str,
 def store_triage(t: Triage, root: Path) -> None:
     """Write the tables to the store as ``triage_kernels``, ``triage_paths``,
     ``triage_actions`` and ``triage_launches`` (partition sweep=triage, run=triage id)."""
-    from kopt.store.database import Database
-    from kopt.store.files import now
 
     at, db = now(), Database(root)
     for table, rows in (("triage_kernels", t.kernels), ("triage_paths", t.paths),

@@ -24,6 +24,7 @@ from typing import Any
 from kopt.loop.state import IterState
 from kopt.store.database import Database
 from kopt.store.files import lock_holder, recorded_resume_command, stored_json
+from kopt.tools.submit import read_try
 from kopt.util.jsonrecord import RecordError
 from workers.reap import pid_alive
 
@@ -123,7 +124,6 @@ def _stalled(db: Database, root: Path, run_id: str, it: int, submitted_at: Any) 
         WaitError: its detached process ended, or the run was interrupted, without
             closing it.
     """
-    from kopt.tools.submit import read_try
 
     try_no = db.submit_tries(run_id, it)
     try:

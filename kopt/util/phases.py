@@ -23,6 +23,8 @@ import functools
 import time
 from typing import Any
 
+import kopt
+
 # once per run (per process of a resumed run), in the order they begin
 RUN_PHASES = ("startup", "checks", "ray", "devices", "reference", "first_build",
               "first_result", "run", "stop_devices", "store", "end")
@@ -70,7 +72,6 @@ def start_epoch() -> float:
     :func:`adopt_start`, the epoch given there."""
     if _ADOPTED:
         return _ADOPTED[0]
-    import kopt
 
     return kopt.STARTED_AT
 
