@@ -495,11 +495,21 @@ def load_sweep(path: str | Path, catalog: Catalog | None = None) -> Sweep:
     return _resolve(sf, raw, spec_path, root, catalog or load_catalog())
 
 
+class _FieldError:
+    """``err(field, message)``: the SpecError that names sweep.yaml and the field."""
+
+    def __init__(self, spec_path: Path):
+        self.spec_path = spec_path
+
+    def __call__(self, fieldname: str, msg: str) -> SpecError:
+        return SpecError(f"{self.spec_path}: field '{fieldname}': {msg}")
+
+
 def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
              catalog: Catalog) -> Sweep:
-    def err(fieldname: str, msg: str) -> SpecError:
-        return SpecError(f"{spec_path}: field '{fieldname}': {msg}")
-
+    """The validated file ``sf`` checked against the sweep folder ``root`` and the catalog,
+    resolved into a :class:`Sweep` (one :class:`Space` per backend section)."""
+    err = _FieldError(spec_path)
     why = name_problem(sf.name if sf.name is not None else root.name)
     if why:
         raise err("name", ("missing, and the folder's name " if sf.name is None else
@@ -508,7 +518,34 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     if not ref.exists():
         raise err("reference", f"file {ref} does not exist; it must define reference(**kwargs)")
     _check_ref(ref, err)
+    top, primary, blocks = _backend_blocks(sf, err)
+    # the top level's derived names, which args, flops and bytes may use too
+    shared = _check_derived(sf.derived, _scope(top, sf.dims, sf.scalars), "", err)
+    work = {fname: _work(fname, getattr(sf, fname), sf, shared, err)
+            for fname in ("flops", "bytes")}
+    spaces, notes = {}, []
+    for backend, (prefix, blk) in blocks.items():
+        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared,
+                                 spec_path)
+        sp = spaces[backend]
+        notes += [f"{spec_path}: {msg}" for msg in [
+            *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
+            *macros.text_value_notes(sp, prefix),
+            *macros.zero_division_notes(sp, catalog, prefix)]]
+    return Sweep(
+        name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
+        tolerance=sf.tolerance, scalars=sf.scalars, timing=sf.timing,
+        args={a: [_inlined(e, shared, f"args.{a}[{j}]", err) if isinstance(e, str) else e
+                  for j, e in enumerate(shape)] for a, shape in sf.args.items()},
+        seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
+        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes, review=sf.review,
+        submit=sf.submit, reference_timing=sf.reference_timing)
 
+
+def _backend_blocks(sf: SweepFile, err: Any
+                    ) -> tuple[BackendBlock, str, dict[str, tuple[str, BackendBlock]]]:
+    """The top level as a backend block, its backend, and every backend's block with its
+    field prefix (``""``, ``cpu.``, ``cuda.``)."""
     blocks: dict[str, tuple[str, BackendBlock]] = {}
     top = BackendBlock(kernel=sf.kernel, launch=sf.launch, derived=sf.derived, params=sf.params,
                        restrictions=sf.restrictions, baseline=sf.baseline, methods=sf.methods,
@@ -527,62 +564,46 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
             raise err(name, f"the top-level kernel is already the {name} source; "
                             f"put the other backend's source in this block")
         blocks[name] = (f"{name}.", blk)
+    return top, primary, blocks
 
-    # the top level's derived names, which args, flops and bytes may use too
-    shared = _check_derived(sf.derived, _scope(top, sf.dims, sf.scalars), "", err)
-    work: dict[str, str | None] = {"flops": None, "bytes": None}
-    for fname in work:
-        text = getattr(sf, fname)
-        if text is None:
-            continue
-        try:
-            e = parse(text)
-        except ExprError as ex:
-            raise err(fname, str(ex)) from None
-        dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
-        if not e.names <= dim_names | shared.keys():
-            raise err(fname, f"{text!r} names {sorted(e.names - dim_names - shared.keys())}, "
-                      "which are neither dims, scalars nor derived names; write it over the dims "
-                      f"({', '.join(sorted({k for d in sf.dims for k in d}))}) and scalars, or "
-                      "add the name to `scalars` or `derived:`")
-        via = ", ".join(sorted(shared.keys() & e.names))
-        work[fname] = text = _inlined(text, shared, fname, err)
+
+def _work(fname: str, text: str | None, sf: SweepFile, shared: dict[str, str], err: Any
+          ) -> str | None:
+    """``flops`` or ``bytes`` (``fname``): the expression ``text`` over dims and scalars, its
+    derived names written in, checked at every problem size (0 or more); None when unset."""
+    if text is None:
+        return None
+    try:
         e = parse(text)
-        if not e.names <= dim_names:
-            raise err(fname, f"{getattr(sf, fname)!r} names {sorted(e.names - dim_names)} "
-                      f"through its derived names ({via}), which are not dims or scalars: the "
-                      "work of one call is the same for every launch config")
-        for where, i, d in _all_dims(sf):
-            try:
-                amount = float(e({**sf.scalars, **d}))
-            except KeyError:
-                continue  # a backend's own dims without that name: Sweep.work is not asked
-            except ZeroDivisionError:
-                raise err(fname, f"{getattr(sf, fname)!r} divides by zero at {where}[{i}] = "
-                          f"{d}") from None
-            except (ExprError, OverflowError) as ex:
-                raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
-                          "work of one call with smaller operands") from None
-            if not amount >= 0:  # a negative (or NaN) amount of work: every rate would lie
-                raise err(fname, f"{getattr(sf, fname)!r} is {amount:g} at {where}[{i}] = {d}; "
-                          f"{fname} counts the work of one call: 0 or more")
-    spaces, notes = {}, []
-    for backend, (prefix, blk) in blocks.items():
-        spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared,
-                                 spec_path)
-        sp = spaces[backend]
-        notes += [f"{spec_path}: {msg}" for msg in [
-            *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
-            *macros.text_value_notes(sp, prefix),
-            *macros.zero_division_notes(sp, catalog, prefix)]]
-    return Sweep(
-        name=sf.name or root.name, root=root, spec_path=spec_path, reference=ref,
-        tolerance=sf.tolerance, scalars=sf.scalars, timing=sf.timing,
-        args={a: [_inlined(e, shared, f"args.{a}[{j}]", err) if isinstance(e, str) else e
-                  for j, e in enumerate(shape)] for a, shape in sf.args.items()},
-        seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
-        raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes, review=sf.review,
-        submit=sf.submit, reference_timing=sf.reference_timing)
+    except ExprError as ex:
+        raise err(fname, str(ex)) from None
+    dim_names = {k for d in sf.dims for k in d} | set(sf.scalars)
+    if not e.names <= dim_names | shared.keys():
+        raise err(fname, f"{text!r} names {sorted(e.names - dim_names - shared.keys())}, "
+                  "which are neither dims, scalars nor derived names; write it over the dims "
+                  f"({', '.join(sorted({k for d in sf.dims for k in d}))}) and scalars, or "
+                  "add the name to `scalars` or `derived:`")
+    via = ", ".join(sorted(shared.keys() & e.names))
+    inlined = _inlined(text, shared, fname, err)
+    e = parse(inlined)
+    if not e.names <= dim_names:
+        raise err(fname, f"{text!r} names {sorted(e.names - dim_names)} "
+                  f"through its derived names ({via}), which are not dims or scalars: the "
+                  "work of one call is the same for every launch config")
+    for where, i, d in _all_dims(sf):
+        try:
+            amount = float(e({**sf.scalars, **d}))
+        except KeyError:
+            continue  # a backend's own dims without that name: Sweep.work is not asked
+        except ZeroDivisionError:
+            raise err(fname, f"{text!r} divides by zero at {where}[{i}] = {d}") from None
+        except (ExprError, OverflowError) as ex:
+            raise err(fname, f"cannot evaluate at {where}[{i}] = {d}: {ex}; write the "
+                      "work of one call with smaller operands") from None
+        if not amount >= 0:  # a negative (or NaN) amount of work: every rate would lie
+            raise err(fname, f"{text!r} is {amount:g} at {where}[{i}] = {d}; "
+                      f"{fname} counts the work of one call: 0 or more")
+    return inlined
 
 
 # Most restriction evaluations one method's check may take (its space projected on the
@@ -734,6 +755,8 @@ def _bindings(tree: ast.Module) -> dict[str, ast.stmt]:
 
 def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Path,
            catalog: Catalog, err: Any, shared: dict[str, str], spec_path: Path) -> Space:
+    """One backend's section of sweep.yaml (``prefix``: ``cpu.`` / ``cuda.`` or "") checked
+    and resolved into a :class:`Space`; ``err(field, message)`` makes the SpecError."""
     src = root / blk.kernel
     if not src.exists():
         raise err(f"{prefix}kernel", f"file {src} does not exist")
@@ -747,7 +770,6 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     dims = blk.dims if blk.dims is not None else sf.dims
     if not dims:
         raise err(f"{prefix}dims", "needs at least one problem size, e.g. [{N: 1048576}]")
-
     argnames = {a.name for a in sig.args}
     for a in sf.args:
         if a not in argnames:
@@ -755,62 +777,107 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                                    f"(it has: {', '.join(a.name for a in sig.args)})")
     dp = prefix if blk.dims is not None else ""  # where these dims are written
     for i, d in enumerate(dims):
-        for k, v in d.items():
-            if k in sf.scalars:
-                raise err(f"scalars.{k}", f"{k!r} is also a dim ({dp}dims[{i}]); a name is a dim "
-                          "or a scalar, not both (the load's checks read one value, the run the "
-                          "other): drop one of them")
-            if v < 1:
-                raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
-                          "(an empty problem has nothing to measure); give values that are not "
-                          "sizes in `scalars`")
-        for s in sig.scalars:
-            if s.name not in d and s.name not in sf.scalars:
-                raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
-                          "but is neither a dim nor in `scalars`; add "
-                          f"{s.name}: <value> to one of them")
-            v = d.get(s.name, sf.scalars.get(s.name))
-            lo, hi, integral = scalar_range(s.ctype)
-            bad = (not float(v).is_integer() if integral else math.isnan(v)) or (
-                math.isfinite(v) and not lo <= v <= hi)
-            if bad or (integral and not math.isfinite(v)):
-                where = f"{dp}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
-                kind = "integers" if integral else "finite values up to +-"
-                rng = f"{lo} .. {hi}" if integral else f"{hi:g}"
-                raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({kind}{' ' * integral}"
-                          f"{rng}); use a value of that range or a wider type")
+        _check_problem_size(i, d, sig, sf, dp, prefix, err)
         for a, shape in sf.args.items():
-            numel = 1
-            for j, e in enumerate(shape):
-                v = e
-                if isinstance(e, str):
-                    try:
-                        v = parse(_inlined(e, shared, f"args.{a}[{j}]", err))({**d, **sf.scalars})
-                    except KeyError as ex:
-                        via = sorted(parse(e).names & shared.keys())
-                        via_s = f" through its derived names ({', '.join(via)})" if via else ""
-                        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}{via_s}, which is "
-                                  f"neither a dim of {dp or 'the top-level '}dims[{i}] "
-                                  f"({', '.join(d) or 'none'}) nor in `scalars`; write the "
-                                  f"extent over those names, or give {ex.args[0]} in every "
-                                  "problem size of dims (or in `scalars`)") from None
-                    except ZeroDivisionError:
-                        raise err(f"args.{a}[{j}]", f"{e!r} divides by zero with "
-                                  f"{dp}dims[{i}] = {d}") from None
-                    except ExprError as ex:
-                        raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with "
-                                  f"{dp}dims[{i}] = {d}: {ex}") from None
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}dims[{i}] = {d}, "
-                              "not a size: every extent must be an integer >= 1 (an empty "
-                              "buffer has nothing to measure)")
-                numel *= v
-            if numel > MAX_ARG_ELEMENTS:
-                raise err(f"args.{a}", f"{shape} gives {numel:,} elements with {dp}dims[{i}] = "
-                          f"{d}, over {MAX_ARG_ELEMENTS:,} (2^38): no device holds that; check "
-                          "the extents")
-
+            _check_extents(a, shape, i, d, sf, shared, dp, err)
     _check_param_names(blk, dims, sig, prefix, err)
+    params = _checked_params(blk, catalog, prefix, err)
+    derived = _check_derived(blk.derived, _scope(blk, dims, sf.scalars), prefix, err)
+    _check_restrictions(blk, params, dims, derived, prefix, err)
+    baseline = _baseline(blk, params, prefix, err)
+    _check_baseline_in_space(blk, derived, dims, baseline, dp, prefix, err)
+    launch = blk.launch
+    if launch is not None:
+        launch = _check_launch(launch, prefix, params, baseline, dims, sf.scalars, err, derived)
+    _check_gpu_only_fields(backend, blk, prefix, err)
+    incs = []
+    for i, d in enumerate(blk.include_dirs):
+        try:
+            incs.append(str(include_dir(d, root)))
+        except ValueError as e:
+            raise err(f"{prefix}include_dirs[{i}]", str(e)) from None
+    _check_include_dirs(blk.include_dirs, incs, prefix, err)
+    return Space(
+        backend=backend, source=resolved(src), signature=sig, params=params,
+        restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
+        flags=list(blk.flags), dims=[dict(d) for d in dims],
+        include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
+        needs_sm90a=blk.needs_sm90a, spec_path=spec_path, prefix=prefix)
+
+
+def _check_problem_size(i: int, d: dict[str, int], sig: Any, sf: SweepFile, dp: str,
+                        prefix: str, err: Any) -> None:
+    """Problem size ``d`` (``dims[i]``): sizes >= 1, no name both a dim and a scalar, and every
+    scalar argument of the kernel given a value its C type holds."""
+    for k, v in d.items():
+        if k in sf.scalars:
+            raise err(f"scalars.{k}", f"{k!r} is also a dim ({dp}dims[{i}]); a name is a dim "
+                      "or a scalar, not both (the load's checks read one value, the run the "
+                      "other): drop one of them")
+        if v < 1:
+            raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
+                      "(an empty problem has nothing to measure); give values that are not "
+                      "sizes in `scalars`")
+    for s in sig.scalars:
+        if s.name not in d and s.name not in sf.scalars:
+            raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
+                      "but is neither a dim nor in `scalars`; add "
+                      f"{s.name}: <value> to one of them")
+        v = d.get(s.name, sf.scalars.get(s.name))
+        lo, hi, integral = scalar_range(s.ctype)
+        bad = (not float(v).is_integer() if integral else math.isnan(v)) or (
+            math.isfinite(v) and not lo <= v <= hi)
+        if bad or (integral and not math.isfinite(v)):
+            where = f"{dp}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
+            kind = "integers" if integral else "finite values up to +-"
+            rng = f"{lo} .. {hi}" if integral else f"{hi:g}"
+            raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({kind}{' ' * integral}"
+                      f"{rng}); use a value of that range or a wider type")
+
+
+def _check_extents(a: str, shape: list[Any], i: int, d: dict[str, int], sf: SweepFile,
+                   shared: dict[str, str], dp: str, err: Any) -> None:
+    """Argument ``a``'s extents at problem size ``d`` (``dims[i]``): each an integer >= 1, the
+    buffer at most :data:`MAX_ARG_ELEMENTS` elements."""
+    numel = 1
+    for j, e in enumerate(shape):
+        v = e if not isinstance(e, str) else _extent(a, j, e, i, d, sf, shared, dp, err)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}dims[{i}] = {d}, "
+                      "not a size: every extent must be an integer >= 1 (an empty "
+                      "buffer has nothing to measure)")
+        numel *= v
+    if numel > MAX_ARG_ELEMENTS:
+        raise err(f"args.{a}", f"{shape} gives {numel:,} elements with {dp}dims[{i}] = "
+                  f"{d}, over {MAX_ARG_ELEMENTS:,} (2^38): no device holds that; check "
+                  "the extents")
+
+
+def _extent(a: str, j: int, e: str, i: int, d: dict[str, int], sf: SweepFile,
+            shared: dict[str, str], dp: str, err: Any) -> Any:
+    """Extent expression ``e`` (``args.a[j]``) evaluated at problem size ``d``."""
+    try:
+        return parse(_inlined(e, shared, f"args.{a}[{j}]", err))({**d, **sf.scalars})
+    except KeyError as ex:
+        via = sorted(parse(e).names & shared.keys())
+        via_s = f" through its derived names ({', '.join(via)})" if via else ""
+        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}{via_s}, which is "
+                  f"neither a dim of {dp or 'the top-level '}dims[{i}] "
+                  f"({', '.join(d) or 'none'}) nor in `scalars`; write the "
+                  f"extent over those names, or give {ex.args[0]} in every "
+                  "problem size of dims (or in `scalars`)") from None
+    except ZeroDivisionError:
+        raise err(f"args.{a}[{j}]", f"{e!r} divides by zero with "
+                  f"{dp}dims[{i}] = {d}") from None
+    except ExprError as ex:
+        raise err(f"args.{a}[{j}]", f"cannot evaluate {e!r} with "
+                  f"{dp}dims[{i}] = {d}: {ex}") from None
+
+
+def _checked_params(blk: BackendBlock, catalog: Catalog, prefix: str, err: Any
+                    ) -> dict[str, list[Any]]:
+    """The launch params (no empty or repeated values), and the realized methods checked:
+    catalog ids, method params not named like launch params."""
     params = {k: list(v) for k, v in blk.params.items()}
     for k, vals in params.items():
         if not vals:
@@ -827,7 +894,14 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             if k in params:
                 raise err(f"{prefix}methods.{mid}.params.{k}",
                           f"{k!r} is already a launch param; give method params their own names")
-    derived = _check_derived(blk.derived, _scope(blk, dims, sf.scalars), prefix, err)
+    return params
+
+
+def _check_restrictions(blk: BackendBlock, params: dict[str, list[Any]],
+                        dims: list[dict[str, int]], derived: dict[str, str], prefix: str,
+                        err: Any) -> None:
+    """Every restriction parses and names only params, method params/defines, dims and
+    derived names (every backend's section, whatever this machine runs)."""
     known = set(params) | {k for d in dims for k in d}
     for real in blk.methods.values():
         known |= set(real.params) | set(real.defines)
@@ -837,7 +911,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             names = parse(r).names
         except ExprError as e:
             raise err(where, str(e)) from None
-        if names - known - derived.keys():  # every backend's section, whatever this machine runs
+        if names - known - derived.keys():
             raise err(where, f"{r!r} names {sorted(names - known - derived.keys())}, which are "
                       "neither params, method params/defines, dims nor derived names (known: "
                       f"{sorted(known | derived.keys())})")
@@ -846,6 +920,11 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
             raise err(where, f"{r!r} names {sorted(inner)} through its derived names "
                       f"({', '.join(sorted(names & derived.keys()))}); restrictions see params, "
                       "method params/defines and dims, not scalars")
+
+
+def _baseline(blk: BackendBlock, params: dict[str, list[Any]], prefix: str, err: Any
+              ) -> dict[str, Any]:
+    """The baseline launch config: ``baseline:``'s values, each param's first value else."""
     baseline = {}
     for k, vals in params.items():
         v = blk.baseline.get(k, vals[0])
@@ -855,7 +934,14 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     for k in blk.baseline:
         if k not in params:
             raise err(f"{prefix}baseline.{k}", f"not a launch param (params: {list(params)})")
-    for i, r in enumerate(blk.restrictions):  # the baseline (no methods) must be in the space
+    return baseline
+
+
+def _check_baseline_in_space(blk: BackendBlock, derived: dict[str, str],
+                             dims: list[dict[str, int]], baseline: dict[str, Any], dp: str,
+                             prefix: str, err: Any) -> None:
+    """The baseline (no methods) passes every restriction at every problem size."""
+    for i, r in enumerate(blk.restrictions):
         expr = parse(inline(r, derived))
         for j, d in enumerate(dims):
             env = {**d, **baseline}
@@ -873,9 +959,11 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
                 raise err(f"{prefix}restrictions[{i}]",
                           f"the baseline {baseline} {why} {r!r} for {dp}dims[{j}] = {d}; "
                           f"change `{prefix}baseline` or the restriction")
-    launch = blk.launch
-    if launch is not None:
-        launch = _check_launch(launch, prefix, params, baseline, dims, sf.scalars, err, derived)
+
+
+def _check_gpu_only_fields(backend: str, blk: BackendBlock, prefix: str, err: Any) -> None:
+    """No arch flag in ``flags`` (kopt picks the arch per device class), and ``needs_sm90a``
+    only on the CUDA backend's section."""
     bad = arch_flag(blk.flags) if backend == "cuda" else None
     if bad is not None:
         raise err(f"{prefix}flags", f"{bad!r} sets the GPU arch, which kopt chooses per device "
@@ -889,19 +977,6 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         if real.needs_sm90a and backend != "cuda":
             raise err(f"{prefix}methods.{mid}.needs_sm90a", f"sm_90a is a GPU target; "
                       f"{blk.kernel} is a {backend} source: drop this `needs_sm90a`")
-    incs = []
-    for i, d in enumerate(blk.include_dirs):
-        try:
-            incs.append(str(include_dir(d, root)))
-        except ValueError as e:
-            raise err(f"{prefix}include_dirs[{i}]", str(e)) from None
-    _check_include_dirs(blk.include_dirs, incs, prefix, err)
-    return Space(
-        backend=backend, source=resolved(src), signature=sig, params=params,
-        restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
-        flags=list(blk.flags), dims=[dict(d) for d in dims],
-        include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
-        needs_sm90a=blk.needs_sm90a, spec_path=spec_path, prefix=prefix)
 
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
