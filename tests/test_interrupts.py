@@ -88,6 +88,49 @@ def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_pa
     assert line.endswith(f"is finished and stored (`kopt best va --run {run_id}` shows it)")
 
 
+CTRL_C_IN_A_QUERY = """
+import sys
+from click.testing import CliRunner
+import kopt.cli.main
+import kopt.driver.sweep
+
+def query_interrupted(ctx, loop):
+    raise RuntimeError("Query interrupted")  # DuckDB's form of a SIGINT during a query
+
+kopt.driver.sweep.close_loop_on_devices = query_interrupted
+r = CliRunner().invoke(kopt.cli.main.main, ["sweep", sys.argv[1], "--backend", "cpu", "--store",
+                                       sys.argv[2]])
+print(r.exit_code)
+print(" ".join(r.output.split()))  # the console wraps long lines
+"""
+
+
+def test_ctrl_c_inside_a_duckdb_query_is_the_sweeps_interrupt(tmp_path):
+    """A Ctrl-C that lands while the driver waits in a DuckDB query surfaces as DuckDB's
+    RuntimeError("Query interrupted"), not KeyboardInterrupt: it passed the sweep's own
+    handling, the command said "error: interrupted (Ctrl-C)" and the run was left as if
+    killed. Now it is the sweep's interrupt: the run is marked interrupted, the line says
+    what is stored and how to resume it, exit 130."""
+    import subprocess
+    import sys
+
+    from kopt.store.database import query
+
+    d = write_sweep(tmp_path / "vq", SWEEP + "    timing: {min_samples: 3, max_samples: 3}\n"
+                    "    reference_timing: false\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
+    p = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_QUERY, str(d), str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
+    code, text = p.stdout.splitlines()[:2]
+    assert code == "130", p.stdout + p.stderr[-3000:]
+    assert "error: interrupted (Ctrl-C)" not in text
+    rows = query("select distinct run_id from runs", tmp_path / "s")[1]
+    assert text.endswith("interrupted: every finished measurement is stored; finish with "
+                         f"`kopt sweep {d} --store {tmp_path / 's'} --resume {rows[0][0]}`"), text
+    rows = query("select status, count(*) from runs group by 1", tmp_path / "s")[1]
+    assert rows == [("interrupted", 1)]
+
+
 def test_a_killed_queued_sweep_is_not_listed_as_running():
     """A SIGKILLed `--queue` sweep stayed "running" in `kopt serve status`
     forever; a driver of this host that is gone is dropped (one elsewhere cannot be told)."""

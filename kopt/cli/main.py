@@ -242,6 +242,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     """
     from kopt.driver.sweep import run_sweep
     from kopt.run.runner import SweepError
+    from kopt.store.database import interrupted
 
     try:
         sw = load_sweep(sweep_dir)
@@ -277,19 +278,14 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     except SweepError as e:
         obs.stop()
         fail(str(e))
-    except KeyboardInterrupt as e:
-        # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (KeyboardInterrupt, Exception) as e:  # Exception: DuckDB's form of a Ctrl-C
+        if not interrupted(e):
+            raise
         obs.stop()
-        rid = getattr(obs, "run_id", None)
-        if rid is None:
-            console.print("[yellow]interrupted[/] before the run started: nothing was stored")
-        else:
-            hint = resume_command(sweep_dir, root, rid, queue=queue, address=address,
-                                  cluster=cluster)
-            console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
-                          + escape(f"with `{hint}`"), highlight=False)
-        sys.exit(_interrupt_code(e))
+        _sweep_interrupted(e, getattr(obs, "run_id", None),
+                           resume_command(sweep_dir, root, obs.run_id, queue=queue,
+                                          address=address, cluster=cluster)
+                           if getattr(obs, "run_id", None) else "")
     try:
         _show_sweep(summary, sw, root, top_k, obs, leave_ray=not ray_before)
     except KeyboardInterrupt as e:  # trial 11 D6: the run is stored; say so, not "Ctrl-C"
@@ -298,6 +294,19 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                              f"finished and stored (`kopt best {sw.name} --run "
                              f"{summary.run_id}` shows it)"), highlight=False, soft_wrap=True)
         sys.exit(_interrupt_code(e))
+
+
+def _sweep_interrupted(e: BaseException, run_id: str | None, hint: str) -> NoReturn:
+    """Exit after a sweep stopped by Ctrl-C or SIGTERM (``e``), saying whether anything was
+    stored and ``hint``, the command that finishes run ``run_id``."""
+    # everything is flushed; more Ctrl-C would only cut Ray's shutdown with a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if run_id is None:
+        console.print("[yellow]interrupted[/] before the run started: nothing was stored")
+    else:
+        console.print("[yellow]interrupted[/]: every finished measurement is stored; finish "
+                      + escape(f"with `{hint}`"), highlight=False)
+    sys.exit(_interrupt_code(e if isinstance(e, KeyboardInterrupt) else KeyboardInterrupt()))
 
 
 def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,

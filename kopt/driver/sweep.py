@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from kopt import __version__
 from kopt.core.bottleneck import triggers
 from kopt.core.catalog import Catalog, load_catalog
@@ -76,7 +78,7 @@ from kopt.run.service import (
     use_token,
 )
 from kopt.run.signals import received, signals_held, terminate
-from kopt.store.database import Database, Writer, done_job_keys, iteration_states
+from kopt.store.database import Database, Writer, done_job_keys, interrupted, iteration_states
 from kopt.store.files import RunLock, dumps, now, stored_json, warm_arrow
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
 from kopt.util.phases import PhaseRecorder, adopted
@@ -289,9 +291,14 @@ class Driver:
             self._iterate(bool(stored))
             self._time_references()  # an iteration that measured nothing left them
             close_loop_on_devices(self.ctx, self.loop)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RuntimeError, duckdb.InterruptException) as e:
+            if not interrupted(e):  # a RuntimeError that is no Ctrl-C
+                raise
             self._interrupted(t_start, prev)
-            raise
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            # Ctrl-C inside a DuckDB query comes out as DuckDB's error: one interrupt
+            raise KeyboardInterrupt() from e
         finally:
             self.phases.begin("stop_devices")
             self._stop_devices()
