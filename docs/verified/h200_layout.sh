@@ -24,6 +24,11 @@ for round in ${ROUNDS-1 2}; do
     tail -3 /tmp/lay-$side-$round.log | tee -a "$out/layout.txt"
     (cd "$tree" && PYTHONPATH=/tmp/site:$tree python3 -m $mod best sgemm_kt --format json \
       --store /tmp/lay-store-$side-$round > /tmp/lay-store-$side-$round/best.json 2>&1)
+    # where the wall went: each phase's first start and last end (s since kopt started), and
+    # the device's busy seconds
+    (cd "$tree" && PYTHONPATH=/tmp/site:$tree python3 -m $mod query --format csv \
+      --store /tmp/lay-store-$side-$round "select phase, count(*) n, round(min(start_s), 2) s0, round(max(end_s), 2) s1, round(sum(end_s - start_s), 2) total_s from phases group by phase order by s0" \
+      > "$out/phases-$side-$round.csv" 2>&1)
   done
 done
 python3 - "$out/layout.json" <<'PY' 2>&1 | tee -a "$out/layout.txt"

@@ -255,15 +255,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
     if seed is not None and (strategy or "exhaustive") != "random" and not resume:
         fail(f"--seed {seed} only applies to --strategy random")
     if resume and root.is_dir():
-        from kopt.store.database import run_record
-
-        rec = run_record(root, resume)
-        if rec is not None and rec.get("status") == "finished" and rec.get("sweep") == sw.name:
-            console.print(escape(f"run {resume} is finished: every job is measured and its "
-                                 f"winners are stored; nothing to resume (`kopt best {sw.name} "
-                                 f"--run {resume}` or `kopt report {resume}` show it)"),
-                          highlight=False, soft_wrap=True)
-            sys.exit(0)
+        _exit_if_finished(root, resume, sw.name)
     obs = ConsoleProgress()
     ray_before = _ray_up()
     try:
@@ -294,6 +286,19 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                              f"finished and stored (`kopt best {sw.name} --run "
                              f"{summary.run_id}` shows it)"), highlight=False, soft_wrap=True)
         sys.exit(_interrupt_code(e))
+
+
+def _exit_if_finished(root: Path, run_id: str, sweep_name: str) -> None:
+    """``--resume RUN_ID`` of a finished run: say so and exit 0 (nothing to resume)."""
+    from kopt.store.database import run_record
+
+    rec = run_record(root, run_id)
+    if rec is not None and rec.get("status") == "finished" and rec.get("sweep") == sweep_name:
+        console.print(escape(f"run {run_id} is finished: every job is measured and its "
+                             f"winners are stored; nothing to resume (`kopt best {sweep_name} "
+                             f"--run {run_id}` or `kopt report {run_id}` show it)"),
+                      highlight=False, soft_wrap=True)
+        sys.exit(0)
 
 
 def _sweep_interrupted(e: BaseException, run_id: str | None, hint: str) -> NoReturn:
@@ -1175,16 +1180,7 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
                 _csv(f, rows)
         tr.plot(t, out_dir / "triage.png")
     if plot_file:
-        if not plot_file.suffix:  # matplotlib would pick PNG and rename it, silently
-            named = plot_file
-            plot_file = plot_file.with_name(plot_file.name.rstrip(".") + ".png")
-            console.print(escape(f"note: --plot {named} has no extension: writing {plot_file} "
-                                 "(PNG; name .svg, .pdf or .jpeg for another format)"),
-                          highlight=False, soft_wrap=True)
-        try:
-            tr.plot(t, plot_file)
-        except ValueError as e:  # matplotlib: an extension it cannot write
-            fail(f"--plot {plot_file}: {str(e).splitlines()[0]}")
+        _triage_plot(t, plot_file)
     for n in t.notes:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
     if fmt == "json":
@@ -1198,6 +1194,23 @@ def triage_cmd(trace: Path | None, mapping: Path | None, formal: Path | None,
     console.print(f"triage {t.triage_id}" + ("" if no_store else escape(
         f" stored in {_store(store)} (`kopt query \"select * from triage_kernels where "
         f"triage_id = '{t.triage_id}'\"`)")), highlight=False, soft_wrap=True)
+
+
+def _triage_plot(t: Any, plot_file: Path) -> None:
+    """``--plot FILE``: triage ``t``'s figure; a name without an extension is written as PNG,
+    with a note (matplotlib would pick PNG and rename it, silently)."""
+    from kopt.tools import triage as tr
+
+    if not plot_file.suffix:
+        named = plot_file
+        plot_file = plot_file.with_name(plot_file.name.rstrip(".") + ".png")
+        console.print(escape(f"note: --plot {named} has no extension: writing {plot_file} "
+                             "(PNG; name .svg, .pdf or .jpeg for another format)"),
+                      highlight=False, soft_wrap=True)
+    try:
+        tr.plot(t, plot_file)
+    except ValueError as e:  # matplotlib: an extension it cannot write
+        fail(f"--plot {plot_file}: {str(e).splitlines()[0]}")
 
 
 def _csv(f: Any, rows: list[dict[str, Any]]) -> None:

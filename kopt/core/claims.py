@@ -175,6 +175,16 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
         if len(on) > 1:
             refusals.append(Refusal("one_method_per_axis", f"{' and '.join(on)} are all on "
                                     f"the {axis} axis; claim at most one method per axis"))
+    refusals += _arch_refusals(known, sm)
+    refusals += _pair_refusals(known, claim, sel, cat)
+    if scan is not None:
+        refusals += _scan_refusals(known, _scan_rows(scan), why)
+    return ClaimCheck(given, tuple(refusals))
+
+
+def _arch_refusals(known: list[Any], sm: int | None) -> list[Refusal]:
+    """The claimed methods the device's arch cannot run (``sm`` None: a CPU device)."""
+    refusals = []
     for m in known:
         if sm is None and not m.arch_ok(None):
             refusals.append(Refusal("arch_gate", f"{m.id} is GPU hardware (sm_{m.min_sm} or "
@@ -185,6 +195,14 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
         elif not m.arch_ok(sm):
             refusals.append(Refusal("arch_gate", f"{m.id} needs the sm_90a target (an sm_90 "
                                     f"device only); the device is sm_{sm}"))
+    return refusals
+
+
+def _pair_refusals(known: list[Any], claim: tuple[str, ...], sel: set[str], cat: Catalog
+                   ) -> list[Refusal]:
+    """Conflicts among the claimed methods and with the current best's (``sel``), and the
+    methods a claimed one requires that neither claims nor selects."""
+    refusals = []
     for a, b in itertools.combinations(known, 2):
         if cat.conflict(a.id, b.id):
             refusals.append(Refusal("conflict", f"{a.id} and {b.id} conflict in the "
@@ -200,9 +218,7 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
         if missing:
             refusals.append(Refusal("requires", f"{m.id} requires {', '.join(missing)}: "
                                     "claim it too (or select it in an earlier iteration)"))
-    if scan is not None:
-        refusals += _scan_refusals(known, _scan_rows(scan), why)
-    return ClaimCheck(given, tuple(refusals))
+    return refusals
 
 
 def _once(claim: tuple[str, ...]) -> tuple[tuple[str, ...], list[Refusal]]:

@@ -140,27 +140,7 @@ def close_loop(first: str, final: str, winner_of: dict[str, int],
     summ = {c: across_sizes(xs) for c, xs in remeasured.items() if xs and c not in dropped}
     if not summ:
         raise ValueError("no contender of the closing contest was re-measured")
-
-    def it_name(c: str) -> str:
-        k = winner_of.get(c, 0)
-        return "the first baseline" if k == 0 else f"iteration {k}'s winner"
-
-    notes = []
-    ref = final  # the final winner; when it failed, the latest winner that passed
-    if final not in summ:
-        ref = max(summ, key=lambda c: (winner_of.get(c, 0), c))
-        why = (dropped.get(final) or "it was not re-measured").splitlines()[0][:200]
-        notes.append(f"the final winner, {it_name(final)}, failed the closing contest "
-                     f"({why}) and cannot be named")
-    best = ref
-    faster = [c for c in summ if c != ref and label(summ[ref], summ[c]) == "FASTER"]
-    if faster:
-        best = min(faster, key=lambda c: (summ[c][0], c))
-        notes.append(f"side by side, {it_name(best)} ({summ[best][0]:.4g} ms) is faster beyond "
-                     f"noise than {it_name(ref)} ({summ[ref][0]:.4g} ms): "
-                     + ("no iteration improved on the first baseline"
-                        if winner_of.get(best, 0) == 0 else
-                        f"the iterations after {winner_of[best]} did not improve on it"))
+    best, notes = _closing_best(final, winner_of, summ, dropped)
     ms = {c: s[0] for c, s in summ.items()}
     labels: dict[str, Label] = {c: label(summ[best], summ[c]) for c in summ}
     labels[best] = "TIED"
@@ -169,3 +149,34 @@ def close_loop(first: str, final: str, winner_of: dict[str, int],
             "speedup": ms[first] / ms[best] if first in ms else None,
             "final_winner": final, "winner_of": dict(winner_of), "medians_ms": ms,
             "labels": labels, "dropped": dropped, "note": "; ".join(notes)}
+
+
+def _iteration_name(c: str, winner_of: dict[str, int]) -> str:
+    """How a closing note names contender ``c``: the first baseline or iteration k's winner."""
+    k = winner_of.get(c, 0)
+    return "the first baseline" if k == 0 else f"iteration {k}'s winner"
+
+
+def _closing_best(final: str, winner_of: dict[str, int],
+                  summ: dict[str, tuple[float, float]], dropped: dict[str, str]
+                  ) -> tuple[str, list[str]]:
+    """:func:`close_loop`'s pick and its notes: the final winner (or, when it failed, the
+    latest that passed), unless an earlier contender is FASTER beyond noise."""
+    notes = []
+    ref = final  # the final winner; when it failed, the latest winner that passed
+    if final not in summ:
+        ref = max(summ, key=lambda c: (winner_of.get(c, 0), c))
+        why = (dropped.get(final) or "it was not re-measured").splitlines()[0][:200]
+        notes.append(f"the final winner, {_iteration_name(final, winner_of)}, failed the "
+                     f"closing contest ({why}) and cannot be named")
+    best = ref
+    faster = [c for c in summ if c != ref and label(summ[ref], summ[c]) == "FASTER"]
+    if faster:
+        best = min(faster, key=lambda c: (summ[c][0], c))
+        notes.append(f"side by side, {_iteration_name(best, winner_of)} ({summ[best][0]:.4g} "
+                     f"ms) is faster beyond noise than {_iteration_name(ref, winner_of)} "
+                     f"({summ[ref][0]:.4g} ms): "
+                     + ("no iteration improved on the first baseline"
+                        if winner_of.get(best, 0) == 0 else
+                        f"the iterations after {winner_of[best]} did not improve on it"))
+    return best, notes
