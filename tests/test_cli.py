@@ -102,9 +102,9 @@ def test_report_of_a_run_with_no_correct_candidate(ray_local, tmp_path):
 def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, monkeypatch):
     """In a CI log or a file the progress bars only draw at the end: the sweep prints a
     plain 'built a/b, ran c/d' line every HEARTBEAT_S seconds instead (0.2 s here)."""
-    import kopt.cli.main
+    import kopt.cli.console
 
-    monkeypatch.setattr(kopt.cli.main, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(kopt.cli.console, "HEARTBEAT_S", 0.2)
     r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
             "--max-candidates", "3", "--iterations", "1", "--store", str(tmp_path / "st"))
     assert r.exit_code == 0, r.output
