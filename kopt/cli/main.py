@@ -646,15 +646,17 @@ PROPOSE_SETS = (
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
 def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
-    """Write a run's summary.md (environment, iterations, best candidate, plots)."""
-    from kopt.store.database import Database
-    from kopt.tools.report import ReportError, source_notes, write_report
+    """Write a run's summary.md (environment, iterations, best candidate, plots) and
+    best-<class>.cu/.cpp: the source each class's best was measured from (the store's copy,
+    a submitted version's too), its -D defines written in as #define lines."""
+    from kopt.tools.report import ReportError, write_report
 
+    notes: list[str] = []
     try:
-        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
+        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"), notes)
     except ReportError as e:
         fail(str(e))
-    for note in source_notes(Database(_store(store)).run(run_id) or {}, run_id):
+    for note in notes:
         console.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
     out.print(f"wrote {escape(str(path))}", highlight=False)
 

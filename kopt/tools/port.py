@@ -1,7 +1,9 @@
 """``kopt port RUN_ID --to REPO_FILE``: the winner of a sweep back into the user's repository.
 
-The winner's realized source (the sweep's kernel source with its ``-D`` defines written in as
-``#define`` lines at the top: no ``-D`` needed) replaces ``REPO_FILE`` on a new branch
+The winner's realized source (the exact source it was measured from, the store's copy: a
+submitted version's text when one won; its ``-D`` defines written in as ``#define`` lines at
+the top: no ``-D`` needed; :func:`kopt.tools.report.measured_realized`) replaces
+``REPO_FILE`` on a new branch
 ``kopt/port-RUN_ID-CANDIDATE`` checked out in a separate git worktree (default
 ``STORE/port-worktrees/<branch>-<port id>``): the user's checkout, its current branch and any
 uncommitted change in it are never touched. Refused with one line when ``REPO_FILE`` has
@@ -174,19 +176,21 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
     Raises:
         PortError: refused before anything changed (see :func:`check_repo`, :func:`winner`).
     """
+    from kopt.loop.measured import SourceLost
     from kopt.store.database import Database
     from kopt.store.files import now
-    from kopt.tools.report import realized_source
+    from kopt.tools.report import measured_realized
 
     store = resolved(store)
     root, rel = check_repo(Path(target))
     w = winner(run_id, store, device_class)
     header = (f"kopt port: sweep {w['sweep']}, run {run_id}, candidate {w['candidate_id']} "
               f"({w['device_class']}, {w['median_ms']:.4g} ms in the sweep)")
-    text = realized_source(Path(w["sweep_dir"]), w["backend"], w["defines"], header)
-    if text is None:
-        raise PortError(f"the sweep folder {w['sweep_dir']} of run {run_id} no longer loads: "
-                        "its source is needed to realize the winner")
+    try:
+        text, _ = measured_realized(Database(store), run_id, w["candidate_id"], w["defines"],
+                                    header)
+    except SourceLost as e:
+        raise PortError(f"{e}; the port needs it (nothing was changed)") from None
     base = _git(root, "rev-parse", "HEAD")
     branch = stem = f"kopt/port-{run_id}-{w['candidate_id'][:8]}"
     n = 1
@@ -206,7 +210,7 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
             res.steps.append(run_command("build_before", build, wt, timeout_s))
         res.steps.append(run_command("bench_before", bench, wt, timeout_s))
     (wt / rel).parent.mkdir(parents=True, exist_ok=True)
-    (wt / rel).write_text(text)
+    (wt / rel).write_text(text, newline="")
     who = [] if _git(wt, "config", "user.email", check=False) else [
         "-c", "user.name=kopt", "-c", "user.email=kopt@localhost"]
     _git(wt, "add", "--", rel)
