@@ -177,7 +177,6 @@ ALLOWED_LONG: frozenset[str] = frozenset({
     "kopt/core/spec.py:_resolve",
     "kopt/core/spec.py:_space",
     "kopt/core/winner.py:close_loop",
-    "kopt/tools/port.py:port",
     "kopt/tools/report.py:write_report",
     "workers/harness.py:run",
 })

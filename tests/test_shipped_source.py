@@ -144,6 +144,7 @@ def test_an_edited_sweep_folder_still_ships_the_measured_text_with_a_note(tmp_pa
     assert "edited after the run" not in shipped
     repo = make_repo(tmp_path / "repo", "k.cpp", "int x;\n")
     r = kopt("port", "r1", "--to", repo / "k.cpp", "--store", st)
+    assert notes[0] in "note: " + " ".join(r.output.split("note: ", 1)[1].split())
     assert committed(repo, "k.cpp").split("\n", 1)[1] == shipped.split("\n", 1)[1]
 
 
@@ -165,3 +166,50 @@ def test_a_submitted_winner_whose_stored_copy_is_lost_is_never_the_sweep_source(
     r = kopt("port", "r1", "--to", repo / "k.cpp", "--store", st, code=2)
     assert "no stored source h2" in r.output and "nothing was changed" in r.output
     assert git(repo, "branch", "--list", "kopt/*") == ""
+
+
+# the fake bench: BEFORE_FIG on the base commit, AFTER_FIG on the port (told apart by the
+# ported file's first line); each run's figure is a time in ms
+BENCH = ("if head -1 k.cpp | grep -q 'kopt port'; then echo \"took {after} ms\"; "
+         "else echo \"took {before} ms\"; fi")
+
+
+@pytest.mark.parametrize("before, after, verdict, code, status", [
+    (10.0, 5.0, "FASTER", 0, "ok"),
+    (5.0, 10.0, "SLOWER", 3, "slower"),
+    (10.0, 10.05, "TIED", 4, "tied"),   # 0.5%: under the 1% floor, within noise
+], ids=["faster", "slower", "tied"])
+def test_port_bench_runs_each_side_and_judges_by_the_noise_rule(tmp_path, before, after,
+                                                                 verdict, code, status):
+    _, st, _ = own_source_store(tmp_path)
+    repo = make_repo(tmp_path / "repo", "k.cpp", "int x;\n")
+    r = kopt("port", "r1", "--to", repo / "k.cpp", "--store", st, "--bench",
+             BENCH.format(before=before, after=after), "--bench-runs", 3, code=code)
+    text = " ".join(r.output.split())
+    assert f"bench before: median {before:.4g}, IQR 0 (3 / 3 runs, interleaved" in text
+    assert f"bench after: median {after:.4g}, IQR 0" in text
+    assert f"{verdict}: after / before {after / before:.3g} ({before / after:.3g}x)" in text
+    assert ("ported: branch" in text) == (code == 0)
+    rows = json.loads(kopt("query", "--store", st, "--format", "json",
+                           "select step, run_no, bench_value, exit_status, status from ports "
+                           "order by step, run_no").stdout)
+    assert [(x["step"], x["run_no"], x["bench_value"]) for x in rows] == [
+        ("bench", k, after) for k in (1, 2, 3)] + [("bench_before", k, before) for k in (1, 2, 3)]
+    assert {x["status"] for x in rows} == {status}
+    # the base commit's worktree is gone; the port's branch stays for inspection
+    assert len(git(repo, "worktree", "list").splitlines()) == 2
+
+
+def test_port_bench_without_a_figure_fails_and_old_ports_rows_read_run_no_as_null(tmp_path):
+    _, st, _ = own_source_store(tmp_path)
+    write_table(st, "ports", "demo", "r0", [{  # a row written before run_no existed
+        "port_id": "old", "run_id": "r0", "sweep": "demo", "step": "bench",
+        "bench_value": 1.0, "status": "ok", "created_at": now()}])
+    repo = make_repo(tmp_path / "repo", "k.cpp", "int x;\n")
+    r = kopt("port", "r1", "--to", repo / "k.cpp", "--store", st, "--bench", "echo none",
+             code=1)
+    assert "bench failed" in r.output
+    rows = json.loads(kopt("query", "--store", st, "--format", "json",
+                           "select port_id, step, run_no from ports order by run_no").stdout)
+    assert rows[0]["run_no"] == 1 and rows[-1] == {"port_id": "old", "step": "bench",
+                                                   "run_no": None}
