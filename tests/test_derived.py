@@ -294,12 +294,15 @@ def test_every_shipped_sweep_is_pinned():
 
 
 def test_the_written_out_winner_states_its_derived_quantities(tmp_path):
+    from kopt.core.spec import load_sweep
     from kopt.tools.report import realized_source
 
-    text = realized_source(make(tmp_path), "cpu", {"CHUNK": 128, "VEC": 4}, "winner")
+    space = load_sweep(make(tmp_path)).space("cpu")
+    text = realized_source(space.source_text(), space, {"CHUNK": 128, "VEC": 4}, "winner")
     assert text.splitlines()[:5] == [
         "// winner", "// kopt: the candidate's -D defines, written into the source",
         "#define CHUNK 128", "#define VEC 4",
         "// sweep.yaml's derived quantities: TILE=512"]  # HALF and BIG need the dims
-    plain = realized_source(make(tmp_path, INLINED, "hand"), "cpu", {"CHUNK": 128}, "w")
+    space = load_sweep(make(tmp_path, INLINED, "hand")).space("cpu")
+    plain = realized_source(space.source_text(), space, {"CHUNK": 128}, "w")
     assert "derived" not in plain

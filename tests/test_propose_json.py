@@ -142,9 +142,9 @@ def test_propose_json_after_a_submitted_winner_scans_the_catalog_and_names_its_c
     r = CliRunner().invoke(main, ["propose", str(SWEEP), "--store", str(root),
                                   "--format", "json"])
     assert r.exit_code == 2 and "Traceback" not in r.output
-    assert r.output == (f"error: {root}: no stored source h2 (table sources); the parent's "
-                        "source is lost, submit against a newer run; `kopt propose` needs it "
-                        "to plan from the current best\n")
+    assert r.output == (f"error: {root}: no stored source h2 (table sources): candidate v2c "
+                        "of run r1 is a submitted version and the source it was measured from "
+                        "is lost; `kopt propose` needs it to plan from the current best\n")
 
 
 def test_propose_plans_from_the_closing_contests_best(tmp_path):

@@ -46,6 +46,7 @@ from kopt.cli.console import (
 from kopt.core.spec import SpecError, load_sweep
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy import STRATEGIES
+from kopt.tools.port import BENCH_RUNS
 from kopt.util.words import counted
 from workers.status import Status
 
@@ -660,15 +661,17 @@ PROPOSE_SETS = (
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
 def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
-    """Write a run's summary.md (environment, iterations, best candidate, plots)."""
-    from kopt.store.database import Database
-    from kopt.tools.report import ReportError, source_notes, write_report
+    """Write a run's summary.md (environment, iterations, best candidate, plots) and
+    best-<class>.cu/.cpp: the source each class's best was measured from (the store's copy,
+    a submitted version's too), its -D defines written in as #define lines."""
+    from kopt.tools.report import ReportError, write_report
 
+    notes: list[str] = []
     try:
-        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"))
+        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"), notes)
     except ReportError as e:
         fail(str(e))
-    for note in source_notes(Database(_store(store)).run(run_id) or {}, run_id):
+    for note in notes:
         console.print("[yellow]note:[/] " + escape(note), highlight=False, soft_wrap=True)
     out.print(f"wrote {escape(str(path))}", highlight=False)
 
@@ -1257,45 +1260,54 @@ def _triage_tables(t: Any, top_k: int) -> None:
 @click.option("--build", default=None, help="Build command (shell, run in the port's worktree).")
 @click.option("--test", "test_cmd", default=None, help="Test command.")
 @click.option("--bench", default=None,
-              help="Benchmark command: its last printed number is the figure (before/after).")
+              help="Benchmark command: its last printed number is the figure, a time (lower "
+                   "is faster); run on the base commit and on the port, interleaved.")
+@click.option("--bench-runs", type=click.IntRange(1, 1000), default=BENCH_RUNS,
+              show_default=True, help="Bench runs per side (before and after).")
 @click.option("--timeout", "timeout_s", type=_Finite(1, WEEK_S), default=600,
               show_default=True, help="Seconds per command.")
 @click.option("--device-class", default=None, help="Whose winner, when the run has several.")
 @STORE_OPT
 def port_cmd(run_id: str, target: Path, build: str | None, test_cmd: str | None,
-             bench: str | None, timeout_s: float, device_class: str | None,
+             bench: str | None, bench_runs: int, timeout_s: float, device_class: str | None,
              store: Path | None) -> None:
     """Port RUN_ID's winner into a repository file on a new branch; build, test, bench.
 
-    The user's checkout and branch are never touched (a separate git worktree); nothing is
-    merged. Exit 1 when a command fails (the branch stays for inspection)."""
+    The file gets the exact source the winner was measured from (the store's copy; a
+    submitted version's text when one won) with its -D defines as #define lines. The
+    user's checkout and branch are never touched (a separate git worktree); nothing is
+    merged. With --bench, each side's median and IQR are compared by kopt's noise rule
+    (NVBench's). Exit status: 0 ported (and FASTER with --bench), 1 a command failed or the
+    bench printed no figure, 2 refused (nothing changed), 3 SLOWER, 4 TIED (within noise);
+    the branch stays for inspection in every case."""
     from kopt.tools.port import PortError, port
 
     if _store(store).is_dir():
         _run_state_note(_store(store), run_id, False)  # an unfinished run's winner: say so
     try:
         res = port(run_id, target, _store(store), build=build, test=test_cmd, bench=bench,
-                   timeout_s=timeout_s, device_class=device_class)
+                   timeout_s=timeout_s, device_class=device_class, bench_runs=bench_runs)
     except PortError as e:
         fail(str(e))
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
     t = Table(title=escape(f"port of {run_id} ({res.candidate_id}, {res.device_class}) on "
                            f"branch {res.branch}"))
-    for c in ("step", "command", "exit", "seconds", "figure", "output (last line)"):
+    for c in ("step", "run", "command", "exit", "seconds", "figure", "output (last line)"):
         t.add_column(c, overflow="fold")
     for s in res.steps:
         last = (s.output_tail.strip().splitlines() or [""])[-1][:100]
-        t.add_row(s.step, escape(s.command), "timeout" if s.timed_out else str(s.exit_status),
-                  f"{s.duration_s:.2f}", cell(s.bench_value), escape(last))
+        t.add_row(s.step, cell(s.run_no), escape(s.command),
+                  "timeout" if s.timed_out else str(s.exit_status), f"{s.duration_s:.2f}",
+                  cell(s.bench_value), escape(last))
     out.print(t)
-    before, after = res.figure("bench_before"), res.figure("bench")
-    if before is not None and after is not None:
-        out.print(f"bench: before {before:g}, after {after:g}"
-                  + (f" ({before / after:.3g}x)" if after else ""), highlight=False)
+    for line in res.verdict.lines() if res.verdict else []:
+        out.print(escape(line), highlight=False, soft_wrap=True)
     where = escape(f"branch {res.branch} in worktree {res.worktree}")
     if res.status != "ok":
         console.print(f"[red]{res.status.replace('_', ' ')}[/]: {where} left for inspection; "
                       "your branch is untouched", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        sys.exit(res.exit_status)
     console.print(f"ported: {where}; nothing merged (`git merge {escape(res.branch)}` when "
                   "you are happy with it)", highlight=False, soft_wrap=True)
 

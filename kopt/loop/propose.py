@@ -46,9 +46,10 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
       catalog triple (what the next submitted version may claim);
     - ``best``: the current best (``candidate_id``, ``iteration``, ``triple``, ``params``,
       ``defines``, ``speedup`` over its own iteration's baseline, ``median_ms``) or None;
-      ``best_source``: the kernel source it is built from (absolute path: the sweep's
-      source, or the store's copy of a submitted version; ``best.defines`` as ``-D`` flags
-      realize it);
+      ``best_source``: a file holding the exact source it was measured from
+      (:func:`kopt.loop.measured.measured_source`: the sweep's source when unchanged since
+      the run, else the store's copy; the store's copy of a submitted version);
+      ``best.defines`` as ``-D`` flags realize it;
     - ``trigger_evidence``: the NCU evidence behind the triggers (:func:`trigger_evidence`),
       read from the current best's latest profile; None without one.
 
@@ -99,13 +100,14 @@ def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalo
             "stop": st.stop, "sm": sm,
             "catalog_scan": {a: [asdict(s) for s in v]
                              for a, v in catalog_scan(cat, sm, ctx).items()},
-            "best": st.best, "best_source": str(space.source),
-            "trigger_evidence": _best_evidence(store, r, st, cat)}
-    submitted = _submitted_source(store, r, st, space)
-    if submitted is not None:
-        # the best is a submitted version: the sweep's -D realizations are switches of the
-        # sweep's own source, not of it; what may come next is any admissible catalog triple
-        return {**plan, "triples_from": "catalog", "best_source": str(submitted),
+            "best": st.best, "trigger_evidence": _best_evidence(store, r, st, cat)}
+    source, own = _best_source(store, r, st, space)
+    plan["best_source"] = str(source)
+    if own is False or (own and not set(st.selected) <= set(space.methods)):
+        # the best is a submitted version (or applies a method the sweep does not realize):
+        # the sweep's -D realizations are switches of the sweep's own source, not of it;
+        # what may come next is any admissible catalog triple
+        return {**plan, "triples_from": "catalog",
                 "scan": plan["catalog_scan"], "empty_triples": [], "undecided_triples": [],
                 "triples": [list(t) for t in catalog_triples(cat, sm, ctx) if any(t)]}
     triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
@@ -144,27 +146,28 @@ def triples_with_candidates(stream: Expansion) -> tuple[set[tuple], set[tuple]]:
     return have, undecided
 
 
-def _submitted_source(store: Path | str | None, r: dict[str, Any], st: IterState,
-                      space: Space) -> Path | None:
-    """The stored copy of the current best's source when the best is a submitted version
-    (``kopt submit``) or applies a method the sweep does not realize; else None."""
+def _best_source(store: Path | str | None, r: dict[str, Any], st: IterState,
+                 space: Space) -> tuple[Path, bool | None]:
+    """(the file holding the source the current best was measured from, whether that is the
+    sweep's own source): kopt.loop.measured.measured_source's ``path`` (the sweep's file when
+    unchanged, else the store's copy; a submitted version's stored copy); (the sweep's
+    source, None) without a stored best.
+
+    Raises:
+        StoreError: the best's measured source is lost (its stored copy is gone).
+    """
     cid = (st.best or {}).get("candidate_id")
     if r["run_id"] is None or not cid:
-        return None
-    db = Database(store if store is not None else default_root())
-    row = db.candidate_lineage(r["run_id"], cid) or {}
-    own = row.get("submitter") in (None, "sweep") or not row.get("source_hash")
-    if own and set(st.selected) <= set(space.methods):
-        return None
-    if own:
-        return space.source
-    from kopt.loop.submitted import SubmitError, stored_source
+        return space.source, None
+    from kopt.loop.measured import SourceLost, measured_source
     from kopt.store.files import StoreError
 
+    db = Database(store if store is not None else default_root())
     try:
-        return stored_source(db, space, row["source_hash"]).source
-    except SubmitError as e:  # the store lost the source (the sources table damaged)
+        m = measured_source(db, r["run_id"], cid, space)
+    except SourceLost as e:  # the store lost the source (the sources table damaged)
         raise StoreError(f"{e}; `kopt propose` needs it to plan from the current best") from None
+    return m.path, not m.submitted
 
 
 def _best_evidence(store: Path | str | None, row: dict[str, Any], st: IterState,

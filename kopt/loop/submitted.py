@@ -17,6 +17,7 @@ from typing import Any
 from kopt.core.catalog import AXES, Catalog
 from kopt.core.expand import Candidate, iter_candidates, stable_hash
 from kopt.core.spec import Space
+from kopt.loop.measured import stored_copy
 from kopt.loop.state import IterState
 from kopt.run.builder import build_id, build_job
 from kopt.store.database import Database
@@ -184,17 +185,13 @@ class SubmitError(ValueError):
 
 def stored_source(db: Database, space: Space, source_hash: str) -> Space:
     """The space a stored source (a ``sources`` row) is built from, its copy re-written
-    under the store when it is missing.
+    under the store when it is missing or differs (:func:`kopt.loop.measured.stored_copy`).
 
     Raises:
         SubmitError: the store holds no source with that digest.
     """
-    row = db.source(source_hash)
-    if row is None:
+    got = stored_copy(db, source_hash)
+    if got is None:
         raise SubmitError([f"{db.root}: no stored source {source_hash} (table sources); "
                            "the parent's source is lost, submit against a newer run"])
-    copy = db.root / "source-files" / source_hash / row["name"]
-    if not copy.exists():
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(row["text"])
-    return version_space(space, copy)
+    return version_space(space, got[0])

@@ -184,7 +184,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("layer", pa.string()), ("ranges", pa.string()), ("in_graph", pa.bool_()),
         ("correlation", pa.int64()), ("created_at", TS),
     ]),
-    # kopt port (kopt.tools.port): one row per command; partition sweep=SWEEP, run=RUN_ID
+    # kopt port (kopt.tools.port): one row per command (each bench run its own row); status:
+    # ok, build_failed, test_failed, bench_failed, slower, tied; partition sweep=SWEEP, run=RUN_ID
     "ports": pa.schema([
         ("port_id", pa.string()), ("run_id", pa.string()), ("sweep", pa.string()),
         ("candidate_id", pa.string()), ("device_class", pa.string()), ("repo", pa.string()),
@@ -193,6 +194,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("exit_status", pa.int32()), ("duration_s", pa.float64()),
         ("timed_out", pa.bool_()), ("output_tail", pa.string()),
         ("bench_value", pa.float64()), ("status", pa.string()), ("created_at", TS),
+        # a bench run's round (1..--bench-runs; before and after interleaved); NULL for
+        # other commands and in ports written before bench runs were repeated
+        ("run_no", pa.int32()),
     ]),
     # where a run's time went (kopt.util.phases): one row per interval, seconds since
     # kopt started in the driver process (``process_start``; a resumed run has one set per

@@ -20,9 +20,13 @@ best of each device class, else the fastest correct candidate of each problem si
   in ms), ``invalidity`` ``"correct"``, ``correctness`` 1, ``objectives`` ``["time"]`` and
   ``measurements`` (``time``, ``time_iqr`` in ms; ``device_class``, ``problem_size``,
   ``methods``, ``candidate_id``).
-- ``best-<class>.<cu|cpp>``: the realized source of each class's best (the kernel with its
-  defines written in; :func:`kopt.tools.report.realized_source`); one per candidate
+- ``best-<class>.<cu|cpp>``: the realized source of each class's best: the exact source
+  the candidate was measured from (the store's copy, table ``sources``: a submitted
+  version's text when a ``kopt submit`` version won; never the sweep folder as edited
+  since the run) with its defines written in
+  (:func:`kopt.tools.report.measured_realized`); one per candidate
   (``best-<class>-<candidate id>``) when the class's problem sizes chose different ones.
+  A sweep folder changed since the run, or a source the store holds no copy of, is a note.
 """
 
 from __future__ import annotations
@@ -150,10 +154,7 @@ def export(sweep: str, store: Path | str, out: Path, run_id: str | None = None
     res = Exported(header=out / f"{sweep}.h", t4=out / f"{sweep}.t4.json", run_id=run)
     res.header.write_text(header_text(sweep, run, rows))
     res.t4.write_text(json.dumps(t4_results(rows), indent=1) + "\n")
-    from kopt.tools.report import source_notes
-
-    res.notes = source_notes(info, run)
-    res.sources = _sources(rows, info, run, out)
+    res.sources = _sources(Database(store), rows, info, run, out, res.notes)
     res.rows = [{k: v for k, v in r.items() if k != "row"} for r in rows]
     return res
 
@@ -221,26 +222,29 @@ def t4_results(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"schema_version": T4_VERSION, "results": results}
 
 
-def _sources(rows: list[dict[str, Any]], info: dict[str, Any], run_id: str, out: Path
-             ) -> list[Path]:
-    """The realized source of each class's chosen candidate(s); none when the run's sweep
-    folder is gone."""
-    from kopt.tools.report import realized_source
+def _sources(db: Database, rows: list[dict[str, Any]], info: dict[str, Any], run_id: str,
+             out: Path, notes: list[str]) -> list[Path]:
+    """Write the realized source of each class's chosen candidate(s) (the measured source,
+    :func:`kopt.tools.report.measured_realized`); the paths written. ``notes`` gets each
+    note once, and why a source was not written."""
+    from kopt.loop.measured import SourceLost
+    from kopt.tools.report import measured_realized
 
-    if not info.get("sweep_dir"):
-        return []
     written = []
     for dc in dict.fromkeys(r["device_class"] for r in rows):
         mine = {r["candidate_id"]: r for r in rows if r["device_class"] == dc}
         for cid, r in mine.items():
-            backend = r["row"]["backend"] or info.get("backend") or "cpu"
-            text = realized_source(Path(info["sweep_dir"]), backend, r["defines"],
-                                   f"kopt best candidate {cid} of run {run_id} on {dc}")
-            if text is None:
+            try:
+                text, m = measured_realized(db, run_id, cid, r["defines"],
+                                            f"kopt best candidate {cid} of run {run_id} on {dc}")
+            except SourceLost as e:
+                notes += [str(e)] if str(e) not in notes else []
                 continue
+            notes += [n for n in m.notes if n not in notes]
+            backend = r["row"]["backend"] or info.get("backend") or "cpu"
             suffix = ".cu" if backend == "cuda" else ".cpp"
             path = out / (f"best-{dc}{suffix}" if len(mine) == 1 else
                           f"best-{dc}-{cid}{suffix}")
-            path.write_text(text)
+            path.write_text(text, newline="")
             written.append(path)
     return written

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kopt.core.bottleneck import aggregate
 from kopt.core.compare import RULE
+from kopt.loop.measured import Measured, SourceLost, measured_source
 from kopt.loop.state import IterState
 from kopt.store.database import Database
 from kopt.store.files import complete_rows, no_run, stored_json
 from kopt.util.words import counted
+
+if TYPE_CHECKING:
+    from kopt.core.spec import Space
 
 TOP_METRICS = [
     ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM SOL %"),
@@ -43,44 +47,49 @@ def first_error(text: str | None) -> str:
                 lines[0] if lines else "")
 
 
-def realized_source(sweep_dir: Path, backend: str, defines: dict[str, Any],
-                    header: str) -> str | None:
-    """The kernel source with the candidate's defines written in as ``#define`` lines (and,
-    when the sweep names derived quantities, a comment with those the defines give)."""
-    from kopt.core.spec import load_sweep
-
-    try:
-        space = load_sweep(sweep_dir).space(backend)
-    except Exception:
-        return None
+def realized_source(text: str, space: Space | None, defines: dict[str, Any],
+                    header: str) -> str:
+    """``text`` (a kernel source) with a candidate's ``defines`` written in: ``// header``,
+    a comment, one ``#define NAME VALUE`` line per define (sorted by name) and, when
+    ``space`` (its sweep's space; None: unknown) names derived quantities, a comment with
+    those the defines give; then a blank line and ``text`` as it is."""
     lines = [f"// {header}", "// kopt: the candidate's -D defines, written into the source"]
     lines += [f"#define {k} {v}" for k, v in sorted(defines.items())]
-    derived = space.derived_values(dict(defines))
+    derived = space.derived_values(dict(defines)) if space is not None else {}
     if derived:
         lines.append(f"// sweep.yaml's derived quantities: {_kv(derived)}")
-    return "\n".join(lines) + "\n\n" + space.source_text()
+    return "\n".join(lines) + "\n\n" + text
+
+
+def measured_realized(db: Database, run_id: str, candidate_id: str, defines: dict[str, Any],
+                      header: str) -> tuple[str, Measured]:
+    """(the source candidate ``candidate_id`` of ``run_id`` was measured from, realized with
+    ``defines`` by :func:`realized_source`; that source with its notes): what every product
+    writes (kopt.loop.measured.measured_source: the store's copy, not today's sweep folder).
+
+    Raises:
+        SourceLost: the measured source cannot be had (its message says why).
+    """
+    m = measured_source(db, run_id, candidate_id)
+    return realized_source(m.text, m.space, defines, header), m
 
 
 def source_notes(info: dict[str, Any], run_id: str) -> list[str]:
-    """Why the realized sources would be missing or not the ones measured: the run's sweep
-    folder no longer loads (moved, deleted, broken), or its spec hash (sweep.yaml, sources,
-    headers, ref.py) differs from the run's (edited since). ``info`` is the run's ``runs``
-    record (``sweep_dir``, ``spec_hash``); one line per note, none when all is well."""
+    """Why no realized source would be written: the run's sweep folder no longer loads
+    (moved, deleted, broken); for a run whose best sources were not asked for (each
+    written source's own notes come from :func:`measured_realized`). ``info`` is the run's
+    ``runs`` record (``sweep_dir``); one line per note, none when all is well."""
     from kopt.core.spec import load_sweep
 
     where = info.get("sweep_dir")
     if not where:
         return []
     try:
-        now = load_sweep(Path(where)).spec_hash
+        load_sweep(Path(where))
     except Exception as e:  # noqa: BLE001 -- whatever stops it loading is the reason to say
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return [f"no best-*.cu/.cpp written: run {run_id}'s sweep folder {where} does not "
                 f"load now ({first}); restore it to get the realized sources"]
-    if info.get("spec_hash") and now != info["spec_hash"]:
-        return [f"run {run_id}'s sweep folder {where} changed since the run (sweep.yaml, a "
-                "source, a header or ref.py): the best-*.cu/.cpp files hold today's source "
-                "with the winner's defines, not the source that was measured"]
     return []
 
 
@@ -97,13 +106,21 @@ def winner_figures(figs: list[dict[str, Any]]) -> dict[tuple, dict[str, float]]:
     return {key: aggregate(by_dims[max(by_dims)]) for key, by_dims in rows.items()}
 
 
-def write_report(run_id: str, store: Path | str, out: Path) -> Path:
+def write_report(run_id: str, store: Path | str, out: Path,
+                 notes: list[str] | None = None) -> Path:
     """Write ``out/summary.md``, ``out/best-<device class>.<cu|cpp>`` and PNG plots.
+
+    Each best-*.cu/.cpp is the source the class's best candidate was measured from, with
+    its defines written in (:func:`measured_realized`), whatever the sweep folder holds
+    today. ``notes``: a list that gets the notes on those sources (the sweep folder changed
+    or does not load, a source not verified against the store), one line each.
 
     Raises:
         ReportError: the run is not in the store.
     """
     store = Path(store)
+    notes = [] if notes is None else notes
+    realized: list[str] = []  # the classes whose best source was asked for
     db = Database(store)
     rec = db.run(run_id)
     if rec is None:
@@ -201,20 +218,14 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
                        f"{'fastest (the reference)' if i == 0 else v['label']}, "
                        f"{v['median_ms']:.4g} ms"
                        for i, (k, v) in enumerate(ordered)]
-        suffix = ".cu" if rec["backend"] == "cuda" else ".cpp"
-        src = realized_source(Path(rec["sweep_dir"]), rec["backend"],
-                              best.get("defines") or {},
-                              f"kopt best candidate {best.get('candidate_id')} of run {run_id}"
-                              ) if rec.get("sweep_dir") else None  # NULL: sweep folder unknown
-        if src:
-            name = f"best-{dc}{suffix}"
-            (out / name).write_text(src)
-            md.append(f"- realized source: [{name}]({name})")
-        md += [f"- note: {n}" for n in source_notes(rec, run_id)]
+        md += _best_source(db, rec, dc, best, out, notes)
+        realized.append(dc)
         md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
                "Ineffective: " + (", ".join(f"{k} (under {v or 'unknown'} bottleneck)"
                                            for k, v in last.ineffective.items()) or "none") + "."]
         md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]
+    if not realized:
+        notes += source_notes(rec, run_id)  # no best to write: say what would stop it
     phase_rows = db.phases(run_id)
     md += _phase_lines(phase_rows)
     plots = _plots(states, cand, out) + _timeline(phase_rows, out)
@@ -226,6 +237,27 @@ def write_report(run_id: str, store: Path | str, out: Path) -> Path:
         md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     (out / "summary.md").write_text("\n".join(md) + "\n")
     return out / "summary.md"
+
+
+def _best_source(db: Database, rec: dict[str, Any], dc: str, best: dict[str, Any], out: Path,
+                 notes: list[str]) -> list[str]:
+    """Write ``out/best-<dc>.<cu|cpp>``: the measured source of ``best`` (the class's best
+    candidate, a state's ``best``) realized with its defines; its summary.md lines (the
+    link, then one ``- note:`` per note, each also appended to ``notes`` once)."""
+    cid = best.get("candidate_id")
+    try:
+        src, m = measured_realized(db, rec["run_id"], cid, best.get("defines") or {},
+                                   f"kopt best candidate {cid} of run {rec['run_id']}")
+    except SourceLost as e:
+        notes += [str(e)] if str(e) not in notes else []
+        return [f"- note: {e}"]
+    name = f"best-{dc}{'.cu' if rec['backend'] == 'cuda' else '.cpp'}"
+    (out / name).write_text(src, newline="")
+    notes += [n for n in m.notes if n not in notes]
+    return [f"- realized source: [{name}]({name})"
+            + (f" (the version {m.name} submitted by {m.submitter})" if m.submitted
+               else "")] + [
+        f"- note: {n}" for n in m.notes]
 
 
 def _num(v: Any, spec: str = ".4g", unit: str = "") -> str:

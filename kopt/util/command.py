@@ -29,7 +29,8 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 @dataclass
 class Step:
     """One command run for a port (``step``: build_before, bench_before, build, test,
-    bench; ``duration_s`` seconds; ``exit_status`` -9 when killed at the timeout)."""
+    bench; ``duration_s`` seconds; ``exit_status`` -9 when killed at the timeout;
+    ``run_no``: a bench run's round, from 1, None for other commands)."""
 
     step: str
     command: str
@@ -38,6 +39,7 @@ class Step:
     timed_out: bool
     output_tail: str
     bench_value: float | None = None
+    run_no: int | None = None
 
 
 def bench_figure(output: str) -> float | None:
