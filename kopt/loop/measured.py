@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.core.expand import space_digest
-from kopt.core.spec import Space
+from kopt.core.spec import Space, load_sweep
 from kopt.store.database import Database
 
 # what a changed sweep folder is, in the notes
@@ -80,7 +80,6 @@ def stored_copy(db: Database, source_hash: str) -> tuple[Path, str] | None:
 def _today(info: dict[str, Any]) -> tuple[Space | None, str | None, str]:
     """(today's space of the run's sweep folder, its spec hash, '') or (None, None, why it
     does not load: its first line)."""
-    from kopt.core.spec import load_sweep
 
     where = info.get("sweep_dir")
     if not where:

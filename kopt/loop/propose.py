@@ -12,9 +12,10 @@ from kopt.core.catalog import Catalog, load_catalog
 from kopt.core.claims import catalog_scan, catalog_triples
 from kopt.core.expand import Expansion, admissible_triples, iter_candidates, scan_axes
 from kopt.core.spec import Space, Sweep
+from kopt.loop.measured import SourceLost, measured_source
 from kopt.loop.state import IterState
 from kopt.store.database import Database
-from kopt.store.files import complete_rows, default_root, stored_json
+from kopt.store.files import StoreError, complete_rows, default_root, stored_json
 
 
 def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
@@ -159,8 +160,6 @@ def _best_source(store: Path | str | None, r: dict[str, Any], st: IterState,
     cid = (st.best or {}).get("candidate_id")
     if r["run_id"] is None or not cid:
         return space.source, None
-    from kopt.loop.measured import SourceLost, measured_source
-    from kopt.store.files import StoreError
 
     db = Database(store if store is not None else default_root())
     try:

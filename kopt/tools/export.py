@@ -37,9 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kopt.core.spec import SpecError, load_sweep
+from kopt.loop.measured import SourceLost
 from kopt.store.database import Database
 from kopt.store.files import complete_rows, stored_json
 from kopt.store.select import best
+from kopt.tools.report import measured_realized
 
 T4_VERSION = "1.0.0"
 
@@ -91,7 +94,6 @@ def in_sweep_order(picked: list[dict[str, Any]], info: dict[str, Any]
     listed; the classes stay in their order. A size the sweep no longer lists goes after
     those it does, and a sweep folder that does not load leaves the order as it is (the
     report's source notes say why)."""
-    from kopt.core.spec import SpecError, load_sweep
 
     try:
         dims = load_sweep(info["sweep_dir"]).space(info["backend"]).dims
@@ -227,8 +229,6 @@ def _sources(db: Database, rows: list[dict[str, Any]], info: dict[str, Any], run
     """Write the realized source of each class's chosen candidate(s) (the measured source,
     :func:`kopt.tools.report.measured_realized`); the paths written. ``notes`` gets each
     note once, and why a source was not written."""
-    from kopt.loop.measured import SourceLost
-    from kopt.tools.report import measured_realized
 
     written = []
     for dc in dict.fromkeys(r["device_class"] for r in rows):

@@ -33,8 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kopt.core.compare import label, noise_line
+from kopt.loop.measured import SourceLost
+from kopt.store.database import Database
+from kopt.store.files import no_run, now, stored_json
+from kopt.store.select import best
+from kopt.tools.report import measured_realized
 from kopt.util.command import Step, run_command
 from kopt.util.paths import resolved
+from workers.timing import summarize
 
 BENCH_RUNS = 5  # bench runs per side by default
 # the port's status -> the exit status of `kopt port` (refusals exit 2)
@@ -74,7 +81,6 @@ class BenchVerdict:
     def lines(self) -> list[str]:
         """The verdict in words, one line each: each side's median and IQR, then the label
         with the ratio of the medians (before / after) and the noise threshold."""
-        from kopt.core.compare import noise_line
 
         if self.label is None:
             return [f"bench: no verdict: {self.why}"]
@@ -91,8 +97,6 @@ class BenchVerdict:
 
 def bench_verdict(before: list[float], after: list[float]) -> BenchVerdict:
     """:class:`BenchVerdict` of the figures of each side (each a time: lower is faster)."""
-    from kopt.core.compare import label
-    from workers.timing import summarize
 
     v = BenchVerdict(None, list(before), list(after))
     if not before or not after:
@@ -213,13 +217,9 @@ def winner(run_id: str, store: Path, device_class: str | None = None) -> dict[st
         PortError: no such run, no correct candidate, or several device classes and none
             chosen.
     """
-    from kopt.store.database import Database
-    from kopt.store.files import stored_json
-    from kopt.store.select import best
 
     rec = Database(store).run(run_id)
     if rec is None:
-        from kopt.store.files import no_run
 
         raise PortError(no_run(store, run_id))
     rows = best(rec["sweep"], store, run_id)
@@ -251,9 +251,6 @@ def port(run_id: str, target: Path, store: Path, build: str | None = None,
         PortError: refused before anything changed (see :func:`check_repo`, :func:`winner`;
             the winner's measured source is lost; ``bench_runs`` below 1).
     """
-    from kopt.loop.measured import SourceLost
-    from kopt.store.database import Database
-    from kopt.tools.report import measured_realized
 
     if bench_runs < 1:
         raise PortError(f"--bench-runs {bench_runs}: at least 1 run per side")
@@ -354,8 +351,6 @@ def _bench(res: PortResult, bench: str, before: Path, timeout_s: float, runs: in
 def _record(store: Path, w: dict[str, Any], run_id: str, root: Path, rel: str,
             res: PortResult) -> None:
     """The port's ``ports`` rows: one per command (a ``write`` row when none ran)."""
-    from kopt.store.database import Database
-    from kopt.store.files import now
 
     common = {"port_id": res.port_id, "run_id": run_id, "sweep": w["sweep"],
               "candidate_id": res.candidate_id, "device_class": res.device_class,

@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from kopt.core.bottleneck import aggregate
 from kopt.core.compare import RULE
+from kopt.core.spec import load_sweep
 from kopt.loop.measured import Measured, SourceLost, measured_source
 from kopt.loop.state import IterState
+from kopt.loop.submitted import SubmitError
 from kopt.store.database import Database
 from kopt.store.files import complete_rows, no_run, stored_json
+from kopt.tools.submit import lineage, lineage_order, lineage_text
+from kopt.util.phases import RUN_PHASES, phase_summary
 from kopt.util.words import counted
 
 if TYPE_CHECKING:
@@ -79,7 +83,6 @@ def source_notes(info: dict[str, Any], run_id: str) -> list[str]:
     (moved, deleted, broken); for a run whose best sources were not asked for (each
     written source's own notes come from :func:`measured_realized`). ``info`` is the run's
     ``runs`` record (``sweep_dir``); one line per note, none when all is well."""
-    from kopt.core.spec import load_sweep
 
     where = info.get("sweep_dir")
     if not where:
@@ -360,8 +363,6 @@ def lineage_picture(store: Path, run_id: str, out: Path) -> tuple[str, list[str]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kopt.loop.submitted import SubmitError
-    from kopt.tools.submit import lineage, lineage_order, lineage_text
 
     try:
         nodes = lineage(store, run_id)
@@ -476,7 +477,6 @@ def median_figure(cand: list[dict[str, Any]]) -> tuple[str, Any] | None:
 def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The run's time breakdown (kopt.util.phases) as a markdown table; a line saying so when
     the run has none (a run from before the ``phases`` table)."""
-    from kopt.util.phases import phase_summary
 
     if not rows:
         return ["", "## Where the time went", "", "This run recorded no phases (a run from "
@@ -498,7 +498,6 @@ def _lanes(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
     """The timeline's rows, top to bottom: one per run-level phase (a waterfall), the
     builds stacked into as many rows as ran at once, one per device; a row whose every
     interval is of no length (nothing to draw) is left out."""
-    from kopt.util.phases import RUN_PHASES
 
     lanes = [(r["phase"], [r]) for p in RUN_PHASES for r in rows
              if r["phase"] == p and not r.get("device") and p not in ("run", "end")]
