@@ -150,6 +150,15 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
         "  └─ it 2 v2_fix.cpp"]
     assert "v2_wrong.cpp (try 1, agent-x" in tree[3] and "no correct candidate" in tree[3]
     assert "wrong_result 2" in tree[3] and "it 2 v2_fix.cpp (try 2, agent-x" in tree[4]
+    # the same tree as JSON, for a loop driver: one object per node in the text's order
+    nodes = json.loads(kopt("lineage", run, "--store", store, "--format", "json"))
+    assert [(n["depth"], n["iteration"]) for n in nodes] == [(0, 1), (1, 2), (2, 3), (1, 2),
+                                                               (1, 2)]
+    assert [n["label"].split(" (")[0] for n in nodes] == [
+        "it 1 sweep", "it 2 v2_fast.cpp", "it 3 v3.cpp", "it 2 v2_wrong.cpp", "it 2 v2_fix.cpp"]
+    assert nodes[3]["best"] is None and nodes[3]["statuses"] == {"wrong_result": 2}
+    assert nodes[2]["best"] in v3_ids and nodes[2]["parent"] in nodes[1]["members"]
+    assert nodes[2]["speedup"] > 1 and nodes[2]["median_ms"] > 0
 
     # the provenance ledger, by SQL: each version's ideas, claimed methods as catalog ideas
     _, prov = db.query(f"select p.iteration, p.try_no, v.name, p.kind, p.ref from provenance p "

@@ -1004,17 +1004,26 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
 @main.command("lineage")
 @click.argument("run_id")
 @click.option("--store", type=click.Path(path_type=Path), default=None)
-def lineage_cmd(run_id: str, store: Path | None) -> None:
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              help="json: one object per node (depth, device_class, iteration, source_hash, "
+                   "label, "
+                   "methods, parent, best, named, median_ms, speedup, statuses, members), in "
+                   "the text's order.")
+def lineage_cmd(run_id: str, store: Path | None, fmt: str) -> None:
     """The version tree of RUN_ID: each node's best candidate (its fastest; in the node
     that holds it, the loop's named best, as `kopt best` names it), median, speedup over its
     parent, statuses and claimed methods; the last line says which best is shown."""
     from kopt.loop.submitted import SubmitError
-    from kopt.tools.submit import lineage, lineage_text
+    from kopt.tools.submit import lineage, lineage_order, lineage_text, node_record
 
     try:
         nodes = lineage(_store(store), run_id)
     except SubmitError as e:
         fail(e.lines[0], 1)
+    if fmt == "json":
+        click.echo(json.dumps([{**node_record(n), "depth": depth}
+                               for depth, n, _ in lineage_order(nodes)], indent=1))
+        return
     for line in lineage_text(nodes):
         click.echo(line)
 

@@ -566,6 +566,19 @@ LINEAGE_CAPTION = ("best: the node's fastest correct candidate over its parent; 
                    "two nodes' medians")
 
 
+def node_record(node: Node) -> dict[str, Any]:
+    """One node of the version tree as `kopt lineage --format json` prints it: its key
+    (``device_class``, ``iteration``, ``source_hash``), ``label``, claimed ``methods``,
+    ``parent`` candidate, ``best`` candidate (``named``: the loop's named best), its
+    ``median_ms`` (geometric mean over the problem sizes, ms) and ``speedup`` over the
+    parent, ``statuses`` (status -> count) and ``members`` (candidate ids)."""
+    dc, it, src = node.key
+    return {"device_class": dc, "iteration": it, "source_hash": src, "label": node.label,
+            "methods": node.methods, "parent": node.parent, "best": node.best,
+            "named": node.named, "median_ms": node.median_ms, "speedup": node.speedup,
+            "statuses": dict(sorted(node.statuses.items())), "members": list(node.members)}
+
+
 def lineage_text(nodes: list[Node]) -> list[str]:
     """The tree as indented lines: each node under the node that holds its parent, then
     :data:`LINEAGE_CAPTION` (which candidate each node's best is)."""
