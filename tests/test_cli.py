@@ -62,6 +62,20 @@ def test_preflight_compile_checks_cuda_without_a_gpu():
     assert "built" in r.output and "registers" in r.output and "sm_90" in r.output
 
 
+def test_preflight_as_json_for_a_loop_driver():
+    """`kopt preflight --format json`: the baseline's figures as one object on stdout (notes
+    stay on stderr), the same exit status as the table."""
+    import json
+
+    r = run("preflight", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    fig = json.loads(r.stdout)
+    assert fig["status"] == "ok" and fig["backend"] == "cpu"
+    assert fig["median_ms"] > 0 and fig["n_samples"] >= 1 and fig["max_abs_err"] == 0.0
+    assert fig["dims"] == {"N": 2097152}
+
+
 def test_cluster_and_address_errors_are_one_line(tmp_path):
     sw = str(ROOT / "sweeps" / "vector_add")
     r = run("sweep", sw, "--address", "garbage")

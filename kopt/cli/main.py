@@ -416,7 +416,9 @@ def _leave_ray() -> None:
               show_default=True)
 @click.option("--arch", type=_SmArch(), default=None,
               help="SM arch to build for when no GPU is here (e.g. 90, 87); default 90.")
-def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              help="json: the figures as one object (the table's rows, NaN as null).")
+def preflight(sweep_dir: Path, backend: str, arch: int | None, fmt: str) -> None:
     """Build the baseline, run it once against the reference, print its figures. Writes nothing."""
     from kopt.tools.preflight import PreflightError, run_preflight
 
@@ -426,6 +428,10 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None) -> None:
         r = run_preflight(sw, backend, arch)
     except (SpecError, PreflightError) as e:
         fail(str(e))
+    if fmt == "json":
+        click.echo(json.dumps({k: json_safe(k, v) for k, v in r.items()}, indent=1,
+                              default=str))
+        sys.exit(0 if r["status"] in (Status.OK, "built") else 1)
     t = Table(title=escape(f"preflight {sw.name} ({r['backend']}, {r['device']})"),
               show_header=False)
     for k in ("signature", "candidates", "command", "compile_s", "registers", "smem_bytes",
