@@ -44,6 +44,40 @@ def test_a_submitted_version_that_does_not_compile_prints_the_compilers_first_er
     assert "v2.cpp (source abc123, iteration 2, try 1): c1 c2" in res.output
 
 
+def test_submit_refusals_and_errors_are_json_under_format_json(tmp_path, monkeypatch):
+    """`kopt submit --format json`: a refused claim was text on stderr only; a loop driver
+    reading stdout got nothing. Now stdout holds ``{"refused": [...]}`` (one line per broken
+    rule), and a submission that could not run ``{"error": ...}``; exit 1 either way."""
+    import json
+
+    from kopt.loop.submitted import SubmitError
+    from kopt.run.runner import SweepError
+
+    src = tmp_path / "v2.cpp"
+    src.write_text('extern "C" void solve(const float* x, float* y, int n) {}\n')
+    lines = ["compute.x is not a catalog method", "memory.y is not a catalog method"]
+
+    def refuse(*a, **k):
+        raise SubmitError(lines)
+
+    monkeypatch.setattr(submit, "open_run", lambda root, run_id: object())
+    monkeypatch.setattr(submit, "record", refuse)
+    args = ["submit", "r1", "--store", str(tmp_path / "st"), "--source", str(src),
+            "--methods", "compute.x,memory.y", "--format", "json"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1
+    assert json.loads(res.stdout) == {"refused": lines, "exit_status": 1}
+
+    def gone(root, run_id):
+        raise SweepError("run r1: its sweep folder is gone")
+
+    monkeypatch.setattr(submit, "open_run", gone)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1
+    assert json.loads(res.stdout) == {"error": "run r1: its sweep folder is gone",
+                                      "exit_status": 1}
+
+
 def test_a_winner_rejected_as_noise_names_the_side_whose_noise_set_the_threshold():
     from kopt.loop.review import judge
     from kopt.loop.state import IterState, close_iteration

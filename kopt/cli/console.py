@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -76,7 +76,8 @@ HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a term
 MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
 
-def fail(msg: str, code: int = 2) -> None:
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """The command's one error line (``error: MSG`` on stderr), then exit ``code``."""
     console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     sys.exit(code)
 

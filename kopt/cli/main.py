@@ -903,6 +903,8 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
             log = sm.detach(root, run_id, it, try_no, address)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
     except sm.SubmitError as e:
+        if fmt == "json":  # a loop driver reads the refusals as data too (stderr: as text)
+            click.echo(json.dumps({"refused": e.lines, "exit_status": 1}, indent=1))
         for line in e.lines:
             console.print(f"[bold red]refused:[/] {escape(line)}", highlight=False,
                           soft_wrap=True)
@@ -910,13 +912,22 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
             console.print("the reason these refusals ask for is `--note FILE` (a text file: "
                           "your analysis, why these methods)", highlight=False, soft_wrap=True)
         sys.exit(1)
-    except OSError as e:  # the note, else the store (trial 8 D6: a read-only store)
+    except OSError as e:  # the note, else the store (a read-only store)
         if note is not None and e.filename and Path(e.filename) == Path(note):
-            fail(f"--note {note}: cannot read it ({e.strerror}); pass a text file", 1)
-        fail(os_error_line(e), 1)
+            _submit_failed(f"--note {note}: cannot read it ({e.strerror}); pass a text file",
+                           fmt)
+        _submit_failed(os_error_line(e), fmt)
     except (SweepError, RunLocked, SpecError) as e:
-        fail(str(e), 1)
+        _submit_failed(str(e), fmt)
     _submitted(run_id, try_no, sub, log, fmt)
+
+
+def _submit_failed(message: str, fmt: str) -> NoReturn:
+    """A submission that could not run: the one error line (stderr), and under ``--format
+    json`` the same as ``{"error": ..., "exit_status": 1}`` on stdout; exit 1."""
+    if fmt == "json":
+        click.echo(json.dumps({"error": message, "exit_status": 1}, indent=1))
+    fail(message, 1)
 
 
 def _submitted(run_id: str, try_no: int, sub: Any, log: Path | None, fmt: str) -> None:
