@@ -16,6 +16,7 @@ from kopt.loop.state import IterState
 from kopt.store.database import Database
 from kopt.store.files import now, write_table
 from kopt.tools.submit import LINEAGE_CAPTION, lineage, lineage_text
+from kopt.tools.wait import verdict
 
 pytestmark = pytest.mark.slow
 
@@ -159,6 +160,13 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert nodes[3]["best"] is None and nodes[3]["statuses"] == {"wrong_result": 2}
     assert nodes[2]["best"] in v3_ids and nodes[2]["parent"] in nodes[1]["members"]
     assert nodes[2]["speedup"] > 1 and nodes[2]["median_ms"] > 0
+    # `kopt wait`'s verdict says why a try failed: each candidate's status and error text
+    (v2c,) = verdict(store, run, 2)["classes"]
+    by_id = {r["candidate_id"]: r for r in v2c["results"]}
+    assert sorted(by_id) == sorted(v2c["candidates"])
+    assert {by_id[c]["status"] for c in nodes[3]["members"]} == {"wrong_result"}
+    assert all(by_id[c]["error"] and by_id[c]["sizes_ok"] == 0 for c in nodes[3]["members"])
+    assert {by_id[c]["status"] for c in nodes[1]["members"]} == {"ok"}
 
     # the provenance ledger, by SQL: each version's ideas, claimed methods as catalog ideas
     _, prov = db.query(f"select p.iteration, p.try_no, v.name, p.kind, p.ref from provenance p "

@@ -96,6 +96,8 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
                                      f"run_id = '{run}' and iteration = 2 and not is_baseline"
                                      )[1]}
     assert set(v["candidates"]) == stored == set(printed) and len(v["candidates"]) == 2
+    assert [(r["candidate_id"], r["status"], r["error"], r["sizes_ok"]) for r in v["results"]
+            ] == [(c, "ok", None, r["sizes"]) for c, r in zip(v["candidates"], v["results"])]
     assert json.loads(Path(out["log"]).with_suffix(".json").read_text())["rc"] == 0
     won = v["winner"]
     assert (v["iteration"], v["accepted"], v["reasons"]) == (2, True, []) and won in printed

@@ -805,8 +805,13 @@ qualify row_number() over (partition by device_class order by created_at desc) =
 order by device_class
 """
 ITERATION_CANDIDATES_SQL = """
-select device_class, candidate_id, bool_or(is_baseline) is_baseline from candidates
-where run_id = ? and iteration = ? group by all order by device_class, min(created_at), 2
+select device_class, candidate_id, bool_or(is_baseline) is_baseline,
+       coalesce(arg_min(status, created_at) filter (where status <> 'ok'), 'ok') status,
+       arg_min(error, created_at) filter (where status <> 'ok') error,
+       count(*) filter (where status = 'ok') sizes_ok, count(*) sizes
+from candidates
+where run_id = ? and iteration = ? group by device_class, candidate_id
+order by device_class, min(created_at), 2
 """
 PROGRESS_SQL = """
 select (select max(created_at) from versions where run_id = $r and iteration = $i) submitted_at,
@@ -1076,7 +1081,9 @@ class Database:
 
     def iteration_candidates(self, run_id: str, iteration: int) -> list[dict[str, Any]]:
         """``device_class``, ``candidate_id``, ``is_baseline`` of every candidate measured in
-        ``iteration`` of ``run_id``, in the order they were first stored."""
+        ``iteration`` of ``run_id``, in the order they were first stored, with its
+        ``status`` (``ok`` when every problem size was, else its first failing size's),
+        that size's ``error`` text (None when ok) and ``sizes_ok`` of ``sizes``."""
         return self._records(ITERATION_CANDIDATES_SQL, [run_id, iteration])
 
     def progress(self, run_id: str, iteration: int) -> dict[str, Any]:

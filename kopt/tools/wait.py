@@ -53,8 +53,11 @@ def verdict(root: Path, run_id: str, iteration: int) -> dict[str, Any]:
     ``best`` (the run's best after the iteration: the next iteration's parent),
     ``selected``, ``ineffective`` (method -> the bottleneck it failed under),
     ``bottleneck_before`` / ``bottleneck_after``, ``stop`` ('' when the loop goes on),
-    ``baseline`` and ``candidates`` (the ids the iteration measured, the baseline left
-    out)."""
+    ``baseline``, ``candidates`` (the ids the iteration measured, the baseline left
+    out) and ``results``, the same candidates' outcomes: ``status`` (``ok``, or the first
+    failing problem size's: compile_error, wrong_result, ...), its ``error`` text (the
+    compiler's message, the wrong-result line; None when ok) and ``sizes_ok`` of ``sizes``,
+    so a loop driver learns why a try failed without a query."""
     db = Database(root)
     states = {dc: IterState.from_json(js) for it, dc, js in db.iteration_states(run_id)
               if it == iteration}
@@ -85,7 +88,10 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "ineffective": st.ineffective, "bottleneck_before": st.bottleneck_before,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
             "baseline": (st.baseline or {}).get("candidate_id"),
-            "candidates": [c["candidate_id"] for c in cands if not c["is_baseline"]]}
+            "candidates": [c["candidate_id"] for c in cands if not c["is_baseline"]],
+            "results": [{k: c[k] for k in ("candidate_id", "status", "error", "sizes_ok",
+                                           "sizes")}
+                        for c in cands if not c["is_baseline"]]}
 
 
 def pending(root: Path, run_id: str, iteration: int | None) -> tuple[int, str]:
