@@ -55,6 +55,7 @@ def test_propose_json_has_triples_reasons_evidence_and_the_best_source(tmp_path)
                        "memory.vectorized_access": "no_trigger", CP: "already_selected",
                        "latency.persistent_kernel": "no_trigger"}
     assert plan["triples"] == [["compute.thread_coarsening", None, None]]
+    assert plan["strict_triple"] == ["compute.thread_coarsening", None, None]
     assert plan["best"]["candidate_id"] == "w1"
     assert plan["best"]["defines"] == {"THREADS": 256, "CACHE_HINTS": 1}
     assert plan["best_source"] == str(SWEEP / "vector_add.cu")
@@ -99,6 +100,10 @@ def test_propose_json_without_a_stored_run_has_no_best_or_evidence(tmp_path):
     assert plan["triples"] == [["compute.thread_coarsening", None, None],
                                ["compute.ilp_unroll", None, None],
                                ["compute.branch_eliminate", None, None]]
+    # the strict scan's pick: the highest-priority compute method (thread_coarsening)
+    order = [s["method"] for s in plan["scan"]["compute"]]
+    assert order.index("compute.thread_coarsening") < order.index("compute.ilp_unroll")
+    assert plan["strict_triple"] == ["compute.thread_coarsening", None, None]
 
 
 def test_propose_json_after_a_submitted_winner_scans_the_catalog_and_names_its_copy(tmp_path):
@@ -177,3 +182,20 @@ def test_propose_plans_from_the_closing_contests_best(tmp_path):
     it, states = _prior(Database(root), "r1", retry=False)
     assert it == 2 and states[1][DC].best["candidate_id"] == "b0"
     assert states[1][DC].selected == []
+
+
+def test_the_strict_scan_takes_each_axis_highest_priority_method_that_leaves_a_triple():
+    """strict_triple: compute first, then memory, then latency, each the highest-priority
+    method (the scan's order) among the admissible triples; an axis with no method stays
+    as it is (None), a triple whose pair is not admissible is passed over."""
+    from kopt.loop.propose import strict_triple
+
+    scan = {"compute": [{"method": "compute.a"}, {"method": "compute.b"}],
+            "memory": [{"method": "memory.x"}, {"method": "memory.y"}],
+            "latency": [{"method": "latency.p"}]}
+    triples = [["compute.b", "memory.x", None], ["compute.a", "memory.y", None],
+               ["compute.a", None, "latency.p"], [None, "memory.x", "latency.p"]]
+    # memory.x with compute.a is not admissible: the scan keeps compute.a, takes memory.y
+    assert strict_triple(scan, triples) == ["compute.a", "memory.y", None]
+    assert strict_triple(scan, triples[2:]) == ["compute.a", None, "latency.p"]
+    assert strict_triple(scan, []) is None

@@ -8,7 +8,7 @@ from typing import Any
 
 from kopt.core.bottleneck import Evidence, aggregate, analyze
 from kopt.core.bottleneck import _cond as condition_holds  # the loop's own reading of a trigger
-from kopt.core.catalog import Catalog, load_catalog
+from kopt.core.catalog import AXES, Catalog, load_catalog
 from kopt.core.claims import catalog_scan, catalog_triples
 from kopt.core.expand import Expansion, admissible_triples, iter_candidates, scan_axes
 from kopt.core.spec import Space, Sweep
@@ -37,7 +37,9 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
     - ``scan``: every realized method per axis, admitted or skipped with the reason;
       ``catalog_scan``: the same over every catalog method (what a submitted version may
       claim: :mod:`kopt.core.claims`);
-    - ``triples``: the admitted triples the next iteration will run; ``empty_triples``:
+    - ``triples``: the admitted triples the next iteration will run; ``strict_triple``: the
+      one of them the workflow's strict priority scan picks (:func:`strict_triple`);
+      ``empty_triples``:
       admissible ones whose every launch config the restrictions exclude;
       ``undecided_triples``: in a space too large to walk (kopt.core.expand.WALK_LIMIT), the
       ones whose configs are too many to check and none of PROBE_DRAWS random ones passed;
@@ -108,17 +110,41 @@ def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalo
         # the best is a submitted version (or applies a method the sweep does not realize):
         # the sweep's -D realizations are switches of the sweep's own source, not of it;
         # what may come next is any admissible catalog triple
-        return {**plan, "triples_from": "catalog",
-                "scan": plan["catalog_scan"], "empty_triples": [], "undecided_triples": [],
-                "triples": [list(t) for t in catalog_triples(cat, sm, ctx) if any(t)]}
+        out = {**plan, "triples_from": "catalog",
+               "scan": plan["catalog_scan"], "empty_triples": [], "undecided_triples": [],
+               "triples": [list(t) for t in catalog_triples(cat, sm, ctx) if any(t)]}
+        return {**out, "strict_triple": strict_triple(out["scan"], out["triples"])}
     triples = [t for t in admissible_triples(space, cat, sm, ctx=ctx) if any(t)]
     have, undecided = triples_with_candidates(iter_candidates(space, cat, sm, ctx=ctx))
-    return {**plan, "triples_from": "sweep",
-            "scan": {a: [asdict(s) for s in v]
-                     for a, v in scan_axes(space, cat, sm, ctx=ctx).items()},
-            "triples": [list(t) for t in triples if t in have],
-            "empty_triples": [list(t) for t in triples if t not in have | undecided],
-            "undecided_triples": [list(t) for t in triples if t in undecided]}
+    out = {**plan, "triples_from": "sweep",
+           "scan": {a: [asdict(s) for s in v]
+                    for a, v in scan_axes(space, cat, sm, ctx=ctx).items()},
+           "triples": [list(t) for t in triples if t in have],
+           "empty_triples": [list(t) for t in triples if t not in have | undecided],
+           "undecided_triples": [list(t) for t in triples if t in undecided]}
+    return {**out, "strict_triple": strict_triple(out["scan"], out["triples"])}
+
+
+def strict_triple(scan: dict[str, list[dict[str, Any]]], triples: list[list[str | None]]
+                  ) -> list[str | None] | None:
+    """The triple the workflow's strict priority scan picks out of ``triples`` (each
+    ``[compute, memory, latency]``, None for an axis left as it is): on each axis, in the
+    order compute, memory, latency, the highest-priority method ``scan`` lists (its rows
+    are in priority order) that still leaves an admissible triple; None when there is no
+    triple."""
+    if not triples:
+        return None
+    rank = {axis: {row["method"]: i for i, row in enumerate(rows)}
+            for axis, rows in scan.items()}
+    return min(triples, key=lambda t: _priority_key(rank, t))
+
+
+def _priority_key(rank: dict[str, dict[str, int]], triple: list[str | None]
+                  ) -> tuple[int, ...]:
+    """``triple``'s place per axis in the scan's priority order (an axis left as it is, or
+    a method the scan does not list, after every listed one)."""
+    return tuple(rank.get(axis, {}).get(m, len(rank.get(axis, {}))) if m is not None
+                 else len(rank.get(axis, {})) for axis, m in zip(AXES, triple))
 
 
 PROBE_DRAWS = 2_000  # random launch configs per triple of a space too large to walk
