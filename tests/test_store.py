@@ -34,6 +34,37 @@ def test_rows_round_trip_and_speedup(tmp_path):
                     ("c3", "wrong_result", None)]
 
 
+def test_rows_a_signal_cut_out_of_a_flush_are_written_by_the_next(tmp_path, monkeypatch):
+    """A Ctrl-C or SIGTERM raised inside a time-based flush (here: the write of the second
+    table) lost the rows the flush had taken from the buffer: the interrupted run's last
+    flush found nothing. They go back to the buffer, and the next flush writes every one
+    (a table written before the signal once, the rest once)."""
+    import kopt.store.database
+
+    real, calls = kopt.store.database.write_arrow, []
+
+    def interrupted_once(root, table, sweep, run_id, t):
+        calls.append(table)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(root, table, sweep, run_id, t)
+
+    monkeypatch.setattr(kopt.store.database, "write_arrow", interrupted_once)
+    w = Writer(tmp_path, "s", "r1")
+    w.add("candidates", [row("c1", 1.0), row("c2", 2.0)])
+    w.add("contests", [{"run_id": "r1", "sweep": "s", "iteration": 1, "device_class": "d",
+                        "dims": "{}", "candidate_id": "c1", "median_ms": 1.0}])
+    w.add("runs", [{"run_id": "r1", "sweep": "s", "event": "running"}])
+    with pytest.raises(KeyboardInterrupt):
+        w.flush()
+    w.add("candidates", [row("c3", 3.0)])  # measured after the signal, before the last flush
+    w.flush()
+    assert query("select job_key from candidates order by 1", tmp_path)[1] == [
+        ("c1",), ("c2",), ("c3",)]
+    assert query("select count(*) from contests", tmp_path)[1] == [(1,)]
+    assert query("select count(*) from runs", tmp_path)[1] == [(1,)]
+
+
 def test_latest_row_per_job_wins_after_compaction(tmp_path):
     import datetime as dt
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

@@ -643,8 +643,8 @@ class Driver:
         if job.job_key in self.ctx.rows:
             return
         row = self._record(job, outcome, info).row(outcome.observed())
-        self.ctx.rows[job.job_key] = row
-        self.ctx.writer.add("candidates", [row])
+        self.ctx.writer.add("candidates", [row])  # buffered first: a signal between the two
+        self.ctx.rows[job.job_key] = row  # must not leave a row counted but never written
         counts = self.summary.status_counts
         counts[row["status"]] = counts.get(row["status"], 0) + 1
         for o in self.observers:
