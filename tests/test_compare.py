@@ -146,3 +146,18 @@ def test_rank_takes_the_geometric_mean_and_worst_noise_across_sizes(tmp_path):
     assert a["speedup"] == pytest.approx(2 ** 0.5) and a["rel_iqr"] == pytest.approx(0.1)
     assert b["speedup"] == pytest.approx(1.0) and b["rel_iqr"] == pytest.approx(0.01)
     assert c["speedup"] == pytest.approx(0.5 ** 0.5) and c["rel_iqr"] == 0.0
+
+
+def test_a_long_drop_reason_is_cut_at_a_word_with_an_ellipsis():
+    """The closing note quoted the final winner's drop reason cut at 200 characters, mid
+    word ("... (2.092 ms or more): solve k)"): it is cut at a whole word, marked " ..."."""
+    from kopt.core.winner import close_loop
+
+    why = ("replayed: calls on input values it had never seen took 4.785 ms or more, calls "
+           "on values seen before 0.7963 ms or less, and again on 4 more new input sets "
+           "(2.092 ms or more): solve keeps results by input content and replays them, "
+           "which a real kernel does not do; " * 3)
+    c = close_loop("b", "w1", {"b": 0, "w1": 1}, {"b": [(1.0, 0.01)]}, {"w1": why})
+    quoted = c["note"].split("failed the closing contest (")[1].rsplit(") and cannot", 1)[0]
+    assert quoted.endswith(" ...") and len(quoted) <= 300
+    assert why.startswith(quoted[:-4]) and why[len(quoted) - 4] == " "

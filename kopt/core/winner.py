@@ -22,6 +22,7 @@ that buys nothing measurable is not worth carrying into the next iteration.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,7 +167,8 @@ def _closing_best(final: str, winner_of: dict[str, int],
     ref = final  # the final winner; when it failed, the latest winner that passed
     if final not in summ:
         ref = max(summ, key=lambda c: (winner_of.get(c, 0), c))
-        why = (dropped.get(final) or "it was not re-measured").splitlines()[0][:200]
+        why = textwrap.shorten((dropped.get(final) or "it was not re-measured").splitlines()[0],
+                               300, placeholder=" ...")  # whole words: a cut one misleads
         notes.append(f"the final winner, {_iteration_name(final, winner_of)}, failed the "
                      f"closing contest ({why}) and cannot be named")
     best = ref

@@ -5,6 +5,7 @@ iteration and, for the loop's closing, the first baseline against every winner."
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from kopt.core.winner import CONTEST_ROUNDS, Verdict, contenders, decide
@@ -133,8 +134,9 @@ class SideBySide:
             self.dropped[c] = w
             self.alive.remove(c)
             self.results.pop(c, None)
-            self.ctx.fault(f"contest on {self.dc}: candidate {c} failed its check "
-                           f"({w.splitlines()[0][:300]}); dropped: it cannot win")
+            why = textwrap.shorten(w.splitlines()[0], 300, placeholder=" ...")
+            self.ctx.fault(f"contest on {self.dc}: candidate {c} failed its check ({why}); "
+                           "dropped: it cannot win")
 
 
 def contest_rows(ctx: RunContext, it: int, dc: str, results: Results,
