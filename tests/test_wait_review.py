@@ -430,3 +430,25 @@ def test_a_device_lost_while_it_checks_ref_py_is_one_line(copy_fixture, tmp_path
     assert str(e.value) == ("the cpu-a device checking ref.py at dims {'N': 4096} was lost "
                             "(device actor failed: The actor is unavailable); nothing was "
                             "built or measured: run the sweep again")
+
+
+def test_waits_next_parent_is_the_closing_contests_best():
+    """`kopt wait` said ``best``: the iteration's winner, where the loop's closing contest had
+    named the first baseline (faster side by side) and `kopt submit` took that as the next
+    parent. The verdict's ``best`` and ``selected`` are now the parent submit and propose
+    take; ``winner`` stays the iteration's."""
+    from kopt.loop.state import IterState
+    from kopt.tools.wait import _class
+
+    st = IterState(iteration=3, selected=["memory.vectorized_access"],
+                   best={"candidate_id": "w3", "iteration": 3, "speedup": 1.8,
+                         "median_ms": 2.6, "triple": [None, "memory.vectorized_access", None]},
+                   closing={"best": {"candidate_id": "b0", "iteration": 1,
+                                     "triple": [None, None, None]}})
+    rv = {"candidate_id": "w3", "accepted": True, "reasons": "[]", "speedup": 1.8,
+          "median_ms": 2.6}
+    v = _class("cpu-x86_64", st, rv, [])
+    assert (v["winner"], v["best"], v["selected"]) == ("w3", "b0", [])
+    st.closing = None  # no closing contest (the loop goes on): the winner is the parent
+    v = _class("cpu-x86_64", st, rv, [])
+    assert (v["best"], v["selected"]) == ("w3", ["memory.vectorized_access"])

@@ -84,7 +84,10 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "reasons": [str(x) for x in stored_json(rv["reasons"], "reasons", list)],
             "review": {k: rv.get(k) for k in ("command", "exit_status", "timed_out",
                                               "output_tail", "output_log")},
-            "best": (st.best or {}).get("candidate_id"), "selected": st.selected,
+            # the next parent, as `kopt submit` and `kopt propose` take it: the closing
+            # contest's pick when it named another best than the iteration's winner
+            "best": (st.named().best or {}).get("candidate_id"),
+            "selected": st.named().selected,
             "ineffective": st.ineffective, "bottleneck_before": st.bottleneck_before,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
             "baseline": (st.baseline or {}).get("candidate_id"),
