@@ -59,7 +59,19 @@ def _sweep_dir(root: Path, name: str) -> Path:
 def _submit(env: dict, sweep: Path, store: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kopt.cli", "sweep", str(sweep), "--queue",
                              "--store", str(store)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _said(procs: dict[str, subprocess.Popen], outs: dict[str, tuple[str, str]]) -> str:
+    """What each named `kopt sweep` printed (``outs``: its stdout and stderr), for an
+    assertion message: its exit code, the last 8000 characters of its stdout and of its
+    stderr, apart, as one text. A pipe shared by both streams put an `error:` line (stderr,
+    line-buffered) before the run's tables (stdout, block-buffered in a pipe), and the
+    message was a list of each sweep's last 3000 characters, whose repr pytest cuts short:
+    a sweep that exited 2 after its whole run said nothing of why."""
+    return "\n".join(f"--- sweep {name}: exit {procs[name].returncode}\n--- stdout (end):\n"
+                     f"{out[-8000:]}\n--- stderr (end):\n{err[-8000:]}"
+                     for name, (out, err) in outs.items())
 
 
 def _query(store: Path, table: str, sql: str) -> list[tuple]:
@@ -171,13 +183,14 @@ def test_status_of_a_started_service(service):
 def test_two_sweeps_at_once_share_the_devices(service, tmp_path):
     env, state = service
     store = tmp_path / "store"
-    procs = [_submit(env, _sweep_dir(tmp_path, name), store) for name in ("a", "b")]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[-3000:] for o in outs]
+    procs = {name: _submit(env, _sweep_dir(tmp_path, name), store) for name in ("a", "b")}
+    outs = {name: p.communicate(timeout=600) for name, p in procs.items()}
+    assert [p.returncode for p in procs.values()] == [0, 0], _said(procs, outs)
     rows = _query(store, "candidates", "select run_id, status, device_id, epoch(device_start),"
                   " epoch(device_end) from T")
     runs = sorted({r[0] for r in rows})
-    assert len(runs) == 2 and all(f"run {r}" in "".join(outs) for r in runs)  # own run ids
+    said = "".join(out + err for out, err in outs.values())
+    assert len(runs) == 2 and all(f"run {r}" in said for r in runs)  # own run ids
     for r in runs:
         assert [x[1] for x in rows if x[0] == r] == ["ok"] * N_CANDIDATES
     _shared_fairly(rows, runs)
@@ -203,8 +216,8 @@ def test_a_device_actor_killed_mid_sweep_is_restarted_and_the_sweep_completes(se
         time.sleep(0.1)  # results land as they come: wait for the first rows
     actors.ask("kill", "kopt-device-0")  # as a crash would
     assert proc.poll() is None  # mid-sweep
-    out = proc.communicate(timeout=600)[0]
-    assert proc.returncode == 0, out[-3000:]
+    out = proc.communicate(timeout=600)
+    assert proc.returncode == 0, _said({"k": proc}, {"k": out})
     statuses = [s for s, in _query(store, "candidates", "select status from T")]
     assert statuses == ["ok"] * N_CANDIDATES
     after = actors.ask("ping", "kopt-device-0", "kopt-device-1")
