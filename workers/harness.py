@@ -22,9 +22,10 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   (its first job, or more than ``IDLE_WARM_S`` since the last one ended; back to back, two
   calls: the check's calls already loaded the code and the clocks are up), then samples
   until the median is stable (workers.timing).
-  Before every timed call a randomly chosen input set is copied into the buffers and the
-  outputs poisoned (an in/out argument never drifts, state kept between calls never
-  matches), the cache is flushed (GPU: a buffer of 2x the L2 zeroed; CPU: every cache line
+  Before every timed call (CPU: after the load gauge, ``Harness.gauge``, outside the timed
+  interval) a randomly chosen input set is copied into the buffers and the outputs
+  poisoned (an in/out argument never drifts, state kept between calls never matches), the
+  cache is flushed (GPU: a buffer of 2x the L2 zeroed; CPU: every cache line
   of the candidate's buffers evicted, ``Harness.flush``); CUDA events on torch's
   stream around ``solve`` (CPU: a monotonic clock); after it, on the device and outside
   the timed interval, every output element is verified against that set's tolerance band.
@@ -39,10 +40,11 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   the same on ``N_UNSEEN`` more never-seen sets confirm it (``Harness.recheck``: a burst of
   load on the first unseen calls named honest kernels on a loaded CPU) until load alone,
   at the share of slow calls the samples showed, is unlikely to have slowed them all
-  (:func:`load_chance`). The seen calls count only where the harness's own work before the
-  calls (loading inputs, the flush) shows that the machine slowed down since the samples
-  (CPU: :func:`drifted`). A contest does the same for each contender after its rounds
-  (they call on the check's sets only).
+  (:func:`load_chance`). The seen calls count only where a load gauge (fixed CPU work of the
+  harness's own, as long as a call, timed before every timed call: ``Harness.gauge``) shows
+  that the machine slowed down since the samples (CPU: :func:`drifted`). A contest does the
+  same for each contender after its rounds (they call on the check's sets only; its rounds
+  are not gauged, so the seen calls count there).
 - a probe: a few calls from an idle device to a device-wide synchronize: work that
   ``solve`` left running (its own stream) makes the candidate ``escaped`` (GPU only); CPU:
   after every call, checked or timed, an output page that cannot be read (protected, to be
@@ -71,9 +73,9 @@ wrongly:
 - a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
   and a replayer that pads its calls on seen sets to the work's cost (under half of the
   samples, every call once it met new values, attack MODE 7) when the machine happens to
-  slow down during the calls on new sets (:func:`drifted`): load that began after the
-  samples slows an honest kernel's calls on new sets just as much, and only the seen
-  calls then tell the two apart;
+  slow down during the calls on new sets (:func:`drifted`), and in a contest (not gauged):
+  load that began after the samples slows an honest kernel's calls on new sets just as
+  much, and only the seen calls then tell the two apart;
 - CPU backend: work left to a thread of its own that finishes between ``solve``'s return
   and the read of its outputs, and outputs computed lazily when first read other than
   from pages it protected (those are ``escaped``: ``Harness.unreadable``; e.g. pages it
@@ -105,8 +107,8 @@ wrongly:
   priority, the floating-point environment, a thread that keeps running; they can slow
   or speed up candidates timed after it in the same harness (``contest`` runs all
   contenders in one). A thread a replayer starts once it meets new values can slow the
-  harness's own work between calls so that the machine looks slowed (:func:`drifted`) and
-  the padded seen calls count.
+  load gauge between calls so that the machine looks slowed (:func:`drifted`) and the
+  padded seen calls count.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ import ctypes
 import errno
 import importlib.util
 import inspect
+import itertools
 import math
 import os
 import random
@@ -160,9 +163,22 @@ RECHECK_PAUSE_S, RECHECK_MIN_ROUNDS = 0.25, 2
 # REPLAY_ALPHA to slow every call on new sets (workers.harness.load_chance); 1 + 4 rounds
 # of 2 calls decide any share of slow calls under a half (0.5 ** 10 < 1e-3)
 REPLAY_ALPHA, RECHECK_ROUNDS = 1e-3, 4
-# the harness's own work before the calls on new sets slower than DRIFT_FACTOR x its median
-# before the samples: the machine slowed down since (workers.harness.drifted)
+# the load gauge before the calls on new sets slower than DRIFT_FACTOR x its median before the
+# samples: the machine slowed down since (workers.harness.drifted)
 DRIFT_FACTOR = 1.5
+# CPU: the load gauge (workers.harness ``Harness.gauge``), a fixed count of iterations of plain
+# CPU work timed before every timed call, is as long as the job's first call, but GAUGE_MS at
+# least and GAUGE_MAX_MS at most (its iterations calibrated once per harness). It replaced the
+# time of the harness's work before the call (loading the inputs, the flush), which the flush
+# by cache line made tens of microseconds for small buffers, and the first after a recheck's
+# pause 0.4-1.2 ms against 0.04: that passed DRIFT_FACTOR with no load, and a replayer
+# padding its seen calls went `ok` (attack MODE 7, 2 of 3 jobs in a fresh clone's suite, 3
+# of 6 alone); a floor of 1 ms on that growth named honest kernels `replayed` under load, as
+# microseconds of work are rarely preempted. A gauge as long as the call meets load as the
+# call does: a timeslice of another process (4-17 ms beside CPU hogs on a 2-core machine)
+# that slows a 10 ms call slows it too, while 0.5-1 ms of iterations vary by a few % on an
+# idle core, after a pause too
+GAUGE_MS, GAUGE_MAX_MS = 0.5, 5.0
 PROBE_CALLS = 3  # calls timed from an idle device to a device-wide synchronize
 # work the events missed (ms) that makes a candidate `escaped`: over this and over
 # ESCAPE_SHARE of its median; an honest solve's host overhead is tens of microseconds
@@ -284,10 +300,13 @@ class Harness:
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
         self.sample_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
-        # CPU: how long the harness's own work before each timed call of the last
-        # ``samples`` took (ms: loading the input set, flushing the cache), which no candidate
-        # computes: a machine slowed by load slows it too (workers.harness ``drifted``)
-        self.prep_ms: list[float] = []
+        # CPU: how long the load gauge before each timed call of the last ``samples`` took
+        # (ms, :meth:`gauge`): fixed work of the harness's own, which a machine slowed by
+        # load slows as it slows the calls (workers.harness ``drifted``); its iterations for
+        # GAUGE_MS (calibrated here) and for the current job (``time`` sizes it)
+        self.gauge_ms: list[float] = []
+        self.gauge_unit = 0 if self.is_cuda else _calibrate_gauge(GAUGE_MS)
+        self.gauge_n = self.gauge_unit
         # device memory outside torch (bytes) that drawing the recheck's sets took during
         # the current job (ref.py's libraries): not the candidate's, so not a leak
         self._drawn = 0
@@ -841,8 +860,10 @@ class Harness:
         return n
 
     def samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool,
-                picks: list[int] | None = None) -> tuple[list[float], list[str]]:
-        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order. Before each: a
+                picks: list[int] | None = None, gauge: bool = True
+                ) -> tuple[list[float], list[str]]:
+        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order. Before each: on the
+        CPU, the load gauge timed when ``gauge`` (:meth:`gauge`, kept in ``gauge_ms``); a
         randomly chosen input set (``picks``: the input sets, see ``Data.input_set``, when
         given) loaded into buffer set 0 (outputs poisoned), then the L2
         (CPU: last-level cache) flushed when ``flush``; CUDA events around the call on the
@@ -870,12 +891,12 @@ class Harness:
             torch.cuda.synchronize()
             times = [s.elapsed_time(e) for s, e in evs]
         else:
-            self.prep_ms = []
+            self.gauge_ms = []
             for (lib, job), k in zip(calls, picks):
-                p0 = time.perf_counter_ns()
+                if gauge:  # before the load: the flush stays last before the call
+                    self.gauge_ms.append(self.gauge())
                 self._prep(d, k, flush)
                 t0 = time.perf_counter_ns()
-                self.prep_ms.append((t0 - p0) / 1e6)
                 self.call(lib, job, d)
                 times.append((time.perf_counter_ns() - t0) / 1e6)
                 lazy = "" if isinstance(lib, RefCall) else self.unreadable(d.bufs[0])
@@ -903,6 +924,16 @@ class Harness:
                              "write every output before returning")
                 return self.lazy
         return ""
+
+    def gauge(self) -> float:
+        """CPU: the time (ms) of ``gauge_n`` iterations of plain CPU work (an empty Python
+        loop: no allocation, no memory traffic, no system call), which takes the same on any
+        candidate and any input values: only other work that takes the core (load)
+        lengthens it, as it lengthens the calls. The harness's work before a call (loading
+        the inputs, the flush) costs in proportion to the candidate's data, microseconds for
+        small buffers, and its cache misses differ between sets sampled over and over and
+        sets just drawn; the gauge compares like with like (:func:`drifted`)."""
+        return _spin(self.gauge_n)
 
     def _prep(self, d: Data, k: int, flush: bool) -> None:
         """The harness's work before a timed call: input set ``k`` loaded into buffer set 0,
@@ -961,7 +992,11 @@ class Harness:
         clean: list[float] = []  # samples of batches no observer called disturbed
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
         batches = 0
-        prep: list[float] = []  # CPU: the harness's own work before each sample (ms)
+        gauges: list[float] = []  # CPU: the load gauge before each sample (ms)
+        # as long as the first call (GAUGE_MS to GAUGE_MAX_MS), for the samples and the calls
+        # on new sets alike
+        self.gauge_n = round(self.gauge_unit * min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS)
+                             / GAUGE_MS)
         flush = t.get("flush", True)
         for o in self.observers:
             o.begin()
@@ -984,7 +1019,7 @@ class Harness:
             if bad:
                 raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
             batches += 1
-            prep += self.prep_ms
+            gauges += self.gauge_ms
             disturbed = [o.after_batch(xs) for o in self.observers]  # every one reads
             (held if any(disturbed) else clean).extend(xs)
         self.check_cuda(lib, "timing")
@@ -998,8 +1033,8 @@ class Harness:
         out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
                "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled}
-        if prep:
-            out["prep_ms"] = statistics.median(prep)
+        if gauges:
+            out["gauge_ms"] = statistics.median(gauges)
         for o in self.observers:
             out.update(o.results())
         if cut and len(samples) < t["min_samples"]:
@@ -1028,7 +1063,7 @@ class Harness:
         xs, bad = self.samples([(lib, job)] * n, d, job["timing"].get("flush", True), picks)
         if bad:
             raise _Wrong(bad[0])
-        return {"seen_ms": xs[:2], "unseen_ms": xs[2:], "unseen_prep_ms": self.prep_ms}
+        return {"seen_ms": xs[:2], "unseen_ms": xs[2:], "unseen_gauge_ms": self.gauge_ms}
 
     def recheck(self, lib: Any, job: dict, d: Data, out: dict) -> dict:
         """When the calls on unseen values in ``out`` (:meth:`unseen`) look like a replay
@@ -1049,7 +1084,7 @@ class Harness:
         if not new or not replayed(out["median_ms"], [], new):  # the seen calls: at the end
             return {}
         res: dict[str, Any] = {"recheck_seen_ms": [], "recheck_unseen_ms": [],
-                               "recheck_prep_ms": [], "recheck_cut": False}
+                               "recheck_gauge_ms": [], "recheck_cut": False}
         for i in range(RECHECK_ROUNDS):
             if i >= RECHECK_MIN_ROUNDS and load_chance({**out, **res}) < REPLAY_ALPHA:
                 break
@@ -1067,7 +1102,7 @@ class Harness:
             again = self.unseen(lib, job, d, max(new), sets, fitted=True)
             res["recheck_seen_ms"] += again["seen_ms"]
             res["recheck_unseen_ms"] += again["unseen_ms"]
-            res["recheck_prep_ms"] += again["unseen_prep_ms"]
+            res["recheck_gauge_ms"] += again["unseen_gauge_ms"]
             if not replayed(out["median_ms"], baseline(out | res), new + res["recheck_unseen_ms"]):
                 break  # calls on new sets as fast as the seen calls: cleared
         return res
@@ -1134,7 +1169,9 @@ class Harness:
         k = len(entries)
         for r in range(int(job["rounds"])):
             order = [(r + i) % k for i in range(k)]
-            xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush)
+            # no gauge: a contest's replay check weighs the seen calls (:func:`drifted`)
+            xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush,
+                                   gauge=False)
             if bad:
                 keys = sorted({b.split(":", 1)[0] for b in bad})
                 return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
@@ -1562,14 +1599,38 @@ def replay_line(median_ms: float, seen_ms: list[float]) -> float:
 
 def drifted(out: dict) -> bool:
     """Whether the machine was slower during the calls on never-seen sets of ``out`` than
-    during its samples: the harness's own work before those calls (``unseen_prep_ms``,
-    ``recheck_prep_ms``: loading the input set, flushing the cache) took more than
-    ``DRIFT_FACTOR`` x its median before the samples (``prep_ms``). True where not measured
-    (GPU): the seen calls decide there."""
-    prep = list(out.get("unseen_prep_ms") or []) + list(out.get("recheck_prep_ms") or [])
-    if not prep or not out.get("prep_ms"):
+    during its samples: the load gauge before those calls (``unseen_gauge_ms``,
+    ``recheck_gauge_ms``: fixed work of the harness's own, :meth:`Harness.gauge`) took more
+    than ``DRIFT_FACTOR`` x its median before the samples (``gauge_ms``), in the median: a
+    single timeslice lost to another process does not make a slowed machine. True where not
+    measured (GPU, a contest): the seen calls decide there."""
+    gauge = list(out.get("unseen_gauge_ms") or []) + list(out.get("recheck_gauge_ms") or [])
+    if not gauge or not out.get("gauge_ms"):
         return True
-    return statistics.median(prep) > DRIFT_FACTOR * out["prep_ms"]
+    return statistics.median(gauge) > DRIFT_FACTOR * out["gauge_ms"]
+
+
+def _spin(n: int) -> float:
+    """The time (ms) of ``n`` iterations of the load gauge's work (:meth:`Harness.gauge`): an
+    empty loop that allocates nothing. With ``sum(range(n))`` (an int object made per
+    iteration) as the calibration at the harness's start, attack MODE 2 went `ok` in 4 of
+    12 sandboxed jobs (0 of 24 with this loop, 0 of 12 with a 50 ms sleep): the range it
+    protects spans the heap between its two outputs, so where the heap puts the harness's
+    own objects decides whether a read of the harness's faults into its handler (which
+    computes the outputs) before the probe reads them."""
+    t0 = time.perf_counter_ns()
+    for _ in itertools.repeat(None, n):
+        pass
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def _calibrate_gauge(ms: float) -> int:
+    """The load gauge's iterations (:func:`_spin`) that take about ``ms`` on this core: the
+    fastest of several tries, as load only lengthens a try."""
+    n = 1 << 12
+    while n < 1 << 40 and _spin(n) < 0.2:  # long enough to time
+        n *= 2
+    return max(1, round(n * ms / min(_spin(n) for _ in range(5))))
 
 
 def baseline(out: dict) -> list[float]:
