@@ -228,16 +228,16 @@ def test_a_device_actor_killed_mid_sweep_is_restarted_and_the_sweep_completes(se
 
 def test_a_sweep_reads_its_results_while_another_compacts_the_store(tmp_path, monkeypatch):
     """Two sweeps on one store: the one that ends first compacts its run's part files
-    (kopt.pipeline's end: a merged file written, the parts removed) while the other lists the
-    store's part files to print its results (kopt.select.top). A part file listed, then
+    (the driver's end: a merged file written, the parts removed) while the other lists the
+    store's part files to print its results (kopt.store.select.top). A part file listed, then
     compacted away before the view over it was made, failed the reader with DuckDB's "No
-    files found" (kopt.database.connect made its views outside the product queries' second
-    listing), and `kopt sweep`, its whole run stored, exited 2 with that error: a cause of
+    files found" (kopt.store.database.connect made its views outside the product queries'
+    second listing), and `kopt sweep`, its whole run stored, exited 2 with that error: a cause of
     test_two_sweeps_at_once_share_the_devices's exit 2 once in a fresh clone's suite (its
     output did not show the error). The reader lists the part files again."""
-    import kopt.database as kdb
-    from kopt.select import top
-    from kopt.store import now
+    import kopt.store.database as kdb
+    from kopt.store.files import now
+    from kopt.store.select import top
 
     store = tmp_path / "store"
     db = kdb.Database(store)

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from kopt import __version__
 from kopt.core.bottleneck import triggers
 from kopt.core.catalog import Catalog, load_catalog
@@ -291,8 +289,8 @@ class Driver:
             self._iterate(bool(stored))
             self._time_references()  # an iteration that measured nothing left them
             close_loop_on_devices(self.ctx, self.loop)
-        except (KeyboardInterrupt, RuntimeError, duckdb.InterruptException) as e:
-            if not interrupted(e):  # a RuntimeError that is no Ctrl-C
+        except (KeyboardInterrupt, Exception) as e:  # Exception: DuckDB's form of a Ctrl-C
+            if not interrupted(e):
                 raise
             self._interrupted(t_start, prev)
             if isinstance(e, KeyboardInterrupt):

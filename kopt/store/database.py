@@ -280,47 +280,55 @@ def connect(root: Path | str | None = None,
     # the candidates view reads the profiles and reference views: they come first
     for table in sorted(SCHEMAS if tables is None else tables,
                         key=lambda name: name not in ("profiles", "reference")):
-        schema = table_schema(table)
-        con.register(f"_empty_{table}", pa.table(
-            {f.name: pa.array([], f.type) for f in schema}, schema=schema))
-        view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW,
-                "reference": REFERENCE_VIEW,
-                "profiles": "create or replace view profiles_raw as select * from {src}"
-                }.get(table, "create or replace view {table} as select * from {src}")
-        # the view reads its files' footers when it is made: a part file that another run's
-        # writer compacted away since it was listed fails it with DuckDB's "No files found"
-        # (two sweeps on one store: the one that ends first compacts while the other lists
-        # the store, e.g. to print its results; a read failed beside 15 of 120 run ends, 0 of
-        # 120 listing again): list them again
-        for attempt in range(1, COMPACTED_TRIES + 1):
-            files = table_parts(root, table)
-            pats = [_literal(str(f)) for f in files]
-            src = f"_empty_{table}"
-            if files:
-                # by name with the empty typed table: a column no part file holds (one
-                # written by an older kopt or another tool) reads as NULL, not as a Binder
-                # Error
-                src = (f"(select * from read_parquet([{', '.join(map(_sql_text, pats))}], "
-                       f"union_by_name=true, hive_partitioning=false) union all by name "
-                       f"select * from _empty_{table})")
-            try:
-                if table == "runs":
-                    con.register("_interrupted", pa.table({"run_id": pa.array(
-                        _interrupted(con, root, src), pa.string())}))
-                con.execute(view.format(src=src, table=table))
-                break
-            except duckdb.Error as e:
-                if attempt < COMPACTED_TRIES and _vanished(e):
-                    continue
-                con.close()
-                raise explain(e) from None
-        allowed += pats + [str(f) for f in files]
+        allowed += _make_view(con, root, table)
     for setting, value in (("allowed_paths", sorted(set(allowed))),
                            ("enable_external_access", False),
                            ("autoinstall_known_extensions", False),
                            ("autoload_known_extensions", False), ("lock_configuration", True)):
         con.execute(f"set {setting} = ?", [value])
     return con
+
+
+def _make_view(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> list[str]:
+    """The view over ``table``'s readable part files in ``root`` (an empty typed one when it
+    has none); returns the paths (and their SQL literals) the connection may then read.
+
+    Raises:
+        DatabaseError: DuckDB refused the view (explained; the connection is closed)."""
+    schema = table_schema(table)
+    con.register(f"_empty_{table}", pa.table(
+        {f.name: pa.array([], f.type) for f in schema}, schema=schema))
+    view = {"candidates": CANDIDATES_VIEW, "runs": RUNS_VIEW, "metrics": METRICS_VIEW,
+            "reference": REFERENCE_VIEW,
+            "profiles": "create or replace view profiles_raw as select * from {src}"
+            }.get(table, "create or replace view {table} as select * from {src}")
+    # the view reads its files' footers when it is made: a part file that another run's
+    # writer compacted away since it was listed fails it with DuckDB's "No files found"
+    # (two sweeps on one store: the one that ends first compacts while the other lists
+    # the store, e.g. to print its results; a read failed beside 15 of 120 run ends, 0 of
+    # 120 listing again): list them again
+    for attempt in range(1, COMPACTED_TRIES + 1):
+        files = table_parts(root, table)
+        pats = [_literal(str(f)) for f in files]
+        src = f"_empty_{table}"
+        if files:
+            # by name with the empty typed table: a column no part file holds (one written
+            # by an older kopt or another tool) reads as NULL, not as a Binder Error
+            src = (f"(select * from read_parquet([{', '.join(map(_sql_text, pats))}], "
+                   f"union_by_name=true, hive_partitioning=false) union all by name "
+                   f"select * from _empty_{table})")
+        try:
+            if table == "runs":
+                con.register("_interrupted", pa.table({"run_id": pa.array(
+                    _interrupted(con, root, src), pa.string())}))
+            con.execute(view.format(src=src, table=table))
+            break
+        except duckdb.Error as e:
+            if attempt < COMPACTED_TRIES and _vanished(e):
+                continue
+            con.close()
+            raise explain(e) from None
+    return pats + [str(f) for f in files]
 
 
 def _interrupted(con: duckdb.DuckDBPyConnection, root: Path, src: str) -> list[str]:
