@@ -453,7 +453,9 @@ def preflight(sweep_dir: Path, backend: str, arch: int | None, fmt: str) -> None
               show_default=True,
               help="Rows in table output; the others are counted (csv and json print all).")
 def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
-    """Run read-only SQL over the store (views: candidates, runs, metrics, iterations, contests).
+    """Run read-only SQL over the store's views (one per table: candidates, runs, metrics,
+    iterations, contests, profiles, reference, phases, sources, versions, provenance,
+    evidence, reviews, ports, triage_kernels, triage_paths, triage_actions, triage_launches).
 
     The query reads only the store's views: other files, URLs and extensions are refused.
     """
@@ -861,7 +863,7 @@ def _gpu_line(g: dict[str, Any]) -> str:
 @click.option("--idea", "ideas", multiple=True,
               help="A source of the version's idea (repeatable): a catalog method id, a URL, "
                    "or KIND:REF (paper:, kernel:, other:); stored in the provenance table.")
-@click.option("--store", type=click.Path(path_type=Path), default=None)
+@STORE_OPT
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
@@ -1020,7 +1022,7 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
 
 @main.command("lineage")
 @click.argument("run_id")
-@click.option("--store", type=click.Path(path_type=Path), default=None)
+@STORE_OPT
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               help="json: one object per node (depth, device_class, iteration, source_hash, "
                    "label, "

@@ -483,7 +483,7 @@ def _phase_lines(rows: list[dict[str, Any]]) -> list[str]:
                 "before the `phases` table)."]
     md = ["", "## Where the time went", "",
           "Seconds since kopt started in the driver process (its imports included); "
-          "per device: the total of each kind of interval (`busy x140`: the sum of 140 "
+          "per device: the total of each kind of interval (`busy xN`: the sum of N "
           "intervals between the first start and the last end). Timeline: `timeline.png`.", "",
           "| phase | where | start s | end s | seconds |", "|---|---|---|---|---|"]
     md += [f"| {p} | {w} | {a:.2f} | {b:.2f} | {d:.2f} |" for p, w, a, b, d in
