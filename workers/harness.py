@@ -303,10 +303,9 @@ class Harness:
         # CPU: how long the load gauge before each timed call of the last ``samples`` took
         # (ms, :meth:`gauge`): fixed work of the harness's own, which a machine slowed by
         # load slows as it slows the calls (workers.harness ``drifted``); its iterations for
-        # GAUGE_MS (calibrated here) and for the current job (``time`` sizes it)
+        # GAUGE_MS (calibrated by the first ``time``) and for the current job (``time``)
         self.gauge_ms: list[float] = []
-        self.gauge_unit = 0 if self.is_cuda else _calibrate_gauge(GAUGE_MS)
-        self.gauge_n = self.gauge_unit
+        self.gauge_unit = self.gauge_n = 0
         # device memory outside torch (bytes) that drawing the recheck's sets took during
         # the current job (ref.py's libraries): not the candidate's, so not a leak
         self._drawn = 0
@@ -993,6 +992,14 @@ class Harness:
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
         batches = 0
         gauges: list[float] = []  # CPU: the load gauge before each sample (ms)
+        if not (self.is_cuda or self.gauge_unit):
+            # once, here rather than when the harness starts: calibrated there, attack MODE 2
+            # (its protected range spans the heap between its two outputs, so where the heap
+            # puts the harness's own objects decides whether a read of the harness's faults
+            # into its handler, which computes the outputs, before the probe reads them) was
+            # caught only in the samples, not by the check, in 3 of 16 sandboxed jobs beside
+            # a CPU hog (calibrated here: 0 of 32)
+            self.gauge_unit = _calibrate_gauge(GAUGE_MS)
         # as long as the first call (GAUGE_MS to GAUGE_MAX_MS), for the samples and the calls
         # on new sets alike
         self.gauge_n = round(self.gauge_unit * min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS)
@@ -1612,12 +1619,9 @@ def drifted(out: dict) -> bool:
 
 def _spin(n: int) -> float:
     """The time (ms) of ``n`` iterations of the load gauge's work (:meth:`Harness.gauge`): an
-    empty loop that allocates nothing. With ``sum(range(n))`` (an int object made per
-    iteration) as the calibration at the harness's start, attack MODE 2 went `ok` in 4 of
-    12 sandboxed jobs (0 of 24 with this loop, 0 of 12 with a 50 ms sleep): the range it
-    protects spans the heap between its two outputs, so where the heap puts the harness's
-    own objects decides whether a read of the harness's faults into its handler (which
-    computes the outputs) before the probe reads them."""
+    empty loop that allocates nothing. ``sum(range(n))`` makes an int object per iteration:
+    as the calibration at the harness's start it moved the heap's layout enough for attack
+    MODE 2 to go `ok` in 4 of 12 sandboxed jobs (see :meth:`Harness.time`)."""
     t0 = time.perf_counter_ns()
     for _ in itertools.repeat(None, n):
         pass
