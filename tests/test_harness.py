@@ -181,9 +181,16 @@ def test_the_cpu_flush_evicts_every_line_of_the_candidates_buffers(tmp_path, mon
     want = sorted({(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
                    for t in [*b.inputs.values(), *b.outputs.values()]})
     assert all(rs == want for rs in seen)
-    for t in b.outputs.values():  # an output's storage reaches over its canary
-        assert (t.data_ptr(), t.untyped_storage().nbytes()) in want
-        assert t.untyped_storage().nbytes() == (t.numel() + GUARD) * t.element_size()
+    outs = list(b.outputs.values())
+    for t in outs:  # each output and its canary inside an evicted range
+        end = t.data_ptr() + (t.numel() + GUARD) * t.element_size()
+        assert any(p <= t.data_ptr() and end <= p + n for p, n in want)
+    # the outputs share one arena of pages of their own (workers.harness._OutputArena):
+    # what is evicted beyond them is at most that arena's page padding
+    arena = {t.untyped_storage().data_ptr() for t in outs}
+    assert len(arena) == 1
+    used = sum(-(-(t.numel() + GUARD) * t.element_size() // 64) * 64 for t in outs)
+    assert outs[0].untyped_storage().nbytes() <= used + 2 * os.sysconf("SC_PAGE_SIZE")
     assert Harness("cpu").flush_buf is None
 
 
@@ -427,3 +434,31 @@ def test_the_one_pass_check_agrees_with_torch_on_every_edge_value(dtype):
         assert native.all_close(big_g, big_e, atol, rtol) is want
     with pytest.raises(ValueError, match="contiguous CPU float32/float64"):
         native.compare(g.half(), e.half(), atol, rtol)
+
+
+def test_cpu_outputs_lie_in_pages_of_their_own():
+    """A candidate that protects the pages between its outputs (attack MODE 2) protected
+    other objects of the heap as well, with each output an allocation of its own: a read of
+    one of them by the harness set its fault handler off before the check (3 of 16 jobs
+    beside a CPU hog). The outputs now share one page-aligned arena: every page from the
+    first output's start to the last canary's end belongs to the arena's allocation."""
+    import torch
+
+    from workers.harness import _OutputArena
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    a = _OutputArena([(1000 + 4096, torch.float32), (7 + 4096, torch.float64),
+                      (3, torch.int8), (5, torch.bool)])
+    outs = [a.take() for _ in range(4)]
+    assert [t.dtype for t in outs] == [torch.float32, torch.float64, torch.int8, torch.bool]
+    assert [t.numel() for t in outs] == [5096, 4103, 3, 5]
+    assert all(t.data_ptr() % 64 == 0 for t in outs)
+    lo = outs[0].data_ptr() - outs[0].data_ptr() % page
+    hi = max(t.data_ptr() + t.numel() * t.element_size() for t in outs)
+    hi = -(-hi // page) * page
+    s = outs[0].untyped_storage()
+    assert all(t.untyped_storage().data_ptr() == s.data_ptr() for t in outs)
+    assert s.data_ptr() <= lo and hi <= s.data_ptr() + s.nbytes()
+    outs[1].fill_(3.5)
+    outs[0].fill_(1.0)  # side by side, not overlapping
+    assert outs[1].eq(3.5).all() and outs[0].eq(1.0).all()

@@ -235,3 +235,32 @@ def test_ray_stays_inside_the_run_floor():
             offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
                           if n.split(".")[0] == "ray"]
     assert offenders == []
+
+
+def test_imports_inside_functions_say_why():
+    """A first-party import inside a function is there for start-up time (a command, a
+    sandbox or a Ray worker loads only what it uses), never to hide a cycle (there is none:
+    :func:`test_there_is_no_import_cycle`). Outside kopt/cli/ -- where every command imports
+    what it runs, as its module docstrings say -- each such import has a ``# lazy:`` comment
+    on its line or in the five lines above it saying what it keeps out of whose start."""
+    bare = []
+    for path in sorted((ROOT / "kopt").rglob("*.py")) + sorted((ROOT / "workers").glob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] == ("kopt", "cli"):
+            continue
+        lines = path.read_text().splitlines()
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_blocks(tree)
+        for node in ast.walk(tree):
+            if (not isinstance(node, (ast.Import, ast.ImportFrom)) or node.col_offset == 0
+                    or node.lineno in skip):
+                continue
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""])
+            if not any(n.split(".")[0] in ("kopt", "workers") for n in names):
+                continue
+            # the import's own line and the five above it (a comment over a group of imports)
+            near = "".join(lines[max(node.lineno - 6, 0):node.lineno])
+            if "# lazy" not in near:
+                bare.append(f"{rel}:{node.lineno}")
+    assert bare == []

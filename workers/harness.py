@@ -139,6 +139,7 @@ from workers import native, nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
+from workers.reap import pid_alive
 from workers.records import RunJob
 from workers.status import Status
 from workers.timing import should_stop, summarize
@@ -330,6 +331,7 @@ class Harness:
             if not self.is_cuda:
                 raise JobError("error", "a kernel-mode (cubin) artifact runs on the cuda "
                                "backend only")
+            # lazy: the driver API (cuda-python) for kernel-mode artifacts only
             from workers.launcher import KernelLauncher, LauncherError
 
             try:
@@ -522,13 +524,15 @@ class Harness:
         """Fresh device memory for one call: input copies, outputs with canaries."""
         inputs = {n: torch.empty_like(t) for n, t in s.inputs.items()}
         outputs, guards = {}, {}
-        for a in sig:
-            if a["kind"] != "output":
-                continue
+        outs = [a for a in sig if a["kind"] == "output"]
+        arena = None if self.is_cuda else _OutputArena(
+            [(_numel(shape_of[a["name"]]) + GUARD, getattr(torch, a["dtype"])) for a in outs])
+        for a in outs:
             n, shape = a["name"], shape_of[a["name"]]
             # GUARD elements of canary after each output catch writes past its end
-            flat = torch.empty(_numel(shape) + GUARD, dtype=getattr(torch, a["dtype"]),
-                               device=self.device)
+            flat = (arena.take() if arena is not None else
+                    torch.empty(_numel(shape) + GUARD, dtype=getattr(torch, a["dtype"]),
+                                device=self.device))
             outputs[n] = flat[: _numel(shape)].view(shape)
             guards[n] = flat[_numel(shape):]
             if n in inputs:  # in/out: the output buffer is where its input values go
@@ -992,18 +996,7 @@ class Harness:
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
         batches = 0
         gauges: list[float] = []  # CPU: the load gauge before each sample (ms)
-        if not (self.is_cuda or self.gauge_unit):
-            # once, here rather than when the harness starts: calibrated there, attack MODE 2
-            # (its protected range spans the heap between its two outputs, so where the heap
-            # puts the harness's own objects decides whether a read of the harness's faults
-            # into its handler, which computes the outputs, before the probe reads them) was
-            # caught only in the samples, not by the check, in 3 of 16 sandboxed jobs beside
-            # a CPU hog (calibrated here: 0 of 32)
-            self.gauge_unit = _calibrate_gauge(GAUGE_MS)
-        # as long as the first call (GAUGE_MS to GAUGE_MAX_MS), for the samples and the calls
-        # on new sets alike
-        self.gauge_n = round(self.gauge_unit * min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS)
-                             / GAUGE_MS)
+        self._size_gauge(call_ms)
         flush = t.get("flush", True)
         for o in self.observers:
             o.begin()
@@ -1047,6 +1040,21 @@ class Harness:
         if cut and len(samples) < t["min_samples"]:
             out["too_slow"] = "the next sample"
         return out
+
+    def _size_gauge(self, call_ms: float) -> None:
+        """CPU: the load gauge's iterations for this job, as long as its first call
+        (``call_ms``, GAUGE_MS to GAUGE_MAX_MS), for the samples and the calls on new sets
+        alike; calibrated once, at the first job's timing."""
+        if not (self.is_cuda or self.gauge_unit):
+            # once, here rather than when the harness starts: calibrated there, attack MODE 2
+            # (its protected range spanned the heap between its two outputs, so where the heap
+            # put the harness's own objects decided whether a read of the harness's faulted
+            # into its handler before the probe) was caught only in the samples in 3 of 16
+            # sandboxed jobs beside a CPU hog; the outputs now lie in pages of their own
+            # (_OutputArena)
+            self.gauge_unit = _calibrate_gauge(GAUGE_MS)
+        self.gauge_n = round(self.gauge_unit * min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS)
+                             / GAUGE_MS)
 
     def unseen(self, lib: Any, job: dict, d: Data, est_ms: float,
                new: list[int] | None = None, fitted: bool = False) -> dict:
@@ -1477,6 +1485,41 @@ class _IoVec(ctypes.Structure):
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+class _OutputArena:
+    """CPU: one call's outputs (with their canaries) side by side in pages of their own
+    (page-aligned, no other object in their pages). A candidate that protects its outputs'
+    pages to compute them on their first read (attack MODE 2) protects the arena then, and
+    nothing the harness or another thread of it touches between the call and the check:
+    its fault handler runs only on a read of the outputs themselves, which the check makes
+    through the kernel (``process_vm_readv``, :func:`_unreadable_at`), not by faulting.
+    With each output in an allocation of its own, the range between two outputs held other
+    objects of the heap, and a read of one of them set the handler off first in 3 of 16
+    jobs beside a CPU hog (whether it did depended on the heap's layout).
+
+    Args:
+        parts: ``(elements, dtype)`` per output, in the order :meth:`take` hands them out.
+    """
+
+    def __init__(self, parts: list[tuple[int, torch.dtype]]):
+        self.slots: list[tuple[int, int, torch.dtype]] = []  # (offset, bytes, dtype)
+        pos = 0
+        for numel, dtype in parts:
+            size = numel * torch.empty(0, dtype=dtype).element_size()
+            self.slots.append((pos, size, dtype))
+            pos += -(-size // 64) * 64  # each output 64-byte aligned (a cache line)
+        nbytes = max(-(-pos // _PAGE) * _PAGE, _PAGE)
+        raw = torch.empty(nbytes + _PAGE, dtype=torch.uint8)
+        start = -raw.data_ptr() % _PAGE  # the first page boundary inside the allocation
+        self.pages = raw[start:start + nbytes]
+        self.taken = 0
+
+    def take(self) -> torch.Tensor:
+        """The next output's flat buffer (its elements, then its canary)."""
+        off, size, dtype = self.slots[self.taken]
+        self.taken += 1
+        return self.pages[off:off + size].view(dtype)
+
+
 _VM_READ: list[Any] = []  # libc's process_vm_readv, once found; [None] where unusable
 
 
@@ -1965,7 +2008,6 @@ def _die_with(pid: int | None, poll_s: float = 0.2) -> None:
 
 def _watch(pid: int, poll_s: float) -> None:
     """:func:`_die_with`'s thread: SIGKILL this process group once ``pid`` is gone."""
-    from workers.reap import pid_alive
 
     while pid_alive(pid):
         time.sleep(poll_s)
