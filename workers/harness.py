@@ -190,7 +190,7 @@ ESCAPE_MS, ESCAPE_SHARE = 0.1, 0.5
 IDLE_WARM_S = 0.5
 LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is `leaked`
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
-# restore or verification of timed calls, no probe -- kopt's timing before issue 11
+# restore or verification of timed calls, no probe -- kopt's timing before the guards
 UNGUARDED = "bench_unguarded"
 
 
@@ -572,7 +572,7 @@ class Harness:
             if not isinstance(r, torch.Tensor):
                 raise JobError("error", f"{ref_name}: reference() returned {type(r).__name__} "
                                f"for output {n!r}; return a torch.Tensor")
-            if _not_dense(r):  # trial 10 X2: checked like inputs() are
+            if _not_dense(r):  # checked like inputs() are
                 raise JobError("error", f"{ref_name}: reference() returned output {n!r} as a "
                                f"{_not_dense(r)} tensor; return a dense tensor with values")
             want = getattr(torch, a["dtype"])
@@ -848,7 +848,7 @@ class Harness:
         ``IDLE_WARM_S`` before this job (``idle_s``; its first job: always); the call count.
         A device kept busy by the jobs before this one has its clocks up, and the check's
         calls have loaded this candidate's code: the warm-up by time would only repeat them
-        (issue 14.2: 25 ms of a 2048^3 sgemm candidate's 56 ms on an H200)."""
+        (25 ms of a 2048^3 sgemm candidate's 56 ms on an H200, 2026-12-01)."""
         warm_ms = job["timing"]["warmup_ms"] if self.idle_s > IDLE_WARM_S else 0.0
         t_end = time.perf_counter() + warm_ms / 1e3
         n = 0
@@ -875,7 +875,7 @@ class Harness:
         Returns the times and, per call that failed verification, what was wrong."""
         guarded = not calls[0][1].get(UNGUARDED)
         picks = picks or [self.rng.randrange(len(d.sets)) if guarded else 0 for _ in calls]
-        if not guarded:  # bench/check_cost.py: the timing of kopt before issue 11
+        if not guarded:  # bench/check_cost.py: the timing of kopt before the guards
             return self._unguarded_samples(calls, d, flush), []
         oks: list[Any] = []  # per call: a 0-dim bool tensor (True: the reference contender)
         times: list[float] = []
@@ -959,7 +959,7 @@ class Harness:
 
     def _unguarded_samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool
                            ) -> list[float]:
-        """Samples as kopt took them before issue 11 (no input restored, no output verified),
+        """Samples as kopt took them before the guards (no input restored, no output verified),
         for bench/check_cost.py only: what the guards cost is the difference."""
         if not self.is_cuda:
             out = []

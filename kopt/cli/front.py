@@ -1,4 +1,4 @@
-"""The `kopt` command's front (issue 14.3, a warm first result within a second): ``kopt sweep
+"""The `kopt` command's front (a warm first result within a second): ``kopt sweep
 --queue`` hands itself to a driver process the local kopt service keeps ready
 (kopt.cli.launchpad), instead of starting an interpreter that imports Ray, pyarrow, DuckDB and
 kopt (0.7 s on an H200 host before its first line of work, 2026-12-01).

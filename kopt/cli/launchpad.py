@@ -1,4 +1,4 @@
-"""The kopt service's launchpad (issue 14.3): `kopt sweep --queue` drivers kept ready, so that
+"""The kopt service's launchpad: `kopt sweep --queue` drivers kept ready, so that
 a queued sweep's first result does not wait for an interpreter to start and import Ray,
 pyarrow, DuckDB and kopt (0.7 s on an H200 host, 2026-12-01; the target is a first result
 within 1 s of the command).

@@ -67,7 +67,7 @@ class _Finite(click.FloatRange):
 class _SmArch(click.ParamType):
     """An SM arch as nvcc's ``sm_XY`` takes it: ``major * 10 + minor`` (``90``, ``120``; an
     ``sm_`` prefix is allowed), bounded to ``SM_ARCHS``. 0 read as "no value" (the default
-    sm_90), -1 and 99999 reached nvcc as ``-arch=sm_-1`` (trial 7)."""
+    sm_90), -1 and 99999 reached nvcc as ``-arch=sm_-1``."""
 
     name = "sm_arch"
 
@@ -87,7 +87,7 @@ WEEK_S = 7 * 86400.0  # the longest --timeout: beyond it no timer is meant
 MAX_CPU_DEVICES = 4096
 # the most of any resource Ray accepts (ray._private.ray_constants.MAX_RESOURCE_QUANTITY,
 # 100e12): a head asked for more fails to start, and `serve start` said so only after
-# 65 s, blaming --address (trial 13 N-D1)
+# 65 s, blaming --address
 RAY_MAX_RESOURCE = 10**14
 STORE_OPT = click.option("--store", type=click.Path(path_type=Path), default=None,
                          help="Store root (default: $KOPT_STORE or ./kopt-store).")
@@ -124,7 +124,7 @@ class _Group(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         """Click's, then a usable build cache for a command that builds (:data:`BUILDING`;
-        trial 12: others neither need nor create ``$KOPT_CACHE/builds``)."""
+        others neither need nor create ``$KOPT_CACHE/builds``)."""
         from workers.build import check_env
 
         name, cmd, rest = super().resolve_command(ctx, args)
@@ -153,7 +153,7 @@ class _Group(click.Group):
             fail(os_error_line(e))
 
 
-# OSError numbers -> what to do (trial 8 D5: a full disk said "error: : No space left")
+# OSError numbers -> what to do (a full disk once said only "error: : No space left")
 # the commands that build candidates: only they need a usable build cache ($KOPT_CACHE)
 BUILDING = frozenset({"sweep", "preflight", "submit", "run-submitted", "port"})
 
@@ -281,7 +281,7 @@ def sweep(sweep_dir: Path, store: Path | None, backend: str, max_candidates: int
                            if getattr(obs, "run_id", None) else "")
     try:
         _show_sweep(summary, sw, root, top_k, obs, leave_ray=not ray_before)
-    except KeyboardInterrupt as e:  # trial 11 D6: the run is stored; say so, not "Ctrl-C"
+    except KeyboardInterrupt as e:  # the run is stored; say so, not "Ctrl-C"
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         console.print(escape(f"interrupted while showing the results: run {summary.run_id} is "
                              f"finished and stored (`kopt best {sw.name} --run "
@@ -485,7 +485,7 @@ def query(sql: str, store: Path | None, fmt: str, max_rows: int) -> None:
         else:
             t = Table()
             for c in cols:
-                t.add_column(escape(c), overflow="fold")  # trial 10 X3: user text
+                t.add_column(escape(c), overflow="fold")  # user text (markup escaped)
             shown = left = 0
             for rows in res.batches():
                 take = rows[:max_rows - shown]
@@ -887,11 +887,11 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
         text = (read_text(note, lambda m: sm.SubmitError([f"--note {m}"])) if note is not None
                 else "")
         sweep = sm.open_run(root, run_id)
-        with RunLock(root, run_id):  # trial 10 D2: from the record to the run, one writer
+        with RunLock(root, run_id):  # from the record to the run, one writer
             it, try_no = sm.record(sweep, root, run_id, files, claim, text,
                                    submitter or os.environ.get("USER") or "user", retry,
                                    max_tries, ideas)
-            if not detach:  # its progress and notes (a review rejection, trial 7) as a sweep's
+            if not detach:  # its progress and notes (a review rejection) as a sweep's
                 log, obs = None, ConsoleProgress()
                 try:
                     sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,

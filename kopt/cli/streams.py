@@ -1,6 +1,6 @@
 """The CLI's standard streams, made safe before anything prints.
 
-Two ways a console broke every command with a traceback (trial 8 of issue 12):
+Two ways a console broke every command with a traceback:
 
 - an encoding that is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 locale): a value
   holding a character the encoding lacks (gcc's curly quotes in a compile error, a
