@@ -462,3 +462,27 @@ def test_cpu_outputs_lie_in_pages_of_their_own():
     outs[1].fill_(3.5)
     outs[0].fill_(1.0)  # side by side, not overlapping
     assert outs[1].eq(3.5).all() and outs[0].eq(1.0).all()
+
+
+def test_a_candidate_on_several_cores_is_gauged_on_as_many():
+    """The load gauge (``Harness.gauge``) was one Python thread: another process on the core
+    a two-thread candidate shared with it slowed the candidate's threads and not the gauge,
+    so an honest kernel's slow calls on new input sets were not excused (the main job's
+    two-thread winner came out `replayed` beside load). The cores the first checked call kept
+    busy (CPU time over wall time) set the gauge's threads (native ``spin_threads``)."""
+    from workers import native
+    from workers.harness import Harness, _cores_used
+
+    cores = len(os.sched_getaffinity(0))
+    assert _cores_used(2.0, 1.0) == min(2, cores) and _cores_used(0.9, 1.0) == 1
+    assert _cores_used(0.0, 1.0) == 1 and _cores_used(5.0, 0.0) == 1
+    assert _cores_used(1000.0, 1.0) == cores
+    h = Harness("cpu")
+    assert h.native is not None, native.WHY_NOT
+    h._size_gauge(2.0)  # a one-core call: the Python gauge
+    assert h.gauge_threads == 0 and h.gauge_n > 0 and h.gauge() > 0
+    h.call_cores = 2
+    h._size_gauge(2.0)
+    assert (h.gauge_threads, h.spin_n > 0) == (2, True)
+    assert h.spin_n == round(h.spin_unit * 2.0 / 0.5)  # as long as the call (GAUGE_MS 0.5)
+    assert h.gauge() > 0

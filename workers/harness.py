@@ -307,6 +307,10 @@ class Harness:
         # GAUGE_MS (calibrated by the first ``time``) and for the current job (``time``)
         self.gauge_ms: list[float] = []
         self.gauge_unit = self.gauge_n = 0
+        # CPU: the cores the job's first checked call kept busy (its threads), and the load
+        # gauge's threads and per-thread iterations for a job on several cores (native
+        # spin_threads; 0: the one-thread Python gauge)
+        self.call_cores, self.gauge_threads, self.spin_unit, self.spin_n = 1, 0, 0, 0
         # device memory outside torch (bytes) that drawing the recheck's sets took during
         # the current job (ref.py's libraries): not the candidate's, so not a leak
         self._drawn = 0
@@ -795,7 +799,7 @@ class Harness:
         for k in range(1 if job.get(UNGUARDED) else len(d.sets)):
             self.load(d, k, k)
             self._sync()
-            t0 = time.perf_counter()
+            cpu0, t0 = time.process_time(), time.perf_counter()
             self.call(lib, job, d, k)
             self.check_cuda(lib, "solve")
             ms = (time.perf_counter() - t0) * 1e3
@@ -803,6 +807,7 @@ class Harness:
                 return worst, ms, self.lazy
             if k == 0:
                 first_ms = ms
+                self.call_cores = _cores_used(time.process_time() - cpu0, ms / 1e3)
                 self.progress({"stage": "called", "call_ms": ms})
             c0 = time.perf_counter()
             bad = self.tampered(d, k, k)
@@ -935,7 +940,13 @@ class Harness:
         lengthens it, as it lengthens the calls. The harness's work before a call (loading
         the inputs, the flush) costs in proportion to the candidate's data, microseconds for
         small buffers, and its cache misses differ between sets sampled over and over and
-        sets just drawn; the gauge compares like with like (:func:`drifted`)."""
+        sets just drawn; the gauge compares like with like (:func:`drifted`). A candidate
+        that keeps several cores busy (its threads, ``call_cores``) is gauged on as many at
+        once (native ``spin_threads``): another process on any one of them slows its
+        threads' barriers, where a one-thread gauge on the core left free saw nothing (an
+        honest two-thread kernel of the main job came out `replayed` beside load)."""
+        if self.gauge_threads > 1:
+            return native.spin_threads(self.spin_n, self.gauge_threads)
         return _spin(self.gauge_n)
 
     def _prep(self, d: Data, k: int, flush: bool) -> None:
@@ -1053,8 +1064,13 @@ class Harness:
             # sandboxed jobs beside a CPU hog; the outputs now lie in pages of their own
             # (_OutputArena)
             self.gauge_unit = _calibrate_gauge(GAUGE_MS)
-        self.gauge_n = round(self.gauge_unit * min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS)
-                             / GAUGE_MS)
+        share = min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS) / GAUGE_MS
+        self.gauge_n = round(self.gauge_unit * share)
+        self.gauge_threads = 0
+        if self.call_cores > 1 and self.native is not None:
+            if not self.spin_unit:
+                self.spin_unit = native.calibrate_spin(GAUGE_MS)
+            self.gauge_threads, self.spin_n = self.call_cores, round(self.spin_unit * share)
 
     def unseen(self, lib: Any, job: dict, d: Data, est_ms: float,
                new: list[int] | None = None, fitted: bool = False) -> dict:
@@ -1669,6 +1685,15 @@ def _spin(n: int) -> float:
     for _ in itertools.repeat(None, n):
         pass
     return (time.perf_counter_ns() - t0) / 1e6
+
+
+def _cores_used(cpu_s: float, wall_s: float) -> int:
+    """The cores a call kept busy: this process's CPU time over the call's wall time
+    (``time.process_time``: every thread's), rounded, at least 1 and at most the cores
+    this process may run on."""
+    if wall_s <= 0:
+        return 1
+    return max(1, min(round(cpu_s / wall_s), len(os.sched_getaffinity(0))))
 
 
 def _calibrate_gauge(ms: float) -> int:

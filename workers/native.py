@@ -77,8 +77,8 @@ def library() -> ctypes.CDLL | None:
             src, so = os.path.join(tmp, "native.c"), os.path.join(tmp, "native.so")
             shutil.copyfile(_SRC, src)
             # -fno-fast-math: the comparisons must keep NaN and infinity semantics
-            r = subprocess.run([cc, "-O3", "-fno-fast-math", "-shared", "-fPIC", "-o", so, src,
-                                "-lm"], capture_output=True, text=True)
+            r = subprocess.run([cc, "-O3", "-fno-fast-math", "-shared", "-fPIC", "-pthread",
+                                "-o", so, src, "-lm"], capture_output=True, text=True)
             if r.returncode == 0:
                 lib = ctypes.CDLL(so)  # mapped: the file may go with the folder
                 _declare(lib)
@@ -93,6 +93,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.kopt_evict.argtypes, lib.kopt_evict.restype = [_P, _N], None
     lib.kopt_line_bytes.restype = _N
     lib.kopt_evict_opt.restype = ctypes.c_int
+    lib.kopt_spin_threads.argtypes = [ctypes.c_ulong, ctypes.c_int]
+    lib.kopt_spin_threads.restype = ctypes.c_double
     for t in ("f32", "f64"):
         f = getattr(lib, f"kopt_all_close_{t}")
         f.argtypes = [_P, _P, _N, ctypes.c_double, ctypes.c_double]
@@ -168,3 +170,23 @@ def compare(got: torch.Tensor, exp: torch.Tensor, atol: float, rtol: float) -> C
     getattr(library(), f"kopt_compare_{t}")(got.data_ptr(), exp.data_ptr(), got.numel(),
                                             float(atol), float(rtol), ctypes.byref(out))
     return out
+
+
+def spin_threads(iters: int, threads: int) -> float:
+    """The wall time (ms) of ``threads`` threads each spinning ``iters`` iterations of
+    plain work at once (``kopt_spin_threads``; the GIL released): the load gauge of a
+    candidate that runs on ``threads`` cores. Raises RuntimeError when :func:`library` has
+    none."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(WHY_NOT)
+    return float(lib.kopt_spin_threads(max(1, int(iters)), max(1, int(threads))))
+
+
+def calibrate_spin(ms: float) -> int:
+    """The iterations of one thread of :func:`spin_threads` that take about ``ms`` on this
+    core: the fastest of several tries (load only lengthens a try)."""
+    n = 1 << 14
+    while n < 1 << 40 and spin_threads(n, 1) < 0.2:  # long enough to time
+        n *= 2
+    return max(1, round(n * ms / min(spin_threads(n, 1) for _ in range(5))))
