@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -213,3 +214,22 @@ def test_port_bench_without_a_figure_fails_and_old_ports_rows_read_run_no_as_nul
                            "select port_id, step, run_no from ports order by run_no").stdout)
     assert rows[0]["run_no"] == 1 and rows[-1] == {"port_id": "old", "step": "bench",
                                                    "run_no": None}
+
+
+def test_the_stored_copy_is_named_by_an_absolute_path(tmp_path, monkeypatch):
+    """`kopt propose`'s ``best_source`` named the store's copy relative to the folder the
+    command ran in (``kopt-store/source-files/...``, the default store): a loop driver that
+    reads it from elsewhere found nothing. It is absolute, the copy byte for byte."""
+    from kopt.loop.measured import stored_copy
+    from kopt.store.database import Database, Writer
+    from kopt.store.files import now
+
+    monkeypatch.chdir(tmp_path)
+    text = 'extern "C" void solve(const float* x, float* y, int n) {}\r\n// crlf kept\n'
+    w = Writer(Path("st"), "s", "r1")
+    w.add("sources", [{"source_hash": "abc", "name": "v2.cpp", "text": text,
+                       "created_at": now()}])
+    w.flush()
+    path, got = stored_copy(Database("st"), "abc")
+    assert path.is_absolute() and path == tmp_path / "st" / "source-files" / "abc" / "v2.cpp"
+    assert got == text and path.read_bytes() == text.encode()

@@ -14,6 +14,7 @@ a submitted version is never replaced by the sweep's source.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,14 @@ class Measured:
 
 
 def stored_copy(db: Database, source_hash: str) -> tuple[Path, str] | None:
-    """(the file ``STORE/source-files/<digest>/<name>``, its text) of the stored source
+    """(the file ``STORE/source-files/<digest>/<name>``, an absolute path also for a store
+    named by a relative one, its text) of the stored source
     with digest ``source_hash``: the ``sources`` table's text, written to the file byte for
     byte when the file is missing or differs; None when the table holds no such source."""
     row = db.source(source_hash)
     if row is None:
         return None
-    copy = db.root / "source-files" / source_hash / row["name"]
+    copy = Path(os.path.abspath(db.root)) / "source-files" / source_hash / row["name"]
     if _reads(copy) != row["text"]:
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(row["text"], newline="")
