@@ -5,6 +5,8 @@ service's builders skip the builds of a sweep whose driver is gone."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 from conftest import VADD_CPP, VADD_REF, write_sweep
 
@@ -70,17 +72,23 @@ def test_sigterm_while_ray_starts_is_the_interrupt_line_and_143(tmp_path):
     assert not (tmp_path / "st" / "candidates").exists()
 
 
-def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_path):
-    """SIGTERM (or Ctrl-C) in the second the sweep left Ray said "interrupted
-    (Ctrl-C)", exited 130 and showed nothing, though the run was finished and stored."""
+def _script_sweep(tmp_path: Path, name: str, script: str) -> tuple[Path, Any]:
+    """A small CPU sweep folder ``name`` and ``script`` run on it in a fresh interpreter
+    (argv: the folder, the store ``tmp_path/s``); the folder and the finished process."""
     import subprocess
     import sys
 
-    d = write_sweep(tmp_path / "va", SWEEP + "    timing: {min_samples: 3, max_samples: 3}\n"
+    d = write_sweep(tmp_path / name, SWEEP + "    timing: {min_samples: 3, max_samples: 3}\n"
                     "    reference_timing: false\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
-    p = subprocess.run([sys.executable, "-c", STOP_WHILE_SHOWING, str(d), str(tmp_path / "s")],
-                       capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
+    return d, subprocess.run([sys.executable, "-c", script, str(d), str(tmp_path / "s")],
+                             capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
+
+
+def test_a_stop_signal_while_the_results_are_shown_says_the_run_is_stored(tmp_path):
+    """SIGTERM (or Ctrl-C) in the second the sweep left Ray said "interrupted
+    (Ctrl-C)", exited 130 and showed nothing, though the run was finished and stored."""
+    _, p = _script_sweep(tmp_path, "va", STOP_WHILE_SHOWING)
     code, line = p.stdout.splitlines()[:2]
     assert code == "143", p.stdout + p.stderr[-3000:]
     assert line.startswith("interrupted while showing the results: run ")
@@ -111,16 +119,9 @@ def test_ctrl_c_inside_a_duckdb_query_is_the_sweeps_interrupt(tmp_path):
     handling, the command said "error: interrupted (Ctrl-C)" and the run was left as if
     killed. Now it is the sweep's interrupt: the run is marked interrupted, the line says
     what is stored and how to resume it, exit 130."""
-    import subprocess
-    import sys
-
     from kopt.store.database import query
 
-    d = write_sweep(tmp_path / "vq", SWEEP + "    timing: {min_samples: 3, max_samples: 3}\n"
-                    "    reference_timing: false\n", {"k.cpp": VADD_CPP, "ref.py": VADD_REF})
-    p = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_QUERY, str(d), str(tmp_path / "s")],
-                       capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
+    d, p = _script_sweep(tmp_path, "vq", CTRL_C_IN_A_QUERY)
     code, text = p.stdout.splitlines()[:2]
     assert code == "130", p.stdout + p.stderr[-3000:]
     assert "error: interrupted (Ctrl-C)" not in text
