@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ def _local_device(sweep: Sweep) -> tuple[str, str, int | None]:
     if torch.cuda.is_available() and "cuda" in sweep.spaces:
         major, minor = torch.cuda.get_device_capability(0)
         return "cuda", f"local-sm{major}{minor}", major * 10 + minor
-    return "cpu", "local-cpu", None
+    return "cpu", f"cpu-{platform.machine()}", None  # as a run names it (cpu-x86_64)
 
 
 def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any]]:
