@@ -108,7 +108,15 @@ wrongly:
   or speed up candidates timed after it in the same harness (``contest`` runs all
   contenders in one). A thread a replayer starts once it meets new values can slow the
   load gauge between calls so that the machine looks slowed (:func:`drifted`) and the
-  padded seen calls count.
+  padded seen calls count. Measured (a content-keyed replayer of the fault pack's work,
+  N=4096, sandboxed, the other core loaded by a test suite): one that makes its first
+  checked call last 5 ms with a helper thread spinning (so it is gauged on 2 cores, as
+  long as allowed), pads the two calls on seen sets that follow the samples (their count
+  is a whole number of batches of 5, and only timed calls follow a gauge, so their place is
+  known), and on meeting new values pins the calling thread and two busy threads of its own
+  to one core (the gauge's threads inherit the pin) was ``ok`` in 5 of 5 jobs at 0.064-0.070
+  ms against the honest 0.187-0.192. The candidate controls the gauge's length, its thread
+  count and where it runs; a gauge outside its process is the fix (not done).
 """
 
 from __future__ import annotations
