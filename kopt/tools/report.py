@@ -138,89 +138,17 @@ def write_report(run_id: str, store: Path | str, out: Path,
     counts, figs, rungs, cand, failed = h.statuses, h.metrics, h.rungs, h.correct, h.failures
     metric_of = winner_figures(figs)
 
-    md = [f"# kopt report: {rec['sweep']}, run {run_id}", "",
-          f"Status: {rec['status']}; backend {rec['backend']}; "
-          + (f"{counted(rec['n_candidates'], 'candidate')}, {counted(rec['n_jobs'], 'job')}; wall "
-             f"{rec.get('wall_s') or 0:.1f} s; " if rec.get("n_jobs") is not None else
-             "candidates, jobs and wall time not recorded (the run stopped before its end); ")
-          + "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
-          "## Environment", "", "| | |", "|---|---|"]
-    md += [f"| host | {env.get('host', rec.get('host'))} ({env.get('platform', '')}) |"]
-    for d in devices:
-        md.append(f"| device | {d['name']} ({d['device_class']}, {d.get('arch')}, "
-                  f"{(d.get('memory_bytes') or 0) / 2**30:.0f} GiB) |")
-    for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch", "torch_cuda",
-              "ray", "python"):
-        md.append(f"| {k} | {env.get(k) if env.get(k) is not None else 'not found'} |")
-    md += [f"| note | {n} |" for n in env.get("notes") or []]
-    md.append(f"| kopt | {rec.get('kopt_version')} |")
+    md = _head_lines(rec, run_id, counts, env, devices)
     md += _reference_section(h.reference, db.best(rec["sweep"], run_id))
-
     for dc, sts in states.items():
         closing = sts[-1].closing
-        md += ["", f"## Iterations on {dc}", "", f"Noise: {RULE}.", "",
-               "| it | correct | triples tried | winner | params | median ms | speedup "
-               "| vs first baseline, side by side "
-               "| bottleneck before -> after | NCU (winner) | stop |", "|" + "---|" * 11]
-        for st in sts:
-            best = st.best or {}
-            m = metric_of.get((st.iteration, dc, best.get("candidate_id")), {})
-            ncu = ", ".join(f"{lab} {m[k]:.0f}" for k, lab in TOP_METRICS if k in m) or "-"
-            tried = {(c["compute_method"], c["memory_method"], c["latency_method"])
-                     for c in cand if c["iteration"] == st.iteration and c["device_class"] == dc}
-            winner = (f"{_methods(best.get('triple'))} | {_kv(best.get('params'))} | "
-                      f"{best['median_ms']:.4g} | {(st.gain or 1):.3g}x | "
-                      f"{_vs_first(closing, best)}" if best.get("candidate_id")
-                      else "none (no correct candidate) | - | - | - | -")
-            md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} | {winner} | "
-                      f"{st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'} | {ncu} | "
-                      f"{st.stop or '-'} |")
-        for st in sts:
-            rs = [r for r in rungs if r["iteration"] == st.iteration and r["device_class"] == dc]
-            if len(rs) > 1:
-                md.append(f"\nIteration {st.iteration}, successive halving: " + "; ".join(
-                    f"rung {r['rung']} measured {counted(r['n'], 'candidate')} (up to "
-                    f"{counted(r['samples'], 'sample')} each)" for r in rs))
+        md += _iteration_lines(dc, sts, metric_of, cand, rungs)
         last = sts[-1]
         best = closing.get("best") or last.best or {}
         if not best.get("candidate_id"):
-            fails: dict[str, list[str]] = {}
-            for c in failed:
-                if c["device_class"] == dc:
-                    fails.setdefault(c["status"], []).append(c.get("error") or "")
-            md += ["", f"### No correct candidate on {dc}", ""] + [
-                f"- {st_}: {len(errs)}; first error: `{first_error(errs[0])[:200] or '-'}`"
-                for st_, errs in sorted(fails.items())]
+            md += _no_best_lines(dc, failed)
             continue
-        md += ["", f"### Best candidate on {dc}", "",
-               f"- methods: {_methods(best.get('triple'))}; selected over the run: "
-               f"{', '.join(last.selected) or 'none'}",
-               f"- params: {_kv(best.get('params'))}", f"- defines: {_kv(best.get('defines'))}",
-               f"- median {best.get('median_ms') or 0:.4g} ms in iteration "
-               f"{best.get('iteration', '?')}, {best.get('speedup') or 1:.3g}x that "
-               "iteration's baseline"]
-        md += _closing_lines(closing)
-        for st in sts:
-            if st.contest:
-                c = st.contest
-                desc = {x["candidate_id"]: _methods([x["compute_method"], x["memory_method"],
-                                                     x["latency_method"]])
-                        + " " + _kv(stored_json(x["params"], "params"))
-                        for x in cand if x["iteration"] == st.iteration
-                        and x["device_class"] == dc}
-                won = (st.best or {}).get("candidate_id")
-                verdict = (f"a **tie** within noise between {len(st.tie)} candidates; the one "
-                           "with the fewest methods was named, since a method that buys "
-                           "nothing measurable is not worth carrying on" if st.tie
-                           else "a clear winner")
-                md.append(f"- iteration {st.iteration}: {len(c)} contenders within noise of "
-                          f"the fastest were re-measured side by side (interleaved): {verdict}:")
-                # labels are against the fastest contender: it is the reference, not TIED
-                ordered = sorted(c.items(), key=lambda kv: kv[1]["median_ms"])
-                md += [f"  - {'**named** ' if k == won else ''}{desc.get(k, k)} ({k}): "
-                       f"{'fastest (the reference)' if i == 0 else v['label']}, "
-                       f"{v['median_ms']:.4g} ms"
-                       for i, (k, v) in enumerate(ordered)]
+        md += _best_lines(dc, sts, best, cand)
         md += _best_source(db, rec, dc, best, out, notes)
         realized.append(dc)
         md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
@@ -240,6 +168,110 @@ def write_report(run_id: str, store: Path | str, out: Path,
         md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     (out / "summary.md").write_text("\n".join(md) + "\n")
     return out / "summary.md"
+
+
+def _head_lines(rec: dict[str, Any], run_id: str, counts: list[dict[str, Any]],
+                env: dict[str, Any], devices: list[dict[str, Any]]) -> list[str]:
+    """summary.md's title, the run's status line and the environment table."""
+    md = [f"# kopt report: {rec['sweep']}, run {run_id}", "",
+          f"Status: {rec['status']}; backend {rec['backend']}; "
+          + (f"{counted(rec['n_candidates'], 'candidate')}, {counted(rec['n_jobs'], 'job')}; wall "
+             f"{rec.get('wall_s') or 0:.1f} s; " if rec.get("n_jobs") is not None else
+             "candidates, jobs and wall time not recorded (the run stopped before its end); ")
+          + "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
+          "## Environment", "", "| | |", "|---|---|"]
+    md += [f"| host | {env.get('host', rec.get('host'))} ({env.get('platform', '')}) |"]
+    for d in devices:
+        md.append(f"| device | {d['name']} ({d['device_class']}, {d.get('arch')}, "
+                  f"{(d.get('memory_bytes') or 0) / 2**30:.0f} GiB) |")
+    for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch", "torch_cuda",
+              "ray", "python"):
+        md.append(f"| {k} | {env.get(k) if env.get(k) is not None else 'not found'} |")
+    md += [f"| note | {n} |" for n in env.get("notes") or []]
+    md.append(f"| kopt | {rec.get('kopt_version')} |")
+    return md
+
+
+def _iteration_lines(dc: str, sts: list[IterState], metric_of: dict[Any, dict[str, float]],
+                     cand: list[dict[str, Any]], rungs: list[dict[str, Any]]) -> list[str]:
+    """Device class ``dc``'s iteration table and its successive-halving rungs."""
+    closing = sts[-1].closing
+    md = ["", f"## Iterations on {dc}", "", f"Noise: {RULE}.", "",
+          "| it | correct | triples tried | winner | params | median ms | speedup "
+          "| vs first baseline, side by side "
+          "| bottleneck before -> after | NCU (winner) | stop |", "|" + "---|" * 11]
+    for st in sts:
+        best = st.best or {}
+        m = metric_of.get((st.iteration, dc, best.get("candidate_id")), {})
+        ncu = ", ".join(f"{lab} {m[k]:.0f}" for k, lab in TOP_METRICS if k in m) or "-"
+        tried = {(c["compute_method"], c["memory_method"], c["latency_method"])
+                 for c in cand if c["iteration"] == st.iteration and c["device_class"] == dc}
+        winner = (f"{_methods(best.get('triple'))} | {_kv(best.get('params'))} | "
+                  f"{best['median_ms']:.4g} | {(st.gain or 1):.3g}x | "
+                  f"{_vs_first(closing, best)}" if best.get("candidate_id")
+                  else "none (no correct candidate) | - | - | - | -")
+        md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} | {winner} | "
+                  f"{st.bottleneck_before or '?'} -> {st.bottleneck_after or '?'} | {ncu} | "
+                  f"{st.stop or '-'} |")
+    for st in sts:
+        rs = [r for r in rungs if r["iteration"] == st.iteration and r["device_class"] == dc]
+        if len(rs) > 1:
+            md.append(f"\nIteration {st.iteration}, successive halving: " + "; ".join(
+                f"rung {r['rung']} measured {counted(r['n'], 'candidate')} (up to "
+                f"{counted(r['samples'], 'sample')} each)" for r in rs))
+    return md
+
+
+def _no_best_lines(dc: str, failed: list[dict[str, Any]]) -> list[str]:
+    """A class without a correct candidate: each failing status, its count and first error."""
+    fails: dict[str, list[str]] = {}
+    for c in failed:
+        if c["device_class"] == dc:
+            fails.setdefault(c["status"], []).append(c.get("error") or "")
+    return ["", f"### No correct candidate on {dc}", ""] + [
+        f"- {st_}: {len(errs)}; first error: `{first_error(errs[0])[:200] or '-'}`"
+        for st_, errs in sorted(fails.items())]
+
+
+def _best_lines(dc: str, sts: list[IterState], best: dict[str, Any],
+                cand: list[dict[str, Any]]) -> list[str]:
+    """The class's best candidate, the loop's closing and every side-by-side contest."""
+    last, closing = sts[-1], sts[-1].closing
+    md = ["", f"### Best candidate on {dc}", "",
+          f"- methods: {_methods(best.get('triple'))}; selected over the run: "
+          f"{', '.join(last.selected) or 'none'}",
+          f"- params: {_kv(best.get('params'))}", f"- defines: {_kv(best.get('defines'))}",
+          f"- median {best.get('median_ms') or 0:.4g} ms in iteration "
+          f"{best.get('iteration', '?')}, {best.get('speedup') or 1:.3g}x that "
+          "iteration's baseline"]
+    md += _closing_lines(closing)
+    for st in sts:
+        if st.contest:
+            md += _contest_lines(dc, st, cand)
+    return md
+
+
+def _contest_lines(dc: str, st: IterState, cand: list[dict[str, Any]]) -> list[str]:
+    """Iteration ``st``'s side-by-side contest: its verdict and each contender's figure."""
+    c = st.contest
+    desc = {x["candidate_id"]: _methods([x["compute_method"], x["memory_method"],
+                                         x["latency_method"]])
+            + " " + _kv(stored_json(x["params"], "params"))
+            for x in cand if x["iteration"] == st.iteration and x["device_class"] == dc}
+    won = (st.best or {}).get("candidate_id")
+    verdict = (f"a **tie** within noise between {len(st.tie)} candidates; the one "
+               "with the fewest methods was named, since a method that buys "
+               "nothing measurable is not worth carrying on" if st.tie
+               else "a clear winner")
+    md = [f"- iteration {st.iteration}: {len(c)} contenders within noise of "
+          f"the fastest were re-measured side by side (interleaved): {verdict}:"]
+    # labels are against the fastest contender: it is the reference, not TIED
+    ordered = sorted(c.items(), key=lambda kv: kv[1]["median_ms"])
+    md += [f"  - {'**named** ' if k == won else ''}{desc.get(k, k)} ({k}): "
+           f"{'fastest (the reference)' if i == 0 else v['label']}, "
+           f"{v['median_ms']:.4g} ms"
+           for i, (k, v) in enumerate(ordered)]
+    return md
 
 
 def _best_source(db: Database, rec: dict[str, Any], dc: str, best: dict[str, Any], out: Path,
