@@ -1270,16 +1270,14 @@ class Harness:
     def run(self, job: dict) -> dict:
         """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults).
 
-        Statuses beyond the check's: ``too_slow`` (a call is known but the check, warm-up
-        and ``min_samples`` do not fit in ``timing.timeout_s``: the samples that fit are
-        reported), ``escaped`` (``solve`` returned before its work was done: work on a
-        stream of its own; CPU: outputs written after it returned; ``full_ms`` says what it
-        really takes), ``replayed`` (calls on input values it had never seen were more than
-        ``REPLAY_FACTOR`` slower than on seen ones: ``seen_ms``, ``unseen_ms``), ``leaked``
-        (device memory outside torch grew by more than ``LEAK_BYTES`` over the job:
-        ``leaked_bytes``; the harness restarts). Figures measured before a fault stay in the
-        outcome.
-        """
+        Statuses beyond the check's (:meth:`_verdict`): ``too_slow`` (a call is known but
+        the check, warm-up and ``min_samples`` do not fit in ``timing.timeout_s``: the
+        samples that fit are reported), ``escaped`` (``solve`` returned before its work was
+        done: work on a stream of its own; CPU: outputs written after it returned;
+        ``full_ms`` says what it really takes), ``replayed`` (calls on input values it had
+        never seen were more than ``REPLAY_FACTOR`` slower than on seen ones), ``leaked``
+        (device memory outside torch grew by more than ``LEAK_BYTES``: ``leaked_bytes``;
+        the harness restarts). Figures measured before a fault stay in the outcome."""
         if job.get("contest"):
             return self.contest(job)
         if job.get("time_reference"):
@@ -1327,7 +1325,13 @@ class Harness:
                 return {**out, "status": "leaked", "leaked_bytes": leak, "fatal": True,
                         "error": f"{e} after leaking {leak / 2**20:.0f} MiB of device memory"}
             raise
-        leak = self._leak(used1)
+        return self._verdict(out, job, call_ms, self._leak(used1))
+
+    def _verdict(self, out: dict[str, Any], job: dict, call_ms: float, leak: int
+                 ) -> dict[str, Any]:
+        """A job's status and error from what :meth:`run` measured (``out``, kept in the
+        outcome): ``too_slow``, ``escaped``, ``replayed`` or ``leaked`` (``leak`` bytes of
+        device memory outside torch grew over the job), else ok."""
         status, error = Status.OK, ""
         where = out.pop("too_slow", "")
         if where:
