@@ -217,3 +217,21 @@ def test_read_nsys_export(tmp_path):
 def test_status_counts_are_the_whole_runs_rows(db):
     assert db.status_counts("r1") == {"ok": 6, "wrong_result": 1}
     assert db.status_counts("r2") == {}
+
+
+def test_a_best_outside_its_iterations_tie_is_not_called_a_tie(db):
+    """The review gate rejected a tie's pick (c1, tied with c2) and the parent b stayed the
+    best: `kopt best` said "a tie within noise between 2 candidates ... the one with the
+    fewest methods is named" of b, which was in no tie. A tie is the named best's only when
+    it is a member."""
+    state = {"best": {"candidate_id": "b"}, "tie": ["c1", "c2"], "selected": []}
+    db.commit("iterations", "s", "r1", [
+        {"run_id": "r1", "sweep": "s", "iteration": 2, "device_class": DC,
+         "state": json.dumps(state), "created_at": at(9)}])
+    got = {(r["candidate_id"], r["named"], r["tied_with"]) for r in db.best("s")}
+    assert got == {("b", True, 0)}
+    state["best"] = {"candidate_id": "c1"}  # the tie's pick accepted: the tie is its
+    db.commit("iterations", "s", "r1", [
+        {"run_id": "r1", "sweep": "s", "iteration": 2, "device_class": DC,
+         "state": json.dumps(state), "created_at": at(10)}])
+    assert {(r["candidate_id"], r["tied_with"]) for r in db.best("s")} == {("c1", 2)}

@@ -37,3 +37,27 @@ def test_one_problem_size_is_read_not_a_mix_of_two():
     rows = _rows('{"M": 1024}', [(0, 50.0, 1000.0)]) + _rows('{"M": 4096}', LAUNCHES)
     got = winner_figures(rows)[(1, "h200-sm90", "78ed7c59")]
     assert got[DUR] == 647584.0 and got[SOL] == pytest.approx(76.71, abs=0.01)
+
+
+def test_a_contest_pick_the_review_gate_rejected_is_not_called_the_named_best():
+    """summary.md said a tie's member with the fewest methods "was named" and marked no
+    contender, while the best was the parent: the review gate had rejected the contest's
+    pick. It now says so and names the best that stayed."""
+    from kopt.loop.state import IterState
+    from kopt.tools.report import _contest_lines
+
+    contest = {"c1": {"label": "TIED", "median_ms": 1.0}, "c2": {"label": "TIED",
+                                                                "median_ms": 1.01}}
+    cand = [{"candidate_id": k, "iteration": 2, "device_class": "d", "compute_method": None,
+             "memory_method": "memory.x", "latency_method": None, "params": '{"T": 1}'}
+            for k in contest]
+    kept = IterState(iteration=2, contest=contest, tie=["c1", "c2"],
+                     best={"candidate_id": "b0"})
+    head = _contest_lines("d", kept, cand)[0]
+    assert "a **tie** within noise between 2 candidates" in head
+    assert head.endswith("the review gate then rejected it (the `reviews` table and `kopt "
+                         "wait` say why), so b0 stays the best:")
+    named = IterState(iteration=2, contest=contest, tie=["c1", "c2"],
+                      best={"candidate_id": "c1"})
+    lines = _contest_lines("d", named, cand)
+    assert "review gate" not in lines[0] and lines[1].startswith("  - **named** ")

@@ -551,6 +551,10 @@ NAMED_CTE = """named as (
            as named_id,
          case when coalesce(state->>'$.closing.best.candidate_id',
                             state->>'$.best.candidate_id') = state->>'$.best.candidate_id'
+                   -- the best a member of the tie: the review gate may have rejected the
+                   -- tie's pick and kept the parent
+                   and list_contains(json_extract_string(state, '$.tie[*]'),
+                                     state->>'$.best.candidate_id')
               then coalesce(json_array_length(state->'$.tie'), 0) else 0 end as tie_size,
          state->>'$.closing.first_baseline' as first_id,
          state->>'$.closing.note' as loop_note

@@ -263,6 +263,9 @@ def _contest_lines(dc: str, st: IterState, cand: list[dict[str, Any]]) -> list[s
                "with the fewest methods was named, since a method that buys "
                "nothing measurable is not worth carrying on" if st.tie
                else "a clear winner")
+    if won not in c:  # the review gate rejected the contest's pick: the parent stays best
+        verdict += (f"; the review gate then rejected it (the `reviews` table and `kopt wait` "
+                    f"say why), so {won or 'no candidate'} stays the best")
     md = [f"- iteration {st.iteration}: {len(c)} contenders within noise of "
           f"the fastest were re-measured side by side (interleaved): {verdict}:"]
     # labels are against the fastest contender: it is the reference, not TIED
