@@ -1077,7 +1077,7 @@ class Harness:
         self.gauge_threads = 0
         if self.call_cores > 1 and self.native is not None:
             if not self.spin_unit:
-                self.spin_unit = native.calibrate_spin(GAUGE_MS)
+                self.spin_unit = _calibrate_gauge(GAUGE_MS, _one_native_thread)
             self.gauge_threads, self.spin_n = self.call_cores, round(self.spin_unit * share)
 
     def unseen(self, lib: Any, job: dict, d: Data, est_ms: float,
@@ -1708,13 +1708,19 @@ def _cores_used(cpu_s: float, wall_s: float) -> int:
     return max(1, min(round(cpu_s / wall_s), len(os.sched_getaffinity(0))))
 
 
-def _calibrate_gauge(ms: float) -> int:
-    """The load gauge's iterations (:func:`_spin`) that take about ``ms`` on this core: the
-    fastest of several tries, as load only lengthens a try."""
+def _one_native_thread(n: int) -> float:
+    """One thread of native ``spin_threads``: its time (ms) for ``n`` iterations."""
+    return native.spin_threads(n, 1)
+
+
+def _calibrate_gauge(ms: float, spin: Callable[[int], float] = _spin) -> int:
+    """The iterations of the load gauge's work ``spin`` (the one-thread :func:`_spin`, or one
+    thread of native ``spin_threads``) that take about ``ms`` on this core: the fastest of
+    several tries, as load only lengthens a try."""
     n = 1 << 12
-    while n < 1 << 40 and _spin(n) < 0.2:  # long enough to time
+    while n < 1 << 40 and spin(n) < 0.2:  # long enough to time
         n *= 2
-    return max(1, round(n * ms / min(_spin(n) for _ in range(5))))
+    return max(1, round(n * ms / min(spin(n) for _ in range(5))))
 
 
 def baseline(out: dict) -> list[float]:

@@ -182,11 +182,3 @@ def spin_threads(iters: int, threads: int) -> float:
         raise RuntimeError(WHY_NOT)
     return float(lib.kopt_spin_threads(max(1, int(iters)), max(1, int(threads))))
 
-
-def calibrate_spin(ms: float) -> int:
-    """The iterations of one thread of :func:`spin_threads` that take about ``ms`` on this
-    core: the fastest of several tries (load only lengthens a try)."""
-    n = 1 << 14
-    while n < 1 << 40 and spin_threads(n, 1) < 0.2:  # long enough to time
-        n *= 2
-    return max(1, round(n * ms / min(spin_threads(n, 1) for _ in range(5))))
