@@ -56,30 +56,64 @@ class LocalCluster:
             stdout=log, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
 
     def up(self, workers: list[tuple[str, str]] = WORKERS, head_cpus: int = 1) -> None:
-        self.start("head", ["--head", f"--port={self.port}", "--include-dashboard=false"],
-                   head_cpus)
-        for name, cls in workers:
-            self.start(name, [f"--address=127.0.0.1:{self.port}",
-                              f"--resources={json.dumps({f'kopt_class_{cls}': 1})}"])
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            if len(self.nodes()) == 1 + len(workers):
-                return
-            time.sleep(2)
+        """Start the head and the workers and wait until every node is alive. A head that
+        exits (its port, picked free a moment before, taken by another test's Ray) or whose
+        GCS does not listen within 120 s is torn down and started again on a new port, up to
+        three times: on CI's loaded 2 cores the one probe a node count took once hung for
+        its full 120 s and failed the test at setup."""
+        for attempt in range(3):
+            if attempt:
+                self.down()
+                self.procs, self.port = {}, _free_port()
+                self.tmp = Path(tempfile.mkdtemp(prefix="kc", dir="/tmp"))
+            self.start("head", ["--head", f"--port={self.port}", "--include-dashboard=false"],
+                       head_cpus)
+            if not self._gcs_listens(120):
+                continue
+            for name, cls in workers:
+                self.start(name, [f"--address=127.0.0.1:{self.port}",
+                                  f"--resources={json.dumps({f'kopt_class_{cls}': 1})}"])
+            deadline = time.time() + 240
+            while time.time() < deadline and self.procs["head"].poll() is None:
+                if len(self.nodes()) == 1 + len(workers):
+                    return
+                time.sleep(2)
         raise RuntimeError("the test cluster did not come up: " + self.log_tail())
 
+    def _gcs_listens(self, limit: float) -> bool:
+        """True once the head's GCS port accepts a TCP connection within ``limit`` s; False
+        at once if the head process exited."""
+        deadline = time.time() + limit
+        while time.time() < deadline and self.procs["head"].poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+                return True
+            except OSError:
+                time.sleep(0.5)
+        return False
+
     def nodes(self) -> list[dict]:
-        """Alive nodes (id, raylet socket) from a separate driver process."""
+        """Alive nodes (id, raylet socket) from a separate driver process; [] when that
+        driver fails or does not answer within 120 s (the caller polls again)."""
         addr = f"127.0.0.1:{self.port}"
         code = (f"import json, ray; ray.init(address={addr!r}, logging_level='ERROR'); "
                 "print(json.dumps([{'id': n['NodeID'], 'sock': n['RayletSocketName']} "
                 "for n in ray.nodes() if n['Alive']]))")
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env=ENV, timeout=120)
+        try:
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=ENV, timeout=120)
+        except subprocess.TimeoutExpired:
+            return []
         return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else []
 
     def node_id(self, name: str) -> str:
-        return next(n["id"] for n in self.nodes() if f"{self.tmp / name}/" in n["sock"])
+        """The Ray node id of node ``name`` (asked up to three times: a probe that finds
+        no node is retried). Raises LookupError when no alive node is ``name``."""
+        for _ in range(3):
+            ids = [n["id"] for n in self.nodes() if f"{self.tmp / name}/" in n["sock"]]
+            if ids:
+                return ids[0]
+        raise LookupError(f"no alive node {name}: " + self.log_tail())
 
     def kill(self, name: str) -> None:
         os.killpg(self.procs[name].pid, signal.SIGKILL)
