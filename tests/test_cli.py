@@ -186,3 +186,20 @@ def test_sweep_leaves_the_ray_it_started_before_printing(tmp_path):
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, "KOPT_CACHE": str(tmp_path / "cache")})
     assert p.stdout.split("\n")[:2] == ["0 False", "0 True"], p.stdout + p.stderr[-3000:]
+
+
+def test_best_says_when_a_winner_ran_without_a_sandbox(tmp_path):
+    """A best found by a harness that ran unsandboxed (isolation none) carries one line
+    saying so; one found in the sandbox, none."""
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
+    w.add("candidates", [
+        {"run_id": "r1", "sweep": "demo", "job_key": k, "candidate_id": k, "is_baseline": True,
+         "status": "ok", "median_ms": 2.0, "dims": "{}", "device_class": dc, "params": "{}",
+         "iteration": 1, "isolation": iso}
+        for k, dc, iso in (("a", "cpu-x", "none"), ("b", "cpu-y", "namespaces"))])
+    w.flush()
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if "without a sandbox" in x]
+    assert len(lines) == 1 and lines[0].startswith("cpu-x: found without a sandbox")

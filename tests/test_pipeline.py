@@ -17,6 +17,7 @@ from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
 from kopt.store.database import query
 from kopt.store.select import best, top
+from workers import isolation
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +39,10 @@ def test_faults_are_rows_and_the_sweep_finishes(ray_local, copy_fixture, tmp_pat
     assert by_mode[5][1] == "compile_error" and "MODE 5 is a compile error" in by_mode[5][2]
     _, runs = query("select status, n_jobs, backend from runs", tmp_path / "store")
     assert runs == [("finished", 6, "cpu")]
+    # every measured row says which sandbox its candidate ran in (a compile error ran none)
+    _, iso = query("select distinct isolation from candidates where status != "
+                   "'compile_error'", tmp_path / "store")
+    assert iso == [(isolation.available().kind,)] and iso[0][0] != "none"
 
 
 def test_vector_add_cpu_sweep_and_best(ray_local, tmp_path):

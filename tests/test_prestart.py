@@ -15,7 +15,8 @@ from test_harness import artifact, job
 
 from conftest import FIXTURES, ROOT, write_sweep
 from kopt.core.spec import load_sweep
-from workers.prestart import STATUS, Prestarter
+from workers.isolation import decode_exit
+from workers.prestart import SCRATCH, STATUS, Prestarter
 from workers.reap import pid_alive
 from workers.sandbox import Sandbox
 
@@ -43,7 +44,9 @@ def test_a_prestarted_harness_is_taken_over_and_judges_as_its_own(tmp_path, pres
         assert sb.pid == pre.pid and sb.restarts == 0
         crash = sb.run(job(artifact(tmp_path, src, 2), src, ref), timeout_s=10)
         assert crash["status"] == "crashed" and "killed by SIGSEGV" in crash["error"]
-        assert (Path(pre.folder) / STATUS).read_text() == str(-signal.SIGSEGV)
+        # the reaper's record of the exit: the harness's own, or its sandbox's code for it
+        status = int((Path(pre.folder) / STATUS).read_text())
+        assert decode_exit(status, pre.isolation) == -signal.SIGSEGV
         again = sb.run(job(artifact(tmp_path, src, 0), src, ref), timeout_s=10)
         assert again["status"] == "ok" and sb.pid not in (None, pre.pid)
         assert sb.restarts == 1
@@ -113,14 +116,16 @@ def test_leave_ray_stops_every_process_of_the_embedded_instance():
 
 
 def _counting_sweep(tmp_path, body="    return 2 * x"):
-    """A CPU sweep whose ref.py logs each reference() call to calls.log."""
-    log = tmp_path / "calls.log"
+    """A CPU sweep whose ref.py logs each reference() call to calls.log in the harness's
+    TMPDIR (its sandbox's one writable folder: the prestart folder's ``scratch``)."""
     yaml = "kernel: k.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n"
     return write_sweep(tmp_path / "count", yaml, {
         "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) '
                  '{ for (int i = 0; i < N; ++i) y[i] = 2 * x[i]; }',
-        "ref.py": f"def reference(x, N):\n    open({str(log)!r}, 'a').write('call\\n')\n"
-                  f"{body}\n"}), log
+        "ref.py": "import os\ndef reference(x, N):\n"
+                  "    open(os.path.join(os.environ['TMPDIR'], 'calls.log'), 'a')"
+                  ".write('call\\n')\n"
+                  f"{body}\n"}), "calls.log"
 
 
 def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
@@ -133,6 +138,7 @@ def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
     sweep = load_sweep(d)
     pre = prestart_sandboxes(sweep, "cpu", 1)
     assert pre is not None and list(pre.started) == ["0"] and len(pre.prepare) == 1
+    log = Path(pre.started["0"].folder) / SCRATCH / log
     from workers.harness import N_SETS, N_UNSEEN
 
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
@@ -258,17 +264,22 @@ sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
 adopted = sb.adopt(pre.started["0"])
 killer = sb.run(job(artifact(tmp, src, 1, "k.cpp"), src, ref), timeout_s=10)
 again = sb.run(job(artifact(tmp, src, 0, "k.cpp"), src, ref), timeout_s=10)
-print(json.dumps({"adopted": adopted, "killer": killer, "again": again["status"]}))
+print(json.dumps({"adopted": adopted, "killer": killer, "again": again["status"],
+                  "restarts": sb.restarts}))
 sb.close()
 pre.close()
 """
 
 
-def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path):
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path, isolated):
     """A prestarted harness's parent was the process that prestarted it -- the driver -- so
     a candidate calling kill(getppid(), SIGKILL) ended the whole sweep (no line, Ray left
-    behind) instead of being recorded as a crash. Its parent is a reaper now: the candidate
-    crashes with SIGKILL, and the next candidate runs in a harness of the sandbox's own."""
+    behind) instead of being recorded as a crash. Unsandboxed (``KOPT_ISOLATION=none``),
+    its parent is a reaper: the candidate crashes with SIGKILL, and the next candidate runs
+    in a harness of the sandbox's own. Sandboxed, its parent is the PID namespace's first
+    process, which a signal from inside cannot kill: the kill does nothing, and the
+    candidate's correct output is judged ``ok`` in the same harness."""
     d = write_sweep(tmp_path / "ppid", "kernel: k.cpp\n", {
         "k.cpp": '#include <signal.h>\n#include <unistd.h>\n'
                  'extern "C" void solve(const float* x, float* y, int N) {\n'
@@ -277,13 +288,19 @@ def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path):
         "ref.py": "def reference(x, N):\n    return (2.0 * x.double()).float()\n"})
     out = subprocess.run([sys.executable, "-c", PARENT_KILLER, str(tmp_path), str(d / "k.cpp"),
                           str(d / "ref.py")], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"},
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+                              "KOPT_ISOLATION": "namespaces" if isolated else "none"},
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["adopted"] is True
-    assert got["killer"]["status"] == "crashed"
-    assert "killed by SIGKILL" in got["killer"]["error"]
+    if isolated:
+        assert (got["killer"]["status"], got["restarts"]) == ("ok", 0)
+    else:
+        assert got["killer"]["status"] == "crashed"
+        assert "killed by SIGKILL" in got["killer"]["error"]
+        assert got["restarts"] == 1
     assert got["again"] == "ok"
 
 

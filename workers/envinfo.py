@@ -1,5 +1,6 @@
 """What the seed workflow's environment check reported, for one node: GPUs and SM arch,
-driver, nvcc, ncu and whether it may read counters, CUTLASS headers, torch, ray."""
+driver, nvcc, ncu and whether it may read counters, CUTLASS headers, torch, ray, and the
+sandbox candidates run in (workers.isolation)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers import ncu
+from workers import isolation, ncu
 
 
 def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
@@ -160,5 +161,5 @@ def collect() -> dict[str, Any]:
         "cxx": _cxx_version(),
         "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
-        "notes": notes,
+        "isolation": isolation.available().describe(), "notes": notes,
     }

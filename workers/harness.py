@@ -99,9 +99,13 @@ wrongly:
   ``time.perf_counter_ns``, e.g. to make every check pass); the result pipe to the
   sandbox (a forged outcome dict). Only a candidate run in a process of its own, with the
   clock and the check outside it, closes these; kopt does not do that.
-- results one candidate keeps outside its own library's memory (a file, shared memory) for
-  another artifact: the held-back sets are new to each artifact, not to every artifact, as
-  drawing them per job would run the reference twice more per job.
+- results one candidate keeps outside its own library's memory (a file in the scratch
+  folder, shared memory in the sandbox's ``/dev/shm``) for another artifact timed by the
+  same harness: the held-back sets are new to each artifact, not to every artifact, as
+  drawing them per job would run the reference twice more per job. (The sandbox,
+  workers.jail, keeps such files from outliving the harness and from reaching anything
+  outside it: every file system but the scratch folder is read-only to this process, it
+  has no network, sees only its own processes, and whatever it starts dies with it.)
 - state a candidate leaves in the process for the next ones: the OpenMP thread count
   (``omp_set_num_threads``, libgomp is shared with torch), CPU affinity, scheduling
   priority, the floating-point environment, a thread that keeps running; they can slow
@@ -147,7 +151,6 @@ from workers import native, nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
-from workers.reap import pid_alive
 from workers.records import RunJob
 from workers.status import Status
 from workers.timing import should_stop, summarize
@@ -1993,7 +1996,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     if listen_fd is not None:
         with socket.socket(fileno=listen_fd) as listener:
             conn, _ = listener.accept()
-        _die_with(_peer_pid(conn))
+        _die_with(conn)
         rfd = conn.detach()
         wfd = os.dup(rfd)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
@@ -2026,35 +2029,28 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
             return
 
 
-def _peer_pid(conn: socket.socket) -> int | None:
-    """The pid of the process at the other end of a Unix socket (``SO_PEERCRED``, Linux),
-    None where it cannot be read."""
-    import struct
-
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (AttributeError, OSError):
-        return None
-    return struct.unpack("3i", creds)[0] or None
-
-
-def _die_with(pid: int | None, poll_s: float = 0.2) -> None:
+def _die_with(conn: socket.socket) -> None:
     """A prestarted harness's tie to the device actor that took it over (its parent is the
     prestart's reaper, so the parent-death signal cannot do it): a watchdog thread kills
-    this process group -- a candidate's hung kernel and its children too -- once ``pid`` is
-    gone, as a harness the actor started dies with it."""
-    if pid is None:
-        return
-    threading.Thread(target=_watch, args=(pid, poll_s), daemon=True,
+    this process group -- a candidate's hung kernel and its children too -- once the
+    actor's end of ``conn`` is closed (the actor died), as a harness the actor started dies
+    with it. Watching the socket rather than the actor's pid works from inside a PID
+    namespace (workers.jail), where the actor's pid is not visible."""
+    threading.Thread(target=_watch, args=(conn.fileno(),), daemon=True,
                      name="kopt-adopter-watch").start()
 
 
-def _watch(pid: int, poll_s: float) -> None:
-    """:func:`_die_with`'s thread: SIGKILL this process group once ``pid`` is gone."""
+def _watch(fd: int) -> None:
+    """:func:`_die_with`'s thread: SIGKILL this process group once the peer of socket
+    ``fd`` hung up (``POLLRDHUP``/``POLLHUP``) or ``fd`` is gone."""
+    import select
 
-    while pid_alive(pid):
-        time.sleep(poll_s)
-    os.killpg(os.getpgid(0), 9)  # SIGKILL
+    p = select.poll()
+    p.register(fd, select.POLLRDHUP | select.POLLHUP)
+    while not any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                  for _, ev in p.poll()):
+        pass
+    os.killpg(0, 9)  # SIGKILL: the whole group, as the harness's parent-death signal would
 
 
 def _prepare_ahead(h: Harness, path: str) -> None:

@@ -33,12 +33,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from workers import isolation
+from workers.isolation import NONE, Isolation
 from workers.prestart_reaper import write_status
 from workers.reap import NO_GPU, die_with_parent, package_env, pid_alive
 
 SOCKET = "sock"
 STATUS = "status"
 LOG = "harness.log"
+SCRATCH = "scratch"  # the sandbox's one writable folder (workers.jail)
 PREPARE = "prepare.pkl"  # the jobs whose inputs and reference outputs are made ahead
 STATUS_WAIT_S = 2.0  # for the reaper's status file once the harness is gone
 
@@ -48,14 +51,18 @@ class Prestarted:
     """One harness waiting to be taken over (picklable: it travels to the device actor).
 
     Attributes:
-        folder: holds the harness's socket (``sock``), log and exit status file.
-        pid: the harness's process id (a process group leader: ``killpg`` ends it all).
+        folder: holds the harness's socket (``sock``), log, exit status file and the
+            sandbox's scratch folder (``scratch``).
+        pid: the harness's process id, or its sandbox's first (``unshare``) where it is
+            isolated (a process group leader either way: ``killpg`` ends it all).
         device: ``cuda`` or ``cpu``.
+        isolation: the sandbox it runs in.
     """
 
     folder: str
     pid: int
     device: str
+    isolation: Isolation = Isolation(NONE)  # what it runs under (workers.isolation)
 
     @property
     def log(self) -> Path:
@@ -160,6 +167,7 @@ class Prestarter:
     def __init__(self, device: str, keys: list[str], prepare: list[dict] | None = None):
         self.device = device
         self.prepare = list(prepare or [])
+        self.isolation = isolation.available()
         self.started: dict[str, Prestarted] = {}
         self._procs: list[subprocess.Popen] = []  # the reapers (workers.prestart_reaper)
         self._harnesses: dict[int, int] = {}  # reaper's pid: its harness's (a process group)
@@ -186,15 +194,20 @@ class Prestarter:
             if self.prepare:
                 (Path(folder) / PREPARE).write_bytes(pickle.dumps(self.prepare))
                 extra = [str(Path(folder) / PREPARE)]
+            scratch = Path(folder) / SCRATCH
+            scratch.mkdir()
+            harness = self.isolation.wrap(
+                [sys.executable, "-m", "workers.harness", "--listen", str(listener.fileno()),
+                 self.device, *extra], str(scratch))
             with open(Path(folder) / LOG, "ab") as log:
                 # the harness's parent is a reaper, not this process: a candidate that
                 # kills its parent must not kill the driver (workers.prestart_reaper)
                 p = subprocess.Popen(
                     [sys.executable, "-m", "workers.prestart_reaper", str(pid_w),
-                     str(Path(folder) / STATUS), sys.executable, "-m", "workers.harness",
-                     "--listen", str(listener.fileno()), self.device, *extra],
+                     str(Path(folder) / STATUS), *harness],
                     pass_fds=(listener.fileno(), pid_w), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, env=harness_env(self.device, key),
+                    stdout=log, stderr=log,
+                    env={**harness_env(self.device, key), "TMPDIR": str(scratch)},
                     start_new_session=True,
                     preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
                     else None)
@@ -215,7 +228,7 @@ class Prestarter:
         if not pid.isdigit():
             return None
         self._harnesses[p.pid] = int(pid)
-        return Prestarted(folder, int(pid), self.device)
+        return Prestarted(folder, int(pid), self.device, self.isolation)
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)

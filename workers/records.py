@@ -237,6 +237,9 @@ class TuningRecord:
     # one device never overlap, whichever sweeps shared it
     device_start: Any = None
     device_end: Any = None
+    # the sandbox the candidate ran in (workers.isolation): namespaces, user-namespaces,
+    # or none (NULL in stores written before it was recorded)
+    isolation: str | None = None
 
     def row(self, observed: dict[str, Any] | None = None) -> dict[str, Any]:
         """The store row (``status`` as its plain string), with ``observed`` (plug-in

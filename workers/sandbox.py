@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,13 +23,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import prestart
+from workers import isolation, prestart
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
 from workers.records import RunJob
 from workers.status import Status
 
 START_TIMEOUT_S = 180.0
+EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
 
@@ -53,16 +55,36 @@ class Sandbox:
         self.timing_ref = ""  # ref.py's function the running job times, from its progress
         self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
         self.adopted = False  # the harness was started before Ray (adopt)
+        self.isolation = isolation.available()
+        self.scratch = ""  # the sandbox's one writable folder (workers.jail), per start
 
     def start(self) -> None:
-        """Start the harness and wait until it has set up the device. Raises RuntimeError."""
+        """Start the harness and wait until it has set up the device, in the sandbox
+        (workers.isolation) when this host has one. A harness that does not start in the
+        sandbox (a device or driver that needs what the sandbox withholds) is started once
+        more without it, and :attr:`isolation` says so with the reason: its rows then
+        record ``none``. Raises RuntimeError when it does not start either way."""
+        try:
+            self._start()
+        except RuntimeError as e:
+            if not self.isolation.isolated:
+                raise
+            why = str(e).splitlines()[0][:300]
+            self.isolation = isolation.Isolation(
+                isolation.NONE, why=f"the harness did not start in the sandbox ({why})")
+            self._start()
+
+    def _start(self) -> None:
         r_child, w_parent = os.pipe()
         r_parent, w_child = os.pipe()
+        self._new_scratch()
+        cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device],
-                pass_fds=(r_child, w_child), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env=self.env, start_new_session=True, preexec_fn=_tie_to_parent())
+                self.isolation.wrap(cmd, self.scratch), pass_fds=(r_child, w_child),
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                env={**self.env, "TMPDIR": self.scratch}, start_new_session=True,
+                preexec_fn=_tie_to_parent())
         os.close(r_child)
         os.close(w_child)
         self.w = Connection(w_parent, readable=False)
@@ -80,6 +102,7 @@ class Sandbox:
             return False
         self.r, self.w = conns
         self.proc = prestart.AdoptedProcess(pre)  # type: ignore[assignment]
+        self.isolation = pre.isolation
         old_log, self.log = self.log, pre.log
         try:
             self._hello()
@@ -98,14 +121,16 @@ class Sandbox:
         try:
             hello = self.r.recv()
         except (EOFError, OSError):  # OSError: a prestarted harness's socket reset
-            code = self.kill()
+            code = self.kill(ended=True)
             raise RuntimeError(f"harness died at start ({describe_exit(code)}): {self.tail()}"
                                ) from None
         if not hello.get("ready"):
             self.kill()
             raise RuntimeError(hello.get("error", "harness failed to start"))
-        self.info = hello["info"]
-        self.pid = hello.get("pid")
+        # the harness's own pid is its PID namespace's when isolated: the process to
+        # signal from here is the sandbox's first (unshare: the namespace dies with it)
+        self.info = {**hello["info"], "isolation": self.isolation.kind}
+        self.pid = self.proc.pid if self.isolation.isolated and self.proc else hello.get("pid")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,
             prepare_timeout_s: float = PREPARE_TIMEOUT_S) -> dict[str, Any]:
@@ -184,7 +209,7 @@ class Sandbox:
         inputs and reference outputs were made (ref.py's code ended the process, e.g.
         ``os._exit``: no candidate code had been called); ``crashed`` naming ref.py's
         ``contender()`` (or ``reference()``) when it died while that was timed."""
-        code = self.kill()
+        code = self.kill(ended=True)
         self.restarts += 1
         said = self.tail(pos)
         ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
@@ -230,26 +255,46 @@ class Sandbox:
             return ""
         return text[-n:]
 
-    def kill(self) -> int | None:
-        """Kill the harness (its whole process group); returns its exit code."""
+    def kill(self, ended: bool = False) -> int | None:
+        """Kill the harness (its whole process group); returns its exit code. ``ended``:
+        its connection closed (it died), so it is given up to ``EXIT_WAIT_S`` to exit
+        first: a sandboxed harness's exit reaches here through its sandbox's first
+        process, a moment later, and a SIGKILL sent in that moment would hide the signal
+        that killed the harness."""
         if self.proc is None:
             return None
         p, self.proc, self.pid = self.proc, None, None
+        if ended:
+            try:
+                p.wait(timeout=EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 p.kill()
         try:
-            code = p.wait(timeout=30)
+            code = isolation.decode_exit(p.wait(timeout=30), self.isolation)
         except subprocess.TimeoutExpired:
             code = None
+        self._drop_scratch()
         for c in ("w", "r"):
             conn = getattr(self, c, None)
             if conn is not None:
                 conn.close()
                 setattr(self, c, None)
         return code
+
+    def _new_scratch(self) -> None:
+        """A fresh scratch folder for the next harness (the last one's removed)."""
+        self._drop_scratch()
+        self.scratch = tempfile.mkdtemp(prefix="kopt-scratch-")
+
+    def _drop_scratch(self) -> None:
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = ""
 
     def close(self) -> None:
         """Stop the harness and remove its log."""

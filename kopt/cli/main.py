@@ -592,6 +592,11 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     for dc, note in dict.fromkeys((r["device_class"], r["loop_note"]) for r in rows
                                   if r["loop_note"]):
         out.print(f"{dc}: {note}", highlight=False)
+    for dc in dict.fromkeys(r["device_class"] for r in rows if r["isolation"] == "none"):
+        out.print(f"{escape(dc)}: found without a sandbox (isolation none): its code ran "
+                  "with kopt's own rights and could reach kopt's files and clock, so this "
+                  "verdict holds only if the code is trusted (`kopt env` says why the "
+                  "sandbox was off)", highlight=False)
     for r in rows:
         if r["tied_with"] > 1:
             out.print(f"{escape(r['device_class'])}: a tie within noise between {r['tied_with']} "
@@ -711,7 +716,7 @@ def env(address: str | None, fmt: str) -> None:
         t = Table(title=escape(f"node {info['host']} ({info['platform']})"), show_header=False)
         t.add_row("GPUs", escape("; ".join(_gpu_line(g) for g in info["gpus"]) or "none"))
         for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
-                  "torch_cuda", "ray", "python"):
+                  "torch_cuda", "ray", "python", "isolation"):
             unset = "unknown" if k == "driver" and info["gpus"] else "not found"
             t.add_row(k, cell(info.get(k)) if info.get(k) is not None else unset)
         for note in info.get("notes") or []:

@@ -676,6 +676,7 @@ class Driver:
             flops=work[0], bytes=work[1], input_sets=o.input_sets, full_ms=o.full_ms,
             escaped_ms=o.escaped_ms, leaked_bytes=o.leaked_bytes, created_at=now(),
             device_start=_utc(o.started_at), device_end=_utc(o.ended_at),
+            isolation=info.get("isolation"),
             **(job.lineage or {"source_hash": self.digest, "submitter": "sweep"}))
 
     # -- the end -------------------------------------------------------------------------

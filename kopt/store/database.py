@@ -594,7 +594,7 @@ with scope as (
 ), """ + NAMED_CTE + """
 select device_class, dims, candidate_id, compute_method, memory_method, latency_method,
        params, median_ms, iqr_ms, n_samples, speedup, tflops, gbps, reference_ms, vs_reference,
-       pct_peak_flops, pct_peak_bw, max_abs_err, max_rel_err, run_id, device_name,
+       pct_peak_flops, pct_peak_bw, max_abs_err, max_rel_err, run_id, device_name, isolation,
        coalesce(candidate_id = named_id, false) as named,
        case when candidate_id = named_id then tie_size else 0 end as tied_with,
        case when candidate_id = named_id then v.vs_first_baseline end as loop_speedup,

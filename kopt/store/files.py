@@ -75,6 +75,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("max_rel_err", pa.float64()),
         # when the device actor began and ended the job (the device's clock)
         ("device_start", TS), ("device_end", TS),
+        # the sandbox the candidate's code ran in (workers.isolation): namespaces,
+        # user-namespaces or none
+        ("isolation", pa.string()),
     ]),
     # ref.py's timed function (``contender``, else ``reference``), timed by the
     # harness as candidates are, once per run, device class and problem size; ``impl`` says

@@ -34,7 +34,9 @@ def best(sweep: str, store: Path | str | None = None, run_id: str | None = None
         ``tflops``, ``gbps`` and their share of the device's peak for the sweep's dtype in
         percent, ``pct_peak_flops``, ``pct_peak_bw`` (None where the sweep gives no
         flops/bytes or the peak is not known: kopt.run.devices.peaks); ``max_abs_err`` and
-        ``max_rel_err`` of its checked outputs against reference().
+        ``max_rel_err`` of its checked outputs against reference(); ``isolation``: the
+        sandbox its code ran in (workers.isolation; None in stores written before it was
+        recorded).
     """
     return Database(store).best(sweep, run_id)
 

@@ -1,0 +1,145 @@
+"""The sandbox a candidate runs in (workers.isolation, workers.jail): a candidate's code can
+write no file outside its scratch folder, connect nowhere, see none of kopt's processes,
+not undo its mounts, and leaves no process behind. Each attack is also run unsandboxed
+(``none``), where it succeeds: the tests can tell the two apart."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+from test_harness import artifact, job
+
+from conftest import FIXTURES
+from workers import isolation
+from workers.isolation import Isolation, decode_exit
+from workers.sandbox import Sandbox
+
+SRC = FIXTURES / "escape" / "escape.cpp"
+ISOLATED = isolation.available()
+
+
+def _escapees() -> list[int]:
+    p = subprocess.run(["pgrep", "-x", "kopt-escapee"], capture_output=True, text=True)
+    return [int(x) for x in p.stdout.split()]
+
+
+def _kill_escapees() -> None:
+    for pid in _escapees():
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def _sandbox(isolated: bool, env: dict[str, str]) -> Sandbox:
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1", **env})
+    if not isolated:
+        sb.isolation = Isolation(isolation.NONE, why="switched off by the test")
+    return sb
+
+
+def test_this_host_sandboxes_candidates():
+    """The CI machine (root, namespaces allowed) and the H200 host both can: the other
+    tests here would prove nothing if the sandbox were silently off."""
+    assert ISOLATED.isolated, ISOLATED.why
+    assert ISOLATED.kind == ("namespaces" if os.geteuid() == 0 else "user-namespaces")
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_path, isolated):
+    """Four attacks, each a candidate whose outputs are right only when the attack fails:
+    appending to ref.py and to a build-cache entry (its own solve.so), connecting to a
+    port listening on 127.0.0.1, seeing the driver's process in /proc, and remounting
+    the root read-write. Sandboxed, every one is ``ok`` and the files are unchanged;
+    unsandboxed the first three succeed (``wrong_result``) and the files changed."""
+    ref = tmp_path / "sweep" / "ref.py"
+    ref.parent.mkdir()
+    shutil.copy(FIXTURES / "escape" / "ref.py", ref)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    arts = {m: artifact(tmp_path, SRC, m, "escape.cpp") for m in (1, 2, 3, 4)}
+    env = {"KOPT_ATTACK_PORT": str(listener.getsockname()[1]),
+           "KOPT_DRIVER_PID": str(os.getpid())}
+    before = {p: open(p, "rb").read() for p in (str(ref), arts[1])}
+    got = {}
+    for target in (str(ref), arts[1]):
+        sb = _sandbox(isolated, {**env, "KOPT_ATTACK_TARGET": target})
+        try:
+            got[target] = sb.run(job(arts[1], SRC, ref), timeout_s=30)["status"]
+        finally:
+            sb.close()
+    sb = _sandbox(isolated, env)
+    try:
+        for m in (2, 3, 4):
+            got[m] = sb.run(job(arts[m], SRC, ref), timeout_s=30)["status"]
+        assert sb.info["isolation"] == (ISOLATED.kind if isolated else "none")
+    finally:
+        sb.close()
+        listener.close()
+    after = {p: open(p, "rb").read() for p in before}
+    if isolated:
+        assert got == {str(ref): "ok", arts[1]: "ok", 2: "ok", 3: "ok", 4: "ok"}
+        assert after == before
+    else:
+        assert {k: got[k] for k in (str(ref), arts[1], 2, 3)} == {
+            str(ref): "wrong_result", arts[1]: "wrong_result", 2: "wrong_result",
+            3: "wrong_result"}
+        assert all(after[p].endswith(b"# changed\n") for p in after)
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_process_a_candidate_leaves_behind_dies_with_its_harness(tmp_path, isolated):
+    """A candidate double-forks a process into a session of its own. It runs while the
+    harness lives (seen from here by its name) and, sandboxed, is gone once the harness is
+    closed (its PID namespace ended); unsandboxed it outlives the harness (killed here)."""
+    _kill_escapees()
+    ref = FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(isolated, {})
+    try:
+        assert sb.run(job(artifact(tmp_path, SRC, 5, "escape.cpp"), SRC, ref),
+                      timeout_s=30)["status"] == "ok"
+        assert len(_escapees()) == 1
+    finally:
+        sb.close()
+    try:
+        deadline = time.monotonic() + 30
+        while _escapees() and isolated and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_escapees()) == (0 if isolated else 1)
+    finally:
+        _kill_escapees()
+
+
+def test_a_sandboxed_harness_killed_by_a_signal_is_described_by_it():
+    """The sandbox's first process cannot die of the harness's signal, so it exits with
+    128 + N; the sandbox reads that back as the signal (``-N``), an unsandboxed exit code
+    as it is."""
+    assert decode_exit(139, ISOLATED) == -11 and decode_exit(134, ISOLATED) == -6
+    assert decode_exit(1, ISOLATED) == 1 and decode_exit(None, ISOLATED) is None
+    assert decode_exit(139, Isolation(isolation.NONE)) == 139
+
+
+def test_isolation_can_be_switched_off_and_says_why(monkeypatch):
+    """``KOPT_ISOLATION=none``: no sandbox, and the reason is the one line `kopt env` shows;
+    a host without `unshare` says how to get it."""
+    monkeypatch.setenv("KOPT_ISOLATION", "none")
+    isolation.available.cache_clear()
+    try:
+        off = isolation.available()
+        assert (off.kind, off.prefix) == ("none", ())
+        assert off.describe() == "none: KOPT_ISOLATION=none is set in kopt's environment"
+        assert off.wrap(["python3", "-V"], "/tmp") == ["python3", "-V"]
+        monkeypatch.delenv("KOPT_ISOLATION")
+        monkeypatch.setenv("PATH", "/nonexistent")
+        isolation.available.cache_clear()
+        assert isolation.available().describe() == (
+            "none: `unshare` (util-linux) is not on the PATH: install util-linux to "
+            "sandbox candidates")
+    finally:
+        isolation.available.cache_clear()

@@ -1,0 +1,123 @@
+"""Which isolation a candidate's process runs under on this host, and the command for it.
+
+A harness process loads candidate code (a ``solve.so``), so it runs in a sandbox made from
+the kernel's own namespaces by util-linux ``unshare`` and set up by workers.jail: its own
+PID namespace (it sees and signals only its own processes, and every process it starts dies
+with it), a network namespace with no interface up, and a mount namespace in which every
+file system is read-only except a scratch folder of its own (``TMPDIR``), with no
+capabilities to change that. Where kopt does not run as root, a user namespace is made
+first (``--user --map-root-user``).
+
+:func:`available` finds out once per process whether that works here (a host without
+``unshare``, or a kernel or container that refuses the namespaces), and why not.
+``KOPT_ISOLATION=none`` in the environment turns it off on purpose. Without it the
+harness runs as an ordinary child process and every row it measures says so
+(``isolation`` = ``none``).
+
+Values of a row's ``isolation``: ``namespaces`` (as root), ``user-namespaces`` (the same
+inside a user namespace), ``none``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from workers.jail import SETUP_FAILED
+from workers.reap import package_env
+
+NONE = "none"
+ENV_SWITCH = "KOPT_ISOLATION"  # "none": no sandbox on purpose
+WRITABLE_ENV = "KOPT_SANDBOX_WRITABLE"  # colon-separated paths the sandbox leaves writable
+PROBE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What a harness started on this host runs under.
+
+    Attributes:
+        kind: ``namespaces``, ``user-namespaces`` or ``none``.
+        prefix: the command line before ``python -m workers.jail``; empty for ``none``.
+        why: for ``none``, the reason in one line (what failed, and the fix); else "".
+        writable: paths left writable besides the scratch folder (``KOPT_SANDBOX_WRITABLE``,
+            colon-separated: for a device driver that must write somewhere; none known
+            to be needed).
+    """
+
+    kind: str
+    prefix: tuple[str, ...] = ()
+    why: str = ""
+    writable: tuple[str, ...] = ()
+
+    @property
+    def isolated(self) -> bool:
+        """True unless ``kind`` is ``none``."""
+        return self.kind != NONE
+
+    def wrap(self, cmd: list[str], scratch: str) -> list[str]:
+        """``cmd`` as run in the sandbox with ``scratch`` (an existing folder) its only
+        writable one; ``cmd`` itself when not isolated."""
+        if not self.isolated:
+            return list(cmd)
+        keep = [a for p in self.writable for a in ("--rw", p)]
+        return [*self.prefix, sys.executable, "-m", "workers.jail", scratch, *keep, "--",
+                *cmd]
+
+    def describe(self) -> str:
+        """One line for ``kopt env`` and notes."""
+        if self.isolated:
+            return (f"{self.kind}: candidates run in their own PID, network and mount "
+                    "namespaces, every file system read-only but a scratch folder, no "
+                    "capabilities")
+        return f"none: {self.why}"
+
+
+def decode_exit(code: int | None, isolation: Isolation) -> int | None:
+    """A sandboxed harness's exit code as ``subprocess.Popen.returncode`` would give the
+    harness's own: ``128 + N`` from workers.jail is ``-N`` (killed by signal N); codes of
+    an unisolated harness are returned as they are."""
+    if code is not None and isolation.isolated and 128 < code < 128 + 65:
+        return -(code - 128)
+    return code
+
+
+def _prefix(unshare: str, as_root: bool) -> tuple[str, ...]:
+    user = () if as_root else ("--user", "--map-root-user")
+    return (unshare, *user, "--pid", "--fork", "--kill-child", "--net", "--mount", "--")
+
+
+@functools.cache
+def available() -> Isolation:
+    """The isolation this host gives a harness, found once per process by starting the
+    sandbox around ``true``: ``none`` with the reason when ``KOPT_ISOLATION=none`` is set,
+    ``unshare`` is not on the PATH, or the sandbox cannot be set up (its first line of
+    error). Never raises."""
+    if os.environ.get(ENV_SWITCH, "").lower() == NONE:
+        return Isolation(NONE, why=f"{ENV_SWITCH}=none is set in kopt's environment")
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return Isolation(NONE, why="`unshare` (util-linux) is not on the PATH: install "
+                         "util-linux to sandbox candidates")
+    root = os.geteuid() == 0
+    keep = tuple(p for p in os.environ.get(WRITABLE_ENV, "").split(":") if p)
+    iso = Isolation("namespaces" if root else "user-namespaces", _prefix(unshare, root),
+                    writable=keep)
+    with tempfile.TemporaryDirectory(prefix="kopt-probe-") as scratch:
+        try:
+            p = subprocess.run(iso.wrap(["true"], scratch), capture_output=True, text=True,
+                               env=package_env(), timeout=PROBE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return Isolation(NONE, why=f"the sandbox did not start: {e}")
+    if p.returncode != 0:
+        said = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
+        what = "its set-up failed" if p.returncode == SETUP_FAILED else "unshare failed"
+        return Isolation(NONE, why=f"{what} ({said}); candidates run unsandboxed (allow "
+                         "unprivileged user namespaces, e.g. sysctl "
+                         "kernel.unprivileged_userns_clone=1, or run kopt as root)")
+    return iso

@@ -1,0 +1,167 @@
+"""The first process of a candidate's sandbox: sets up its mounts, drops privilege, runs it.
+
+``python -m workers.jail SCRATCH [--rw PATH]... -- CMD...`` is started by ``unshare``
+(util-linux) in new PID, network and mount namespaces (and a user namespace where kopt does
+not run as root; workers.isolation builds that command line). As the namespace's process 1
+it:
+
+1. makes every mount private (nothing mounted here reaches the host);
+2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it) and a
+   fresh tmpfs on ``/dev/shm`` (no shared memory of the host's to read or plant);
+3. binds ``SCRATCH`` (a folder the caller made and removes) onto itself, writable;
+4. remounts every other mount read-only, the root included: the sweep folder and its
+   ``ref.py``, kopt's build cache and store, kopt's own code, ``/tmp`` (other runs'
+   sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
+   writing to its file system, so the GPU stays usable);
+5. starts CMD as its child with no capabilities (the bounding set emptied, no new
+   privileges: ``prctl(2)``), so that it cannot undo the mounts, and reaps every process
+   left in the namespace until CMD exits;
+6. exits with CMD's exit code, or 128 + N when a signal N killed it (process 1 of a PID
+   namespace cannot die of a signal sent from inside it, so the signal is passed on as a
+   code: workers.isolation.decode_exit). Its exit ends the namespace: the kernel kills
+   every process a candidate left behind (a double fork, ``setsid``).
+
+The network namespace has no interface up, not even loopback: no connection can be made.
+Only the standard library is used here; this process starts before the harness can.
+A setup step that fails exits 125 with one line on stderr naming the step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
+MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38  # <linux/prctl.h>
+SETUP_FAILED = 125
+# the per-mount flags a read-only remount must keep (in a user namespace the kernel refuses
+# a remount that would clear one the mount had when the namespace was made)
+_KEPT = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+         "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    """A step of the sandbox's set-up failed; the message names the step and the errno."""
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int) -> None:
+    """``mount(2)``. Raises SetupError naming ``target`` and the error."""
+    if _libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(),
+                   ctypes.c_ulong(flags), None) != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"mount {target} ({fstype or 'flags'} {flags:#x}): "
+                         f"{os.strerror(err)}")
+
+
+def mount_points() -> list[tuple[str, int]]:
+    """The mount points of this mount namespace with the flags each must keep, from
+    ``/proc/self/mountinfo`` (its fifth and sixth fields; octal escapes undone)."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            path = fields[4].encode().decode("unicode_escape")
+            kept = 0
+            for opt in fields[5].split(","):
+                kept |= _KEPT.get(opt, 0)
+            out.append((path, kept))
+    return out
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
+    """Steps 1-4 of the module docstring; the mounts at and under each path of ``keep``
+    are left writable as they were (workers.isolation ``KOPT_SANDBOX_WRITABLE``). Raises
+    SetupError."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if os.path.isdir("/dev/shm") and not any(_under("/dev/shm", k) for k in keep):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV)
+    _mount(scratch, scratch, None, MS_BIND | MS_REC)
+    for path in keep:
+        _mount(path, path, None, MS_BIND | MS_REC)
+    writable = (scratch, "/proc", "/dev/shm", *keep)
+    for path, kept in reversed(mount_points()):
+        if any(_under(path, w) for w in writable) or not os.path.isdir(path):
+            continue
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+
+
+def drop_privilege() -> None:
+    """No capability for this process or anything it runs (``PR_CAPBSET_DROP`` for each
+    capability up to ``/proc/sys/kernel/cap_last_cap``, then ``PR_SET_NO_NEW_PRIVS``; the
+    effective set empties at the next ``execve``). Raises SetupError."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise SetupError(f"prctl(PR_CAPBSET_DROP, {cap}): "
+                             f"{os.strerror(ctypes.get_errno())}")
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise SetupError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
+
+
+def _start(cmd: list[str]) -> int:
+    """Fork and exec ``cmd`` with no privilege; returns its pid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            drop_privilege()
+            os.execvp(cmd[0], cmd)
+        except BaseException as e:  # noqa: BLE001 -- a child must never return here
+            print(f"kopt sandbox: cannot start {cmd[0]}: {e}", file=sys.stderr, flush=True)
+        os._exit(127)
+    return pid
+
+
+def _reap_until(child: int) -> int:
+    """Reap every process of the namespace until ``child`` exits; its exit as a code:
+    the exit code, or 128 + N for signal N."""
+    while True:
+        try:
+            pid, status = os.wait()
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return SETUP_FAILED
+        if pid == child:
+            return (128 + os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                    else os.WEXITSTATUS(status))
+
+
+def main(argv: list[str]) -> int:
+    """``SCRATCH [--rw PATH]... -- CMD...``: set up, run CMD, return its exit code (see
+    the module)."""
+    keep: list[str] = []
+    while len(argv) > 3 and argv[1] == "--rw":
+        keep.append(os.path.realpath(argv[2]))
+        argv = [argv[0], *argv[3:]]
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m workers.jail SCRATCH [--rw PATH]... -- CMD...",
+              file=sys.stderr)
+        return 2
+    scratch, cmd = os.path.realpath(argv[0]), argv[2:]
+    try:
+        set_up(scratch, tuple(keep))
+    except (SetupError, OSError) as e:
+        print(f"kopt sandbox: set-up failed: {e}", file=sys.stderr, flush=True)
+        return SETUP_FAILED
+    child = _start(cmd)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # passed on to the child
+        signal.signal(sig, lambda s, _f: os.kill(child, s))
+    return _reap_until(child)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
