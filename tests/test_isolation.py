@@ -143,3 +143,27 @@ def test_isolation_can_be_switched_off_and_says_why(monkeypatch):
             "sandbox candidates")
     finally:
         isolation.available.cache_clear()
+
+
+def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path):
+    """The framer leaves a thread in the harness that aborts once the next candidate runs;
+    the victim's job crashes, is retried in a fresh harness (no framer there) and is
+    ``ok``, its error saying the first run crashed (killed by SIGABRT). A candidate that
+    crashes by itself crashes again and stays ``crashed``."""
+    ref = FIXTURES / "escape" / "ref.py"
+    framer = job(artifact(tmp_path, SRC, 6, "escape.cpp"), SRC, ref)
+    victim = job(artifact(tmp_path, SRC, 7, "escape.cpp"), SRC, ref)
+    faulty, fref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    segv = job(artifact(tmp_path, faulty, 2), faulty, fref)
+    sb = _sandbox(True, {})
+    try:
+        assert sb.run_retrying(framer, timeout_s=30)["status"] == "ok"
+        got = sb.run_retrying(victim, timeout_s=30)
+        crashed = sb.run_retrying(segv, timeout_s=30)
+    finally:
+        sb.close()
+    assert got["status"] == "ok", got
+    assert got["error"].startswith("retried in a fresh harness: the first run crashed "
+                                   "(harness died: killed by SIGABRT.")
+    assert crashed["status"] == "crashed" and "SIGSEGV" in crashed["error"]
+    assert sb.restarts == 3  # the framed run, and the segfault's two

@@ -90,8 +90,8 @@ class DeviceActor:
         t0, started = time.perf_counter(), time.time()
         try:
             path = str(ensure_artifact(job.build_id, artifact))
-            res = RunOutcome.from_dict(self.sandbox.run(replace(job, artifact=path),
-                                                        job.timeout_s))
+            res = RunOutcome.from_dict(self.sandbox.run_retrying(replace(job, artifact=path),
+                                                                 job.timeout_s))
         except Exception as e:  # the harness could not even be restarted
             res = RunOutcome.fault(Status.ERROR, f"device actor: {e!r}")
         self.busy_s += time.perf_counter() - t0

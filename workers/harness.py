@@ -151,7 +151,7 @@ from workers import native, nvrtc
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
-from workers.records import RunJob
+from workers.records import REF_CHANGED, RunJob, file_sha256
 from workers.status import Status
 from workers.timing import should_stop, summarize
 
@@ -401,6 +401,7 @@ class Harness:
         ``reference=False`` (the NCU target) skips the reference and makes one set.
         Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
         """
+        _same_reference(job)
         key = (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
                tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference)
         if key in self.data:
@@ -1955,6 +1956,19 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+def _same_reference(job: dict) -> None:
+    """Raise JobError (``error``) when the job's ref.py is not the file its run started with
+    (``reference_sha256``, kopt.run.builder ``job_base``): outputs made by an edited
+    reference would judge this candidate by another standard than the run's others."""
+    want = job.get("reference_sha256")
+    if not want:
+        return
+    got = file_sha256(job["reference"])
+    if got is not None and got != want:
+        raise JobError(Status.ERROR, f"{job['reference']}: {REF_CHANGED} (sha256 "
+                       f"{want[:12]} then, {got[:12]} now)")
 
 
 def ref_stamp(path: str) -> tuple:

@@ -10,7 +10,9 @@ through the sandbox's pipe. In TVM MetaSchedule's terms: :class:`BuildJob` /
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from workers.observers import observer_columns
@@ -164,6 +166,19 @@ class RunOutcome:
     def fault(cls, status: Status, error: str) -> RunOutcome:
         """An outcome with no figures: the job could not run (``lost``, ``compile_error``)."""
         return cls(status=status, error=error)
+
+
+# the error text a harness gives a job whose ref.py is not the one the run started with
+# (workers.harness ``Harness.prepare``); the driver stops the run on it (kopt.driver.sweep)
+REF_CHANGED = "changed since the run started"
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """The sha256 (hex) of the file at ``path``; None when it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 @dataclass

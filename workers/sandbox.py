@@ -184,6 +184,23 @@ class Sandbox:
             self.restarts += 1
         return res
 
+    def run_retrying(self, job: RunJob, timeout_s: float) -> dict[str, Any]:
+        """:meth:`run`, with a job that ``crashed`` run once more in a fresh harness (the
+        crash killed the last one) before the crash is final: a candidate that leaves a
+        thread behind to crash the harness while the next candidate runs (``abort()``, a
+        fault) cannot frame it. The retried job's outcome is the job's; when it did not
+        crash again its ``error`` says that the first run crashed, and how. Never raises
+        for a job."""
+        res = self.run(job, timeout_s)
+        if res.get("status") != Status.CRASHED:
+            return res
+        first = str(res.get("error") or "")[:300]
+        again = self.run(job, timeout_s)
+        if again.get("status") != Status.CRASHED:
+            again["error"] = "; ".join(x for x in (again.get("error"), (
+                f"retried in a fresh harness: the first run crashed ({first})")) if x)
+        return again
+
     def _timed_out(self, job: RunJob | dict[str, Any], prepared: bool, waited_s: float
                    ) -> dict[str, Any]:
         """The outcome of a job with no answer in time (the harness is killed; the next

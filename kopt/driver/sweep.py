@@ -84,8 +84,14 @@ from kopt.util.words import counted
 from workers import build as wbuild
 from workers import ncu as wncu
 from workers.prestart import Prestarted
-from workers.records import RunJob, RunOutcome, TuningRecord
+from workers.records import REF_CHANGED, RunJob, RunOutcome, TuningRecord, file_sha256
 from workers.status import Status
+
+
+class ReferenceChanged(SweepError):
+    """ref.py changed while the run measured (the driver's check of its digest, or a
+    harness that refused a job for it): the run stops, interrupted, with every row measured
+    before the change stored; the message is the one line to print."""
 
 
 @dataclass
@@ -262,6 +268,8 @@ class Driver:
         Raises:
             kopt.store.files.RunLocked: another process is writing the run (--resume).
             SweepError / SpecError: before anything is measured.
+            ReferenceChanged (a SweepError): ref.py was edited mid-run; the run is stored
+                as interrupted.
             KeyboardInterrupt: after flushing every measured row (resume with --resume).
         """
         run_id = self.resume or new_run_id(self.sweep.name)
@@ -289,6 +297,9 @@ class Driver:
             self._iterate(bool(stored))
             self._time_references()  # an iteration that measured nothing left them
             close_loop_on_devices(self.ctx, self.loop)
+        except ReferenceChanged:
+            self._interrupted(t_start, prev)
+            raise
         except (KeyboardInterrupt, Exception) as e:  # Exception: DuckDB's form of a Ctrl-C
             if not interrupted(e):
                 raise
@@ -635,11 +646,23 @@ class Driver:
 
     def _tick(self) -> None:
         self.ctx.writer.add("candidates", [])  # time-based flush
+        if file_sha256(self.sweep.reference) != self._common["reference_sha256"]:
+            raise ReferenceChanged(self._ref_changed())
+
+    def _ref_changed(self) -> str:
+        """The one line a run stopped by an edited ref.py ends with."""
+        return (f"{self.sweep.reference}: {REF_CHANGED}; rows judged against two "
+                "references would not compare, so the run stops here with every row "
+                f"measured before the change stored (run {self.ctx.run_id}, interrupted): "
+                "put ref.py back and resume it (`kopt sweep --resume "
+                f"{self.ctx.run_id}`), or start a new run")
 
     def _emit(self, job: Job, outcome: RunOutcome, info: dict | None) -> None:
         """Store the row of ``job`` (one per job key, whatever Ray retried)."""
         if job.job_key in self.ctx.rows:
             return
+        if outcome.error and REF_CHANGED in outcome.error:  # not stored: --resume redoes it
+            raise ReferenceChanged(self._ref_changed())
         row = self._record(job, outcome, info).row(outcome.observed())
         self.ctx.writer.add("candidates", [row])  # buffered first: a signal between the two
         self.ctx.rows[job.job_key] = row  # must not leave a row counted but never written

@@ -21,7 +21,7 @@ from kopt.core.expand import Candidate, stable_hash
 from kopt.core.spec import Space, Sweep
 from kopt.util.phases import PhaseRecorder
 from workers import build as wbuild
-from workers.records import BuildJob, BuildResult
+from workers.records import BuildJob, BuildResult, file_sha256
 
 MAX_BUILD_SUBMITS = 3  # submissions of one build whose node dies (routed builds)
 INLINE_BYTES = 100 * 1024  # artifacts under Ray's inlining limit travel as an argument
@@ -30,9 +30,12 @@ INLINE_BYTES = 100 * 1024  # artifacts under Ray's inlining limit travel as an a
 def job_base(sweep: Sweep, space: Space, rel_paths: bool = False) -> dict[str, Any]:
     """The part of every harness job that is the same for the whole sweep and backend
     (reference, seed, shapes, scalars, tolerance, timing, signature). ``rel_paths``: ref.py
-    relative to the sweep folder (it travels to cluster nodes as the working_dir)."""
+    relative to the sweep folder (it travels to cluster nodes as the working_dir).
+    ``reference_sha256``: ref.py's digest now; a harness refuses a job whose ref.py no
+    longer has it (workers.harness ``_same_reference``)."""
     ref = sweep.reference.relative_to(sweep.root) if rel_paths else sweep.reference
-    return {"reference": str(ref), "seed": sweep.seed, "args": sweep.args,
+    return {"reference": str(ref), "reference_sha256": file_sha256(sweep.reference),
+            "seed": sweep.seed, "args": sweep.args,
             "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
             "timing": space.timing.model_dump(),
             "signature": [dataclasses.asdict(a) for a in space.signature.args]}
