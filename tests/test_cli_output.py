@@ -66,3 +66,25 @@ def test_query_column_names_are_shown_literally(tmp_path):
     head, row = [ln for ln in r.output.splitlines() if "│" in ln or "┃" in ln][:2]
     assert [c.strip() for c in head.strip("┃ ").split("┃")] == ["[/]", "[bold]x", "y"]
     assert [c.strip() for c in row.strip("│ ").split("│")] == ["1", "2", "[/red]"]
+
+
+def test_a_device_without_a_sandbox_is_said_when_the_sweep_starts(capsys):
+    """A device whose harness runs unsandboxed (workers.isolation ``none``) gets a note
+    with the reason under its ``device:`` line; a sandboxed one none."""
+    from kopt.cli.console import ConsoleProgress
+
+    why = "KOPT_ISOLATION=none is set in kopt's environment"
+    obs = ConsoleProgress()
+    try:
+        obs.on_start(0, 0, [
+            {"name": "cpu0", "device_class": "cpu-x", "node_ip": "10.0.0.1",
+             "isolation": "none", "isolation_why": why},
+            {"name": "cpu1", "device_class": "cpu-x", "node_ip": "10.0.0.2",
+             "isolation": "namespaces", "isolation_why": ""}])
+    finally:
+        obs.stop()
+    err = capsys.readouterr().err.splitlines()
+    assert err[:3] == ["device: cpu0 (cpu-x, 10.0.0.1)",
+                       f"note: cpu0: candidates run without a sandbox, with kopt's own rights "
+                       f"({why})",
+                       "device: cpu1 (cpu-x, 10.0.0.2)"]

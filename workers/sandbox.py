@@ -129,7 +129,8 @@ class Sandbox:
             raise RuntimeError(hello.get("error", "harness failed to start"))
         # the harness's own pid is its PID namespace's when isolated: the process to
         # signal from here is the sandbox's first (unshare: the namespace dies with it)
-        self.info = {**hello["info"], "isolation": self.isolation.kind}
+        self.info = {**hello["info"], "isolation": self.isolation.kind,
+                     "isolation_why": self.isolation.why}
         self.pid = self.proc.pid if self.isolation.isolated and self.proc else hello.get("pid")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,

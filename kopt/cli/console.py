@@ -197,6 +197,11 @@ class ConsoleProgress(ProgressCallback):
             for d in devices:
                 console.print(escape(f"device: {d['name']} ({d['device_class']}, "
                                      f"{d.get('node_ip', '')})"), highlight=False)
+                if d.get("isolation") == "none":  # workers.isolation
+                    console.print("[yellow]note:[/] " + escape(
+                        f"{d['name']}: candidates run without a sandbox, with kopt's own "
+                        f"rights ({d.get('isolation_why') or 'reason unknown'})"),
+                        highlight=False, soft_wrap=True)
             self.p.start()
             if not console.is_terminal:  # a CI log, a file: the bars only draw at the end
                 self._beat_thread = threading.Thread(target=self._beat, daemon=True,
