@@ -102,15 +102,26 @@ def test_requires_is_met_by_the_claim_or_by_a_selected_method():
         "in an earlier iteration)"]
 
 
-def test_below_an_admitted_higher_priority_method_needs_a_reason():
+def test_below_an_admitted_higher_priority_method_needs_an_analysis_naming_them():
+    """Passing over higher-priority methods the scan admits takes an analysis that names
+    each of them (by id, by name or in words); any other text does not lift the rule."""
     scan = catalog_scan(CAT, 90, Context())  # no NCU evidence: every method is admitted
-    assert lines("memory.vectorized_access", sm=90, scan=scan) == [
+    refusal = [
         "priority_order: memory.vectorized_access (priority 4) is below "
         "memory.kernel_fusion (priority 1), which the scan admits on the memory axis; claim "
-        "memory.kernel_fusion, or give a reason (the analysis note) why not"]
+        "memory.kernel_fusion, or say in the analysis note why not, naming each method passed "
+        "over: memory.kernel_fusion, memory.coalesced_access, memory.tiling_smem"]
+    assert lines("memory.vectorized_access", sm=90, scan=scan) == refusal
+    assert lines("memory.vectorized_access", sm=90, scan=scan, reason="  \n") == refusal
     assert lines("memory.vectorized_access", sm=90, scan=scan,
-                 reason="one kernel already: nothing to fuse; loads are coalesced") == ["ok"]
-    assert lines("memory.vectorized_access", sm=90, scan=scan, reason="  \n") != ["ok"]
+                 reason="faster, trust me") == refusal
+    # two of three named: the third is still owed
+    assert lines("memory.vectorized_access", sm=90, scan=scan,
+                 reason="one kernel already, so no kernel fusion; memory.coalesced_access "
+                        "holds") == [refusal[0].rsplit(": ", 1)[0] + ": memory.tiling_smem"]
+    assert lines("memory.vectorized_access", sm=90, scan=scan,
+                 reason="one kernel already: no Kernel Fusion; loads are coalesced_access "
+                        "already; no reuse, so tiling_smem cannot help") == ["ok"]
     # the evidence rules the higher ones out: vectorized access leads its axis
     off = {m: False for m in ("memory.kernel_fusion", "memory.coalesced_access",
                               "memory.tiling_smem")}
@@ -118,7 +129,10 @@ def test_below_an_admitted_higher_priority_method_needs_a_reason():
     assert lines("memory.vectorized_access", sm=90, scan=scan) == ["ok"]
 
 
-def test_a_method_the_scan_skipped_needs_a_reason():
+def test_a_method_the_scan_skipped_is_tried_only_where_the_rules_allow():
+    """``no_trigger`` yields to an analysis that names the method; ``already_selected`` and
+    ``ineffective`` (the bottleneck unchanged) yield to nothing; the catalog's hard rules
+    neither."""
     ctx = Context(selected=["compute.warp_reduction"], ineffective={
         "memory.cache_policy": "memory"}, bottleneck="memory",
         triggered={"memory.kernel_fusion": False, "memory.coalesced_access": False,
@@ -127,24 +141,51 @@ def test_a_method_the_scan_skipped_needs_a_reason():
     assert lines("memory.vectorized_access", sm=90, scan=scan,
                  selected=ctx.selected) == [
         "not_admitted: memory.vectorized_access was skipped by the scan: its NCU trigger does "
-        "not hold on the current evidence (no_trigger); give a reason (the analysis note) to "
-        "try it all the same"]
-    got = lines("memory.cache_policy", sm=90, scan=scan, selected=ctx.selected)
-    assert got == [
-        "priority_order: memory.cache_policy (priority 10) is below memory.register_pressure "
-        "(priority 5), which the scan admits on the memory axis; claim "
-        "memory.register_pressure, or give a reason (the analysis note) why not",
-        "not_admitted: memory.cache_policy was skipped by the scan: it was ineffective under "
-        "the current bottleneck (ineffective); give a reason (the analysis note) to try it "
-        "all the same"]
-    assert lines("compute.warp_reduction", sm=90, scan=scan, selected=ctx.selected)[1] == (
-        "not_admitted: compute.warp_reduction was skipped by the scan: it is already selected "
-        "(applied by the current best) (already_selected); give a reason (the analysis note) "
-        "to try it all the same")
-    # a reason lifts the scan's rules, never the catalog's hard ones
-    assert lines("memory.cache_policy", "compute.tensor_core", sm=61, scan=scan,
-                 reason="cache hints help the second pass") == [
+        "not hold on the current evidence (no_trigger); say in the analysis note why to try "
+        "it all the same, naming it"]
+    assert lines("memory.vectorized_access", sm=90, scan=scan, selected=ctx.selected,
+                 reason="vectorized access halves the load instructions") == ["ok"]
+    hard = "memory.cache_policy: it was ineffective under the current bottleneck, which has " \
+        "not changed since (the evidence decides that, not a note); claim another memory " \
+        "method, or memory.none"
+    for why in (None, "memory.cache_policy: this time the hints will help"):
+        got = lines("memory.cache_policy", sm=90, scan=scan, selected=ctx.selected,
+                    reason=why)
+        assert got[-1] == "ineffective: " + hard
+    for why in (None, "compute.warp_reduction again, differently"):
+        assert lines("compute.warp_reduction", sm=90, scan=scan, selected=ctx.selected,
+                     reason=why)[-1] == (
+            "already_selected: compute.warp_reduction: it is already selected (the current "
+            "best applies it), and a method is applied once; claim another compute method, "
+            "or compute.none")
+    # once the bottleneck changed, the ineffective method is admitted again
+    moved = catalog_scan(CAT, 90, Context(ineffective={"memory.cache_policy": "memory"},
+                                          bottleneck="latency"))
+    assert "ineffective" not in " ".join(lines("memory.cache_policy", sm=90, scan=moved))
+    # a reason lifts the scan's soft rules, never the catalog's hard ones
+    assert lines("memory.vectorized_access", "compute.tensor_core", sm=61, scan=scan,
+                 reason="vectorized_access: wider loads") == [
         "arch_gate: compute.tensor_core needs sm_70 or newer; the device is sm_61"]
+
+
+def test_the_pipeline_pair_is_never_claimed_together():
+    """memory.multi_stage_pipeline and latency.async_pipeline are one change seen from two
+    axes: claimed together they are refused, whatever the analysis; each alone is not."""
+    pair = ["memory.multi_stage_pipeline", "latency.async_pipeline"]
+    got = check_claim(pair, CAT, 90, reason="both, on purpose").lines()
+    assert got == ["pipeline_pair: memory.multi_stage_pipeline and latency.async_pipeline are "
+                   "one change seen from two axes: claim one of them"]
+    assert check_claim(pair[:1], CAT, 90).ok and check_claim(pair[1:], CAT, 90).ok
+
+
+def test_every_axis_is_claimed_or_stated_as_skipped():
+    from kopt.core.claims import unstated_axes
+
+    assert unstated_axes("compute.ilp_unroll") == ["memory", "latency"]
+    assert unstated_axes("compute.ilp_unroll,memory.none") == ["latency"]
+    assert unstated_axes("compute.ilp_unroll, memory.none ,latency.split_k") == []
+    assert unstated_axes("none") == [] and unstated_axes("memory.none") == ["compute",
+                                                                          "latency"]
 
 
 def test_every_broken_rule_is_one_line():
@@ -181,8 +222,11 @@ def test_the_plan_of_kopt_propose_is_the_scan(tmp_path):
     assert chk.lines() == [
         "priority_order: latency.split_k (priority 5) is below latency.reduce_sync_count "
         "(priority 2), which the scan admits on the latency axis; claim "
-        "latency.reduce_sync_count, or give a reason (the analysis note) why not"]
-    assert check_claim_for_plan(["latency.split_k"], plan, reason="no reduction here").ok
+        "latency.reduce_sync_count, or say in the analysis note why not, naming each method "
+        "passed over: latency.reduce_sync_count, latency.register_prefetch"]
+    assert check_claim_for_plan(["latency.split_k"], plan, reason="no barriers to reduce "
+                                "(reduce_sync_count) and no tile to prefetch "
+                                "(register prefetch)").ok
 
 
 @pytest.mark.parametrize("claim,lines", [
@@ -198,3 +242,23 @@ def test_a_method_claimed_twice_is_one_line_per_rule(claim, lines):
     from kopt.core.claims import check_claim, parse_claim
 
     assert check_claim(parse_claim(claim)).lines() == lines
+
+
+def test_with_no_profiler_an_ineffective_method_waits_for_another_best():
+    """On a device with no profiler there is no bottleneck to change; the best a method was
+    judged on stands for it: while that is still the best the method stays ``ineffective``
+    (refused whatever the analysis), under another best it is admitted again."""
+    from kopt.core.expand import judged_under
+
+    mark = judged_under(None, "cand-a")
+    assert mark == "unprofiled:cand-a" and judged_under("memory", "cand-a") == "memory"
+    same = catalog_scan(CAT, None, Context(ineffective={"compute.ilp_unroll": mark},
+                                           best_id="cand-a"))
+    other = catalog_scan(CAT, None, Context(ineffective={"compute.ilp_unroll": mark},
+                                            best_id="cand-b"))
+    row = {r["method"] if isinstance(r, dict) else r.method: r for r in same["compute"]}
+    assert row["compute.ilp_unroll"].reason == "ineffective"
+    row = {r.method: r for r in other["compute"]}
+    assert row["compute.ilp_unroll"].admitted
+    assert check_claim(["compute.ilp_unroll"], CAT, None, same, reason="compute.ilp_unroll "
+                       "again").lines()[-1].startswith("ineffective: compute.ilp_unroll")

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from conftest import ROOT, write_sweep
 from kopt.cli.main import main
 
+ILP_CLAIM = "compute.ilp_unroll,memory.none,latency.none"
+
 ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n'  # noqa: E501
 
 
@@ -778,7 +780,7 @@ def test_a_submit_note_that_is_not_utf8_is_refused(tmp_path):
     (tmp_path / "v2.cpp").write_text(ADD)
     (tmp_path / "bad.md").write_bytes(b"\xff")
     r = CliRunner().invoke(main, ["submit", "r1", "--source", str(tmp_path / "v2.cpp"),
-                                  "--methods", "compute.ilp_unroll", "--note",
+                                  "--methods", ILP_CLAIM, "--note",
                                   str(tmp_path / "bad.md"), "--store", str(tmp_path / "st")])
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert " ".join(r.output.split()) == (f"refused: --note {tmp_path / 'bad.md'}: not UTF-8 text "
@@ -863,7 +865,7 @@ def test_a_refused_claim_that_asks_for_a_reason_names_the_note_option(tmp_path, 
     src.write_text("// v2\n")
     note = tmp_path / "why.md"
     note.write_text("why\n")
-    args = ["submit", "r1", "--source", str(src), "--methods", "compute.ilp_unroll",
+    args = ["submit", "r1", "--source", str(src), "--methods", ILP_CLAIM,
             "--store", str(tmp_path / "st")] + (["--note", str(note)] if with_note else [])
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 1, r.output

@@ -48,7 +48,8 @@ def test_within_noise_is_no_gain():
     st = close_iteration(IterState(), ranked, 1, {}, None)
     assert st.stop.startswith("no gain beyond noise") and st.selected == []
     # kopt.core.compare's threshold: the larger relative sigma (IQR / 1.349), not an IQR
-    assert st.noise == pytest.approx(0.04 / 1.349) and st.ineffective == {U: None}
+    # no profiler: judged on the baseline it lost against (kopt.core.expand.judged_under)
+    assert st.noise == pytest.approx(0.04 / 1.349) and st.ineffective == {U: "unprofiled:b"}
     assert st.best["candidate_id"] == "b"
 
 
@@ -155,9 +156,11 @@ def test_without_the_same_triple_minus_the_method_the_baseline_is_the_reference(
     ranked = [cand("b", (None, None, None), 1.0, base=True), cand("w", (U, V, None), 1.004)]
     st = close_iteration(IterState(), ranked, 1, {}, None)
     assert st.stop.startswith("no gain beyond noise")
-    assert st.ineffective == {U: None, V: None}
-    ctx = st.context()  # no NCU: the bottleneck stays unknown, so both stay skipped
-    assert ctx.ineffective == {U: None, V: None} and ctx.bottleneck is None
+    assert st.ineffective == {U: "unprofiled:b", V: "unprofiled:b"}
+    # no NCU: the bottleneck stays unknown; the best is still b, so both stay skipped
+    ctx = st.context()
+    assert ctx.bottleneck is None and ctx.judged_now() == "unprofiled:b"
+    assert ctx.ineffective == {U: "unprofiled:b", V: "unprofiled:b"}
 
 
 def test_propose_sets_apart_triples_the_restrictions_empty(tmp_path):

@@ -37,7 +37,7 @@ def test_a_submitted_version_that_does_not_compile_prints_the_compilers_first_er
     monkeypatch.setattr(submit, "run_recorded", run)
     res = CliRunner().invoke(main, ["submit", "r1", "--store", str(tmp_path / "st"),
                                     "--source", str(src), "--methods",
-                                    "compute.launch_config"])
+                                    "compute.launch_config,memory.none,latency.none"])
     assert res.exit_code == 0, res.output
     assert ("nothing compiled (4 compile errors); the compiler's first error: v2.cpp:5:51: "
             "error: expected ';' before 'SYNTAXERR'") in res.output
@@ -63,7 +63,7 @@ def test_submit_refusals_and_errors_are_json_under_format_json(tmp_path, monkeyp
     monkeypatch.setattr(submit, "open_run", lambda root, run_id: object())
     monkeypatch.setattr(submit, "record", refuse)
     args = ["submit", "r1", "--store", str(tmp_path / "st"), "--source", str(src),
-            "--methods", "compute.x,memory.y", "--format", "json"]
+            "--methods", "compute.x,memory.y,latency.none", "--format", "json"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 1
     assert json.loads(res.stdout) == {"refused": lines, "exit_status": 1}

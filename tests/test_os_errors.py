@@ -13,6 +13,8 @@ from kopt.cli.console import os_error_line
 from kopt.cli.main import main
 from kopt.tools import submit
 
+LAUNCH_CLAIM = "compute.launch_config,memory.none,latency.none"
+
 
 def test_a_full_disk_names_no_empty_file_and_says_how_to_finish():
     line = os_error_line(OSError(errno.ENOSPC, "No space left on device"))
@@ -41,7 +43,7 @@ def test_submit_blames_the_store_not_a_readable_note(tmp_path, monkeypatch):
     monkeypatch.setattr(submit, "open_run", lambda root, run_id: object())
     monkeypatch.setattr(submit, "record", read_only)
     res = CliRunner().invoke(main, ["submit", "r1", "--store", str(tmp_path / "st"),
-                                    "--source", str(src), "--methods", "compute.launch_config",
+                                    "--source", str(src), "--methods", LAUNCH_CLAIM,
                                     "--note", str(note)])
     assert res.exit_code == 1, res.output
     assert "--note" not in res.output

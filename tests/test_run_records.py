@@ -105,7 +105,10 @@ def test_a_submission_refused_by_the_run_lock_spends_no_try(ray_local, copy_fixt
     v2.write_text((folder / "base.cpp").read_text().replace("#define WORK 64",
                                                              "#define WORK 4"))
     (folder / "why.md").write_text("the chain dominates: coarsen (priority 4; 1-3 need tensor "
-                                   "cores, fp16 or launch limits this kernel does not have)")
+                                   "cores, fp16 or a launch_config change this kernel does "
+                                   "not need; no kernel_fusion, coalesced_access or "
+                                   "tiling_smem to do: "
+                                   "one pass, contiguous, no reuse)")
     lock = store / "locks" / f"{run}.lock"
     holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; "
                                f"f = open({str(lock)!r}); fcntl.flock(f, fcntl.LOCK_SH); "
@@ -114,7 +117,8 @@ def test_a_submission_refused_by_the_run_lock_spends_no_try(ray_local, copy_fixt
     try:
         assert holder.stdout.readline() == "held\n"
         res = CliRunner().invoke(main, ["submit", run, "--source", str(v2), "--methods",
-                                        "compute.thread_coarsening", "--note",
+                                        "compute.thread_coarsening,memory.none,latency.none",
+                                        "--note",
                                         str(folder / "why.md"), "--store", str(store)],
                                  env={"COLUMNS": "400"})
     finally:
@@ -161,3 +165,21 @@ def test_a_store_table_folder_that_is_a_file_is_refused_before_anything_runs(tmp
                         f"{table!r} folder goes; move it out of the store (restore the folder "
                         "from a copy if you have one)\n")
     assert sorted(p.name for p in st.iterdir()) == [table]  # nothing was run or written
+
+
+def test_submit_refuses_a_claim_that_leaves_an_axis_unsaid(tmp_path):
+    """One method per axis, or the axis stated as skipped: a claim naming only the compute
+    axis is refused in one line naming the missing axes, before anything is recorded."""
+    from click.testing import CliRunner
+
+    from kopt.cli.main import main
+
+    (tmp_path / "v.cpp").write_text(ADD)
+    r = CliRunner().invoke(main, ["submit", "r1", "--store", str(tmp_path / "st"), "--source",
+                                  str(tmp_path / "v.cpp"), "--methods", "compute.ilp_unroll"],
+                           env={"COLUMNS": "400"})
+    assert r.exit_code == 1, r.output
+    assert r.output == ("refused: --methods 'compute.ilp_unroll': every axis is claimed or "
+                        "stated as skipped; add memory.none,latency.none (or a method on "
+                        "each)\n")
+    assert not (tmp_path / "st").exists()

@@ -20,6 +20,7 @@ from kopt.store.database import Database
 from kopt.store.files import now, write_table
 
 FAST = "compute.thread_coarsening"
+FAST_CLAIM = f"{FAST},memory.none,latency.none"  # every axis said
 DC = "cpu-x86_64"
 
 
@@ -74,8 +75,8 @@ def test_report_export_and_port_ship_the_submitted_winner(ray_local, copy_fixtur
     v2_text += "// v2: a quarter of the chain, kept as it was submitted\n"
     v2.write_text(v2_text)
     (folder / "why.md").write_text("the chain dominates: coarsen (1-3 need tensor cores, "
-                                   "fp16 or launch limits this kernel does not have)")
-    out = json.loads(kopt("submit", run, "--source", v2, "--methods", FAST, "--submitter",
+                                   "fp16 or a launch_config change this kernel does not need)")
+    out = json.loads(kopt("submit", run, "--source", v2, "--methods", FAST_CLAIM, "--submitter",
                           "agent-x", "--note", folder / "why.md", "--store", store,
                           "--format", "json").stdout)
     [best] = json.loads(kopt("best", "submit", "--store", store, "--format", "json").stdout)

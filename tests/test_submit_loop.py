@@ -21,6 +21,8 @@ from kopt.tools.wait import verdict
 pytestmark = pytest.mark.slow
 
 FAST, VEC = "compute.thread_coarsening", "memory.vectorized_access"
+FAST_CLAIM = f"{FAST},memory.none,latency.none"  # every axis said
+VEC_CLAIM = "compute.none,memory.vectorized_access,latency.none"
 IPC = "sm__inst_executed.avg.per_cycle_active"
 OCC = "sm__warps_active.avg.pct_of_peak_sustained_active"
 NO_NCU = "no NCU metrics: the cpu backend has no profiler (NCU needs cuda)"
@@ -77,8 +79,11 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     _version(folder, "v2_fast.cpp", 4, sub="it2")
     _version(folder, "v2_wrong.cpp", 4, wrong=True, sub="it2")
     (folder / "why.md").write_text("the chain dominates: coarsen (priority 4; 1-3 need tensor "
-                                   "cores, fp16 or launch limits this kernel does not have)")
-    out2 = json.loads(kopt("submit", run, "--source", folder / "it2", "--methods", FAST,
+                                   "cores, fp16 or a launch_config change this kernel does "
+                                   "not need; no kernel_fusion, coalesced_access or "
+                                   "tiling_smem to do: "
+                                   "one pass, contiguous, no reuse)")
+    out2 = json.loads(kopt("submit", run, "--source", folder / "it2", "--methods", FAST_CLAIM,
                            "--note", folder / "why.md", "--submitter", "agent-x", "--idea",
                            CUB, "--idea", "paper:Volkov 2010, Better performance at lower "
                            "occupancy", "--store", store, "--format", "json"))
@@ -87,7 +92,8 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     fast_ids = out2["versions"][0]["candidates"]
     # an idea that names no catalog method is refused in one line before anything is recorded
     res = CliRunner().invoke(main, ["submit", run, "--source", str(folder / "it2"), "--methods",
-                                    FAST, "--idea", "catalog:compute.coarsening", "--retry",
+                                    FAST_CLAIM, "--idea",
+                                    "catalog:compute.coarsening", "--retry",
                                     "--store", str(store)])
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert res.output.splitlines() == ["refused: --idea catalog:compute.coarsening: not a "
@@ -99,7 +105,7 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     same = folder / "same" / "copy.cpp"
     same.parent.mkdir()
     same.write_text((folder / "base.cpp").read_text())
-    res = CliRunner().invoke(main, ["submit", run, "--source", str(same), "--methods", FAST,
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(same), "--methods", FAST_CLAIM,
                                     "--retry", "--store", str(store)])
     assert res.exit_code == 1 and len(res.output.splitlines()) == 1, res.output
     assert res.output.startswith(f"refused: --source {same}: identical to its parent's source")
@@ -107,7 +113,7 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     # the fix, resubmitted into iteration 2 (its idea: a catalog method, named as such)
     _version(folder, "v2_fix.cpp", 8, sub="fix")
     out_fix = json.loads(kopt("submit", run, "--source", folder / "fix" / "v2_fix.cpp",
-                              "--methods", FAST, "--submitter", "agent-x", "--retry",
+                              "--methods", FAST_CLAIM, "--submitter", "agent-x", "--retry",
                               "--idea", FAST, "--store", store, "--format", "json"))
     assert out_fix["iteration"] == 2
     # the retry gave no --note: the try keeps the iteration's analysis
@@ -121,7 +127,7 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
 
     # iteration 3 under iteration 2's winner
     _version(folder, "v3.cpp", 1, sub="it3")
-    out3 = json.loads(kopt("submit", run, "--source", folder / "it3", "--methods", VEC,
+    out3 = json.loads(kopt("submit", run, "--source", folder / "it3", "--methods", VEC_CLAIM,
                            "--note", folder / "why.md", "--submitter", "agent-y", "--idea",
                            "kernel:cub::BlockLoad (vectorized)", "--store", store,
                            "--format", "json"))
@@ -240,7 +246,7 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
         "name": "v4.cpp", "parent_id": st3["best"]["candidate_id"], "submitter": "agent-y",
         "claimed_methods": VEC, "note": "", "created_at": now()}])
     res = CliRunner().invoke(main, ["submit", run, "--source", str(folder / "it3"),
-                                    "--methods", VEC, "--store", str(store)])
+                                    "--methods", VEC_CLAIM, "--store", str(store)])
     assert res.exit_code == 1 and res.output.splitlines() == [
         f"refused: run {run}: iteration 4 was submitted and has not closed (`kopt wait {run}` "
         "says why); retry it with --retry, or wait for it to close"]

@@ -23,6 +23,8 @@ from kopt.util.command import run_command
 from workers.reap import pid_alive as _alive
 
 FAST = "compute.thread_coarsening"
+FAST_CLAIM = f"{FAST},memory.none,latency.none"  # every axis said
+VEC_CLAIM = "compute.none,memory.vectorized_access,latency.none"
 # the review command: records its environment, refuses a source marked REVIEW_FAIL
 REVIEW_PY = """
 import json, os, sys
@@ -78,9 +80,11 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
     # --detach: checked and recorded at once, run in the background; ids printed first
     v2 = _version(folder, "v2.cpp", 4)
     note = folder / "note.md"
-    note.write_text("a CPU chain: no tensor cores; coarsen the chain")
+    note.write_text("a CPU chain: no tensor cores, no launch_config to tune; coarsen "
+                    "the chain; one pass, contiguous, no reuse: no kernel_fusion, "
+                    "coalesced_access or tiling_smem")
     # (the background process attaches to this test's Ray instance: no second one started)
-    res = _cli("submit", run, "--source", v2, "--methods", FAST, "--note", note, "--detach",
+    res = _cli("submit", run, "--source", v2, "--methods", FAST_CLAIM, "--note", note, "--detach",
                "--format", "json", "--store", store, "--address",
                ray_local.get_runtime_context().gcs_address)
     assert res.exit_code == 0, res.output
@@ -125,7 +129,7 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
     # iteration 3: faster again, but its validation command fails: rejected, stored, and
     # iteration 2's winner stays the best (the next parent)
     v3 = _version(folder, "v3.cpp", 1, "// REVIEW_FAIL\n")
-    res = _cli("submit", run, "--source", v3, "--methods", "memory.vectorized_access",
+    res = _cli("submit", run, "--source", v3, "--methods", VEC_CLAIM,
                "--note", note, "--format", "json", "--store", store)
     assert res.exit_code == 0, res.output
     made = json.loads(res.output.splitlines()[-1])["versions"][0]["candidate_ids"]
@@ -155,7 +159,7 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
     assert p["best"]["candidate_id"] == won and p["next_iteration"] == 4
 
     # the try limit from sweep.yaml (submit.max_tries 1), --max-tries overriding it
-    res = _cli("submit", run, "--source", v3, "--methods", "memory.vectorized_access",
+    res = _cli("submit", run, "--source", v3, "--methods", VEC_CLAIM,
                "--note", note, "--retry", "--store", store)
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert "iteration 3 of run" in res.output and "already had 1 try (--max-tries 1" in \
@@ -167,8 +171,8 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
         monkeypatch.setattr(mod, "space_digest",
                             lambda sp, real=expand.space_digest: hashed.append(sp.source)
                             or real(sp))
-    assert record(sweep, store, run, [v3], ["memory.vectorized_access"], "why", "me",
-                  retry=True, max_tries=2) == (3, 2)
+    assert record(sweep, store, run, [v3], ["memory.vectorized_access"], note.read_text(),
+                  "me", retry=True, max_tries=2) == (3, 2)
     assert hashed.count(v3) == 1
     monkeypatch.undo()
     # a try recorded but never run: not closed; while the run is locked or on --timeout,

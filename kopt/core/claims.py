@@ -14,14 +14,22 @@ those the sweep realizes with ``-D`` switches). Each broken rule is one
   (checked as the loop's scan does; a CPU device has no SM gate);
 - ``conflict``: two claimed methods, or a claimed and an already selected one, conflict;
 - ``requires``: a method's ``requires`` is neither claimed nor selected;
-- ``priority_order``: the method lies below a higher-priority method the scan admitted
-  on its axis, and no reason says why the higher one was not applied;
-- ``not_admitted``: the scan skipped the method (``already_selected``, ``ineffective``
-  under the current bottleneck, ``no_trigger`` on the current NCU evidence) and no reason
-  says why it is tried all the same.
+- ``pipeline_pair``: ``memory.multi_stage_pipeline`` and ``latency.async_pipeline``, one
+  change seen from two axes, are claimed together;
+- ``already_selected``: the current best applies the method already (a method is applied
+  once);
+- ``ineffective``: the method lost under the current bottleneck, which has not changed
+  since (on a device with no profiler, a new best counts as a change: the scan compares
+  the best it was judged on, kopt.core.expand ``scan_axes``);
+- ``priority_order``: the method lies below higher-priority methods the scan admitted on
+  its axis, and the analysis does not name each of them (saying why it was passed over);
+- ``not_admitted``: the scan found the method's NCU trigger false on the current evidence
+  (``no_trigger``), and the analysis does not name it (saying why it is tried all the
+  same).
 
-A reason (the submitter's analysis text, non-blank) lifts the last two rules only: the
-catalog's hard rules (arch, conflicts, requires, one per axis) hold whatever the reason.
+Only the last two yield to the submitter's analysis text, and only to text that names the
+methods concerned (:func:`names`: checked, not any text); every other rule holds whatever
+it says.
 """
 
 from __future__ import annotations
@@ -38,13 +46,20 @@ from kopt.core.catalog import AXES, Catalog, load_catalog
 from kopt.core.expand import AxisScan, Context, admissible_triples, scan_axes
 
 RULES = ("unknown_method", "one_method_per_axis", "arch_gate", "conflict", "requires",
-         "priority_order", "not_admitted")
+         "pipeline_pair", "already_selected", "ineffective", "priority_order", "not_admitted")
 
 # scan reasons a claim may override with a reason; arch_incompatible and conflict are the
 # catalog's hard rules, checked (and named) by arch_gate / conflict instead
-_SOFT = {"already_selected": "it is already selected (applied by the current best)",
-         "ineffective": "it was ineffective under the current bottleneck",
-         "no_trigger": "its NCU trigger does not hold on the current evidence"}
+_SOFT = {"no_trigger": "its NCU trigger does not hold on the current evidence"}
+# scan reasons no analysis lifts: a method is applied once, and an ineffective one waits
+# for the evidence to show another bottleneck (the catalog's selection rules)
+_HARD = {"already_selected": "it is already selected (the current best applies it), and a "
+                             "method is applied once",
+         "ineffective": "it was ineffective under the current bottleneck, which has not "
+                        "changed since (the evidence decides that, not a note)"}
+# one change seen from two axes (catalog-notes: "a triple holding both counts them once"):
+# never claimed together
+PIPELINE_PAIR = ("memory.multi_stage_pipeline", "latency.async_pipeline")
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,17 @@ def parse_claim(text: str) -> list[str]:
                                             item.split(".", 1)[0] in AXES):
             out.append(item)
     return out
+
+
+def unstated_axes(text: str) -> list[str]:
+    """The axes (in :data:`~kopt.core.catalog.AXES` order) that ``--methods`` text neither
+    claims a method on (``axis.X``) nor states as skipped (``axis.none``); ``none`` alone
+    states every axis. Empty when every axis is accounted for."""
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    if items == ["none"]:
+        return []
+    said = {i.split(".", 1)[0] for i in items if "." in i}
+    return [a for a in AXES if a not in said]
 
 
 def catalog_scan(catalog: Catalog, sm: int | None, ctx: Context | None = None
@@ -150,8 +176,8 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
             ``kopt propose --format json`` prints); None: the priority and admission rules
             are not checked.
         selected: methods the current best already applies (earlier winners).
-        reason: the submitter's analysis; non-blank text lifts ``priority_order`` and
-            ``not_admitted``.
+        reason: the submitter's analysis; text naming the methods concerned lifts
+            ``priority_order`` and ``not_admitted`` (module docstring).
 
     Returns:
         A :class:`ClaimCheck`; every broken rule is one refusal, none raises.
@@ -160,7 +186,6 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
     given = tuple(methods)
     claim, refusals = _once(given)  # every rule below sees each id once
     sel = set(selected)
-    why = bool(reason and reason.strip())
     known = []
     for m in claim:
         if m in cat.methods:
@@ -177,8 +202,11 @@ def check_claim(methods: Iterable[str], catalog: Catalog | None = None, sm: int 
                                     f"the {axis} axis; claim at most one method per axis"))
     refusals += _arch_refusals(known, sm)
     refusals += _pair_refusals(known, claim, sel, cat)
+    if all(m in claim for m in PIPELINE_PAIR):
+        refusals.append(Refusal("pipeline_pair", f"{' and '.join(PIPELINE_PAIR)} are one "
+                                "change seen from two axes: claim one of them"))
     if scan is not None:
-        refusals += _scan_refusals(known, _scan_rows(scan), why)
+        refusals += _scan_refusals(known, _scan_rows(scan), reason or "")
     return ClaimCheck(given, tuple(refusals))
 
 
@@ -230,26 +258,44 @@ def _once(claim: tuple[str, ...]) -> tuple[tuple[str, ...], list[Refusal]]:
                                    "it once") for m, n in counts.items() if n > 1]
 
 
-def _scan_refusals(known: list[Any], rows: dict[str, list[dict[str, Any]]], why: bool
+def names(reason: str, method: str) -> bool:
+    """Whether analysis text ``reason`` names ``method``: its id (``memory.kernel_fusion``),
+    its name after the axis (``kernel_fusion``) or that name in words (``kernel fusion``),
+    in any case."""
+    low = reason.lower()
+    name = method.split(".", 1)[-1].lower()
+    return any(n in low for n in (method.lower(), name, name.replace("_", " ")))
+
+
+def _scan_refusals(known: list[Any], rows: dict[str, list[dict[str, Any]]], reason: str
                    ) -> list[Refusal]:
-    """The priority and admission rules against the scan (lifted by a reason)."""
-    if why:
-        return []
+    """The priority and admission rules against the scan. A method already selected, or
+    ineffective under a bottleneck that has not changed, is refused whatever the reason; a
+    higher-priority method the scan admits is passed over, and a method whose trigger does
+    not hold is tried, only with an analysis that names that method."""
     out = []
     for m in known:
         axis_rows = rows.get(m.axis, [])
         higher = [r for r in axis_rows if r["admitted"] and r["priority"] < m.priority]
-        if higher:
+        unnamed = [r["method"] for r in sorted(higher, key=lambda r: r["priority"])
+                   if not names(reason, r["method"])]
+        if unnamed:
             h = min(higher, key=lambda r: r["priority"])
             out.append(Refusal("priority_order", f"{m.id} (priority {m.priority}) is below "
                                f"{h['method']} (priority {h['priority']}), which the scan "
-                               f"admits on the {m.axis} axis; claim {h['method']}, or give a "
-                               "reason (the analysis note) why not"))
+                               f"admits on the {m.axis} axis; claim {h['method']}, or say in "
+                               "the analysis note why not, naming each method passed over: "
+                               f"{', '.join(unnamed)}"))
         own = next((r for r in axis_rows if r["method"] == m.id), None)
-        if own is not None and not own["admitted"] and own["reason"] in _SOFT:
+        if own is None or own["admitted"]:
+            continue
+        if own["reason"] in _HARD:
+            out.append(Refusal(own["reason"], f"{m.id}: {_HARD[own['reason']]}; claim another "
+                               f"{m.axis} method, or {m.axis}.none"))
+        elif own["reason"] in _SOFT and not names(reason, m.id):
             out.append(Refusal("not_admitted", f"{m.id} was skipped by the scan: "
-                               f"{_SOFT[own['reason']]} ({own['reason']}); give a reason (the "
-                               "analysis note) to try it all the same"))
+                               f"{_SOFT[own['reason']]} ({own['reason']}); say in the analysis "
+                               "note why to try it all the same, naming it"))
     return out
 
 

@@ -58,6 +58,8 @@ class Context:
         triggered: method -> trigger verdict from the current evidence; None (the
             whole map) when there is no evidence: every method counts as triggered.
         baseline_params: the baseline's params (the last winner's); default: the spec's.
+        best_id: the current best's candidate id (the next baseline), which stands for the
+            bottleneck where no profiler gave one (:func:`judged_under`).
     """
 
     selected: list[str] = field(default_factory=list)
@@ -65,6 +67,21 @@ class Context:
     bottleneck: str | None = None
     triggered: dict[str, bool | None] | None = None
     baseline_params: dict[str, Scalar] | None = None
+    best_id: str | None = None
+
+    def judged_now(self) -> str | None:
+        """What an ineffective mark is compared with: :func:`judged_under` of now."""
+        return judged_under(self.bottleneck, self.best_id)
+
+
+def judged_under(bottleneck: str | None, best_id: str | None) -> str | None:
+    """The condition a method was found ineffective under: the bottleneck axis; on a device
+    with no profiler (no bottleneck), the best it was tried on (``unprofiled:ID``), so that a
+    new best there counts as a change, as a new bottleneck does where NCU runs (the
+    catalog's rule: an ineffective method is admissible again once the bottleneck changes)."""
+    if bottleneck is not None or best_id is None:
+        return bottleneck
+    return f"unprofiled:{best_id}"
 
 
 @dataclass(frozen=True)
@@ -135,7 +152,7 @@ def scan_axes(space: Space, catalog: Catalog, sm: int | None,
                 reason = "arch_incompatible"
             elif any(catalog.conflict(m.id, s) for s in sel):
                 reason = "conflict"
-            elif m.id in ctx.ineffective and ctx.ineffective[m.id] == ctx.bottleneck:
+            elif m.id in ctx.ineffective and ctx.ineffective[m.id] == ctx.judged_now():
                 reason = "ineffective"
             elif ctx.triggered is not None and ctx.triggered.get(m.id) is False:
                 reason = "no_trigger"

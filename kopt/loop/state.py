@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.core.compare import geo_mean, noise_line, speedup_label, speedup_threshold
-from kopt.core.expand import Context
+from kopt.core.expand import Context, judged_under
 from kopt.store.database import Database
 from kopt.store.files import stored_json
 
@@ -112,7 +112,8 @@ class IterState:
         return Context(selected=list(self.selected), ineffective=dict(self.ineffective),
                        bottleneck=self.bottleneck_after or self.bottleneck_before,
                        triggered=self.triggered,
-                       baseline_params=(self.best or {}).get("params"))
+                       baseline_params=(self.best or {}).get("params"),
+                       best_id=(self.best or {}).get("candidate_id"))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -198,7 +199,7 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
         if gained:
             st.ineffective.pop(m, None)
         else:
-            st.ineffective[m] = bottleneck_before
+            st.ineffective[m] = judged_under(bottleneck_before, base["candidate_id"])
     if win["is_baseline"] or not gains(win, base):
         noise = ("it is the baseline" if win["is_baseline"] else "noise threshold "
                  + noise_line(base["rel_iqr"], win["rel_iqr"], "the baseline", "the best"))

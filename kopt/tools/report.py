@@ -152,7 +152,7 @@ def write_report(run_id: str, store: Path | str, out: Path,
         md += _best_source(db, rec, dc, best, out, notes)
         realized.append(dc)
         md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
-               "Ineffective: " + (", ".join(f"{k} (under {v or 'unknown'} bottleneck)"
+               "Ineffective: " + (", ".join(f"{k} ({_under(v)})"
                                            for k, v in last.ineffective.items()) or "none") + "."]
         md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]
     if not realized:
@@ -366,6 +366,14 @@ def _closing_lines(closing: dict[str, Any]) -> list[str]:
     return out
 
 
+def _under(judged: str | None) -> str:
+    """What an ineffective mark was judged under, in words (kopt.core.expand
+    ``judged_under``)."""
+    if judged and judged.startswith("unprofiled:"):
+        return f"on the best {judged.split(':', 1)[1]}, no profiler"
+    return f"under {judged or 'unknown'} bottleneck"
+
+
 def _next_steps(st: IterState) -> list[str]:
     steps = []
     if st.stop.startswith("no gain"):
@@ -384,7 +392,8 @@ def _next_steps(st: IterState) -> list[str]:
         steps.append("no NCU evidence was collected (CPU backend or no ncu): run on a GPU "
                      "node with Nsight Compute to let triggers prune the scan")
     if st.ineffective:
-        steps.append("ineffective methods become admissible again when the bottleneck changes")
+        steps.append("ineffective methods become admissible again when the bottleneck changes "
+                     "(with no profiler: once another best is found)")
     return steps or ["run more iterations (`--iterations`)"]
 
 

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationInfo, field_validator
 
 from kopt.core.catalog import Catalog, load_catalog
-from kopt.core.claims import catalog_scan, check_claim_for_plan, parse_claim
+from kopt.core.claims import catalog_scan, check_claim_for_plan, parse_claim, unstated_axes
 from kopt.core.compare import geo_mean
 from kopt.core.contract import ContractError, parse_signature_file, read_text
 from kopt.core.expand import space_digest
@@ -61,12 +61,19 @@ def claimed(text: str) -> list[str]:
 
     Raises:
         SubmitError: the text names nothing at all (only commas or blanks, once taken as a
-            claim of no method).
+            claim of no method), or leaves an axis neither claimed nor stated as skipped
+            (``AXIS.none``; ``none`` alone states all three): the workflow takes one method
+            per axis or says it skips the axis (:func:`kopt.core.claims.unstated_axes`).
     """
     if not any(item.strip() for item in text.split(",")):
         raise SubmitError([f"--methods {text!r}: names no method; name at least one catalog "
                            "method (`kopt propose` lists them), or `none` for a version "
                            "that applies none"])
+    unstated = unstated_axes(text)
+    if unstated:
+        raise SubmitError([f"--methods {text!r}: every axis is claimed or stated as skipped; "
+                           f"add {','.join(a + '.none' for a in unstated)} (or a method on "
+                           f"{'that axis' if len(unstated) == 1 else 'each'})"])
     return parse_claim(text)
 
 
