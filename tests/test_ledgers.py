@@ -163,4 +163,5 @@ def test_a_lineage_root_says_its_speedup_is_over_its_baseline_not_a_parent():
         "pick (its closing contest's, as `kopt best` names it), in the node that holds it; "
         "speedup: over its "
         "parent re-measured in the node's own iteration (a first iteration's: over its "
-        "baseline), not the ratio of two nodes' medians")
+        "baseline), not the ratio of two nodes' medians; accepted / rejected: the review "
+        "gate's verdict on the iteration's winner, in the node that holds it")

@@ -164,6 +164,11 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert [n["label"].split(" (")[0] for n in nodes] == [
         "it 1 sweep", "it 2 v2_fast.cpp", "it 3 v3.cpp", "it 2 v2_wrong.cpp", "it 2 v2_fix.cpp"]
     assert nodes[3]["best"] is None and nodes[3]["statuses"] == {"wrong_result": 2}
+    # the review gate's verdict per node: iteration 2's winner accepted in the node holding
+    # it, the wrong version failed, the fix measured but not the winner
+    assert [nodes[i]["verdict"] for i in (1, 3, 4)] == [
+        "accepted", "failed", "not the iteration's winner"]
+    assert tree[3].endswith("; failed") and tree[1].endswith("; accepted")
     assert nodes[2]["best"] in v3_ids and nodes[2]["parent"] in nodes[1]["members"]
     assert nodes[2]["speedup"] > 1 and nodes[2]["median_ms"] > 0
     # `kopt wait`'s verdict says why a try failed: each candidate's status and error text

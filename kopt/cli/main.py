@@ -1031,8 +1031,8 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               help="json: one object per node (depth, device_class, iteration, source_hash, "
                    "label, "
-                   "methods, parent, best, named, median_ms, speedup, statuses, members), in "
-                   "the text's order.")
+                   "methods, parent, best, named, median_ms, speedup, statuses, members, "
+                   "verdict), in the text's order.")
 def lineage_cmd(run_id: str, store: Path | None, fmt: str) -> None:
     """The version tree of RUN_ID: each node's best candidate (its fastest; in the node
     that holds it, the loop's named best, as `kopt best` names it), median, speedup over its

@@ -420,10 +420,14 @@ class Node:
     triples: dict[str, str] = dataclasses.field(default_factory=dict)  # candidate -> methods
     damaged: int = 0  # ok rows left out: a median or speedup that is not a positive number
     named: bool = False  # its best is the loop's named best (kopt best's), not its fastest
+    # the review gate's verdict on the node (:func:`_verdicts`): accepted, rejected: REASON,
+    # not the iteration's winner, failed; "" where the iteration has no review row
+    verdict: str = ""
 
     def line(self) -> str:
         """The node as one line of text."""
         st = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+        st += f"; {self.verdict}" if self.verdict else ""
         over = "its parent" if self.parent else "its iteration's baseline"  # a root: no parent
         fig = (f"{'named best' if self.named else 'best'} {self.best} median "
                f"{self.median_ms:.4g} ms, {self.speedup:.3g}x over {over}{self._over()}"
@@ -499,7 +503,31 @@ def lineage(root: Path, run_id: str) -> list[Node]:
     out = sorted(nodes.values(), key=lambda n: (n.key[0], n.order))
     for n in out:
         _settle(n, named.pop(n.key[0], None) if named.get(n.key[0]) in n.figures else None)
+    _verdicts(db, run_id, out)
     return out
+
+
+def _verdicts(db: Database, run_id: str, nodes: list[Node]) -> None:
+    """Each node's :attr:`Node.verdict` from its iteration's ``reviews`` row (the review
+    gate's judgement of the iteration's winner, kopt.loop.review): ``accepted`` (it holds
+    the winner, which became the next parent), ``rejected: REASON`` (it holds the winner
+    the gate turned down), ``not the iteration's winner`` or ``failed`` (no correct
+    candidate); nothing for an iteration with no review row (closed before the gate)."""
+    reviews: dict[tuple[str, int], dict[str, Any]] = {}
+    for it in sorted({n.key[1] for n in nodes}):
+        for r in db.reviews(run_id, it):
+            reviews[(r["device_class"], it)] = r
+    for n in nodes:
+        rv = reviews.get((n.key[0], n.key[1]))
+        if rv is None:
+            continue
+        if rv["candidate_id"] not in n.members:
+            n.verdict = "not the iteration's winner" if n.best else "failed"
+        elif rv["accepted"]:
+            n.verdict = "accepted"
+        else:
+            why = stored_json(rv["reasons"], "reasons", list) or ["no reason stored"]
+            n.verdict = f"rejected: {why[0]}"
 
 
 def _take(n: Node, r: dict[str, Any]) -> None:
@@ -570,7 +598,8 @@ LINEAGE_CAPTION = ("best: the node's fastest correct candidate over its parent; 
                    "the loop's pick (its closing contest's, as `kopt best` names it), in the "
                    "node that holds it; speedup: over its parent re-measured in the node's "
                    "own iteration (a first iteration's: over its baseline), not the ratio of "
-                   "two nodes' medians")
+                   "two nodes' medians; accepted / rejected: the review gate's verdict on the "
+                   "iteration's winner, in the node that holds it")
 
 
 def node_record(node: Node) -> dict[str, Any]:
@@ -578,12 +607,14 @@ def node_record(node: Node) -> dict[str, Any]:
     (``device_class``, ``iteration``, ``source_hash``), ``label``, claimed ``methods``,
     ``parent`` candidate, ``best`` candidate (``named``: the loop's named best), its
     ``median_ms`` (geometric mean over the problem sizes, ms) and ``speedup`` over the
-    parent, ``statuses`` (status -> count) and ``members`` (candidate ids)."""
+    parent, ``statuses`` (status -> count), ``members`` (candidate ids) and ``verdict``
+    (the review gate's, :attr:`Node.verdict`; None where none was stored)."""
     dc, it, src = node.key
     return {"device_class": dc, "iteration": it, "source_hash": src, "label": node.label,
             "methods": node.methods, "parent": node.parent, "best": node.best,
             "named": node.named, "median_ms": node.median_ms, "speedup": node.speedup,
-            "statuses": dict(sorted(node.statuses.items())), "members": list(node.members)}
+            "statuses": dict(sorted(node.statuses.items())), "members": list(node.members),
+            "verdict": node.verdict or None}
 
 
 def lineage_text(nodes: list[Node]) -> list[str]:
