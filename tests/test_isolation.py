@@ -9,12 +9,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 from test_harness import artifact, job
 
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 from workers import isolation
 from workers.isolation import Isolation, decode_exit
 from workers.sandbox import Sandbox
@@ -52,20 +53,27 @@ def test_this_host_sandboxes_candidates():
 
 @pytest.mark.parametrize("isolated", [True, False])
 def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_path, isolated):
-    """Four attacks, each a candidate whose outputs are right only when the attack fails:
+    """Attacks, each a candidate whose outputs are right only when the attack fails:
     appending to ref.py and to a build-cache entry (its own solve.so), connecting to a
-    port listening on 127.0.0.1, seeing the driver's process in /proc, and remounting
-    the root read-write. Sandboxed, every one is ``ok`` and the files are unchanged;
-    unsandboxed the first three succeed (``wrong_result``) and the files changed."""
+    port listening on 127.0.0.1, seeing the driver's process in /proc, remounting the root
+    read-write, writing a kernel setting (core_pattern, its own value: as uid 0 that
+    would run a program of the candidate's as the host's root on the next crash), and
+    connecting to a Unix socket of the host (a file on a read-only mount, as Ray's raylet
+    socket and kopt's launch socket are; the system-call filter refuses it).
+    Sandboxed, every one is ``ok`` and the files are unchanged; unsandboxed all but the
+    remount succeed (``wrong_result``; the setting only as root) and the files changed."""
     ref = tmp_path / "sweep" / "ref.py"
     ref.parent.mkdir()
     shutil.copy(FIXTURES / "escape" / "ref.py", ref)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
-    arts = {m: artifact(tmp_path, SRC, m, "escape.cpp") for m in (1, 2, 3, 4)}
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(tmp_path / "s.sock"))
+    unix.listen(8)
+    arts = {m: artifact(tmp_path, SRC, m, "escape.cpp") for m in (1, 2, 3, 4, 9, 11)}
     env = {"KOPT_ATTACK_PORT": str(listener.getsockname()[1]),
-           "KOPT_DRIVER_PID": str(os.getpid())}
+           "KOPT_DRIVER_PID": str(os.getpid()), "KOPT_ATTACK_UNIX": str(tmp_path / "s.sock")}
     before = {p: open(p, "rb").read() for p in (str(ref), arts[1])}
     got = {}
     for target in (str(ref), arts[1]):
@@ -76,20 +84,23 @@ def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_pat
             sb.close()
     sb = _sandbox(isolated, env)
     try:
-        for m in (2, 3, 4):
+        for m in (2, 3, 4, 9, 11):
             got[m] = sb.run(job(arts[m], SRC, ref), timeout_s=30)["status"]
         assert sb.info["isolation"] == (ISOLATED.kind if isolated else "none")
     finally:
         sb.close()
         listener.close()
+        unix.close()
     after = {p: open(p, "rb").read() for p in before}
     if isolated:
-        assert got == {str(ref): "ok", arts[1]: "ok", 2: "ok", 3: "ok", 4: "ok"}
+        assert got == {str(ref): "ok", arts[1]: "ok", 2: "ok", 3: "ok", 4: "ok", 9: "ok",
+                       11: "ok"}
         assert after == before
     else:
-        assert {k: got[k] for k in (str(ref), arts[1], 2, 3)} == {
+        assert {k: got[k] for k in (str(ref), arts[1], 2, 3, 9, 11)} == {
             str(ref): "wrong_result", arts[1]: "wrong_result", 2: "wrong_result",
-            3: "wrong_result"}
+            3: "wrong_result", 9: "wrong_result" if os.geteuid() == 0 else "ok",
+            11: "wrong_result"}
         assert all(after[p].endswith(b"# changed\n") for p in after)
 
 
@@ -167,3 +178,60 @@ def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_pat
                                    "(harness died: killed by SIGABRT.")
     assert crashed["status"] == "crashed" and "SIGSEGV" in crashed["error"]
     assert sb.restarts == 3  # the framed run, and the segfault's two
+
+
+def test_a_pickle_written_to_the_answer_pipe_runs_nowhere(tmp_path):
+    """The candidate writes a pickle that would run a command where it is unpickled to the
+    harness's answer pipe (its fd from /proc/self/cmdline). Answers are JSON: nothing runs
+    (the target file is never made), and the harness that sent something not JSON is a
+    crash of its own candidate, retried once and final."""
+    target = tmp_path / "pwned"
+    sb = _sandbox(True, {"KOPT_ATTACK_TARGET": str(target)})
+    try:
+        got = sb.run_retrying(job(artifact(tmp_path, SRC, 8, "escape.cpp"), SRC,
+                                  FIXTURES / "escape" / "ref.py"), timeout_s=30)
+    finally:
+        sb.close()
+    assert got["status"] == "crashed"
+    assert not target.exists()
+
+
+def test_ipc_objects_a_candidate_makes_die_with_its_harness(tmp_path):
+    """A System V message queue the candidate leaves behind lives in the sandbox's IPC
+    namespace and is gone with it; from the host no queue of its key is seen."""
+    def queues() -> str:
+        return subprocess.run(["ipcs", "-q"], capture_output=True, text=True).stdout
+
+    assert "0x6b6f7074" not in queues()
+    sb = _sandbox(True, {})
+    try:
+        assert sb.run(job(artifact(tmp_path, SRC, 10, "escape.cpp"), SRC,
+                          FIXTURES / "escape" / "ref.py"), timeout_s=30)["status"] == "ok"
+        assert "0x6b6f7074" not in queues()  # not the host's namespace, even while it runs
+    finally:
+        sb.close()
+    assert "0x6b6f7074" not in queues()
+
+
+def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
+    """workers.seccomp in a process of its own: socket(), keyctl() and a user namespace are
+    refused (EPERM) for every thread, while threads, fork and exec still work."""
+    code = (
+        "import ctypes, os, socket, subprocess, threading\n"
+        "from workers import seccomp\n"
+        "assert seccomp.install() == ''\n"
+        "out = []\n"
+        "def probe():\n"
+        "    try:\n"
+        "        socket.socket(); out.append('socket allowed')\n"
+        "    except OSError as e:\n"
+        "        out.append(e.errno)\n"
+        "t = threading.Thread(target=probe); t.start(); t.join()\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "out.append((libc.unshare(0x10000000), ctypes.get_errno()))\n"
+        "out.append(subprocess.run(['true']).returncode)\n"
+        "print(out)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[1, (-1, 1), 0]"

@@ -97,8 +97,10 @@ wrongly:
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
   ``time.perf_counter_ns``, e.g. to make every check pass); the result pipe to the
-  sandbox (a forged outcome dict). Only a candidate run in a process of its own, with the
-  clock and the check outside it, closes these; kopt does not do that.
+  sandbox (a forged outcome: JSON, never unpickled, so it carries figures, not code; a
+  thread left behind can also forge the next candidate's). Only a candidate run in a
+  process of its own, with the clock and the check outside it, closes these; kopt does not
+  do that.
 - results one candidate keeps outside its own library's memory (a file in the scratch
   folder, shared memory in the sandbox's ``/dev/shm``) for another artifact timed by the
   same harness: the held-back sets are new to each artifact, not to every artifact, as
@@ -130,6 +132,7 @@ import errno
 import importlib.util
 import inspect
 import itertools
+import json
 import math
 import os
 import random
@@ -147,7 +150,7 @@ from typing import Any
 
 import torch
 
-from workers import native, nvrtc
+from workers import native, nvrtc, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -1998,7 +2001,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     h: Harness | None = None
     error = ""
     try:
-        h = Harness(device, progress=lambda msg: wconn.send({"progress": True, **msg}))
+        h = Harness(device, progress=lambda msg: answer(wconn, {"progress": True, **msg}))
         info = device_info(h)
     except Exception as e:
         error = f"harness start failed: {e!r}"
@@ -2014,10 +2017,13 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         rfd = conn.detach()
         wfd = os.dup(rfd)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
+    if h is not None and os.environ.get(seccomp.ENV) == "1":  # set up: now the filter
+        why = seccomp.install()
+        info["seccomp"] = "on" if not why else f"off: {why}"
     if h is None:
-        wconn.send({"ready": False, "error": error})
+        answer(wconn, {"ready": False, "error": error})
         return
-    wconn.send({"ready": True, "pid": os.getpid(), "info": info})
+    answer(wconn, {"ready": True, "pid": os.getpid(), "info": info})
     if ahead is not None:
         ahead.join()  # the first job's wait (its budget: the sandbox's prepare timeout)
     while True:
@@ -2038,9 +2044,20 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
             res = {"status": Status.CRASHED if fatal else Status.ERROR,
                    "error": f"{e!r}\n{traceback.format_exc(limit=3)}", "fatal": fatal}
         h.done_at = time.perf_counter()
-        wconn.send(res)
+        answer(wconn, res)
         if res.get("fatal"):
             return
+
+
+def answer(conn: Connection, msg: dict) -> None:
+    """Send ``msg`` to the sandbox's side as JSON (never a pickle: the side reading it must
+    not run what candidate code could write to this pipe; workers.sandbox ``read_answer``).
+    Values JSON cannot hold (a numpy scalar, a path) go as their ``item()`` or text."""
+    conn.send_bytes(json.dumps(msg, default=_plain).encode())
+
+
+def _plain(x: Any) -> Any:
+    return x.item() if hasattr(x, "item") else str(x)
 
 
 def _die_with(conn: socket.socket) -> None:

@@ -3,7 +3,9 @@
 A harness process loads candidate code (a ``solve.so``), so it runs in a sandbox made from
 the kernel's own namespaces by util-linux ``unshare`` and set up by workers.jail: its own
 PID namespace (it sees and signals only its own processes, and every process it starts dies
-with it), a network namespace with no interface up, and a mount namespace in which every
+with it), a network namespace with no interface up, IPC and UTS namespaces (no System V or
+POSIX message queue or shared memory of the host's, none left behind), and a mount
+namespace in which every
 file system is read-only except a scratch folder of its own (``TMPDIR``), with no
 capabilities to change that. Where kopt does not run as root, a user namespace is made
 first (``--user --map-root-user``).
@@ -69,12 +71,17 @@ class Isolation:
         return [*self.prefix, sys.executable, "-m", "workers.jail", scratch, *keep, "--",
                 *cmd]
 
+    def env(self) -> dict[str, str]:
+        """What a sandboxed harness's environment adds: the system-call filter it installs
+        once set up (workers.seccomp); nothing when not isolated."""
+        return {"KOPT_SECCOMP": "1"} if self.isolated else {}
+
     def describe(self) -> str:
         """One line for ``kopt env`` and notes."""
         if self.isolated:
-            return (f"{self.kind}: candidates run in their own PID, network and mount "
+            return (f"{self.kind}: candidates run in their own PID, network, IPC and mount "
                     "namespaces, every file system read-only but a scratch folder, no "
-                    "capabilities")
+                    "capabilities, sockets, keyrings or new namespaces (seccomp)")
         return f"none: {self.why}"
 
 
@@ -89,7 +96,8 @@ def decode_exit(code: int | None, isolation: Isolation) -> int | None:
 
 def _prefix(unshare: str, as_root: bool) -> tuple[str, ...]:
     user = () if as_root else ("--user", "--map-root-user")
-    return (unshare, *user, "--pid", "--fork", "--kill-child", "--net", "--mount", "--")
+    return (unshare, *user, "--pid", "--fork", "--kill-child", "--net", "--mount", "--ipc",
+            "--uts", "--")
 
 
 @functools.cache

@@ -6,8 +6,9 @@ not run as root; workers.isolation builds that command line). As the namespace's
 it:
 
 1. makes every mount private (nothing mounted here reaches the host);
-2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it) and a
-   fresh tmpfs on ``/dev/shm`` (no shared memory of the host's to read or plant);
+2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it; its
+   ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs`` read-only: :data:`PROC_READ_ONLY`)
+   and a fresh tmpfs on ``/dev/shm`` (no shared memory of the host's to read or plant);
 3. binds ``SCRATCH`` (a folder the caller made and removes) onto itself, writable;
 4. remounts every other mount read-only, the root included: the sweep folder and its
    ``ref.py``, kopt's build cache and store, kopt's own code, ``/tmp`` (other runs'
@@ -22,6 +23,9 @@ it:
    every process a candidate left behind (a double fork, ``setsid``).
 
 The network namespace has no interface up, not even loopback: no connection can be made.
+Once set up, the harness itself installs a system-call filter (workers.seccomp): no new
+socket (the Unix sockets of the host are files a read-only mount still lets ``connect``
+reach), keyring, ``ptrace``, io_uring or namespace.
 Only the standard library is used here; this process starts before the harness can.
 A setup step that fails exits 125 with one line on stderr naming the step.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import sys
 
@@ -38,6 +43,10 @@ MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38  # <linux/prctl.h>
 SETUP_FAILED = 125
+# parts of the fresh /proc made read-only, as container runtimes do: writes there are checked
+# by uid, not by capability, and a candidate still runs as uid 0 (root, no capabilities):
+# /proc/sys/kernel/core_pattern would run a program of its choosing as the host's root
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 # the per-mount flags a read-only remount must keep (in a user namespace the kernel refuses
 # a remount that would clear one the mount had when the namespace was made)
 _KEPT = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
@@ -66,12 +75,20 @@ def mount_points() -> list[tuple[str, int]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            path = fields[4].encode().decode("unicode_escape")
+            path = _unescape(fields[4])
             kept = 0
             for opt in fields[5].split(","):
                 kept |= _KEPT.get(opt, 0)
             out.append((path, kept))
     return out
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field with its octal escapes (``\\040`` for a space) undone as
+    bytes, so that UTF-8 names stay whole."""
+    raw = field.encode("utf-8", "surrogateescape")
+    out = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), raw)
+    return out.decode("utf-8", "surrogateescape")
 
 
 def _under(path: str, root: str) -> bool:
@@ -84,6 +101,11 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
     SetupError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in PROC_READ_ONLY:  # the kernel's settings: owned by uid 0, which we still are
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+                   | MS_NOEXEC)
     if os.path.isdir("/dev/shm") and not any(_under("/dev/shm", k) for k in keep):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV)
     _mount(scratch, scratch, None, MS_BIND | MS_REC)
@@ -91,8 +113,8 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
         _mount(path, path, None, MS_BIND | MS_REC)
     writable = (scratch, "/proc", "/dev/shm", *keep)
     for path, kept in reversed(mount_points()):
-        if any(_under(path, w) for w in writable) or not os.path.isdir(path):
-            continue
+        if any(_under(path, w) for w in writable) or not os.path.lexists(path):
+            continue  # a mount point a later mount hid (its path gone) is not reachable
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
 
 

@@ -207,7 +207,8 @@ class Prestarter:
                      str(Path(folder) / STATUS), *harness],
                     pass_fds=(listener.fileno(), pid_w), stdin=subprocess.DEVNULL,
                     stdout=log, stderr=log,
-                    env={**harness_env(self.device, key), "TMPDIR": str(scratch)},
+                    env={**harness_env(self.device, key), "TMPDIR": str(scratch),
+                         **self.isolation.env()},
                     start_new_session=True,
                     preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
                     else None)

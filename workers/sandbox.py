@@ -12,6 +12,7 @@ error text; the process is restarted before the next job.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ from workers.records import RunJob
 from workers.status import Status
 
 START_TIMEOUT_S = 180.0
+ANSWER_BYTES = 64 << 20  # the largest message a harness may send (samples, error text)
 EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
@@ -83,7 +85,8 @@ class Sandbox:
             self.proc = subprocess.Popen(
                 self.isolation.wrap(cmd, self.scratch), pass_fds=(r_child, w_child),
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env={**self.env, "TMPDIR": self.scratch}, start_new_session=True,
+                env={**self.env, "TMPDIR": self.scratch, **self.isolation.env()},
+                start_new_session=True,
                 preexec_fn=_tie_to_parent())
         os.close(r_child)
         os.close(w_child)
@@ -119,9 +122,9 @@ class Sandbox:
             self.kill()
             raise RuntimeError(f"harness did not start in {START_TIMEOUT_S:.0f} s: {self.tail()}")
         try:
-            hello = self.r.recv()
-        except (EOFError, OSError):  # OSError: a prestarted harness's socket reset
-            code = self.kill(ended=True)
+            hello = read_answer(self.r)
+        except (EOFError, OSError) as e:  # OSError: a prestarted harness's socket reset
+            code = self.kill(ended=not isinstance(e, BadAnswer))
             raise RuntimeError(f"harness died at start ({describe_exit(code)}): {self.tail()}"
                                ) from None
         if not hello.get("ready"):
@@ -165,9 +168,10 @@ class Sandbox:
                 return {**self._timed_out(job, prepared, deadline - t0),
                         "wall_s": time.perf_counter() - t0}
             try:
-                res = self.r.recv()
-            except (EOFError, OSError):
-                return {**self._died(job, pos, prepared), "wall_s": time.perf_counter() - t0}
+                res = read_answer(self.r)
+            except (EOFError, OSError) as e:  # BadAnswer: alive, but not to be believed
+                return {**self._died(job, pos, prepared, not isinstance(e, BadAnswer)),
+                        "wall_s": time.perf_counter() - t0}
             if not res.get("progress"):
                 break
             deadline = self._extend(res, deadline, timeout_s, base)
@@ -221,13 +225,14 @@ class Sandbox:
                 "(hang, endless loop, or one call longer than timing.timeout_s); "
                 "harness killed and restarted"}
 
-    def _died(self, job: RunJob | dict[str, Any], pos: int, prepared: bool) -> dict[str, Any]:
+    def _died(self, job: RunJob | dict[str, Any], pos: int, prepared: bool,
+              ended: bool = True) -> dict[str, Any]:
         """The outcome of a job whose harness process died (it is reaped; the next job
         restarts it): ``crashed``; or ``error`` naming ref.py when it died before the
         inputs and reference outputs were made (ref.py's code ended the process, e.g.
         ``os._exit``: no candidate code had been called); ``crashed`` naming ref.py's
         ``contender()`` (or ``reference()``) when it died while that was timed."""
-        code = self.kill(ended=True)
+        code = self.kill(ended=ended)
         self.restarts += 1
         said = self.tail(pos)
         ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
@@ -318,6 +323,27 @@ class Sandbox:
         """Stop the harness and remove its log."""
         self.kill()
         self.log.unlink(missing_ok=True)
+
+
+def read_answer(conn: Connection) -> dict[str, Any]:
+    """One message of the harness (workers.harness ``answer``): a JSON object of at most
+    ``ANSWER_BYTES``, never unpickled (candidate code in the harness can write to this
+    pipe; a pickle there once ran its code in the device actor, outside the sandbox).
+    Raises EOFError/OSError as ``Connection.recv_bytes``, and :class:`BadAnswer` (an
+    EOFError) for a message that is not a JSON object: the job is then a crash."""
+    data = conn.recv_bytes(ANSWER_BYTES)
+    try:
+        msg = json.loads(data)
+    except ValueError:
+        raise BadAnswer("the harness sent a message that is not JSON") from None
+    if not isinstance(msg, dict):
+        raise BadAnswer("the harness sent a message that is not a JSON object")
+    return msg
+
+
+class BadAnswer(EOFError):
+    """A harness message that is not a JSON object: the harness is killed at once and the
+    job is a crash (its candidate wrote to the answer pipe)."""
 
 
 def _tie_to_parent() -> Any:

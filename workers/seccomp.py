@@ -1,0 +1,126 @@
+"""The system calls a sandboxed harness refuses once it is set up (``seccomp(2)``, BPF).
+
+The mount, PID, network and IPC namespaces (workers.jail) leave a candidate some ways out
+that only a system-call filter closes: a Unix socket of the host is a file on a read-only
+mount that ``connect`` may still reach (Ray's raylet, kopt's own launch socket, another
+run's prestarted harness), keys added to the kernel's keyrings outlive the harness, and a
+user namespace of its own opens kernel surface. :func:`install` refuses, for every thread
+of the process (``SECCOMP_FILTER_FLAG_TSYNC``; OpenMP's pool exists before any candidate
+runs), with ``EPERM``:
+
+- ``socket`` and ``connect`` (the harness holds every socket it needs before it is set
+  up), ``io_uring_setup`` / ``io_uring_enter`` / ``io_uring_register`` (which would make and
+  connect sockets outside the filter);
+- ``add_key``, ``request_key``, ``keyctl``;
+- ``ptrace``, ``process_vm_readv``, ``process_vm_writev``;
+- ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
+  with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
+  the filter cannot read; the C library then falls back to ``clone``, as under Docker's
+  default profile);
+- on x86-64, every call of the x32 ABI and of another architecture (the 32-bit entry).
+
+Supported machines: x86-64 and AArch64 (:data:`SYSCALLS`); elsewhere :func:`install`
+returns the reason it did nothing. Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+
+ENV = "KOPT_SECCOMP"  # "1": the harness installs the filter once set up (workers.sandbox)
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
+LD_ABS_W, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF opcodes
+CLONE_NEWUSER = 0x10000000
+X32_BIT = 0x40000000
+DENIED = ("socket", "connect", "io_uring_setup", "io_uring_enter", "io_uring_register",
+          "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
+          "process_vm_writev", "unshare", "setns", "mount", "umount2", "pivot_root", "bpf")
+# machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
+# syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
+SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
+    "x86_64": (0xC000003E, 317, {
+        "socket": 41, "connect": 42, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "add_key": 248, "request_key": 249, "keyctl": 250,
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "unshare": 272,
+        "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "bpf": 321,
+        "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, 277, {
+        "socket": 198, "connect": 203, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "add_key": 217, "request_key": 218, "keyctl": 219,
+        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "unshare": 97,
+        "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "bpf": 280,
+        "clone": 220, "clone3": 435}),
+}
+
+
+class _Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint32)]
+
+
+class _Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Insn))]
+
+
+def program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter for ``machine`` as ``(code, jt, jf, k)`` instructions (see the module
+    docstring). Raises KeyError for a machine not in :data:`SYSCALLS`."""
+    arch, _, nr = SYSCALLS[machine]
+    deny, enosys = (RET_K, 0, 0, RET_ERRNO | errno.EPERM), (RET_K, 0, 0,
+                                                            RET_ERRNO | errno.ENOSYS)
+    allow = (RET_K, 0, 0, RET_ALLOW)
+    # the tail, in order: [clone check: ld arg0, jset NEWUSER], allow, deny, enosys
+    body: list[tuple[int, int, int, int]] = [(LD_ABS_W, 0, 0, 4)]  # seccomp_data.arch
+    checks: list[tuple[str, int]] = [(n, nr[n]) for n in DENIED]
+    n_checks = len(checks) + 2 + (1 if machine == "x86_64" else 0)  # + clone, clone3
+    # positions after the header (arch load, arch jeq, nr load): the checks, then the tail
+    tail = 3 + n_checks
+    at_ld_arg, at_allow, at_deny, at_enosys = tail, tail + 2, tail + 3, tail + 4
+    body.append((JEQ_K, 0, at_deny - 2, arch))  # another architecture: refused
+    body.append((LD_ABS_W, 0, 0, 0))  # seccomp_data.nr
+    if machine == "x86_64":
+        i = len(body)
+        body.append((JGE_K, at_deny - i - 1, 0, X32_BIT))
+    for _, num in checks:
+        i = len(body)
+        body.append((JEQ_K, at_deny - i - 1, 0, num))
+    i = len(body)
+    body.append((JEQ_K, at_enosys - i - 1, 0, nr["clone3"]))
+    i = len(body)
+    body.append((JEQ_K, at_ld_arg - i - 1, at_allow - i - 1, nr["clone"]))
+    assert len(body) == at_ld_arg
+    body.append((LD_ABS_W, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits
+    body.append((JSET_K, at_deny - at_ld_arg - 2, 0, CLONE_NEWUSER))
+    body += [allow, deny, enosys]
+    return body
+
+
+def install(machine: str | None = None) -> str:
+    """Install the filter for this process, every thread; returns "" when installed, else
+    the reason in one line (an unsupported machine, a kernel that refused it). Never
+    raises."""
+    machine = machine or platform.machine()
+    if machine not in SYSCALLS:
+        return f"no system-call filter for {machine} (x86_64 and aarch64 only)"
+    insns = program(machine)
+    arr = (_Insn * len(insns))(*[_Insn(*x) for x in insns])
+    prog = _Prog(len(insns), ctypes.cast(arr, ctypes.POINTER(_Insn)))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(PR_SET_NO_NEW_PRIVS): {_err()}"
+    rc = libc.syscall(ctypes.c_long(SYSCALLS[machine][1]), SECCOMP_SET_MODE_FILTER,
+                      SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(prog))
+    if rc != 0:
+        return (f"seccomp: thread {rc} could not take the filter" if rc > 0
+                else f"seccomp: {_err()}")
+    return ""
+
+
+def _err() -> str:
+    import os
+
+    return os.strerror(ctypes.get_errno())
