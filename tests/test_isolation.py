@@ -235,3 +235,21 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[1, (-1, 1), 0]"
+
+
+def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path):
+    """A candidate that never returns and keeps writing "prepared" progress messages to
+    the answer pipe (each once restarted the job's budget) is a ``timeout`` within the
+    sandbox's hard limit: its budget x OWN_LIMIT + GRACE_S past the preparation's."""
+    from workers.sandbox import GRACE_S, OWN_LIMIT
+
+    sb = _sandbox(True, {})
+    t0 = time.monotonic()
+    try:
+        got = sb.run(job(artifact(tmp_path, SRC, 12, "escape.cpp"), SRC,
+                         FIXTURES / "escape" / "ref.py"), timeout_s=0.5, prepare_timeout_s=1)
+    finally:
+        sb.close()
+    took = time.monotonic() - t0
+    assert got["status"] == "timeout"
+    assert 1 + OWN_LIMIT * 0.5 + GRACE_S <= took < 600  # held for ever before

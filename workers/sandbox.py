@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -34,6 +35,7 @@ START_TIMEOUT_S = 180.0
 ANSWER_BYTES = 64 << 20  # the largest message a harness may send (samples, error text)
 EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
+OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
 
 
@@ -153,6 +155,7 @@ class Sandbox:
         # making the inputs and reference outputs is kopt's work, not the candidate's: the
         # job's own budget starts once the harness says "prepared"
         deadline = t0 + max(timeout_s, prepare_timeout_s)
+        limit = deadline + OWN_LIMIT * timeout_s + GRACE_S  # whatever the messages say
         prepared = False  # the harness said it made the inputs and reference outputs
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         try:
@@ -174,7 +177,9 @@ class Sandbox:
                         "wall_s": time.perf_counter() - t0}
             if not res.get("progress"):
                 break
-            deadline = self._extend(res, deadline, timeout_s, base)
+            # the harness's word cannot hold the device for ever: candidate code can write
+            # progress messages too
+            deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
             self.timing_ref = res.get("impl") or self.timing_ref
@@ -263,9 +268,10 @@ class Sandbox:
         if msg.get("stage") == "prepared":
             return now + timeout_s
         if msg.get("stage") == "own":
-            return deadline + float(msg["s"])
+            return deadline + _seconds(msg.get("s"), timeout_s)
         if msg.get("stage") == "called":
-            return max(deadline, base + timeout_s + GRACE_S + 2e-3 * float(msg["call_ms"]))
+            call_s = _seconds(msg.get("call_ms"), 1000.0 * timeout_s) / 1000.0
+            return max(deadline, base + timeout_s + GRACE_S + 2.0 * call_s)
         return deadline
 
     def tail(self, pos: int = 0, n: int = 1500) -> str:
@@ -323,6 +329,14 @@ class Sandbox:
         """Stop the harness and remove its log."""
         self.kill()
         self.log.unlink(missing_ok=True)
+
+
+def _seconds(x: Any, cap: float) -> float:
+    """A duration from a harness message: a finite number in ``[0, cap]``; anything else
+    (text, NaN, infinity, negative) is 0."""
+    if not isinstance(x, int | float) or isinstance(x, bool) or not math.isfinite(x):
+        return 0.0
+    return min(max(float(x), 0.0), cap)
 
 
 def read_answer(conn: Connection) -> dict[str, Any]:
