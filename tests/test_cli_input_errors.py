@@ -217,8 +217,10 @@ def test_the_report_of_an_interrupted_run_says_what_was_not_recorded(tmp_path):
 
     demo_store(tmp_path / "st", event="running")  # its driver was killed: no closing record
     text = write_report("r1", tmp_path / "st", tmp_path / "rep").read_text()
-    assert ("Status: interrupted; backend cpu; candidates, jobs and wall time not recorded "
-            "(the run stopped before its end); statuses: ok 1") in text
+    # the candidates and jobs come from the store, whatever the run's record lacks
+    assert ("Status: interrupted; backend cpu; 1 candidate, 1 job over 1 iteration (every "
+            "process of the run); wall time not recorded (the run stopped before its end); "
+            "statuses: ok 1") in text
     assert "None" not in text.split("## Environment")[0]
 
 

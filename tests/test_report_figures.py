@@ -61,3 +61,23 @@ def test_a_contest_pick_the_review_gate_rejected_is_not_called_the_named_best():
                       best={"candidate_id": "c1"})
     lines = _contest_lines("d", named, cand)
     assert "review gate" not in lines[0] and lines[1].startswith("  - **named** ")
+
+
+def test_the_iteration_table_gives_a_kept_parent_no_gain():
+    """An iteration whose winner was not kept (rejected by the review gate, or no gain
+    beyond noise) keeps the parent as its best: its row shows the parent with no speedup,
+    not the rejected challenger's 2.0x beside the parent's figures."""
+    from kopt.loop.state import IterState
+    from kopt.tools.report import _iteration_lines
+
+    parent = {"candidate_id": "p", "triple": [None, None, None], "params": {"T": 1},
+              "median_ms": 4.0, "iteration": 1}
+    kept = IterState(iteration=2, best=parent, baseline={"candidate_id": "p"}, gain=2.0,
+                     stop="the review gate rejected the winner")
+    won = IterState(iteration=3, best={**parent, "candidate_id": "w", "median_ms": 2.0,
+                                       "iteration": 3}, baseline={"candidate_id": "p"},
+                    gain=2.0)
+    rows = [ln for ln in _iteration_lines("cpu-x", [kept, won], {}, [], [])
+            if ln.startswith(("| 2 ", "| 3 "))]
+    assert rows[0].split(" | ")[6] == "- (kept)" and "2x" not in rows[0]
+    assert rows[1].split(" | ")[6] == "2x"

@@ -671,6 +671,8 @@ REPORT_SQL = {
     "reference": "select device_class, dims, impl, status, error, median_ms, iqr_ms, "
                  "n_samples, tflops, gbps, pct_peak_flops, pct_peak_bw, max_abs_err, "
                  "max_rel_err from reference where run_id = ? order by device_class, dims",
+    "totals": "select count(distinct candidate_id) n_candidates, count(*) n_jobs, "
+              "count(distinct iteration) n_iterations from candidates where run_id = ?",
 }
 
 Params = Sequence[Any] | dict[str, Any]
@@ -692,6 +694,8 @@ class RunHistory:
         reference: the reference's row per device class and problem size (the
             ``reference`` view: ``impl``, ``status``, ``median_ms``, rates, share of peak,
             errors against ``reference()``).
+        totals: one row: the run's ``n_candidates``, ``n_jobs`` and ``n_iterations`` over
+            every process that measured for it (the sweep, each submission, each resume).
     """
 
     statuses: list[dict[str, Any]] = field(default_factory=list)
@@ -700,6 +704,7 @@ class RunHistory:
     correct: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     reference: list[dict[str, Any]] = field(default_factory=list)
+    totals: list[dict[str, Any]] = field(default_factory=list)
 
 
 # the reads of kopt propose --format json, kopt export, kopt methods

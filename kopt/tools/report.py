@@ -138,7 +138,7 @@ def write_report(run_id: str, store: Path | str, out: Path,
     counts, figs, rungs, cand, failed = h.statuses, h.metrics, h.rungs, h.correct, h.failures
     metric_of = winner_figures(figs)
 
-    md = _head_lines(rec, run_id, counts, env, devices)
+    md = _head_lines(rec, run_id, counts, env, devices, (h.totals or [{}])[0])
     md += _reference_section(h.reference, db.best(rec["sweep"], run_id))
     for dc, sts in states.items():
         closing = sts[-1].closing
@@ -171,13 +171,20 @@ def write_report(run_id: str, store: Path | str, out: Path,
 
 
 def _head_lines(rec: dict[str, Any], run_id: str, counts: list[dict[str, Any]],
-                env: dict[str, Any], devices: list[dict[str, Any]]) -> list[str]:
-    """summary.md's title, the run's status line and the environment table."""
+                env: dict[str, Any], devices: list[dict[str, Any]],
+                totals: dict[str, Any]) -> list[str]:
+    """summary.md's title, the run's status line (its candidates, jobs and iterations
+    counted over every process of the run, from the store; the wall time of the last
+    process, as its record holds it) and the environment table."""
+    whole = (f"{counted(totals['n_candidates'], 'candidate')}, "
+             f"{counted(totals['n_jobs'], 'job')} over "
+             f"{counted(totals['n_iterations'], 'iteration')} (every process of the run); "
+             if totals.get("n_jobs") else "")
     md = [f"# kopt report: {rec['sweep']}, run {run_id}", "",
-          f"Status: {rec['status']}; backend {rec['backend']}; "
-          + (f"{counted(rec['n_candidates'], 'candidate')}, {counted(rec['n_jobs'], 'job')}; wall "
-             f"{rec.get('wall_s') or 0:.1f} s; " if rec.get("n_jobs") is not None else
-             "candidates, jobs and wall time not recorded (the run stopped before its end); ")
+          f"Status: {rec['status']}; backend {rec['backend']}; " + whole
+          + (f"wall of its last process {rec.get('wall_s') or 0:.1f} s; "
+             if rec.get("n_jobs") is not None else
+             "wall time not recorded (the run stopped before its end); ")
           + "statuses: " + ", ".join(f"{c['status']} {c['n']}" for c in counts), "",
           "## Environment", "", "| | |", "|---|---|"]
     md += [f"| host | {env.get('host', rec.get('host'))} ({env.get('platform', '')}) |"]
@@ -206,8 +213,13 @@ def _iteration_lines(dc: str, sts: list[IterState], metric_of: dict[Any, dict[st
         ncu = ", ".join(f"{lab} {m[k]:.0f}" for k, lab in TOP_METRICS if k in m) or "-"
         tried = {(c["compute_method"], c["memory_method"], c["latency_method"])
                  for c in cand if c["iteration"] == st.iteration and c["device_class"] == dc}
+        # the iteration's gain belongs to its own winner only: a kept parent (no gain
+        # beyond noise, or a winner the review gate rejected) is shown with none
+        kept = (best.get("iteration") != st.iteration
+                or best.get("candidate_id") == (st.baseline or {}).get("candidate_id"))
+        gain = "- (kept)" if kept else f"{(st.gain or 1):.3g}x"
         winner = (f"{_methods(best.get('triple'))} | {_kv(best.get('params'))} | "
-                  f"{best['median_ms']:.4g} | {(st.gain or 1):.3g}x | "
+                  f"{best['median_ms']:.4g} | {gain} | "
                   f"{_vs_first(closing, best)}" if best.get("candidate_id")
                   else "none (no correct candidate) | - | - | - | -")
         md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} | {winner} | "
