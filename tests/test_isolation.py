@@ -253,3 +253,48 @@ def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path):
     took = time.monotonic() - t0
     assert got["status"] == "timeout"
     assert 1 + OWN_LIMIT * 0.5 + GRACE_S <= took < 600  # held for ever before
+
+
+def test_the_unreadable_output_probe_has_a_way_without_process_vm_readv():
+    """Where process_vm_readv is refused (a seccomp filter), the probe for outputs left
+    unreadable writes each page's first byte into a pipe instead: a PROT_NONE page is
+    still found (the check never passes for want of a way to run)."""
+    import ctypes
+    import mmap
+
+    from workers.harness import _unwritable_from
+
+    page = mmap.PAGESIZE
+    buf = mmap.mmap(-1, 2 * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        assert _unwritable_from(addr, 2 * page) is False
+        assert libc.mprotect(ctypes.c_void_p(addr + page), page, 0) == 0  # PROT_NONE
+        assert _unwritable_from(addr, 2 * page) is True
+        assert _unwritable_from(addr, page) is False
+    finally:
+        libc.mprotect(ctypes.c_void_p(addr + page), page, 3)
+
+
+def test_an_answer_that_is_not_a_plain_verdict_is_refused():
+    """What the harness's pipe carries is read as untrusted: JSON nested past Python's
+    stack, a list, a status outside kopt's enum and text are each BadAnswer (the job a
+    crash, the harness killed: no later job reads an answer meant for this one); a plain
+    object passes, infinities and all (durations are clamped where used)."""
+    from multiprocessing import Pipe
+
+    from workers.sandbox import BadAnswer, _seconds, read_answer
+
+    r, w = Pipe(duplex=False)
+    for bad in (b"[" * 20_000 + b"]" * 20_000, b"[1, 2]", b'{"status": "fastest"}',
+                b"not json"):
+        w.send_bytes(bad)
+        with pytest.raises(BadAnswer):
+            read_answer(r)
+    w.send_bytes(b'{"progress": true, "stage": "called", "call_ms": Infinity}')
+    msg = read_answer(r)
+    assert msg["stage"] == "called" and _seconds(msg["call_ms"], 5.0) == 0.0
+    assert (_seconds(1e300, 5.0), _seconds(-1, 5.0), _seconds("3", 5.0)) == (5.0, 0.0, 0.0)
+    w.send_bytes(b'{"status": "ok", "median_ms": 1.5}')
+    assert read_answer(r) == {"status": "ok", "median_ms": 1.5}

@@ -73,3 +73,25 @@ def test_an_edited_ref_py_stops_the_run_and_resume_finishes_it(ray_local, copy_f
     assert s.status_counts == {"ok": 8}
     _, rows = query("select count(*), count(distinct job_key) from candidates", store)
     assert rows == [(8, 8)]
+
+
+@pytest.mark.slow
+def test_a_candidate_that_prints_the_words_does_not_stop_the_run(ray_local, tmp_path):
+    """A candidate prints the harness's "changed since the run started" text and gets its
+    output wrong: the driver's own digest of ref.py (unchanged) decides, so the run
+    finishes and the row is the candidate's ``wrong_result``, its printed text kept."""
+    from conftest import write_sweep
+
+    d = write_sweep(tmp_path / "liar", "kernel: k.cpp\ndims: [{N: 64}]\n"
+                    "args: {x: [N], y: [N]}\nparams: {T: [1, 2]}\n", {
+                        "k.cpp": '#include <cstdio>\nextern "C" void solve(const float* x, '
+                                 'float* y, int N) {\n  if (T == 2) { printf("ref.py: '
+                                 f'{REF_CHANGED}\\n"); fflush(stdout); }}\n'
+                                 '  for (int i = 0; i < N; ++i) y[i] = (T == 2 ? 3 : 2) * '
+                                 'x[i];\n}\n',
+                        "ref.py": "def reference(x, N):\n    return 2 * x\n"})
+    s = run_sweep(load_sweep(d), tmp_path / "store", backend="cpu")
+    assert not s.interrupted and s.status_counts == {"ok": 1, "wrong_result": 1}
+    _, rows = query("select status, error from candidates where status != 'ok'",
+                    tmp_path / "store")
+    assert len(rows) == 1 and REF_CHANGED in rows[0][1]

@@ -1580,8 +1580,10 @@ def _unreadable_at(ptr: int, nbytes: int) -> bool:
     """Whether a page of ``[ptr, ptr + nbytes)`` in this process cannot be read: the kernel
     copies one byte of each page (``process_vm_readv`` on this process, no FOLL_FORCE), which
     stops at a page without read access (PROT_NONE), where a read from Python would fault
-    into the candidate's handler. False
-    where the call is not available (no libc symbol, a seccomp filter: ENOSYS, EPERM)."""
+    into the candidate's handler. Where that call is not available (no libc symbol, a
+    seccomp filter: ENOSYS, EPERM), ``write(2)`` of each page's first byte into a pipe
+    asks the same (EFAULT on a page the kernel cannot read): the check never passes
+    for want of a way to run."""
     if not _VM_READ:
         fn = getattr(ctypes.CDLL(None, use_errno=True), "process_vm_readv", None)
         if fn is not None:
@@ -1589,17 +1591,35 @@ def _unreadable_at(ptr: int, nbytes: int) -> bool:
         _VM_READ.append(fn)
     fn = _VM_READ[0]
     if fn is None:
-        return False
+        return _unwritable_from(ptr, nbytes)
     local = _IoVec(ctypes.addressof(_SCRATCH), len(_SCRATCH))
     for remote in _page_iovecs(ptr, nbytes):
         got = fn(os.getpid(), ctypes.byref(local), 1, remote, len(remote), 0)
         if got == len(remote):
             continue
         if got < 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
-            _VM_READ[0] = None  # not allowed here: nothing to tell
-            return False
+            _VM_READ[0] = None  # not allowed here: the pipe's way from now on
+            return _unwritable_from(ptr, nbytes)
         return True
     return False
+
+
+def _unwritable_from(ptr: int, nbytes: int) -> bool:
+    """:func:`_unreadable_at` by ``write(2)``: one byte of each page of ``[ptr, ptr +
+    nbytes)`` written into a pipe of this process (and read back); True at the first
+    page the kernel cannot read (EFAULT)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    r, w = os.pipe()
+    try:
+        for remote in _page_iovecs(ptr, nbytes):
+            for v in remote:
+                if libc.write(w, ctypes.c_void_p(v.base), ctypes.c_size_t(1)) != 1:
+                    return True
+                os.read(r, 1)
+        return False
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ from workers.records import RunJob
 from workers.status import Status
 
 START_TIMEOUT_S = 180.0
+_STATUSES = {st.value for st in Status}
 ANSWER_BYTES = 64 << 20  # the largest message a harness may send (samples, error text)
 EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
@@ -182,7 +183,10 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
-            self.timing_ref = res.get("impl") or self.timing_ref
+            if (job.payload() if isinstance(job, RunJob) else job).get("time_reference"):
+                # only a reference-timing job times ref.py's function (a candidate could
+                # send this to have its own crash blamed on ref.py)
+                self.timing_ref = str(res.get("impl") or self.timing_ref)
         res["wall_s"] = time.perf_counter() - t0
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
@@ -268,7 +272,7 @@ class Sandbox:
         if msg.get("stage") == "prepared":
             return now + timeout_s
         if msg.get("stage") == "own":
-            return deadline + _seconds(msg.get("s"), timeout_s)
+            return deadline + _seconds(msg.get("s"), OWN_LIMIT * timeout_s)
         if msg.get("stage") == "called":
             call_s = _seconds(msg.get("call_ms"), 1000.0 * timeout_s) / 1000.0
             return max(deadline, base + timeout_s + GRACE_S + 2.0 * call_s)
@@ -348,10 +352,12 @@ def read_answer(conn: Connection) -> dict[str, Any]:
     data = conn.recv_bytes(ANSWER_BYTES)
     try:
         msg = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested beyond Python's stack
         raise BadAnswer("the harness sent a message that is not JSON") from None
     if not isinstance(msg, dict):
         raise BadAnswer("the harness sent a message that is not a JSON object")
+    if "status" in msg and msg["status"] not in _STATUSES:
+        raise BadAnswer(f"the harness sent a status that is none: {str(msg['status'])[:40]}")
     return msg
 
 

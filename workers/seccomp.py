@@ -8,11 +8,14 @@ user namespace of its own opens kernel surface. :func:`install` refuses, for eve
 of the process (``SECCOMP_FILTER_FLAG_TSYNC``; OpenMP's pool exists before any candidate
 runs), with ``EPERM``:
 
-- ``socket`` and ``connect`` (the harness holds every socket it needs before it is set
-  up), ``io_uring_setup`` / ``io_uring_enter`` / ``io_uring_register`` (which would make and
+- ``socket``, ``socketpair`` and ``connect`` (the harness holds every socket it needs
+  before it is set up; a socket pair's ``sendto`` reached the host's datagram sockets),
+  ``io_uring_setup`` / ``io_uring_enter`` / ``io_uring_register`` (which would make and
   connect sockets outside the filter);
+- ``userfaultfd``, and ``ioctl(USERFAULTFD_IOC_NEW)`` on ``/dev/userfaultfd`` (outputs
+  computed when first read, also by the kernel's own reads);
 - ``add_key``, ``request_key``, ``keyctl``;
-- ``ptrace``, ``process_vm_readv``, ``process_vm_writev``;
+- ``ptrace``, ``process_vm_writev``;
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
   with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
   the filter cannot read; the C library then falls back to ``clone``, as under Docker's
@@ -36,24 +39,29 @@ RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
 LD_ABS_W, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF opcodes
 CLONE_NEWUSER = 0x10000000
 X32_BIT = 0x40000000
-DENIED = ("socket", "connect", "io_uring_setup", "io_uring_enter", "io_uring_register",
-          "add_key", "request_key", "keyctl", "ptrace", "process_vm_readv",
-          "process_vm_writev", "unshare", "setns", "mount", "umount2", "pivot_root", "bpf")
+# (process_vm_readv stays allowed: the harness reads its own pages with it to find outputs
+# left unreadable, workers.harness ``_unreadable_at``; another process is out of reach by
+# the PID namespace and ptrace's rules)
+DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
+          "io_uring_register", "add_key", "request_key", "keyctl", "ptrace",
+          "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
+          "pivot_root", "bpf")
+USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
 SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
     "x86_64": (0xC000003E, 317, {
-        "socket": 41, "connect": 42, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "add_key": 248, "request_key": 249, "keyctl": 250,
-        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "unshare": 272,
-        "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "bpf": 321,
-        "clone": 56, "clone3": 435}),
+        "socket": 41, "socketpair": 53, "connect": 42, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "add_key": 248, "request_key": 249,
+        "keyctl": 250, "ptrace": 101, "process_vm_writev": 311, "userfaultfd": 323,
+        "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
+        "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16}),
     "aarch64": (0xC00000B7, 277, {
-        "socket": 198, "connect": 203, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "add_key": 217, "request_key": 218, "keyctl": 219,
-        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "unshare": 97,
-        "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "bpf": 280,
-        "clone": 220, "clone3": 435}),
+        "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
+        "keyctl": 219, "ptrace": 117, "process_vm_writev": 271, "userfaultfd": 282,
+        "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
+        "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29}),
 }
 
 
@@ -76,10 +84,13 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     # the tail, in order: [clone check: ld arg0, jset NEWUSER], allow, deny, enosys
     body: list[tuple[int, int, int, int]] = [(LD_ABS_W, 0, 0, 4)]  # seccomp_data.arch
     checks: list[tuple[str, int]] = [(n, nr[n]) for n in DENIED]
-    n_checks = len(checks) + 2 + (1 if machine == "x86_64" else 0)  # + clone, clone3
-    # positions after the header (arch load, arch jeq, nr load): the checks, then the tail
+    # + ioctl, clone3, clone (and the x32 bound on x86-64)
+    n_checks = len(checks) + 3 + (1 if machine == "x86_64" else 0)
+    # positions after the header (arch load, arch jeq, nr load): the checks, then the tail:
+    # clone's flags (load, test), ioctl's request (load, test), allow, deny, enosys
     tail = 3 + n_checks
-    at_ld_arg, at_allow, at_deny, at_enosys = tail, tail + 2, tail + 3, tail + 4
+    at_ld_arg, at_ld_ioctl = tail, tail + 2
+    at_allow, at_deny, at_enosys = tail + 4, tail + 5, tail + 6
     body.append((JEQ_K, 0, at_deny - 2, arch))  # another architecture: refused
     body.append((LD_ABS_W, 0, 0, 0))  # seccomp_data.nr
     if machine == "x86_64":
@@ -91,10 +102,15 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     i = len(body)
     body.append((JEQ_K, at_enosys - i - 1, 0, nr["clone3"]))
     i = len(body)
+    body.append((JEQ_K, at_ld_ioctl - i - 1, 0, nr["ioctl"]))
+    i = len(body)
     body.append((JEQ_K, at_ld_arg - i - 1, at_allow - i - 1, nr["clone"]))
     assert len(body) == at_ld_arg
     body.append((LD_ABS_W, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits
-    body.append((JSET_K, at_deny - at_ld_arg - 2, 0, CLONE_NEWUSER))
+    body.append((JSET_K, at_deny - at_ld_arg - 2, at_allow - at_ld_arg - 2, CLONE_NEWUSER))
+    assert len(body) == at_ld_ioctl
+    body.append((LD_ABS_W, 0, 0, 24))  # seccomp_data.args[1], its low 32 bits
+    body.append((JEQ_K, at_deny - at_ld_ioctl - 2, 0, USERFAULTFD_IOC_NEW))
     body += [allow, deny, enosys]
     return body
 
