@@ -2046,6 +2046,11 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     answer(wconn, {"ready": True, "pid": os.getpid(), "info": info})
     if ahead is not None:
         ahead.join()  # the first job's wait (its budget: the sandbox's prepare timeout)
+    _serve(h, rconn, wconn)
+
+
+def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
+    """Answer each job read from ``rconn`` on ``wconn`` until EOF or a fatal outcome."""
     while True:
         try:
             kind, job = rconn.recv()
