@@ -9,7 +9,9 @@ it:
 2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it; its
    ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs`` read-only: :data:`PROC_READ_ONLY`)
    and a fresh tmpfs on ``/dev/shm`` (no shared memory of the host's to read or plant);
-3. binds ``SCRATCH`` (a folder the caller made and removes) onto itself, writable;
+3. binds ``/dev/null`` over every device node but a few and the GPU's (:data:`DEV_KEPT`,
+   :func:`_kept_device`), and ``SCRATCH`` (a folder the caller made and removes) onto
+   itself, writable;
 4. remounts every other mount read-only, the root included: the sweep folder and its
    ``ref.py``, kopt's build cache and store, kopt's own code, ``/tmp`` (other runs'
    sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
@@ -36,6 +38,7 @@ import ctypes
 import os
 import re
 import signal
+import stat
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -46,6 +49,9 @@ SETUP_FAILED = 125
 # parts of the fresh /proc made read-only, as container runtimes do: writes there are checked
 # by uid, not by capability, and a candidate still runs as uid 0 (root, no capabilities):
 # /proc/sys/kernel/core_pattern would run a program of its choosing as the host's root
+# the device nodes left as they are (besides the GPU's nv* nodes); every other one is
+# /dev/null in the sandbox (:func:`_mask_devices`)
+DEV_KEPT = ("null", "zero", "full", "random", "urandom", "tty", "ptmx")
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 # the per-mount flags a read-only remount must keep (in a user namespace the kernel refuses
 # a remount that would clear one the mount had when the namespace was made)
@@ -83,6 +89,33 @@ def mount_points() -> list[tuple[str, int]]:
     return out
 
 
+def _kept_device(path: str) -> bool:
+    """Whether device node ``path`` stays reachable in the sandbox (:data:`DEV_KEPT`, and
+    the GPU's nodes: NVIDIA's ``nvidia*`` and ``nvidia-caps/``, and a Jetson's ``nvmap``,
+    ``nvhost-*`` and ``nvgpu/``: every path part that starts with ``nv``)."""
+    name = os.path.basename(path)
+    return (os.path.dirname(path) == "/dev" and name in DEV_KEPT) or any(
+        part.startswith("nv") for part in path.split("/"))
+
+
+def _mask_devices(root: str) -> None:
+    """Bind ``/dev/null`` over every character and block device under ``root`` that is
+    not kept (:func:`_kept_device`), as container runtimes offer only a few nodes: a
+    candidate that is still uid 0 could otherwise open the host's disks (and write a file
+    system the host has mounted), loop devices, ``/dev/userfaultfd``, ``/dev/kvm``, other
+    users' terminals. Raises SetupError."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != "/dev/shm"]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not _kept_device(path):
+                _mount("/dev/null", path, None, MS_BIND)
+
+
 def _unescape(field: str) -> str:
     """A mountinfo path field with its octal escapes (``\\040`` for a space) undone as
     bytes, so that UTF-8 names stay whole."""
@@ -108,6 +141,7 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
                    | MS_NOEXEC)
     if os.path.isdir("/dev/shm") and not any(_under("/dev/shm", k) for k in keep):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV)
+    _mask_devices("/dev")
     _mount(scratch, scratch, None, MS_BIND | MS_REC)
     for path in keep:
         _mount(path, path, None, MS_BIND | MS_REC)
