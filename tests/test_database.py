@@ -139,6 +139,7 @@ def test_run_history(db):
         ("c1", 1.0, 4.0, False), ("c2", 4.0, 0.5, False), ("c2", 8.0, 0.5, False)]
     assert h.failures == [{"device_class": DC, "status": "wrong_result",
                            "error": "y: 3 of 4 differ"}]
+    assert h.totals == [{"n_candidates": 4, "n_jobs": 7, "n_iterations": 1}]
     assert db.run_history("nope") == RunHistory()
 
 

@@ -672,7 +672,8 @@ REPORT_SQL = {
                  "n_samples, tflops, gbps, pct_peak_flops, pct_peak_bw, max_abs_err, "
                  "max_rel_err from reference where run_id = ? order by device_class, dims",
     "totals": "select count(distinct candidate_id) n_candidates, count(*) n_jobs, "
-              "count(distinct iteration) n_iterations from candidates where run_id = ?",
+              "count(distinct iteration) n_iterations from candidates where run_id = ? "
+              "having count(*) > 0",
 }
 
 Params = Sequence[Any] | dict[str, Any]
