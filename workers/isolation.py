@@ -30,6 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from workers import seccomp
 from workers.jail import SETUP_FAILED
 from workers.reap import package_env
 
@@ -74,7 +75,7 @@ class Isolation:
     def env(self) -> dict[str, str]:
         """What a sandboxed harness's environment adds: the system-call filter it installs
         once set up (workers.seccomp); nothing when not isolated."""
-        return {"KOPT_SECCOMP": "1"} if self.isolated else {}
+        return {seccomp.ENV: "1"} if self.isolated else {}
 
     def describe(self) -> str:
         """One line for ``kopt env`` and notes."""

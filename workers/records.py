@@ -10,11 +10,11 @@ through the sandbox's pipe. In TVM MetaSchedule's terms: :class:`BuildJob` /
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workers.deps import sha256_file
 from workers.observers import observer_columns
 from workers.status import Status
 
@@ -174,9 +174,10 @@ REF_CHANGED = "changed since the run started"
 
 
 def file_sha256(path: str | Path) -> str | None:
-    """The sha256 (hex) of the file at ``path``; None when it cannot be read."""
+    """The sha256 (hex) of the file at ``path`` (workers.deps ``sha256_file``: hashed again
+    only when its inode, size or times change); None when it cannot be read."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 
