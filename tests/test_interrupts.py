@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import VADD_CPP, VADD_REF, write_sweep
 
 ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n'  # noqa: E501
@@ -130,6 +132,59 @@ def test_ctrl_c_inside_a_duckdb_query_is_the_sweeps_interrupt(tmp_path):
                          f"`kopt sweep {d} --store {tmp_path / 's'} --resume {rows[0][0]}`"), text
     rows = query("select status, count(*) from runs group by 1", tmp_path / "s")[1]
     assert rows == [("interrupted", 1)]
+
+
+def _duckdb_error_of(raise_inside: type[BaseException], how: str) -> Exception:
+    """The error DuckDB raises when ``raise_inside`` is raised inside a Python callback it
+    makes: a UDF (``how="udf"``) or the read of a registered Arrow stream (``"stream"``)."""
+    import duckdb
+    import pyarrow as pa
+
+    def fail(*_: object) -> object:
+        raise raise_inside()
+
+    con = duckdb.connect()
+    if how == "udf":
+        con.create_function("f", fail, ["BIGINT"], "BIGINT")
+        sql = "select f(1)"
+    else:
+        batches = iter([pa.record_batch({"a": [1]})])
+
+        def stream():
+            yield next(batches)
+            fail()
+
+        con.register("r", pa.RecordBatchReader.from_batches(pa.schema([("a", pa.int64())]),
+                                                            stream()))
+        sql = "select count(*) from r"
+    try:
+        con.execute(sql).fetchall()
+    except Exception as e:  # DuckDB's own error, not the BaseException raised inside
+        return e
+    raise AssertionError(f"{how}: DuckDB raised nothing")
+
+
+@pytest.mark.parametrize("how", ["udf", "stream"])
+def test_a_ctrl_c_inside_duckdbs_python_callback_is_an_interrupt(how):
+    """A Ctrl-C that lands while DuckDB calls back into Python (counting the rows of a
+    registered Arrow table: "counting the rows of the object registered as
+    '_empty_candidates' failed: KeyboardInterrupt:") comes out as DuckDB's
+    InvalidInputException: it passed the sweep's Ctrl-C handling and the front exited 2
+    with "error: Invalid Input Error: ...". It is an interrupt; other DuckDB errors are not."""
+    import duckdb
+
+    from kopt.run.signals import Terminated
+    from kopt.store.database import interrupted
+
+    e = _duckdb_error_of(KeyboardInterrupt, how)
+    assert isinstance(e, duckdb.InvalidInputException) and "KeyboardInterrupt" in str(e)
+    assert interrupted(e)
+    assert interrupted(_duckdb_error_of(lambda: Terminated(15), how))
+    assert not interrupted(_duckdb_error_of(lambda: ValueError("KeyboardInterrupts"), how))
+    assert interrupted(duckdb.InvalidInputException(
+        "Invalid Input Error: counting the rows of the object registered as "
+        "'_empty_candidates' failed: KeyboardInterrupt: "))
+    assert not interrupted(duckdb.InvalidInputException("Invalid Input Error: bad column"))
 
 
 def test_a_killed_queued_sweep_is_not_listed_as_running():

@@ -147,8 +147,8 @@ class _Group(click.Group):
             if not interrupted(e):
                 raise
             fail("interrupted (Ctrl-C)", 130)
-        except DatabaseError as e:
-            fail(str(explain(e)))
+        except DatabaseError as e:  # a Ctrl-C inside DuckDB's call back into Python, too
+            fail("interrupted (Ctrl-C)", 130) if interrupted(e) else fail(str(explain(e)))
         except OSError as e:  # a path in the way, a full disk, a read-only store
             fail(os_error_line(e))
 

@@ -429,11 +429,23 @@ def query(sql: str, root: Path | str | None = None) -> tuple[list[str], list[tup
         return res.columns, [r for b in res.batches() for r in b]
 
 
+# DuckDB's text for a Python exception raised inside a callback it made (reading a registered
+# Arrow object or stream, a Python UDF): "... failed: KeyboardInterrupt: ...", "... Python
+# exception ... KeyboardInterrupt"; Terminated is how SIGTERM is raised (a KeyboardInterrupt)
+_INTERRUPT_IN_CALLBACK = re.compile(r"(?:^|[\s:.])(?:KeyboardInterrupt|Terminated)(?::|\s*$)",
+                                    re.MULTILINE)
+
+
 def interrupted(e: BaseException) -> bool:
-    """Whether ``e`` is a Ctrl-C: a KeyboardInterrupt, or what DuckDB makes of SIGINT during
-    a query (a ``RuntimeError("Query interrupted")``, or its ``InterruptException``)."""
+    """Whether ``e`` is a Ctrl-C (or SIGTERM): a KeyboardInterrupt; what DuckDB makes of
+    SIGINT during a query (a ``RuntimeError("Query interrupted")``, or its
+    ``InterruptException``); or DuckDB's error for a KeyboardInterrupt raised inside a Python
+    callback it was making (an ``InvalidInputException`` naming it: counting the rows of a
+    registered Arrow table, reading a registered stream, a Python UDF)."""
     return (isinstance(e, KeyboardInterrupt | duckdb.InterruptException)
-            or (isinstance(e, RuntimeError) and str(e) == "Query interrupted"))
+            or (isinstance(e, RuntimeError) and str(e) == "Query interrupted")
+            or (isinstance(e, duckdb.Error)
+                and _INTERRUPT_IN_CALLBACK.search(str(e)) is not None))
 
 
 def _vanished(e: Exception) -> bool:
