@@ -605,7 +605,8 @@ def test_ctrl_c_while_the_head_starts_leaves_no_head(tmp_path, monkeypatch):
     head = started[0]
     tmp = next(a.split("=", 1)[1] for a in head.args if a.startswith("--temp-dir="))
     assert head.wait(timeout=30) is not None
-    assert not service._group_alive(head.pid) and not Path(tmp).exists()
+    assert not service._group_alive(head.pid), service._group_pids(head.pid)
+    assert not Path(tmp).exists(), sorted(str(p) for p in Path(tmp).rglob("*"))[:20]
 
 
 def _ours(cache: Path) -> list[int]:

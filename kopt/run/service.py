@@ -408,7 +408,9 @@ def _stop_head(state: dict[str, Any]) -> None:
     a stale record's pgid may be another program's group by now (one such group was once killed)."""
     pgid = state.get("pgid")
     if pgid and own_head(state):
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0.0)):
+        # SIGKILL too is waited for: a killed process runs on until the kernel has torn it
+        # down, and the head's raylet wrote into its folder after that was removed
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)
             except (ProcessLookupError, PermissionError):
