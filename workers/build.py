@@ -34,7 +34,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from workers import deps, nvrtc
+from workers import build_confine, deps, nvrtc
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
 from workers.records import BuildJob, BuildResult
@@ -136,10 +136,13 @@ def check_env(builds: bool = True) -> None:
 _limit_memory = limited(int(COMPILE_MEM_GB * 2**30), signal.SIGTERM)
 
 
-def _reaped(cmd: list[str], timeout_s: float) -> tuple[list[str], dict[str, str]]:
+def _reaped(cmd: list[str], timeout_s: float, confine: dict[str, str] | None = None
+            ) -> tuple[list[str], dict[str, str]]:
     """``cmd`` wrapped in workers.reap (its process group dies on timeout or with the
-    build task) and the environment that finds the ``workers`` package."""
-    return [sys.executable, "-m", "workers.reap", f"{timeout_s:g}", *cmd], package_env()
+    build task) and the environment that finds the ``workers`` package, plus ``confine``
+    (workers.build_confine.env_for: the compiler's Landlock ruleset and TMPDIR)."""
+    return ([sys.executable, "-m", "workers.reap", f"{timeout_s:g}", *cmd],
+            {**package_env(), **(confine or {})})
 
 
 def cache_root() -> Path:
@@ -271,10 +274,12 @@ def command(job: BuildJob, src: Path, out: Path) -> list[str]:
     defs = [f"-D{k}={v}" for k, v in sorted(job.defines.items())]
     incs = [f"-I{d}" for d in [job.source_dir, *job.include_dirs]]
     dep = ["-MD", "-MF", str(out.with_suffix(".d"))]
+    rdc = any(f.split("=")[0] in _RDC for f in job.flags)
+    dep += build_confine.assembler_deps(job.backend, compiler("cpu"), job.flags, rdc,
+                                        str(out.with_suffix(".as.d")))
     if job.backend == "cuda":
         sm = job.target.removeprefix("sm_")
         arch = [f"-gencode=arch=compute_{sm},code=sm_{sm}"]
-        rdc = any(f.split("=")[0] in _RDC for f in job.flags)
         return [compiler("cuda"), *CUDA_FLAGS, *arch, *([] if rdc else ["-nodlink"]),
                 "--pre-include", str(SHIM), *incs, *defs, *job.flags, *dep, "-o", str(out),
                 str(src)]
@@ -354,8 +359,12 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         src.write_text(job.source)
         out = Path(tmp) / "solve.so"
         cmd = command(job, src, out)
+        exes = [compiler(job.backend)] + (["gcc", compiler("cpu")] if job.backend == "cuda"
+                                           else [])
+        rules = build_confine.ruleset(exes, job.source_dir, job.include_dirs, tmp,
+                                      [str(SHIM)])
         t0 = time.perf_counter()
-        wrapped, env = _reaped(cmd, COMPILE_TIMEOUT_S)
+        wrapped, env = _reaped(cmd, COMPILE_TIMEOUT_S, build_confine.env_for(rules, tmp))
         try:
             p = subprocess.run(wrapped, capture_output=True, text=True, cwd=tmp, env=env,
                                timeout=COMPILE_TIMEOUT_S + 60, preexec_fn=_limit_memory)
@@ -369,6 +378,8 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         if rc == 124:
             return BuildResult(job.build_id, False,
                                f"compiler timed out after {COMPILE_TIMEOUT_S:.0f} s", dt), None
+        if rc == 126 and log.startswith("cannot confine"):
+            return BuildResult(job.build_id, False, log.strip(), dt), None
         cmd_s = " ".join(cmd).replace(tmp, ".")
         if rc != 0 or not out.exists():
             return BuildResult(job.build_id, False, _tail(log.replace(tmp + "/", "")), dt,
@@ -377,15 +388,23 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
                           kernels=as_dicts(kernels), command=cmd_s, log=_tail(log, 4000))
         data = out.read_bytes()
-        depfile = out.with_suffix(".d")
-        if depfile.exists():
-            local = deps.local_deps(deps.parse_depfile(depfile.read_text()), tmp,
-                                    [job.source_dir, *job.include_dirs])
-            inputs = deps.digests(local, job.source_dir)
-        else:  # a compiler that wrote no list: the include scan's
-            inputs = deps.local_inputs(job.source, job.source_dir, job.include_dirs)
+        inputs = _read_files(job, out, tmp)
         _store(entry, data, res, ARTIFACT["solve"], inputs)
         return res, data
+
+
+def _read_files(job: BuildJob, out: Path, tmp: str) -> dict[str, str]:
+    """``{path relative to the sweep folder: sha256}`` of the local files a finished compile
+    read: the preprocessor's list (``-MD``; without one, the include scan's) and the
+    assembler's (``.incbin``, ``.include``) where it wrote one."""
+    depfile, asm = out.with_suffix(".d"), out.with_suffix(".as.d")
+    roots = [job.source_dir, *job.include_dirs]
+    if not depfile.exists():  # a compiler that wrote no list: the include scan's
+        return deps.local_inputs(job.source, job.source_dir, job.include_dirs)
+    listed = deps.parse_depfile(depfile.read_text())
+    if asm.exists():
+        listed += deps.parse_depfile(asm.read_text())
+    return deps.digests(deps.local_deps(listed, tmp, roots), job.source_dir)
 
 
 def kernel_command(job: BuildJob) -> list[str]:

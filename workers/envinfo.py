@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers import isolation, ncu
+from workers import build_confine, isolation, ncu
 
 
 def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
@@ -161,5 +161,6 @@ def collect() -> dict[str, Any]:
         "cxx": _cxx_version(),
         "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
-        "isolation": isolation.available().describe(), "notes": notes,
+        "isolation": isolation.available().describe(),
+        "build_isolation": build_confine.describe(), "notes": notes,
     }

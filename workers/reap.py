@@ -8,11 +8,16 @@ SIGTERM/SIGINT. The build task starts the wrapper with ``PR_SET_PDEATHSIG`` = SI
 takes its compilers with it; the kernel's parent-death signal alone would reach only
 the compiler driver, not the processes it started. A command that cannot be started
 exits 127 with the reason on stderr.
+
+With ``$KOPT_BUILD_CONFINE`` set (workers.build_confine), the wrapper first restricts
+itself and everything it starts to that Landlock ruleset; a ruleset the kernel refuses
+exits 126 with the reason, and the compiler never runs.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -93,8 +98,30 @@ def package_env() -> dict[str, str]:
     return env
 
 
+def confine() -> str | None:
+    """Apply the Landlock ruleset in ``$KOPT_BUILD_CONFINE`` (workers.build_confine) to this
+    process and what it starts; the reason when it could not be applied, else None (also
+    when none is asked for, or the kernel has no Landlock: then the compiler runs
+    unconfined, as ``kopt env`` says)."""
+    raw = os.environ.get("KOPT_BUILD_CONFINE")
+    if not raw:
+        return None
+    from workers import landlock  # lazy: only a confined build needs ctypes and the rules
+
+    try:
+        rules = json.loads(raw)
+        landlock.restrict(list(rules["read"]), list(rules["write"]))
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        return f"cannot confine the compiler ({e})"
+    return None
+
+
 def main(argv: list[str]) -> int:
     timeout_s, cmd = float(argv[0]), argv[1:]
+    why = confine()
+    if why is not None:  # a build that was to be confined never runs unconfined
+        print(why, file=sys.stderr)
+        return 126
     try:
         p = subprocess.Popen(cmd, start_new_session=True)
     except OSError as e:

@@ -1,0 +1,132 @@
+"""The compiler run on a candidate's source is confined (Landlock): it reads the toolchain,
+the sweep folder and include_dirs only, writes its build folder only, and every local file
+it read (an ``.incbin`` one too) is in the cached build's manifest."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers import build as wb
+from workers import build_confine, landlock
+from workers.reap import package_env
+
+pytestmark = pytest.mark.skipif(landlock.abi() == 0, reason="this kernel has no Landlock")
+MARK = "kopt_host_secret_8c1f"  # a line only the host file holds
+NVCC = shutil.which("nvcc") is not None
+
+
+def _secret(tmp_path: Path) -> Path:
+    """A host file outside the sweep folder whose one line is a C++ syntax error naming MARK
+    (so an unconfined compile quotes it in its error)."""
+    p = tmp_path / "host" / "secret.txt"
+    p.parent.mkdir()
+    p.write_text(f"{MARK} = leaked;\n")
+    return p
+
+
+def _job(tmp_path: Path, source: str, backend: str = "cpu", bid: str = "b1",
+         include_dirs: list[str] | None = None) -> wb.BuildJob:
+    sweep = tmp_path / "sweep"
+    sweep.mkdir(exist_ok=True)
+    name = "k.cu" if backend == "cuda" else "k.cpp"
+    return wb.BuildJob(bid, backend, source, name, str(sweep), {}, [],
+                       "sm_90" if backend == "cuda" else "host", include_dirs or [])
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not NVCC, reason="needs nvcc"))])
+def test_an_include_of_a_host_file_is_refused_not_quoted(tmp_path, backend):
+    """``#include "/path/outside"`` once put the host file's lines into the stored compile
+    error; now the compiler is denied the file."""
+    secret = _secret(tmp_path)
+    res, data = wb.build(_job(tmp_path, f'#include "{secret}"\n', backend), cache=tmp_path / "c")
+    assert not res.ok and data is None
+    assert "Permission denied" in res.error and MARK not in res.error, res.error
+    rel = os.path.relpath(secret, tmp_path / "sweep")  # through ``..`` from the sweep folder
+    res, _ = wb.build(_job(tmp_path, f'#include "{rel}"\n', backend, "b2"), cache=tmp_path / "c")
+    assert not res.ok and MARK not in res.error, res.error
+
+
+def test_an_incbin_of_a_host_file_is_refused(tmp_path):
+    secret = _secret(tmp_path)
+    src = f'asm(".incbin \\"{secret}\\"");\nextern "C" void solve() {{}}\n'
+    res, data = wb.build(_job(tmp_path, src), cache=tmp_path / "c")
+    assert not res.ok and data is None, res
+    assert MARK not in res.error
+
+
+def test_include_dirs_and_the_sweep_folder_stay_readable(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "two.h").write_text("#define TWO 2\n")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "one.h").write_text("#define ONE 1\n")
+    src = '#include "one.h"\n#include "two.h"\nextern "C" int solve() { return ONE + TWO; }\n'
+    res, data = wb.build(_job(tmp_path, src, include_dirs=[str(inc)]), cache=tmp_path / "c")
+    assert res.ok and data[:4] == b"\x7fELF", res.error
+    check = (tmp_path / "c" / "b1" / "verify.json").read_text()
+    assert '"one.h"' in check and '"../inc/two.h"' in check
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not NVCC, reason="needs nvcc"))])
+def test_a_file_pulled_in_with_incbin_is_in_the_manifest(tmp_path, backend):
+    """A data file pulled into the build with ``.incbin`` was in no list the cache checked:
+    edited between runs, the stale build stayed. The assembler's own list (``as --MD``)
+    joins the preprocessor's."""
+    job = _job(tmp_path, "", backend)
+    data_file = Path(job.source_dir) / "table.bin"
+    data_file.write_bytes(b"\x01\x02\x03\x04")
+    src = (f'asm(".section .rodata\\n.incbin \\"{data_file}\\"\\n.text");\n'
+           'extern "C" int solve() { return 0; }\n')
+    job = _job(tmp_path, src, backend)
+    res, _ = wb.build(job, cache=tmp_path / "c")
+    assert res.ok, res.error
+    assert wb.build(job, cache=tmp_path / "c")[0].cached
+    data_file.write_bytes(b"\x05\x06\x07\x08")
+    again, _ = wb.build(job, cache=tmp_path / "c")
+    assert not again.cached and again.ok
+    assert again.note == "table.bin, which the cached build read, has changed since: rebuilt"
+
+
+def test_the_confined_compiler_writes_its_build_folder_only(tmp_path):
+    """workers.reap applies the ruleset to itself and whatever it starts."""
+    build_dir, outside = tmp_path / "build", tmp_path / "outside"
+    build_dir.mkdir()
+    outside.mkdir()
+    (outside / "r").write_text("readable by kopt's user\n")
+    rules = build_confine.ruleset(["sh"], str(tmp_path / "sweep"), [], str(build_dir), [])
+    env = {**package_env(), **build_confine.env_for(rules, str(build_dir))}
+    script = (f"echo ok > {build_dir}/a && cat {build_dir}/a; echo no > {outside}/b; "
+              f"cat {outside}/r /etc/hostname; true")
+    p = subprocess.run([sys.executable, "-m", "workers.reap", "30", "sh", "-c", script],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.stdout == "ok\n" and p.returncode == 0, p.stdout + p.stderr
+    assert not (outside / "b").exists()
+    assert p.stderr.count("Permission denied") == 3, p.stderr
+
+
+def test_a_ruleset_the_kernel_refuses_is_a_failed_build_never_an_unconfined_one(tmp_path):
+    env = {**package_env(), build_confine.ENV: "{not json"}
+    p = subprocess.run([sys.executable, "-m", "workers.reap", "30", "true"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 126 and p.stderr.startswith("cannot confine the compiler ("), p.stderr
+
+
+def test_isolation_none_leaves_the_compiler_unconfined(tmp_path, monkeypatch):
+    monkeypatch.setenv("KOPT_ISOLATION", "none")
+    assert build_confine.env_for({"read": [], "write": []}, "/x") == {"TMPDIR": "/x"}
+    assert build_confine.describe().startswith("none (KOPT_ISOLATION=none")
+    secret = _secret(tmp_path)
+    res, _ = wb.build(_job(tmp_path, f'#include "{secret}"\n'), cache=tmp_path / "c")
+    assert MARK in res.error  # what the switch gives up, shown
+    monkeypatch.delenv("KOPT_ISOLATION")
+    assert build_confine.describe() == (
+        f"landlock ABI {landlock.abi()}: compilers read the toolchain, the sweep folder and "
+        "include_dirs, and write their build folder only")

@@ -1,0 +1,124 @@
+"""What a compiler run on a candidate's source may read and write, and which files it
+read beyond the ``#include`` list.
+
+The confinement (workers.landlock, applied by workers.reap to the compiler and everything it
+starts): read the toolchain's folders (``/usr``, ``/bin``, ``/lib*``, the compiler's own
+install prefix, ``$CUDA_HOME``), the sweep folder and the space's include_dirs; write only
+the build's own folder (its ``TMPDIR`` too); ``/dev/null``, ``/dev/zero``, ``/dev/urandom``.
+Everything else, ``/etc``, ``/home``, ``/root``, the store, the build cache and the driver's
+files included, is "Permission denied" to it.
+
+The build's manifest (workers.deps) holds every local file the compiler read: the
+preprocessor's ``-MD`` list, and for a GNU toolchain the assembler's too (``as --MD``: a
+file pulled in with ``.incbin`` or ``.include``, which the preprocessor never sees).
+
+Stdlib only: the build worker imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from workers import landlock
+from workers.isolation import ENV_SWITCH, NONE
+
+ENV = "KOPT_BUILD_CONFINE"  # workers.reap reads the ruleset ({"read": [...], "write": [...]})
+SYSTEM_READ = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+               "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"]
+DEVICES = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
+_HOST_COMPILER_OPTIONS = ("-ccbin", "--compiler-bindir")
+
+
+def prefix_of(exe: str) -> str | None:
+    """The install prefix of executable ``exe`` (found on PATH, links followed): the folder
+    above its ``bin`` (``/opt/cuda-13.0`` for ``/opt/cuda-13.0/bin/nvcc``); None when it is
+    not found."""
+    found = shutil.which(exe)
+    if found is None:
+        return None
+    real = Path(os.path.realpath(found))
+    return str(real.parent.parent if real.parent.name == "bin" else real.parent)
+
+
+def ruleset(exes: list[str], source_dir: str, include_dirs: list[str], build_dir: str,
+            extra_read: list[str]) -> dict[str, list[str]]:
+    """The confinement of one compile: ``{"read": paths, "write": paths}``.
+
+    Args:
+        exes: the compiler executables the build runs (names on PATH or paths); their install
+            prefixes (links followed; not a wrapper script's target: name that in
+            ``$CUDA_HOME``) become readable.
+        source_dir: the sweep folder (read).
+        include_dirs: the space's extra ``-I`` folders (read).
+        build_dir: the build's own folder (read and write; the compiler's TMPDIR).
+        extra_read: more files or folders to read (kopt's pre-included shim).
+    """
+    read = list(SYSTEM_READ)
+    for exe in exes:
+        p = prefix_of(exe)
+        if p is not None:
+            read.append(p)
+    read += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    read += [source_dir, *include_dirs, *extra_read]
+    return {"read": read, "write": [build_dir, *DEVICES]}
+
+
+def wanted() -> bool:
+    """Whether compilers are to be confined: always, unless ``KOPT_ISOLATION=none`` (the
+    switch that also runs candidates unsandboxed) is set."""
+    return os.environ.get(ENV_SWITCH, "").lower() != NONE
+
+
+def env_for(rules: dict[str, list[str]], build_dir: str) -> dict[str, str]:
+    """The environment entries that carry ``rules`` to workers.reap (none when
+    :func:`wanted` says no) and point the compiler's temporary files (nvcc's, the
+    assembler's) into ``build_dir``."""
+    return {ENV: json.dumps(rules), "TMPDIR": build_dir} if wanted() else {"TMPDIR": build_dir}
+
+
+def describe() -> str:
+    """One line for ``kopt env``: how this host confines a compiler run on a candidate's
+    source (``landlock ABI N: ...``), or ``none`` and why."""
+    if not wanted():
+        return f"none ({ENV_SWITCH}=none is set in kopt's environment)"
+    v = landlock.abi()
+    if v == 0:
+        return ("none (this kernel has no Landlock, Linux 5.13+ with landlock among its "
+                "LSMs: compilers read and write as kopt's user)")
+    return (f"landlock ABI {v}: compilers read the toolchain, the sweep folder and "
+            "include_dirs, and write their build folder only")
+
+
+@lru_cache(maxsize=8)
+def _gnu(exe: str) -> bool:
+    """Whether ``exe`` is GCC (its ``--version`` names the Free Software Foundation):
+    its driver takes ``-Wa,--MD,FILE`` for GNU as."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "Free Software Foundation" in out.stdout
+
+
+def assembler_deps(backend: str, host_compiler: str, flags: list[str], rdc: bool,
+                   depfile: str) -> list[str]:
+    """The options that make GNU as write the files it read (``.incbin``, ``.include``) to
+    ``depfile``; [] where it cannot be asked (a compiler other than GCC, a host compiler
+    chosen in ``flags``, or a relocatable-device-code build, whose device-link step runs the
+    assembler again and overwrites the list).
+
+    Args:
+        backend: ``cpu`` (``host_compiler`` compiles) or ``cuda`` (nvcc, whose host compiler
+            is ``host_compiler`` unless ``flags`` choose one).
+    """
+    if backend == "cuda":
+        if rdc or any(f.split("=")[0] in _HOST_COMPILER_OPTIONS for f in flags):
+            return []
+        gnu = _gnu("gcc")  # nvcc's host compiler when none is chosen
+        return ["-Xcompiler", f"-Xassembler,--MD,-Xassembler,{depfile}"] if gnu else []
+    return [f"-Wa,--MD,{depfile}"] if _gnu(host_compiler) else []
