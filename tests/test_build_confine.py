@@ -130,3 +130,17 @@ def test_isolation_none_leaves_the_compiler_unconfined(tmp_path, monkeypatch):
     assert build_confine.describe() == (
         f"landlock ABI {landlock.abi()}: compilers read the toolchain, the sweep folder and "
         "include_dirs, and write their build folder only")
+
+
+def test_folders_the_specs_flags_name_stay_readable(tmp_path):
+    """``-I/abs/folder`` in the spec's flags is the spec author's choice, as include_dirs."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "three.h").write_text("#define THREE 3\n")
+    job = _job(tmp_path, '#include "three.h"\nextern "C" int solve() { return THREE; }\n')
+    job.flags = [f"-I{other}"]
+    res, data = wb.build(job, cache=tmp_path / "c")
+    assert res.ok, res.error
+    assert build_confine.flag_paths(["-I/opt/x", "-isystem", "/opt/y", "-Wl,-rpath,/opt/r",
+                                     "-include=/opt/z.h", "-O3"]) == [
+        "/opt/x", "/opt/y", "/opt/r", "/opt/z.h"]

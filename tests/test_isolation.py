@@ -17,7 +17,7 @@ import pytest
 from test_harness import artifact, job
 
 from conftest import FIXTURES, ROOT
-from workers import isolation
+from workers import cgroup, isolation
 from workers.isolation import Isolation, decode_exit
 from workers.sandbox import Sandbox
 
@@ -302,3 +302,60 @@ def test_an_answer_that_is_not_a_plain_verdict_is_refused():
     assert (_seconds(1e300, 5.0), _seconds(-1, 5.0), _seconds("3", 5.0)) == (5.0, 0.0, 0.0)
     w.send_bytes(b'{"status": "ok", "median_ms": 1.5}')
     assert read_answer(r) == {"status": "ok", "median_ms": 1.5}
+
+
+@pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_fork_bomb_stops_at_the_harness_task_limit(tmp_path, monkeypatch, isolated):
+    """A candidate forks 200 processes: in the sandbox its cgroup's task limit
+    (``KOPT_HARNESS_PIDS``, 64 here) stops it first (outputs right: ``ok``); unsandboxed all
+    200 start (``wrong_result``). The cgroup is gone once the harness is."""
+    monkeypatch.setenv("KOPT_HARNESS_PIDS", "64")
+    sb = _sandbox(isolated, {})
+    try:
+        got = sb.run(job(artifact(tmp_path, SRC, 14, "escape.cpp"), SRC,
+                         FIXTURES / "escape" / "ref.py"), timeout_s=60)["status"]
+        dirs = sb.cgroup.dirs if sb.cgroup is not None else ()
+        limits = sb.info["limits"]
+    finally:
+        sb.close()
+    assert got == ("ok" if isolated else "wrong_result")
+    if isolated:
+        assert limits.startswith("tasks 64, memory ") and len(dirs) >= 1, limits
+        assert not any(os.path.exists(d) for d in dirs)
+    else:
+        assert limits == "none: the harness is not sandboxed" and dirs == ()
+
+
+@pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_candidate_taking_memory_without_end_is_stopped_at_the_limit(tmp_path, monkeypatch,
+                                                                       isolated):
+    """A candidate touches 3 GiB: in the sandbox, whose memory limit is 2 GiB here
+    (``KOPT_HARNESS_MEM_GB``), the kernel kills it inside its cgroup (``crashed``, also in
+    the fresh harness it is retried in); unsandboxed it gets the memory (``wrong_result``)."""
+    monkeypatch.setenv("KOPT_HARNESS_MEM_GB", "2")
+    sb = _sandbox(isolated, {})
+    try:
+        res = sb.run_retrying(job(artifact(tmp_path, SRC, 15, "escape.cpp"), SRC,
+                                  FIXTURES / "escape" / "ref.py"), timeout_s=60)
+    finally:
+        sb.close()
+    assert res["status"] == ("crashed" if isolated else "wrong_result"), res
+    if isolated:
+        assert "SIGKILL" in res["error"], res["error"]
+
+
+def test_the_harness_limits_are_checked_when_kopt_starts(monkeypatch):
+    from workers.build import EnvError, check_env
+
+    monkeypatch.setenv("KOPT_HARNESS_PIDS", "lots")
+    with pytest.raises(EnvError, match=r"^KOPT_HARNESS_PIDS='lots': give a whole number of "
+                                       r"tasks, 64 or more \(default 2048\)$"):
+        check_env(builds=False)
+    monkeypatch.setenv("KOPT_HARNESS_PIDS", "100")
+    monkeypatch.setenv("KOPT_HARNESS_MEM_GB", "0")
+    with pytest.raises(EnvError, match=r"^KOPT_HARNESS_MEM_GB='0': give the harness's memory"):
+        check_env(builds=False)
+    monkeypatch.setenv("KOPT_HARNESS_MEM_GB", "1.5")
+    assert cgroup.limits_wanted() == (100, 3 * 2**29)

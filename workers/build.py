@@ -34,7 +34,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from workers import build_confine, deps, nvrtc
+from workers import build_confine, cgroup, deps, nvrtc
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
 from workers.records import BuildJob, BuildResult
@@ -122,11 +122,22 @@ def _cache_unusable(raw: str | None, root: Path) -> str:
             "KOPT_CACHE at a folder you can write (default ~/.cache/kopt)")
 
 
+def _limits_bad() -> str:
+    """What is wrong with ``$KOPT_HARNESS_PIDS`` / ``$KOPT_HARNESS_MEM_GB`` (the sandboxed
+    harness's limits, workers.cgroup), or ""."""
+    try:
+        cgroup.limits_wanted()
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
 def check_env(builds: bool = True) -> None:
     """Raise EnvError naming each KOPT_COMPILE_* variable whose value is unusable, and a
     ``$KOPT_CACHE`` that is (or lies under) a file; with ``builds`` (a command that builds),
     also one whose build cache folder cannot be made or written (this creates it)."""
-    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, _cache_bad(builds)) if x)
+    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, _limits_bad(), _cache_bad(builds))
+                    if x)
     if bad:
         raise EnvError(bad)
 
@@ -362,7 +373,7 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         exes = [compiler(job.backend)] + (["gcc", compiler("cpu")] if job.backend == "cuda"
                                            else [])
         rules = build_confine.ruleset(exes, job.source_dir, job.include_dirs, tmp,
-                                      [str(SHIM)])
+                                      [str(SHIM)], job.flags)
         t0 = time.perf_counter()
         wrapped, env = _reaped(cmd, COMPILE_TIMEOUT_S, build_confine.env_for(rules, tmp))
         try:

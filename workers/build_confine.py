@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from functools import lru_cache
@@ -46,7 +47,8 @@ def prefix_of(exe: str) -> str | None:
 
 
 def ruleset(exes: list[str], source_dir: str, include_dirs: list[str], build_dir: str,
-            extra_read: list[str]) -> dict[str, list[str]]:
+            extra_read: list[str], flags: list[str] | tuple[str, ...] = ()
+            ) -> dict[str, list[str]]:
     """The confinement of one compile: ``{"read": paths, "write": paths}``.
 
     Args:
@@ -57,6 +59,8 @@ def ruleset(exes: list[str], source_dir: str, include_dirs: list[str], build_dir
         include_dirs: the space's extra ``-I`` folders (read).
         build_dir: the build's own folder (read and write; the compiler's TMPDIR).
         extra_read: more files or folders to read (kopt's pre-included shim).
+        flags: the spec's compiler flags: the absolute paths they name are read
+            (:func:`flag_paths`).
     """
     read = list(SYSTEM_READ)
     for exe in exes:
@@ -64,8 +68,16 @@ def ruleset(exes: list[str], source_dir: str, include_dirs: list[str], build_dir
         if p is not None:
             read.append(p)
     read += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    read += [source_dir, *include_dirs, *extra_read]
+    read += [source_dir, *include_dirs, *flag_paths(flags), *extra_read]
     return {"read": read, "write": [build_dir, *DEVICES]}
+
+
+def flag_paths(flags: list[str] | tuple[str, ...]) -> list[str]:
+    """The absolute paths the spec's compiler ``flags`` name (``-I/opt/x/include``,
+    ``-L/opt/x/lib``, ``-isystem /opt/y``, ``-include /opt/z.h``): the spec's author chose
+    them, as include_dirs, so the compiler may read them. Relative paths are relative to
+    the build folder, which is readable already."""
+    return [m for f in flags for m in re.findall(r"(?:^|[=,]|^-[A-Za-z]+)(/[^\s=,]+)", f)]
 
 
 def wanted() -> bool:

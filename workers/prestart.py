@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from workers import isolation
+from workers import cgroup, isolation
 from workers.isolation import NONE, Isolation
 from workers.prestart_reaper import write_status
 from workers.reap import NO_GPU, die_with_parent, package_env, pid_alive
@@ -57,12 +57,14 @@ class Prestarted:
             isolated (a process group leader either way: ``killpg`` ends it all).
         device: ``cuda`` or ``cpu``.
         isolation: the sandbox it runs in.
+        limits: its cgroup's task and memory limits in words, or ``none: why``.
     """
 
     folder: str
     pid: int
     device: str
     isolation: Isolation = Isolation(NONE)  # what it runs under (workers.isolation)
+    limits: str = ""  # its task and memory limits in words (workers.cgroup), or "none: why"
 
     @property
     def log(self) -> Path:
@@ -199,6 +201,9 @@ class Prestarter:
             harness = self.isolation.wrap(
                 [sys.executable, "-m", "workers.harness", "--listen", str(listener.fileno()),
                  self.device, *extra], str(scratch))
+            cg, why = cgroup.make() if self.isolation.isolated else (None, "not sandboxed")
+            limits = cg.limits if cg is not None else f"none: {why}"
+            dirs = {cgroup.DIRS_ENV: ":".join(cg.dirs)} if cg is not None else {}
             with open(Path(folder) / LOG, "ab") as log:
                 # the harness's parent is a reaper, not this process: a candidate that
                 # kills its parent must not kill the driver (workers.prestart_reaper)
@@ -208,7 +213,7 @@ class Prestarter:
                     pass_fds=(listener.fileno(), pid_w), stdin=subprocess.DEVNULL,
                     stdout=log, stderr=log,
                     env={**harness_env(self.device, key), "TMPDIR": str(scratch),
-                         **self.isolation.env()},
+                         **self.isolation.env(), **dirs},
                     start_new_session=True,
                     preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
                     else None)
@@ -229,7 +234,7 @@ class Prestarter:
         if not pid.isdigit():
             return None
         self._harnesses[p.pid] = int(pid)
-        return Prestarted(folder, int(pid), self.device, self.isolation)
+        return Prestarted(folder, int(pid), self.device, self.isolation, limits)
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)

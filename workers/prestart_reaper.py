@@ -12,6 +12,9 @@ this reaper; the harness dies with it (``PR_SET_PDEATHSIG``), and the driver, wh
 the reaper, writes its status (killed by SIGKILL) in its place. Only the standard library
 is imported here (and workers.reap, as small): this process starts before the harness
 can.
+
+With ``$KOPT_CGROUP_DIRS`` set (workers.cgroup), the harness starts in that cgroup (its task
+and memory limits), and the reaper removes the cgroup once the harness has exited.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 
+from workers import cgroup  # the standard library only, as the next
 from workers.reap import die_with_parent  # the standard library only, too
 
 
@@ -60,12 +64,15 @@ def main(argv: list[str]) -> int:
     once the driver is gone (SIGTERM), kill it and remove the folder of ``argv[1]``."""
     pid_fd, status, cmd = int(argv[0]), argv[1], argv[2:]
     signal.signal(signal.SIGTERM, _driver_died)
+    cg = cgroup.from_env()  # the harness's task and memory limits (workers.cgroup)
     me = os.getpid()
     pid = os.fork()
     if pid == 0:  # the harness
         try:
             os.close(pid_fd)
             os.setpgid(0, 0)
+            if cg is not None:
+                cg.join()
             die_with_parent(signal.SIGKILL)
             if os.getppid() != me:  # the reaper died before the tie was made
                 os._exit(1)
@@ -89,6 +96,8 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:
             continue
+    if cg is not None:  # its sandbox's first process has exited: the namespace is empty
+        cg.remove()
     if _state["orphaned"]:
         import shutil
 

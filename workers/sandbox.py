@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import isolation, prestart
+from workers import cgroup, isolation, prestart
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
 from workers.records import RunJob
@@ -62,6 +62,8 @@ class Sandbox:
         self.adopted = False  # the harness was started before Ray (adopt)
         self.isolation = isolation.available()
         self.scratch = ""  # the sandbox's one writable folder (workers.jail), per start
+        self.cgroup: cgroup.Cgroup | None = None  # the running harness's (workers.cgroup)
+        self.limits = ""  # its task and memory limits in words, or "none: why"
 
     def start(self) -> None:
         """Start the harness and wait until it has set up the device, in the sandbox
@@ -83,6 +85,7 @@ class Sandbox:
         r_child, w_parent = os.pipe()
         r_parent, w_child = os.pipe()
         self._new_scratch()
+        self._new_cgroup()
         cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
@@ -90,7 +93,7 @@ class Sandbox:
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                 env={**self.env, "TMPDIR": self.scratch, **self.isolation.env()},
                 start_new_session=True,
-                preexec_fn=_tie_to_parent())
+                preexec_fn=cgroup.preexec(self.cgroup, _tie_to_parent()))
         os.close(r_child)
         os.close(w_child)
         self.w = Connection(w_parent, readable=False)
@@ -109,6 +112,7 @@ class Sandbox:
         self.r, self.w = conns
         self.proc = prestart.AdoptedProcess(pre)  # type: ignore[assignment]
         self.isolation = pre.isolation
+        self.limits = pre.limits
         old_log, self.log = self.log, pre.log
         try:
             self._hello()
@@ -136,7 +140,7 @@ class Sandbox:
         # the harness's own pid is its PID namespace's when isolated: the process to
         # signal from here is the sandbox's first (unshare: the namespace dies with it)
         self.info = {**hello["info"], "isolation": self.isolation.kind,
-                     "isolation_why": self.isolation.why}
+                     "isolation_why": self.isolation.why, "limits": self.limits}
         self.pid = self.proc.pid if self.isolation.isolated and self.proc else hello.get("pid")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,
@@ -312,6 +316,9 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             code = None
         self._drop_scratch()
+        if self.cgroup is not None:  # its processes are gone with its sandbox's first
+            self.cgroup.remove()
+            self.cgroup = None
         for c in ("w", "r"):
             conn = getattr(self, c, None)
             if conn is not None:
@@ -323,6 +330,13 @@ class Sandbox:
         """A fresh scratch folder for the next harness (the last one's removed)."""
         self._drop_scratch()
         self.scratch = tempfile.mkdtemp(prefix="kopt-scratch-")
+
+    def _new_cgroup(self) -> None:
+        """A cgroup with task and memory limits for the next harness, when it is sandboxed
+        and the host lets kopt make one (workers.cgroup); :attr:`limits` says which."""
+        self.cgroup, why = cgroup.make() if self.isolation.isolated else (
+            None, "the harness is not sandboxed")
+        self.limits = self.cgroup.limits if self.cgroup is not None else f"none: {why}"
 
     def _drop_scratch(self) -> None:
         if self.scratch:

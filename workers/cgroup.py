@@ -1,0 +1,286 @@
+"""Resource limits for one sandboxed harness, by the kernel's control groups (cgroups).
+
+Each harness process tree (the ``unshare`` that starts the sandbox, and everything in it)
+runs in a cgroup of its own, made beside nothing else under the cgroup kopt itself runs
+in, with
+
+- a task limit (the ``pids`` controller, ``pids.max``): a fork bomb, or a thread bomb,
+  stops at the limit instead of taking every process slot of the host (``pid_max``);
+- a memory limit (the ``memory`` controller: ``memory.max``, cgroup v1
+  ``memory.limit_in_bytes``): a candidate that allocates without end is killed by the
+  kernel's OOM killer inside its cgroup (its job a crash), not the driver or the host.
+
+The limits come from ``$KOPT_HARNESS_PIDS`` (default :data:`DEFAULT_PIDS` tasks: torch and
+OpenMP start a thread per core) and ``$KOPT_HARNESS_MEM_GB`` (default: half the host's
+memory, ``MemTotal`` of ``/proc/meminfo``). Both cgroup v1 (a hierarchy per controller)
+and v2 (one, with the controllers enabled in kopt's own cgroup's ``subtree_control``) are
+used as the host has them; where kopt cannot make a cgroup (not root and nothing delegated,
+cgroupfs read-only in a container) the harness runs without limits and
+:func:`describe` says why. The cgroup's processes cannot leave it: the sandbox mounts the
+cgroup file system read-only and leaves the harness no capability.
+
+Made by the process that starts the harness (``preexec_fn``: :meth:`Cgroup.join`), removed
+by it once the harness has exited (:meth:`Cgroup.remove`); a cgroup left by a process that
+was killed first is removed by the next :func:`make` (``rmdir`` of a cgroup that still has
+processes fails, so a live one is never touched).
+
+Stdlib only: the harness's starters import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PIDS_ENV, MEM_ENV = "KOPT_HARNESS_PIDS", "KOPT_HARNESS_MEM_GB"
+DEFAULT_PIDS = 2048
+PREFIX = "kopt-sandbox-"
+DIRS_ENV = "KOPT_CGROUP_DIRS"  # a prestarted harness's cgroup, for its reaper (":"-joined)
+CONTROLLERS = ("pids", "memory")
+_V1_LIMIT = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
+_V2_LIMIT = {"pids": "pids.max", "memory": "memory.max"}
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    """One harness's cgroup: ``dirs`` (one folder per hierarchy: v1 has one per controller,
+    v2 one for both) and the limits set, in words (``tasks 2048, memory 11.8 GiB``)."""
+
+    dirs: tuple[str, ...]
+    limits: str
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (a ``preexec_fn``: everything it starts
+        is in it too). Raises OSError when a hierarchy refuses."""
+        for d in self.dirs:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write("0")  # 0: the writer itself
+
+    def remove(self, wait_s: float = 2.0) -> bool:
+        """Remove the cgroup once its processes are gone, waiting up to ``wait_s`` for the
+        kernel to let their exit through; True when every folder is gone."""
+        deadline = time.monotonic() + wait_s
+        left = list(self.dirs)
+        while left:
+            for d in list(left):
+                try:
+                    os.rmdir(d)
+                    left.remove(d)
+                except FileNotFoundError:
+                    left.remove(d)
+                except OSError:  # EBUSY: a process is still in it
+                    pass
+            if left and time.monotonic() > deadline:
+                return False
+            if left:
+                time.sleep(0.05)
+        return True
+
+
+def limits_wanted() -> tuple[int, int]:
+    """(tasks, memory bytes) for a harness: ``$KOPT_HARNESS_PIDS`` and
+    ``$KOPT_HARNESS_MEM_GB`` (GiB), or the defaults. Raises ValueError naming the variable
+    for a value that is not a positive number."""
+    pids_raw = os.environ.get(PIDS_ENV) or str(DEFAULT_PIDS)
+    mem_raw = os.environ.get(MEM_ENV)
+    try:
+        pids = int(pids_raw)
+        if pids < 64:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{PIDS_ENV}={pids_raw!r}: give a whole number of tasks, 64 or more "
+                         f"(default {DEFAULT_PIDS})") from None
+    if mem_raw is None:
+        return pids, _mem_total() // 2
+    try:
+        gb = float(mem_raw)
+        if not gb > 0.25:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{MEM_ENV}={mem_raw!r}: give the harness's memory limit in GiB, "
+                         "more than 0.25 (default: half the host's memory)") from None
+    return pids, int(gb * 2**30)
+
+
+def _mem_total() -> int:
+    """The host's memory in bytes (``MemTotal``)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no MemTotal in /proc/meminfo")
+
+
+def _mounts() -> list[tuple[str, str, str, set[str]]]:
+    """(mount root in its hierarchy, mount point, fs type, super options) of every cgroup
+    and cgroup2 mount (``/proc/self/mountinfo``)."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rest = left.split(), right.split()
+            if len(fields) >= 5 and len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
+                out.append((fields[3], fields[4].replace("\\040", " "), rest[0],
+                            set(rest[2].split(","))))
+    return out
+
+
+def _memberships() -> dict[str, str]:
+    """This process's cgroup path per v1 controller, and ``""`` -> its v2 path
+    (``/proc/self/cgroup``)."""
+    out = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(":", 2)
+            if len(parts) == 3:
+                for c in parts[1].split(",") if parts[1] else [""]:
+                    out[c] = parts[2]
+    return out
+
+
+def _here(mount_root: str, mount_point: str, path: str) -> str:
+    """The folder of cgroup ``path`` under a mount of its hierarchy."""
+    rel = os.path.relpath(path, mount_root) if path.startswith(mount_root) else path
+    return os.path.normpath(os.path.join(mount_point, rel.lstrip("/")))
+
+
+def _places() -> dict[str, tuple[str, str]]:
+    """Where a new cgroup would go: ``{controller: (parent folder, "v1" or "v2")}`` for each
+    controller this process can use (v1 where the host mounts it so, else v2)."""
+    mounts, member = _mounts(), _memberships()
+    places: dict[str, tuple[str, str]] = {}
+    for c in CONTROLLERS:
+        for root, point, fs, opts in mounts:
+            if fs == "cgroup" and c in opts and c in member:
+                places[c] = (_here(root, point, member[c]), "v1")
+                break
+        else:
+            for root, point, fs, _opts in mounts:
+                if fs == "cgroup2" and "" in member:
+                    d = _here(root, point, member[""])
+                    if _v2_enable(d, c):
+                        places[c] = (d, "v2")
+                    break
+    return places
+
+
+def _v2_enable(parent: str, controller: str) -> bool:
+    """Whether cgroup v2 folder ``parent`` passes ``controller`` to its children (enabling
+    it in ``cgroup.subtree_control`` when it is available and not yet enabled)."""
+    try:
+        with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+            if controller in f.read().split():
+                return True
+        with open(os.path.join(parent, "cgroup.controllers")) as f:
+            if controller not in f.read().split():
+                return False
+        with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
+            f.write(f"+{controller}")
+        return True
+    except OSError:
+        return False
+
+
+def _no_swap(d: str, kind: str, mem: int) -> None:
+    """No swap beyond the memory limit (v1: memory+swap = the limit; v2: ``memory.swap.max``
+    0), so that a candidate past its limit is stopped, not swapped out at the host's cost;
+    a host without swap accounting has neither file, and keeps its default."""
+    name, value = (("memory.memsw.limit_in_bytes", mem) if kind == "v1"
+                   else ("memory.swap.max", 0))
+    try:
+        with open(os.path.join(d, name), "w") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
+def _sweep(parent: str) -> None:
+    """Remove the empty kopt cgroups under ``parent`` (left by a starter that was killed)."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+    except OSError:
+        return
+    for n in names:
+        try:
+            os.rmdir(os.path.join(parent, n))
+        except OSError:
+            pass  # still has processes: a live harness's
+
+
+def make() -> tuple[Cgroup | None, str]:
+    """A new cgroup for one harness with the limits of :func:`limits_wanted`.
+
+    Returns:
+        (the cgroup, ""), or (None, why) when none can be made here (the harness then runs
+        without limits). A controller the host lacks is left out and named in ``limits``.
+
+    Raises:
+        ValueError: ``$KOPT_HARNESS_PIDS`` or ``$KOPT_HARNESS_MEM_GB`` is not usable.
+    """
+    pids, mem = limits_wanted()
+    try:
+        places = _places()
+    except OSError as e:
+        return None, f"cannot read this process's cgroups ({e})"
+    if not places:
+        return None, "no cgroup pids or memory controller is usable here"
+    name = PREFIX + uuid.uuid4().hex[:12]
+    made: list[str] = []
+    said = []
+    try:
+        for c in CONTROLLERS:
+            if c not in places:
+                said.append(f"no {c} limit (no {c} controller)")
+                continue
+            parent, kind = places[c]
+            d = os.path.join(parent, name)
+            if d not in made:
+                _sweep(parent)
+                os.mkdir(d)
+                made.append(d)
+            with open(os.path.join(d, (_V1_LIMIT if kind == "v1" else _V2_LIMIT)[c]), "w") as f:
+                f.write(str(pids if c == "pids" else mem))
+            if c == "memory":
+                _no_swap(d, kind, mem)
+            said.append(f"tasks {pids}" if c == "pids" else f"memory {mem / 2**30:.1f} GiB")
+    except OSError as e:
+        Cgroup(tuple(made), "").remove(0)
+        return None, f"cannot make a cgroup ({e}); the harness runs without task or memory limits"
+    kinds = "+".join(sorted({k for _, k in places.values()}))
+    return Cgroup(tuple(made), f"{', '.join(said)} (cgroup {kinds})"), ""
+
+
+def describe() -> str:
+    """One line for ``kopt env``: the limits a harness started now would run under (a cgroup
+    is made and removed to find out), or ``none`` and why."""
+    try:
+        cg, why = make()
+    except ValueError as e:
+        return f"none: {e}"
+    if cg is None:
+        return f"none: {why}"
+    cg.remove(0)
+    return cg.limits
+
+
+def preexec(cg: Cgroup | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that moves the child into ``cg`` (when given) and then calls
+    ``then`` (when given); None when there is nothing to do."""
+    return then if cg is None else functools.partial(_join_then, cg, then)
+
+
+def _join_then(cg: Cgroup, then: Callable[[], None] | None) -> None:
+    cg.join()
+    if then is not None:
+        then()
+
+
+def from_env(env: dict[str, str] | os._Environ[str] = os.environ) -> Cgroup | None:
+    """The cgroup named in ``env`` (:data:`DIRS_ENV`, set for workers.prestart_reaper), or
+    None."""
+    raw = env.get(DIRS_ENV, "")
+    return Cgroup(tuple(raw.split(":")), "") if raw else None
