@@ -144,3 +144,23 @@ def test_folders_the_specs_flags_name_stay_readable(tmp_path):
     assert build_confine.flag_paths(["-I/opt/x", "-isystem", "/opt/y", "-Wl,-rpath,/opt/r",
                                      "-include=/opt/z.h", "-O3"]) == [
         "/opt/x", "/opt/y", "/opt/r", "/opt/z.h"]
+
+
+@pytest.mark.parametrize("form", ["{w}/other/../sweep/f.h", "/proc/self/root{w}/sweep/f.h",
+                                  "/{w}/sweep/f.h", "../..{w}/sweep/f.h"])
+def test_a_header_named_in_another_spelling_is_still_in_the_manifest(tmp_path, form):
+    """A sweep-folder header included through a macro as ``/x/other/../sweep/f.h`` (or
+    through ``/proc/self/root``, ``//``, or ``..`` from the build folder) was compared as
+    written, was in no manifest, and an edit left the stale build trusted."""
+    (tmp_path / "other").mkdir()
+    job = _job(tmp_path, "")
+    (Path(job.source_dir) / "f.h").write_text("static const int XV = 1;\n")
+    name = form.format(w=tmp_path)
+    src = f'#define H "{name}"\n#include H\nextern "C" int solve() {{ return XV; }}\n'
+    job = _job(tmp_path, src)
+    res, _ = wb.build(job, cache=tmp_path / "c")
+    assert res.ok, res.error
+    (Path(job.source_dir) / "f.h").write_text("static const int XV = 2;\n")
+    again, _ = wb.build(job, cache=tmp_path / "c")
+    assert not again.cached
+    assert again.note == "f.h, which the cached build read, has changed since: rebuilt"

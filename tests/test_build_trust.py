@@ -190,7 +190,8 @@ def test_ensure_artifact_rewrites_a_damaged_file(tmp_path):
 def test_the_include_scan_and_the_dependency_list(tmp_path):
     """workers.deps: cycles and ``..`` end, every #include line counts (also under #if 0),
     system headers are skipped; a Make dependency list with continuations and escaped
-    spaces parses, and what lies under the -I folders (as written) is local."""
+    spaces parses, and every entry, resolved, outside the build folder and the toolchain
+    is local."""
     (tmp_path / "a.h").write_text('#include "sub/b.h"\n#include <vector>\n')
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.h").write_text('#include "../a.h"\n#if 0\n  # include "c.h"\n#endif\n')
@@ -204,5 +205,9 @@ def test_the_include_scan_and_the_dependency_list(tmp_path):
     listed = deps.parse_depfile(text)
     assert listed == ["k.cu", "/usr/include/stdio.h", "/w/my dir/x.h", "/w/s/../common/y.h",
                       "z.h"]
-    local = deps.local_deps(listed, "/tmp/build", ["/w/s", "/w/my dir"])
-    assert [str(p) for p in local] == ["/w/my dir/x.h", "/w/s/../common/y.h"]
+    local = deps.local_deps(listed, "/tmp/build", ["/w/s", "/w/my dir"], ["/usr"])
+    # resolved; outside the -I folders but not the toolchain's: kept (fail closed)
+    assert [str(p) for p in local] == ["/w/common/y.h", "/w/my dir/x.h"]
+    assert [str(p) for p in deps.local_deps(["//w/s/a.h", "/proc/self/root/w/s/b.h"],
+                                            "/tmp/build", ["/w/s"], ["/usr"])] == [
+        "/w/s/a.h", "/w/s/b.h"]

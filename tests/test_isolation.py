@@ -218,8 +218,9 @@ def test_ipc_objects_a_candidate_makes_die_with_its_harness(tmp_path):
 
 
 def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
-    """workers.seccomp in a process of its own: socket(), keyctl() and a user namespace are
-    refused (EPERM) for every thread, while threads, fork and exec still work."""
+    """workers.seccomp in a process of its own: socket(), a user namespace, inotify and a
+    POSIX message queue are refused (EPERM) for every thread, while threads, fork and exec
+    still work."""
     code = (
         "import ctypes, os, socket, subprocess, threading\n"
         "from workers import seccomp\n"
@@ -233,12 +234,15 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "t = threading.Thread(target=probe); t.start(); t.join()\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "out.append((libc.unshare(0x10000000), ctypes.get_errno()))\n"
+        "out.append((libc.inotify_init1(0), ctypes.get_errno()))\n"
+        "out.append((libc.mq_open(b'/kopt', 0o100 | 2, 0o600, None), ctypes.get_errno()))\n"
         "out.append(subprocess.run(['true']).returncode)\n"
         "print(out)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "[1, (-1, 1), 0]"
+    # inotify instances and message-queue bytes are counted per uid: the host root's
+    assert p.stdout.strip() == "[1, (-1, 1), (-1, 1), (-1, 1), 0]"
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path):
@@ -359,3 +363,52 @@ def test_the_harness_limits_are_checked_when_kopt_starts(monkeypatch):
         check_env(builds=False)
     monkeypatch.setenv("KOPT_HARNESS_MEM_GB", "1.5")
     assert cgroup.limits_wanted() == (100, 3 * 2**29)
+    monkeypatch.setenv("KOPT_HARNESS_SCRATCH_GB", "-1")
+    with pytest.raises(EnvError, match=r"^KOPT_HARNESS_SCRATCH_GB='-1': give the harness's "
+                                       r"scratch size in GiB, more than 0 \(default 4\)$"):
+        check_env(builds=False)
+
+
+@pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
+def test_a_cgroup_made_for_another_harness_is_left_alone_until_its_maker_is_gone():
+    """Two device actors starting at once: the second's sweep of stale cgroups removed the
+    first's, made but not yet joined, and the first harness failed to start. Only cgroups
+    whose maker (the pid in the name) is gone are swept."""
+    a, _ = cgroup.make()
+    b, _ = cgroup.make()
+    try:
+        assert all(os.path.isdir(d) for d in (*a.dirs, *b.dirs))
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        stale = [os.path.join(os.path.dirname(d), f"{cgroup.PREFIX}{gone.pid}-0") for d in a.dirs]
+        for d in stale:
+            os.mkdir(d)
+        c, _ = cgroup.make()
+        c.remove()
+        assert not any(os.path.exists(d) for d in stale)
+        assert all(os.path.isdir(d) for d in (*a.dirs, *b.dirs))
+        p = subprocess.Popen(["sleep", "30"], preexec_fn=cgroup.preexec(a, None))
+        try:
+            assert a.holds(p.pid) and not b.holds(p.pid)
+            assert not a.remove(wait_s=0.2)  # a process is in it: rmdir refuses
+        finally:
+            p.kill()
+            p.wait()
+    finally:
+        assert a.remove() and b.remove()
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_the_scratch_folder_is_a_bounded_tmpfs_not_the_hosts_disk(tmp_path, monkeypatch,
+                                                                 isolated):
+    """A candidate writes 300 MiB into ``$TMPDIR``: sandboxed, its scratch folder is a tmpfs
+    of ``KOPT_HARNESS_SCRATCH_GB`` (0.125 here) and the write stops there (``ok``);
+    unsandboxed it lands on the host's disk (``wrong_result``)."""
+    monkeypatch.setenv("KOPT_HARNESS_SCRATCH_GB", "0.125")
+    sb = _sandbox(isolated, {})
+    try:
+        got = sb.run(job(artifact(tmp_path, SRC, 16, "escape.cpp"), SRC,
+                         FIXTURES / "escape" / "ref.py"), timeout_s=60)["status"]
+    finally:
+        sb.close()
+    assert got == ("ok" if isolated else "wrong_result")

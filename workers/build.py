@@ -35,6 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from workers import build_confine, cgroup, deps, nvrtc
+from workers.jail import SetupError, scratch_bytes
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
 from workers.records import BuildJob, BuildResult
@@ -124,10 +125,12 @@ def _cache_unusable(raw: str | None, root: Path) -> str:
 
 def _limits_bad() -> str:
     """What is wrong with ``$KOPT_HARNESS_PIDS`` / ``$KOPT_HARNESS_MEM_GB`` (the sandboxed
-    harness's limits, workers.cgroup), or ""."""
+    harness's limits, workers.cgroup) or ``$KOPT_HARNESS_SCRATCH_GB`` (its scratch
+    folder's size, workers.jail), or ""."""
     try:
         cgroup.limits_wanted()
-    except ValueError as e:
+        scratch_bytes()
+    except (ValueError, SetupError) as e:
         return str(e)
     return ""
 
@@ -370,10 +373,8 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         src.write_text(job.source)
         out = Path(tmp) / "solve.so"
         cmd = command(job, src, out)
-        exes = [compiler(job.backend)] + (["gcc", compiler("cpu")] if job.backend == "cuda"
-                                           else [])
-        rules = build_confine.ruleset(exes, job.source_dir, job.include_dirs, tmp,
-                                      [str(SHIM)], job.flags)
+        rules = build_confine.ruleset(_exes(job.backend), job.source_dir, job.include_dirs,
+                                      tmp, [str(SHIM)], job.flags)
         t0 = time.perf_counter()
         wrapped, env = _reaped(cmd, COMPILE_TIMEOUT_S, build_confine.env_for(rules, tmp))
         try:
@@ -404,6 +405,12 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         return res, data
 
 
+def _exes(backend: str) -> list[str]:
+    """The compilers a solve-mode build for ``backend`` runs: nvcc and its host compiler,
+    or the C++ compiler."""
+    return [compiler(backend)] + (["gcc", compiler("cpu")] if backend == "cuda" else [])
+
+
 def _read_files(job: BuildJob, out: Path, tmp: str) -> dict[str, str]:
     """``{path relative to the sweep folder: sha256}`` of the local files a finished compile
     read: the preprocessor's list (``-MD``; without one, the include scan's) and the
@@ -415,7 +422,9 @@ def _read_files(job: BuildJob, out: Path, tmp: str) -> dict[str, str]:
     listed = deps.parse_depfile(depfile.read_text())
     if asm.exists():
         listed += deps.parse_depfile(asm.read_text())
-    return deps.digests(deps.local_deps(listed, tmp, roots), job.source_dir)
+    tools = build_confine.toolchain(_exes(job.backend)) + [str(SHIM)]
+    return deps.digests(deps.local_deps(listed, tmp, roots, tools),
+                        os.path.realpath(job.source_dir))
 
 
 def kernel_command(job: BuildJob) -> list[str]:

@@ -62,14 +62,21 @@ def ruleset(exes: list[str], source_dir: str, include_dirs: list[str], build_dir
         flags: the spec's compiler flags: the absolute paths they name are read
             (:func:`flag_paths`).
     """
+    read = toolchain(exes)
+    read += [source_dir, *include_dirs, *flag_paths(flags), *extra_read]
+    return {"read": read, "write": [build_dir, *DEVICES]}
+
+
+def toolchain(exes: list[str]) -> list[str]:
+    """The toolchain's folders: :data:`SYSTEM_READ`, the install prefix of each of ``exes``
+    (:func:`prefix_of`), ``$CUDA_HOME`` and ``$CUDA_PATH``. What a build reads there is
+    covered by the compiler's identity, not by its manifest."""
     read = list(SYSTEM_READ)
     for exe in exes:
         p = prefix_of(exe)
         if p is not None:
             read.append(p)
-    read += [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    read += [source_dir, *include_dirs, *flag_paths(flags), *extra_read]
-    return {"read": read, "write": [build_dir, *DEVICES]}
+    return read + [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
 
 
 def flag_paths(flags: list[str] | tuple[str, ...]) -> list[str]:

@@ -19,9 +19,10 @@ cgroupfs read-only in a container) the harness runs without limits and
 :func:`describe` says why. The cgroup's processes cannot leave it: the sandbox mounts the
 cgroup file system read-only and leaves the harness no capability.
 
-Made by the process that starts the harness (``preexec_fn``: :meth:`Cgroup.join`), removed
-by it once the harness has exited (:meth:`Cgroup.remove`); a cgroup left by a process that
-was killed first is removed by the next :func:`make` (``rmdir`` of a cgroup that still has
+Made by the process that starts the harness (``preexec_fn``: :meth:`Cgroup.join`, checked
+with :meth:`Cgroup.holds` once it started), removed by it once the harness has exited
+(:meth:`Cgroup.remove`); a cgroup whose maker was killed first is removed by the next
+:func:`make` (its name holds the maker's pid; ``rmdir`` of a cgroup that still has
 processes fails, so a live one is never touched).
 
 Stdlib only: the harness's starters import it.
@@ -59,6 +60,29 @@ class Cgroup:
         for d in self.dirs:
             with open(os.path.join(d, "cgroup.procs"), "w") as f:
                 f.write("0")  # 0: the writer itself
+
+    def leave(self) -> None:
+        """Move the calling process back to the parent cgroup in every hierarchy (a
+        process that joined to start the harness, before it removes the cgroup). Never
+        raises: one it cannot leave stays, and :meth:`remove` reports it."""
+        for d in self.dirs:
+            try:
+                with open(os.path.join(os.path.dirname(d), "cgroup.procs"), "w") as f:
+                    f.write("0")
+            except OSError:
+                pass
+
+    def holds(self, pid: int) -> bool:
+        """Whether process ``pid`` is in the cgroup in every hierarchy (checked once it
+        started: :func:`preexec` does not fail a start when joining fails)."""
+        try:
+            for d in self.dirs:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    if str(pid) not in f.read().split():
+                        return False
+        except OSError:
+            return False
+        return True
 
     def remove(self, wait_s: float = 2.0) -> bool:
         """Remove the cgroup once its processes are gone, waiting up to ``wait_s`` for the
@@ -199,16 +223,32 @@ def _no_swap(d: str, kind: str, mem: int) -> None:
 
 
 def _sweep(parent: str) -> None:
-    """Remove the empty kopt cgroups under ``parent`` (left by a starter that was killed)."""
+    """Remove the kopt cgroups under ``parent`` whose maker (the pid in the name) is gone:
+    left by a starter that was killed. One of a live maker is never touched (it may be
+    made and not yet joined: removing it failed another device's harness start), nor one
+    that still holds processes (``rmdir`` refuses)."""
     try:
         names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
     except OSError:
         return
     for n in names:
+        maker = n[len(PREFIX):].split("-", 1)[0]
+        if maker.isdigit() and _alive(int(maker)):
+            continue
         try:
             os.rmdir(os.path.join(parent, n))
         except OSError:
             pass  # still has processes: a live harness's
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def make() -> tuple[Cgroup | None, str]:
@@ -228,7 +268,7 @@ def make() -> tuple[Cgroup | None, str]:
         return None, f"cannot read this process's cgroups ({e})"
     if not places:
         return None, "no cgroup pids or memory controller is usable here"
-    name = PREFIX + uuid.uuid4().hex[:12]
+    name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"  # the maker's pid: see _sweep
     made: list[str] = []
     said = []
     try:
@@ -274,7 +314,10 @@ def preexec(cg: Cgroup | None, then: Callable[[], None] | None) -> Callable[[], 
 
 
 def _join_then(cg: Cgroup, then: Callable[[], None] | None) -> None:
-    cg.join()
+    try:  # a failed join must not fail the start: the starter checks (Cgroup.holds)
+        cg.join()
+    except OSError:
+        pass
     if then is not None:
         then()
 

@@ -102,14 +102,25 @@ def parse_depfile(text: str) -> list[str]:
             for p in re.split(r"(?<!\\)\s+", body) if p]
 
 
-def local_deps(deps: list[str], cwd: str | Path, roots: list[str]) -> list[Path]:
-    """The entries of a compiler's dependency list (paths relative to ``cwd`` or absolute)
-    that lie under one of ``roots`` (compared as written, so ``root/../x.h`` counts: it was
-    found through ``-I root``), sorted and without duplicates."""
+def local_deps(deps: list[str], cwd: str | Path, roots: list[str],
+               toolchain: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """The entries of a compiler's dependency list (paths relative to ``cwd``, the build
+    folder, or absolute) that a cached build must be checked against: each resolved (links,
+    ``..``, ``//`` and ``/proc/self/root`` followed: a source named a sweep-folder header
+    as ``/x/other/../sweep/f.h`` and the manifest, compared as written, held nothing), then
+    kept when it lies under one of ``roots`` or, failing closed, anywhere but the build
+    folder and ``toolchain`` (the compiler's own folders, covered by its identity).
+    Sorted, without duplicates."""
+    build = Path(os.path.realpath(cwd))
+    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    tools = [Path(os.path.realpath(t)) for t in toolchain]
     out = set()
     for d in deps:
-        p = Path(cwd) / d
-        if any(p.is_relative_to(r) for r in roots):
+        p = Path(os.path.realpath(os.path.join(cwd, d)))
+        if p.is_relative_to(build):
+            continue
+        if any(p.is_relative_to(r) for r in real_roots) or not any(
+                p.is_relative_to(t) for t in tools):
             out.add(p)
     return sorted(out)
 

@@ -10,8 +10,9 @@ it:
    ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs`` read-only: :data:`PROC_READ_ONLY`)
    and a fresh tmpfs on ``/dev/shm`` (no shared memory of the host's to read or plant);
 3. binds ``/dev/null`` over every device node but a few and the GPU's (:data:`DEV_KEPT`,
-   :func:`_kept_device`), and ``SCRATCH`` (a folder the caller made and removes) onto
-   itself, writable;
+   :func:`_kept_device`), and mounts a tmpfs of :func:`scratch_bytes` on ``SCRATCH`` (a
+   folder the caller made and removes; what is written there is in memory, counted by the
+   harness's memory cgroup, and gone with the sandbox);
 4. remounts every other mount read-only, the root included: the sweep folder and its
    ``ref.py``, kopt's build cache and store, kopt's own code, ``/tmp`` (other runs'
    sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
@@ -46,6 +47,7 @@ MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38  # <linux/prctl.h>
 SETUP_FAILED = 125
+SCRATCH_ENV, SCRATCH_GB_DEFAULT = "KOPT_HARNESS_SCRATCH_GB", 4
 # parts of the fresh /proc made read-only, as container runtimes do: writes there are checked
 # by uid, not by capability, and a candidate still runs as uid 0 (root, no capabilities):
 # /proc/sys/kernel/core_pattern would run a program of its choosing as the host's root
@@ -65,10 +67,11 @@ class SetupError(Exception):
     """A step of the sandbox's set-up failed; the message names the step and the errno."""
 
 
-def _mount(src: str | None, target: str, fstype: str | None, flags: int) -> None:
+def _mount(src: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
     """``mount(2)``. Raises SetupError naming ``target`` and the error."""
     if _libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(),
-                   ctypes.c_ulong(flags), None) != 0:
+                   ctypes.c_ulong(flags), data and data.encode()) != 0:
         err = ctypes.get_errno()
         raise SetupError(f"mount {target} ({fstype or 'flags'} {flags:#x}): "
                          f"{os.strerror(err)}")
@@ -142,7 +145,11 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
     if os.path.isdir("/dev/shm") and not any(_under("/dev/shm", k) for k in keep):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV)
     _mask_devices("/dev")
-    _mount(scratch, scratch, None, MS_BIND | MS_REC)
+    # scratch: a tmpfs of bounded size, not the host's disk (a candidate wrote 2 GiB there,
+    # and could fill the disk the store and the build cache live on); its pages count
+    # against the harness's memory cgroup (workers.cgroup)
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={scratch_bytes()},mode=0700")
     for path in keep:
         _mount(path, path, None, MS_BIND | MS_REC)
     writable = (scratch, "/proc", "/dev/shm", *keep)
@@ -150,6 +157,21 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
         if any(_under(path, w) for w in writable) or not os.path.lexists(path):
             continue  # a mount point a later mount hid (its path gone) is not reachable
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+
+
+def scratch_bytes() -> int:
+    """The scratch folder's size in bytes: ``$KOPT_HARNESS_SCRATCH_GB`` GiB (default
+    :data:`SCRATCH_GB_DEFAULT`). Raises SetupError for a value that is not a number above
+    0 (kopt checks it before any harness starts: workers.build.check_env)."""
+    raw = os.environ.get(SCRATCH_ENV) or str(SCRATCH_GB_DEFAULT)
+    try:
+        gb = float(raw)
+        if not gb > 0:
+            raise ValueError
+    except ValueError:
+        raise SetupError(f"{SCRATCH_ENV}={raw!r}: give the harness's scratch size in GiB, "
+                         f"more than 0 (default {SCRATCH_GB_DEFAULT})") from None
+    return int(gb * 2**30)
 
 
 def drop_privilege() -> None:

@@ -234,6 +234,8 @@ class Prestarter:
         if not pid.isdigit():
             return None
         self._harnesses[p.pid] = int(pid)
+        if cg is not None and not cg.holds(int(pid)):
+            limits = "none: the harness could not join its cgroup"
         return Prestarted(folder, int(pid), self.device, self.isolation, limits)
 
     def close(self) -> None:

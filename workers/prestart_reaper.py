@@ -64,15 +64,20 @@ def main(argv: list[str]) -> int:
     once the driver is gone (SIGTERM), kill it and remove the folder of ``argv[1]``."""
     pid_fd, status, cmd = int(argv[0]), argv[1], argv[2:]
     signal.signal(signal.SIGTERM, _driver_died)
-    cg = cgroup.from_env()  # the harness's task and memory limits (workers.cgroup)
+    # the harness's task and memory limits (workers.cgroup): joined here, before the fork,
+    # so that the harness is in it when its pid is told (the driver checks: Cgroup.holds)
+    cg = cgroup.from_env()
+    if cg is not None:
+        try:
+            cg.join()
+        except OSError:
+            cg = None
     me = os.getpid()
     pid = os.fork()
     if pid == 0:  # the harness
         try:
             os.close(pid_fd)
             os.setpgid(0, 0)
-            if cg is not None:
-                cg.join()
             die_with_parent(signal.SIGKILL)
             if os.getppid() != me:  # the reaper died before the tie was made
                 os._exit(1)
@@ -97,6 +102,7 @@ def main(argv: list[str]) -> int:
         except InterruptedError:
             continue
     if cg is not None:  # its sandbox's first process has exited: the namespace is empty
+        cg.leave()
         cg.remove()
     if _state["orphaned"]:
         import shutil

@@ -96,6 +96,8 @@ class Sandbox:
                 preexec_fn=cgroup.preexec(self.cgroup, _tie_to_parent()))
         os.close(r_child)
         os.close(w_child)
+        if self.cgroup is not None and not self.cgroup.holds(self.proc.pid):
+            self.limits = "none: the harness could not join its cgroup"
         self.w = Connection(w_parent, readable=False)
         self.r = Connection(r_parent, writable=False)
         self._hello()

@@ -16,6 +16,10 @@ runs), with ``EPERM``:
   computed when first read, also by the kernel's own reads);
 - ``add_key``, ``request_key``, ``keyctl``;
 - ``ptrace``, ``process_vm_writev``;
+- ``inotify_init``, ``inotify_init1`` and ``mq_open``: inotify instances and POSIX
+  message queue bytes are counted per user (``fs.inotify.max_user_instances``,
+  ``RLIMIT_MSGQUEUE``), and the harness runs as the host's uid 0: a candidate holding
+  every instance made ``inotify_init1`` fail for every root process of the host;
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
   with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
   the filter cannot read; the C library then falls back to ``clone``, as under Docker's
@@ -45,7 +49,7 @@ X32_BIT = 0x40000000
 DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "io_uring_register", "add_key", "request_key", "keyctl", "ptrace",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
-          "pivot_root", "bpf")
+          "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open")
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -55,13 +59,15 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 248, "request_key": 249,
         "keyctl": 250, "ptrace": 101, "process_vm_writev": 311, "userfaultfd": 323,
         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
-        "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16}),
+        "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16, "inotify_init": 253,
+        "inotify_init1": 294, "mq_open": 240}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
         "keyctl": 219, "ptrace": 117, "process_vm_writev": 271, "userfaultfd": 282,
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
-        "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29}),
+        "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
+        "mq_open": 180}),
 }
 
 
@@ -83,7 +89,8 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     allow = (RET_K, 0, 0, RET_ALLOW)
     # the tail, in order: [clone check: ld arg0, jset NEWUSER], allow, deny, enosys
     body: list[tuple[int, int, int, int]] = [(LD_ABS_W, 0, 0, 4)]  # seccomp_data.arch
-    checks: list[tuple[str, int]] = [(n, nr[n]) for n in DENIED]
+    # (AArch64 has no inotify_init: inotify_init1 only)
+    checks: list[tuple[str, int]] = [(n, nr[n]) for n in DENIED if n in nr]
     # + ioctl, clone3, clone (and the x32 bound on x86-64)
     n_checks = len(checks) + 3 + (1 if machine == "x86_64" else 0)
     # positions after the header (arch load, arch jeq, nr load): the checks, then the tail:
