@@ -110,7 +110,6 @@ def limits_wanted() -> tuple[int, int]:
     ``$KOPT_HARNESS_MEM_GB`` (GiB), or the defaults. Raises ValueError naming the variable
     for a value that is not a positive number."""
     pids_raw = os.environ.get(PIDS_ENV) or str(DEFAULT_PIDS)
-    mem_raw = os.environ.get(MEM_ENV)
     try:
         pids = int(pids_raw)
         if pids < 64:
@@ -118,16 +117,25 @@ def limits_wanted() -> tuple[int, int]:
     except ValueError:
         raise ValueError(f"{PIDS_ENV}={pids_raw!r}: give a whole number of tasks, 64 or more "
                          f"(default {DEFAULT_PIDS})") from None
-    if mem_raw is None:
-        return pids, _mem_total() // 2
+    gb = env_gib(MEM_ENV, 0.25, "the harness's memory limit", "default: half the host's memory")
+    return pids, (_mem_total() // 2 if gb is None else int(gb * 2**30))
+
+
+def env_gib(name: str, floor: float, what: str, default: str) -> float | None:
+    """The GiB figure in environment variable ``name``, None when it is unset or empty.
+    Raises ValueError (``NAME='x': give WHAT in GiB, more than FLOOR (DEFAULT)``) for a
+    value that is not a number above ``floor``."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
     try:
-        gb = float(mem_raw)
-        if not gb > 0.25:
+        gb = float(raw)
+        if not gb > floor:
             raise ValueError
     except ValueError:
-        raise ValueError(f"{MEM_ENV}={mem_raw!r}: give the harness's memory limit in GiB, "
-                         "more than 0.25 (default: half the host's memory)") from None
-    return pids, int(gb * 2**30)
+        raise ValueError(f"{name}={raw!r}: give {what} in GiB, more than {floor:g} "
+                         f"({default})") from None
+    return gb
 
 
 def _mem_total() -> int:

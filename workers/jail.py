@@ -29,7 +29,8 @@ The network namespace has no interface up, not even loopback: no connection can 
 Once set up, the harness itself installs a system-call filter (workers.seccomp): no new
 socket (the Unix sockets of the host are files a read-only mount still lets ``connect``
 reach), keyring, ``ptrace``, io_uring or namespace.
-Only the standard library is used here; this process starts before the harness can.
+Only the standard library is used here (and workers.cgroup, as small); this process
+starts before the harness can.
 A setup step that fails exits 125 with one line on stderr naming the step.
 """
 
@@ -41,6 +42,8 @@ import re
 import signal
 import stat
 import sys
+
+from workers.cgroup import env_gib  # the standard library only, too
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
@@ -163,15 +166,12 @@ def scratch_bytes() -> int:
     """The scratch folder's size in bytes: ``$KOPT_HARNESS_SCRATCH_GB`` GiB (default
     :data:`SCRATCH_GB_DEFAULT`). Raises SetupError for a value that is not a number above
     0 (kopt checks it before any harness starts: workers.build.check_env)."""
-    raw = os.environ.get(SCRATCH_ENV) or str(SCRATCH_GB_DEFAULT)
     try:
-        gb = float(raw)
-        if not gb > 0:
-            raise ValueError
-    except ValueError:
-        raise SetupError(f"{SCRATCH_ENV}={raw!r}: give the harness's scratch size in GiB, "
-                         f"more than 0 (default {SCRATCH_GB_DEFAULT})") from None
-    return int(gb * 2**30)
+        gb = env_gib(SCRATCH_ENV, 0, "the harness's scratch size",
+                     f"default {SCRATCH_GB_DEFAULT}")
+    except ValueError as e:
+        raise SetupError(str(e)) from None
+    return int((SCRATCH_GB_DEFAULT if gb is None else gb) * 2**30)
 
 
 def drop_privilege() -> None:
