@@ -164,3 +164,36 @@ def test_a_header_named_in_another_spelling_is_still_in_the_manifest(tmp_path, f
     again, _ = wb.build(job, cache=tmp_path / "c")
     assert not again.cached
     assert again.note == "f.h, which the cached build read, has changed since: rebuilt"
+
+
+def _nvrtc_here() -> bool:
+    from workers import nvrtc
+
+    try:
+        nvrtc.version()
+    except nvrtc.NvrtcMissing:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _nvrtc_here(), reason="needs NVRTC (cuda-bindings)")
+def test_a_kernel_mode_include_of_a_host_file_is_refused_not_quoted(tmp_path):
+    """Kernel mode's NVRTC compiler process is confined as nvcc is (after its warm-up, at
+    its first build): a host file is "cannot open", never its lines in the error, while
+    a header of the sweep folder still builds."""
+    secret = _secret(tmp_path)
+    launch = {"kernel": "k", "block": [1], "grid": [1], "smem_bytes": 0}
+    wb.warm_nvrtc()
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "one.h").write_text("#define ONE 1\n")
+    ok = wb.BuildJob("n1", "cuda", '#include "one.h"\nextern "C" __global__ void k(int *x) '
+                     "{ x[0] = ONE; }\n", "k.cu", str(tmp_path / "sweep"), {},
+                     target="sm_90", mode="kernel", launch=launch)
+    res, data = wb.build(ok, cache=tmp_path / "c")
+    assert res.ok and data, res.error
+    bad = wb.BuildJob("n2", "cuda", f'#include "{secret}"\nextern "C" __global__ void k() {{}}\n',
+                      "k.cu", str(tmp_path / "sweep"), {}, target="sm_90", mode="kernel",
+                      launch=launch)
+    res, data = wb.build(bad, cache=tmp_path / "c")
+    assert not res.ok and data is None
+    assert MARK not in res.error and "cannot open source file" in res.error, res.error

@@ -448,7 +448,9 @@ def _build_kernel(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None
         return BuildResult(job.build_id, False, str(e)), None
     cmd_s = f"nvrtc {ver} " + " ".join(opts) + f" {job.source_name}"
     req = {"source": job.source, "name": job.source_name, "kernel": launch["kernel"],
-           "options": opts}
+           "options": opts, "confine": [job.source_dir, *job.include_dirs,
+                                        *build_confine.flag_paths(job.flags)]
+           if build_confine.wanted() else None}
     t0 = time.perf_counter()
     try:
         out = nvrtc.compiler(COMPILE_MEM_GB).compile(req, COMPILE_TIMEOUT_S)

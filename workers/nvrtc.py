@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from workers import build_confine, landlock
 from workers.reap import limited, package_env
 from workers.sandbox import describe_exit
 
@@ -238,6 +239,7 @@ class Compiler:
         self.proc: subprocess.Popen | None = None
         self.w: Connection | None = None
         self.r: Connection | None = None
+        self.confined_to: list[str] | None = None  # the folders the process may read
 
     def _start(self) -> None:
         r_child, w_parent = os.pipe()
@@ -275,9 +277,15 @@ class Compiler:
         Raises:
             NvrtcMissing: the process cannot start (no cuda-python / NVRTC here).
         """
+        # a process confined to other folders is replaced; an unconfined one (started by
+        # warm_nvrtc) confines itself at this request
+        confine = request.get("confine")
+        if self.proc is not None and self.confined_to not in (None, confine):
+            self.kill()
         if self.proc is None or self.proc.poll() is not None:
             self.kill()
             self._start()
+        self.confined_to = confine
         assert self.w is not None and self.r is not None
         t0 = time.perf_counter()
         try:
@@ -328,6 +336,40 @@ def compiler(mem_gb: float) -> Compiler:
 
 
 
+def confine(folders: list[str]) -> str | None:
+    """Confine this compiler process (and anything it starts) with Landlock
+    (workers.landlock), as workers.build_confine confines nvcc: read the toolchain's
+    folders, Python's (its prefixes and absolute ``sys.path`` entries but the working
+    folder), the folders of every shared library it has loaded (libnvrtc's, where NVRTC
+    loads its builtins from), the CUDA headers and ``folders`` (the sweep folder,
+    include_dirs and the paths the spec's flags name); write nothing but ``/dev/null``.
+    Returns the reason it could not, else None (also where the kernel has no Landlock)."""
+    cwd = os.getcwd()
+    python = [p for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
+              if os.path.isabs(p) and os.path.isdir(p) and p not in (cwd, "/")]
+    read = [*build_confine.SYSTEM_READ, *python, *_mapped_folders(), *cuda_include_dirs(),
+            *folders]
+    try:
+        landlock.restrict(read, build_confine.DEVICES)
+    except OSError as e:
+        return f"cannot confine the compiler ({e})"
+    return None
+
+
+def _mapped_folders() -> list[str]:
+    """The folders of the files this process has mapped (its shared libraries)."""
+    found = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    found.add(os.path.dirname(parts[5].strip()))
+    except OSError:
+        pass
+    return sorted(found - {"/"})
+
+
 def main(rfd: int, wfd: int) -> None:
     """Serve compile requests over the pipe until EOF (the parent went away)."""
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
@@ -337,11 +379,18 @@ def main(rfd: int, wfd: int) -> None:
         wconn.send({"ready": False, "error": str(e)})
         return
     wconn.send({"ready": True, "pid": os.getpid()})
+    confined = False
     while True:
         try:
             req = rconn.recv()
         except EOFError:
             return
+        why = None if confined or req.get("confine") is None else confine(req["confine"])
+        if why is not None:
+            wconn.send({"ok": False, "log": why, "cubin": None, "lowered": None,
+                        "seconds": 0.0})
+            return
+        confined = confined or req.get("confine") is not None
         try:
             res = compile_in_process(req["source"], req["name"], req["kernel"], req["options"])
         except Exception as e:
