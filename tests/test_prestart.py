@@ -16,7 +16,7 @@ from test_harness import artifact, job
 from conftest import FIXTURES, ROOT, write_sweep
 from kopt.core.spec import load_sweep
 from workers.isolation import decode_exit
-from workers.prestart import SCRATCH, STATUS, Prestarter
+from workers.prestart import STATUS, Prestarter
 from workers.reap import pid_alive
 from workers.sandbox import Sandbox
 
@@ -116,19 +116,37 @@ def test_leave_ray_stops_every_process_of_the_embedded_instance():
 
 
 def _counting_sweep(tmp_path, body="    return 2 * x"):
-    """A CPU sweep whose ref.py logs each reference() call to calls.log in the harness's
-    TMPDIR (its sandbox's one writable folder: the prestart folder's ``scratch``)."""
+    """A CPU sweep whose ref.py logs each reference() call to calls.log in
+    ``$KOPT_TEST_CALLS`` when set (a folder the test keeps writable in the sandbox: its
+    scratch folder is a tmpfs of its own, unseen from here)."""
     yaml = "kernel: k.cpp\ndims: [{N: 64}]\nargs: {x: [N], y: [N]}\n"
     return write_sweep(tmp_path / "count", yaml, {
         "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) '
                  '{ for (int i = 0; i < N; ++i) y[i] = 2 * x[i]; }',
         "ref.py": "import os\ndef reference(x, N):\n"
-                  "    open(os.path.join(os.environ['TMPDIR'], 'calls.log'), 'a')"
+                  "    if os.environ.get('KOPT_TEST_CALLS'):\n"
+                  "        open(os.path.join(os.environ['KOPT_TEST_CALLS'], 'calls.log'), 'a')"
                   ".write('call\\n')\n"
                   f"{body}\n"}), "calls.log"
 
 
-def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
+@pytest.fixture
+def calls_folder(tmp_path, monkeypatch):
+    """A folder the sandbox leaves writable (``KOPT_SANDBOX_WRITABLE``), named to ref.py
+    in ``$KOPT_TEST_CALLS``."""
+    from workers import isolation
+
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    monkeypatch.setenv("KOPT_SANDBOX_WRITABLE", str(calls))
+    monkeypatch.setenv("KOPT_TEST_CALLS", str(calls))
+    isolation.available.cache_clear()
+    yield calls
+    monkeypatch.undo()
+    isolation.available.cache_clear()
+
+
+def test_the_reference_check_is_made_ahead_and_found_made(tmp_path, calls_folder):
     """prestart_sandboxes hands each harness the sweep's reference checks: their inputs and
     reference outputs are made before the actor takes the harness over, and the actor's
     own reference check (the same job) finds them made: reference() is not called again."""
@@ -138,7 +156,8 @@ def test_the_reference_check_is_made_ahead_and_found_made(tmp_path):
     sweep = load_sweep(d)
     pre = prestart_sandboxes(sweep, "cpu", 1)
     assert pre is not None and list(pre.started) == ["0"] and len(pre.prepare) == 1
-    log = Path(pre.started["0"].folder) / SCRATCH / log
+    assert pre.started["0"].isolation.writable == (str(calls_folder),)
+    log = calls_folder / log
     from workers.harness import N_SETS, N_UNSEEN
 
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
