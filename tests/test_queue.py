@@ -318,6 +318,50 @@ def test_a_queued_sweep_starts_in_the_services_ready_driver(service, tmp_path):
     assert _pad(state)["served"] == before["served"] + 2
 
 
+def _spare_ready(state: dict) -> dict:
+    """The launchpad's state once a spare driver is ready (up to 60 s)."""
+    t0 = time.time()
+    while not _pad(state).get("spare") and time.time() - t0 < 60:
+        time.sleep(0.2)
+    return _pad(state)
+
+
+def test_a_submitted_iteration_runs_in_the_services_ready_driver(service, tmp_path):
+    """`kopt submit --queue`: a new version, checked and run as the next iteration by the
+    service's ready driver on its warm device actors (no Ray, no device start-up): every
+    process of the run is the launchpad's, on the service's address, and the version wins."""
+    env, state = service
+    folder = tmp_path / "submit"
+    shutil.copytree(FIXTURES / "submit", folder)
+    store = tmp_path / "store"
+    p = _front(env, "sweep", str(folder), "--queue", "--store", str(store))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rid = p.stderr.split()[1]
+    v2 = folder / "v2.cpp"  # 16x less of the fixture's work: certainly faster
+    v2.write_text((folder / "base.cpp").read_text().replace("#define WORK 64", "#define WORK 4"))
+    note = folder / "why.md"
+    note.write_text("the chain dominates: coarsen (priority 4; 1-3 need tensor cores, fp16 or "
+                    "a launch_config change this kernel does not need; no kernel_fusion, "
+                    "coalesced_access or tiling_smem to do: one pass, contiguous, no reuse)")
+    before = _spare_ready(state)
+    s = _front(env, "submit", rid, "--source", str(v2), "--methods",
+               "compute.thread_coarsening,memory.none,latency.none", "--note", str(note),
+               "--store", str(store), "--queue", "--format", "json")
+    assert s.returncode == 0, s.stdout[-2000:] + s.stderr[-2000:]
+    out = json.loads(s.stdout)
+    assert (out["run_id"], out["iteration"], out["try"]) == (rid, 2, 1)
+    assert _pad(state)["served"] == before["served"] + 1
+    assert _driver(store) == ["launchpad"]  # the sweep's process and the submission's
+    assert {q for q, in _query(store, "runs", "select distinct json_extract_string(options, "
+                                "'$.queue') from T")} == {state["address"]}
+    w = _front(env, "wait", rid, "--store", str(store), "--format", "json")
+    assert w.returncode == 0, w.stdout[-2000:] + w.stderr[-2000:]
+    verdict = json.loads(w.stdout)
+    [cls] = verdict["classes"]
+    assert verdict["iteration"] == 2 and cls["winner"] in out["versions"][0]["candidate_ids"], (
+        verdict)
+
+
 def test_a_front_whose_environment_differs_runs_the_sweep_itself(service, tmp_path):
     env, state = service
     store = tmp_path / "store"

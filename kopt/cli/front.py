@@ -83,11 +83,14 @@ def record_path() -> Path:
     return Path(base) / "service.json"
 
 
+QUEUED = ("sweep", "submit")  # the commands a ready driver runs (with --queue)
+
+
 def launch_socket(argv: list[str]) -> str | None:
-    """The recorded service's launch socket when ``argv`` is a ``sweep --queue`` on the
-    recorded service (no ``--address``, ``--cluster`` or ``--help``) and the front is not
-    switched off; else None."""
-    if os.environ.get("KOPT_FRONT") == "0" or not argv or argv[0] != "sweep":
+    """The recorded service's launch socket when ``argv`` is a ``sweep --queue`` or a
+    ``submit --queue`` on the recorded service (no ``--address``, ``--cluster`` or
+    ``--help``) and the front is not switched off; else None."""
+    if os.environ.get("KOPT_FRONT") == "0" or not argv or argv[0] not in QUEUED:
         return None
     flags = {a.split("=", 1)[0] for a in argv[1:] if a.startswith("--")}
     if "--queue" not in flags or flags & {"--address", "--cluster", "--help"}:

@@ -49,12 +49,13 @@ from kopt.cli.front import MAX_MESSAGE, exit_file, recv, send
 from kopt.run.launchpad import IGNORED_ENV, KOPT_DIR, own_folder
 from workers.reap import die_with_parent, pid_alive
 
-# what `kopt sweep --queue` imports before its first line of work (kopt.cli.main itself is
-# imported after the front's stdout and stderr are in place: it sizes its consoles on them)
+# what `kopt sweep --queue` (and `submit --queue`) imports before its first line of work
+# (kopt.cli.main itself is imported after the front's stdout and stderr are in place: it
+# sizes its consoles on them)
 PRELOAD = ("ray", "pyarrow", "pyarrow.parquet", "duckdb", "pydantic", "yaml", "click", "numpy",
            "rich.console", "rich.progress", "rich.table", "kopt.driver.sweep", "kopt.run.service",
            "kopt.store.database", "kopt.store.select", "kopt.store.files", "kopt.core.spec",
-           "kopt.run.callbacks", "kopt.cli.streams", "kopt.strategy.base")
+           "kopt.run.callbacks", "kopt.cli.streams", "kopt.strategy.base", "kopt.tools.submit")
 # environment read when those modules are imported: a front whose values differ is declined
 # (it runs the command itself); Ray's token is set per sweep from the service record. kopt's
 # own variables are read when used, but for IMPORT_VARS (tests/test_queue.py checks that no

@@ -870,11 +870,14 @@ def _gpu_line(g: dict[str, Any]) -> str:
                    "or KIND:REF (paper:, kernel:, other:); stored in the provenance table.")
 @STORE_OPT
 @click.option("--address", default=None, help="Ray cluster address (default: embedded local Ray).")
+@click.option("--queue", is_flag=True,
+              help="Run on the warm kopt service's devices (`kopt serve start`; with "
+                   "--address, the service of that cluster): no Ray or device start-up.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
                submitter: str | None, retry: bool, max_tries: int | None, detach: bool,
                ideas: tuple[str, ...],
-               store: Path | None, address: str | None, fmt: str) -> None:
+               store: Path | None, address: str | None, queue: bool, fmt: str) -> None:
     """Run new kernel versions as the next iteration of RUN_ID: each version x its sweep's
     launch configs against the run's current best; prints the candidate ids it created.
     A claim that breaks the catalog's rules is refused (one line per rule, exit 1)."""
@@ -900,14 +903,14 @@ def submit_cmd(run_id: str, source: Path, methods: str, note: Path | None,
                 log, obs = None, ConsoleProgress()
                 try:
                     sub, _ = sm.run_recorded(root, run_id, it, try_no, [obs], address=address,
-                                             sweep=sweep)
+                                             sweep=sweep, queue=queue)
                 finally:
                     obs.stop()
                 line = compile_errors_line(obs)
                 if line is not None:  # the version's own compiler message, as a sweep's
                     console.print(line, highlight=False, soft_wrap=True)
         if detach:
-            log = sm.detach(root, run_id, it, try_no, address)
+            log = sm.detach(root, run_id, it, try_no, address, queue)
             sub = sm.planned_ids(sweep, root, run_id, it, try_no)
     except sm.SubmitError as e:
         if fmt == "json":  # a loop driver reads the refusals as data too (stderr: as text)
@@ -962,8 +965,9 @@ def _submitted(run_id: str, try_no: int, sub: Any, log: Path | None, fmt: str) -
 @click.option("--try", "try_no", type=click.IntRange(min=1), required=True)
 @click.option("--store", type=click.Path(path_type=Path), required=True)
 @click.option("--address", default=None)
+@click.option("--queue", is_flag=True)
 def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
-                      address: str | None) -> None:
+                      address: str | None, queue: bool) -> None:
     """A recorded try run by `kopt submit --detach` in its background process; its exit
     status goes into STORE/submit-logs/RUN_ID-itN-tryK.json."""
     from kopt.run.runner import SweepError
@@ -972,7 +976,7 @@ def run_submitted_cmd(run_id: str, iteration: int, try_no: int, store: Path,
 
     rc, obs = 1, ConsoleProgress()
     try:
-        sm.run_recorded(store, run_id, iteration, try_no, [obs], address)
+        sm.run_recorded(store, run_id, iteration, try_no, [obs], address, queue=queue)
         rc = 0
     except sm.SubmitError as e:
         console.print(f"[bold red]error:[/] {escape(e.lines[0])}", highlight=False)

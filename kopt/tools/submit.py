@@ -43,7 +43,7 @@ from kopt.loop.submitted import (
     version_candidates,
     version_space,
 )
-from kopt.store.database import Database
+from kopt.store.database import Database, run_record
 from kopt.store.files import RunLock, complete_rows, no_run, now, stored_json
 from kopt.util.jsonrecord import MAX_PID, RecordError, RecordModel, read_record, write_record
 from kopt.util.paths import broken_link
@@ -674,33 +674,52 @@ def run_submission(root: Path, run_id: str, sources: list[Path], methods: list[s
 
 def run_recorded(root: Path, run_id: str, it: int, try_no: int,
                  observers: list[Any] | None = None, address: str | None = None,
-                 sweep: Sweep | None = None) -> tuple[Submitted, Any]:
+                 sweep: Sweep | None = None, queue: bool = False) -> tuple[Submitted, Any]:
     """Run try ``try_no`` of iteration ``it`` (recorded by :func:`record`) on the attached
     (or an embedded local) Ray, as kopt.driver.sweep.Driver runs any iteration of the loop;
-    returns the strategy and the run's summary.
+    returns the strategy and the run's summary. ``queue``: on the warm kopt service's
+    devices (kopt.run.service) at ``address``, or the one ``kopt serve start`` recorded,
+    as ``kopt sweep --queue`` runs; its Ray head's token is used for its address.
 
     Raises:
         SubmitError: as :func:`load`, :func:`open_run`.
         kopt.store.files.RunLocked: another process is writing the run.
+        kopt.run.service.ServiceError: ``queue`` and no service runs there, or it runs
+            another backend than the run's.
     """
     # lazy: Ray and the driver only when the iteration runs, after its claims are checked
     # without them
     from kopt.driver.sweep import Driver
     from kopt.run.cluster import ensure_ray
+    from kopt.run.service import queue_backend, recorded_address, service_config, use_token
     from kopt.run.signals import terminate
 
     sweep = sweep or open_run(root, run_id)
     sub = load(sweep, root, run_id, it, try_no)
+    if queue and address is None:
+        address = recorded_address()
+    if address is not None:  # kopt's own service's head asks for its token
+        use_token(address)
     ensure_ray(address)
+    svc = service_config(str(address)) if queue else None
+    backend = queue_backend(svc, _run_backend(root, run_id)) if svc is not None else "auto"
     if threading.current_thread() is threading.main_thread():
         # SIGTERM stops it as Ctrl-C does: what was measured flushed, the run interrupted
         signal.signal(signal.SIGTERM, terminate)
-    summary = Driver(sweep, root, resume=run_id, observers=observers, submission=sub).run()
+    summary = Driver(sweep, root, backend, resume=run_id, observers=observers, submission=sub,
+                     queue=svc, cpu_devices=int(svc.get("cpu_devices") or 1) if svc else 1,
+                     attach={"address": address, "cluster": None}).run()
     return sub, summary
 
 
-def detach(root: Path, run_id: str, it: int, try_no: int, address: str | None = None
-           ) -> Path:
+def _run_backend(root: Path, run_id: str) -> str:
+    """The backend run ``run_id`` was made on (``auto`` when its record does not say)."""
+    rec = run_record(root, run_id) or {}
+    return str(rec.get("backend") or "auto")
+
+
+def detach(root: Path, run_id: str, it: int, try_no: int, address: str | None = None,
+           queue: bool = False) -> Path:
     """Run try ``try_no`` of iteration ``it`` in a background process of its own session
     (``python -m kopt.cli.main run-submitted``, which outlives this one); returns its log file,
     ``STORE/submit-logs/RUN_ID-itN-tryK.log``. Next to it, ``.json`` names the process
@@ -710,7 +729,8 @@ def detach(root: Path, run_id: str, it: int, try_no: int, address: str | None = 
     cmd = [sys.executable, "-m", "kopt.cli.main", "run-submitted", run_id, "--iteration", str(it),
            "--try", str(try_no), "--store", str(Path(root).absolute())]
     with open(log, "ab") as f:
-        p = subprocess.Popen(cmd + (["--address", address] if address else []), stdout=f,
+        cmd += (["--address", address] if address else []) + (["--queue"] if queue else [])
+        p = subprocess.Popen(cmd, stdout=f,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
     write_record(job_file(root, run_id, it, try_no, ".json"),
