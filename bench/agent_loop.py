@@ -1,0 +1,124 @@
+"""The agent's loop on a warm CPU service: ``--tries`` consecutive submitted versions
+(`kopt submit --queue`), each a new source built, measured against the run's best and
+judged; per try the wall time of the `kopt submit` process (the command's start to its
+exit, as an agent waits for it) and its breakdown from the run's ``phases`` rows.
+
+    python bench/agent_loop.py --tries 50
+
+A kopt service (`kopt serve start --backend cpu`, its own Ray head here, in a fresh
+``$KOPT_CACHE``) takes a copy of tests/fixtures/submit (a CPU sweep of two candidates whose
+work is a dependent integer chain); its baseline sweep runs on the service
+(`kopt sweep --queue`), then every try is a version doing a different amount of that work
+(a new source: nothing is a build-cache hit), submitted as a try of iteration 2 (the first
+one, then `--retry`: the catalog's rules refuse a method once it was selected, so 50
+iterations would need 50 methods; every try runs the same path an iteration does: record,
+claim check, builds, device time, the closing contest). The sweep's ``submit.max_tries`` is
+raised to ``--tries``.
+
+Columns: ``wall s`` (the submit process), ``run s`` (the driver's ``run`` phase: from the
+Driver's start to its end), ``builds s`` (the ``build`` phases: compiles, summed),
+``device s`` (``busy``: the device actors measuring, summed), ``contest s`` (``contest``: the
+closing contest of the best candidates), ``store s`` (``store``: the run's rows written), and
+what the rest of the process took (``wall s`` less ``run s``: the front's hand-over, the
+claim check and the try's record before the Driver starts, the verdict printed after). The
+last try's every phase is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kopt.store.database import Database
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = ROOT / "tests" / "fixtures" / "submit"
+CLAIM = "compute.thread_coarsening,memory.none,latency.none"
+NOTE = ("the chain dominates: coarsen (priority 4; 1-3 need tensor cores, fp16 or a "
+        "launch_config change this kernel does not need; no kernel_fusion, coalesced_access "
+        "or tiling_smem to do: one pass, contiguous, no reuse)")
+PHASES = ("run", "build", "busy", "contest", "store")
+
+
+def kopt(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    """``kopt ARGS`` as the console script runs it (``python -m kopt``: the front, which
+    hands a queued command to the service's ready driver); (wall s, the process). Exits on
+    a failure."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "kopt", *args], capture_output=True, text=True,
+                       env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"kopt {' '.join(args)} failed ({p.returncode}): {p.stderr[-3000:]}")
+    return wall, p
+
+
+def spans(store: Path, run_id: str) -> dict[str, float]:
+    """Seconds of each of :data:`PHASES` in ``run_id``'s latest process, summed over its
+    rows (``busy``: over the device actors' rows; 0 when absent)."""
+    rows = [r for r in Database(store).phases(run_id)
+            if not r.get("device") or r["phase"] == "busy"]
+    out = dict.fromkeys(PHASES, 0.0)
+    for r in rows:
+        if r["phase"] in out and r.get("end_s") is not None:
+            out[r["phase"]] += r["end_s"] - r["start_s"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tries", type=int, default=50)
+    ap.add_argument("--cpu-devices", type=int, default=1)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kopt-agent-loop-"))
+    env = {**os.environ, "KOPT_CACHE": str(tmp / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
+    folder, store = tmp / "submit", tmp / "store"
+    shutil.copytree(FIXTURE, folder)
+    spec = folder / "sweep.yaml"
+    spec.write_text(spec.read_text() + f"submit: {{max_tries: {a.tries}}}\n")
+    (folder / "why.md").write_text(NOTE)
+    base = (folder / "base.cpp").read_text()
+    start_s, _ = kopt(["serve", "start", "--backend", "cpu", "--cpu-devices",
+                       str(a.cpu_devices)], env)
+    rows = []
+    try:
+        sweep_s, p = kopt(["sweep", str(folder), "--queue", "--store", str(store)], env)
+        run_id = p.stderr.split()[1]
+        for k in range(a.tries):
+            v = folder / f"v{k + 1}.cpp"  # a new source each time: 2..61 units of work
+            v.write_text(base.replace("#define WORK 64", f"#define WORK {2 + k % 60}"))
+            args = ["submit", run_id, "--source", str(v), "--methods", CLAIM, "--note",
+                    str(folder / "why.md"), "--store", str(store), "--queue", "--format",
+                    "json", *(["--retry"] if k else [])]
+            wall, p = kopt(args, env)
+            out = json.loads(p.stdout)
+            rows.append({"try": out["try"], "wall_s": wall, **spans(store, run_id)})
+        last = [(r["phase"], round(r["end_s"] - r["start_s"], 3))
+                for r in Database(store).phases(run_id)
+                if not r.get("device") and r.get("end_s") is not None]
+    finally:
+        kopt(["serve", "stop"], env)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"kopt serve start: {start_s:.1f} s (once); baseline sweep on it: {sweep_s:.1f} s")
+    print(f"{'try':>4} {'wall s':>7} {'run s':>7} {'builds s':>9} {'device s':>9} "
+          f"{'contest s':>10} {'store s':>8} {'rest s':>7}")
+    for r in rows:
+        print(f"{r['try']:>4} {r['wall_s']:7.2f} {r['run']:7.2f} {r['build']:9.2f} "
+              f"{r['busy']:9.2f} {r['contest']:10.2f} {r['store']:8.2f} "
+              f"{r['wall_s'] - r['run']:7.2f}")
+    print("the last try's phases (s):", ", ".join(f"{n} {d}" for n, d in last))
+    walls = [r["wall_s"] for r in rows]
+    print(f"wall per try: median {statistics.median(walls):.2f} s, "
+          f"max {max(walls):.2f} s over {len(walls)} tries")
+
+
+if __name__ == "__main__":
+    main()
