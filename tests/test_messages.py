@@ -26,7 +26,7 @@ def test_a_submitted_version_that_does_not_compile_prints_the_compilers_first_er
     version = SimpleNamespace(name="v2.cpp", source_hash="abc123")
     sub = SimpleNamespace(iteration=2, versions=[version], created={"abc123": ["c1", "c2"]})
 
-    def run(root, run_id, it, try_no, observers, address=None, sweep=None):
+    def run(root, run_id, it, try_no, observers, address=None, sweep=None, queue=False):
         obs = observers[0]
         obs.on_start(1, 4, [])
         obs.on_build(BuildResult("b1", False, error=GCC), 4)

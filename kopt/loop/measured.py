@@ -64,12 +64,14 @@ class Measured:
     notes: list[str] = field(default_factory=list)
 
 
-def stored_copy(db: Database, source_hash: str) -> tuple[Path, str] | None:
+def stored_copy(db: Database, source_hash: str, row: dict[str, Any] | None = None
+                ) -> tuple[Path, str] | None:
     """(the file ``STORE/source-files/<digest>/<name>``, an absolute path also for a store
     named by a relative one, its text) of the stored source
-    with digest ``source_hash``: the ``sources`` table's text, written to the file byte for
-    byte when the file is missing or differs; None when the table holds no such source."""
-    row = db.source(source_hash)
+    with digest ``source_hash``: the ``sources`` table's text (``row``, its ``name`` and
+    ``text`` when already read), written to the file byte for byte when the file is missing
+    or differs; None when the table holds no such source."""
+    row = row if row is not None else db.source(source_hash)
     if row is None:
         return None
     copy = Path(os.path.abspath(db.root)) / "source-files" / source_hash / row["name"]

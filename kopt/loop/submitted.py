@@ -183,14 +183,16 @@ class SubmitError(ValueError):
         self.lines = lines
 
 
-def stored_source(db: Database, space: Space, source_hash: str) -> Space:
-    """The space a stored source (a ``sources`` row) is built from, its copy re-written
-    under the store when it is missing or differs (:func:`kopt.loop.measured.stored_copy`).
+def stored_source(db: Database, space: Space, source_hash: str,
+                  row: dict[str, Any] | None = None) -> Space:
+    """The space a stored source (a ``sources`` row; ``row`` when already read) is built
+    from, its copy re-written under the store when it is missing or differs
+    (:func:`kopt.loop.measured.stored_copy`).
 
     Raises:
         SubmitError: the store holds no source with that digest.
     """
-    got = stored_copy(db, source_hash)
+    got = stored_copy(db, source_hash, row)
     if got is None:
         raise SubmitError([f"{db.root}: no stored source {source_hash} (table sources); "
                            "the parent's source is lost, submit against a newer run"])

@@ -821,6 +821,16 @@ select candidate_id, compute_method, memory_method, latency_method, params, defi
 from candidates where run_id = ? and candidate_id = ? order by created_at desc limit 1
 """
 SOURCE_SQL = "select name, text from sources where source_hash = ? limit 1"
+# several of each at once (a retried iteration's load: one query, not one per earlier try)
+CANDIDATE_LINEAGES_SQL = """
+select * exclude (rn) from (
+  select candidate_id, compute_method, memory_method, latency_method, params, defines, arch,
+         parent_id, source_hash, submitter, claimed_methods, note,
+         row_number() over (partition by candidate_id order by created_at desc) rn
+  from candidates where run_id = ? and list_contains(?, candidate_id)) where rn = 1
+"""
+SOURCES_SQL = ("select source_hash, first(name) name, first(text) text from sources "
+               "where list_contains(?, source_hash) group by source_hash")
 SUBMIT_TRIES_SQL = ("select coalesce(max(try_no), 0) tries from versions "
                     "where run_id = ? and iteration = ?")
 LINEAGE_ROWS_SQL = """
@@ -1094,6 +1104,17 @@ class Database:
         ``submitter``, ``claimed_methods``, ``note``); None when it has no row."""
         rows = self._records(CANDIDATE_LINEAGE_SQL, [run_id, candidate_id])
         return rows[0] if rows else None
+
+    def candidate_lineages(self, run_id: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """:meth:`candidate_lineage` of each of ``ids`` in one query: candidate id -> its
+        row (ids without a row are absent)."""
+        rows = self._records(CANDIDATE_LINEAGES_SQL, [run_id, list(ids)]) if ids else []
+        return {r["candidate_id"]: r for r in rows}
+
+    def sources(self, hashes: list[str]) -> dict[str, dict[str, Any]]:
+        """:meth:`source` of each of ``hashes`` in one query: digest -> ``name``, ``text``."""
+        rows = self._records(SOURCES_SQL, [list(hashes)]) if hashes else []
+        return {r["source_hash"]: {"name": r["name"], "text": r["text"]} for r in rows}
 
     def source(self, source_hash: str) -> dict[str, Any] | None:
         """The stored copy (``name``, ``text``) of the source with digest ``source_hash``."""

@@ -301,12 +301,13 @@ def _parents(db: Database, run_id: str, it: int, prior: dict[str, IterState], sp
         SubmitError: a class has no best candidate (its baseline failed).
     """
     parents = {}
-    for dc, st in prior.items():
-        row = _lineage_row(db, run_id, (st.best or {}).get("candidate_id", ""), space, pspace)
-        if row is None:
+    best = {dc: (st.best or {}).get("candidate_id", "") for dc, st in prior.items()}
+    rows = db.candidate_lineages(run_id, sorted(set(best.values())))
+    for dc, cid in best.items():
+        if cid not in rows:
             raise SubmitError([f"run {run_id}: iteration {it - 1} on {dc} has no best "
                                "candidate to derive from (its baseline failed)"])
-        parents[dc] = row
+        parents[dc] = _lineage_row(dict(rows[cid]), db, space, pspace, {})
     return parents
 
 
@@ -326,14 +327,19 @@ def load(sweep: Sweep, root: Path, run_id: str, it: int, try_no: int) -> Submitt
                            f"{root}; submit it with `kopt submit`"])
     space, pspace = sweep.space(rec["backend"]), {}
     parents = _parents(db, run_id, it, states[it - 1], space, pspace)
-    versions = [Version(v["name"], stored_source(db, space, v["source_hash"]).source,
+    # every earlier candidate the contests may re-measure, and the sources of all, read at
+    # once: one query per candidate and source made a retry's start grow with its tries
+    lineage = db.candidate_lineages(run_id, sorted(_contested(db, run_id, it, states,
+                                                              try_no > 1)))
+    texts = db.sources(sorted({v["source_hash"] for v in rows} | {
+        r["source_hash"] for r in lineage.values() if r["submitter"] not in (None, "sweep")}))
+    versions = [Version(v["name"], stored_source(db, space, v["source_hash"],
+                                                 texts.get(v["source_hash"])).source,
                         v["source_hash"], [m for m in (v["claimed_methods"] or "").split(",") if m],
                         v["note"] or "", v["submitter"]) for v in rows]
     sub = Submitted(it, versions, states[it - 1], parents, pspace)
-    for cid in _contested(db, run_id, it, states, try_no > 1):
-        row = _lineage_row(db, run_id, cid, space, pspace)
-        if row is not None:
-            sub.rebuild[cid] = row
+    for cid, row in sorted(lineage.items()):
+        sub.rebuild[cid] = _lineage_row(row, db, space, pspace, texts)
     return sub
 
 
@@ -353,17 +359,16 @@ def planned_ids(sweep: Sweep, root: Path, run_id: str, it: int, try_no: int) -> 
     return sub
 
 
-def _lineage_row(db: Database, run_id: str, cid: str, space: Space,
-                 pspace: dict[str, Space]) -> dict[str, Any] | None:
-    """Candidate ``cid``'s lineage row, its source's space added to ``pspace``."""
-    row = db.candidate_lineage(run_id, cid)
-    if row is None:
-        return None
+def _lineage_row(row: dict[str, Any], db: Database, space: Space, pspace: dict[str, Space],
+                 texts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A candidate's lineage row (Database.candidate_lineages) with its source digest
+    filled in, its source's space added to ``pspace`` (``texts``: the sources already
+    read, by digest)."""
     src = row["source_hash"] or space_digest(space)
     row["source_hash"] = src
     if src not in pspace:
         pspace[src] = (space if row["submitter"] in (None, "sweep")
-                       else stored_source(db, space, src))
+                       else stored_source(db, space, src, texts.get(src)))
     return row
 
 
