@@ -367,6 +367,12 @@ def test_the_harness_limits_are_checked_when_kopt_starts(monkeypatch):
     with pytest.raises(EnvError, match=r"^KOPT_HARNESS_SCRATCH_GB='-1': give the harness's "
                                        r"scratch size in GiB, more than 0 \(default 4\)$"):
         check_env(builds=False)
+    monkeypatch.delenv("KOPT_HARNESS_SCRATCH_GB")
+    monkeypatch.setenv("KOPT_HARNESS_FILE_GB", "big")
+    with pytest.raises(EnvError, match=r"^KOPT_HARNESS_FILE_GB='big': give the largest file "
+                                       r"the harness may write in GiB, more than 0 "
+                                       r"\(default 1\)$"):
+        check_env(builds=False)
 
 
 @pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
@@ -412,3 +418,25 @@ def test_the_scratch_folder_is_a_bounded_tmpfs_not_the_hosts_disk(tmp_path, monk
     finally:
         sb.close()
     assert got == ("ok" if isolated else "wrong_result")
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_candidate_cannot_fill_the_disk_through_its_log(tmp_path, monkeypatch, isolated):
+    """A candidate writes 64 MiB to stdout, the harness's log on the host's disk: sandboxed,
+    no file of the harness grows past ``KOPT_HARNESS_FILE_GB`` (1/128 here, 8 MiB), the
+    writes past it fail (``ok``) and the log stays under it; unsandboxed all 64 MiB land
+    (``wrong_result``). The next harness starts with the log emptied, and runs."""
+    monkeypatch.setenv("KOPT_HARNESS_FILE_GB", str(1 / 128))
+    ref = FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(isolated, {})
+    try:
+        got = sb.run(job(artifact(tmp_path, SRC, 17, "escape.cpp"), SRC, ref),
+                     timeout_s=60)["status"]
+        size = sb.log.stat().st_size
+        sb.kill()  # the next start finds the log full
+        honest = sb.run(job(artifact(tmp_path, SRC, 7, "escape.cpp"), SRC, ref),
+                        timeout_s=60)["status"]
+    finally:
+        sb.close()
+    assert (got, honest) == ("ok" if isolated else "wrong_result", "ok")
+    assert (size <= 2**23) if isolated else (size >= 64 * 2**20), size

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from workers import build_confine, cgroup, deps, nvrtc
-from workers.jail import SetupError, scratch_bytes
+from workers.jail import SetupError, file_bytes, scratch_bytes
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
 from workers.records import BuildJob, BuildResult
@@ -125,11 +125,12 @@ def _cache_unusable(raw: str | None, root: Path) -> str:
 
 def _limits_bad() -> str:
     """What is wrong with ``$KOPT_HARNESS_PIDS`` / ``$KOPT_HARNESS_MEM_GB`` (the sandboxed
-    harness's limits, workers.cgroup) or ``$KOPT_HARNESS_SCRATCH_GB`` (its scratch
-    folder's size, workers.jail), or ""."""
+    harness's limits, workers.cgroup), ``$KOPT_HARNESS_SCRATCH_GB`` (its scratch folder's
+    size) or ``$KOPT_HARNESS_FILE_GB`` (its largest file, workers.jail), or ""."""
     try:
         cgroup.limits_wanted()
         scratch_bytes()
+        file_bytes()
     except (ValueError, SetupError) as e:
         return str(e)
     return ""

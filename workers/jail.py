@@ -18,8 +18,9 @@ it:
    sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
    writing to its file system, so the GPU stays usable);
 5. starts CMD as its child with no capabilities (the bounding set emptied, no new
-   privileges: ``prctl(2)``), so that it cannot undo the mounts, and reaps every process
-   left in the namespace until CMD exits;
+   privileges: ``prctl(2)``), so that it cannot undo the mounts, and no file larger than
+   :func:`file_bytes` (``RLIMIT_FSIZE``: its log on the host's disk is bounded), and reaps
+   every process left in the namespace until CMD exits;
 6. exits with CMD's exit code, or 128 + N when a signal N killed it (process 1 of a PID
    namespace cannot die of a signal sent from inside it, so the signal is passed on as a
    code: workers.isolation.decode_exit). Its exit ends the namespace: the kernel kills
@@ -39,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import resource
 import signal
 import stat
 import sys
@@ -51,6 +53,7 @@ MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38  # <linux/prctl.h>
 SETUP_FAILED = 125
 SCRATCH_ENV, SCRATCH_GB_DEFAULT = "KOPT_HARNESS_SCRATCH_GB", 4
+FILE_ENV, FILE_GB_DEFAULT = "KOPT_HARNESS_FILE_GB", 1
 # parts of the fresh /proc made read-only, as container runtimes do: writes there are checked
 # by uid, not by capability, and a candidate still runs as uid 0 (root, no capabilities):
 # /proc/sys/kernel/core_pattern would run a program of its choosing as the host's root
@@ -166,12 +169,25 @@ def scratch_bytes() -> int:
     """The scratch folder's size in bytes: ``$KOPT_HARNESS_SCRATCH_GB`` GiB (default
     :data:`SCRATCH_GB_DEFAULT`). Raises SetupError for a value that is not a number above
     0 (kopt checks it before any harness starts: workers.build.check_env)."""
+    return _bytes(SCRATCH_ENV, SCRATCH_GB_DEFAULT, "the harness's scratch size")
+
+
+def file_bytes() -> int:
+    """The largest file the harness may write, in bytes (``RLIMIT_FSIZE``):
+    ``$KOPT_HARNESS_FILE_GB`` GiB (default :data:`FILE_GB_DEFAULT`). Its stdout and stderr
+    are a log file on the host's disk: a candidate that printed without end filled it;
+    past the limit a write fails (``EFBIG``; Python ignores ``SIGXFSZ``, a C program
+    that does not dies of it). Raises SetupError for a value that is not a number above 0."""
+    return _bytes(FILE_ENV, FILE_GB_DEFAULT, "the largest file the harness may write")
+
+
+def _bytes(name: str, default_gb: float, what: str) -> int:
+    """``$NAME`` GiB in bytes (``default_gb`` when unset). Raises SetupError."""
     try:
-        gb = env_gib(SCRATCH_ENV, 0, "the harness's scratch size",
-                     f"default {SCRATCH_GB_DEFAULT}")
+        gb = env_gib(name, 0, what, f"default {default_gb:g}")
     except ValueError as e:
         raise SetupError(str(e)) from None
-    return int((SCRATCH_GB_DEFAULT if gb is None else gb) * 2**30)
+    return int((default_gb if gb is None else gb) * 2**30)
 
 
 def drop_privilege() -> None:
@@ -195,7 +211,9 @@ def _start(cmd: list[str]) -> int:
         try:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
-            drop_privilege()
+            cap = file_bytes()  # no file, its log on the host's disk included, past it
+            resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+            drop_privilege()  # (CAP_SYS_RESOURCE gone: the limit cannot be raised)
             os.execvp(cmd[0], cmd)
         except BaseException as e:  # noqa: BLE001 -- a child must never return here
             print(f"kopt sandbox: cannot start {cmd[0]}: {e}", file=sys.stderr, flush=True)

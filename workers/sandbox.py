@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from workers import cgroup, isolation, prestart
+from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
 from workers.records import RunJob
@@ -86,6 +87,7 @@ class Sandbox:
         r_parent, w_child = os.pipe()
         self._new_scratch()
         self._new_cgroup()
+        self._trim_log()
         cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
@@ -332,6 +334,15 @@ class Sandbox:
         """A fresh scratch folder for the next harness (the last one's removed)."""
         self._drop_scratch()
         self.scratch = tempfile.mkdtemp(prefix="kopt-scratch-")
+
+    def _trim_log(self) -> None:
+        """Empty the log when the harnesses before wrote half of the largest file a harness
+        may write (workers.jail.file_bytes): the next one's lines must still fit."""
+        try:
+            if self.log.stat().st_size > file_bytes() // 2:
+                os.truncate(self.log, 0)
+        except (OSError, SetupError):
+            pass
 
     def _new_cgroup(self) -> None:
         """A cgroup with task and memory limits for the next harness, when it is sandboxed
