@@ -25,6 +25,15 @@ SRC = FIXTURES / "escape" / "escape.cpp"
 ISOLATED = isolation.available()
 
 
+def _cgroups_here() -> bool:
+    """Whether kopt can make a cgroup here (one is made and removed)."""
+    cg, _ = cgroup.make()
+    return cg is not None and cg.remove()
+
+
+CGROUPS = _cgroups_here()
+
+
 def _escapees() -> list[int]:
     p = subprocess.run(["pgrep", "-x", "kopt-escapee"], capture_output=True, text=True)
     return [int(x) for x in p.stdout.split()]
@@ -308,7 +317,7 @@ def test_an_answer_that_is_not_a_plain_verdict_is_refused():
     assert read_answer(r) == {"status": "ok", "median_ms": 1.5}
 
 
-@pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
+@pytest.mark.skipif(not CGROUPS, reason="kopt cannot make a cgroup here")
 @pytest.mark.parametrize("isolated", [True, False])
 def test_a_fork_bomb_stops_at_the_harness_task_limit(tmp_path, monkeypatch, isolated):
     """A candidate forks 200 processes: in the sandbox its cgroup's task limit
@@ -331,7 +340,7 @@ def test_a_fork_bomb_stops_at_the_harness_task_limit(tmp_path, monkeypatch, isol
         assert limits == "none: the harness is not sandboxed" and dirs == ()
 
 
-@pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
+@pytest.mark.skipif(not CGROUPS, reason="kopt cannot make a cgroup here")
 @pytest.mark.parametrize("isolated", [True, False])
 def test_a_candidate_taking_memory_without_end_is_stopped_at_the_limit(tmp_path, monkeypatch,
                                                                        isolated):
@@ -375,7 +384,7 @@ def test_the_harness_limits_are_checked_when_kopt_starts(monkeypatch):
         check_env(builds=False)
 
 
-@pytest.mark.skipif(cgroup.make()[0] is None, reason="kopt cannot make a cgroup here")
+@pytest.mark.skipif(not CGROUPS, reason="kopt cannot make a cgroup here")
 def test_a_cgroup_made_for_another_harness_is_left_alone_until_its_maker_is_gone():
     """Two device actors starting at once: the second's sweep of stale cgroups removed the
     first's, made but not yet joined, and the first harness failed to start. Only cgroups
