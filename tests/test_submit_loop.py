@@ -255,3 +255,25 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert res.exit_code == 1 and res.output.splitlines() == [
         f"refused: run {run}: iteration 4 was submitted and has not closed (`kopt wait {run}` "
         "says why); retry it with --retry, or wait for it to close"]
+
+
+def test_a_submitted_try_rebuilds_every_winner_the_closing_contest_re_measures(tmp_path):
+    """The closing contest re-measures each iteration's stored winner; where the closing
+    named another best (the first baseline, faster side by side), the named best alone was
+    rebuilt for the next submitted iteration, and the stored winner was "not at hand" and
+    dropped from every later closing contest. Both are re-measured (and rebuilt) now."""
+    from kopt.loop.state import IterState
+    from kopt.tools.submit import _contested
+
+    store = tmp_path / "store"
+    first = {"candidate_id": "base", "iteration": 1}
+    closing = {"best": {"candidate_id": "base", "triple": []}, "first_baseline": "base"}
+    st = IterState(iteration=1, best={"candidate_id": "won1", "iteration": 1}, baseline=first,
+                   closing=closing)
+    assert st.named().best["candidate_id"] == "base"
+    write_table(store, "iterations", "s", "r1", [{
+        "run_id": "r1", "sweep": "s", "iteration": 1, "device_class": "cpu",
+        "state": st.to_json(), "created_at": now()}])
+    db = Database(store)
+    states = {1: {"cpu": st.named()}}
+    assert _contested(db, "r1", 2, states, retry=False) == {"base", "won1"}

@@ -375,9 +375,15 @@ def _lineage_row(row: dict[str, Any], db: Database, space: Space, pspace: dict[s
 def _contested(db: Database, run_id: str, it: int, states: dict[int, dict[str, IterState]],
                retry: bool) -> set[str]:
     """Earlier candidates a submitted iteration's contests may re-measure: the first
-    baseline and every iteration's best (the loop's closing contest) and, on a retry, the
-    iteration's correct candidates of earlier tries (its own contest)."""
+    baseline and every iteration's best (the loop's closing contest: each iteration's own
+    winner, as stored, and the best the closing named in its place, ``states``) and, on a
+    retry, the iteration's correct candidates of earlier tries (its own contest). The
+    closing re-measures the stored winners (kopt.loop.guided.NcuLoop.winners): with the
+    named best alone, an iteration winner the closing had passed over was "not at hand"
+    and dropped from every later closing contest."""
+    raw = [IterState.from_json(js) for _it, _dc, js in db.iteration_states(run_id)]
     out = {h.best["candidate_id"] for per in states.values() for h in per.values() if h.best}
+    out |= {h.best["candidate_id"] for h in raw if h.best}
     out |= {h.baseline["candidate_id"] for h in states.get(1, {}).values() if h.baseline}
     if retry:
         out |= {r["candidate_id"] for r in db.lineage_rows(run_id)
