@@ -74,6 +74,13 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert plan["best_source"] == str(folder / "base.cpp")
     admitted = {s["method"]: s["admitted"] for a in plan["catalog_scan"].values() for s in a}
     assert admitted[FAST] is True and admitted[VEC] is True
+    # the claim propose says needs no note passes the claim check with none (strict_triple,
+    # picked among the sweep's own realizations, was refused without one)
+    from kopt.core.claims import check_claim_for_plan, parse_claim
+
+    assert plan["strict_claim"].count(",") == 2
+    assert check_claim_for_plan(parse_claim(plan["strict_claim"]), plan, reason="").ok
+    assert not check_claim_for_plan(parse_claim(VEC_CLAIM), plan, reason="").ok  # a lower one
 
     # iteration 2: a folder of two versions (v2_fast: 16x less work; v2_wrong: a wrong sum)
     _version(folder, "v2_fast.cpp", 4, sub="it2")

@@ -40,6 +40,8 @@ def propose(sweep: Sweep, store: Path | str | None = None) -> list[dict[str, Any
       claim: :mod:`kopt.core.claims`);
     - ``triples``: the admitted triples the next iteration will run; ``strict_triple``: the
       one of them the workflow's strict priority scan picks (:func:`strict_triple`);
+      ``strict_claim``: the ``--methods`` a submitted version may claim with no analysis
+      note (:func:`strict_claim`: the same scan over every catalog method);
       ``empty_triples``:
       admissible ones whose every launch config the restrictions exclude;
       ``undecided_triples``: in a space too large to walk (kopt.core.expand.WALK_LIMIT), the
@@ -107,6 +109,8 @@ def _plan(sweep: Sweep, store: Path | str | None, r: dict[str, Any], cat: Catalo
             "best": st.best, "trigger_evidence": _best_evidence(store, r, st, cat)}
     source, own = _best_source(store, r, st, space)
     plan["best_source"] = str(source)
+    plan["strict_claim"] = strict_claim(plan["catalog_scan"],
+                                        [list(t) for t in catalog_triples(cat, sm, ctx) if any(t)])
     if own is False or (own and not set(st.selected) <= set(space.methods)):
         # the best is a submitted version (or applies a method the sweep does not realize):
         # the sweep's -D realizations are switches of the sweep's own source, not of it;
@@ -138,6 +142,19 @@ def strict_triple(scan: dict[str, list[dict[str, Any]]], triples: list[list[str 
     rank = {axis: {row["method"]: i for i, row in enumerate(rows)}
             for axis, rows in scan.items()}
     return min(triples, key=lambda t: _priority_key(rank, t))
+
+
+def strict_claim(catalog_scan: dict[str, list[dict[str, Any]]],
+                 triples: list[list[str | None]]) -> str | None:
+    """The claim a submitted version can make with no analysis note (`kopt submit
+    --methods`): the strict priority scan's pick (:func:`strict_triple`) over every
+    admissible catalog triple, ranked by ``catalog_scan`` (what :mod:`kopt.core.claims`
+    checks a claim against), as ``compute.X,memory.Y,latency.Z`` with ``AXIS.none`` for an
+    axis it leaves; None when no catalog triple is admissible."""
+    pick = strict_triple(catalog_scan, triples)
+    if pick is None:
+        return None
+    return ",".join(m or f"{axis}.none" for axis, m in zip(AXES, pick))
 
 
 def _priority_key(rank: dict[str, dict[str, int]], triple: list[str | None]
