@@ -448,11 +448,18 @@ def test_waits_next_parent_is_the_closing_contests_best():
                    best={"candidate_id": "w3", "iteration": 3, "speedup": 1.8,
                          "median_ms": 2.6, "triple": [None, "memory.vectorized_access", None]},
                    closing={"best": {"candidate_id": "b0", "iteration": 1,
-                                     "triple": [None, None, None]}})
+                                     "triple": [None, None, None]},
+                            "dropped": {"w3": "replayed: calls on new values slower"},
+                            "note": "the first baseline is faster"})
     rv = {"candidate_id": "w3", "accepted": True, "reasons": "[]", "speedup": 1.8,
           "median_ms": 2.6}
     v = _class("cpu-x86_64", st, rv, [])
     assert (v["winner"], v["best"], v["selected"]) == ("w3", "b0", [])
+    # why the accepted winner is not the next parent, as data (it was only in text output)
+    assert v["closing"] == {"best": "b0", "dropped": {"w3": "replayed: calls on new values "
+                                                            "slower"},
+                            "note": "the first baseline is faster"}
     st.closing = None  # no closing contest (the loop goes on): the winner is the parent
     v = _class("cpu-x86_64", st, rv, [])
-    assert (v["best"], v["selected"]) == ("w3", ["memory.vectorized_access"])
+    assert (v["best"], v["selected"], v["closing"]) == ("w3", ["memory.vectorized_access"],
+                                                        None)

@@ -87,6 +87,7 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             # the next parent, as `kopt submit` and `kopt propose` take it: the closing
             # contest's pick when it named another best than the iteration's winner
             "best": (st.named().best or {}).get("candidate_id"),
+            "closing": _closing(st),
             "selected": st.named().selected,
             "ineffective": st.ineffective, "bottleneck_before": st.bottleneck_before,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
@@ -95,6 +96,18 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "results": [{k: c[k] for k in ("candidate_id", "status", "error", "sizes_ok",
                                            "sizes")}
                         for c in cands if not c["is_baseline"]]}
+
+
+def _closing(st: IterState) -> dict[str, Any] | None:
+    """The loop's closing contest on this state, when the loop stopped after it: the best it
+    named (``best``: the next parent, which may not be ``winner``), each contender it
+    dropped with why (``dropped``: id -> "status: error", e.g. a winner found ``replayed``
+    side by side) and its ``note``; None when the loop goes on."""
+    if not st.closing:
+        return None
+    return {"best": (st.closing.get("best") or {}).get("candidate_id"),
+            "dropped": dict(st.closing.get("dropped") or {}),
+            "note": str(st.closing.get("note") or "")}
 
 
 def pending(root: Path, run_id: str, iteration: int | None) -> tuple[int, str]:
