@@ -463,3 +463,19 @@ def test_waits_next_parent_is_the_closing_contests_best():
     v = _class("cpu-x86_64", st, rv, [])
     assert (v["best"], v["selected"], v["closing"]) == ("w3", ["memory.vectorized_access"],
                                                         None)
+
+
+def test_a_wait_that_fails_says_so_on_stdout_as_json_too(tmp_path):
+    """`kopt wait --format json` on no such run printed nothing on stdout (one stderr line):
+    a loop driver parsing stdout got nothing. The failure is JSON there, as submit's is."""
+    import json
+
+    from click.testing import CliRunner
+
+    from kopt.cli.main import main
+
+    r = CliRunner().invoke(main, ["wait", "nosuch", "--store", str(tmp_path / "st"),
+                                  "--format", "json"])
+    assert r.exit_code == 1
+    out = json.loads(r.stdout)
+    assert out["exit_status"] == 1 and out["error"].startswith("run nosuch: no such run in ")

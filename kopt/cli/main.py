@@ -1013,6 +1013,8 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
     try:
         v = wait(_store(store), run_id, iteration, timeout_s, poll_s)
     except WaitError as e:
+        if fmt == "json":  # a loop driver reads stdout: the failure as data too (stderr: text)
+            click.echo(json.dumps({"error": str(e), "exit_status": e.code}))
         fail(str(e), e.code)
     if fmt == "json":
         click.echo(json.dumps(v, default=str))

@@ -134,7 +134,8 @@ class SideBySide:
             self.dropped[c] = w
             self.alive.remove(c)
             self.results.pop(c, None)
-            why = textwrap.shorten(w.splitlines()[0], 300, placeholder=" ...")
+            # whole: a check's line ends with its fix (the replayed line runs to ~450 chars)
+            why = textwrap.shorten(w.splitlines()[0], 800, placeholder=" ...")
             self.ctx.fault(f"contest on {self.dc}: candidate {c} failed its check ({why}); "
                            "dropped: it cannot win")
 

@@ -373,7 +373,7 @@ def _closing_lines(closing: dict[str, Any]) -> list[str]:
            "- the loop's total speedup is not known: the first baseline was not re-measured"]
     if closing.get("note"):
         out.append(f"- **{closing['note']}**")
-    out += [f"- dropped from the closing contest: {c} ({why.splitlines()[0][:200]})"
+    out += [f"- dropped from the closing contest: {c} ({why.splitlines()[0][:800]})"
             for c, why in (closing.get("dropped") or {}).items()]
     return out
 
