@@ -81,3 +81,24 @@ def test_the_iteration_table_gives_a_kept_parent_no_gain():
             if ln.startswith(("| 2 ", "| 3 "))]
     assert rows[0].split(" | ")[6] == "- (kept)" and "2x" not in rows[0]
     assert rows[1].split(" | ")[6] == "2x"
+
+
+def test_the_workflow_folders_profile_digest_lists_the_figures_the_loop_read():
+    """profile.md of `kopt report --workflow`: one row per NCU metric of the winner (as
+    kopt.tools.report.winner_figures combines them) and the axis scores; without figures,
+    the reason there are none."""
+    from kopt.loop.state import IterState
+    from kopt.tools.workflow import _profile
+
+    st = IterState(iteration=2, best={"candidate_id": "w2"},
+                   scores_after={"memory": 0.812, "compute": 0.301})
+    text = _profile("h200-sm90", st, {"dram__throughput.avg.pct_of_peak_sustained_elapsed":
+                                      81.234, "sm__throughput.avg.pct_of_peak_sustained_elapsed":
+                                      30.1})
+    assert text.splitlines() == [
+        "# Profile of w2 (iteration 2, h200-sm90)", "", "| metric | value |", "|---|---|",
+        "| dram__throughput.avg.pct_of_peak_sustained_elapsed | 81.23 |",
+        "| sm__throughput.avg.pct_of_peak_sustained_elapsed | 30.1 |", "",
+        "Axis scores the bottleneck was read from (kopt.core.bottleneck): compute 0.301, "
+        "memory 0.812"]
+    assert "No Nsight Compute profile" in _profile("cpu", IterState(iteration=1), None)

@@ -251,6 +251,28 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
         "it 3 v3.cpp (try 1, agent-y)", VEC, f"named best: {ms:.4g} ms, {sp:.3g}x over parent",
         "ok 2"]
 
+    # the run folder the manual workflow leaves, from the store
+    kopt("report", run, "--store", store, "--out", tmp_path / "wf", "--workflow")
+    wf = tmp_path / "wf"
+    assert (wf / "summary.md").exists()
+    assert sorted(json.loads((wf / "state.json").read_text())) == [dc]
+    assert sorted(p.name for p in wf.glob("iteration-*")) == [
+        "iteration-1", "iteration-2", "iteration-3"]
+    # iteration 3's winner's source byte for byte (the store's copy), after its defines
+    k3 = (wf / "iteration-3" / "kernel.cpp").read_text()
+    assert k3.endswith("\n\n" + (folder / "it3" / "v3.cpp").read_text())
+    assert k3.startswith(f"// kopt: iteration 3's best on {dc}, candidate "
+                         f"{st3['best']['candidate_id']}")
+    m2 = json.loads((wf / "iteration-2" / "methods.json").read_text())
+    assert (m2["best"], m2["selected"]) == (w2, [FAST])
+    assert [(c["version"], c["try"], c["methods"]) for c in m2["claimed"]] == [
+        ("v2_fast.cpp", 1, [FAST]), ("v2_wrong.cpp", 1, [FAST]), ("v2_fix.cpp", 2, [FAST])]
+    assert (folder / "why.md").read_text().strip() in (wf / "iteration-2" / "analysis.md"
+                                                      ).read_text()
+    assert "No version was submitted into this iteration" in (
+        wf / "iteration-1" / "analysis.md").read_text()
+    assert "No Nsight Compute profile" in (wf / "iteration-3" / "profile.md").read_text()
+
     # a submission into iteration 4 that never closed (a detached try killed: its versions
     # row, no iterations row): a new submission is refused until it is retried or closes
     write_table(store, "versions", "submit", run, [{

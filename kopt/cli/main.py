@@ -673,15 +673,21 @@ PROPOSE_SETS = (
 @STORE_OPT
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for summary.md, the best source and plots (default: report-RUN_ID).")
-def report(run_id: str, store: Path | None, out_dir: Path | None) -> None:
+@click.option("--workflow", is_flag=True,
+              help="Also the run folder the manual workflow leaves: state.json and per "
+                   "iteration kernel.*, methods.json, analysis.md, profile.md.")
+def report(run_id: str, store: Path | None, out_dir: Path | None, workflow: bool) -> None:
     """Write a run's summary.md (environment, iterations, best candidate, plots) and
     best-<class>.cu/.cpp: the source each class's best was measured from (the store's copy,
     a submitted version's too), its -D defines written in as #define lines."""
     from kopt.tools.report import ReportError, write_report
+    from kopt.tools.workflow import write_workflow
 
     notes: list[str] = []
+    out_dir = out_dir or Path(f"report-{run_id}")
     try:
-        path = write_report(run_id, _store(store), out_dir or Path(f"report-{run_id}"), notes)
+        path = (write_workflow(run_id, _store(store), out_dir, notes)[0] if workflow
+                else write_report(run_id, _store(store), out_dir, notes))
     except ReportError as e:
         fail(str(e))
     for note in notes:
