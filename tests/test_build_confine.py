@@ -47,7 +47,13 @@ def test_an_include_of_a_host_file_is_refused_not_quoted(tmp_path, backend):
     secret = _secret(tmp_path)
     res, data = wb.build(_job(tmp_path, f'#include "{secret}"\n', backend), cache=tmp_path / "c")
     assert not res.ok and data is None
-    assert "Permission denied" in res.error and MARK not in res.error, res.error
+    assert f"{secret}: {build_confine.UNREADABLE}" in res.error and MARK not in res.error, (
+        res.error)
+    # a host file that exists and one that does not read alike: no existence oracle
+    gone = tmp_path / "host" / "absent.txt"  # as long as secret.txt: the caret lines match
+    res2, _ = wb.build(_job(tmp_path, f'#include "{gone}"\n', backend, "b3"),
+                       cache=tmp_path / "c")
+    assert res2.error.replace(str(gone), str(secret)) == res.error
     rel = os.path.relpath(secret, tmp_path / "sweep")  # through ``..`` from the sweep folder
     res, _ = wb.build(_job(tmp_path, f'#include "{rel}"\n', backend, "b2"), cache=tmp_path / "c")
     assert not res.ok and MARK not in res.error, res.error

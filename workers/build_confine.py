@@ -17,6 +17,7 @@ Stdlib only: the build worker imports it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -65,6 +66,30 @@ def ruleset(exes: list[str], source_dir: str, include_dirs: list[str], build_dir
     read = toolchain(exes)
     read += [source_dir, *include_dirs, *flag_paths(flags), *extra_read]
     return {"read": read, "write": [build_dir, *DEVICES]}
+
+
+# a compiler's message for a file it could not open: "PATH: No such file or directory" or
+# "PATH: Permission denied" (gcc, nvcc's front end); GNU as says "file not found" for both
+_CANNOT_OPEN = re.compile(r"(?P<path>/[^\s:'\"]+): (?:No such file or directory|Permission denied)")
+UNREADABLE = ("not readable to the compiler (it reads the toolchain, the sweep folder, "
+              "include_dirs and the paths the spec's flags name)")
+
+
+def blur(log: str, read: list[str]) -> str:
+    """``log`` (a failed compile's output) with "No such file or directory" and "Permission
+    denied" for a path outside ``read`` (the ruleset's readable paths) both said as
+    :data:`UNREADABLE`: the two told a source whether any host file exists. Paths inside
+    ``read`` keep the compiler's own words."""
+    roots = [os.path.realpath(r) for r in read]
+    return _CANNOT_OPEN.sub(functools.partial(_said, roots), log)
+
+
+def _said(roots: list[str], m: re.Match[str]) -> str:
+    """One "cannot open" message, as :func:`blur` rewrites it."""
+    p = os.path.realpath(m.group("path"))
+    if any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots):
+        return m.group(0)
+    return f"{m.group('path')}: {UNREADABLE}"
 
 
 def toolchain(exes: list[str]) -> list[str]:
