@@ -4,6 +4,8 @@ judged; per try the wall time of the `kopt submit` process (the command's start 
 exit, as an agent waits for it) and its breakdown from the run's ``phases`` rows.
 
     python bench/agent_loop.py --tries 50
+    python bench/agent_loop.py --tries 50 --backend cuda   # a GPU host
+
 
 A kopt service (`kopt serve start --backend cpu`, its own Ray head here, in a fresh
 ``$KOPT_CACHE``) takes a copy of tests/fixtures/submit (a CPU sweep of two candidates whose
@@ -13,7 +15,9 @@ work is a dependent integer chain); its baseline sweep runs on the service
 one, then `--retry`: the catalog's rules refuse a method once it was selected, so 50
 iterations would need 50 methods; every try runs the same path an iteration does: record,
 claim check, builds, device time, the closing contest). The sweep's ``submit.max_tries`` is
-raised to ``--tries``.
+raised to ``--tries``. With ``--backend cuda`` the fixture's CUDA form (base.cu: the chain per
+thread, 2^20 threads) is submitted: one version x 5 launch configs (BLOCK 64-1024) per try, the
+service's device actor on the GPU, NCU on as the sweep's defaults have it.
 
 Columns: ``wall s`` (the submit process), ``run s`` (the driver's ``run`` phase: from the
 Driver's start to its end), ``builds s`` (the ``build`` phases: compiles, summed),
@@ -77,6 +81,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tries", type=int, default=50)
     ap.add_argument("--cpu-devices", type=int, default=1)
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kopt-agent-loop-"))
     env = {**os.environ, "KOPT_CACHE": str(tmp / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
@@ -85,15 +90,17 @@ def main() -> None:
     spec = folder / "sweep.yaml"
     spec.write_text(spec.read_text() + f"submit: {{max_tries: {a.tries}}}\n")
     (folder / "why.md").write_text(NOTE)
-    base = (folder / "base.cpp").read_text()
-    start_s, _ = kopt(["serve", "start", "--backend", "cpu", "--cpu-devices",
-                       str(a.cpu_devices)], env)
+    ext = "cu" if a.backend == "cuda" else "cpp"
+    base = (folder / f"base.{ext}").read_text()
+    start_s, _ = kopt(["serve", "start", "--backend", a.backend]
+                      + (["--cpu-devices", str(a.cpu_devices)] if a.backend == "cpu" else []),
+                      env)
     rows = []
     try:
         sweep_s, p = kopt(["sweep", str(folder), "--queue", "--store", str(store)], env)
         run_id = p.stderr.split()[1]
         for k in range(a.tries):
-            v = folder / f"v{k + 1}.cpp"  # a new source each time: 2..61 units of work
+            v = folder / f"v{k + 1}.{ext}"  # a new source each time: 2..61 units of work
             v.write_text(base.replace("#define WORK 64", f"#define WORK {2 + k % 60}"))
             args = ["submit", run_id, "--source", str(v), "--methods", CLAIM, "--note",
                     str(folder / "why.md"), "--store", str(store), "--queue", "--format",
