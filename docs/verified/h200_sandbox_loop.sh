@@ -10,7 +10,7 @@ set -uo pipefail
 . docs/verified/device_env.sh
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 part=${1:-all}
-git rev-parse --short HEAD 2>/dev/null | tee "$out/rev.txt" || cat .kopt_rev 2>/dev/null
+cat .kopt_rev 2>/dev/null | tee "$out/rev.txt"
 if [ "$part" != bench ]; then
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; uname -r; nproc;
     kopt env 2>&1 | grep -E "isolation|limits|device|driver|nvcc"; } 2>&1 | tee "$out/env.txt"
