@@ -149,6 +149,36 @@ def test_a_selected_method_is_never_also_ineffective():
     assert st.ineffective == {P: "memory"}
 
 
+def test_a_methods_credit_is_the_gain_it_was_judged_by():
+    """Each method is credited with the comparison that judged it, not the winner's whole
+    gain: V in the winner (U, V) gained 1.50 / 1.49 over (U, None), TIED, while U gained
+    1.49x over the baseline alone; P lost. A submitted version claiming two methods shares
+    its gain over the parent between them, and says so."""
+    from kopt.loop.state import credit_line
+
+    ranked = [cand("w", (U, V, None), 1.50), cand("u", (U, None, None), 1.49),
+              cand("b", (None, None, None), 1.0, base=True), cand("p", (None, None, P), 0.9)]
+    st = close_iteration(IterState(), ranked, 1, {}, "memory")
+    assert st.credit[V] == {"speedup": round(1.50 / 1.49, 4), "against": "u", "alone": True,
+                            "shared_with": [], "label": "TIED", "iteration": 1}
+    # U: of its two triples, (U, V) against (None, V) (not run: the baseline, shared with V)
+    # and (U, None) against the baseline alone, the first is the better judgment (1.50x)
+    assert st.credit[U]["speedup"] == 1.5 and st.credit[U]["label"] == "FASTER"
+    assert st.credit[P] == {"speedup": 0.9, "against": "b", "alone": True, "shared_with": [],
+                            "label": "SLOWER", "iteration": 1}
+    assert credit_line(V, st.credit[V]) == (f"{V} (1.01x TIED against the same triple "
+                                            "without it, iteration 1)")
+    # the credit is carried; a submitted version (U2, V2) against its parent shares its gain
+    U2, V2 = "compute.thread_coarsening", "memory.tiling_smem"
+    ranked2 = [cand("s", (U2, V2, None), 2.0), cand("w", (U, V, None), 1.0, base=True)]
+    st2 = close_iteration(st, ranked2, 2, {}, None)
+    assert st2.credit[V] == st.credit[V] and st2.selected == [U, V, U2, V2]
+    assert st2.credit[U2] == {"speedup": 2.0, "against": "w", "alone": False,
+                              "shared_with": [V2], "label": "FASTER", "iteration": 2}
+    assert credit_line(V2, st2.credit[V2]) == (
+        f"{V2} (2x FASTER against the iteration's baseline, shared with {U2}, iteration 2)")
+
+
 def test_without_the_same_triple_minus_the_method_the_baseline_is_the_reference():
     """A capped sample (--max-candidates) may hold (U, V) but neither (U, None) nor (None, V):
     then each method is judged against the baseline, so a triple that gains nothing marks

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from kopt.cli.main import main
 from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
-from kopt.loop.state import IterState
+from kopt.loop.state import IterState, credit_line, rank
 from kopt.store.database import Database
 from kopt.store.files import now, write_table
 from kopt.tools.submit import LINEAGE_CAPTION, lineage, lineage_text
@@ -142,6 +142,14 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     st3 = state(db, run, 3)
     assert st3["baseline"]["candidate_id"] == w2 and st3["best"]["candidate_id"] in v3_ids
     assert st3["selected"] == [FAST, VEC] and st3["ineffective"] == {}
+    # each method's credit is the gain it was judged by: VEC's, iteration 3's version over
+    # its parent (claimed alone, so not shared); FAST's stays iteration 2's
+    assert st3["credit"][VEC]["iteration"] == 3 and st3["credit"][FAST]["iteration"] == 2
+    assert st3["credit"][VEC]["against"] == w2 and st3["credit"][VEC]["shared_with"] == []
+    # the triple's fastest over the parent (the contest may name a tied other one best)
+    fastest = max(r["speedup"] for r in rank(store, run, 3, dc) if not r["is_baseline"])
+    assert st3["credit"][VEC]["speedup"] == round(fastest, 4)
+    assert st3["credit"][VEC]["label"] == "FASTER"
     # each submitted candidate's lineage columns, and the stored copy of its source
     _, rows = db.query(f"select candidate_id, parent_id, submitter, claimed_methods, status "
                        f"from candidates where run_id = '{run}' and iteration = 3 and not "
@@ -254,7 +262,10 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     # the run folder the manual workflow leaves, from the store
     kopt("report", run, "--store", store, "--out", tmp_path / "wf", "--workflow")
     wf = tmp_path / "wf"
-    assert (wf / "summary.md").exists()
+    summary = (wf / "summary.md").read_text()
+    assert ("Effective (selected), each with the gain it was judged by: "
+            f"{credit_line(FAST, st3['credit'][FAST])}; "
+            f"{credit_line(VEC, st3['credit'][VEC])}.") in summary
     assert sorted(json.loads((wf / "state.json").read_text())) == [dc]
     assert sorted(p.name for p in wf.glob("iteration-*")) == [
         "iteration-1", "iteration-2", "iteration-3"]
@@ -265,6 +276,8 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
                          f"{st3['best']['candidate_id']}")
     m2 = json.loads((wf / "iteration-2" / "methods.json").read_text())
     assert (m2["best"], m2["selected"]) == (w2, [FAST])
+    assert m2["credit"] == {FAST: st2["credit"][FAST]}  # judged in iteration 2: its own
+    assert m2["credit"][FAST]["against"] == parent2
     assert [(c["version"], c["try"], c["methods"]) for c in m2["claimed"]] == [
         ("v2_fast.cpp", 1, [FAST]), ("v2_wrong.cpp", 1, [FAST]), ("v2_fix.cpp", 2, [FAST])]
     assert (folder / "why.md").read_text().strip() in (wf / "iteration-2" / "analysis.md"

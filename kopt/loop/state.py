@@ -65,6 +65,15 @@ class IterState:
             geometric-mean median} of the contest, when one ran.
         dropped: candidate id -> why it failed a check in a side-by-side contest (status:
             error); a dropped contender can never be named.
+        credit: method -> the gain it was judged by when it was last tried (:func:`credit_of`):
+            ``speedup`` (the fastest candidate of a triple holding it over ``against``,
+            geometric mean across the problem sizes), ``against`` (candidate id: the same
+            triple without it, or the iteration's baseline where that was not measured),
+            ``alone`` (True: against the same triple without it, the method's own gain;
+            False: against the baseline, a gain it shares with ``shared_with``, the other
+            methods of its triple), ``label`` (FASTER / TIED / SLOWER by the noise rule
+            above) and ``iteration``. A version's whole gain is never credited to one of two
+            methods it claims as that method's own.
         closing: set on a class's last state when the loop stops (kopt.driver.sweep's closing
             contest): the first baseline, every iteration's winner and the final winner
             re-measured side by side (``contests`` rows with iteration 0). Keys: ``speedup``
@@ -94,6 +103,7 @@ class IterState:
     tie: list[str] = field(default_factory=list)
     contest: dict[str, dict[str, Any]] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
+    credit: dict[str, dict[str, Any]] = field(default_factory=dict)
     closing: dict[str, Any] = field(default_factory=dict)
 
     def named(self) -> IterState:
@@ -105,7 +115,9 @@ class IterState:
         nb = (self.closing or {}).get("best")
         if not nb or not self.best or nb.get("candidate_id") == self.best.get("candidate_id"):
             return self
-        return replace(self, best=dict(nb), selected=[m for m in nb.get("triple") or () if m])
+        sel = [m for m in nb.get("triple") or () if m]
+        return replace(self, best=dict(nb), selected=sel,
+                       ineffective={k: v for k, v in self.ineffective.items() if k not in sel})
 
     def context(self) -> Context:
         """The expansion context for the next iteration."""
@@ -168,6 +180,7 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     """The state after ``iteration`` from its ranked candidates (see the module docstring)."""
     st = IterState(iteration=iteration, selected=list(prev.selected),
                    ineffective=dict(prev.ineffective), best=prev.best,
+                   credit=dict(prev.credit),
                    bottleneck_before=bottleneck_before, scores_before=scores_before,
                    n_candidates=len(ranked))
     base = next((r for r in ranked if r["is_baseline"]), None)
@@ -180,25 +193,12 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     win = ranked[0]
     st.noise = speedup_threshold(base["rel_iqr"], win["rel_iqr"])
     st.gain = win["speedup"]
-    best_of: dict[tuple, dict[str, Any]] = {}  # triple -> its fastest candidate
-    for r in ranked:
-        t = tuple(r["triple"])
-        if t not in best_of or r["speedup"] > best_of[t]["speedup"]:
-            best_of[t] = r
-    tried: dict[str, bool] = {}  # method -> some triple holding it gained by it
-    for t, r in best_of.items():
-        # the baseline's own methods are not tried here: a submitted iteration's baseline is
-        # its parent, whose triple earlier iterations applied (a sweep's holds none)
-        for i, m in enumerate(t if not r["is_baseline"] else ()):
-            if m:
-                # the same triple without m; when it failed or was not run (e.g. outside a
-                # --max-candidates sample), the iteration's baseline instead
-                ref = best_of.get(t[:i] + (None,) + t[i + 1:]) or base
-                tried[m] = tried.get(m, False) or gains(r, ref)
-    for m, gained in tried.items():
-        if gained:
+    judged = credit_of(ranked, base, iteration)
+    for m, c in judged.items():
+        st.credit[m] = c
+        if c["label"] == "FASTER":
             st.ineffective.pop(m, None)
-        else:
+        elif m not in st.selected:  # a kept method is never also ineffective
             st.ineffective[m] = judged_under(bottleneck_before, base["candidate_id"])
     if win["is_baseline"] or not gains(win, base):
         noise = ("it is the baseline" if win["is_baseline"] else "noise threshold "
@@ -213,6 +213,54 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
     # from separate timing runs, so the loop's total is measured side by side at its close
     st.best = {**_brief(win), "iteration": iteration}
     return st
+
+
+def credit_of(ranked: list[dict[str, Any]], base: dict[str, Any],
+              iteration: int) -> dict[str, dict[str, Any]]:
+    """Each method tried in an iteration -> the gain it is judged by (IterState.credit's
+    entries): for each triple holding it (the fastest candidate of each triple), that
+    candidate against the fastest of the same triple without the method; where that failed
+    or was not run (e.g. outside a --max-candidates sample, or a submitted version, whose
+    parent is the baseline), against the iteration's baseline ``base``, the gain then shared
+    with the triple's other methods. Of several triples holding it, the best judgment counts
+    (FASTER beats TIED beats SLOWER; then the larger ratio). The baseline's own methods are
+    not tried: a submitted iteration's baseline is its parent, whose triple earlier
+    iterations applied (a sweep's holds none). ``ranked``: :func:`rank`'s rows."""
+    best_of: dict[tuple, dict[str, Any]] = {}  # triple -> its fastest candidate
+    for r in ranked:
+        t = tuple(r["triple"])
+        if t not in best_of or r["speedup"] > best_of[t]["speedup"]:
+            best_of[t] = r
+    order = {"FASTER": 2, "TIED": 1, "SLOWER": 0}
+    out: dict[str, dict[str, Any]] = {}
+    for t, r in best_of.items():
+        for i, m in enumerate(t if not r["is_baseline"] else ()):
+            if not m:
+                continue
+            own = best_of.get(t[:i] + (None,) + t[i + 1:])
+            ref = own or base
+            ratio = r["speedup"] / ref["speedup"]
+            c = {"speedup": round(ratio, 4), "against": ref["candidate_id"],
+                 "alone": own is not None,
+                 "shared_with": [] if own else [x for x in t if x and x != m],
+                 "label": speedup_label(ratio, ref["rel_iqr"], r["rel_iqr"]),
+                 "iteration": iteration}
+            was = out.get(m)
+            if was is None or ((order[c["label"]], ratio)
+                               > (order[was["label"]], was["speedup"])):
+                out[m] = c
+    return out
+
+
+def credit_line(m: str, c: dict[str, Any] | None) -> str:
+    """One method with the gain it was judged by, for people: ``compute.x (1.80x FASTER
+    than the same triple without it, iteration 2)``; ``m`` alone when it has no credit."""
+    if not c:
+        return m
+    against = ("the same triple without it" if c.get("alone") else
+               "the iteration's baseline" + (", shared with " + ", ".join(c["shared_with"])
+                                             if c.get("shared_with") else ""))
+    return f"{m} ({c['speedup']:.3g}x {c['label']} against {against}, iteration {c['iteration']})"
 
 
 def gains(r: dict[str, Any], ref: dict[str, Any]) -> bool:

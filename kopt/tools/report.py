@@ -10,7 +10,7 @@ from kopt.core.bottleneck import aggregate
 from kopt.core.compare import RULE
 from kopt.core.spec import load_sweep
 from kopt.loop.measured import Measured, SourceLost, measured_source
-from kopt.loop.state import IterState
+from kopt.loop.state import IterState, credit_line
 from kopt.loop.submitted import SubmitError
 from kopt.store.database import Database
 from kopt.store.files import complete_rows, no_run, stored_json
@@ -151,7 +151,9 @@ def write_report(run_id: str, store: Path | str, out: Path,
         md += _best_lines(dc, sts, best, cand)
         md += _best_source(db, rec, dc, best, out, notes)
         realized.append(dc)
-        md += ["", "Effective (selected): " + (", ".join(last.selected) or "none") + ".",
+        md += ["", "Effective (selected), each with the gain it was judged by: "
+               + ("; ".join(credit_line(m, last.credit.get(m)) for m in last.selected)
+                  or "none") + ".",
                "Ineffective: " + (", ".join(f"{k} ({_under(v)})"
                                            for k, v in last.ineffective.items()) or "none") + "."]
         md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]

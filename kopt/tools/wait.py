@@ -51,7 +51,8 @@ def verdict(root: Path, run_id: str, iteration: int) -> dict[str, Any]:
     ``review`` (the validation command, ``exit_status``, ``timed_out``, ``output_tail``,
     ``output_log``: the file with its whole output),
     ``best`` (the run's best after the iteration: the next iteration's parent),
-    ``selected``, ``ineffective`` (method -> the bottleneck it failed under),
+    ``selected``, ``ineffective`` (method -> the bottleneck it failed under), ``credit``
+    (method -> the gain this iteration judged it by, kopt.loop.state.IterState.credit),
     ``bottleneck_before`` / ``bottleneck_after``, ``stop`` ('' when the loop goes on),
     ``baseline``, ``candidates`` (the ids the iteration measured, the baseline left
     out) and ``results``, the same candidates' outcomes: ``status`` (``ok``, or the first
@@ -89,6 +90,7 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "best": (st.named().best or {}).get("candidate_id"),
             "closing": _closing(st),
             "selected": st.named().selected,
+            "credit": {m: c for m, c in st.credit.items() if c.get("iteration") == st.iteration},
             "ineffective": st.ineffective, "bottleneck_before": st.bottleneck_before,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
             "baseline": (st.baseline or {}).get("candidate_id"),

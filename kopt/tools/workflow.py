@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kopt.loop.measured import SourceLost
-from kopt.loop.state import IterState
+from kopt.loop.state import IterState, credit_line
 from kopt.store.database import Database
 from kopt.store.files import no_run
 from kopt.tools.report import ReportError, measured_realized, winner_figures, write_report
@@ -102,6 +102,8 @@ def _methods(dc: str, st: IterState, versions: list[dict[str, Any]]) -> dict[str
                          "methods": [m for m in (v["claimed_methods"] or "").split(",") if m],
                          "submitter": v["submitter"]} for v in versions],
             "selected": list(st.selected), "ineffective": dict(st.ineffective),
+            "credit": {m: st.credit[m] for m in st.credit
+                       if st.credit[m].get("iteration") == st.iteration},
             "bottleneck_before": st.bottleneck_before, "bottleneck_after": st.bottleneck_after,
             "stop": st.stop}
 
@@ -119,7 +121,9 @@ def _analysis(dc: str, st: IterState, versions: list[dict[str, Any]]) -> str:
                   "configs).", ""]
     lines += [f"Bottleneck before: {st.bottleneck_before or 'not measured'}; after: "
               f"{st.bottleneck_after or 'not measured'}.",
-              f"Selected after it: {', '.join(st.selected) or 'none'}.",
+              "Selected after it, each with the gain it was judged by: "
+              + ("; ".join(credit_line(m, st.credit.get(m)) for m in st.selected) or "none")
+              + ".",
               f"Ineffective: {', '.join(st.ineffective) or 'none'}."]
     if st.stop:
         lines.append(f"The loop stopped here: {st.stop}.")
