@@ -49,6 +49,8 @@ CLAIM = "compute.thread_coarsening,memory.none,latency.none"
 NOTE = ("the chain dominates: coarsen (priority 4; 1-3 need tensor cores, fp16 or a "
         "launch_config change this kernel does not need; no kernel_fusion, coalesced_access "
         "or tiling_smem to do: one pass, contiguous, no reuse)")
+KERNEL_MODE = ("  kernel: base.cu\n  launch: {kernel: chain_add, block: [BLOCK], "
+               "grid: [\"(N + BLOCK - 1) // BLOCK\"]}\n")
 PHASES = ("run", "build", "busy", "contest", "store")
 
 
@@ -82,6 +84,8 @@ def main() -> None:
     ap.add_argument("--tries", type=int, default=50)
     ap.add_argument("--cpu-devices", type=int, default=1)
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--kernel-mode", action="store_true",
+                    help="cuda: submit base_kernel.cu, the kernel built by NVRTC, not nvcc")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kopt-agent-loop-"))
     env = {**os.environ, "KOPT_CACHE": str(tmp / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
@@ -92,6 +96,10 @@ def main() -> None:
     (folder / "why.md").write_text(NOTE)
     ext = "cu" if a.backend == "cuda" else "cpp"
     base = (folder / f"base.{ext}").read_text()
+    if a.kernel_mode:
+        base = (folder / "base_kernel.cu").read_text()
+        spec.write_text(spec.read_text().replace("  kernel: base.cu\n", KERNEL_MODE))
+        (folder / "base.cu").write_text(base)
     start_s, _ = kopt(["serve", "start", "--backend", a.backend]
                       + (["--cpu-devices", str(a.cpu_devices)] if a.backend == "cpu" else []),
                       env)
@@ -108,7 +116,7 @@ def main() -> None:
             wall, p = kopt(args, env)
             out = json.loads(p.stdout)
             rows.append({"try": out["try"], "wall_s": wall, **spans(store, run_id)})
-        last = [(r["phase"], round(r["end_s"] - r["start_s"], 3))
+        last = [(r["phase"], round(r["start_s"], 3), round(r["end_s"] - r["start_s"], 3))
                 for r in Database(store).phases(run_id)
                 if not r.get("device") and r.get("end_s") is not None]
     finally:
@@ -121,7 +129,8 @@ def main() -> None:
         print(f"{r['try']:>4} {r['wall_s']:7.2f} {r['run']:7.2f} {r['build']:9.2f} "
               f"{r['busy']:9.2f} {r['contest']:10.2f} {r['store']:8.2f} "
               f"{r['wall_s'] - r['run']:7.2f}")
-    print("the last try's phases (s):", ", ".join(f"{n} {d}" for n, d in last))
+    print("the last try's phases (s since its process started +duration):",
+          ", ".join(f"{n} {s0}+{d}" for n, s0, d in last))
     walls = [r["wall_s"] for r in rows]
     print(f"wall per try: median {statistics.median(walls):.2f} s, "
           f"max {max(walls):.2f} s over {len(walls)} tries")

@@ -5,7 +5,7 @@
 # whose nvcc builds run Landlock-confined, then bench/agent_loop.py --backend cuda (one
 # version x 5 launch configs per try on a warm service) and bench/check_cost.py on sgemm.
 # Usage (repo root, GPU host, .devsite carried): bash docs/verified/h200_sandbox_loop.sh [PART]
-# PART: tests, bench or all (default).
+# PART: tests, bench, all (default), or loop2 (the loop in kernel mode and nvcc, timelines).
 set -uo pipefail
 . docs/verified/device_env.sh
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
@@ -24,6 +24,13 @@ if [ "$part" != bench ]; then
     | tee "$out/sweep.txt"
   tail -4 /tmp/sx.log | tee -a "$out/sweep.txt"
   kopt query --store /tmp/sx-store "select status, isolation, count(*) n, round(min(median_ms), 4) best_ms from candidates group by all" 2>&1 | tee -a "$out/sweep.txt"
+fi
+if [ "$part" = loop2 ]; then  # the loop again: NVRTC (kernel mode) and nvcc, with timelines
+  timeout 200 python3 bench/agent_loop.py --tries 12 --backend cuda --kernel-mode 2>&1 \
+    | tail -18 | tee "$out/agent_loop_kernel_mode.txt"
+  timeout 200 python3 bench/agent_loop.py --tries 12 --backend cuda 2>&1 | tail -18 \
+    | tee "$out/agent_loop_nvcc.txt"
+  exit 0
 fi
 if [ "$part" != tests ]; then
   timeout 330 python3 bench/agent_loop.py --tries 20 --backend cuda 2>&1 | tail -32 \
