@@ -46,7 +46,8 @@ from kopt.store.database import Database
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "submit"
 CLAIM = "compute.thread_coarsening,memory.none,latency.none"
-NOTE = ("the chain dominates: coarsen (priority 4; 1-3 need tensor cores, fp16 or a "
+NOTE = ("the chain dominates: compute.thread_coarsening (priority 4, tried although its NCU "
+        "trigger may not hold: the chain is the work; 1-3 need tensor cores, fp16 or a "
         "launch_config change this kernel does not need; no kernel_fusion, coalesced_access "
         "or tiling_smem to do: one pass, contiguous, no reuse)")
 KERNEL_MODE = ("  kernel: base.cu\n  launch: {kernel: chain_add, block: [BLOCK], "

@@ -236,3 +236,29 @@ def test_a_best_outside_its_iterations_tie_is_not_called_a_tie(db):
         {"run_id": "r1", "sweep": "s", "iteration": 2, "device_class": DC,
          "state": json.dumps(state), "created_at": at(10)}])
     assert {(r["candidate_id"], r["tied_with"]) for r in db.best("s")} == {("c1", 2)}
+
+
+def test_kopts_queries_reuse_a_connection_until_a_part_file_changes(db, tmp_path,
+                                                                    monkeypatch):
+    """Database's queries reuse the views of an earlier one while no part file of their
+    tables changed, and see every row written, compacted or removed since; a query of
+    ``runs`` (whose view reads the runs' locks) always gets a fresh connection."""
+    import kopt.store.database as database
+
+    made = []
+    real = database.connect
+    monkeypatch.setattr(database, "connect", lambda *a, **k: made.append(a[1]) or real(*a, **k))
+    database._REUSED.clear()
+    assert db.done_job_keys("r1") == {f"{c}@{d}" for c in ("b", "c1", "c2") for d in (N1, N2)
+                                      } | {f"c3@{N1}"}
+    assert db.done_job_keys("r1") == db.done_job_keys("r1") and len(made) == 1
+    db.commit("candidates", "s", "r1", [cand("c4", N1, 0.5)])  # a new part file
+    assert f"c4@{N1}" in db.done_job_keys("r1") and len(made) == 2
+    w = Writer(tmp_path, "s", "r1")
+    w.compact("candidates")  # parts merged into one file, the parts removed
+    assert len(db.done_job_keys("r1")) == 8 and len(made) == 3
+    for p in (tmp_path / "candidates").rglob("*.parquet"):
+        p.unlink()
+    assert db.done_job_keys("r1") == set()
+    assert db.run("r1")["status"] == "done" and db.run("r1")["status"] == "done"
+    assert made[-2:] == [{"runs"}, {"runs"}]

@@ -11,7 +11,7 @@ set -uo pipefail
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 part=${1:-all}
 cat .kopt_rev 2>/dev/null | tee "$out/rev.txt"
-if [ "$part" != bench ]; then
+if [ "$part" = tests ] || [ "$part" = all ]; then
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; uname -r; nproc;
     kopt env 2>&1 | grep -E "isolation|limits|device|driver|nvcc"; } 2>&1 | tee "$out/env.txt"
   timeout 280 python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tail -15 \
@@ -26,6 +26,10 @@ if [ "$part" != bench ]; then
   kopt query --store /tmp/sx-store "select status, isolation, count(*) n, round(min(median_ms), 4) best_ms from candidates group by all" 2>&1 | tee -a "$out/sweep.txt"
 fi
 if [ "$part" = loop2 ]; then  # the loop again: NVRTC (kernel mode) and nvcc, with timelines
+  for k in 1 2; do  # the fault-rows test that failed once in a second back-to-back run
+    timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k faults_are_rows \
+      2>&1 | grep -E "^E |passed|failed" | head -20 | tee -a "$out/faults_rows.txt"
+  done
   timeout 200 python3 bench/agent_loop.py --tries 12 --backend cuda --kernel-mode 2>&1 \
     | tail -18 | tee "$out/agent_loop_kernel_mode.txt"
   timeout 200 python3 bench/agent_loop.py --tries 12 --backend cuda 2>&1 | tail -18 \
