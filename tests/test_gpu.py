@@ -19,12 +19,13 @@ def test_cuda_faults_are_rows(ray_local, copy_fixture, tmp_path):
     _, rows = query("select params, status, error, median_ms, registers from candidates",
                     tmp_path / "st")
     by_mode = {json.loads(r[0])["MODE"]: r for r in rows}
-    assert by_mode[0][1] == "ok" and by_mode[0][3] > 0 and by_mode[0][4] > 0
-    assert by_mode[1][1] == "wrong_result"
-    assert by_mode[2][1] == "crashed" and "illegal" in by_mode[2][2]
-    assert by_mode[3][1] == "timeout"
-    assert by_mode[4][1] == "launch_error" and "invalid" in by_mode[4][2]
-    assert by_mode[5][1] == "compile_error"
+    seen = {m: (r[1], (r[2] or "")[:300]) for m, r in sorted(by_mode.items())}  # on failure
+    assert by_mode[0][1] == "ok" and by_mode[0][3] > 0 and by_mode[0][4] > 0, seen
+    assert by_mode[1][1] == "wrong_result", seen
+    assert by_mode[2][1] == "crashed" and "illegal" in by_mode[2][2], seen
+    assert by_mode[3][1] == "timeout", seen
+    assert by_mode[4][1] == "launch_error" and "invalid" in by_mode[4][2], seen
+    assert by_mode[5][1] == "compile_error", seen
 
 
 def test_cuda_vector_add_sweep(ray_local, tmp_path):
