@@ -120,6 +120,28 @@ class DeviceActor:
         self.busy_s += time.perf_counter() - t0
         return res
 
+    def clock(self, job: dict[str, Any], calls: int, artifact: bytes) -> dict[str, Any]:
+        """Time ``calls`` calls of ``job``'s artifact back to back by this process's clock
+        (workers.harness ``clock``; workers.sandbox measures ``outside_ms``). Never raises.
+
+        Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
+        and ``outside_ms`` (this process's), in ms."""
+        t0 = time.perf_counter()
+        try:
+            path = str(ensure_artifact(job["build_id"], artifact))
+            res = self.sandbox.run({**job, "artifact": path, "clock_calls": int(calls)},
+                                   job["timing"]["timeout_s"])
+        except Exception as e:
+            res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
+        self.busy_s += time.perf_counter() - t0
+        return res
+
+    def fresh(self) -> None:
+        """End the harness process; the next job starts a new one (state a candidate left
+        in it, a patched clock say, dies with it)."""
+        self.sandbox.kill()
+        self.sandbox.restarts += 1
+
     def profile_many(self, jobs: list[dict[str, Any]], kernels: list[list[str]],
                      metrics: list[str], sections: list[str] | None, *artifacts: bytes
                      ) -> list[dict[str, Any]]:

@@ -1236,6 +1236,38 @@ class Harness:
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         return {"status": "ok", "error": "", "results": out}
 
+    def clock(self, job: dict) -> dict:
+        """This process's half of the outside clock: ``job["clock_calls"]`` calls of the
+        artifact back to back on the check's first input set (reloaded before each call
+        when ``solve`` writes an input: in/out arguments), its outputs verified after the
+        last. A progress message ``{"stage": "clock"}`` goes to the sandbox right before the
+        first call; the sandbox (outside this process, workers.sandbox) times from its
+        arrival to this answer's (``outside_ms``). No cache flush: the calls run warm, so an
+        honest candidate's calls there cost no more than its flushed samples.
+
+        Returns ``status`` (``ok``, or ``wrong_result`` with the reason), ``calls`` and
+        ``inside_ms`` (this process's own clock over the same calls, ms)."""
+        d = self.prepare(job)
+        self.progress({"stage": "prepared"})
+        lib = self.lib(job["artifact"], job["signature"])
+        n = int(job["clock_calls"])
+        inout = any(name in d.bufs[0].outputs for name in d.bufs[0].inputs)
+        self.load(d, 0, 0)
+        self._sync()
+        self.progress({"stage": "clock"})
+        t0 = time.perf_counter()
+        for i in range(n):
+            if inout and i:
+                self.load(d, 0, 0)
+            self.call(lib, job, d)
+        self.check_cuda(lib, "clock")
+        inside_ms = (time.perf_counter() - t0) * 1e3
+        if not bool(self.verify(d, 0, 0, job["tolerance"])):
+            return {"status": Status.WRONG_RESULT, "calls": n, "inside_ms": inside_ms,
+                    "error": f"after {n} calls back to back on input set 1 its outputs were "
+                             "wrong (checked outside the contest's rounds)"}
+        return {"status": Status.OK, "error": "", "calls": n, "inside_ms": inside_ms}
+
     def _contest_replays(self, libs: list[Any], entries: list[dict], d: Data,
                          results: list[dict]) -> tuple[str, list[tuple[str, str]]]:
         """Each contender's calls on input sets it has never seen (:meth:`unseen`,
@@ -1285,10 +1317,10 @@ class Harness:
         never seen were more than ``REPLAY_FACTOR`` slower than on seen ones), ``leaked``
         (device memory outside torch grew by more than ``LEAK_BYTES``: ``leaked_bytes``;
         the harness restarts). Figures measured before a fault stay in the outcome."""
-        if job.get("contest"):
-            return self.contest(job)
-        if job.get("time_reference"):
-            return self.time_reference(job)
+        special = self.contest if job.get("contest") else self.clock if job.get(
+            "clock_calls") else self.time_reference if job.get("time_reference") else None
+        if special is not None:
+            return special(job)
         d = self.prepare(job, reference=not job.get("no_reference"))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0

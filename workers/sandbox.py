@@ -156,6 +156,11 @@ class Sandbox:
 
         A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
         and restarts the harness on the next call. Never raises for a job.
+
+        A clock job (workers.harness ``clock``) also gets ``outside_ms``: from the arrival
+        of the harness's first ``{"stage": "clock"}`` message to its answer's, on this
+        process's clock, which candidate code in the harness cannot reach (another process,
+        outside its namespaces); a figure the answer carries under that name is dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -166,6 +171,7 @@ class Sandbox:
         deadline = t0 + max(timeout_s, prepare_timeout_s)
         limit = deadline + OWN_LIMIT * timeout_s + GRACE_S  # whatever the messages say
         prepared = False  # the harness said it made the inputs and reference outputs
+        clock_t0 = None  # the outside clock's start: the first "clock" message's arrival
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         try:
             self.w.send(("run", job))
@@ -191,11 +197,24 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
+            if res.get("stage") == "clock" and clock_t0 is None:
+                clock_t0 = time.perf_counter()
             if (job.payload() if isinstance(job, RunJob) else job).get("time_reference"):
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
+        return self._answered(res, t0, clock_t0, pos)
+
+    def _answered(self, res: dict[str, Any], t0: float, clock_t0: float | None,
+                  pos: int) -> dict[str, Any]:
+        """The harness's answer ``res`` with this process's figures (``wall_s`` since
+        ``t0``; a clock job's ``outside_ms`` since ``clock_t0``), what the kernel printed
+        (the log from ``pos``) in a failure's ``error``, and the harness killed when it
+        said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
+        res.pop("outside_ms", None)  # this process's figure alone, never the harness's word
+        if clock_t0 is not None:
+            res["outside_ms"] = (time.perf_counter() - clock_t0) * 1e3
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
             if said:

@@ -8,6 +8,7 @@ import json
 import textwrap
 from typing import Any
 
+from kopt.core.clock import CLOCK_TRIES, clock_calls, clock_suspect
 from kopt.core.winner import CONTEST_ROUNDS, Verdict, contenders, decide
 from kopt.run.context import RunContext
 from kopt.run.runner import DeviceError
@@ -44,11 +45,16 @@ class SideBySide:
     A contender that fails a check (or crashes, or times out) is dropped, and the contest
     is run again without it: when the contest's error does not name the contender, each is
     run alone to find it. A dropped contender's measurements of other sizes are dropped
-    too (it must be correct on all of them).
+    too (it must be correct on all of them). With ``clock`` (the loop's closing), each
+    contender of a contest that passed is then re-checked and re-timed by a clock outside
+    its process (:meth:`_clock`); one that fails that is dropped the same way.
     """
 
-    def __init__(self, ctx: RunContext, device: int, dc: str, by_cand: ByCand):
+    def __init__(self, ctx: RunContext, device: int, dc: str, by_cand: ByCand,
+                 clock: bool = False):
         self.ctx, self.device, self.dc, self.by_cand = ctx, device, dc, by_cand
+        self.clock = clock  # each contender re-timed by a clock outside its process
+        self.clocked: set[tuple[str, str]] = set()  # (candidate, dims) the clock cleared
         self.alive = list(by_cand)
         self.results: Results = {}
         self.dropped: dict[str, str] = {}
@@ -99,7 +105,11 @@ class SideBySide:
                 for c, st in zip(cids, res["results"]):
                     self.results.setdefault(c, {})[dims] = {
                         **st, "job_key": self.by_cand[c][dims][0]}
-                return ""
+                bad, error = self._clock(cids, dims) if self.clock else ({}, "")
+                if error or not bad:
+                    return error
+                self._drop(bad)
+                continue
             why = f"{res.get('status')}: {res.get('error') or ''}".strip()
             if res.get("actor"):
                 return why
@@ -108,6 +118,74 @@ class SideBySide:
                 return error
             self._drop(bad)
         return ""
+
+    def _clock(self, cids: list[str], dims: str) -> tuple[dict[str, str], str]:
+        """Each contender of a passed contest of size ``dims`` not yet cleared, re-timed by
+        a clock outside its process (:meth:`_clocked`). The contest ran every contender in
+        one harness process, so one contender's patched clock times the others too: each
+        one flagged there is judged again alone, in a fresh harness (a solo contest, then
+        the clock), and only what it does alone counts; the harness is then replaced again
+        for the contest that follows. Returns the contenders at fault (candidate id ->
+        ``"status: why"``) and an error when the device failed."""
+        flagged, error = self._clocked(cids, dims, self.results)
+        if error or not flagged:
+            return flagged, error
+        bad: dict[str, str] = {}
+        try:
+            for c in flagged:
+                self.ctx.runner.call(self.device, "fresh")
+                solo = self._contest([c], dims, SOLO_ROUNDS)
+                if solo.get("status") != Status.OK:
+                    bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+                    continue
+                alone = {c: {dims: solo["results"][0]}}
+                again, error = self._clocked([c], dims, alone)
+                if error:
+                    return bad, error
+                bad.update(again)
+            self.ctx.runner.call(self.device, "fresh")
+        except DeviceError as e:
+            return bad, f"{Status.LOST}: {e}"
+        return bad, ""
+
+    def _clocked(self, cids: list[str], dims: str, results: Results
+                 ) -> tuple[dict[str, str], str]:
+        """Up to ``CLOCK_TRIES`` blocks of each contender's calls back to back timed outside
+        its process (workers.device_actor ``clock``), its outputs checked after each block;
+        ``suspect`` when every block disagrees with its median in ``results``
+        (kopt.core.clock). Contenders cleared before are skipped; those cleared now are
+        kept in ``clocked``."""
+        bad: dict[str, str] = {}
+        for c in cids:
+            if (c, dims) in self.clocked:
+                continue
+            med = results[c][dims]["median_ms"]
+            key, build = self.by_cand[c][dims][:2]
+            job = RunJob(key, build, json.loads(dims), self.ctx.common).payload()
+            blocks: list[tuple[float, int]] = []
+            info = self.ctx.runner.infos[self.device]
+            self.ctx.phases.begin("clock", info)
+            try:
+                for _ in range(CLOCK_TRIES):
+                    res = self.ctx.runner.call(self.device, "clock", job, clock_calls(med),
+                                               self.ctx.builder.artifacts[build])
+                    if res.get("status") != Status.OK or res.get("outside_ms") is None:
+                        bad[c] = (f"{res.get('status')}: outside the contest, "
+                                  f"{res.get('error') or 'no outside figure'}")
+                        break
+                    blocks.append((res["outside_ms"], int(res["calls"])))
+                    if not clock_suspect(med, blocks):
+                        break
+            except DeviceError as e:
+                return bad, f"{Status.LOST}: {e}"
+            finally:
+                self.ctx.phases.end("clock", info, detail=counted(len(blocks), "block"))
+            why = "" if c in bad else clock_suspect(med, blocks)
+            if why:
+                bad[c] = f"{Status.SUSPECT}: {why}"
+            elif c not in bad:
+                self.clocked.add((c, dims))
+        return bad, ""
 
     def _culprits(self, cids: list[str], dims: str, why: str, said: str
                   ) -> tuple[dict[str, str], str]:

@@ -270,7 +270,8 @@ def _close_class(ctx: RunContext, loop: NcuLoop, dc: str, hist: list[IterState],
                  device: int) -> None:
     st = loop.states[dc]
     final = st.best["candidate_id"]
-    results, dropped, error = contests.SideBySide(ctx, device, dc, by_cand).run()
+    # the closing names the loop's best: its contenders are re-timed outside their process
+    results, dropped, error = contests.SideBySide(ctx, device, dc, by_cand, clock=True).run()
     closing, best_id, failed = loop.closing(first, final, winner_of, hist, results, dropped,
                                             error)
     if failed:

@@ -151,11 +151,7 @@ def write_report(run_id: str, store: Path | str, out: Path,
         md += _best_lines(dc, sts, best, cand)
         md += _best_source(db, rec, dc, best, out, notes)
         realized.append(dc)
-        md += ["", "Effective (selected), each with the gain it was judged by: "
-               + ("; ".join(credit_line(m, last.credit.get(m)) for m in last.selected)
-                  or "none") + ".",
-               "Ineffective: " + (", ".join(f"{k} ({_under(v)})"
-                                           for k, v in last.ineffective.items()) or "none") + "."]
+        md += _method_lines(last)
         md += ["", "Suggested next steps:", ""] + [f"- {s}" for s in _next_steps(last)]
     if not realized:
         notes += source_notes(rec, run_id)  # no best to write: say what would stop it
@@ -170,6 +166,16 @@ def write_report(run_id: str, store: Path | str, out: Path,
         md += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     (out / "summary.md").write_text("\n".join(md) + "\n")
     return out / "summary.md"
+
+
+def _method_lines(last: IterState) -> list[str]:
+    """The selected methods, each with the gain it was judged by, and the ineffective ones
+    with what they were judged under."""
+    return ["", "Effective (selected), each with the gain it was judged by: "
+            + ("; ".join(credit_line(m, last.credit.get(m)) for m in last.selected)
+               or "none") + ".",
+            "Ineffective: " + (", ".join(f"{k} ({_under(v)})"
+                                        for k, v in last.ineffective.items()) or "none") + "."]
 
 
 def _head_lines(rec: dict[str, Any], run_id: str, counts: list[dict[str, Any]],
@@ -575,7 +581,7 @@ def _lanes(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
 # order of tab20's colours; another name (a phase added later) by a digest of its name
 PHASE_ORDER = ("startup", "checks", "ray", "devices", "reference", "first_build",
                "first_result", "stop_devices", "store", "device_start", "busy",
-               "build_wait", "ncu", "contest", "build")
+               "build_wait", "ncu", "contest", "build", "clock")
 
 
 def phase_color(phase: str) -> tuple[float, float, float, float]:

@@ -28,8 +28,9 @@ import kopt
 # once per run (per process of a resumed run), in the order they begin
 RUN_PHASES = ("startup", "checks", "ray", "devices", "reference", "first_build",
               "first_result", "run", "stop_devices", "store", "end")
-# per device: actor start, ref.py's reference, jobs, idle waiting for builds, NCU, contests
-DEVICE_PHASES = ("device_start", "reference", "busy", "build_wait", "ncu", "contest")
+# per device: actor start, ref.py's reference, jobs, idle waiting for builds, NCU, contests,
+# the closing's outside clock
+DEVICE_PHASES = ("device_start", "reference", "busy", "build_wait", "ncu", "contest", "clock")
 PHASE_HELP = {
     "startup": "kopt's start (its package imported) to the sweep's start: imports, "
                "sweep.yaml",
