@@ -100,7 +100,17 @@ wrongly:
   sandbox (a forged outcome: JSON, never unpickled, so it carries figures, not code; a
   thread left behind can also forge the next candidate's). Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
-  do that.
+  do that. What it does instead, at the loop's closing only: each contender of the closing
+  contest is re-timed by a clock outside this process (``clock`` jobs: calls back to back,
+  timed by the sandbox from this process's "clock" message to its answer; outputs checked
+  after them) and is ``suspect``, and dropped, when every block is more than 4x its
+  contest median + 0.01 ms a call (kopt.core.clock), judged again alone in a fresh harness
+  when the shared one flagged it (a patched clock times every contender timed after it).
+  That catches a clock slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10;
+  CUDA events' ``elapsed_time`` likewise), not one slowed less, not a patch that spares the
+  clock job (code that rewrites this harness can send its "clock" message late or forge
+  its outputs' check), and not within an iteration's own jobs and contests (a patched
+  winner there is caught at the closing, before it is named the loop's best).
 - results one candidate keeps outside its own library's memory (a file in the scratch
   folder, shared memory in the sandbox's ``/dev/shm``) for another artifact timed by the
   same harness: the held-back sets are new to each artifact, not to every artifact, as
