@@ -135,8 +135,11 @@ class SideBySide:
             for c in flagged:
                 self.ctx.runner.call(self.device, "fresh")
                 solo = self._contest([c], dims, SOLO_ROUNDS)
+                why = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+                if solo.get("actor"):  # the device failed, not the contender
+                    return bad, why
                 if solo.get("status") != Status.OK:
-                    bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+                    bad[c] = why
                     continue
                 alone = {c: {dims: solo["results"][0]}}
                 again, error = self._clocked([c], dims, alone)
