@@ -120,16 +120,19 @@ class DeviceActor:
         self.busy_s += time.perf_counter() - t0
         return res
 
-    def clock(self, job: dict[str, Any], calls: int, artifact: bytes) -> dict[str, Any]:
-        """Time ``calls`` calls of ``job``'s artifact back to back by this process's clock
-        (workers.harness ``clock``; workers.sandbox measures ``outside_ms``). Never raises.
+    def clock(self, job: dict[str, Any], calls: int, artifact: bytes,
+              loads_only: bool = False) -> dict[str, Any]:
+        """Time ``calls`` calls of ``job``'s artifact, each prepared as a sample, by this
+        process's clock (workers.harness ``clock``; workers.sandbox measures
+        ``outside_ms``); ``loads_only``: the preparations alone. Never raises.
 
         Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
         and ``outside_ms`` (this process's), in ms."""
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
-            res = self.sandbox.run({**job, "artifact": path, "clock_calls": int(calls)},
+            res = self.sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
+                                    "clock_loads_only": bool(loads_only)},
                                    job["timing"]["timeout_s"])
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}

@@ -101,16 +101,21 @@ wrongly:
   thread left behind can also forge the next candidate's). Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
   do that. What it does instead, at the loop's closing only: each contender of the closing
-  contest is re-timed by a clock outside this process (``clock`` jobs: calls back to back,
-  timed by the sandbox from this process's "clock" message to its answer; outputs checked
-  after them) and is ``suspect``, and dropped, when every block is more than 4x its
-  contest median + 0.01 ms a call (kopt.core.clock), judged again alone in a fresh harness
-  when the shared one flagged it (a patched clock times every contender timed after it).
-  That catches a clock slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10;
-  CUDA events' ``elapsed_time`` likewise), not one slowed less, not a patch that spares the
-  clock job (code that rewrites this harness can send its "clock" message late or forge
-  its outputs' check), and not within an iteration's own jobs and contests (a patched
-  winner there is caught at the closing, before it is named the loop's best).
+  contest is re-timed by a clock outside this process (``clock`` jobs: calls each prepared
+  as a sample is, less the same preparations alone, timed by the sandbox from this
+  process's "clock" message to its answer; outputs checked after them) and is ``suspect``,
+  and dropped, when every block is more than 4x its contest median + 0.01 ms a call, plus
+  half a call's preparation time (kopt.core.clock); judged again alone in a fresh harness
+  when the shared one flagged it (a patched clock times every contender timed after it),
+  the shared harness's figures then measured again in a fresh one. That catches a clock
+  slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10, and MODE 11, which
+  also skipped calls it could tell from samples), not one slowed less, nor one whose call
+  costs less than half its preparation's noise (a few rows of a large in/out table), not a
+  patch that spares the clock job (code that rewrites this harness can send its "clock"
+  message late or forge its outputs' check), and not within an iteration's own jobs and
+  contests (a patched winner there is caught at the closing, before it is named the
+  loop's best). A median not above 0 ms (a clock run backwards) is ``suspect`` in any job
+  (workers.sandbox).
 - results one candidate keeps outside its own library's memory (a file in the scratch
   folder, shared memory in the sandbox's ``/dev/shm``) for another artifact timed by the
   same harness: the held-back sets are new to each artifact, not to every artifact, as
@@ -1248,34 +1253,39 @@ class Harness:
 
     def clock(self, job: dict) -> dict:
         """This process's half of the outside clock: ``job["clock_calls"]`` calls of the
-        artifact back to back on the check's first input set (reloaded before each call
-        when ``solve`` writes an input: in/out arguments), its outputs verified after the
-        last. A progress message ``{"stage": "clock"}`` goes to the sandbox right before the
-        first call; the sandbox (outside this process, workers.sandbox) times from its
-        arrival to this answer's (``outside_ms``). No cache flush: the calls run warm, so an
-        honest candidate's calls there cost no more than its flushed samples.
+        artifact, each prepared as a timed sample is (the check's input sets in turn loaded
+        into buffer set 0, outputs poisoned, the cache flushed: :meth:`_prep`), its outputs
+        verified after the last; with ``clock_loads_only``, the same preparations and no
+        call (what the outside figure of a block must not count). A progress message
+        ``{"stage": "clock"}`` goes to the sandbox right before the first; the sandbox
+        (outside this process, workers.sandbox) times from its arrival to this answer's
+        (``outside_ms``). Calls prepared as samples cannot be told apart from samples (a
+        candidate that skipped its work when its outputs were not poisoned since its last
+        call passed an earlier form of this block).
 
         Returns ``status`` (``ok``, or ``wrong_result`` with the reason), ``calls`` and
-        ``inside_ms`` (this process's own clock over the same calls, ms)."""
+        ``inside_ms`` (this process's own clock over the block, ms)."""
         d = self.prepare(job)
         self.progress({"stage": "prepared"})
-        lib = self.lib(job["artifact"], job["signature"])
-        n = int(job["clock_calls"])
-        inout = any(name in d.bufs[0].outputs for name in d.bufs[0].inputs)
-        self.load(d, 0, 0)
+        n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
+        lib = self.lib(job["artifact"], job["signature"]) if calls else None
+        flush = job["timing"].get("flush", True)
         self._sync()
         self.progress({"stage": "clock"})
         t0 = time.perf_counter()
         for i in range(n):
-            if inout and i:
-                self.load(d, 0, 0)
-            self.call(lib, job, d)
-        self.check_cuda(lib, "clock")
+            self._prep(d, i % len(d.sets), flush)
+            if lib is not None:
+                self.call(lib, job, d)
+        if lib is not None:
+            self.check_cuda(lib, "clock")
+        self._sync()
         inside_ms = (time.perf_counter() - t0) * 1e3
-        if not bool(self.verify(d, 0, 0, job["tolerance"])):
+        k = (n - 1) % len(d.sets)
+        if lib is not None and not bool(self.verify(d, 0, k, job["tolerance"])):
             return {"status": Status.WRONG_RESULT, "calls": n, "inside_ms": inside_ms,
-                    "error": f"after {n} calls back to back on input set 1 its outputs were "
-                             "wrong (checked outside the contest's rounds)"}
+                    "error": f"after {n} calls outside the contest's rounds, the last one's "
+                             f"outputs (input set {k + 1}) were wrong"}
         return {"status": Status.OK, "error": "", "calls": n, "inside_ms": inside_ms}
 
     def _contest_replays(self, libs: list[Any], entries: list[dict], d: Data,

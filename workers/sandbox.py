@@ -203,7 +203,7 @@ class Sandbox:
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
-        return self._answered(res, t0, clock_t0, pos)
+        return self._answered(_clock_broken(res, job), t0, clock_t0, pos)
 
     def _answered(self, res: dict[str, Any], t0: float, clock_t0: float | None,
                   pos: int) -> dict[str, Any]:
@@ -434,3 +434,30 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str, Any]:
+    """``res`` made ``suspect`` where a figure the harness reports cannot be a time: an
+    ``ok`` job's ``median_ms``, or a contender's in a contest's ``results``, not above 0 ms
+    (a clock patched in the harness's process that runs backwards gave -61 ms, and a
+    geometric mean of it stopped the sweep). A contest names the contenders at fault in
+    ``failed``, as for a failed check."""
+    if res.get("status") != Status.OK:
+        return res
+    why = ("a median of {} ms, by the clock of the process that loaded its code: no "
+           "call takes no time, that process's clock was changed")
+    if "results" in res:
+        entries = (job.payload() if isinstance(job, RunJob) else job).get("contest") or []
+        bad = [(e.get("job_key", "?"), r.get("median_ms")) for e, r in
+               zip(entries, res["results"]) if not _positive(r.get("median_ms"))]
+        if bad:
+            return {"status": Status.SUSPECT, "failed": [k for k, _ in bad],
+                    "error": "; ".join(f"{k}: {why.format(m)}" for k, m in bad)}
+        return res
+    if "median_ms" in res and res["median_ms"] is not None and not _positive(res["median_ms"]):
+        return {**res, "status": Status.SUSPECT, "error": why.format(res["median_ms"])}
+    return res
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and x > 0

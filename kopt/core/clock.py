@@ -29,44 +29,57 @@ CLOCK_MAX_CALLS = 2000  # a block's calls at most (a tiny claimed median asks fo
 CLOCK_MIN_CALLS = 3
 CLOCK_FACTOR = 4.0  # outside ms per call over the contest median beyond which it is suspect
 CLOCK_SLACK_MS = 0.01  # ms per call the block's own loop may add to an honest call
+CLOCK_PREP_NOISE = 0.5  # of a call's preparation time: how far apart two blocks' may be
 CLOCK_TRIES = 3  # blocks; suspect only when every one of them says so
 
+# one block: (outside ms of its calls with their preparations less those of the same
+# preparations alone, its calls, outside ms of the preparations alone)
+Block = tuple[float, int, float]
 
-def clock_calls(median_ms: float) -> int:
+
+def clock_calls(median_ms: float, prep_ms: float = 0.0) -> int:
     """The calls of one outside-clock block for a contender whose contest median is
-    ``median_ms`` (ms): enough to last :data:`CLOCK_BLOCK_MS` at that median, within
-    [:data:`CLOCK_MIN_CALLS`, :data:`CLOCK_MAX_CALLS`].
+    ``median_ms`` (ms) and whose call takes ``prep_ms`` to prepare (an input set loaded,
+    outputs poisoned, the cache flushed; measured outside): enough to last
+    :data:`CLOCK_BLOCK_MS` at that median, within [:data:`CLOCK_MIN_CALLS`,
+    :data:`CLOCK_MAX_CALLS`].
 
     Raises:
         ValueError: ``median_ms`` is not positive."""
     if not median_ms or median_ms <= 0:
         raise ValueError(f"median_ms must be positive, got {median_ms!r}")
-    return int(min(CLOCK_MAX_CALLS, max(CLOCK_MIN_CALLS, round(CLOCK_BLOCK_MS / median_ms))))
+    n = round(CLOCK_BLOCK_MS / (median_ms + max(0.0, prep_ms)))
+    return int(min(CLOCK_MAX_CALLS, max(CLOCK_MIN_CALLS, n)))
 
 
-def clock_limit_ms(median_ms: float) -> float:
+def clock_limit_ms(median_ms: float, prep_ms: float = 0.0) -> float:
     """The most an honest call may take by the outside clock (ms per call) when its
-    contest median is ``median_ms``: ``CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS``."""
-    return CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS
+    contest median is ``median_ms`` and its preparation takes ``prep_ms`` a call:
+    ``CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS + CLOCK_PREP_NOISE * prep_ms`` (the calls'
+    figure is a difference of two blocks, each with the preparations: where preparing a
+    call costs far more than the call, the clock cannot resolve the call, and says less)."""
+    return CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS + CLOCK_PREP_NOISE * max(0.0, prep_ms)
 
 
-def clock_suspect(median_ms: float, blocks: list[tuple[float, int]]) -> str:
+def clock_suspect(median_ms: float, blocks: list[Block]) -> str:
     """Why a contender is ``suspect`` (one line), or "" when it is not: ``blocks`` holds
-    each try's ``(outside_ms, calls)``; suspect when every block's outside ms per call is
-    above :func:`clock_limit_ms` of its contest ``median_ms``. No blocks: not suspect.
+    each try's :data:`Block`; suspect when every block's outside ms per call is above
+    :func:`clock_limit_ms` of its contest ``median_ms`` and that block's preparations. No
+    blocks: not suspect.
 
     Raises:
         ValueError: ``median_ms`` is not positive, or a block has no calls."""
     if not blocks:
         return ""
-    if any(n <= 0 for _, n in blocks):
+    if any(n <= 0 for _, n, _ in blocks):
         raise ValueError(f"a block without calls: {blocks!r}")
-    limit = clock_limit_ms(median_ms)
-    per_call = [ms / n for ms, n in blocks]
-    if min(per_call) <= limit:
+    per_call = [ms / n for ms, n, _ in blocks]
+    limits = [clock_limit_ms(median_ms, prep / n) for _, n, prep in blocks]
+    if any(x <= lim for x, lim in zip(per_call, limits)):
         return ""
     return (f"its contest median is {median_ms:.4g} ms by its own process's clock, but "
-            f"{len(blocks)} blocks of its calls back to back took "
+            f"{len(blocks)} blocks of its calls took "
             f"{', '.join(f'{x:.4g}' for x in per_call)} ms a call by a clock outside its "
-            f"process (more than {CLOCK_FACTOR:g}x the median + {CLOCK_SLACK_MS:g} ms = "
-            f"{limit:.4g} ms): its process's clock does not tell its time")
+            f"process (more than {CLOCK_FACTOR:g}x the median + {CLOCK_SLACK_MS:g} ms, "
+            f"{max(limits):.4g} ms at most with the preparations' noise): its process's "
+            "clock does not tell its time")

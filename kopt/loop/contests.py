@@ -8,7 +8,7 @@ import json
 import textwrap
 from typing import Any
 
-from kopt.core.clock import CLOCK_TRIES, clock_calls, clock_suspect
+from kopt.core.clock import CLOCK_MIN_CALLS, CLOCK_TRIES, Block, clock_calls, clock_suspect
 from kopt.core.winner import CONTEST_ROUNDS, Verdict, contenders, decide
 from kopt.run.context import RunContext
 from kopt.run.runner import DeviceError
@@ -105,10 +105,10 @@ class SideBySide:
                 for c, st in zip(cids, res["results"]):
                     self.results.setdefault(c, {})[dims] = {
                         **st, "job_key": self.by_cand[c][dims][0]}
-                bad, error = self._clock(cids, dims) if self.clock else ({}, "")
-                if error or not bad:
+                bad, error, again = self._clock(cids, dims) if self.clock else ({}, "", False)
+                if error or not (bad or again):
                     return error
-                self._drop(bad)
+                self._drop(bad)  # and measured again, in the fresh harness
                 continue
             why = f"{res.get('status')}: {res.get('error') or ''}".strip()
             if res.get("actor"):
@@ -119,17 +119,18 @@ class SideBySide:
             self._drop(bad)
         return ""
 
-    def _clock(self, cids: list[str], dims: str) -> tuple[dict[str, str], str]:
+    def _clock(self, cids: list[str], dims: str) -> tuple[dict[str, str], str, bool]:
         """Each contender of a passed contest of size ``dims`` not yet cleared, re-timed by
         a clock outside its process (:meth:`_clocked`). The contest ran every contender in
         one harness process, so one contender's patched clock times the others too: each
         one flagged there is judged again alone, in a fresh harness (a solo contest, then
-        the clock), and only what it does alone counts; the harness is then replaced again
-        for the contest that follows. Returns the contenders at fault (candidate id ->
-        ``"status: why"``) and an error when the device failed."""
+        the clock), and only what it does alone counts; the harness is then replaced again,
+        and the contest's figures, from a harness whose clock disagreed, are not kept.
+        Returns the contenders at fault (candidate id -> ``"status: why"``), an error when
+        the device failed, and whether the contest must be run again (anyone flagged)."""
         flagged, error = self._clocked(cids, dims, self.results)
         if error or not flagged:
-            return flagged, error
+            return flagged, error, False
         bad: dict[str, str] = {}
         try:
             for c in flagged:
@@ -137,24 +138,24 @@ class SideBySide:
                 solo = self._contest([c], dims, SOLO_ROUNDS)
                 why = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
                 if solo.get("actor"):  # the device failed, not the contender
-                    return bad, why
+                    return bad, why, False
                 if solo.get("status") != Status.OK:
                     bad[c] = why
                     continue
                 alone = {c: {dims: solo["results"][0]}}
                 again, error = self._clocked([c], dims, alone)
                 if error:
-                    return bad, error
+                    return bad, error, False
                 bad.update(again)
             self.ctx.runner.call(self.device, "fresh")
         except DeviceError as e:
-            return bad, f"{Status.LOST}: {e}"
-        return bad, ""
+            return bad, f"{Status.LOST}: {e}", False
+        return bad, "", True
 
     def _clocked(self, cids: list[str], dims: str, results: Results
                  ) -> tuple[dict[str, str], str]:
-        """Up to ``CLOCK_TRIES`` blocks of each contender's calls back to back timed outside
-        its process (workers.device_actor ``clock``), its outputs checked after each block;
+        """Up to ``CLOCK_TRIES`` blocks of each contender's calls, prepared as samples, timed
+        outside its process (:meth:`_block`), its outputs checked after each block;
         ``suspect`` when every block disagrees with its median in ``results``
         (kopt.core.clock). Contenders cleared before are skipped; those cleared now are
         kept in ``clocked``."""
@@ -163,22 +164,23 @@ class SideBySide:
             if (c, dims) in self.clocked:
                 continue
             med = results[c][dims]["median_ms"]
-            key, build = self.by_cand[c][dims][:2]
-            job = RunJob(key, build, json.loads(dims), self.ctx.common).payload()
-            blocks: list[tuple[float, int]] = []
+            blocks: list[Block] = []
             info = self.ctx.runner.infos[self.device]
             self.ctx.phases.begin("clock", info)
             try:
-                for _ in range(CLOCK_TRIES):
-                    res = self.ctx.runner.call(self.device, "clock", job, clock_calls(med),
-                                               self.ctx.builder.artifacts[build])
-                    if res.get("status") != Status.OK or res.get("outside_ms") is None:
-                        bad[c] = (f"{res.get('status')}: outside the contest, "
-                                  f"{res.get('error') or 'no outside figure'}")
+                # the preparations' cost sizes the blocks (a 16 MB in/out table reloaded
+                # before each call of a 5 us kernel)
+                _, why, prep = self._block(c, dims, CLOCK_MIN_CALLS, loads_only=True)
+                n = clock_calls(med, prep / CLOCK_MIN_CALLS)
+                for _ in range(CLOCK_TRIES if not why else 0):
+                    ms, why, prep = self._block(c, dims, n)
+                    if why:
                         break
-                    blocks.append((res["outside_ms"], int(res["calls"])))
+                    blocks.append((ms, n, prep))
                     if not clock_suspect(med, blocks):
                         break
+                if why:
+                    bad[c] = why
             except DeviceError as e:
                 return bad, f"{Status.LOST}: {e}"
             finally:
@@ -189,6 +191,25 @@ class SideBySide:
             elif c not in bad:
                 self.clocked.add((c, dims))
         return bad, ""
+
+    def _block(self, c: str, dims: str, n: int, loads_only: bool = False
+               ) -> tuple[float, str, float]:
+        """One outside-clock block of contender ``c``: ``n`` preparations alone (the same
+        as its samples get), then, unless ``loads_only``, ``n`` calls each so prepared, both
+        timed by the device actor's clock (workers.device_actor ``clock``). Returns (ms of
+        the calls: the second less the first, "", ms of the preparations), or (0, the
+        contender's fault as ``"status: why"``, 0). Raises DeviceError."""
+        key, build = self.by_cand[c][dims][:2]
+        job = RunJob(key, build, json.loads(dims), self.ctx.common).payload()
+        art = self.ctx.builder.artifacts[build]
+        out = []
+        for only in (True,) if loads_only else (True, False):
+            res = self.ctx.runner.call(self.device, "clock", job, n, art, only)
+            if res.get("status") != Status.OK or res.get("outside_ms") is None:
+                return 0.0, (f"{res.get('status')}: outside the contest, "
+                             f"{res.get('error') or 'no outside figure'}"), 0.0
+            out.append(float(res["outside_ms"]))
+        return (max(0.0, out[-1] - out[0]), "", out[0])
 
     def _culprits(self, cids: list[str], dims: str, why: str, said: str
                   ) -> tuple[dict[str, str], str]:
