@@ -5,9 +5,11 @@
 # checks that report, export and port ship the winning version's text, and stores every
 # phase row of the run (device rows too: where a slow try's time went).
 # Usage (repo root, GPU host, .devsite carried): bash docs/verified/h200_agent_loop_full.sh
-# (BACKEND=cpu: the same on the CPU backend with base.cpp, to try the script without a GPU)
+# (BACKEND=cpu LOCAL=1: the same on the CPU backend with base.cpp, on a machine without a GPU
+# whose Python has kopt's packages installed)
 set -uo pipefail
-. docs/verified/device_env.sh
+if [ -z "${LOCAL:-}" ]; then . docs/verified/device_env.sh
+else out=${OUT:-/tmp/kopt-verify}; mkdir -p "$out"; kopt() { python3 -m kopt "$@"; }; fi
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 cat .kopt_rev 2>/dev/null | tee "$out/rev.txt"
 W=/tmp/kopt-loop; rm -rf $W; mkdir -p $W
@@ -47,7 +49,7 @@ mkdir -p $W/repo && (cd $W/repo && git init -q && cp $W/s/base.$ext kernel.$ext 
 t port kopt port $RUN --to $W/repo/kernel.$ext --build true --test true
 t serve_stop kopt serve stop
 for f in propose submit1 wait1 submit2 wait2 lineage; do cp $W/$f.out "$out/$f.json"; done
-tail -3 $W/port.out $W/port.err >> "$log" 2>&1
+tail -n 3 $W/port.out $W/port.err >> "$log" 2>&1
 python3 - "$W" "$ext" <<'PY' 2>&1 | tee -a "$log"
 import glob, json, pathlib, subprocess, sys
 W, ext = pathlib.Path(sys.argv[1]), sys.argv[2]; v2 = (W / f"v2.{ext}").read_text()
