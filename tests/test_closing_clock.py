@@ -4,7 +4,7 @@ beside the other files' tests (pytest's --dist loadfile)."""
 
 import os
 
-from test_pipeline import _closing_rows, _states
+from test_pipeline import FlipAtClosing, _closing_rows, _states
 
 from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
@@ -13,33 +13,20 @@ from kopt.store.database import query
 
 def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropped(
         ray_local, copy_fixture, tmp_path):
-    """As the test above, but at the closing the final winner (with C) computes correctly
+    """As test_pipeline.py's closing-contest test, but at the closing the final winner (with C) computes correctly
     and has Python scale the harness's clock by 1/100 (attack MODE 10): it was named best at
     about 100x. The contest ran every contender in one harness, so every median there was
     scaled and every contender's outside clock disagreed; each was judged again alone in a
     fresh harness, where only the patcher's did: it alone is `suspect` and dropped, and the
     honest ones are measured again side by side in a fresh harness, iteration 1's winner
     named best as before."""
-    from kopt.run.callbacks import ProgressCallback
-
     d = copy_fixture("steps")
     trigger = tmp_path / "closing-started"
     src = d / "steps.cpp"
     src.write_text(f'#define TRIGGER_FILE "{trigger}"\n#define CLOCK_TRICK 1\n'
                    + src.read_text())
 
-    class FlipAtClosing(ProgressCallback):
-        def __init__(self) -> None:
-            self.faults: list[str] = []
-
-        def on_phase(self, label: str) -> None:
-            if label == "closing":
-                trigger.touch()
-
-        def on_fault(self, message: str) -> None:
-            self.faults.append(message)
-
-    obs = FlipAtClosing()
+    obs = FlipAtClosing(trigger)
     store = tmp_path / "store"
     s = run_sweep(load_sweep(d), store, backend="cpu", observers=[obs])
     st = s.states["cpu-" + os.uname().machine]

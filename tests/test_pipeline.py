@@ -15,6 +15,7 @@ from conftest import ROOT
 from kopt.core.compare import label
 from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
+from kopt.run.callbacks import ProgressCallback
 from kopt.store.database import query
 from kopt.store.select import best, top
 from workers import isolation
@@ -255,6 +256,21 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     assert reasons[A] == reasons[B] == "already_selected" and reasons[C] == ""
 
 
+class FlipAtClosing(ProgressCallback):
+    """Creates ``trigger`` (the steps fixture's TRIGGER_FILE) when the loop's closing
+    starts; keeps every fault line."""
+
+    def __init__(self, trigger) -> None:
+        self.trigger, self.faults = trigger, []
+
+    def on_phase(self, label: str) -> None:
+        if label == "closing":
+            self.trigger.touch()
+
+    def on_fault(self, message: str) -> None:
+        self.faults.append(message)
+
+
 def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
         ray_local, copy_fixture, tmp_path):
     """Three iterations, each a certain gain over its own baseline
@@ -266,7 +282,6 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     the note says so, and the loop's total is the first baseline's median over its median,
     both from the closing contest's rows."""
     from kopt.cli.console import closing_line
-    from kopt.run.callbacks import ProgressCallback
     from kopt.tools.report import write_report
 
     d = copy_fixture("steps")
@@ -274,18 +289,7 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     src = d / "steps.cpp"
     src.write_text(f'#define TRIGGER_FILE "{trigger}"\n' + src.read_text())
 
-    class FlipAtClosing(ProgressCallback):
-        def __init__(self) -> None:
-            self.faults: list[str] = []
-
-        def on_phase(self, label: str) -> None:
-            if label == "closing":
-                trigger.touch()
-
-        def on_fault(self, message: str) -> None:
-            self.faults.append(message)
-
-    obs = FlipAtClosing()
+    obs = FlipAtClosing(trigger)
     store = tmp_path / "store"
     s = run_sweep(load_sweep(d), store, backend="cpu", observers=[obs])
     st = s.states["cpu-" + os.uname().machine]
