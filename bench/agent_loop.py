@@ -21,11 +21,15 @@ service's device actor on the GPU, NCU on as the sweep's defaults have it.
 
 Columns: ``wall s`` (the submit process), ``run s`` (the driver's ``run`` phase: from the
 Driver's start to its end), ``builds s`` (the ``build`` phases: compiles, summed),
-``device s`` (``busy``: the device actors measuring, summed), ``contest s`` (``contest``: the
-closing contest of the best candidates), ``store s`` (``store``: the run's rows written), and
-what the rest of the process took (``wall s`` less ``run s``: the front's hand-over, the
-claim check and the try's record before the Driver starts, the verdict printed after). The
-last try's every phase is printed too.
+``busy s`` (``busy``: the device actors measuring the try's jobs, summed), ``contest s``,
+``ncu s``, ``clock s`` (the device phases of the iteration's close: the closing contest's
+re-timing, the Nsight Compute profile, the outside clock; summed over devices), ``device
+s`` (those four: the try's device time), ``store s`` (``store``: the run's rows written),
+``rest s`` (``wall s`` less ``run s``: the front's hand-over, the claim check and the try's
+record before the Driver starts, the verdict printed after) and ``over s`` (``wall s`` less
+``device s``: what the try cost beyond its device time, the loop target's measure). The
+phases of the last try, and of every try whose wall is over 1.5x the median, are printed
+too.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ NOTE = ("the chain dominates: compute.thread_coarsening (priority 4, tried altho
         "or tiling_smem to do: one pass, contiguous, no reuse)")
 KERNEL_MODE = ("  kernel: base.cu\n  launch: {kernel: chain_add, block: [BLOCK], "
                "grid: [\"(N + BLOCK - 1) // BLOCK\"]}\n")
-PHASES = ("run", "build", "busy", "contest", "store")
+PHASES = ("run", "build", "busy", "contest", "ncu", "clock", "store")
+DEVICE = ("busy", "contest", "ncu", "clock")  # the device phases of a try
 
 
 def kopt(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -68,16 +73,25 @@ def kopt(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
     return wall, p
 
 
-def spans(store: Path, run_id: str) -> dict[str, float]:
-    """Seconds of each of :data:`PHASES` in ``run_id``'s latest process, summed over its
-    rows (``busy``: over the device actors' rows; 0 when absent)."""
-    rows = [r for r in Database(store).phases(run_id)
-            if not r.get("device") or r["phase"] == "busy"]
+def spans(rows: list[dict]) -> dict[str, float]:
+    """Seconds of each of :data:`PHASES` in a try's ``phases`` rows, summed over its rows
+    (:data:`DEVICE`'s over the device actors' rows; 0 when absent), and ``device``: the
+    sum of :data:`DEVICE`."""
     out = dict.fromkeys(PHASES, 0.0)
     for r in rows:
-        if r["phase"] in out and r.get("end_s") is not None:
+        if r["phase"] in out and r.get("end_s") is not None and (
+                not r.get("device") or r["phase"] in DEVICE):
             out[r["phase"]] += r["end_s"] - r["start_s"]
-    return out
+    return {**out, "device": sum(out[k] for k in DEVICE)}
+
+
+def timeline(rows: list[dict]) -> str:
+    """A try's phases in order: ``name start+duration`` (s since its process started),
+    device phases with their device."""
+    return ", ".join(
+        f"{r['phase']}{'@' + str(r['device']) if r.get('device') else ''} "
+        f"{r['start_s']:.3f}+{r['end_s'] - r['start_s']:.3f}"
+        for r in sorted(rows, key=lambda r: r["start_s"]) if r.get("end_s") is not None)
 
 
 def main() -> None:
@@ -116,25 +130,31 @@ def main() -> None:
                     "json", *(["--retry"] if k else [])]
             wall, p = kopt(args, env)
             out = json.loads(p.stdout)
-            rows.append({"try": out["try"], "wall_s": wall, **spans(store, run_id)})
-        last = [(r["phase"], round(r["start_s"], 3), round(r["end_s"] - r["start_s"], 3))
-                for r in Database(store).phases(run_id)
-                if not r.get("device") and r.get("end_s") is not None]
+            phases = Database(store).phases(run_id)  # the latest process's: this try's
+            rows.append({"try": out["try"], "wall_s": wall, **spans(phases),
+                         "timeline": timeline(phases)})
     finally:
         kopt(["serve", "stop"], env)
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"kopt serve start: {start_s:.1f} s (once); baseline sweep on it: {sweep_s:.1f} s")
-    print(f"{'try':>4} {'wall s':>7} {'run s':>7} {'builds s':>9} {'device s':>9} "
-          f"{'contest s':>10} {'store s':>8} {'rest s':>7}")
+    print(f"{'try':>4} {'wall s':>7} {'run s':>6} {'builds s':>8} {'busy s':>6} "
+          f"{'contest s':>9} {'ncu s':>6} {'clock s':>7} {'device s':>8} {'store s':>7} "
+          f"{'rest s':>6} {'over s':>6}")
     for r in rows:
-        print(f"{r['try']:>4} {r['wall_s']:7.2f} {r['run']:7.2f} {r['build']:9.2f} "
-              f"{r['busy']:9.2f} {r['contest']:10.2f} {r['store']:8.2f} "
-              f"{r['wall_s'] - r['run']:7.2f}")
-    print("the last try's phases (s since its process started +duration):",
-          ", ".join(f"{n} {s0}+{d}" for n, s0, d in last))
+        print(f"{r['try']:>4} {r['wall_s']:7.2f} {r['run']:6.2f} {r['build']:8.2f} "
+              f"{r['busy']:6.2f} {r['contest']:9.2f} {r['ncu']:6.2f} {r['clock']:7.2f} "
+              f"{r['device']:8.2f} {r['store']:7.2f} {r['wall_s'] - r['run']:6.2f} "
+              f"{r['wall_s'] - r['device']:6.2f}")
     walls = [r["wall_s"] for r in rows]
-    print(f"wall per try: median {statistics.median(walls):.2f} s, "
-          f"max {max(walls):.2f} s over {len(walls)} tries")
+    med = statistics.median(walls)
+    for r in rows:
+        if r is rows[-1] or r["wall_s"] > 1.5 * med:
+            print(f"try {r['try']}'s phases (s since its process started +duration): "
+                  f"{r['timeline']}")
+    over = [r["wall_s"] - r["device"] for r in rows]
+    print(f"wall per try: median {med:.2f} s, max {max(walls):.2f} s over {len(walls)} tries; "
+          f"beyond its device time: median {statistics.median(over):.2f} s, "
+          f"max {max(over):.2f} s")
 
 
 if __name__ == "__main__":

@@ -5,11 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
 from kopt.loop.state import rank
+from kopt.store import database
 from kopt.store.database import Database, RunHistory, TraceError, Writer, read_nsys_export
+from kopt.store.database import connect as real_connect
 from kopt.store.files import QueryError, RunLock
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -241,8 +245,9 @@ def test_a_best_outside_its_iterations_tie_is_not_called_a_tie(db):
 def test_kopts_queries_reuse_a_connection_until_a_part_file_changes(db, tmp_path,
                                                                     monkeypatch):
     """Database's queries reuse the views of an earlier one while no part file of their
-    tables changed, and see every row written, compacted or removed since; a query of
-    ``runs`` (whose view reads the runs' locks) always gets a fresh connection."""
+    tables changed, and see every row written, compacted or removed since; for ``runs``
+    (whose view reads the runs' locks) the held locks are compared too
+    (test_a_cached_connection_sees_a_driver_die)."""
     import kopt.store.database as database
 
     made = []
@@ -261,4 +266,30 @@ def test_kopts_queries_reuse_a_connection_until_a_part_file_changes(db, tmp_path
         p.unlink()
     assert db.done_job_keys("r1") == set()
     assert db.run("r1")["status"] == "done" and db.run("r1")["status"] == "done"
-    assert made[-2:] == [{"runs"}, {"runs"}]
+    assert made[-1] == {"runs"} and made.count({"runs"}) == 1
+
+
+def test_a_cached_connection_sees_a_driver_die(tmp_path, monkeypatch):
+    """The ``runs`` view's ``interrupted`` comes from the run locks, which no part file
+    shows: a query after another process that held the lock died reads it, though the
+    connection is reused while nothing changed (kopt.store.database.reused_connection)."""
+    made = []
+    monkeypatch.setattr(database, "connect",
+                        lambda *a, **k: made.append(a) or real_connect(*a, **k))
+    db = Database(tmp_path)
+    db.commit("runs", "s", "r9", [{"run_id": "r9", "sweep": "s", "event": "running",
+                                   "created_at": at(0)}])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from kopt.store.database import Database; "
+         f"lock = Database({str(tmp_path)!r}).lock('r9'); lock.__enter__(); print('held', "
+         "flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert db.run("r9")["status"] == "running"
+        assert db.run("r9")["status"] == "running"
+        assert len(made) == 1  # the same views, reused
+    finally:
+        holder.kill()
+        holder.wait()
+    assert db.run("r9")["status"] == "interrupted"
+    assert len(made) == 2

@@ -52,7 +52,8 @@ from workers.reap import die_with_parent, pid_alive
 # what `kopt sweep --queue` (and `submit --queue`) imports before its first line of work
 # (kopt.cli.main itself is imported after the front's stdout and stderr are in place: it
 # sizes its consoles on them)
-PRELOAD = ("ray", "pyarrow", "pyarrow.parquet", "duckdb", "pydantic", "yaml", "click", "numpy",
+PRELOAD = ("ray", "pyarrow", "pyarrow.parquet", "pyarrow.dataset", "duckdb", "pydantic",
+           "pydantic.v1", "yaml", "click", "numpy",
            "rich.console", "rich.progress", "rich.table", "kopt.driver.sweep", "kopt.run.service",
            "kopt.store.database", "kopt.store.select", "kopt.store.files", "kopt.core.spec",
            "kopt.run.callbacks", "kopt.cli.streams", "kopt.strategy.base", "kopt.tools.submit")
@@ -306,9 +307,12 @@ def spare_main(listen_fd: int, notify_fd: int) -> None:
     _default_signals()
     for name in PRELOAD:
         importlib.import_module(name)
+    from kopt.core.catalog import load_catalog, load_metric_guide
     from kopt.store.files import warm_arrow
     from workers.build import start_identity
 
+    load_catalog()  # both cached for the process: a submitted try's claim check reads them
+    load_metric_guide()
     warm_arrow()  # pyarrow's own import of pandas, on a sweep's first rows otherwise
     for toolchain in ("nvrtc", "cuda"):  # NVRTC's hashes libnvrtc: 0.15-0.2 s (run 14)
         start_identity(toolchain)  # cached for the process, as the service's builders do

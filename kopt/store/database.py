@@ -44,6 +44,7 @@ from kopt.store.files import (
     StoreWarning,
     _folder,
     default_root,
+    held_locks,
     lock_holder,
     readable_parts,
     rows_table,
@@ -303,15 +304,16 @@ def reused_connection(root: Path | str, tables: set[str]) -> duckdb.DuckDBPyConn
     with views of ``tables`` over ``root``, made again when a part file of those tables was
     added, removed or rewritten since (paths, sizes and mtimes compared); a fresh
     :func:`connect` where ``tables`` holds ``runs``, whose view reads which runs' drivers
-    are gone (their locks), which no part file shows. At most :data:`REUSED_MAX` kept.
+    are gone (their locks), which no part file shows: with ``runs``, the runs whose lock is
+    held now (:func:`held_locks`) are compared too. At most :data:`REUSED_MAX` kept.
 
     Raises:
         StoreError / DatabaseError: as :func:`connect`."""
-    if "runs" in tables:
-        return connect(root, tables)
     key = (str(root), frozenset(tables))
     sig = tuple((str(f), st.st_size, st.st_mtime_ns) for t in sorted(tables)
                 for f in table_parts(_folder(Path(root)), t) if (st := _stat(f)) is not None)
+    if "runs" in tables:
+        sig += (held_locks(root),)
     with _REUSED_LOCK:
         held = _REUSED.get(key)
         if held is not None and held[0] == sig:
@@ -364,9 +366,12 @@ def _make_view(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> list[s
                    f"union_by_name=true, hive_partitioning=false) union all by name "
                    f"select * from _empty_{table})")
         try:
-            if table == "runs":
-                con.register("_interrupted", pa.table({"run_id": pa.array(
+            if table == "runs":  # a table: the cursors of reused_connection see it too
+                con.register("_arrow_interrupted", pa.table({"run_id": pa.array(
                     _interrupted(con, root, src), pa.string())}))
+                con.execute("create or replace table _interrupted as "
+                            "select * from _arrow_interrupted")
+                con.unregister("_arrow_interrupted")
             con.execute(view.format(src=src, table=table))
             break
         except duckdb.Error as e:

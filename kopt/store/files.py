@@ -575,6 +575,18 @@ def lock_holder(root: Path | str, run_id: str) -> str | None:
     return None
 
 
+def held_locks(root: Path | str) -> tuple[str, ...]:
+    """The runs whose lock somebody holds now (their drivers are alive), sorted: what the
+    ``runs`` view's ``interrupted`` status depends on beside the part files (one ``flock``
+    probe per lock file in ``root/locks``)."""
+    locks = resolved(_folder(Path(root))) / "locks"
+    try:
+        names = sorted(p.stem for p in locks.glob("*.lock"))
+    except OSError:
+        return ()
+    return tuple(r for r in names if lock_holder(root, r) is not None)
+
+
 def _holder_text(path: Path) -> str:
     try:
         h = json.loads(path.read_text() or "{}")
