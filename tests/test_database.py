@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 
 from kopt.loop.state import rank
@@ -293,3 +294,23 @@ def test_a_cached_connection_sees_a_driver_die(tmp_path, monkeypatch):
         holder.wait()
     assert db.run("r9")["status"] == "interrupted"
     assert len(made) == 2
+
+
+def test_history_parts_are_merged_once_there_are_enough(tmp_path):
+    """A table a run keeps adding part files to (one ``runs`` row per event, here) stays as
+    it is below ``min_parts`` files and is merged into one, every row kept, at it."""
+    db = Database(tmp_path)
+    w = Writer(tmp_path, "s", "r9")
+    folder = tmp_path / "runs" / "sweep=s" / "run=r9"
+    for k in range(3):
+        db.commit("runs", "s", "r9", [{"run_id": "r9", "sweep": "s", "event": "running",
+                                       "created_at": at(k)}])
+    w.compact("runs", min_parts=4)
+    assert len(list(folder.glob("part-*.parquet"))) == 3
+    db.commit("runs", "s", "r9", [{"run_id": "r9", "sweep": "s", "event": "done",
+                                   "created_at": at(3)}])
+    w.compact("runs", min_parts=4)
+    assert len(list(folder.glob("part-*.parquet"))) == 1
+    merged = pq.read_table(next(folder.glob("part-*.parquet")))
+    assert sorted(merged.column("event").to_pylist()) == ["done"] + ["running"] * 3
+    assert db.run("r9")["status"] == "done"

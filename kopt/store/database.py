@@ -216,9 +216,11 @@ class Writer:
                 + "; rows of other runs in that folder are not kopt's to restore"), stacklevel=2)
         return sum(tables.values())
 
-    def compact(self, table: str = "candidates", key: list[str] | None = None) -> None:
+    def compact(self, table: str = "candidates", key: list[str] | None = None,
+                min_parts: int = 2) -> None:
         """Merge this run's part files of ``table`` into one (new file first, then remove
-        parts), keeping only the latest row (by ``created_at``) per ``key`` when given.
+        parts), keeping only the latest row (by ``created_at``) per ``key`` when given;
+        nothing when it has fewer than ``min_parts`` of them.
 
         A reader in between may see rows twice (old parts and the merged file). A damaged
         part (:func:`readable_parts`) is neither merged nor removed.
@@ -226,7 +228,7 @@ class Writer:
         self.flush()
         folder = self.root / table / f"sweep={self.sweep}" / f"run={self.run_id}"
         parts = readable_parts(self.root, folder.glob("part-*.parquet"), table)  # damaged: left
-        if len(parts) < 2:
+        if len(parts) < max(2, min_parts):
             return
         t = pa.concat_tables([pq.read_table(p, schema=table_schema(table)) for p in parts])
         if key:
