@@ -1,6 +1,7 @@
 """NCU reports from a real H200 (../shared/data/ncu-h200): rows, units, scores, triggers."""
 
 import csv
+import json
 import lzma
 from dataclasses import asdict
 from pathlib import Path
@@ -338,3 +339,51 @@ def test_the_local_devices_metric_list_comes_from_the_query_started_before_ray(
     assert len(names["h200-sm90"]) > 40 and names["h100-sm90"] != names["h200-sm90"]
     details = [p["detail"] for p in ctx.phases.rows if p["phase"] == "ncu"]
     assert details == ["ncu --query-metrics (started before Ray)", "ncu --query-metrics"]
+
+
+PROBE_NCU = '''#!{python}
+# Stands in for ncu: says which PID namespace it runs in, whether it can write a host file,
+# and, once the target brackets its first job, whether the target has a system-call filter.
+import os, subprocess, sys
+args = sys.argv[1:]
+print("pidns", os.readlink("/proc/self/ns/pid"))
+try:
+    open({outside!r}, "w").write("x")
+    print("wrote outside")
+except OSError as e:
+    print("outside errno", e.errno)
+p = subprocess.Popen(args[args.index("{python}"):], stdout=subprocess.PIPE, text=True)
+for line in p.stdout:
+    if line.startswith("KOPT_NCU_BEGIN 0"):
+        with open(f"/proc/{{p.pid}}/status") as f:
+            print("target", [x for x in f if x.startswith("Seccomp:")][0].strip())
+sys.exit(p.wait())
+'''
+
+
+def test_ncu_and_its_target_run_in_the_candidates_sandbox(tmp_path, monkeypatch):
+    """The profiled target loads candidate code: ncu runs in the harness's sandbox (its own
+    PID namespace, host files read-only) and the target takes the system-call filter before
+    its first job (Seccomp mode 2 in /proc: a filter)."""
+    import errno
+    import os
+    import sys
+
+    from workers import isolation
+
+    if not isolation.available().isolated:
+        pytest.skip(f"no sandbox here: {isolation.available().why}")
+    jobs = _fake_ncu(tmp_path, monkeypatch)
+    fake = tmp_path / "ncu"
+    fake.write_text(PROBE_NCU.format(python=sys.executable, outside=str(tmp_path / "out")))
+    monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / "jobs.json").write_text(json.dumps(jobs))
+    res, out = ncu._run_ncu(["--many", str(cap / "jobs.json")], ["k"], ["m"], None, 120, None,
+                            cap)
+    lines = dict(x.split(" ", 1) for x in out.splitlines() if " " in x)
+    assert lines["pidns"] != os.readlink("/proc/self/ns/pid")
+    assert lines["outside"] == f"errno {errno.EROFS}" and not (tmp_path / "out").exists()
+    assert lines["target"] == "Seccomp:\t2"
+    assert res.command.startswith(str(fake)) and "workers.jail" not in res.command

@@ -63,12 +63,13 @@ class Isolation:
         """True unless ``kind`` is ``none``."""
         return self.kind != NONE
 
-    def wrap(self, cmd: list[str], scratch: str) -> list[str]:
-        """``cmd`` as run in the sandbox with ``scratch`` (an existing folder) its only
-        writable one; ``cmd`` itself when not isolated."""
+    def wrap(self, cmd: list[str], scratch: str, keep: tuple[str, ...] = ()) -> list[str]:
+        """``cmd`` as run in the sandbox with ``scratch`` (an existing folder, a tmpfs
+        there) its only writable one besides ``keep`` (existing folders left writable as
+        they are: where a profiler writes its report); ``cmd`` itself when not isolated."""
         if not self.isolated:
             return list(cmd)
-        keep = [a for p in self.writable for a in ("--rw", p)]
+        keep = [a for p in (*self.writable, *keep) for a in ("--rw", p)]
         return [*self.prefix, sys.executable, "-m", "workers.jail", scratch, *keep, "--",
                 *cmd]
 

@@ -17,6 +17,12 @@ An iteration's baseline and top-k are captured in one ncu process
 candidate); markers the target prints around each candidate's call tell whose
 launches are whose, and when they cannot, each candidate is captured on its own.
 
+ncu and its target run in the candidate's sandbox (workers.isolation, :func:`confined`):
+the target loads candidate code, so it gets the harness's PID, network, IPC and mount
+namespaces, every file system read-only but its TMPDIR (a tmpfs) and the capture's own
+folder (where ncu writes the report), the system-call filter once its CUDA context is up
+(workers.ncu_target), and everything it starts dies with ncu.
+
 Reports are read with the ``ncu_report`` package (the .ncu-rep format); a
 metric absent from a report is absent from the rows, never a zero.
 """
@@ -24,6 +30,7 @@ metric absent from a report is absent from the rows, never a zero.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -32,16 +39,22 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.reap import package_env
+from workers import isolation
+from workers.reap import die_with_parent, package_env
 from workers.status import Status
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "kopt-ncu.lock"  # the node-wide lock
+# "1" in a sandboxed target's environment: it installs workers.seccomp's filter before it
+# loads candidate code; "0" in kopt's environment leaves it off (ncu's own connection to
+# its target is made before, at the CUDA context's start)
+SECCOMP_ENV = "KOPT_NCU_SECCOMP"
 
 
 def lock_path(env: dict[str, str] | None = None) -> Path:
@@ -223,6 +236,32 @@ def parse_query_metrics(text: str) -> set[str]:
     return out
 
 
+def confined(cmd: list[str], tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` (ncu on its target) as run in the candidate's sandbox (workers.isolation),
+    with the environment it adds: ``tmp`` (the capture's folder: jobs, report) left
+    writable, ``tmp/scratch`` a tmpfs and ``TMPDIR`` and ``HOME`` (ncu's lock file, torch's
+    caches), the seccomp switch for the target (:data:`SECCOMP_ENV`). Without a sandbox
+    here: ``cmd`` as it is, ``TMPDIR`` ``tmp`` (the row's ``isolation`` says ``none``)."""
+    iso = isolation.available()
+    if not iso.isolated:
+        return list(cmd), {"TMPDIR": str(tmp)}
+    scratch = tmp / "scratch"
+    scratch.mkdir(exist_ok=True)
+    return iso.wrap(cmd, str(scratch), keep=(str(tmp),)), {
+        "TMPDIR": str(scratch), "HOME": str(scratch),
+        SECCOMP_ENV: "0" if os.environ.get(SECCOMP_ENV) == "0" else "1"}
+
+
+def tied() -> Any:
+    """A ``preexec_fn`` for ncu's process: SIGKILL when the process that started it dies
+    (its sandbox, and the target in it, go with it: ``unshare --kill-child``), set only
+    from the main thread (the parent-death signal follows the starting thread); else
+    None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return functools.partial(die_with_parent, signal.SIGKILL)
+
+
 def kernel_regex(kernels: list[str]) -> str:
     """ncu ``-k regex:`` matching exactly these mangled kernel names."""
     return "regex:^(" + "|".join(re.escape(k) for k in kernels) + ")$"
@@ -253,12 +292,14 @@ def _run_ncu(target: list[str], kernels: list[str], metrics: list[str],
     for s in sections or []:
         cmd += ["--section", s]
     cmd += [sys.executable, "-m", "workers.ncu_target", *target]
-    penv = {**package_env(), **(env or {}), "TMPDIR": str(tmp)}  # runs in tmp: no cwd import
+    run, extra = confined(cmd, tmp)
+    penv = {**package_env(), **(env or {}), **extra}  # runs in tmp: no cwd import
     with open(lock_path(penv), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one ncu per GPU
         try:
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, env=penv, cwd=tmp, start_new_session=True)
+            p = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, env=penv, cwd=tmp, start_new_session=True,
+                                 preexec_fn=tied())
             try:
                 out, _ = p.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:

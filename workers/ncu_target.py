@@ -25,7 +25,9 @@ import time
 
 import torch
 
+from workers import seccomp
 from workers.harness import Harness, JobError
+from workers.ncu import SECCOMP_ENV
 from workers.ncu_warm import NVTX_RANGE
 from workers.reap import pid_alive
 
@@ -48,6 +50,7 @@ def _one(h: Harness, job: dict, nvtx: bool = False) -> None:
 def main(path: str) -> int:
     job = json.loads(open(path).read())
     h = Harness(job.get("device", "cuda"))
+    filtered(h)
     try:
         _one(h, job)
     except JobError as e:
@@ -56,14 +59,31 @@ def main(path: str) -> int:
     return 0
 
 
+def filtered(h: Harness) -> None:
+    """In a sandbox (workers.ncu.confined: ``KOPT_NCU_SECCOMP=1``), the harness's
+    system-call filter (workers.seccomp: no new socket, namespace, ptrace...) once the CUDA
+    context is up (ncu's injection has made its connection by then), before any candidate
+    code is loaded. A filter the kernel refuses is said on stderr; the capture goes on,
+    sandboxed without it."""
+    if os.environ.get(SECCOMP_ENV) != "1":
+        return
+    if h.is_cuda:
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # the context, now
+    why = seccomp.install()
+    if why:
+        print(f"kopt ncu target: no system-call filter: {why}", file=sys.stderr)
+
+
 def main_wait(path: str, actor_pid: int, poll_s: float = 0.005) -> int:
     """A warm ncu's target (workers.ncu_warm): modules imported, wait until ``path`` exists,
     then as :func:`main_many` with each call inside the NVTX range. Exits 4 without running
-    anything when process ``actor_pid`` (the device actor that started it) is gone."""
+    anything when process ``actor_pid`` (the device actor that started it) is gone; 0: not
+    checked (a sandboxed target, which cannot see it: its ncu dies with the actor)."""
     n = 0
     while not os.path.exists(path):
         n += 1
-        if n % 200 == 0 and not pid_alive(actor_pid):
+        if actor_pid and n % 200 == 0 and not pid_alive(actor_pid):
             return 4
         time.sleep(poll_s)
     return main_many(path, nvtx=True)
@@ -72,6 +92,7 @@ def main_wait(path: str, actor_pid: int, poll_s: float = 0.005) -> int:
 def main_many(path: str, nvtx: bool = False) -> int:
     jobs = json.loads(open(path).read())
     h = Harness(jobs[0].get("device", "cuda") if jobs else "cuda")
+    filtered(h)
     failed = 0
     for i, job in enumerate(jobs):
         print(f"KOPT_NCU_BEGIN {i}", flush=True)

@@ -28,12 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers import isolation
 from workers.ncu import (
     NCU_TIMEOUT_S,
     ProfileResult,
     attribute,
+    confined,
     lock_path,
     ncu_exe,
+    tied,
 )
 from workers.reap import package_env
 from workers.status import Status
@@ -91,11 +94,15 @@ def start(metrics: list[str], sections: list[str] | None = None,
            "--metrics", ",".join(metrics), "-o", str(tmp / "report"), "-f"]
     for s in sections or []:
         cmd += ["--section", s]
+    # in a sandbox the target cannot see this process (its own PID namespace): 0, and ncu
+    # is tied to this process instead (workers.ncu.tied)
+    iso = isolation.available().isolated
     cmd += [sys.executable, "-m", "workers.ncu_target", "--wait", str(tmp / "jobs.json"),
-            str(os.getpid())]
-    penv = {**package_env(), **(env or {}), "TMPDIR": str(tmp)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=penv, cwd=tmp, start_new_session=True)
+            "0" if iso else str(os.getpid())]
+    run, extra = confined(cmd, tmp)
+    penv = {**package_env(), **(env or {}), **extra}
+    proc = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=penv, cwd=tmp, start_new_session=True, preexec_fn=tied())
     return WarmNcu(key_of(metrics, sections), proc, tmp,
                    " ".join(cmd).replace(str(tmp), "."))
 
