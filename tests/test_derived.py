@@ -274,6 +274,11 @@ MAIN_FIGURES = {
     # fde88f3 changed this space on purpose: STAGES [3, 4] (was [3, 4, 5]) and the two Hopper
     # methods (bf16x3 on wgmma), 114 candidates at sm_90 (was 156)
     "gemm_cutlass_fp32": {"cuda": "441f0fe40f510a89"},
+    # the decode-time sweeps of issue 26 (tests/test_decode_sweeps.py), pinned as first written
+    "lm_head_top1": {"cuda": "b05e6856c0b42e96"},
+    "rmsnorm_residual": {"cuda": "c1b93da805d8b06e"},
+    "rotary": {"cuda": "4c00b2ea61ed193a"},
+    "w4a16_gemv": {"cuda": "c0e8d0b457362911"},
     "reduction": {"cpu": "63cff460944a58c5", "cuda": "f68f9f3bd0ddaef7"},
     "sgemm": {"cpu": "c929c4495ed84fb8", "cuda": "89a10c96cdb3cadc"},
     "sgemm_kt": {"cuda": "9893cd777ca29439"},
