@@ -33,6 +33,9 @@ DECODE = {
     # THREADS 3 x (none, shuffle, RPB 2/4/8, FAST_DQ) x (none, VEC) x (none, shuffle), less the
     # shuffle duplicates; RPB 4/8 only at M = 1 (RPB * M accumulators)
     "w4a16_gemv": (60, {"M": 4, "N": 96, "K": 512}, set()),
+    # THREADS 3 x (none, shuffle, RPB 2/4/8, RPB + shuffle) x (none, VEC, STREAM); RPB only at
+    # M = 1 (2 * RPB * M accumulators)
+    "gate_up_silu": (72, {"M": 4, "N": 200, "K": 512}, set()),
 }
 
 

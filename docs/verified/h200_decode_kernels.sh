@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The decode-time sweeps of issue 26 on one H200, each from a clean store, capped so that all
-# of them take ~3-4 minutes of wall (each sweep also under its own `timeout`). Per sweep, into
+# of them take under 4 minutes of wall (each sweep under its own `timeout`). Per sweep, into
 # $out/summary.txt: the CLI's closing table, `kopt best`, the contender's figures (ref.py's
 # PyTorch call), the winner and the baseline per problem size against it (vs_reference), the
 # statuses and the first failures; every candidate row goes to $out/SWEEP-candidates.csv.gz
-# (5 files in all: the device tool returns at most 8). One sweep's failure never stops the
+# (6 files in all: the device tool returns at most 8). One sweep's failure never stops the
 # others. On a 2-core box one build took rmsnorm_residual ~8 s, rotary ~3 s, lm_head_top1
-# ~13 s, w4a16_gemv ~7 s of CPU; the lm_head_top1 GEMV reads 1.2 GB per call (~0.3 ms) and
+# ~13 s, w4a16_gemv ~7 s, gate_up_silu ~8 s of CPU; the lm_head_top1 GEMV reads 1.2 GB per call (~0.3 ms) and
 # its inputs (4 sets of 1.2 GB) are drawn on the GPU.
 # Usage (repo root, on the GPU host): bash docs/verified/h200_decode_kernels.sh [SWEEP ...]
-#   (default: rmsnorm_residual rotary lm_head_top1 w4a16_gemv; CAP_<sweep>=N overrides a cap)
+#   (default: all five decode sweeps; CAP_<sweep>=N overrides a sweep's cap)
 set -uo pipefail
 . docs/verified/device_env.sh
 set -x
@@ -18,12 +18,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 nvcc --version | tail -1 | tee -a "$sum"
 # candidates per sweep (the baseline and a deterministic sample): ~15 s of Ray start, ~10-20 s
 # of builds, ~15-30 s of runs and ~15 s of Nsight Compute (the top 3, `ncu:` default) each
-declare -A CAP=([rmsnorm_residual]=24 [rotary]=24 [lm_head_top1]=16 [w4a16_gemv]=20)
-# seconds each sweep may take, Ray's start included (270 s together at most; a sweep cut
-# short keeps the rows it stored, and `kopt best` says it was interrupted)
-declare -A LIMIT=([rmsnorm_residual]=70 [rotary]=55 [lm_head_top1]=80 [w4a16_gemv]=65)
+declare -A CAP=([rmsnorm_residual]=16 [rotary]=16 [lm_head_top1]=12 [w4a16_gemv]=12
+                [gate_up_silu]=12)
+# seconds each sweep may take, Ray's start included (240 s together at most; a sweep cut
+# short, in Nsight Compute say, keeps the rows it stored, and `kopt best` says it was
+# interrupted)
+declare -A LIMIT=([rmsnorm_residual]=50 [rotary]=40 [lm_head_top1]=55 [w4a16_gemv]=45
+                  [gate_up_silu]=50)
 q() { timeout 60 python3 -m kopt query --store "$1" --format csv "$2" 2>&1; }
-for sw in "${@:-rmsnorm_residual rotary lm_head_top1 w4a16_gemv}"; do
+for sw in "${@:-rmsnorm_residual rotary lm_head_top1 w4a16_gemv gate_up_silu}"; do
   for s in $sw; do
     store=/tmp/kopt-decode-store-$s
     log=/tmp/kopt-decode-$s.log
