@@ -25,8 +25,9 @@
 //   FUSED       memory.kernel_fusion: no logits buffer and no second pass over it: each block
 //               keeps the best (value, index) of its rows and merges it into a per-batch-row
 //               64-bit key with one atomicMax (value bits made order-preserving in the high
-//               word, 0xFFFFFFFF - index in the low word: ties go to the smaller index); a
-//               B-thread kernel unpacks the keys into idx and val and clears them.
+//               word, 0xFFFFFFFF - index in the low word: ties go to the smaller index), skipped
+//               when the key already stored is larger; a B-thread kernel unpacks the keys into
+//               idx and val and clears them.
 //   STREAM      memory.cache_policy: W is read with __ldcs (ld.global.cs: evict-first,
 //               streaming), since each byte is used once; h and the logits stay in cache.
 //   PERSIST, BPS latency.persistent_kernel: a grid of BPS blocks per SM (resident at once)
@@ -219,8 +220,12 @@ __global__ void __launch_bounds__(THREADS)
 #if FUSED
     if (threadIdx.x == 0) {
 #pragma unroll
-        for (int b = 0; b < NB; ++b)
-            if (best_i[b] != 0x7fffffff) atomicMax(&g_best[b], pack_key(best_v[b], best_i[b]));
+        for (int b = 0; b < NB; ++b) {
+            if (best_i[b] == 0x7fffffff) continue;
+            const unsigned long long key = pack_key(best_v[b], best_i[b]);
+            // keys only grow: a block that cannot win (most of them) skips the atomic
+            if (key > *(volatile unsigned long long*)&g_best[b]) atomicMax(&g_best[b], key);
+        }
     }
 #endif
 }
