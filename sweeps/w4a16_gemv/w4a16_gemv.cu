@@ -45,6 +45,7 @@
 #endif
 
 #define GROUP 128  // weights per scale
+#define MAX_ACC 32  // RPB * M fp32 accumulators per thread
 
 #if (THREADS & (THREADS - 1)) != 0 || THREADS < 64 || THREADS > 512
 #error "THREADS must be a power of two in [64, 512]"
@@ -192,7 +193,12 @@ __global__ void __launch_bounds__(THREADS)
 template <int NM>
 static void launch(const uint32_t* qw, const __half* scales, const __half* x, __half* y, int N,
                    int K) {
-    w4a16_kernel<NM><<<(unsigned)((N + RPB - 1) / RPB), THREADS, 0, 0>>>(qw, scales, x, y, N, K);
+    if constexpr (RPB * NM > MAX_ACC) {
+        return;  // more accumulators than a thread holds without spilling (restrictions)
+    } else {
+        w4a16_kernel<NM><<<(unsigned)((N + RPB - 1) / RPB), THREADS, 0, 0>>>(qw, scales, x, y,
+                                                                             N, K);
+    }
 }
 
 extern "C" void solve(const int32_t* qweight, const half* scales, const half* x, half* y, int M,
