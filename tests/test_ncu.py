@@ -342,8 +342,9 @@ def test_the_local_devices_metric_list_comes_from_the_query_started_before_ray(
 
 
 PROBE_NCU = '''#!{python}
-# Stands in for ncu: says which PID namespace it runs in, whether it can write a host file,
-# and, once the target brackets its first job, whether the target has a system-call filter.
+# Stands in for ncu: says which PID namespace it runs in, whether it can write a host file
+# and reach its loopback (ncu talks to its target over 127.0.0.1), and, once the target
+# brackets its first job, whether the target has a system-call filter.
 import os, subprocess, sys
 args = sys.argv[1:]
 print("pidns", os.readlink("/proc/self/ns/pid"))
@@ -352,6 +353,10 @@ try:
     print("wrote outside")
 except OSError as e:
     print("outside errno", e.errno)
+import socket
+with socket.create_server(("127.0.0.1", 0)) as srv, socket.create_connection(
+        srv.getsockname(), timeout=10):
+    print("loopback up")
 p = subprocess.Popen(args[args.index("{python}"):], stdout=subprocess.PIPE, text=True)
 for line in p.stdout:
     if line.startswith("KOPT_NCU_BEGIN 0"):
@@ -385,5 +390,5 @@ def test_ncu_and_its_target_run_in_the_candidates_sandbox(tmp_path, monkeypatch)
     lines = dict(x.split(" ", 1) for x in out.splitlines() if " " in x)
     assert lines["pidns"] != os.readlink("/proc/self/ns/pid")
     assert lines["outside"] == f"errno {errno.EROFS}" and not (tmp_path / "out").exists()
-    assert lines["target"] == "Seccomp:\t2"
+    assert lines["target"] == "Seccomp:\t2" and lines["loopback"] == "up"
     assert res.command.startswith(str(fake)) and "workers.jail" not in res.command

@@ -63,15 +63,17 @@ class Isolation:
         """True unless ``kind`` is ``none``."""
         return self.kind != NONE
 
-    def wrap(self, cmd: list[str], scratch: str, keep: tuple[str, ...] = ()) -> list[str]:
+    def wrap(self, cmd: list[str], scratch: str, keep: tuple[str, ...] = (),
+             loopback: bool = False) -> list[str]:
         """``cmd`` as run in the sandbox with ``scratch`` (an existing folder, a tmpfs
         there) its only writable one besides ``keep`` (existing folders left writable as
-        they are: where a profiler writes its report); ``cmd`` itself when not isolated."""
+        they are: where a profiler writes its report), the namespace's own loopback up
+        when ``loopback``; ``cmd`` itself when not isolated."""
         if not self.isolated:
             return list(cmd)
-        keep = [a for p in (*self.writable, *keep) for a in ("--rw", p)]
-        return [*self.prefix, sys.executable, "-m", "workers.jail", scratch, *keep, "--",
-                *cmd]
+        rw = [a for p in (*self.writable, *keep) for a in ("--rw", p)]
+        return [*self.prefix, sys.executable, "-m", "workers.jail", scratch, *rw,
+                *(["--lo"] if loopback else []), "--", *cmd]
 
     def env(self) -> dict[str, str]:
         """What a sandboxed harness's environment adds: the system-call filter it installs

@@ -1,6 +1,6 @@
 """The first process of a candidate's sandbox: sets up its mounts, drops privilege, runs it.
 
-``python -m workers.jail SCRATCH [--rw PATH]... -- CMD...`` is started by ``unshare``
+``python -m workers.jail SCRATCH [--rw PATH]... [--lo] -- CMD...`` is started by ``unshare``
 (util-linux) in new PID, network and mount namespaces (and a user namespace where kopt does
 not run as root; workers.isolation builds that command line). As the namespace's process 1
 it:
@@ -26,7 +26,8 @@ it:
    code: workers.isolation.decode_exit). Its exit ends the namespace: the kernel kills
    every process a candidate left behind (a double fork, ``setsid``).
 
-The network namespace has no interface up, not even loopback: no connection can be made.
+The network namespace has no interface up, not even loopback (but with ``--lo``, for
+Nsight Compute and its target): no connection can be made.
 Once set up, the harness itself installs a system-call filter (workers.seccomp): no new
 socket (the Unix sockets of the host are files a read-only mount still lets ``connect``
 reach), keyring, ``ptrace``, io_uring or namespace.
@@ -51,6 +52,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38  # <linux/prctl.h>
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # <linux/sockios.h>, <net/if.h>
 SETUP_FAILED = 125
 SCRATCH_ENV, SCRATCH_GB_DEFAULT = "KOPT_HARNESS_SCRATCH_GB", 4
 FILE_ENV, FILE_GB_DEFAULT = "KOPT_HARNESS_FILE_GB", 1
@@ -165,6 +167,21 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
 
 
+def loopback_up() -> None:
+    """Bring up the network namespace's own loopback interface (``--lo``: a profiler and
+    its target talk over 127.0.0.1; the namespace has no other interface, so nothing
+    outside it is reachable). ``SIOCGIFFLAGS`` / ``SIOCSIFFLAGS`` with ``IFF_UP``
+    (<linux/sockios.h>, <net/if.h>; a ``struct ifreq`` is 40 bytes). Raises OSError."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        got = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sh22x", b"lo", 0))
+        flags = struct.unpack("16sh22x", got)[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
+
+
 def scratch_bytes() -> int:
     """The scratch folder's size in bytes: ``$KOPT_HARNESS_SCRATCH_GB`` GiB (default
     :data:`SCRATCH_GB_DEFAULT`). Raises SetupError for a value that is not a number above
@@ -240,15 +257,21 @@ def main(argv: list[str]) -> int:
     """``SCRATCH [--rw PATH]... -- CMD...``: set up, run CMD, return its exit code (see
     the module)."""
     keep: list[str] = []
-    while len(argv) > 3 and argv[1] == "--rw":
+    lo = False
+    while len(argv) > 2 and argv[1] in ("--rw", "--lo"):
+        if argv[1] == "--lo":
+            lo, argv = True, [argv[0], *argv[2:]]
+            continue
         keep.append(os.path.realpath(argv[2]))
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m workers.jail SCRATCH [--rw PATH]... -- CMD...",
+        print("usage: python -m workers.jail SCRATCH [--rw PATH]... [--lo] -- CMD...",
               file=sys.stderr)
         return 2
     scratch, cmd = os.path.realpath(argv[0]), argv[2:]
     try:
+        if lo:
+            loopback_up()
         set_up(scratch, tuple(keep))
     except (SetupError, OSError) as e:
         print(f"kopt sandbox: set-up failed: {e}", file=sys.stderr, flush=True)

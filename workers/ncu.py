@@ -239,7 +239,8 @@ def parse_query_metrics(text: str) -> set[str]:
 def confined(cmd: list[str], tmp: Path) -> tuple[list[str], dict[str, str]]:
     """``cmd`` (ncu on its target) as run in the candidate's sandbox (workers.isolation),
     with the environment it adds: ``tmp`` (the capture's folder: jobs, report) left
-    writable, ``tmp/scratch`` a tmpfs and ``TMPDIR`` and ``HOME`` (ncu's lock file, torch's
+    writable, the namespace's loopback up (ncu reaches its target over 127.0.0.1),
+    ``tmp/scratch`` a tmpfs and ``TMPDIR`` and ``HOME`` (ncu's lock file, torch's
     caches), the seccomp switch for the target (:data:`SECCOMP_ENV`). Without a sandbox
     here: ``cmd`` as it is, ``TMPDIR`` ``tmp`` (the row's ``isolation`` says ``none``)."""
     iso = isolation.available()
@@ -247,7 +248,7 @@ def confined(cmd: list[str], tmp: Path) -> tuple[list[str], dict[str, str]]:
         return list(cmd), {"TMPDIR": str(tmp)}
     scratch = tmp / "scratch"
     scratch.mkdir(exist_ok=True)
-    return iso.wrap(cmd, str(scratch), keep=(str(tmp),)), {
+    return iso.wrap(cmd, str(scratch), keep=(str(tmp),), loopback=True), {
         "TMPDIR": str(scratch), "HOME": str(scratch),
         SECCOMP_ENV: "0" if os.environ.get(SECCOMP_ENV) == "0" else "1"}
 
