@@ -51,9 +51,11 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "submit"
 CLAIM = "compute.thread_coarsening,memory.none,latency.none"
 NOTE = ("the chain dominates: compute.thread_coarsening (priority 4, tried although its NCU "
-        "trigger may not hold: the chain is the work; 1-3 need tensor cores, fp16 or a "
-        "launch_config change this kernel does not need; no kernel_fusion, coalesced_access "
-        "or tiling_smem to do: one pass, contiguous, no reuse)")
+        "trigger may not hold: the chain is the work). Passed over: compute.tensor_core and "
+        "compute.mixed_precision (no matrix product and no floating-point work to lower: the "
+        "chain is 32-bit integer), compute.launch_config (the launch configs are swept "
+        "already); no kernel_fusion, coalesced_access or tiling_smem to do: one pass, "
+        "contiguous, no reuse")
 KERNEL_MODE = ("  kernel: base.cu\n  launch: {kernel: chain_add, block: [BLOCK], "
                "grid: [\"(N + BLOCK - 1) // BLOCK\"]}\n")
 PHASES = ("run", "build", "busy", "contest", "ncu", "clock", "store")
