@@ -59,18 +59,23 @@ def test_cpu_build_cache_and_compile_error(tmp_path):
     assert not (tmp_path / "bad1").exists()
 
 
+TEXTBOOK = {"vector_add", "reduction", "softmax", "sgemm"}
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_every_cuda_sweep_builds_for_sm90(tmp_path):
     """Baseline plus a deterministic sample of each solve-mode CUDA sweep, built with nvcc for
     sm_90 (kernel-mode sweeps build with NVRTC: tests/test_kernel_mode.py; the CUTLASS sweeps,
-    about a minute of CPU per build and gemm_cutlass for sm_90a: tests/test_cutlass_build.py)."""
+    about a minute of CPU per build and gemm_cutlass for sm_90a: tests/test_cutlass_build.py).
+    The decode-time sweeps (5-13 s of CPU a build on this machine) build their baseline
+    only: that their sources compile is what this guards."""
     jobs = []
     for d in sorted((ROOT / "sweeps").iterdir()):
         sp = load_sweep(d).space("cuda")
         if sp.mode == "kernel" or d.name.startswith("gemm_cutlass"):
             continue
         cands = expand(sp, load_catalog(), 90)
-        picked = cap(cands, 3)
+        picked = cap(cands, 3 if d.name in TEXTBOOK else 1)
         if d.name == "sgemm":  # and one shared-memory tiled, one 3xTF32, one bf16x3 candidate
             picked.append(next(c for c in cands if c.triple[1] == "memory.tiling_smem"))
             picked += [next(c for c in cands if c.triple[0] == m)
@@ -87,8 +92,8 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
         assert 0 < res.registers <= 255
         assert res.spill_bytes is not None and res.smem_bytes is not None
         seen.add(name)
-    assert seen == {"vector_add", "reduction", "softmax", "sgemm", "rmsnorm_residual", "rotary",
-                    "lm_head_top1", "w4a16_gemv", "gate_up_silu"}
+    assert seen == TEXTBOOK | {"rmsnorm_residual", "rotary", "lm_head_top1", "w4a16_gemv",
+                               "gate_up_silu"}
     tiled = [r for (n, c, _), r in zip(jobs, results)
              if n == "sgemm" and c.triple[1] == "memory.tiling_smem"]
     assert tiled and all(r.smem_bytes > 0 for r in tiled)
