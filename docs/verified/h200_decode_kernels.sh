@@ -23,7 +23,7 @@ declare -A CAP=([rmsnorm_residual]=16 [rotary]=16 [lm_head_top1]=12 [w4a16_gemv]
 # seconds each sweep may take, Ray's start included (240 s together at most; a sweep cut
 # short, in Nsight Compute say, keeps the rows it stored, and `kopt best` says it was
 # interrupted)
-declare -A LIMIT=([rmsnorm_residual]=50 [rotary]=40 [lm_head_top1]=55 [w4a16_gemv]=45
+declare -A LIMIT=([rmsnorm_residual]=50 [rotary]=60 [lm_head_top1]=55 [w4a16_gemv]=45
                   [gate_up_silu]=50)
 q() { timeout 60 python3 -m kopt query --store "$1" --format csv "$2" 2>&1; }
 for sw in "${@:-rmsnorm_residual rotary lm_head_top1 w4a16_gemv gate_up_silu}"; do
