@@ -126,7 +126,8 @@ def main() -> None:
         run_id = p.stderr.split()[1]
         for k in range(a.tries):
             v = folder / f"v{k + 1}.{ext}"  # a new source each time: 2..61 units of work
-            v.write_text(base.replace("#define WORK 64", f"#define WORK {2 + k % 60}"))
+            v.write_text(base.replace("#define WORK 64", f"#define WORK {2 + k % 60}")
+                         + f"\n// try {k + 1}\n")  # a source an earlier try sent is refused
             args = ["submit", run_id, "--source", str(v), "--methods", CLAIM, "--note",
                     str(folder / "why.md"), "--store", str(store), "--queue", "--format",
                     "json", *(["--retry"] if k else [])]

@@ -123,6 +123,14 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
                               "--methods", FAST_CLAIM, "--submitter", "agent-x", "--retry",
                               "--idea", FAST, "--store", store, "--format", "json"))
     assert out_fix["iteration"] == 2
+    # the same fix again: measured already, refused before anything is recorded (a try
+    # that would build and run nothing, and use up one of the iteration's tries)
+    res = CliRunner().invoke(main, ["submit", run, "--source", str(folder / "fix" / "v2_fix.cpp"),
+                                    "--methods", FAST_CLAIM, "--retry", "--store", str(store)])
+    assert res.exit_code == 1 and len(res.output.splitlines()) == 1, res.output
+    assert res.output.startswith(f"refused: --source {folder / 'fix' / 'v2_fix.cpp'}: identical "
+                                 "to a version of try 2 of this iteration")
+    assert db.submit_tries(run, 2) == 2
     # the retry gave no --note: the try keeps the iteration's analysis
     _, notes = db.query(f"select try_no, note from versions where run_id = '{run}' and "
                         "iteration = 2 order by try_no, name")

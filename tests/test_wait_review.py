@@ -171,9 +171,11 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
         monkeypatch.setattr(mod, "space_digest",
                             lambda sp, real=expand.space_digest: hashed.append(sp.source)
                             or real(sp))
-    assert record(sweep, store, run, [v3], ["memory.vectorized_access"], note.read_text(),
+    v3b = v3.with_name("v3b.cpp")  # a new text: try 1's own would be measured already
+    v3b.write_text(v3.read_text() + "\n// try 2: the same kernel, a new version\n")
+    assert record(sweep, store, run, [v3b], ["memory.vectorized_access"], note.read_text(),
                   "me", retry=True, max_tries=2) == (3, 2)
-    assert hashed.count(v3) == 1
+    assert hashed.count(v3b) == 1
     monkeypatch.undo()
     # a try recorded but never run: not closed; while the run is locked or on --timeout,
     # one line and exit 3

@@ -266,7 +266,9 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
     space = sweep.space(rec["backend"])
     parents = _parents(db, run_id, it, prior, space, {})
     digest_of = {p: version_digest(space, p) for p in sources}  # once per source
-    _refuse_repeats(space, digest_of, {p["source_hash"] for p in parents.values()})
+    _refuse_repeats(space, digest_of, {p["source_hash"] for p in parents.values()},
+                    {v["source_hash"]: v["try_no"] for v in db.versions(run_id)
+                     if v["iteration"] == it})
     digests = _record(db, sweep, run_id, it, tries + 1, space, digest_of, methods, note,
                       submitter, next(iter(parents.values()))["candidate_id"])
     db.commit("provenance", sweep.name, run_id, [
@@ -276,18 +278,25 @@ def record(sweep: Sweep, root: Path, run_id: str, sources: list[Path], methods: 
     return it, tries + 1
 
 
-def _refuse_repeats(space: Space, digest_of: dict[Path, str], parents: set[str]) -> None:
+def _refuse_repeats(space: Space, digest_of: dict[Path, str], parents: set[str],
+                    tried: dict[str, int] | None = None) -> None:
     """Refuse a version whose source is its parent's, or the sweep's own (the same source
     digest, so the same candidate ids: nothing new to measure, and its rows would be read
-    as the parent's); ``digest_of``: each submitted source's :func:`version_digest`.
+    as the parent's), or one an earlier try of the same iteration submitted (``tried``:
+    source digest -> try number; its candidates are measured already: the try would build
+    and run nothing and still use up a try); ``digest_of``: each submitted source's
+    :func:`version_digest`.
 
     Raises:
         SubmitError: one line per such version.
     """
-    known = parents | {space_digest(space)}
+    known, tried = parents | {space_digest(space)}, tried or {}
     lines = [f"--source {p}: identical to its parent's source (digest {d}); change the kernel "
              "(a submitted version must differ from the version it derives from)"
-             for p, d in digest_of.items() if d in known]
+             if d in known else
+             f"--source {p}: identical to a version of try {tried[d]} of this iteration "
+             f"(digest {d}): it is measured already (`kopt wait` has its verdict); change the "
+             "kernel" for p, d in digest_of.items() if d in known or d in tried]
     if lines:
         raise SubmitError(lines)
 
