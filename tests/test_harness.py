@@ -67,6 +67,27 @@ def test_unwritten_output_never_passes(tmp_path, sandbox):
     assert "got nan" in res["error"] and res["max_abs_err"] == float("inf")
 
 
+def test_an_output_with_a_band_of_its_own_is_checked_by_it(tmp_path, sandbox):
+    """tolerance.outputs: y's error of 1e-4 relative lies in the sweep's band (rtol 1e-3) and
+    fails y's own exact band, in the check and (the same candidate passing) in the samples'
+    verification; z keeps the sweep's band."""
+    d = write_sweep(tmp_path / "two", "kernel: k.cpp\ndims: [{N: 64}]\n", {
+        "k.cpp": 'extern "C" void solve(const float* x, float* y, float* z, int N) {'
+                 ' for (int i = 0; i < N; ++i) { y[i] = x[i] * 1.0001f; z[i] = x[i]; } }',
+        "ref.py": "def reference(x, N):\n    return {'y': x.double(), 'z': x.double()}\n"})
+    art = artifact(tmp_path, d / "k.cpp", 0, "k.cpp")
+    wide = {"atol": 0.0, "rtol": 1e-3}
+    base = job(art, d / "k.cpp", d / "ref.py", dims={"N": 64}, args={"x": ["N"]})
+    ok = sandbox.run({**base, "tolerance": wide}, timeout_s=10)
+    assert ok["status"] == "ok" and 0 < ok["max_abs_err"] < 1e-3
+    exact_y = {**wide, "outputs": {"y": {"atol": 0.0, "rtol": 0.0}}}
+    bad = sandbox.run({**base, "tolerance": exact_y}, timeout_s=10)
+    assert bad["status"] == "wrong_result"
+    assert bad["error"].startswith("y: 64 of 64 elements differ") and "z:" not in bad["error"]
+    exact_z = {**wide, "outputs": {"z": {"atol": 0.0, "rtol": 0.0}}}
+    assert sandbox.run({**base, "tolerance": exact_z}, timeout_s=10)["status"] == "ok"
+
+
 def test_reference_problems_are_reported(tmp_path, sandbox):
     d = write_sweep(tmp_path / "zeros", "kernel: k.cpp\ndims: [{N: 8}]\n", {
         "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) {}',

@@ -265,3 +265,14 @@ def test_method_param_names_are_checked_at_load(tmp_path):
     d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\nmethods:\n"
                             "  compute.ilp_unroll: {params: {N: [2, 4]}}\n")
     assert_spec_error(d, "field 'methods.compute.ilp_unroll.params.N'", "'N' is also a dim")
+
+
+@pytest.mark.parametrize("name, why", [("x", "'x' is not an output of solve(const float* x, "
+                                             "float* y, int N) (its outputs: y); name one"),
+                                        ("yy", "did you mean 'y'?")])
+def test_a_band_for_what_is_no_output_is_refused_at_load(tmp_path, name, why):
+    """A band of its own (tolerance.outputs) for an input or a misspelt output would check
+    nothing: refused, naming the field and solve's outputs."""
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
+                            f"tolerance: {{rtol: 1.0e-3, outputs: {{{name}: {{rtol: 0}}}}}}\n")
+    assert_spec_error(d, f"tolerance.outputs.{name}", why)

@@ -169,7 +169,7 @@ from workers import native, nvrtc, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
-from workers.records import REF_CHANGED, RunJob, file_sha256
+from workers.records import REF_CHANGED, RunJob, band_of, file_sha256
 from workers.status import Status
 from workers.timing import should_stop, summarize
 
@@ -482,9 +482,11 @@ class Harness:
                     _zeros_pass(s, a["name"]) for s in sets[:N_SETS]):  # the seeded ones
                 n = a["name"]
                 big = max(float(s.expected[n].double().abs().max()) for s in sets[:N_SETS])
+                band = band_of(tol, n)
                 raise JobError("error", f"{ref_name}: a kernel that writes zeros to {n!r} passes "
                                f"the check: every expected value (|{n}| <= {big:.3g}) lies within "
-                               f"the tolerance (atol={tol['atol']:g}, rtol={tol['rtol']:g}) of 0; "
+                               f"the tolerance (atol={band['atol']:g}, rtol={band['rtol']:g}) "
+                               "of 0; "
                                "lower `tolerance:` in sweep.yaml below the outputs' size or draw "
                                "inputs that give larger outputs")
         sets, unseen = sets[:N_SETS], sets[N_SETS:]
@@ -754,9 +756,9 @@ class Harness:
         worst, msgs = 0.0, []
         self.rel_err = 0.0
         for n, exp in d.input_set(k).expected.items():
-            got = d.bufs[b].outputs[n]
+            got, band = d.bufs[b].outputs[n], band_of(tol, n)
             if self.native and native.native_dtype(got, exp):  # one pass, float64
-                c = native.compare(got, exp, tol["atol"], tol["rtol"])
+                c = native.compare(got, exp, band["atol"], band["rtol"])
                 worst = max(worst, c.max_abs)
                 self.rel_err = max(self.rel_err, c.max_rel)
                 if c.bad:
@@ -764,7 +766,7 @@ class Harness:
                 continue
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
                 g, e = got.double(), exp.double()
-                ok = torch.isclose(g, e, rtol=tol["rtol"], atol=tol["atol"], equal_nan=False)
+                ok = torch.isclose(g, e, rtol=band["rtol"], atol=band["atol"], equal_nan=False)
                 diff = _abs_diff(g, e)
                 self.rel_err = max(self.rel_err, abs_rel_error(g, e)[1])
             else:
@@ -791,7 +793,8 @@ class Harness:
                 continue
             if self.native and native.native_dtype(got, s.expected[n]):
                 # one pass over the output and the expected values, in float64 as the check
-                ok &= native.all_close(got, s.expected[n], tol["atol"], tol["rtol"])
+                band = band_of(tol, n)
+                ok &= native.all_close(got, s.expected[n], band["atol"], band["rtol"])
             elif s.lo[n].numel():
                 g = got.float() if got.element_size() < 4 else got
                 ok &= ((g >= s.lo[n]) & (g <= s.hi[n])).all()
@@ -1742,7 +1745,8 @@ def _bands(sets: list[InputSet], outs: list[dict], shape_of: dict[str, list[int]
             n = a["name"]
             if n in s.expected:
                 s.expected[n] = s.expected[n].reshape(shape_of[n])
-                s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]), tol)
+                s.lo[n], s.hi[n] = _band(s.expected[n], getattr(torch, a["dtype"]),
+                                         band_of(tol, n))
 
 
 def replay_line(median_ms: float, seen_ms: list[float]) -> float:

@@ -73,6 +73,14 @@ class BuildResult:
     note: str = ""
 
 
+def band_of(tol: dict[str, Any], name: str) -> dict[str, float]:
+    """The band (``{"atol", "rtol"}``) output ``name`` is checked with, from a run job's
+    ``tolerance`` (kopt.core.spec.Tolerance as a dict): its own under ``outputs``, else the
+    sweep's ``atol`` and ``rtol``."""
+    own = (tol.get("outputs") or {}).get(name) or tol
+    return {"atol": float(own["atol"]), "rtol": float(own["rtol"])}
+
+
 @dataclass
 class RunJob:
     """One run of one build on one device for one problem size.

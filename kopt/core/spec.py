@@ -66,11 +66,22 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Tolerance(_Model):
-    """Per-element check ``|out - ref| <= atol + rtol * |ref|`` (torch.isclose's rule)."""
+class Band(_Model):
+    """One output's band: ``|out - ref| <= atol + rtol * |ref|`` (torch.isclose's rule)."""
 
     atol: float = Field(1e-5, ge=0)
     rtol: float = Field(1e-5, ge=0)
+
+
+class Tolerance(Band):
+    """Per-element check ``|out - ref| <= atol + rtol * |ref|`` (torch.isclose's rule) for
+    every floating-point output (integer and bool outputs are compared exactly), and
+    ``outputs``: a band of its own for a named output of ``solve`` (e.g. an exact in/out
+    residual beside a normalized output: ``outputs: {residual: {atol: 0, rtol: 0}}``);
+    workers.records.band_of picks one."""
+
+    outputs: dict[str, Band] = {}
+
 
 
 class Timing(_Model):
@@ -528,6 +539,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared,
                                  spec_path)
         sp = spaces[backend]
+        _check_output_bands(sf.tolerance, sp.signature, err)
         notes += [f"{spec_path}: {msg}" for msg in [
             *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
             *macros.text_value_notes(sp, prefix),
@@ -540,6 +552,19 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
         seed=sf.seed, iterations=sf.iterations, ncu=sf.ncu, spaces=spaces, primary=primary,
         raw=raw, flops=work["flops"], bytes=work["bytes"], warnings=notes, review=sf.review,
         submit=sf.submit, reference_timing=sf.reference_timing)
+
+
+def _check_output_bands(tol: Tolerance, sig: Any, err: Any) -> None:
+    """Every name under ``tolerance.outputs`` is an output (``T*``) of ``sig``: a band for an
+    input or a misspelt name would check nothing."""
+    outs = [a.name for a in sig.outputs]
+    for name in tol.outputs:
+        if name not in outs:
+            near = difflib.get_close_matches(name, outs, n=1)
+            raise err(f"tolerance.outputs.{name}",
+                      f"{name!r} is not an output of {sig.describe()} (its outputs: "
+                      f"{', '.join(outs) or 'none'}); "
+                      + (f"did you mean {near[0]!r}?" if near else "name one of them"))
 
 
 def _backend_blocks(sf: SweepFile, err: Any
