@@ -86,12 +86,14 @@ def test_a_winner_rejected_as_noise_names_the_side_whose_noise_set_the_threshold
     win = {"candidate_id": "w", "speedup": 2.4, "rel_iqr": 1.5, "is_baseline": False}
     ok = [{"dims": '{"N": 1}', "status": "ok"}]
     assert judge(win, base, ok, [{"N": 1}]) == [
-        "not faster than its parent beyond noise: 2.4x, the noise threshold 88.955% (set by "
+        "not faster than its parent (the iteration's baseline) beyond noise: "
+        "2.4x, the noise threshold 88.955% (set by "
         "the baseline's own noise: its IQR is 120% of its median, sigma = IQR / 1.349; the "
         "winner's IQR is 150%; re-measure on an idle device to narrow it)"]
     quiet = {**base, "rel_iqr": 0.002}
     assert judge({**win, "speedup": 1.005, "rel_iqr": 0.004}, quiet, ok, [{"N": 1}]) == [
-        "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000% (the 1% "
+        "not faster than its parent (the iteration's baseline) beyond noise: "
+        "1.005x, the noise threshold 1.000% (the 1% "
         "floor: the baseline's IQR is 0.2% of its median, the winner's 0.4%)"]
     for r in (base, win):
         r.update(build_id="x", triple=[None, None, None], params={}, defines={},

@@ -201,6 +201,16 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert {by_id[c]["status"] for c in nodes[3]["members"]} == {"wrong_result"}
     assert all(by_id[c]["error"] and by_id[c]["sizes_ok"] == 0 for c in nodes[3]["members"])
     assert {by_id[c]["status"] for c in nodes[1]["members"]} == {"ok"}
+    # a correct loser says how far it was: its median and speedup (the lineage node's figures
+    # for the fastest), its version and launch config; a failed one has no figures
+    fast = by_id[nodes[1]["best"]]
+    assert fast["median_ms"] == pytest.approx(nodes[1]["median_ms"])
+    assert fast["speedup"] == pytest.approx(nodes[1]["speedup"])
+    assert {by_id[c]["version"] for c in nodes[1]["members"]} == {"v2_fast.cpp"}
+    assert {by_id[c]["version"] for c in nodes[4]["members"]} == {"v2_fix.cpp"}
+    assert all(by_id[c]["median_ms"] > 0 and set(by_id[c]["params"]) == {"T"}
+               for c in nodes[1]["members"])
+    assert all(by_id[c]["median_ms"] is None for c in nodes[3]["members"])
 
     # the provenance ledger, by SQL: each version's ideas, claimed methods as catalog ideas
     _, prov = db.query(f"select p.iteration, p.try_no, v.name, p.kind, p.ref from provenance p "

@@ -73,8 +73,8 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
     base = db.query(f"select candidate_id from candidates where run_id = '{run}' and "
                     "is_baseline")[1][0][0]
     assert (cid, acc, cmd) == (base, False, None)
-    assert json.loads(reasons) == ["no candidate beat its parent: the winner is the "
-                                   "iteration's baseline"]
+    assert json.loads(reasons) == ["no candidate beat its parent (the iteration's baseline): "
+                                   "the winner is the baseline"]
     assert not (folder / "review-1.json").exists()
 
     # --detach: checked and recorded at once, run in the background; ids printed first
@@ -218,14 +218,16 @@ def test_review_judge_checks_every_size_and_noise():
         "not correct on problem size {'N': 2}: not measured"]
     # within the noise of kopt.core.compare: 1% floor, or the smaller relative sigma
     assert judge(_ranked("w", 1.005, 0.0), base, ok, dims) == [
-        "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000% (the 1% "
+        "not faster than its parent (the iteration's baseline) beyond noise: "
+        "1.005x, the noise threshold 1.000% (the 1% "
         "floor: the baseline's IQR is 0.0% of its median, the winner's 0.0%)"]
     noisy = _ranked("b", 1.0, 0.4, True)
     assert judge(_ranked("w", 1.2, 0.4), noisy, ok, dims)[0].startswith(
-        "not faster than its parent beyond noise: 1.2x")
+        "not faster than its parent (the iteration's baseline) beyond noise: "
+        "1.2x")
     assert judge(_ranked("w", 1.5, 0.4), noisy, ok, dims) == []
     assert judge(base, base, ok, dims) == [
-        "no candidate beat its parent: the winner is the iteration's baseline"]
+        "no candidate beat its parent (the iteration's baseline): the winner is the baseline"]
     assert judge(None, None, [], dims) == ["no correct candidate: nothing to accept"]
 
 
@@ -283,7 +285,8 @@ def test_a_rejected_winner_is_one_line_on_the_console(capsys):
     its output and the file holding all of it."""
     log = output_log(Path("/s"), "r1", 2, "cpu x/1", "c1")
     assert log == Path("/s/review-logs/r1-it2-cpu_x_1-c1.log")
-    noise = "not faster than its parent beyond noise: 1.005x, the noise threshold 1.000%"
+    noise = ("not faster than its parent (the iteration's baseline) beyond noise: "
+             "1.005x, the noise threshold 1.000%")
     failed = ReviewVerdict("c1", False, [noise, "the review command exited with status 7"],
                      command="pytest", exit_status=7, output_log=str(log),
                      output_tail="collected 3\nFAILED t.py::op - assert 1 == 2\n\n")

@@ -112,9 +112,11 @@ def judge(win: dict[str, Any] | None, base: dict[str, Any] | None,
     if base is None:
         out.append("its parent (the iteration's baseline) was not measured on every size")
     elif win["is_baseline"]:
-        out.append("no candidate beat its parent: the winner is the iteration's baseline")
+        out.append("no candidate beat its parent (the iteration's baseline): the winner is "
+                   "the baseline")
     elif not gains(win, base):
-        out.append(f"not faster than its parent beyond noise: {win['speedup']:.4g}x, the "
+        out.append(f"not faster than its parent (the iteration's baseline) beyond noise: "
+                   f"{win['speedup']:.4g}x, the "
                    f"noise threshold {noise_line(base['rel_iqr'], win['rel_iqr'])}")
     return out
 

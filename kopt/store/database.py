@@ -920,12 +920,19 @@ qualify row_number() over (partition by device_class order by created_at desc) =
 order by device_class
 """
 ITERATION_CANDIDATES_SQL = """
+with v as (select run_id, iteration, source_hash, arg_max(name, created_at) version
+           from versions group by all)
 select device_class, candidate_id, bool_or(is_baseline) is_baseline,
        coalesce(arg_min(status, created_at) filter (where status <> 'ok'), 'ok') status,
        arg_min(error, created_at) filter (where status <> 'ok') error,
-       count(*) filter (where status = 'ok') sizes_ok, count(*) sizes
-from candidates
-where run_id = ? and iteration = ? group by device_class, candidate_id
+       count(*) filter (where status = 'ok') sizes_ok, count(*) sizes,
+       case when bool_and(status = 'ok') filter (where final) then
+         exp(avg(ln(median_ms)) filter (where final)) end median_ms,
+       case when bool_and(status = 'ok') filter (where final) then
+         exp(avg(ln(speedup)) filter (where final)) end speedup,
+       any_value(params) params, any_value(v.version) version
+from candidates c left join v using (run_id, iteration, source_hash)
+where c.run_id = ? and c.iteration = ? group by device_class, candidate_id
 order by device_class, min(created_at), 2
 """
 PROGRESS_SQL = """
@@ -1209,7 +1216,11 @@ class Database:
         """``device_class``, ``candidate_id``, ``is_baseline`` of every candidate measured in
         ``iteration`` of ``run_id``, in the order they were first stored, with its
         ``status`` (``ok`` when every problem size was, else its first failing size's),
-        that size's ``error`` text (None when ok) and ``sizes_ok`` of ``sizes``."""
+        that size's ``error`` text (None when ok), ``sizes_ok`` of ``sizes``, and when every
+        size of its final rung was ok: ``median_ms`` and ``speedup`` (over the iteration's
+        baseline), each the geometric mean over the problem sizes (else None); ``params``
+        (its launch config, JSON) and ``version`` (the submitted file's name; None for the
+        sweep's own source)."""
         return self._records(ITERATION_CANDIDATES_SQL, [run_id, iteration])
 
     def progress(self, run_id: str, iteration: int) -> dict[str, Any]:

@@ -55,10 +55,14 @@ def verdict(root: Path, run_id: str, iteration: int) -> dict[str, Any]:
     (method -> the gain this iteration judged it by, kopt.loop.state.IterState.credit),
     ``bottleneck_before`` / ``bottleneck_after``, ``stop`` ('' when the loop goes on),
     ``baseline``, ``candidates`` (the ids the iteration measured, the baseline left
-    out) and ``results``, the same candidates' outcomes: ``status`` (``ok``, or the first
-    failing problem size's: compile_error, wrong_result, ...), its ``error`` text (the
-    compiler's message, the wrong-result line; None when ok) and ``sizes_ok`` of ``sizes``,
-    so a loop driver learns why a try failed without a query."""
+    out) and ``results``, the same candidates' outcomes: ``version`` (the submitted file's
+    name; None for the sweep's own source), ``params`` (the launch config), ``status``
+    (``ok``, or the first failing problem size's: compile_error, wrong_result, ...), its
+    ``error`` text (the compiler's message, the wrong-result line; None when ok),
+    ``sizes_ok`` of ``sizes``, and for a candidate correct on every size ``median_ms`` and
+    ``speedup`` over the baseline (geometric means over the sizes; None otherwise), so a
+    loop driver learns why a try failed, or how far a correct loser was from the winner,
+    without a query."""
     db = Database(root)
     states = {dc: IterState.from_json(js) for it, dc, js in db.iteration_states(run_id)
               if it == iteration}
@@ -95,16 +99,19 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
             "baseline": (st.baseline or {}).get("candidate_id"),
             "candidates": [c["candidate_id"] for c in cands if not c["is_baseline"]],
-            "results": [{k: c[k] for k in ("candidate_id", "status", "error", "sizes_ok",
-                                           "sizes")}
+            "results": [{**{k: c[k] for k in ("candidate_id", "version", "status", "error",
+                                              "sizes_ok", "sizes", "median_ms", "speedup")},
+                         "params": stored_json(c["params"], "params", dict)}
                         for c in cands if not c["is_baseline"]]}
 
 
 def _closing(st: IterState) -> dict[str, Any] | None:
-    """The loop's closing contest on this state, when the loop stopped after it: the best it
-    named (``best``: the next parent, which may not be ``winner``), each contender it
-    dropped with why (``dropped``: id -> "status: error", e.g. a winner found ``replayed``
-    side by side) and its ``note``; None when the loop goes on."""
+    """The loop's closing contest on this state, when the run's work ended with it (the
+    sweep's last iteration, or a submitted one: each ends the run until the next submit):
+    the best it named (``best``: the next parent, which may not be ``winner``), each
+    contender it dropped with why (``dropped``: id -> "status: error", e.g. a winner found
+    ``replayed`` side by side) and its ``note``; None for an iteration the loop went on
+    from."""
     if not st.closing:
         return None
     return {"best": (st.closing.get("best") or {}).get("candidate_id"),
