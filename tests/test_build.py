@@ -102,6 +102,28 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
     assert by_method["compute.mixed_precision"].smem_bytes == 0   # all of it dynamic
 
 
+DECODE = ("rmsnorm_residual", "rotary", "lm_head_top1", "w4a16_gemv", "gate_up_silu")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_decode_sweeps_build_for_the_edge_class(tmp_path):
+    """Each decode-time sweep's baseline built with nvcc for sm_87 (Jetson Orin), as kopt
+    expands it for that device class: SASS for sm_87 only, no spills."""
+    jobs = []
+    for name in DECODE:
+        sp = load_sweep(ROOT / "sweeps" / name).space("cuda")
+        base = expand(sp, load_catalog(), 87)[0]
+        assert base.is_baseline and base.target == "sm_87"
+        jobs.append((name, _job(sp, base)))
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(lambda j: wb.build(j[1], cache=tmp_path)[0], jobs))
+    for (name, _), res in zip(jobs, results):
+        assert res.ok, f"{name}: {res.error}"
+        assert "-gencode=arch=compute_87,code=sm_87 -nodlink" in res.command
+        assert res.kernels and all(k["arch"] == "sm_87" for k in res.kernels)
+        assert res.spill_bytes == 0, name
+
+
 def test_sgemm_restrictions_keep_tensor_core_tiles_whole():
     """Every 3xTF32 (TC) candidate has K tiles of whole m16n16k8 fragments and every bf16x3
     (MP) one of whole m16n16k16 fragments, whole warps, and the static (TC) or dynamic (MP)

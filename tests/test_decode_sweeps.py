@@ -95,3 +95,19 @@ def test_inputs_reference_and_contender_agree_within_the_tolerance(name, harness
         ok, worst, why = harness.check(d, 0, k, job["tolerance"])
         assert ok, why
         assert worst > 0  # the contender rounds to bf16: not the reference itself
+
+
+@pytest.mark.parametrize("name", sorted(DECODE))
+def test_the_edge_class_expands_the_same_space_within_its_arch_gates(name):
+    """sm_87 (Jetson Orin): every candidate built for sm_87, no method the catalog gates to a
+    newer arch or to sm_90a, and (none of these sweeps needs one) the same candidates as at
+    sm_90, so a cluster with an Orin beside an H200 expands the sweep on both."""
+    sw = load_sweep(ROOT / "sweeps" / name)
+    cat = load_catalog()
+    space = sw.space("cuda")
+    at90, at87 = expand(space, cat, 90), expand(space, cat, 87)
+    assert all(c.target == "sm_87" for c in at87)
+    used = {m for c in at87 for m in c.triple if m}
+    assert all(cat.methods[m].min_sm <= 87 and not cat.methods[m].needs_sm90a for m in used)
+    assert not space.needs_sm90a
+    assert [c.candidate_id for c in at87] == [c.candidate_id for c in at90]
