@@ -7,10 +7,15 @@
 // Design (each byte of W is read once, and nothing else of size is):
 //   - One warp owns ROWS = 4 consecutive rows of W at a time. Per step every lane issues one
 //     16-byte streaming load (ld.global.nc.L1::no_allocate.L2::256B.v4: 8 bf16, read once, not
-//     kept in L1) per row, UNROLL = 2 steps at once: 8 independent 16-byte loads (128 B) in
-//     flight per thread before the first FMA. A warp-wide load covers 512 contiguous bytes of
-//     a row (full 128-byte lines). K % 8 == 0 (16-byte aligned rows); a partial last step is
-//     predicated (zeros).
+//     kept in L1) per row; a batch is UNROLL steps (2 at B = 1; 1 at B >= 2, where the
+//     extra accumulators take the registers): 8 (4) independent 16-byte loads. A warp-wide load
+//     covers 512 contiguous bytes of a row (whole 128-byte lines). K % 8 == 0 (16-byte aligned
+//     rows); packs past the last whole batch are read at the end of each row group.
+//   - Software pipeline: a warp walks its (row group, batch) sequence issuing the next batch's
+//     loads, in a branch of their own, before the FMAs of the current one, across row groups
+//     too: 1-2 batches (8-16 x 16 B a lane at B = 1) always in flight. The plain loop did not
+//     keep them: ptxas (CUDA 13.0, sm_90) placed each load next to its first use at B = 1,
+//     about 2 loads in flight. Costs registers (~120 a thread: 16 warps per SM at 256 threads).
 //   - h (B x K bf16, 8-32 KB at K = 4096) is copied into shared memory once per block; each
 //     16-byte h pack read from shared memory (conflict-free: consecutive lanes, consecutive
 //     16 bytes) serves the ROWS rows. fp32 accumulators: ROWS * B per thread (<= 16).
@@ -18,7 +23,8 @@
 //     barrier); each warp keeps its best (value, index) per batch row.
 //   - Persistent grid: as many blocks as are resident at once (occupancy query, cached per
 //     batch size), row groups dealt round-robin over all warps, so h is staged once per
-//     block (~132-528 copies of <= 32 KB from L2) instead of once per row.
+//     block (one copy per resident block, a few hundred of <= 32 KB, from L2) instead of once
+//     per row group.
 //   - Fused argmax, one launch: per block the warps' bests are merged in shared memory, then
 //     one 64-bit atomicMax per batch row on a key with the order-preserving float bits high
 //     and 0xFFFFFFFF - index low (equal values: the smaller index is the larger key, the
@@ -39,7 +45,11 @@
 
 #define MAX_B 4      // batch rows per call (the sweep's restriction B <= 4)
 #define ROWS 4       // rows of W a warp works on at once
-#define UNROLL 2     // 32-lane steps per iteration: ROWS * UNROLL 16-byte loads in flight
+// 32-lane steps per batch (ROWS * UNROLL 16-byte loads, two batches in flight): 2 at B = 1,
+// 1 at B >= 2 (more accumulators, fewer registers left for loads: B = 2 with 2 spilled at 512
+// threads)
+#define UNROLL_B1 2
+#define UNROLL_BN 1
 #define WARPS (THREADS / 32)
 #define H_SMEM_MAX 49152  // h staged in shared memory up to this many bytes (else read via L1)
 
@@ -48,6 +58,11 @@
 #endif
 
 typedef __nv_bfloat16 bf16;
+
+template <int NB>
+struct Unroll {
+    static constexpr int value = NB == 1 ? UNROLL_B1 : UNROLL_BN;
+};
 
 __device__ unsigned long long g_best[MAX_B];  // per batch row; 0 = below every key
 __device__ unsigned int g_ticket;             // blocks done with this call
@@ -97,11 +112,86 @@ __device__ __forceinline__ void unpack_key(unsigned long long key, float& v, lon
     idx = (long long)(0xFFFFFFFFu - (unsigned)(key & 0xFFFFFFFFull));
 }
 
+// One batch of a warp's loads: UNROLL 32-lane steps x ROWS rows, 16 bytes each, from pack c.
+template <int NB, int UNROLL = Unroll<NB>::value>
+__device__ __forceinline__ void load_batch(uint4 (&w)[UNROLL][ROWS], const uint4* const (&wp)[ROWS],
+                                           int c) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) w[u][r] = ld_stream(wp[r] + c + 32 * u);
+}
+
+// acc[r][b] += W[row r] . h[b] over the packs c + 32u of one batch.
+template <int NB, bool HSM, int UNROLL = Unroll<NB>::value>
+__device__ __forceinline__ void fma_batch(float (&acc)[ROWS][NB], const uint4 (&w)[UNROLL][ROWS],
+                                          const uint4* hv, int nc, int c) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const uint4 p = HSM ? hv[b * nc + c + 32 * u] : __ldg(hv + b * nc + c + 32 * u);
+            const float x[8] = {lo_f(p.x), hi_f(p.x), lo_f(p.y), hi_f(p.y),
+                                lo_f(p.z), hi_f(p.z), lo_f(p.w), hi_f(p.w)};
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) acc[r][b] = dot8(w[u][r], x, acc[r][b]);
+        }
+    }
+}
+
+// The end of a row group: the packs past the last whole batch (c from c0; K % 256 != 0 only),
+// the warp-wide sums (xor butterfly: every lane gets the totals, so every lane tracks the same
+// best), the best (value, index) per batch row updated, the accumulators cleared.
+template <int NB, bool HSM>
+__device__ __forceinline__ void finish_group(float (&acc)[ROWS][NB], const uint4* const (&wp)[ROWS],
+                                             const uint4* hv, int nc, int c0, long long r0, int V,
+                                             float (&best_v)[NB], int (&best_i)[NB]) {
+    for (int c = c0; c < nc; c += 32) {
+        uint4 w[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) w[r] = ld_stream(wp[r] + c);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const uint4 p = HSM ? hv[b * nc + c] : __ldg(hv + b * nc + c);
+            const float x[8] = {lo_f(p.x), hi_f(p.x), lo_f(p.y), hi_f(p.y),
+                                lo_f(p.z), hi_f(p.z), lo_f(p.w), hi_f(p.w)};
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) acc[r][b] = dot8(w[r], x, acc[r][b]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            float s = acc[r][b];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+            acc[r][b] = 0.0f;
+            const long long row = r0 + r;
+            if (row < V && beats(s, (int)row, best_v[b], best_i[b])) {
+                best_v[b] = s;
+                best_i[b] = (int)row;
+            }
+        }
+    }
+}
+
+// The ROWS row pointers of group g (rows past the end re-read the last row; never stored).
+__device__ __forceinline__ void group_rows(const uint4* (&wp)[ROWS], const bf16* W, long long g,
+                                           int V, int K) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const long long row = g * ROWS + r < V ? g * ROWS + r : (long long)V - 1;
+        wp[r] = reinterpret_cast<const uint4*>(W + row * K);
+    }
+}
+
 // NB batch rows; HSM: h staged in shared memory (else read through L1 from global).
 template <int NB, bool HSM>
 __global__ void __launch_bounds__(THREADS)
     lm_head_kernel(const bf16* __restrict__ W, const bf16* __restrict__ h,
                    int64_t* __restrict__ idx_out, float* __restrict__ val_out, int V, int K) {
+    constexpr int UNROLL = Unroll<NB>::value;
     extern __shared__ uint4 hs_dyn[];
     __shared__ float s_bv[WARPS][NB];
     __shared__ int s_bi[WARPS][NB];
@@ -120,78 +210,63 @@ __global__ void __launch_bounds__(THREADS)
 
     float best_v[NB];
     int best_i[NB];
+    float acc[ROWS][NB];
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
         best_v[b] = -INFINITY;
         best_i[b] = 0x7fffffff;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[r][b] = 0.0f;
     }
 
     const long long groups = ((long long)V + ROWS - 1) / ROWS;
     const long long nwarps = (long long)gridDim.x * WARPS;
-    const int full = nc / (32 * UNROLL);  // iterations with every load in range
+    const int full = nc / (32 * UNROLL);      // whole batches per row group
+    const int tail = full * 32 * UNROLL + lane;  // this lane's first pack past them
+    long long g = (long long)blockIdx.x * WARPS + warp;  // groups dealt round-robin
 
-    for (long long g = (long long)blockIdx.x * WARPS + warp; g < groups; g += nwarps) {
-        const long long r0 = g * ROWS;
-        const uint4* wrow[ROWS];
+    if (g < groups && full > 0) {
+        // Software pipeline over the warp's (group, batch) sequence: the next batch's loads are
+        // issued (in a block of their own) before this batch's FMAs, across group boundaries
+        // too, so 1-2 batches (8-16 x 16 bytes a lane) are always in flight. Without it ptxas
+        // scheduled each load next to its first use (about 2 in flight at B = 1).
+        const uint4* wp[ROWS];
+        group_rows(wp, W, g, V, K);
+        int it = 0;
+        uint4 cur[UNROLL][ROWS];
+        load_batch<NB>(cur, wp, lane);
+        for (;;) {
+            long long g2 = g;
+            int it2 = it + 1;
+            const uint4* wp2[ROWS];
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            // rows past the end (a last partial group) re-read the last row; never stored
-            const long long row = r0 + r < V ? r0 + r : (long long)V - 1;
-            wrow[r] = reinterpret_cast<const uint4*>(W + row * K);
-        }
-        float acc[ROWS][NB];
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-            for (int b = 0; b < NB; ++b) acc[r][b] = 0.0f;
-
-        int c = lane;
-        for (int it = 0; it < full; ++it, c += 32 * UNROLL) {
-            uint4 w[UNROLL][ROWS];
+            for (int r = 0; r < ROWS; ++r) wp2[r] = wp[r];
+            if (it2 == full) {
+                it2 = 0;
+                g2 += nwarps;
+                group_rows(wp2, W, g2, V, K);
+            }
+            const bool more = g2 < groups;
+            uint4 nxt[UNROLL][ROWS];
+            if (more) load_batch<NB>(nxt, wp2, it2 * 32 * UNROLL + lane);
+            fma_batch<NB, HSM>(acc, cur, hv, nc, it * 32 * UNROLL + lane);
+            if (it == full - 1)
+                finish_group<NB, HSM>(acc, wp, hv, nc, tail, g * ROWS, V, best_v, best_i);
+            if (!more) break;
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) w[u][r] = ld_stream(wrow[r] + c + 32 * u);
+                for (int r = 0; r < ROWS; ++r) cur[u][r] = nxt[u][r];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-                for (int b = 0; b < NB; ++b) {
-                    const uint4 p = HSM ? hv[b * nc + c + 32 * u] : __ldg(hv + b * nc + c + 32 * u);
-                    const float x[8] = {lo_f(p.x), hi_f(p.x), lo_f(p.y), hi_f(p.y),
-                                        lo_f(p.z), hi_f(p.z), lo_f(p.w), hi_f(p.w)};
-#pragma unroll
-                    for (int r = 0; r < ROWS; ++r) acc[r][b] = dot8(w[u][r], x, acc[r][b]);
-                }
-            }
+            for (int r = 0; r < ROWS; ++r) wp[r] = wp2[r];
+            g = g2;
+            it = it2;
         }
-        for (; c < nc; c += 32) {  // the tail: fewer than 32 * UNROLL packs left
-            uint4 w[ROWS];
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) w[r] = ld_stream(wrow[r] + c);
-#pragma unroll
-            for (int b = 0; b < NB; ++b) {
-                const uint4 p = HSM ? hv[b * nc + c] : __ldg(hv + b * nc + c);
-                const float x[8] = {lo_f(p.x), hi_f(p.x), lo_f(p.y), hi_f(p.y),
-                                    lo_f(p.z), hi_f(p.z), lo_f(p.w), hi_f(p.w)};
-#pragma unroll
-                for (int r = 0; r < ROWS; ++r) acc[r][b] = dot8(w[r], x, acc[r][b]);
-            }
-        }
-
-        // every lane ends with the totals (xor butterfly), so every lane tracks the same best
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-#pragma unroll
-            for (int b = 0; b < NB; ++b) {
-                float s = acc[r][b];
-#pragma unroll
-                for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-                const long long row = r0 + r;
-                if (row < V && beats(s, (int)row, best_v[b], best_i[b])) {
-                    best_v[b] = s;
-                    best_i[b] = (int)row;
-                }
-            }
+    } else {
+        for (; g < groups; g += nwarps) {  // rows shorter than one batch (K < 8 * 32 * UNROLL)
+            const uint4* wp[ROWS];
+            group_rows(wp, W, g, V, K);
+            finish_group<NB, HSM>(acc, wp, hv, nc, lane, g * ROWS, V, best_v, best_i);
         }
     }
 
