@@ -51,7 +51,9 @@
 #define UNROLL_B1 2
 #define UNROLL_BN 1
 #define WARPS (THREADS / 32)
-#define H_SMEM_MAX 49152  // h staged in shared memory up to this many bytes (else read via L1)
+// h staged in shared memory up to this many bytes (else read via L1): 48 KB, the most a block
+// has without an opt-in, less room for the static per-warp bests (<= 1 KB)
+#define H_SMEM_MAX (48 * 1024 - 2048)
 
 #if (THREADS & (THREADS - 1)) != 0 || THREADS < 64 || THREADS > 1024
 #error "THREADS must be a power of two in [64, 1024]"
