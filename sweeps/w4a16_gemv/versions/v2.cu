@@ -32,17 +32,23 @@
 //   L2 256-byte prefetch hint), so L1 keeps x, which every block on an SM re-reads
 //   (128 KB at M = 16); x and scales through the read-only path (__ldg).
 //
-// Bytes moved (the sweep's `bytes`: weights + scales + x + y), and an ESTIMATE of the time on
-// one H200 (4.8 TB/s peak DRAM; assumes ~85% of peak sustained, ~1 us of DRAM ramp-up, and
-// excludes the launch overhead inside kopt's timed interval -- not measured):
-//   M = 1,  N = 4096:   8.52 MB -> ~2 us + ~1 us  (iteration 1's best: 14.0 us incl. overhead)
-//   M = 1,  N = 11008: 23.28 MB -> ~5.5 us + ~1 us (iteration 1's best: 18.7 us, 1242 GB/s)
-//   M = 16, N = 4096:   8.67 MB of DRAM; x (128 KB) re-read by 128 blocks through L1/L2:
-//                       ~3-5 us estimated (iteration 1's best: 48.3 us)
-//   M = 16, N = 11008: 23.43 MB; ~7-10 us estimated (iteration 1's best: 111.9 us)
-// Instruction budget per 1 KB of weights (one warp step): ~72 dequant + 16 PRMT + 8 mma (M <=
-// 8) + ~20 loads/FFMA/addressing, ~116 warp instructions: ~2.4 us of issue over 132 SMs at
-// N = 11008, under the DRAM time. Needs sm_80+ (mma.sync.m16n8k16, L1::no_allocate).
+// Bytes moved (the sweep's `bytes`: weights + scales + x + y) and an ESTIMATE of the kernel
+// time on one H200 (4.8 TB/s peak DRAM; ~85% of peak sustained and ~1 us of DRAM ramp-up
+// assumed; not measured; kopt's timed interval adds the launch on top, and its smallest
+// measured kernels on this H200 take ~5 us: rmsnorm_residual at one row 0.0049 ms):
+//   M = 1,  N = 4096:   8,667,136 B -> ~2 us + ~1 us  (iteration 1's best: 14.0 us, 617 GB/s)
+//   M = 1,  N = 11008: 23,279,104 B -> ~5.7 us + ~1 us (iteration 1's best: 18.7 us, 1242 GB/s;
+//                                     75% of peak, 3.6 TB/s, is 6.47 us for these bytes)
+//   M = 16, N = 4096:   8,912,896 B of DRAM; x (128 KB) re-read by each of 128 blocks through
+//                       L1/L2: ~3-5 us (iteration 1's best: 48.3 us)
+//   M = 16, N = 11008: 23,732,224 B; ~7-10 us (iteration 1's best: 111.9 us)
+// Instruction budget: the sm_90 SASS of the M <= 8 kernel's main loop is 546 instructions for
+// 4 groups (~136 warp instructions per 1 KB step; per lane and step: 2 LDG.128 of weights,
+// 2 scale loads, 4 LDG.128 of x (lanes g < M), 8 SHF + 32 LOP3 + 16 HADD2 + 16 HFMA2 for the
+// 8 words, 16 PRMT, 8 HMMA.16816.F32, 4 FFMA, addressing): ~2.9 us of issue over
+// 132 SMs at N = 11008 (4 per clock per SM, 1.98 GHz), under the DRAM time. ptxas (THREADS
+// 64/128/256, sm_90): 69 registers (M <= 8 kernel), 129-131 (M > 8), no spills. Needs sm_80+
+// (mma.sync m16n8k16, ld.global.nc.L1::no_allocate.L2::256B).
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
