@@ -16,9 +16,9 @@
 //   threads in 1-5 blocks (one DRAM round trip for q/k, overlapped with the positions ->
 //   cos/sin row chain, instead of 10-20 loop trips of iteration 1's per-token block);
 //   T = 2048 is 655,360 threads streaming 16-byte accesses.
-// - Each thread: two 16-byte loads of its head (x[8p .. 8p+7] and x[D/2 + 8p ..]), issued
-//   before it reads positions[t], then two 16-byte loads of the cos and sin row, 8 pairs
-//   rotated in fp32, two 16-byte stores.
+// - Each thread: two 16-byte loads of its head (x[8p .. 8p+7] and x[D/2 + 8p ..]), which do
+//   not depend on positions[t] and are in flight while positions[t] -> the cos/sin row (two
+//   dependent 16-byte loads) resolves; 8 pairs rotated in fp32; two 16-byte stores.
 // - Cache policy: q and k are touched once, read then written by the same thread:
 //   ld.global.cs / st.global.cs (__ldcs / __stcs, evict-first streaming in L1 and L2); the
 //   cos/sin row, re-read by all 40 heads of a token (a warp spans 4 heads of one token, a
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(THREADS)
     bf16* x = head_ptr(q, k, (long long)t, h, HQ, HK, D);
     uint4* pa = reinterpret_cast<uint4*>(x) + p;
     uint4* pb = reinterpret_cast<uint4*>(x + half) + p;
-    uint4 a = __ldcs(pa), b = __ldcs(pb);  // issued before the position -> cache-row chain
+    uint4 a = __ldcs(pa), b = __ldcs(pb);  // independent of the position -> cache-row chain
     const bf16* cs = cache + (long long)__ldg(reinterpret_cast<const long long*>(positions) + t) * D;
     const uint4 c = __ldg(reinterpret_cast<const uint4*>(cs) + p);
     const uint4 s = __ldg(reinterpret_cast<const uint4*>(cs + half) + p);
