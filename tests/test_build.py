@@ -93,7 +93,7 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
         assert res.spill_bytes is not None and res.smem_bytes is not None
         seen.add(name)
     assert seen == TEXTBOOK | {"rmsnorm_residual", "rotary", "lm_head_top1", "w4a16_gemv",
-                               "gate_up_silu"}
+                               "gate_up_silu", "decode_attention"}
     tiled = [r for (n, c, _), r in zip(jobs, results)
              if n == "sgemm" and c.triple[1] == "memory.tiling_smem"]
     assert tiled and all(r.smem_bytes > 0 for r in tiled)

@@ -36,6 +36,9 @@ DECODE = {
     # THREADS 3 x (none, shuffle, RPB 2/4/8, RPB + shuffle) x (none, VEC, STREAM); RPB only at
     # M = 1 (2 * RPB * M accumulators)
     "gate_up_silu": (72, {"M": 4, "N": 200, "K": 512}, set()),
+    # THREADS 2 x (none, shuffle, UNROLL 2/4) x (none, VEC, KEY_LANES 8/16, STREAM, SMEM_P) x
+    # (none, shuffle, SPLITS 4/8/16/32), less the shuffle+shuffle duplicates
+    "decode_attention": (264, {"B": 2, "H": 4, "L": 300, "D": 128}, set()),
 }
 
 

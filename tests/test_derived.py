@@ -275,6 +275,7 @@ MAIN_FIGURES = {
     # methods (bf16x3 on wgmma), 114 candidates at sm_90 (was 156)
     "gemm_cutlass_fp32": {"cuda": "441f0fe40f510a89"},
     # the decode-time sweeps of issue 26 (tests/test_decode_sweeps.py), pinned as first written
+    "decode_attention": {"cuda": "a0d256998399e54a"},
     "gate_up_silu": {"cuda": "d3f0de2d2727e074"},
     "lm_head_top1": {"cuda": "b05e6856c0b42e96"},
     "rmsnorm_residual": {"cuda": "c1b93da805d8b06e"},
