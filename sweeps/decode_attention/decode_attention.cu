@@ -28,9 +28,10 @@
 //               the key and value rows (every row is 256 bytes: always 16-byte aligned).
 //   KEY_LANES   memory.coalesced_access: pass 1 scores each key with a group of KEY_LANES
 //               adjacent lanes, each reading its own slice (pack k of the row for lane
-//               k % KEY_LANES): a warp load covers 32 / KEY_LANES whole row segments instead of
-//               32 rows; the group's partial dots are summed with log2(KEY_LANES) sub-warp
-//               __shfl_xor_sync steps and each lane keeps its slice of q in registers.
+//               k % KEY_LANES): a warp load reads 32 / KEY_LANES contiguous segments of
+//               2 * VEC * KEY_LANES bytes, not one element of 32 rows; the group's partial
+//               dots are summed with log2(KEY_LANES) sub-warp __shfl_xor_sync steps and each
+//               lane keeps its slice of q in registers.
 //   STREAM      memory.cache_policy: K and V are read with __ldcs (ld.global.cs: evict-first,
 //               streaming), since each byte is used once; q and the scores stay in cache.
 //   SMEM_P      memory.tiling_smem: the block's scores and probabilities live in dynamic
