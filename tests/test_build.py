@@ -93,7 +93,7 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
         assert res.spill_bytes is not None and res.smem_bytes is not None
         seen.add(name)
     assert seen == TEXTBOOK | {"rmsnorm_residual", "rotary", "lm_head_top1", "w4a16_gemv",
-                               "gate_up_silu", "decode_attention"}
+                               "gate_up_silu", "decode_attention", "w8a8_gemm"}
     tiled = [r for (n, c, _), r in zip(jobs, results)
              if n == "sgemm" and c.triple[1] == "memory.tiling_smem"]
     assert tiled and all(r.smem_bytes > 0 for r in tiled)
@@ -102,7 +102,8 @@ def test_every_cuda_sweep_builds_for_sm90(tmp_path):
     assert by_method["compute.mixed_precision"].smem_bytes == 0   # all of it dynamic
 
 
-DECODE = ("rmsnorm_residual", "rotary", "lm_head_top1", "w4a16_gemv", "gate_up_silu")
+DECODE = ("rmsnorm_residual", "rotary", "lm_head_top1", "w4a16_gemv", "gate_up_silu",
+          "decode_attention", "w8a8_gemm")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

@@ -39,6 +39,13 @@ DECODE = {
     # THREADS 2 x (none, shuffle, UNROLL 2/4) x (none, VEC, KEY_LANES 8/16, STREAM, SMEM_P) x
     # (none, shuffle, SPLITS 4/8/16/32), less the shuffle+shuffle duplicates
     "decode_attention": (264, {"B": 2, "H": 4, "L": 300, "D": 128}, set()),
+    # THREADS 2 x (CUDA cores: (none, TM 16) x ({none, tiling BK 64/128, VEC, PAD} x {none,
+    # cp.async ring, split-K} less tiling with the ring (its BK 64), plus the ring with
+    # split-K) = 2 x 14; tensor cores: BM 16/128 x ({none, tiling BK 128, PAD, ldmatrix} x
+    # {none, ring} less tiling with the ring) = 2 x 7, and BM 16 with split-K alone, with
+    # tiling, PAD, ldmatrix or the ring = 5); VEC never with tensor cores (16-byte copies
+    # always), split-K only where TM or BM is 16. M = 16: the contender's padded _int_mm
+    "w8a8_gemm": (94, {"M": 16, "N": 256, "K": 512}, set()),
 }
 
 
@@ -97,7 +104,7 @@ def test_inputs_reference_and_contender_agree_within_the_tolerance(name, harness
             out.copy_(got[n].reshape(out.shape))
         ok, worst, why = harness.check(d, 0, k, job["tolerance"])
         assert ok, why
-        assert worst > 0  # the contender rounds to bf16: not the reference itself
+        assert worst > 0  # the contender rounds to bf16/fp16: not the reference itself
 
 
 @pytest.mark.parametrize("name", sorted(DECODE))
