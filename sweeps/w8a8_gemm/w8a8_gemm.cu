@@ -33,7 +33,7 @@
 //   PAD          memory.bank_conflict: shared rows padded by PAD (16) bytes. Tensor-core
 //                fragment reads (8 rows x 4 words at a 64-byte stride share 2 bank groups:
 //                4-way; 8-way at BK = 128) and ldmatrix become conflict-free at a stride of
-//                BK + 16 bytes; the CUDA-core
+//                BK + 16 bytes (versions/emulate_fragments.py counts them); the CUDA-core
 //                tiled path's per-thread rows drop from 16-way to 4-way (byte reads) or none
 //                (16-byte reads).
 //   USE_CP_ASYNC, STAGES  memory.multi_stage_pipeline and latency.async_pipeline (one edit,
