@@ -6,12 +6,13 @@
 # statuses and the first failures; every candidate row goes to $out/SWEEP-candidates.csv.gz
 # (7 files in all: the device tool returns at most 8). One sweep's failure never stops the
 # others. On a 2-core box one build took rmsnorm_residual ~8 s, rotary ~3 s, lm_head_top1
-# ~13 s, w4a16_gemv ~7 s, gate_up_silu ~8 s, decode_attention ~2-3 s of CPU; the lm_head_top1
-# GEMV reads 1.2 GB per call (~0.3 ms) and its inputs (4 sets of 1.2 GB) are drawn on the GPU,
-# as are decode_attention's K and V caches (0.5 GB a set at L = 32768 and at B = 4; its naive
-# baseline runs one block per (b, h): 32 blocks at B = 1).
+# ~13 s, w4a16_gemv ~7 s, gate_up_silu ~8 s, decode_attention ~2-3 s, w8a8_gemm ~2-3 s of
+# CPU; the lm_head_top1 GEMV reads 1.2 GB per call (~0.3 ms) and its inputs (4 sets of 1.2 GB)
+# are drawn on the GPU, as are decode_attention's K and V caches (0.5 GB a set at L = 32768
+# and at B = 4; its naive baseline runs one block per (b, h): 32 blocks at B = 1); w8a8_gemm's
+# inputs are drawn and quantized on the CPU (~1 s a set at 512 x 11008 x 4096).
 # Usage (repo root, on the GPU host): bash docs/verified/h200_decode_kernels.sh [SWEEP ...]
-#   (default: all six decode sweeps; CAP_<sweep>=N overrides a sweep's cap)
+#   (default: all seven decode sweeps; CAP_<sweep>=N overrides a sweep's cap)
 set -uo pipefail
 . docs/verified/device_env.sh
 set -x
@@ -21,14 +22,14 @@ nvcc --version | tail -1 | tee -a "$sum"
 # candidates per sweep (the baseline and a deterministic sample): ~15 s of Ray start, ~10-20 s
 # of builds, ~15-30 s of runs and ~15 s of Nsight Compute (the top 3, `ncu:` default) each
 declare -A CAP=([rmsnorm_residual]=16 [rotary]=16 [lm_head_top1]=12 [w4a16_gemv]=12
-                [gate_up_silu]=12 [decode_attention]=12)
+                [gate_up_silu]=12 [decode_attention]=12 [w8a8_gemm]=12)
 # seconds each sweep may take, Ray's start included (320 s together at most; a sweep cut
 # short, in Nsight Compute say, keeps the rows it stored, and `kopt best` says it was
 # interrupted)
 declare -A LIMIT=([rmsnorm_residual]=50 [rotary]=60 [lm_head_top1]=55 [w4a16_gemv]=45
-                  [gate_up_silu]=50 [decode_attention]=60)
+                  [gate_up_silu]=50 [decode_attention]=60 [w8a8_gemm]=60)
 q() { timeout 60 python3 -m kopt query --store "$1" --format csv "$2" 2>&1; }
-for sw in "${@:-rmsnorm_residual rotary lm_head_top1 w4a16_gemv gate_up_silu decode_attention}"; do
+for sw in "${@:-rmsnorm_residual rotary lm_head_top1 w4a16_gemv gate_up_silu decode_attention w8a8_gemm}"; do
   for s in $sw; do
     store=/tmp/kopt-decode-store-$s
     log=/tmp/kopt-decode-$s.log
