@@ -34,8 +34,8 @@
 //                fragment reads (8 rows x 4 words at a 64-byte stride share 2 bank groups:
 //                4-way; 8-way at BK = 128) and ldmatrix become conflict-free at a stride of
 //                BK + 16 bytes (versions/emulate_fragments.py counts them); the CUDA-core
-//                tiled path's per-thread rows drop from 16-way to 4-way (byte reads) or none
-//                (16-byte reads).
+//                tiled path's per-thread rows go from 16-way to 4-way (byte reads) and from
+//                4-way to none (16-byte reads, 8 threads a phase).
 //   USE_CP_ASYNC, STAGES  memory.multi_stage_pipeline and latency.async_pipeline (one edit,
 //                sm_80+): a ring of STAGES shared-memory tiles filled with cp.async (4 or 16
 //                bytes; zero-fill past M and N), cp.async.wait_group STAGES - 2, one barrier per
