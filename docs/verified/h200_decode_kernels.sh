@@ -4,7 +4,7 @@
 # $out/summary.txt: the CLI's closing table, `kopt best`, the contender's figures (ref.py's
 # PyTorch call), the winner and the baseline per problem size against it (vs_reference), the
 # statuses and the first failures; every candidate row goes to $out/SWEEP-candidates.csv.gz
-# (7 files in all: the device tool returns at most 8). One sweep's failure never stops the
+# (8 files in all: the device tool returns at most 8). One sweep's failure never stops the
 # others. On a 2-core box one build took rmsnorm_residual ~8 s, rotary ~3 s, lm_head_top1
 # ~13 s, w4a16_gemv ~7 s, gate_up_silu ~8 s, decode_attention ~2-3 s, w8a8_gemm ~2-3 s of
 # CPU; the lm_head_top1 GEMV reads 1.2 GB per call (~0.3 ms) and its inputs (4 sets of 1.2 GB)
