@@ -218,6 +218,27 @@ def test_the_candidates_to_profile_are_shared_round_robin():
     assert shares(todo[:1], [3, 5]) == [(3, [0])]  # a device with no share is not called
 
 
+def test_the_profiled_size_is_the_one_sweep_yaml_names():
+    """ncu.dims (an index into the backend's dims:) picks the job a profile captures, here
+    the largest of three sizes, listed last; without it, or where the candidate did not run
+    that size, the size whose dims JSON sorts first (ROWS 16 before ROWS 1)."""
+    from types import SimpleNamespace
+
+    from conftest import ROOT
+    from kopt.core.spec import load_sweep
+    from kopt.loop.profiling import profiled_row
+
+    sw = load_sweep(ROOT / "sweeps" / "rmsnorm_residual")
+    rows = [{"dims": json.dumps(d, sort_keys=True), "job_key": str(i)}  # as stored
+            for i, d in enumerate(sw.space("cuda").dims)]
+    ctx = SimpleNamespace(sweep=sw, backend="cuda")
+    assert sw.ncu.dims == 2 and profiled_row(ctx, rows)["job_key"] == "2"  # ROWS 4096
+    assert profiled_row(ctx, rows[:2])["job_key"] == "1"  # ROWS 16 sorts before ROWS 1
+    plain = SimpleNamespace(sweep=SimpleNamespace(ncu=SimpleNamespace(dims=None),
+                                                  spaces=sw.spaces), backend="cuda")
+    assert profiled_row(plain, rows)["job_key"] == "1"
+
+
 def test_ray_runner_calls_devices_at_once_and_reports_each_as_it_finishes(ray_local):
     # kopt.loop.profiling sends each device its share at once and closes each
     # device's ncu phase when its own share is back (Runner.call_many's `done`)

@@ -276,3 +276,9 @@ def test_a_band_for_what_is_no_output_is_refused_at_load(tmp_path, name, why):
     d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n"
                             f"tolerance: {{rtol: 1.0e-3, outputs: {{{name}: {{rtol: 0}}}}}}\n")
     assert_spec_error(d, f"tolerance.outputs.{name}", why)
+
+
+def test_an_ncu_size_that_is_no_problem_size_is_refused_at_load(tmp_path):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}, {N: 128}]\nargs: {x: [N]}\n"
+                            "ncu: {dims: 2}\n")
+    assert_spec_error(d, "ncu.dims", "2 is no index of dims (its 2 problem sizes are 0 .. 1)")

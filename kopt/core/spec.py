@@ -114,6 +114,10 @@ class Ncu(_Model):
     # profile the baseline first so that its triggers prune iteration 1 (off: iteration 1
     # treats every method as triggered; see docs/verified/2026-11-30-h200-loop.md)
     profile_baseline: bool = False
+    # the problem size each profile captures: an index into `dims:` (the backend's own list);
+    # None: the size whose dims JSON sorts first (kopt.loop.profiling). A sweep whose sizes
+    # span regimes names the one its NCU evidence should speak for (the DRAM-bound one, say)
+    dims: int | None = Field(None, ge=0)
 
 
 class Review(_Model):
@@ -540,6 +544,10 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
                                  spec_path)
         sp = spaces[backend]
         _check_output_bands(sf.tolerance, sp.signature, err)
+        if sf.ncu.dims is not None and sf.ncu.dims >= len(sp.dims):
+            raise err("ncu.dims", f"{sf.ncu.dims} is no index of {prefix}dims (its "
+                      f"{len(sp.dims)} problem sizes are 0 .. {len(sp.dims) - 1}); give the "
+                      "index of the size NCU should profile")
         notes += [f"{spec_path}: {msg}" for msg in [
             *dead_methods(sp, catalog, prefix), *macros.unread_notes(sp, prefix),
             *macros.text_value_notes(sp, prefix),

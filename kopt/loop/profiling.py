@@ -74,8 +74,23 @@ def _todo(ctx: RunContext, it: int, dc: str, picks: list[dict[str, Any]],
                     if row["iteration"] == it and row["candidate_id"] == r["candidate_id"]
                     and row["device_class"] == dc]
         if job_rows:
-            todo.append((r, job_rows, min(job_rows, key=lambda row: row["dims"])))
+            todo.append((r, job_rows, profiled_row(ctx, job_rows)))
     return todo
+
+
+def profiled_row(ctx: RunContext, job_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job row (one problem size of a candidate) its NCU profile captures: the size
+    sweep.yaml's ``ncu.dims`` names (an index into the backend's ``dims:``) when the
+    candidate ran it, else the size whose dims JSON sorts first."""
+    at = ctx.sweep.ncu.dims
+    if at is not None:
+        space = ctx.sweep.spaces.get(ctx.backend)
+        want = (json.dumps(space.dims[at], sort_keys=True)
+                if space is not None and at < len(space.dims) else None)
+        for row in job_rows:
+            if want is not None and json.dumps(json.loads(row["dims"]), sort_keys=True) == want:
+                return row
+    return min(job_rows, key=lambda row: row["dims"])
 
 
 def shares(todo: list[Todo], devices: list[int]) -> list[tuple[int, list[int]]]:
