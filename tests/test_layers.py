@@ -36,6 +36,18 @@ def test_node_side_modules_load_nothing_of_the_driver():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_command_line_loads_no_ray_duckdb_or_torch_before_a_command_runs():
+    """``kopt --help`` and every read-only command pay the import of kopt.cli.main: Ray,
+    DuckDB and torch come in only inside the commands that use them (Ray alone took about
+    half a second of it through kopt.tools.port's default)."""
+    code = ("import kopt.cli.main, sys; print(sorted(m for m in ('ray', 'duckdb', 'torch') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_no_workers_module_imports_kopt():
     """No ``import kopt`` / ``from kopt`` anywhere in workers/*.py, lazy imports inside
     functions included (device_actor may import ray -- it is the Ray actor -- but not kopt)."""

@@ -46,7 +46,7 @@ from kopt.cli.console import (
 from kopt.core.spec import SpecError, load_sweep
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
 from kopt.strategy import STRATEGIES
-from kopt.tools.port import BENCH_RUNS
+from kopt.tools.defaults import BENCH_RUNS
 from kopt.util.words import counted
 from workers.status import Status
 

@@ -38,12 +38,12 @@ from kopt.loop.measured import SourceLost
 from kopt.store.database import Database
 from kopt.store.files import no_run, now, stored_json
 from kopt.store.select import best
+from kopt.tools.defaults import BENCH_RUNS
 from kopt.tools.report import measured_realized
 from kopt.util.command import Step, run_command
 from kopt.util.paths import resolved
 from workers.timing import summarize
 
-BENCH_RUNS = 5  # bench runs per side by default
 # the port's status -> the exit status of `kopt port` (refusals exit 2)
 EXIT_STATUS = {"ok": 0, "build_failed": 1, "test_failed": 1, "bench_failed": 1,
                "slower": 3, "tied": 4}
