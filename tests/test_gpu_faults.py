@@ -178,3 +178,35 @@ def test_a_patched_gpu_clock_is_suspect_by_the_clock_outside_its_process(tmp_pat
     assert clock_suspect(*figures[6]).startswith(
         f"its contest median is {figures[6][0]:.4g} ms by its own process's clock"), figures
     assert clock_suspect(*figures[0]) == "", figures
+
+
+CLOCK_SWEEP = """kernel: faults.cu
+dims: [{N: 16777216}]
+tolerance: {atol: 1.0e-5, rtol: 1.0e-4}
+args: {x: [N], buf: [N], y: [N]}
+params: {MODE: [0, 6]}
+timing: {timeout_s: 10}
+ncu: {top_k: 0}
+"""
+
+
+def test_a_clock_patcher_named_by_its_iteration_is_dropped_at_the_closing(ray_local,
+                                                                          copy_fixture):
+    """The whole loop on the GPU: fault pack MODE 6 (the harness's CUDA-event clock scaled by
+    1/10) wins its iteration at about 10x the honest baseline, as it did in the red team's
+    H200 trial; the loop's closing re-times both outside their process, judges each flagged
+    one alone in a fresh harness, drops the patcher as `suspect` and names the baseline."""
+    from kopt.core.spec import load_sweep
+    from kopt.driver.sweep import run_sweep
+
+    d = copy_fixture("faultpack")
+    (d / "sweep.yaml").write_text(CLOCK_SWEEP)
+    s = run_sweep(load_sweep(d), d / "store", backend="cuda")
+    (st,) = s.states.values()
+    base = st.baseline["candidate_id"]
+    winner = st.best["candidate_id"]
+    assert winner != base and st.best["speedup"] > 5, st.best  # the patcher won its iteration
+    closing = st.closing
+    assert list(closing["dropped"]) == [winner], closing
+    assert closing["dropped"][winner].startswith("suspect: its contest median is ")
+    assert closing["best"]["candidate_id"] == base
