@@ -109,7 +109,9 @@ wrongly:
   when the shared one flagged it (a patched clock times every contender timed after it),
   the shared harness's figures then measured again in a fresh one. That catches a clock
   slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10, and MODE 11, which
-  also skipped calls it could tell from samples), not one slowed less, nor one whose call
+  also skipped calls it could tell from samples; on the GPU, fault pack MODE 6:
+  ``torch.cuda.Event.elapsed_time`` scaled by 1/10, tests/test_gpu_faults.py, run on an H200),
+  not one slowed less, nor one whose call
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
   message late or forge its outputs' check), and not within an iteration's own jobs and
