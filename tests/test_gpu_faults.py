@@ -62,6 +62,35 @@ def test_the_fault_pack_on_the_gpu(tmp_path):
     assert by[5]["status"] == "too_slow" and 350 < by[5]["median_ms"] < 2000
 
 
+def test_the_fields_exploit_classes_on_the_gpu(tmp_path):
+    """More of the field's known tricks, each followed by the honest kernel in the same
+    sandbox (measured as before it): a replay keyed by the inputs' content (MODE 7: four
+    entries, so every input set the check and the samples use is served from memory and only
+    the never-seen sets are computed) is `replayed`; a write to a const input (8), a NaN in
+    one output (9), the work in fp16 (10) and outputs left partly unwritten (11) are
+    `wrong_result`."""
+    sb = Sandbox("cuda")
+    plan = [(0, 0), (7, 0), (0, 1), (8, 0), (0, 2), (9, 0), (0, 3), (10, 0), (0, 1), (11, 0),
+            (0, 2)]
+    try:
+        out = [(m, sb.run(cuda_job(tmp_path, m, g, timing={**TIMING, "timeout_s": 10}),
+                          timeout_s=30)) for m, g in plan]
+    finally:
+        sb.close()
+    for m, r in out:
+        print(f"MODE {m}: {r['status']} median {r.get('median_ms')} :: "
+              f"{(r.get('error') or '')[:200]}")
+    by = {m: r for m, r in out if m}
+    honest = [r for m, r in out if m == 0]
+    assert all(r["status"] == "ok" for r in honest)
+    meds = [r["median_ms"] for r in honest]
+    assert max(meds) / min(meds) < 1.05, meds
+    assert by[7]["status"] == "replayed", by[7]
+    assert {by[m]["status"] for m in (8, 9, 10, 11)} == {"wrong_result"}, by
+    assert "wrote to its const input 'x'" in by[8]["error"]
+    assert "got nan" in by[9]["error"]
+
+
 def test_nvml_is_read_around_the_samples(tmp_path):
     from workers.harness import Harness
 
