@@ -65,9 +65,11 @@ def test_the_fault_pack_on_the_gpu(tmp_path):
 def test_the_fields_exploit_classes_on_the_gpu(tmp_path):
     """More of the field's known tricks, each followed by the honest kernel in the same
     sandbox (measured as before it): a replay keyed by the inputs' content (MODE 7: four
-    entries, so every input set the check and the samples use is served from memory and only
-    the never-seen sets are computed) is `replayed`; a write to a const input (8), a NaN in
-    one output (9), the work in fp16 (10) and outputs left partly unwritten (11) are
+    entries, so every input set the check and the samples use is served from memory, 0.086
+    ms a call against the honest 1.5 ms on an H200) keeps its cache in device memory outside
+    torch that it never frees, and is `leaked` before the replay check runs (a cache in host
+    memory would cost more to copy back than the work); a write to a const input (8), a NaN
+    in one output (9), the work in fp16 (10) and outputs left partly unwritten (11) are
     `wrong_result`."""
     sb = Sandbox("cuda")
     plan = [(0, 0), (7, 0), (0, 1), (8, 0), (0, 2), (9, 0), (0, 3), (10, 0), (0, 1), (11, 0),
@@ -85,7 +87,7 @@ def test_the_fields_exploit_classes_on_the_gpu(tmp_path):
     assert all(r["status"] == "ok" for r in honest)
     meds = [r["median_ms"] for r in honest]
     assert max(meds) / min(meds) < 1.05, meds
-    assert by[7]["status"] == "replayed", by[7]
+    assert by[7]["status"] == "leaked" and by[7]["leaked_bytes"] >= 4 * 64 << 20, by[7]
     assert {by[m]["status"] for m in (8, 9, 10, 11)} == {"wrong_result"}, by
     assert "wrote to its const input 'x'" in by[8]["error"]
     assert "got nan" in by[9]["error"]
