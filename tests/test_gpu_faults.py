@@ -87,7 +87,7 @@ def test_the_fields_exploit_classes_on_the_gpu(tmp_path):
     assert all(r["status"] == "ok" for r in honest)
     meds = [r["median_ms"] for r in honest]
     assert max(meds) / min(meds) < 1.05, meds
-    assert by[7]["status"] == "leaked" and by[7]["leaked_bytes"] >= 4 * 64 << 20, by[7]
+    assert by[7]["status"] == "leaked" and by[7]["leaked_bytes"] >= 128 << 20, by[7]
     assert {by[m]["status"] for m in (8, 9, 10, 11)} == {"wrong_result"}, by
     assert "wrote to its const input 'x'" in by[8]["error"]
     assert "got nan" in by[9]["error"]
