@@ -38,6 +38,7 @@ from kopt.core.expand import (
     space_digest,
     stable_hash,
 )
+from kopt.core.plausible import implausible
 from kopt.core.spec import Space, Sweep
 from kopt.driver.checks import check_before_ray, pick_backend, resumable_run, spec_parts
 from kopt.loop.guided import (
@@ -692,6 +693,11 @@ class Driver:
         c, info = job.candidate, info or {}
         meta = self.builder.results.get(job.build_id)
         work = self.sweep.work(job.dims)
+        status, error = o.status, o.error or None
+        if status == Status.OK:  # the physical plausibility gate
+            dtype = next((a.dtype for a in self.space.signature.outputs), None)
+            why = implausible(o.median_ms, work[1], peaks(info.get("name"), dtype)[1])
+            status, error = (Status.SUSPECT, why) if why else (status, error)
         return TuningRecord(
             run_id=self.ctx.run_id, sweep=self.sweep.name, iteration=job.iteration,
             rung=job.rung, job_key=job.job_key, candidate_id=c.candidate_id,
@@ -700,7 +706,7 @@ class Driver:
             defines=dumps(c.defines), dims=dumps(job.dims), backend=self.space.backend,
             arch=c.target, device_class=job.device_class, device_name=info.get("name"),
             node=info.get("node_ip"), node_id=info.get("node_id"),
-            device_id=info.get("device_id"), status=o.status, error=o.error or None,
+            device_id=info.get("device_id"), status=status, error=error,
             compile_s=meta.compile_s if meta else None,
             build_cached=meta.cached if meta else None,
             registers=meta.registers if meta else None,
