@@ -93,6 +93,37 @@ def test_the_fields_exploit_classes_on_the_gpu(tmp_path):
     assert "got nan" in by[9]["error"]
 
 
+def _persisting_l2_limit() -> int:
+    """cuCtxGetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE) of the current context, bytes."""
+    import ctypes
+
+    from workers.harness import CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+
+    v = ctypes.c_size_t(0)
+    rc = ctypes.CDLL("libcuda.so.1").cuCtxGetLimit(
+        ctypes.byref(v), ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE))
+    assert rc == 0, rc
+    return v.value
+
+
+def test_l2_set_aside_by_one_job_is_reset_before_the_next(tmp_path):
+    """Fault pack MODE 12 sets 32 MB of L2 aside for persisting accesses (and a window over
+    its input) and leaves it so; the harness resets the limit and the persisting lines before
+    every job: MODE 13, honest but wrong wherever it finds such L2 set aside when called, is
+    `ok` right after it in the same process, and so is the honest kernel."""
+    from workers.harness import Harness
+
+    h = Harness("cuda")
+    assert h.run(cuda_job(tmp_path, 12))["status"] == "ok"  # it could set the limit
+    assert _persisting_l2_limit() >= 1 << 20  # and left it set after its job
+    h.reset_persisting_l2()
+    assert _persisting_l2_limit() == 0
+    h.run(cuda_job(tmp_path, 12))
+    for mode in (13, 0):  # each job starts with the limit reset
+        r = h.run(cuda_job(tmp_path, mode))
+        assert r["status"] == "ok", (mode, r)
+
+
 def test_nvml_is_read_around_the_samples(tmp_path):
     from workers.harness import Harness
 

@@ -225,6 +225,10 @@ LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is
 UNGUARDED = "bench_unguarded"
 
 
+# cuda.h CUlimit: the L2 set aside for persisting accesses (sm_80 and later)
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
+
+
 class JobError(Exception):
     """A problem that makes one job fail with ``status``, e.g. a bad reference."""
 
@@ -327,6 +331,7 @@ class Harness:
                                          device=self.device)
         self.observers: list[Observer] = timing_observers("cuda" if self.is_cuda else "cpu")
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
+        self._libcuda: ctypes.CDLL | None = None  # reset_persisting_l2's driver library
         self._deadline = math.inf  # perf_counter time by which the job must answer
         self._cut = (0.0, 0.0)  # when the budget was last found too short, and what was asked
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
@@ -1331,6 +1336,23 @@ class Harness:
             mine = total - free
         return mine - torch.cuda.memory_reserved()
 
+    def reset_persisting_l2(self) -> None:
+        """GPU: no part of the L2 left set aside for persisting accesses by the last job's code
+        (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)``, an access policy window):
+        the limit back to 0 and every persisting line made normal (the driver API's
+        ``cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)`` and
+        ``cuCtxResetPersistingL2Cache``, on the context torch made current), so a candidate's
+        data cannot stay in L2 through the flush into the next candidate's, or its own next,
+        job. Where the device has no persisting L2 (before sm_80) both calls fail and change
+        nothing."""
+        if not self.is_cuda:
+            return
+        if self._libcuda is None:
+            self._libcuda = ctypes.CDLL("libcuda.so.1")
+        self._libcuda.cuCtxSetLimit(ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE),
+                                    ctypes.c_size_t(0))
+        self._libcuda.cuCtxResetPersistingL2Cache()
+
     def run(self, job: dict) -> dict:
         """Run one job; returns an outcome dict with ``status`` (never raises for kernel faults).
 
@@ -1342,6 +1364,7 @@ class Harness:
         never seen were more than ``REPLAY_FACTOR`` slower than on seen ones), ``leaked``
         (device memory outside torch grew by more than ``LEAK_BYTES``: ``leaked_bytes``;
         the harness restarts). Figures measured before a fault stay in the outcome."""
+        self.reset_persisting_l2()
         special = self.contest if job.get("contest") else self.clock if job.get(
             "clock_calls") else self.time_reference if job.get("time_reference") else None
         if special is not None:
