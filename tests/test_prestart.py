@@ -54,6 +54,74 @@ def test_a_prestarted_harness_is_taken_over_and_judges_as_its_own(tmp_path, pres
         sb.close()
 
 
+def test_a_process_that_reaches_the_socket_first_does_not_take_the_harness_over():
+    """The harness's socket is a file any process of the user can connect to: one that
+    connected before the device actor used to be the harness's only peer (forged medians,
+    named best at 14x in a red-team trial). The harness closes connections that do not send
+    its token (a line; the driver hands the token to the actor, not to the socket's folder)
+    and serves the one that does."""
+    import socket
+
+    pre_r = Prestarter("cpu", ["0"])
+    try:
+        pre = pre_r.started["0"]
+        assert len(pre.token) == 32
+        path = str(Path(pre.folder) / "sock")
+        silent, wrong = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+        silent.connect(path)
+        silent.close()  # connected, sent nothing
+        wrong.connect(path)
+        wrong.sendall(b"0" * 32 + b"\n")
+        sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+        try:
+            assert sb.adopt(pre) and sb.adopted and sb.pid == pre.pid
+        finally:
+            sb.close()
+        assert wrong.recv(16) == b""  # refused: closed without an answer
+        wrong.close()
+    finally:
+        pre_r.close()
+
+
+def test_an_actor_does_not_adopt_a_socket_that_cannot_prove_the_token(tmp_path):
+    """The other way round: a process that put a socket where the actor looks answers with a
+    hello like a harness's but without the proof (workers.prestart.proof) of the token the
+    driver started its harness with: the actor does not take it over, kills nothing, and its
+    next job starts a harness of its own."""
+    import socket
+    import threading
+    from multiprocessing.connection import Connection
+
+    from workers.harness import answer
+    from workers.prestart import Prestarted
+
+    folder = tmp_path / "fake"
+    folder.mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(folder / "sock"))
+    listener.listen(1)
+    got = []
+
+    def fake() -> None:
+        conn, _ = listener.accept()
+        got.append(conn.recv(64))
+        c = Connection(conn.detach())
+        answer(c, {"ready": True, "pid": 1, "info": {"backend": "cpu"}})
+        got.append(c.poll(30))  # held open until the actor lets go
+
+    t = threading.Thread(target=fake, daemon=True)
+    t.start()
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        assert not sb.adopt(Prestarted(str(folder), os.getpid(), "cpu", token="ab" * 16))
+        assert not sb.adopted and pid_alive(os.getpid())
+        t.join(timeout=30)
+        assert got[0] == b"ab" * 16 + b"\n"
+    finally:
+        sb.close()
+        listener.close()
+
+
 def test_a_harness_nobody_takes_over_is_killed_and_its_folder_removed(prestarted):
     pre = prestarted.started["0"]
     assert pid_alive(pre.pid)
@@ -234,7 +302,7 @@ import pickle, sys, time
 from workers.prestart import Prestarted
 from workers.sandbox import Sandbox
 sb = Sandbox("cpu")
-ok = sb.adopt(Prestarted(sys.argv[1], int(sys.argv[2]), "cpu"))
+ok = sb.adopt(Prestarted(sys.argv[1], int(sys.argv[2]), "cpu", token=sys.argv[4]))
 sb.w.send(("run", pickle.loads(bytes.fromhex(sys.argv[3]))))  # a candidate that never returns
 print("adopted" if ok else "no", flush=True)
 time.sleep(120)
@@ -255,7 +323,8 @@ def test_a_prestarted_harness_dies_with_the_actor_that_took_it_over(prestarted, 
          "dims": {"N": 8}}
     pre = prestarted.started["0"]
     adopter = subprocess.Popen([sys.executable, "-c", ADOPTER, pre.folder, str(pre.pid),
-                                pickle.dumps(j).hex()], stdout=subprocess.PIPE, text=True,
+                                pickle.dumps(j).hex(), pre.token], stdout=subprocess.PIPE,
+                               text=True,
                                cwd=ROOT)
     try:
         assert adopter.stdout.readline().strip() == "adopted"

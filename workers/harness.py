@@ -167,7 +167,7 @@ from typing import Any
 
 import torch
 
-from workers import native, nvrtc, seccomp
+from workers import native, nvrtc, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -2101,6 +2101,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     """
     h: Harness | None = None
     error = ""
+    token = prestart.read_token() if listen_fd is not None else ""
     try:
         h = Harness(device, progress=lambda msg: answer(wconn, {"progress": True, **msg}))
         info = device_info(h)
@@ -2113,7 +2114,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         ahead.start()
     if listen_fd is not None:
         with socket.socket(fileno=listen_fd) as listener:
-            conn, _ = listener.accept()
+            conn = prestart.accept_actor(listener, token)
         _die_with(conn)
         rfd = conn.detach()
         wfd = os.dup(rfd)
@@ -2124,7 +2125,8 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     if h is None:
         answer(wconn, {"ready": False, "error": error})
         return
-    answer(wconn, {"ready": True, "pid": os.getpid(), "info": info})
+    answer(wconn, {"ready": True, "pid": os.getpid(), "info": info,
+                   **({"proof": prestart.proof(token)} if token else {})})
     if ahead is not None:
         ahead.join()  # the first job's wait (its budget: the sandbox's prepare timeout)
     _serve(h, rconn, wconn)

@@ -19,6 +19,8 @@ process (``PR_SET_PDEATHSIG``, through the reaper).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import pickle
 import shutil
@@ -39,6 +41,9 @@ from workers.prestart_reaper import write_status
 from workers.reap import NO_GPU, die_with_parent, package_env, pid_alive
 
 SOCKET = "sock"
+# the environment variable naming the pipe fd a prestarted harness reads its token from
+TOKEN_ENV = "KOPT_PRESTART_TOKEN_FD"
+HANDSHAKE_S = 10.0  # seconds a connection has to send the token once accepted
 STATUS = "status"
 LOG = "harness.log"
 SCRATCH = "scratch"  # the sandbox's one writable folder (workers.jail)
@@ -65,6 +70,9 @@ class Prestarted:
     device: str
     isolation: Isolation = Isolation(NONE)  # what it runs under (workers.isolation)
     limits: str = ""  # its task and memory limits in words (workers.cgroup), or "none: why"
+    # the secret the harness was started with (hex): the device actor sends it on connecting,
+    # and the harness's first answer proves it knows it (:func:`proof`); empty: no handshake
+    token: str = ""
 
     @property
     def log(self) -> Path:
@@ -124,12 +132,61 @@ class AdoptedProcess:
             pass
 
 
+def proof(token: str) -> str:
+    """What a prestarted harness answers to show it holds ``token``: HMAC-SHA256 of a fixed
+    label under the token (hex), which the socket's other users cannot make."""
+    return hmac.new(bytes.fromhex(token), b"kopt harness", hashlib.sha256).hexdigest()
+
+
+def read_token() -> str:
+    """The token a prestarted harness was started with, read once from the pipe whose fd
+    :data:`TOKEN_ENV` names (then closed, and the variable dropped); "" without one."""
+    fd = os.environ.pop(TOKEN_ENV, "")
+    if not fd.isdigit():
+        return ""
+    try:
+        return os.read(int(fd), 256).decode().strip()
+    finally:
+        os.close(int(fd))
+
+
+def accept_actor(listener: socket.socket, token: str, tries: int = 16) -> socket.socket:
+    """The first connection to ``listener`` that sends ``token`` (a line, within
+    ``HANDSHAKE_S`` of its accept); connections that send anything else, or nothing, are
+    closed, so a process that reached the socket before the device actor does not take the
+    harness over. Without a token, the first connection. Raises OSError after ``tries``
+    refused connections."""
+    for _ in range(tries):
+        conn, _ = listener.accept()
+        if not token:
+            return conn
+        conn.settimeout(HANDSHAKE_S)
+        got = b""
+        try:
+            while not got.endswith(b"\n") and len(got) < 256:
+                chunk = conn.recv(256 - len(got))
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:  # socket.timeout is one
+            got = b""
+        if hmac.compare_digest(got.strip(), token.encode()):
+            conn.settimeout(None)
+            return conn
+        conn.close()
+    raise OSError(f"{tries} connections to the harness's socket sent no valid token")
+
+
 def connect(pre: Prestarted) -> tuple[Connection, Connection] | None:
     """Connect to a prestarted harness: (reader, writer) connections over its socket, or
-    None when it cannot be reached (it died, or its folder is gone)."""
+    None when it cannot be reached (it died, or its folder is gone). The connection starts
+    with the harness's token (:func:`accept_actor`); the harness's hello then carries its
+    :func:`proof`, which workers.sandbox.Sandbox.adopt checks."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(str(Path(pre.folder) / SOCKET))
+        if pre.token:
+            s.sendall(pre.token.encode() + b"\n")
     except OSError:
         s.close()
         return None
@@ -189,6 +246,10 @@ class Prestarter:
         self._folders.append(folder)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         pid_r, pid_w = os.pipe()
+        token = os.urandom(16).hex()
+        tok_r, tok_w = os.pipe()  # the token reaches the harness by a pipe: not in its argv
+        os.write(tok_w, token.encode())  # or environment, which /proc shows
+        os.close(tok_w)
         try:
             listener.bind(str(Path(folder) / SOCKET))
             listener.listen(1)
@@ -210,21 +271,23 @@ class Prestarter:
                 p = subprocess.Popen(
                     [sys.executable, "-m", "workers.prestart_reaper", str(pid_w),
                      str(Path(folder) / STATUS), *harness],
-                    pass_fds=(listener.fileno(), pid_w), stdin=subprocess.DEVNULL,
+                    pass_fds=(listener.fileno(), pid_w, tok_r), stdin=subprocess.DEVNULL,
                     stdout=log, stderr=log,
                     env={**harness_env(self.device, key), "TMPDIR": str(scratch),
-                         **self.isolation.env(), **dirs},
+                         **self.isolation.env(), **dirs, TOKEN_ENV: str(tok_r)},
                     start_new_session=True,
                     preexec_fn=_tie() if threading.current_thread() is threading.main_thread()
                     else None)
         except OSError:
             os.close(pid_r)
             os.close(pid_w)
+            os.close(tok_r)
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)
             return None
         listener.close()  # the harness holds it now
         os.close(pid_w)
+        os.close(tok_r)
         self._procs.append(p)
         t = threading.Thread(target=_reap, args=(p, Path(folder) / STATUS), daemon=True)
         t.start()
@@ -236,7 +299,7 @@ class Prestarter:
         self._harnesses[p.pid] = int(pid)
         if cg is not None and not cg.holds(int(pid)):
             limits = "none: the harness could not join its cgroup"
-        return Prestarted(folder, int(pid), self.device, self.isolation, limits)
+        return Prestarted(folder, int(pid), self.device, self.isolation, limits, token)
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)

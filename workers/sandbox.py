@@ -12,6 +12,7 @@ error text; the process is restarted before the next job.
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import math
 import os
@@ -123,6 +124,13 @@ class Sandbox:
         except RuntimeError:
             self.log = old_log
             return False
+        if pre.token and not hmac.compare_digest(str(self.hello.get("proof", "")),
+                                                 prestart.proof(pre.token)):
+            # not the harness the driver started (its token unknown there): let it be
+            self.r.close()
+            self.w.close()
+            self.proc, self.log = None, old_log
+            return False
         old_log.unlink(missing_ok=True)
         self.adopted = True
         return True
@@ -141,6 +149,7 @@ class Sandbox:
         if not hello.get("ready"):
             self.kill()
             raise RuntimeError(hello.get("error", "harness failed to start"))
+        self.hello = hello
         # the harness's own pid is its PID namespace's when isolated: the process to
         # signal from here is the sandbox's first (unshare: the namespace dies with it)
         self.info = {**hello["info"], "isolation": self.isolation.kind,
