@@ -113,12 +113,14 @@ def test_below_an_admitted_higher_priority_method_needs_an_analysis_naming_them(
         "over: memory.kernel_fusion, memory.coalesced_access, memory.tiling_smem"]
     assert lines("memory.vectorized_access", sm=90, scan=scan) == refusal
     assert lines("memory.vectorized_access", sm=90, scan=scan, reason="  \n") == refusal
-    assert lines("memory.vectorized_access", sm=90, scan=scan,
-                 reason="faster, trust me") == refusal
+    # with a note, the refusal says which methods the note leaves unnamed
+    owed = refusal[0].rsplit(": ", 1)[0] + " (the note does not name: {})"
+    assert lines("memory.vectorized_access", sm=90, scan=scan, reason="faster, trust me") == [
+        owed.format("memory.kernel_fusion, memory.coalesced_access, memory.tiling_smem")]
     # two of three named: the third is still owed
     assert lines("memory.vectorized_access", sm=90, scan=scan,
                  reason="one kernel already, so no kernel fusion; memory.coalesced_access "
-                        "holds") == [refusal[0].rsplit(": ", 1)[0] + ": memory.tiling_smem"]
+                        "holds") == [owed.format("memory.tiling_smem")]
     assert lines("memory.vectorized_access", sm=90, scan=scan,
                  reason="one kernel already: no Kernel Fusion; loads are coalesced_access "
                         "already; no reuse, so tiling_smem cannot help") == ["ok"]
@@ -224,6 +226,10 @@ def test_the_plan_of_kopt_propose_is_the_scan(tmp_path):
         "(priority 2), which the scan admits on the latency axis; claim "
         "latency.reduce_sync_count, or say in the analysis note why not, naming each method "
         "passed over: latency.reduce_sync_count, latency.register_prefetch"]
+    half = check_claim_for_plan(["latency.split_k"], plan, reason="no barriers to reduce "
+                                "(reduce_sync_count)")
+    assert half.lines()[0].endswith("naming each method passed over (the note does not name: "
+                                    "latency.register_prefetch)")
     assert check_claim_for_plan(["latency.split_k"], plan, reason="no barriers to reduce "
                                 "(reduce_sync_count) and no tile to prefetch "
                                 "(register prefetch)").ok

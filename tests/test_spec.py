@@ -191,8 +191,8 @@ def test_a_schema_error_is_one_line_per_field_with_the_file_and_the_fix(tmp_path
     assert two.splitlines() == [
         f"{path}: field 'dims': required field is missing; add `dims:` (docs/spec.md "
         "describes it)",
-        f"{path}: field 'dimz': unknown field; remove it or correct its name (docs/spec.md "
-        "lists the fields a sweep.yaml takes)"], two
+        f"{path}: field 'dimz': unknown field; did you mean 'dims'? remove it or correct its "
+        "name (docs/spec.md lists the fields a sweep.yaml takes)"], two
     nested = expect(tmp_path, GOOD + "    cpu: {params: {A: [1]}}\n", "field 'cpu.kernel'")
     assert nested == (f"{path}: field 'cpu.kernel': required field is missing; add `kernel:` "
                       "under `cpu:` (docs/spec.md describes it)"), nested

@@ -282,3 +282,14 @@ def test_an_ncu_size_that_is_no_problem_size_is_refused_at_load(tmp_path):
     d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}, {N: 128}]\nargs: {x: [N]}\n"
                             "ncu: {dims: 2}\n")
     assert_spec_error(d, "ncu.dims", "2 is no index of dims (its 2 problem sizes are 0 .. 1)")
+
+
+@pytest.mark.parametrize("yaml_tail, field, hint", [
+    ("tolerence: {atol: 1}\n", "tolerence", "did you mean 'tolerance'?"),
+    ("timing: {timout_s: 3}\n", "timing.timout_s", "did you mean 'timeout_s'?"),
+    ("tolerance: {outputs: {y: {rtl: 0}}}\n", "tolerance.outputs.y.rtl", "did you mean 'rtol'?"),
+])
+def test_a_misspelt_field_is_named_with_the_closest_one(tmp_path, yaml_tail, field, hint):
+    d = base(tmp_path, yaml="kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n" + yaml_tail)
+    msg = assert_spec_error(d, f"field '{field}': unknown field; {hint}")
+    assert msg.count("\n") == 0

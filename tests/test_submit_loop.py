@@ -208,6 +208,10 @@ def test_the_loop_played_by_an_agent_on_the_cpu(ray_local, copy_fixture, tmp_pat
     assert fast["speedup"] == pytest.approx(nodes[1]["speedup"])
     assert {by_id[c]["version"] for c in nodes[1]["members"]} == {"v2_fast.cpp"}
     assert {by_id[c]["version"] for c in nodes[4]["members"]} == {"v2_fix.cpp"}
+    # two tries of one iteration told apart: the try and the source each result came from
+    assert {(by_id[c]["try"], by_id[c]["source_hash"]) for c in nodes[4]["members"]} == {
+        (2, nodes[4]["source_hash"])}
+    assert {by_id[c]["try"] for c in nodes[1]["members"]} == {1}
     assert all(by_id[c]["median_ms"] > 0 and set(by_id[c]["params"]) == {"T"}
                for c in nodes[1]["members"])
     assert all(by_id[c]["median_ms"] is None for c in nodes[3]["members"])

@@ -147,9 +147,9 @@ def test_detach_wait_review_and_propose(ray_local, copy_fixture, tmp_path, monke
     log = output_log(store, run, 3, v["device_class"], v["winner"])
     assert v["review"]["output_log"] == str(log) and log.parent == store / "review-logs"
     assert log.read_text() == "op test failed: REVIEW_FAIL in v3.cpp\n"
-    (line,) = [ln for ln in said.splitlines() if "rejected by review" in ln]
+    (line,) = [ln for ln in said.splitlines() if "rejected by the review gate" in ln]
     assert line.startswith(f"iteration 3 ({v['device_class']}): winner {v['winner']} "
-                           "rejected by review: ")
+                           "rejected by the review gate: ")
     assert line.endswith("the review command exited with status 7, its last line: op test "
                          f"failed: REVIEW_FAIL in v3.cpp (full output: {log})")
     _, rows = db.query(f"select accepted, exit_status from reviews where run_id = '{run}' "
@@ -300,14 +300,15 @@ def test_a_rejected_winner_is_one_line_on_the_console(capsys):
     ConsoleProgress().on_review("gpu", 4, slow)
     ConsoleProgress().on_review("gpu", 5, ReviewVerdict("c4", False, ["not correct on problem size "
                                                             "{'N': 2}: wrong_result"]))
+    gate = "rejected by the review gate:"
     assert capsys.readouterr().err.splitlines() == [
-        f"iteration 2 (cpu): winner c1 rejected by review: {noise}; the review command exited "
+        f"iteration 2 (cpu): winner c1 {gate} {noise}; the review command exited "
         f"with status 7, its last line: FAILED t.py::op - assert 1 == 2 (full output: {log})",
-        f"iteration 3 (cpu): winner c2 rejected by review: {noise}; the review command exited "
+        f"iteration 3 (cpu): winner c2 {gate} {noise}; the review command exited "
         "with status 0, its last line: (no output) (full output: L)",
-        "iteration 4 (gpu): winner c3 rejected by review: the review command ran past its 5 s "
+        f"iteration 4 (gpu): winner c3 {gate} the review command ran past its 5 s "
         "(review.timeout_s) and was killed, its last line: started (full output: M)",
-        "iteration 5 (gpu): winner c4 rejected by review: not correct on problem size "
+        f"iteration 5 (gpu): winner c4 {gate} not correct on problem size "
         "{'N': 2}: wrong_result"]
 
 

@@ -284,8 +284,9 @@ def _scan_refusals(known: list[Any], rows: dict[str, list[dict[str, Any]]], reas
             out.append(Refusal("priority_order", f"{m.id} (priority {m.priority}) is below "
                                f"{h['method']} (priority {h['priority']}), which the scan "
                                f"admits on the {m.axis} axis; claim {h['method']}, or say in "
-                               "the analysis note why not, naming each method passed over: "
-                               f"{', '.join(unnamed)}"))
+                               "the analysis note why not, naming each method passed over"
+                               + (" (the note does not name: " if reason.strip() else ": ")
+                               + ", ".join(unnamed) + (")" if reason.strip() else "")))
         own = next((r for r in axis_rows if r["method"] == m.id), None)
         if own is None or own["admitted"]:
             continue

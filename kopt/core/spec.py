@@ -18,6 +18,7 @@ import json
 import keyword
 import math
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -457,13 +458,37 @@ def _merged_unions(errors: list[Any]) -> list[Any]:
     return out
 
 
+def _field_names(loc: tuple[Any, ...]) -> list[str]:
+    """The fields sweep.yaml's schema takes at ``loc`` (a path of field names from the top;
+    list indices and dict keys skipped): the candidates for a misspelt field's name."""
+    model: Any = SweepFile
+    key_next = False  # the part after a mapping's field is one of its keys
+    for part in loc:
+        if key_next or not isinstance(part, str):
+            key_next = False
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        inner = [a for a in (typing.get_args(field.annotation) or (field.annotation,))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return []
+        key_next = typing.get_origin(field.annotation) is dict
+        model = inner[0]
+    return list(model.model_fields)
+
+
 def _schema_error_line(spec_path: Path, err: Any) -> str:
     """One line for one pydantic error of sweep.yaml: the file, the field, what is wrong and
     the fix."""
     field = _fmt_loc(err["loc"])
     if err["type"] == "extra_forbidden":
-        why = ("unknown field; remove it or correct its name (docs/spec.md lists the fields a "
-               "sweep.yaml takes)")
+        near = difflib.get_close_matches(str(err["loc"][-1]), _field_names(err["loc"][:-1]),
+                                         n=1)
+        why = ("unknown field; " + (f"did you mean '{near[0]}'? " if near else "")
+               + "remove it or correct its name (docs/spec.md lists the fields a sweep.yaml "
+               "takes)")
     elif err["type"] == "missing":
         up, _, leaf = field.rpartition(".")
         where = f"`{leaf}:` under `{up}:`" if up else f"`{field}:`"

@@ -87,7 +87,7 @@ def rejection_line(it: int, dc: str, v: ReviewVerdict) -> str:
             reasons[-1] += tail
         else:
             reasons.append(f"the review command exited with status {v.exit_status}{tail}")
-    return (f"iteration {it} ({dc}): winner {v.candidate_id} rejected by review: "
+    return (f"iteration {it} ({dc}): winner {v.candidate_id} rejected by the review gate: "
             + "; ".join(reasons))
 
 

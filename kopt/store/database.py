@@ -920,7 +920,8 @@ qualify row_number() over (partition by device_class order by created_at desc) =
 order by device_class
 """
 ITERATION_CANDIDATES_SQL = """
-with v as (select run_id, iteration, source_hash, arg_max(name, created_at) version
+with v as (select run_id, iteration, source_hash, arg_max(name, created_at) version,
+                  arg_max(try_no, created_at) try_no
            from versions group by all)
 select device_class, candidate_id, bool_or(is_baseline) is_baseline,
        coalesce(arg_min(status, created_at) filter (where status <> 'ok'), 'ok') status,
@@ -930,7 +931,8 @@ select device_class, candidate_id, bool_or(is_baseline) is_baseline,
          exp(avg(ln(median_ms)) filter (where final)) end median_ms,
        case when bool_and(status = 'ok') filter (where final) then
          exp(avg(ln(speedup)) filter (where final)) end speedup,
-       any_value(params) params, any_value(v.version) version
+       any_value(params) params, any_value(v.version) version, any_value(v.try_no) try_no,
+       any_value(c.source_hash) source_hash
 from candidates c left join v using (run_id, iteration, source_hash)
 where c.run_id = ? and c.iteration = ? group by device_class, candidate_id
 order by device_class, min(created_at), 2
@@ -1219,8 +1221,8 @@ class Database:
         that size's ``error`` text (None when ok), ``sizes_ok`` of ``sizes``, and when every
         size of its final rung was ok: ``median_ms`` and ``speedup`` (over the iteration's
         baseline), each the geometric mean over the problem sizes (else None); ``params``
-        (its launch config, JSON) and ``version`` (the submitted file's name; None for the
-        sweep's own source)."""
+        (its launch config, JSON), ``version`` and ``try_no`` (the submitted file's name and
+        the try that sent it; None for the sweep's own source) and ``source_hash``."""
         return self._records(ITERATION_CANDIDATES_SQL, [run_id, iteration])
 
     def progress(self, run_id: str, iteration: int) -> dict[str, Any]:

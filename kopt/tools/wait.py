@@ -55,8 +55,10 @@ def verdict(root: Path, run_id: str, iteration: int) -> dict[str, Any]:
     (method -> the gain this iteration judged it by, kopt.loop.state.IterState.credit),
     ``bottleneck_before`` / ``bottleneck_after``, ``stop`` ('' when the loop goes on),
     ``baseline``, ``candidates`` (the ids the iteration measured, the baseline left
-    out) and ``results``, the same candidates' outcomes: ``version`` (the submitted file's
-    name; None for the sweep's own source), ``params`` (the launch config), ``status``
+    out) and ``results``, the same candidates' outcomes: ``version`` and ``try`` (the
+    submitted file's name and the try of the iteration that sent it; None for the sweep's own
+    source), ``source_hash`` (the digest of the source it was built from), ``params`` (the
+    launch config), ``status``
     (``ok``, or the first failing problem size's: compile_error, wrong_result, ...), its
     ``error`` text (the compiler's message, the wrong-result line; None when ok),
     ``sizes_ok`` of ``sizes``, and for a candidate correct on every size ``median_ms`` and
@@ -99,8 +101,9 @@ def _class(dc: str, st: IterState, rv: dict[str, Any] | None,
             "bottleneck_after": st.bottleneck_after, "stop": st.stop,
             "baseline": (st.baseline or {}).get("candidate_id"),
             "candidates": [c["candidate_id"] for c in cands if not c["is_baseline"]],
-            "results": [{**{k: c[k] for k in ("candidate_id", "version", "status", "error",
-                                              "sizes_ok", "sizes", "median_ms", "speedup")},
+            "results": [{**{k: c[k] for k in ("candidate_id", "version")}, "try": c["try_no"],
+                         **{k: c[k] for k in ("source_hash", "status", "error", "sizes_ok",
+                                              "sizes", "median_ms", "speedup")},
                          "params": stored_json(c["params"], "params", dict)}
                         for c in cands if not c["is_baseline"]]}
 
