@@ -215,6 +215,82 @@ def test_the_cpu_flush_evicts_every_line_of_the_candidates_buffers(tmp_path, mon
     assert Harness("cpu").flush_buf is None
 
 
+def test_a_flushed_sample_loads_its_buffers_by_streaming_stores(tmp_path, monkeypatch):
+    """Before a flushed sample the inputs are copied and the outputs poisoned by stores that
+    bypass the caches (workers.native ``stream_copy``/``stream_fill``), then evicted as
+    before: each timed call streams every input and every output with its canaries. A job
+    with the flush turned off loads with plain stores (its inputs are meant to be warm)."""
+    from workers import native
+    from workers.harness import Harness
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    h = Harness("cpu")
+    copied, filled = [], []
+    real_copy, real_fill = native.stream_copy, native.stream_fill
+    monkeypatch.setattr(native, "stream_copy",
+                        lambda d, s: (copied.append(d.data_ptr()), real_copy(d, s))[1])
+    monkeypatch.setattr(native, "stream_fill", lambda d, v, as_bytes=False: (
+        filled.append(d.data_ptr()), real_fill(d, v, as_bytes))[1])
+    art = artifact(tmp_path, src, 0)
+    res = h.run(job(art, src, ref))
+    assert res["status"] == "ok"
+    b = next(iter(h.data.values())).bufs[0]
+    assert copied == [b.inputs["x"].data_ptr()] * _timed_calls(res)
+    assert sorted(set(filled)) == sorted({b.outputs["y"].data_ptr(), b.guards["y"].data_ptr()})
+    assert len(filled) == 2 * _timed_calls(res)
+    copied.clear()
+    filled.clear()
+    res = h.run(job(art, src, ref, timing={**TIMING, "flush": False}))
+    assert res["status"] == "ok" and copied == [] and filled == []
+
+
+def test_streaming_stores_keep_the_values_at_any_alignment():
+    """``stream_copy`` copies every byte and ``stream_fill`` writes the element's NaN (or a
+    byte) to every element, whatever the start's alignment, touching nothing around."""
+    import torch
+
+    from workers import native
+
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32):
+        for off in (0, 1, 3, 7, 9):
+            base = torch.zeros(1003 + off, dtype=dt)
+            t = base[off:]
+            src = (torch.arange(1003) % 97 + 1).to(dt)
+            native.stream_copy(t, src)
+            assert torch.equal(t, src) and not base[:off].any()
+            native.stream_fill(t, 0x5A, as_bytes=True)
+            assert bool((t.view(torch.uint8) == 0x5A).all()) and not base[:off].any()
+            if dt.is_floating_point:
+                native.stream_fill(t, float("nan"))
+                assert bool(t.isnan().all()) and not base[:off].any()
+    with pytest.raises(ValueError, match="contiguous CPU tensors of one size"):
+        native.stream_copy(torch.zeros(4), torch.zeros(5))
+
+
+def test_an_output_page_protected_by_the_candidate_is_made_readable_again():
+    """After a timed call the harness makes the outputs' pages readable and writable again
+    (``Harness.reopen``: one mprotect) rather than probing every page: a page the candidate
+    protected then holds the poison, and the verification's read cannot fault into the
+    candidate's handler."""
+    import ctypes
+
+    import torch
+
+    from workers.harness import Buffers, Harness, _OutputArena, _unreadable_at
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    out = _OutputArena([(4 * page, torch.float32)]).take()
+    ptr = out.data_ptr() - out.data_ptr() % page + page  # a page wholly inside the output
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.mprotect(ctypes.c_void_p(ptr), ctypes.c_size_t(page), 0) == 0  # PROT_NONE
+    assert _unreadable_at(ptr, page)
+    h = Harness("cpu")
+    assert h.reopen(Buffers({}, {"y": out}, {})) == ""
+    assert not _unreadable_at(ptr, page)
+    out.fill_(2.0)
+    assert bool((out == 2.0).all())
+
+
 def test_eviction_keeps_the_values_and_a_machine_without_a_compiler_zeroes_the_llc(
         monkeypatch):
     """Evicting writes modified lines back first: the values survive. Without a C compiler

@@ -47,8 +47,10 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   are not gauged, so the seen calls count there).
 - a probe: a few calls from an idle device to a device-wide synchronize: work that
   ``solve`` left running (its own stream) makes the candidate ``escaped`` (GPU only); CPU:
-  after every call, checked or timed, an output page that cannot be read (protected, to be
-  computed on its first read by a fault handler, attack MODE 2) makes it ``escaped``.
+  after every checked call, an output page that cannot be read (protected, to be
+  computed on its first read by a fault handler, attack MODE 2) makes it ``escaped``;
+  after every timed call the outputs' pages are made readable again (``Harness.reopen``),
+  so such a page holds the poison and the sample fails verification.
 - device memory outside torch before and after: growth makes it ``leaked`` and the
   process is restarted.
 - ``timing.timeout_s`` is the job's budget after its inputs are made, not counting the
@@ -689,24 +691,30 @@ class Harness:
             out[n] = t.detach().to(self.device).contiguous().clone()
         return out
 
-    def load(self, d: Data, b: int, k: int) -> None:
+    def load(self, d: Data, b: int, k: int, stream: bool = False) -> None:
         """Make buffer set ``b`` hold input set ``k``: every input (in/out ones too) copied
         from its pristine values, outputs NaN-filled (0x5A or 0xA5 bytes, alternating from
         call to call, for integers: an unwritten element equal to one fails the other), canaries
-        reset. Runs before every checked or timed call, outside the timed interval."""
+        reset. Runs before every checked or timed call, outside the timed interval.
+        ``stream`` (a flushed sample on the CPU with the native helpers): with stores that
+        bypass the caches (workers.native ``stream_copy``/``stream_fill``), whose lines the
+        flush then evicts without writing them back first."""
         buf, s = d.bufs[b], d.input_set(k)
         if b == 0:
             self.last_set = k
+        put = native if stream and self.native is not None else None
         for n, t in buf.inputs.items():
-            t.copy_(s.inputs[n])
+            put.stream_copy(t, s.inputs[n]) if put else t.copy_(s.inputs[n])
         for g in buf.guards.values():
-            g.view(torch.uint8).fill_(0xA5)
+            put.stream_fill(g, 0xA5, as_bytes=True) if put else g.view(torch.uint8).fill_(0xA5)
         for n, t in buf.outputs.items():
             if n in buf.inputs:
                 continue
             if t.dtype.is_floating_point:
-                t.fill_(float("nan"))
-            else:  # alternating: an unwritten element equal to one poison fails the next
+                put.stream_fill(t, float("nan")) if put else t.fill_(float("nan"))
+            elif put:  # alternating: an unwritten element equal to one poison fails the next
+                put.stream_fill(t, self.poison, as_bytes=True)
+            else:
                 t.view(torch.uint8).fill_(self.poison)
         self.poison ^= 0x5A ^ 0xA5
 
@@ -947,7 +955,7 @@ class Harness:
                 t0 = time.perf_counter_ns()
                 self.call(lib, job, d)
                 times.append((time.perf_counter_ns() - t0) / 1e6)
-                lazy = "" if isinstance(lib, RefCall) else self.unreadable(d.bufs[0])
+                lazy = "" if isinstance(lib, RefCall) else self.reopen(d.bufs[0])
                 oks.append(False if lazy else
                            True if isinstance(lib, RefCall) else
                            self.verify(d, 0, k, job["tolerance"]))
@@ -973,6 +981,24 @@ class Harness:
                 return self.lazy
         return ""
 
+    def reopen(self, buf: Buffers) -> str:
+        """CPU, after a timed call: every page of ``buf``'s outputs made readable and
+        writable again (workers.native ``restore_rw``: mprotect), so that the verification's
+        reads cannot fault into a handler of the candidate's (attack MODE 2): a page it
+        protected holds the poison the load wrote, and the sample fails verification. A page
+        no longer mapped is kept as ``self.lazy`` and returned; "" otherwise. One system call
+        where :meth:`unreadable` asks the kernel to read a byte of every page (0.9 ms for an
+        8 MB output, more than the 0.8 ms call of the main job's vector_add); the check's
+        calls keep that probe, whose verdict (`escaped`) names the breach. Without the
+        native helpers: :meth:`unreadable`."""
+        if self.native is None:
+            return self.unreadable(buf)
+        err = native.restore_rw(native.storage_ranges(buf.outputs.values()))
+        if err:
+            self.lazy = (f"solve returned with an output page no longer mapped "
+                         f"({os.strerror(err)}); write every output before returning")
+        return self.lazy if err else ""
+
     def gauge(self) -> float:
         """CPU: the time (ms) of ``gauge_n`` iterations of plain CPU work (an empty Python
         loop: no allocation, no memory traffic, no system call), which takes the same on any
@@ -992,7 +1018,7 @@ class Harness:
     def _prep(self, d: Data, k: int, flush: bool) -> None:
         """The harness's work before a timed call: input set ``k`` loaded into buffer set 0,
         then the cache flushed (``flush``, :meth:`flush`)."""
-        self.load(d, 0, k)
+        self.load(d, 0, k, stream=flush)
         if flush:
             self.flush(d.bufs[0])
 
