@@ -314,3 +314,22 @@ def test_history_parts_are_merged_once_there_are_enough(tmp_path):
     merged = pq.read_table(next(folder.glob("part-*.parquet")))
     assert sorted(merged.column("event").to_pylist()) == ["done"] + ["running"] * 3
     assert db.run("r9")["status"] == "done"
+
+
+def test_kopt_best_names_the_size_of_each_tie(db, tmp_path):
+    """With several problem sizes, `kopt best` prints one row per size, and a tie line per
+    row: each names its size (it printed the same line twice, sizes unsaid)."""
+    from click.testing import CliRunner
+
+    from kopt.cli.main import main
+
+    state = {"best": {"candidate_id": "c1"}, "tie": ["c1", "c2"], "selected": []}
+    db.commit("iterations", "s", "r1", [
+        {"run_id": "r1", "sweep": "s", "iteration": 2, "device_class": DC,
+         "state": json.dumps(state), "created_at": at(9)}])
+    res = CliRunner().invoke(main, ["best", "s", "--store", str(tmp_path), "--run", "r1"],
+                             terminal_width=200)
+    ties = [ln for ln in res.output.splitlines() if "a tie within noise" in ln]
+    assert res.exit_code == 0 and len(ties) == 2, res.output
+    assert ties[0].startswith(f"{DC} at N=1: a tie within noise between 2 candidates")
+    assert ties[1].startswith(f"{DC} at N=2: a tie within noise between 2 candidates")

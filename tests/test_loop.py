@@ -53,6 +53,17 @@ def test_within_noise_is_no_gain():
     assert st.best["candidate_id"] == "b"
 
 
+def test_an_iteration_whose_only_correct_candidate_is_the_baseline_says_so():
+    """When every other candidate failed (e.g. each submitted version is wrong), no
+    comparison took place: the stop says so and how to see why, not "no gain beyond noise"."""
+    st = close_iteration(IterState(), [cand("b", (None, None, None), 1.0, base=True)], 3,
+                         {}, None)
+    assert st.stop == ("no candidate but the baseline was correct on every problem size in "
+                       "iteration 3 (`kopt query \"select status, error from candidates where "
+                       "iteration = 3\"` says why)")
+    assert st.selected == [] and st.best["candidate_id"] == "b"
+
+
 def test_the_gain_test_is_the_shared_noise_rule():
     """kopt.loop.state decides a gain with kopt.core.compare's rule (NVBench's smaller noise), for
     every

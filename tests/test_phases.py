@@ -172,3 +172,29 @@ def test_the_node_environment_is_read_without_importing_torch():
                          cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [importlib.metadata.version("torch"), "False"]
+
+
+def test_a_cpu_device_held_back_while_builds_compile_is_waiting_for_them():
+    """CPU devices share the compilers' cores, so the scheduler sends them nothing while a
+    build is pending (``hold_for_builds``), even with jobs ready: that time is build wait.
+    It was not counted (a device with ready jobs was not "starved"): a CPU run's build_wait
+    read 0.07 s where its device sat 20 s before the first job. A GPU device with jobs
+    ready is sent them, so it is not waiting."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from kopt.run.scheduler import Scheduler
+
+    runner = SimpleNamespace(infos=[{"device_class": "cpu-x"}, {"device_class": "cpu-x"}],
+                             dead=set())
+    job = SimpleNamespace(device_class="cpu-x")
+    for hold, want in ((True, {0, 1}), (False, set())):
+        s = Scheduler(None, runner, {}, lambda *a: None, [], 1, {}, hold, {})
+        s.by_build = {"b1": [job], "b2": [job]}
+        s.pending = {"ref2": SimpleNamespace(build_id="b2")}
+        s.ready = {"cpu-x": deque([job])}
+        assert s._starved() == want
+        s.ready = {}  # nothing ready while the class compiles: waiting either way
+        assert s._starved() == {0, 1}
+        s.pending = {}  # nothing to wait for
+        assert s._starved() == set()

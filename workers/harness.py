@@ -777,7 +777,7 @@ class Harness:
                 worst = max(worst, c.max_abs)
                 self.rel_err = max(self.rel_err, c.max_rel)
                 if c.bad:
-                    msgs.append(_differ(n, got, exp, c.first, c.bad, c.max_abs))
+                    msgs.append(_differ(n, got, exp, c.first, c.bad, c.max_abs, band))
                 continue
             if exp.dtype.is_floating_point or got.dtype.is_floating_point:
                 g, e = got.double(), exp.double()
@@ -792,7 +792,9 @@ class Harness:
             worst = max(worst, err)
             bad = int((~ok).sum())
             if bad:
-                msgs.append(_differ(n, got, exp, int((~ok).flatten().nonzero()[0]), bad, err))
+                exact = not (exp.dtype.is_floating_point or got.dtype.is_floating_point)
+                msgs.append(_differ(n, got, exp, int((~ok).flatten().nonzero()[0]), bad, err,
+                                    None if exact else band))
         return not msgs, worst, "; ".join(msgs)
 
     def verify(self, d: Data, b: int, k: int, tol: dict) -> torch.Tensor:
@@ -1600,13 +1602,16 @@ class RefCall:
 
 
 def _differ(name: str, got: torch.Tensor, exp: torch.Tensor, idx: int, bad: int,
-            err: float) -> str:
+            err: float, band: dict | None = None) -> str:
     """The check's line for output ``name``: ``bad`` elements differ, the first at flat
-    index ``idx``, max abs error ``err``."""
+    index ``idx``, max abs error ``err``, and the band they were checked with (``band``:
+    atol, rtol; None: compared exactly)."""
     pos = tuple(int(i) for i in _unravel(idx, got.shape))
+    how = (f"band atol {band['atol']:g} + rtol {band['rtol']:g} x |expected|" if band else
+           "compared exactly")
     return (f"{name}: {bad} of {got.numel()} elements differ (first at {pos}: got "
             f"{float(got.flatten()[idx])!r}, expected {float(exp.flatten()[idx])!r}); "
-            f"max abs err {err:.3g}")
+            f"max abs err {err:.3g} ({how})")
 
 
 def abs_rel_error(got: torch.Tensor, exp: torch.Tensor) -> tuple[float, float]:

@@ -599,10 +599,11 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
                   "sandbox was off)", highlight=False)
     for r in rows:
         if r["tied_with"] > 1:
-            out.print(f"{escape(r['device_class'])}: a tie within noise between {r['tied_with']} "
-                      "candidates, re-measured side by side; the one with the fewest methods is "
-                      "named (`kopt query \"select * from contests\"` lists them)",
-                      highlight=False)
+            at = f" at {kv_text(r['dims'], markup=False)}" if len(rows) > 1 else ""
+            out.print(f"{escape(r['device_class'])}{escape(at)}: a tie within noise between "
+                      f"{r['tied_with']} candidates, re-measured side by side; the one with the "
+                      "fewest methods is named (`kopt query \"select * from contests\"` lists "
+                      "them)", highlight=False)
 
 
 @main.command()

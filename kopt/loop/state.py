@@ -200,6 +200,12 @@ def close_iteration(prev: IterState, ranked: list[dict[str, Any]], iteration: in
             st.ineffective.pop(m, None)
         elif m not in st.selected:  # a kept method is never also ineffective
             st.ineffective[m] = judged_under(bottleneck_before, base["candidate_id"])
+    if len(ranked) == 1:  # every other candidate failed (a submitted version that does
+        # not compile, or is wrong): no comparison took place, so no "gain beyond noise"
+        st.stop = (f"no candidate but the baseline was correct on every problem size in "
+                   f"iteration {iteration} (`kopt query \"select status, error from candidates "
+                   f"where iteration = {iteration}\"` says why)")
+        return st
     if win["is_baseline"] or not gains(win, base):
         noise = ("it is the baseline" if win["is_baseline"] else "noise threshold "
                  + noise_line(base["rel_iqr"], win["rel_iqr"], "the baseline", "the best"))
