@@ -192,3 +192,24 @@ def test_a_run_keeps_the_ray_head_it_was_started_on_for_its_resume_command(copy_
     assert (opts["address"], opts["cluster"], opts["queue"]) == (None, "c l.yaml", None)
     assert shlex.split(recorded_resume_command(store, rec))[-4:] == [
         "--resume", "r1", "--cluster", "c l.yaml"]
+
+
+def test_wait_says_its_figures_are_geometric_means_over_several_sizes():
+    """`kopt wait` printed "winner c1, 0.5 ms, 2.00x" for a sweep of two problem sizes:
+    one size's median, as `kopt propose` shows, or what? It is the geometric mean over
+    the sizes (as `kopt lineage` says); with one size nothing is added."""
+    from kopt.cli.console import verdict_lines
+
+    cls = {"device_class": "cpu-x", "iteration": 2, "winner": "c1", "median_ms": 0.5,
+           "speedup": 2.0, "accepted": True, "reasons": [], "best": "c1",
+           "bottleneck_before": None, "bottleneck_after": None, "ineffective": {},
+           "stop": "", "candidates": ["c1", "c2"],
+           "results": [{"candidate_id": "c2", "sizes": 2}, {"candidate_id": "c1", "sizes": 2}]}
+    lines = verdict_lines({"classes": [cls]})
+    assert lines[0] == ("cpu-x iteration 2: winner c1, 0.5 ms, 2.000x over the baseline "
+                        "(geometric means over 2 problem sizes); accepted")
+    cls["results"] = [{"candidate_id": "c1", "sizes": 1}]
+    assert verdict_lines({"classes": [cls]})[0] == (
+        "cpu-x iteration 2: winner c1, 0.5 ms, 2.000x over the baseline; accepted")
+    assert lines[1:] == ["  best c1; bottleneck unknown -> unknown; ineffective: none; stop: no",
+                         "  candidates: c1 c2"]

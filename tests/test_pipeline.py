@@ -444,3 +444,26 @@ def test_a_cold_run_counts_every_build_it_compiled(ray_local, tmp_path):
     assert n_builds == 4 and n_cached == 0 and compile_sum > 0
     _, runs = query("select compile_cpu_s from runs where status = 'finished'", store)
     assert runs[0][0] == pytest.approx(compile_sum, rel=1e-6)
+
+
+class _Notes(ProgressCallback):
+    def __init__(self):
+        self.notes: list[str] = []
+
+    def on_note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_ncu_on_the_cpu_backend_is_a_note(ray_local, copy_fixture, tmp_path):
+    """`ncu:` in sweep.yaml profiles CUDA candidates; a CPU run ignored it without a word.
+    It now says so once, naming the file, and runs as before."""
+    d = copy_fixture("steps")
+    (d / "sweep.yaml").write_text((d / "sweep.yaml").read_text() + "ncu: {top_k: 1}\n")
+    obs = _Notes()
+    s = run_sweep(load_sweep(d), tmp_path / "store", backend="cpu", iterations=1,
+                  observers=[obs])
+    assert s.status_counts.get("ok", 0) >= 1
+    said = [n for n in obs.notes if "`ncu:`" in n]
+    assert said == [f"{d / 'sweep.yaml'}: `ncu:` is for CUDA candidates; the cpu backend "
+                    "takes no NCU profile, so the loop picks the next methods without a "
+                    "measured bottleneck"]

@@ -452,3 +452,25 @@ def summary_line(summary: Any, root: Path) -> str:
     return (f"run [bold]{summary.run_id}[/]: {counted(summary.n_candidates, 'candidate')}, "
             f"{counted(summary.n_jobs, 'job')} ({how}) in {summary.wall_s:.1f} s; "
             + (f"whole run: {text}" if summary.n_skipped else text or "nothing to run"))
+
+
+def verdict_lines(v: dict[str, Any]) -> list[str]:
+    """`kopt wait`'s text: three lines per device class of ``v`` (kopt.tools.wait.verdict):
+    the winner with its median and speedup over the baseline (with several problem sizes,
+    said to be geometric means over them, as `kopt lineage` says), the review's verdict;
+    the best, bottleneck, ineffective methods and stop; the candidate ids."""
+    out = []
+    for c in v["classes"]:
+        ok = {True: "accepted", False: "rejected", None: "not reviewed"}[c["accepted"]]
+        won = next((r for r in c.get("results", []) if r["candidate_id"] == c["winner"]), {})
+        n = won.get("sizes") or 0
+        gm = f" (geometric means over {n} problem sizes)" if n > 1 else ""
+        out.append(f"{c['device_class']} iteration {c['iteration']}: winner "
+                   f"{c['winner'] or 'none'}, {cell(c['median_ms'])} ms, "
+                   f"{speedup_text(c['speedup'])} over the baseline{gm}; {ok}"
+                   + (": " + "; ".join(c["reasons"]) if c["reasons"] else ""))
+        out.append(f"  best {c['best']}; bottleneck {c['bottleneck_before'] or 'unknown'} -> "
+                   f"{c['bottleneck_after'] or 'unknown'}; ineffective: "
+                   f"{', '.join(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
+        out.append(f"  candidates: {' '.join(c['candidates']) or 'none'}")
+    return out

@@ -1015,6 +1015,7 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
     such run or iteration, or its background process ended without closing it; 4 when the
     run was interrupted before the iteration closed (the line says how to go on); 3 on
     --timeout."""
+    from kopt.cli.console import verdict_lines
     from kopt.tools.wait import WaitError, wait
 
     try:
@@ -1026,16 +1027,8 @@ def wait_cmd(run_id: str, iteration: int | None, timeout_s: float | None, poll_s
     if fmt == "json":
         click.echo(json.dumps(v, default=str))
         return
-    for c in v["classes"]:
-        ok = {True: "accepted", False: "rejected", None: "not reviewed"}[c["accepted"]]
-        click.echo(f"{c['device_class']} iteration {c['iteration']}: winner "
-                   f"{c['winner'] or 'none'}, {cell(c['median_ms'])} ms, "
-                   f"{speedup_text(c['speedup'])} over the baseline; {ok}"
-                   + (": " + "; ".join(c["reasons"]) if c["reasons"] else ""))
-        click.echo(f"  best {c['best']}; bottleneck {c['bottleneck_before'] or 'unknown'} -> "
-                   f"{c['bottleneck_after'] or 'unknown'}; ineffective: "
-                   f"{', '.join(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
-        click.echo(f"  candidates: {' '.join(c['candidates']) or 'none'}")
+    for line in verdict_lines(v):
+        click.echo(line)
 
 
 @main.command("lineage")

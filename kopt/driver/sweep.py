@@ -302,6 +302,11 @@ class Driver:
         summary = self.summary
         self.loop = NcuLoop(list(self.classes), self.iterations, stored)
         self.ncu_names = resolve(self.ctx) if backend == "cuda" else {}
+        if backend != "cuda" and "ncu" in self.sweep.raw:
+            for o in self.observers:
+                o.on_note(f"{self.sweep.spec_path}: `ncu:` is for CUDA candidates; the "
+                          f"{backend} backend takes no NCU profile, so the loop picks the next "
+                          "methods without a measured bottleneck")
         warm_ncu(self.ctx, self.ncu_names)
         try:
             self._iterate(bool(stored))
