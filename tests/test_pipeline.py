@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -92,16 +93,28 @@ def _kopt(*args, **kw):
                             start_new_session=True, **kw)
 
 
+def _slow_vector_add(tmp_path) -> Path:
+    """sweeps/vector_add with its CPU size 4x larger (2^23 floats, 96 MB of traffic a call):
+    a job of the CPU protocol (13 or more calls, each with its inputs loaded, evicted and
+    checked) then takes about 0.3 s or more on the CI machine (its memory bandwidth, not load,
+    bounds it from below)."""
+    d = tmp_path / "vector_add"
+    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
+    y = (d / "sweep.yaml").read_text()
+    assert y.count("{N: 2097152}") == 1
+    (d / "sweep.yaml").write_text(y.replace("{N: 2097152}", "{N: 8388608}"))
+    return d
+
+
 def test_resume_after_the_driver_is_killed(tmp_path):
     """The driver and everything it started SIGKILLed once the store holds a measured row;
-    the resume measures the rest, nothing twice. 40 candidates: the store flushes every
-    2 s, and a job of the CPU protocol (13 or more calls of a 24 MB kernel, each with its
-    inputs loaded, evicted and checked) takes about 0.1 s or more, so the first flush (one
-    row: it is due when the first row comes) is seen long before the 40th job ends. With 8
-    the jobs once all ended inside one flush's 2 s."""
+    the resume measures the rest, nothing twice. The store flushes every 2 s and its first
+    flush is due with the first row, so the poll sees one row while the other eleven jobs
+    (0.3 s or more each: :func:`_slow_vector_add`) still run. With 8 jobs of the main job's
+    size (0.07 s or more each, idle) they once all ended inside one flush."""
     store = tmp_path / "store"
-    args = ["sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(store),
-            "--backend", "cpu", "--max-candidates", "40"]
+    args = ["sweep", str(_slow_vector_add(tmp_path)), "--store", str(store),
+            "--backend", "cpu", "--max-candidates", "12"]
     p = _kopt(*args)
     deadline = time.time() + 240
     n = 0
@@ -116,7 +129,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     assert p.poll() is None, p.stdout.read()
     os.killpg(p.pid, signal.SIGKILL)  # the driver and everything it started
     p.wait()
-    assert 1 <= n < 40
+    assert 1 <= n < 12
     before = dict(query("select job_key, median_ms from candidates", store)[1])
     run_id = query("select run_id from runs", store)[1][0][0]
     # its last event says running, but no driver holds its lock: the next command knows
@@ -125,9 +138,9 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     r = _kopt(*args, "--resume", run_id)
     out, _ = r.communicate(timeout=400)
     assert r.returncode == 0, out
-    assert f"({len(before)} measured before this resume, {40 - len(before)} now)" in out
+    assert f"({len(before)} measured before this resume, {12 - len(before)} now)" in out
     _, rows = query("select job_key, median_ms from candidates", store)
-    assert len(rows) == 40 and len({k for k, _ in rows}) == 40
+    assert len(rows) == 12 and len({k for k, _ in rows}) == 12
     after = dict(rows)
     assert all(after[k] == v for k, v in before.items())  # nothing measured twice
     assert query("select status from runs", store)[1] == [("finished",)]
@@ -138,9 +151,9 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     marked interrupted, the resume command printed, exit 143 = 128 + SIGTERM (130 before:
     Ctrl-C's code)."""
     store = tmp_path / "store"
-    # 40 candidates, stopped at the first flushed row: see test_resume_after_the_driver_...
-    p = _kopt("sweep", str(ROOT / "sweeps" / "vector_add"), "--store", str(store),
-              "--backend", "cpu", "--max-candidates", "40")
+    # stopped at the first flushed row: see test_resume_after_the_driver_is_killed
+    p = _kopt("sweep", str(_slow_vector_add(tmp_path)), "--store", str(store),
+              "--backend", "cpu", "--max-candidates", "12")
     deadline, n = time.time() + 240, 0
     while time.time() < deadline and p.poll() is None and n < 1:
         time.sleep(0.5)

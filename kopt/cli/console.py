@@ -474,3 +474,12 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
                    f"{', '.join(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
         out.append(f"  candidates: {' '.join(c['candidates']) or 'none'}")
     return out
+
+
+def tie_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """`kopt best`'s line per row of ``rows`` (kopt.store.select.best) whose named best is
+    in a tie within noise; with several rows (problem sizes), each line names its size."""
+    return [f"{r['device_class']}{' at ' + kv_text(r['dims'], False) if len(rows) > 1 else ''}"
+            f": a tie within noise between {r['tied_with']} candidates, re-measured side by "
+            "side; the one with the fewest methods is named (`kopt query \"select * from "
+            "contests\"` lists them)" for r in rows if r["tied_with"] > 1]

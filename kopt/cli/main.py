@@ -42,6 +42,7 @@ from kopt.cli.console import (
     spec_notes,
     speedup_text,
     summary_line,
+    tie_lines,
 )
 from kopt.core.spec import SpecError, load_sweep
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
@@ -597,13 +598,8 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
                   "with kopt's own rights and could reach kopt's files and clock, so this "
                   "verdict holds only if the code is trusted (`kopt env` says why the "
                   "sandbox was off)", highlight=False)
-    for r in rows:
-        if r["tied_with"] > 1:
-            at = f" at {kv_text(r['dims'], markup=False)}" if len(rows) > 1 else ""
-            out.print(f"{escape(r['device_class'])}{escape(at)}: a tie within noise between "
-                      f"{r['tied_with']} candidates, re-measured side by side; the one with the "
-                      "fewest methods is named (`kopt query \"select * from contests\"` lists "
-                      "them)", highlight=False)
+    for line in tie_lines(rows):
+        out.print(escape(line), highlight=False)
 
 
 @main.command()
