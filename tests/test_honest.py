@@ -1,0 +1,50 @@
+"""Twenty honest CPU kernels (tests/fixtures/honest: memory-bound, compute-bound, value-
+dependent, OpenMP on two threads) through the sandboxed harness, as kopt runs candidates:
+every one is `ok`. A guard that flags honest work (`replayed`, `escaped`, `too_slow`,
+`suspect`) is as wrong as one that lets an attack through, and CI runs this beside the rest
+of the suite, under its load."""
+
+import pytest
+from test_faults import TIMING, artifact, job
+
+from conftest import FIXTURES
+from workers.sandbox import Sandbox
+
+HONEST = FIXTURES / "honest"
+# MODE -> N: memory-bound kernels over 4 MB arrays (past the L2), compute-bound ones over
+# 64k elements; the OpenMP ones as their one-thread twins (0, 6, 7, 4)
+SIZES = {**{m: 1 << 20 for m in (0, 1, 2, 3, 4, 5, 16, 19)},
+         **{m: 1 << 16 for m in (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18)}}
+KINDS = {"memory-bound": range(0, 6), "compute-bound": range(6, 12),
+         "value-dependent": range(12, 16), "OpenMP": range(16, 20)}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Mode -> the outcome of one job per kernel, all in one sandboxed harness."""
+    tmp = tmp_path_factory.mktemp("honest")
+    src = HONEST / "honest.cpp"
+    art = artifact(tmp, src, {})
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "2"})
+    sb.start()
+    try:
+        return {m: sb.run(job(art, src, HONEST / "ref.py", {"N": n, "MODE": m}, {
+            "x": ["N"], "y": ["N"]}, tolerance={"atol": 1e-5, "rtol": 1e-4}, job_key=f"m{m}"),
+            timeout_s=120) for m, n in sorted(SIZES.items())}
+    finally:
+        sb.close()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_honest_kernels_are_ok(results, kind):
+    bad = {m: (results[m]["status"], results[m].get("error", "")[:300])
+           for m in KINDS[kind] if results[m]["status"] != "ok"}
+    assert bad == {}
+    for m in KINDS[kind]:
+        r = results[m]
+        assert r["n_samples"] >= TIMING["min_samples"] and r["median_ms"] > 0
+        assert len(r["unseen_ms"]) == 2  # the held-back sets were called, not skipped
+
+
+def test_the_suite_holds_twenty_kernels_of_four_kinds():
+    assert sorted(SIZES) == list(range(20)) == sorted(m for r in KINDS.values() for m in r)
