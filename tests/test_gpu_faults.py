@@ -270,3 +270,39 @@ def test_a_clock_patcher_is_never_the_loops_named_best(ray_local, copy_fixture):
     base = st.baseline["candidate_id"]
     named = ((st.closing or {}).get("best") or st.best)["candidate_id"]
     assert named == base, (st.best, st.closing)
+
+
+HONEST = FIXTURES / "honest"
+# MODE -> N: memory-bound kernels over 64 MB arrays (past the 60 MB L2), the prefix sum over
+# 64k (each block sums its whole prefix itself), compute-bound ones over 4M elements
+HONEST_SIZES = {**{m: 1 << 24 for m in (0, 1, 2, 3, 4, 16, 19)}, 5: 1 << 16,
+                **{m: 1 << 22 for m in (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 18)}}
+
+
+def test_twenty_honest_gpu_kernels_are_ok(tmp_path):
+    """The GPU twin of tests/test_honest.py (tests/fixtures/honest/honest.cu): memory-bound,
+    compute-bound, value-dependent (warp divergence) kernels and other launch shapes (two
+    launches, a persistent grid, shared-memory staging and tiles), one sandboxed harness:
+    every one is `ok`, no guard flags honest work."""
+    src = HONEST / "honest.cu"
+    b = wb.BuildJob(f"honest-{abs(hash(src.read_text())) % 10**8}", "cuda", src.read_text(),
+                    src.name, str(src.parent), {}, target="sm_90")
+    res, data = wb.build(b, cache=tmp_path)
+    assert res.ok, res.error
+    art = str(wb.ensure_artifact(b.build_id, data, cache=tmp_path))
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(src).args]
+    sb = Sandbox("cuda")
+    try:
+        out = {m: sb.run({"artifact": art, "signature": sig, "reference": str(HONEST / "ref.py"),
+                          "dims": {"N": n, "MODE": m}, "seed": 0,
+                          "args": {"x": ["N"], "y": ["N"]}, "scalars": {},
+                          "tolerance": {"atol": 1e-5, "rtol": 1e-4}, "timing": TIMING,
+                          "job_key": f"honest{m}"}, timeout_s=60)
+               for m, n in sorted(HONEST_SIZES.items())}
+    finally:
+        sb.close()
+    for m, r in out.items():
+        print(f"MODE {m}: {r['status']} median {r.get('median_ms')} n {r.get('n_samples')} "
+              f":: {(r.get('error') or '')[:200]}")
+    assert {m: r["status"] for m, r in out.items() if r["status"] != "ok"} == {}
+    assert all(len(r["unseen_ms"]) == 2 for r in out.values())
