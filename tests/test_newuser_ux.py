@@ -213,3 +213,17 @@ def test_wait_says_its_figures_are_geometric_means_over_several_sizes():
         "cpu-x iteration 2: winner c1, 0.5 ms, 2.000x over the baseline; accepted")
     assert lines[1:] == ["  best c1; bottleneck unknown -> unknown; ineffective: none; stop: no",
                          "  candidates: c1 c2"]
+
+
+def test_wait_says_what_an_ineffective_method_was_judged_under():
+    """`kopt wait` listed `compute.ilp_unroll` as ineffective while the next iteration's scan
+    admitted it (its mark was "no gain over the old best", and the best had changed): the
+    line now says what each was judged under and when it is admitted again."""
+    from kopt.cli.console import ineffective_text
+
+    assert ineffective_text({"compute.ilp_unroll": "unprofiled:c12", "memory.cache_policy":
+                             "memory", "latency.split_k": None}) == (
+        "compute.ilp_unroll (no gain over c12, unprofiled; admitted again once another "
+        "candidate is the best), memory.cache_policy (under a memory bottleneck; admitted "
+        "again once it changes), latency.split_k")
+    assert ineffective_text({}) == ""

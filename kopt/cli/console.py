@@ -454,6 +454,22 @@ def summary_line(summary: Any, root: Path) -> str:
             + (f"whole run: {text}" if summary.n_skipped else text or "nothing to run"))
 
 
+def ineffective_text(ineffective: dict[str, str | None]) -> str:
+    """Methods found ineffective with what they were judged under (kopt.core.expand's
+    ``judged_under``): ``m (under a memory bottleneck)``, or without a profiler ``m (no gain
+    over ID; admitted again once another candidate is the best)``: a bare list read as if
+    the method stayed barred while the next iteration's scan admitted it under a new best."""
+    parts = []
+    for m, why in ineffective.items():
+        if why and why.startswith("unprofiled:"):
+            parts.append(f"{m} (no gain over {why.split(':', 1)[1]}, unprofiled; admitted "
+                         "again once another candidate is the best)")
+        else:
+            parts.append(f"{m} (under a {why} bottleneck; admitted again once it changes)"
+                         if why else m)
+    return ", ".join(parts)
+
+
 def verdict_lines(v: dict[str, Any]) -> list[str]:
     """`kopt wait`'s text: three lines per device class of ``v`` (kopt.tools.wait.verdict):
     the winner with its median and speedup over the baseline (with several problem sizes,
@@ -471,7 +487,7 @@ def verdict_lines(v: dict[str, Any]) -> list[str]:
                    + (": " + "; ".join(c["reasons"]) if c["reasons"] else ""))
         out.append(f"  best {c['best']}; bottleneck {c['bottleneck_before'] or 'unknown'} -> "
                    f"{c['bottleneck_after'] or 'unknown'}; ineffective: "
-                   f"{', '.join(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
+                   f"{ineffective_text(c['ineffective']) or 'none'}; stop: {c['stop'] or 'no'}")
         out.append(f"  candidates: {' '.join(c['candidates']) or 'none'}")
     return out
 
