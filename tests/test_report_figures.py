@@ -102,3 +102,29 @@ def test_the_workflow_folders_profile_digest_lists_the_figures_the_loop_read():
         "Axis scores the bottleneck was read from (kopt.core.bottleneck): compute 0.301, "
         "memory 0.812"]
     assert "No Nsight Compute profile" in _profile("cpu", IterState(iteration=1), None)
+
+
+def test_the_iteration_table_says_which_size_its_median_is():
+    """With several problem sizes the winner's median in the report's iteration table is
+    its fastest size's (the speedup a geometric mean over the sizes): unlabelled, it read as
+    one figure for the whole run. The table now names the size and says what each is; with
+    one size nothing changes."""
+    from kopt.loop.state import IterState
+    from kopt.tools.report import _iteration_lines
+
+    best = {"candidate_id": "w", "triple": ["compute.ilp_unroll", None, None],
+            "params": {"T": 2}, "median_ms": 0.5, "speedup": 2.0, "iteration": 1,
+            "dims": '{"N": 1024}'}
+    st = IterState(iteration=1, best=best, baseline={"candidate_id": "b"}, gain=2.0,
+                   n_candidates=4)
+    cand = [{"device_class": "cpu-x", "dims": d, "iteration": 1, "compute_method": None,
+             "memory_method": None, "latency_method": None}
+            for d in ('{"N": 1024}', '{"N": 4096}')]
+    lines = _iteration_lines("cpu-x", [st], {}, cand, [])
+    head = next(ln for ln in lines if ln.startswith("| it |"))
+    row = next(ln for ln in lines if ln.startswith("| 1 |"))
+    assert "| median ms (its fastest size) | speedup (geometric mean over the sizes) |" in head
+    assert "| T=2 | 0.5 at N=1024 | 2x |" in row
+    one = _iteration_lines("cpu-x", [st], {}, cand[:1], [])
+    assert "| median ms | speedup |" in next(ln for ln in one if ln.startswith("| it |"))
+    assert "| T=2 | 0.5 | 2x |" in next(ln for ln in one if ln.startswith("| 1 |"))

@@ -726,7 +726,7 @@ REPORT_SQL = {
     "rungs": "select iteration, device_class, coalesce(rung, 0) rung, "
              "count(distinct candidate_id) n, max(n_samples) samples from candidates "
              "where run_id = ? group by all order by all",
-    "correct": "select iteration, device_class, candidate_id, params, median_ms, iqr_ms, "
+    "correct": "select iteration, device_class, candidate_id, params, dims, median_ms, iqr_ms, "
                "speedup, "
                "vs_reference, max_abs_err, max_rel_err, "
                "compute_method, memory_method, latency_method, is_baseline "
@@ -754,7 +754,7 @@ class RunHistory:
             ``launch`` (the launch's index within one ``solve`` call), ``metric``, ``value``.
         rungs: per iteration, class and successive-halving rung: ``n`` candidates and the
             most ``samples`` per candidate.
-        correct: the ``ok`` rows: iteration, class, candidate id, params (JSON),
+        correct: the ``ok`` rows: iteration, class, candidate id, params and dims (JSON),
             ``median_ms``, ``speedup``, the method triple, ``is_baseline``.
         failures: ``device_class``, ``status``, ``error`` of every row not ``ok``.
         reference: the reference's row per device class and problem size (the
@@ -1079,7 +1079,7 @@ class Database:
         Each:
         ``candidate_id``, the triple, ``params``/``defines`` (JSON), ``is_baseline``,
         ``speedups`` and ``rel_iqrs`` (per problem size: speedup over the baseline, IQR /
-        median), ``median_ms`` (smallest), ``dims`` (smallest JSON), ``build_id``."""
+        median), ``median_ms`` (smallest), ``dims`` (the size of that median), ``build_id``."""
         return self._records(RANK_SQL, {"run_id": run_id, "iteration": iteration,
                                         "device_class": device_class, "rung": rung})
 

@@ -211,9 +211,14 @@ def _iteration_lines(dc: str, sts: list[IterState], metric_of: dict[Any, dict[st
                      cand: list[dict[str, Any]], rungs: list[dict[str, Any]]) -> list[str]:
     """Device class ``dc``'s iteration table and its successive-halving rungs."""
     closing = sts[-1].closing
+    # with several problem sizes the winner's median is its smallest, at the size named (the
+    # speedup is the geometric mean over the sizes, as everywhere)
+    sizes = len({c["dims"] for c in cand if c["device_class"] == dc})
     md = ["", f"## Iterations on {dc}", "", f"Noise: {RULE}.", "",
-          "| it | correct | triples tried | winner | params | median ms | speedup "
-          "| vs first baseline, side by side "
+          "| it | correct | triples tried | winner | params | median ms "
+          + ("(its fastest size) | speedup (geometric mean over the sizes) " if sizes > 1
+             else "| speedup ")
+          + "| vs first baseline, side by side "
           "| bottleneck before -> after | NCU (winner) | stop |", "|" + "---|" * 11]
     for st in sts:
         best = st.best or {}
@@ -226,8 +231,11 @@ def _iteration_lines(dc: str, sts: list[IterState], metric_of: dict[Any, dict[st
         kept = (best.get("iteration") != st.iteration
                 or best.get("candidate_id") == (st.baseline or {}).get("candidate_id"))
         gain = "- (kept)" if kept else f"{(st.gain or 1):.3g}x"
+        dims = best.get("dims")
+        at = (f" at {_kv(dims if isinstance(dims, dict) else stored_json(dims, 'dims'))}"
+              if sizes > 1 and dims else "")
         winner = (f"{_methods(best.get('triple'))} | {_kv(best.get('params'))} | "
-                  f"{best['median_ms']:.4g} | {gain} | "
+                  f"{best['median_ms']:.4g}{at} | {gain} | "
                   f"{_vs_first(closing, best)}" if best.get("candidate_id")
                   else "none (no correct candidate) | - | - | - | -")
         md.append(f"| {st.iteration} | {st.n_candidates} | {len(tried)} | {winner} | "
