@@ -583,3 +583,50 @@ def test_a_candidate_on_several_cores_is_gauged_on_as_many():
     assert (h.gauge_threads, h.spin_n > 0) == (2, True)
     assert h.spin_n == round(h.spin_unit * 2.0 / 0.5)  # as long as the call (GAUGE_MS 0.5)
     assert h.gauge() > 0
+
+
+STRESS_REF = """import torch
+def inputs(seed, N):
+    g = torch.Generator().manual_seed(seed)
+    return {'x': torch.rand(N, generator=g) - 0.5}
+def stress_inputs(seed, N):
+    g = torch.Generator().manual_seed(seed)
+    return {'x': torch.randn(N, generator=g) * torch.exp(3 * torch.randn(N, generator=g))}
+def reference(x, N):
+    return 2 * x
+"""
+
+
+def test_a_contest_checks_its_contenders_on_the_second_distribution(tmp_path):
+    """A kernel that is only right for the values inputs() draws (here it clamps to +-100,
+    which uniform inputs in [-0.5, 0.5) never reach) passed every check and could be named
+    best. Where ref.py defines stress_inputs() (heavy-tailed, real magnitudes), a contest
+    checks each contender on two sets of it before timing: the clamping one fails there,
+    named; the honest one passes; without stress_inputs the contest is as before."""
+    from conftest import write_sweep
+    from workers.harness import Harness
+
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 4096}]\n", {
+        "k.cpp": "#ifndef MODE\n#define MODE 0\n#endif\n"
+                 'extern "C" void solve(const float* x, float* y, int N) {\n'
+                 "  for (int i = 0; i < N; ++i) {\n"
+                 "    float v = 2.f * x[i];\n"
+                 "    y[i] = MODE && v > 100.f ? 100.f : MODE && v < -100.f ? -100.f : v;\n"
+                 "  }\n}\n",
+        "ref.py": STRESS_REF})
+    src, ref = d / "k.cpp", d / "ref.py"
+    honest, clamps = artifact(tmp_path, src, 0), artifact(tmp_path, src, 1)
+    h = Harness("cpu")
+    alone = h.run(job(clamps, src, ref, job_key="c"))
+    assert alone["status"] == "ok"  # its own job uses inputs() only
+    entries = [job(honest, src, ref, job_key="h"), job(clamps, src, ref, job_key="c")]
+    res = h.run({**entries[0], "contest": entries, "rounds": 6})
+    assert res["status"] == "wrong_result" and res["failed"] == ["c"], res
+    assert res["error"].startswith("c: on inputs from ref.py's stress_inputs() (seeds ")
+    assert "correct on inputs(): y: " in res["error"] and "elements differ" in res["error"]
+    res = h.run({**entries[0], "contest": entries[:1], "rounds": 6})
+    assert res["status"] == "ok" and res["results"][0]["n_samples"] == 6
+    ref.write_text(STRESS_REF.replace("def stress_inputs", "def _unused"))
+    h2 = Harness("cpu")
+    res = h2.run({**entries[0], "contest": entries, "rounds": 6})
+    assert res["status"] == "ok" and len(res["results"]) == 2

@@ -29,6 +29,10 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   of the candidate's buffers evicted, ``Harness.flush``); CUDA events on torch's
   stream around ``solve`` (CPU: a monotonic clock); after it, on the device and outside
   the timed interval, every output element is verified against that set's tolerance band.
+- a contest (contenders timed side by side: a tie, the loop's closing): each contender
+  checked on the check's sets and, where ref.py defines ``stress_inputs``, on two sets of
+  that second distribution (heavy-tailed, real magnitudes) with seeds drawn then
+  (``Harness._stress_check``): a kernel right only for the values ``inputs()`` draws fails.
 - unseen values: after the samples, two timed calls on seen input sets, then one on each of
   ``N_UNSEEN`` more sets (their seeds drawn at random: ``Harness.held_seeds``) held back
   until then and never called on by this artifact in an earlier job
@@ -225,6 +229,10 @@ LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
 UNGUARDED = "bench_unguarded"
+# a job's key naming the ref.py function its inputs come from (default "inputs"); a contest's
+# contenders are also checked on sets from STRESS_INPUTS where ref.py defines it
+INPUTS_FN = "inputs_fn"
+STRESS_INPUTS = "stress_inputs"
 
 
 # cuda.h CUlimit: the L2 set aside for persisting accesses (sm_80 and later)
@@ -430,7 +438,8 @@ class Harness:
         """
         _same_reference(job)
         key = (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
-               tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference)
+               tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference,
+               job.get(INPUTS_FN, "inputs"))
         if key in self.data:
             return self.data[key]
         while len(self.data) >= MAX_DATA_ENTRIES:
@@ -639,14 +648,15 @@ class Harness:
     def _inputs(self, mod: Any, job: dict, shapes: dict, seed: int, ref_name: str) -> dict:
         sig = job["signature"]
         wanted = [a for a in sig if a["kind"] == "input"]
-        if hasattr(mod, "inputs"):
+        fn = job.get(INPUTS_FN, "inputs")  # or the second distribution, STRESS_INPUTS
+        if hasattr(mod, fn):
             try:
-                got = mod.inputs(seed=seed, **job["dims"])
+                got = getattr(mod, fn)(seed=seed, **job["dims"])
             except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
-                raise JobError("error", f"{ref_name}: inputs() raised {e!r}"
+                raise JobError("error", f"{ref_name}: {fn}() raised {e!r}"
                                + raised_at(e, getattr(mod, "__file__", None), ref_name)) from None
             if not isinstance(got, dict):
-                raise JobError("error", f"{ref_name}: inputs() must return a dict name -> tensor")
+                raise JobError("error", f"{ref_name}: {fn}() must return a dict name -> tensor")
             _known_keys(got, sig, ref_name)
         else:
             got = {}
@@ -1259,6 +1269,7 @@ class Harness:
             _, _, msg = self.checked_calls(lib, e, d)
             if msg:
                 failed.append((e["job_key"], msg))
+        failed += self._stress_check(entries, libs) if not failed else []
         if failed:
             return {"status": Status.WRONG_RESULT, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
@@ -1288,6 +1299,27 @@ class Harness:
             return {"status": status, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         return {"status": "ok", "error": "", "results": out}
+
+    def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
+        """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
+        on ``N_SETS`` input sets from ref.py's ``stress_inputs(seed, **dims)``, a second
+        distribution (heavy-tailed, real magnitudes) with seeds drawn here, where ref.py
+        defines it: a kernel tuned on one distribution (a lower precision that holds for
+        small values, a shortcut for a value range) is caught before it is named. Returns
+        ``(job key, what failed)`` per contender that failed; none without the function.
+        Raises JobError for a ref.py whose ``stress_inputs`` or reference fails on them."""
+        if not entries or entries[0].get(UNGUARDED) or not hasattr(
+                self.ref_module(entries[0]["reference"]), STRESS_INPUTS):
+            return []
+        seed = self.rng.randrange(1 << 20, 1 << 31)
+        d = self.prepare({**entries[0], INPUTS_FN: STRESS_INPUTS, "seed": seed})
+        failed = []
+        for e, lib in zip(entries, libs):
+            _, _, msg = self.checked_calls(lib, {**e, INPUTS_FN: STRESS_INPUTS, "seed": seed}, d)
+            if msg:
+                failed.append((e["job_key"], f"on inputs from ref.py's {STRESS_INPUTS}() "
+                               f"(seeds {seed}, {seed + 1}), correct on inputs(): {msg}"))
+        return failed
 
     def clock(self, job: dict) -> dict:
         """This process's half of the outside clock: ``job["clock_calls"]`` calls of the

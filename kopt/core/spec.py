@@ -769,7 +769,10 @@ REF_FUNCTIONS = {
     "reference": "define `def reference(**kwargs)` returning the expected output tensor (or a "
                  "dict of them by argument name)",
     "contender": "define `def contender(**kwargs)` returning the output as reference() does, "
-                 "or remove it (kopt then times `reference`)"}
+                 "or remove it (kopt then times `reference`)",
+    "stress_inputs": "define `def stress_inputs(seed, **dims)` returning inputs as inputs() "
+                     "does from a second distribution (heavy-tailed, real magnitudes), or "
+                     "remove it (contests then check on inputs() only)"}
 # expressions whose value is never callable: `contender = 5` would be ignored at run time
 _NOT_CALLABLE = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr,
                  ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp)
