@@ -630,3 +630,103 @@ def test_a_contest_checks_its_contenders_on_the_second_distribution(tmp_path):
     h2 = Harness("cpu")
     res = h2.run({**entries[0], "contest": entries, "rounds": 6})
     assert res["status"] == "ok" and len(res["results"]) == 2
+
+
+def test_a_contest_checks_its_contenders_at_the_check_dims(tmp_path):
+    """A kernel that hard-codes the size it was tuned on (4096) is right there and nowhere
+    else, and passed every check. A contest checks each contender at sweep.yaml's
+    ``check_dims`` too (here N = 5000, never tuned or timed on): the hard-coded one leaves
+    elements unwritten there and is named; the honest one passes."""
+    from conftest import write_sweep
+    from workers.harness import Harness
+
+    d = write_sweep(tmp_path / "s", "kernel: k.cpp\ndims: [{N: 4096}]\n", {
+        "k.cpp": "#ifndef MODE\n#define MODE 0\n#endif\n"
+                 'extern "C" void solve(const float* x, float* y, int N) {\n'
+                 "  int n = MODE ? 4096 : N;\n"
+                 "  for (int i = 0; i < n; ++i) y[i] = 2.f * x[i];\n}\n",
+        "ref.py": "def reference(x, N):\n    return 2 * x\n"})
+    src, ref = d / "k.cpp", d / "ref.py"
+    honest, fixed = artifact(tmp_path, src, 0), artifact(tmp_path, src, 1)
+    h = Harness("cpu")
+    entries = [job(a, src, ref, job_key=k, check_dims=[{"N": 4096}, {"N": 5000}])
+               for a, k in ((honest, "h"), (fixed, "f"))]
+    res = h.run({**entries[0], "contest": entries, "rounds": 6})
+    assert res["status"] == "wrong_result" and res["failed"] == ["f"], res
+    assert res["error"].startswith("f: at dims {'N': 5000} (sweep.yaml check_dims: a problem "
+                                   "size it was not tuned on): y: 904 of 5000 elements differ")
+    res = h.run({**entries[0], "contest": entries[:1], "rounds": 6})
+    assert res["status"] == "ok"
+    plain = [{k: v for k, v in e.items() if k != "check_dims"} for e in entries]
+    assert h.run({**plain[0], "contest": plain, "rounds": 6})["status"] == "ok"
+
+
+def test_check_dims_are_problem_sizes_with_the_keys_of_dims(tmp_path):
+    from conftest import write_sweep
+    from kopt.core.spec import SpecError, load_sweep
+
+    files = {"k.cpp": 'extern "C" void solve(const float* x, float* y, int N) {}\n',
+             "ref.py": "def reference(x, N):\n    return 2 * x\n"}
+    base = "kernel: k.cpp\ndims: [{N: 4096}]\nargs: {x: [N], y: [N]}\n"
+    d = write_sweep(tmp_path / "a", base + "check_dims: [{N: 1000}, {N: 5000}]\n", files)
+    assert load_sweep(d).space("cpu").check_dims == [{"N": 1000}, {"N": 5000}]
+    assert load_sweep(write_sweep(tmp_path / "b", base, files)).space("cpu").check_dims == []
+    d = write_sweep(tmp_path / "c", base + "check_dims: [{M: 3}]\n", files)
+    with pytest.raises(SpecError, match=r"check_dims\[0\].*has the keys \['M'\], the problem "
+                       r"sizes \['N'\]; give every dim of `dims` and no other"):
+        load_sweep(d)
+    d = write_sweep(tmp_path / "d", base + "check_dims: [{N: 0}]\n", files)
+    with pytest.raises(SpecError, match=r"check_dims\[0\]\.N.*0 is not a problem size"):
+        load_sweep(d)
+
+
+REOPEN_SCRIPT = r"""
+import ctypes, os, sys
+import torch
+from workers.harness import Buffers, Harness, _OutputArena
+page = os.sysconf("SC_PAGE_SIZE")
+out = _OutputArena([(4 * page, torch.float32)]).take()
+out.fill_(3.0)
+ptr = out.data_ptr() - out.data_ptr() % page + page  # a page wholly inside the output
+libc = ctypes.CDLL(None, use_errno=True)
+h = Harness("cpu")
+if sys.argv[1] == "pkey":
+    key = libc.pkey_alloc(0, 0)
+    if key < 0:
+        print("unavailable"); sys.exit(0)
+    assert libc.pkey_mprotect(ctypes.c_void_p(ptr), ctypes.c_size_t(page), 3, key) == 0
+    assert libc.pkey_set(key, 1) == 0  # PKEY_DISABLE_ACCESS on this thread
+else:  # MADV_GUARD_INSTALL
+    if libc.madvise(ctypes.c_void_p(ptr), ctypes.c_size_t(page), 102) != 0:
+        print("unavailable"); sys.exit(0)
+if sys.argv[2] == "reopen":
+    assert h.reopen(Buffers({}, {"y": out}, {})) == ""
+print("sum", float(out.double().sum()))  # reads every page
+"""
+
+
+@pytest.mark.parametrize("how", ["pkey", "guard"])
+def test_reopen_undoes_protection_keys_and_guard_regions(tmp_path, how):
+    """A candidate's output page made unreadable by a protection key (pkey_mprotect +
+    pkey_set: a plain mprotect keeps the key) or a guard region (MADV_GUARD_INSTALL: mprotect
+    leaves the marker) faulted into its SIGSEGV handler on the verification's first read,
+    which computed the outputs there, outside the timed interval: `ok` at 0.018 ms against
+    the honest 0.24 (red team of c0ed74c). ``Harness.reopen`` now clears both: the page
+    reads back (its values for a key, zeros for a guard: the saved values are lost), where
+    without it the same read dies of SIGSEGV."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    run = [sys.executable, "-c", REOPEN_SCRIPT, how]
+    plain = subprocess.run(run + ["none"], cwd=ROOT, capture_output=True, text=True)
+    if plain.stdout.strip() == "unavailable":
+        pytest.skip(f"this CPU or kernel has no {how} to attack with")
+    assert plain.returncode == -11, plain  # the read faults: the attack's hook
+    fixed = subprocess.run(run + ["reopen"], cwd=ROOT, capture_output=True, text=True)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    n = 4 * os.sysconf("SC_PAGE_SIZE")
+    page = os.sysconf("SC_PAGE_SIZE") // 4
+    want = 3.0 * n if how == "pkey" else 3.0 * (n - page)
+    assert fixed.stdout.split() == ["sum", str(want)]

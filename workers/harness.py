@@ -32,7 +32,9 @@ Per job (a candidate is assumed to try to fool the check and the clock):
 - a contest (contenders timed side by side: a tie, the loop's closing): each contender
   checked on the check's sets and, where ref.py defines ``stress_inputs``, on two sets of
   that second distribution (heavy-tailed, real magnitudes) with seeds drawn then
-  (``Harness._stress_check``): a kernel right only for the values ``inputs()`` draws fails.
+  (``Harness._stress_check``): a kernel right only for the values ``inputs()`` draws fails;
+  and at each problem size of sweep.yaml's ``check_dims`` (``Harness._check_dims``), never
+  tuned or timed on: a kernel that hard-codes the tuned sizes fails.
 - unseen values: after the samples, two timed calls on seen input sets, then one on each of
   ``N_UNSEEN`` more sets (their seeds drawn at random: ``Harness.held_seeds``) held back
   until then and never called on by this artifact in an earlier job
@@ -995,9 +997,11 @@ class Harness:
 
     def reopen(self, buf: Buffers) -> str:
         """CPU, after a timed call: every page of ``buf``'s outputs made readable and
-        writable again (workers.native ``restore_rw``: mprotect), so that the verification's
-        reads cannot fault into a handler of the candidate's (attack MODE 2): a page it
-        protected holds the poison the load wrote, and the sample fails verification. A page
+        writable again (workers.native ``restore_rw``: guard markers removed, protection key
+        0, this thread's PKRU cleared, mprotect), so that the verification's reads cannot
+        fault into a handler of the candidate's (attack MODE 2; the red team's protection-key
+        and guard-region forms): a page it protected holds the poison the load wrote (a
+        guarded one: zeros), and the sample fails verification. A page
         no longer mapped is kept as ``self.lazy`` and returned; "" otherwise. One system call
         where :meth:`unreadable` asks the kernel to read a byte of every page (0.9 ms for an
         8 MB output, more than the 0.8 ms call of the main job's vector_add); the check's
@@ -1270,6 +1274,7 @@ class Harness:
             if msg:
                 failed.append((e["job_key"], msg))
         failed += self._stress_check(entries, libs) if not failed else []
+        failed += self._check_dims(entries, libs) if not failed else []
         if failed:
             return {"status": Status.WRONG_RESULT, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
@@ -1319,6 +1324,26 @@ class Harness:
             if msg:
                 failed.append((e["job_key"], f"on inputs from ref.py's {STRESS_INPUTS}() "
                                f"(seeds {seed}, {seed + 1}), correct on inputs(): {msg}"))
+        return failed
+
+    def _check_dims(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
+        """Before contenders are timed side by side: each checked (:meth:`checked_calls`) at
+        every problem size of sweep.yaml's ``check_dims`` (``entries[0]["check_dims"]``),
+        sizes it was never tuned or timed on: a kernel that hard-codes the tuned sizes fails
+        there. Returns ``(job key, what failed)`` per contender that failed; none without
+        ``check_dims``. Raises JobError for a ref.py that fails at those sizes."""
+        failed: list[tuple[str, str]] = []
+        for alt in [] if entries[0].get(UNGUARDED) else entries[0].get("check_dims") or []:
+            if alt == entries[0]["dims"]:
+                continue
+            d = self.prepare({**entries[0], "dims": alt})
+            for e, lib in zip(entries, libs):
+                if e["job_key"] in {k for k, _ in failed}:
+                    continue
+                _, _, msg = self.checked_calls(lib, {**e, "dims": alt}, d)
+                if msg:
+                    failed.append((e["job_key"], f"at dims {alt} (sweep.yaml check_dims: a "
+                                   f"problem size it was not tuned on): {msg}"))
         return failed
 
     def clock(self, job: dict) -> dict:

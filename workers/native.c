@@ -175,14 +175,33 @@ typedef struct {
 COMPARE(float, kopt_compare_f32)
 COMPARE(double, kopt_compare_f64)
 
-/* Make every page of [p, p + n) readable and writable again (mprotect, pages rounded
- * outwards): after a timed call, an output page the candidate protected (to compute its
- * values in a fault handler on their first read) then holds the poison the harness wrote,
- * and the read that verifies it cannot fault into the candidate's handler. 0, or the
- * errno (ENOMEM: a page no longer mapped). */
+/* Make every page of [p, p + n) readable and writable again, whatever the candidate did to
+ * it, so that the verification's reads cannot fault into a handler of the candidate's
+ * (pages rounded outwards): guard markers removed (madvise MADV_GUARD_REMOVE, Linux 6.13+;
+ * a guarded page reads back as zeros, not the values the candidate saved), the pages given
+ * protection key 0 with read and write access (pkey_mprotect; plain mprotect keeps a page's
+ * key), and, on x86-64 where the OS enables protection keys (CPUID.7.0:ECX[4] OSPKE), this
+ * thread's PKRU cleared so that no key denies it access (WRPKRU 0; Intel SDM Vol. 3A 4.6.2
+ * "Protection Keys"). Where the kernel lacks a call (ENOSYS, EINVAL) or a filter refuses it
+ * (EPERM: the sandbox denies the pkey calls to candidates too), the next step stands in:
+ * plain mprotect last. 0, or the errno of that mprotect (ENOMEM: a page no longer mapped). */
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif
+#include <sys/syscall.h>
 int kopt_restore_rw(void *p, size_t n) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)p & ~(page - 1), e = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+#if defined(__x86_64__)
+    unsigned ea, eb, ec, ed;
+    if (__get_cpuid_count(7, 0, &ea, &eb, &ec, &ed) && (ec >> 4 & 1))
+        __asm__ volatile(".byte 0x0f, 0x01, 0xef" :: "a"(0), "c"(0), "d"(0) : "memory");
+#endif
+    madvise((void *)a, e - a, MADV_GUARD_REMOVE);
+#ifdef SYS_pkey_mprotect
+    if (syscall(SYS_pkey_mprotect, (void *)a, e - a, PROT_READ | PROT_WRITE, 0) == 0) return 0;
+    if (errno == ENOMEM) return errno;
+#endif
     return mprotect((void *)a, e - a, PROT_READ | PROT_WRITE) ? errno : 0;
 }
 

@@ -192,6 +192,7 @@ class BackendBlock(_Model):
     methods: dict[str, MethodRealization] = {}
     flags: list[str] = []
     dims: list[dict[str, StrictInt]] | None = None
+    check_dims: list[dict[str, StrictInt]] | None = None
     include_dirs: list[str] = []
     needs_sm90a: bool = False
     timing: Timing | None = None
@@ -228,6 +229,9 @@ class SweepFile(_Model):
     launch: Launch | None = None
     reference: str = "ref.py"
     dims: list[dict[str, StrictInt]] = Field(min_length=1)
+    # problem sizes a contest checks its contenders on, never timed or tuned on (a kernel
+    # that hard-codes the tuned sizes fails there); each has the keys of `dims`
+    check_dims: list[dict[str, StrictInt]] = []
     tolerance: Tolerance = Tolerance()
     args: dict[str, list[str | int]] = {}
     scalars: dict[str, float | int] = {}
@@ -291,6 +295,7 @@ class Space:
     flags: list[str]
     dims: list[dict[str, int]]
     include_dirs: list[str] = field(default_factory=list)
+    check_dims: list[dict[str, int]] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
     launch: Launch | None = None
     derived: dict[str, str] = field(default_factory=dict)
@@ -841,6 +846,7 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
         _check_problem_size(i, d, sig, sf, dp, prefix, err)
         for a, shape in sf.args.items():
             _check_extents(a, shape, i, d, sf, shared, dp, err)
+    check = _check_dims_of(blk, sf, dims, sig, shared, prefix, err)
     _check_param_names(blk, dims, sig, prefix, err)
     params = _checked_params(blk, catalog, prefix, err)
     derived = _check_derived(blk.derived, _scope(blk, dims, sf.scalars), prefix, err)
@@ -861,27 +867,45 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     return Space(
         backend=backend, source=resolved(src), signature=sig, params=params,
         restrictions=list(blk.restrictions), baseline=baseline, methods=dict(blk.methods),
-        flags=list(blk.flags), dims=[dict(d) for d in dims],
+        flags=list(blk.flags), dims=[dict(d) for d in dims], check_dims=check,
         include_dirs=incs, timing=blk.timing or sf.timing, launch=launch, derived=derived,
         needs_sm90a=blk.needs_sm90a, spec_path=spec_path, prefix=prefix)
 
 
+def _check_dims_of(blk: BackendBlock, sf: SweepFile, dims: list[dict[str, int]], sig: Any,
+                   shared: dict[str, str], prefix: str, err: Any) -> list[dict[str, int]]:
+    """The backend's ``check_dims`` (its block's, else the top level's), each checked as a
+    problem size is and with exactly the keys of ``dims``: the problem sizes a contest
+    checks its contenders on (workers.harness ``Harness._check_dims``)."""
+    check = blk.check_dims if blk.check_dims is not None else sf.check_dims
+    cp = prefix if blk.check_dims is not None else ""
+    keys = set(dims[0])
+    for i, d in enumerate(check):
+        if set(d) != keys:
+            raise err(f"{cp}check_dims[{i}]", f"has the keys {sorted(d)}, the problem sizes "
+                      f"{sorted(keys)}; give every dim of `dims` and no other")
+        _check_problem_size(i, d, sig, sf, cp, prefix, err, field="check_dims")
+        for a, shape in sf.args.items():
+            _check_extents(a, shape, i, d, sf, shared, cp, err, field="check_dims")
+    return [dict(d) for d in check]
+
+
 def _check_problem_size(i: int, d: dict[str, int], sig: Any, sf: SweepFile, dp: str,
-                        prefix: str, err: Any) -> None:
+                        prefix: str, err: Any, field: str = "dims") -> None:
     """Problem size ``d`` (``dims[i]``): sizes >= 1, no name both a dim and a scalar, and every
     scalar argument of the kernel given a value its C type holds."""
     for k, v in d.items():
         if k in sf.scalars:
-            raise err(f"scalars.{k}", f"{k!r} is also a dim ({dp}dims[{i}]); a name is a dim "
+            raise err(f"scalars.{k}", f"{k!r} is also a dim ({dp}{field}[{i}]); a name is a dim "
                       "or a scalar, not both (the load's checks read one value, the run the "
                       "other): drop one of them")
         if v < 1:
-            raise err(f"{dp}dims[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
+            raise err(f"{dp}{field}[{i}].{k}", f"{v} is not a problem size: dims must be >= 1 "
                       "(an empty problem has nothing to measure); give values that are not "
                       "sizes in `scalars`")
     for s in sig.scalars:
         if s.name not in d and s.name not in sf.scalars:
-            raise err(f"{prefix}dims[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
+            raise err(f"{prefix}{field}[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
                       "but is neither a dim nor in `scalars`; add "
                       f"{s.name}: <value> to one of them")
         v = d.get(s.name, sf.scalars.get(s.name))
@@ -889,7 +913,7 @@ def _check_problem_size(i: int, d: dict[str, int], sig: Any, sf: SweepFile, dp: 
         bad = (not float(v).is_integer() if integral else math.isnan(v)) or (
             math.isfinite(v) and not lo <= v <= hi)
         if bad or (integral and not math.isfinite(v)):
-            where = f"{dp}dims[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
+            where = f"{dp}{field}[{i}].{s.name}" if s.name in d else f"scalars.{s.name}"
             kind = "integers" if integral else "finite values up to +-"
             rng = f"{lo} .. {hi}" if integral else f"{hi:g}"
             raise err(where, f"{v} does not fit `{s.ctype} {s.name}` ({kind}{' ' * integral}"
@@ -897,19 +921,19 @@ def _check_problem_size(i: int, d: dict[str, int], sig: Any, sf: SweepFile, dp: 
 
 
 def _check_extents(a: str, shape: list[Any], i: int, d: dict[str, int], sf: SweepFile,
-                   shared: dict[str, str], dp: str, err: Any) -> None:
+                   shared: dict[str, str], dp: str, err: Any, field: str = "dims") -> None:
     """Argument ``a``'s extents at problem size ``d`` (``dims[i]``): each an integer >= 1, the
     buffer at most :data:`MAX_ARG_ELEMENTS` elements."""
     numel = 1
     for j, e in enumerate(shape):
         v = e if not isinstance(e, str) else _extent(a, j, e, i, d, sf, shared, dp, err)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}dims[{i}] = {d}, "
+            raise err(f"args.{a}[{j}]", f"{e!r} gives {v!r} with {dp}{field}[{i}] = {d}, "
                       "not a size: every extent must be an integer >= 1 (an empty "
                       "buffer has nothing to measure)")
         numel *= v
     if numel > MAX_ARG_ELEMENTS:
-        raise err(f"args.{a}", f"{shape} gives {numel:,} elements with {dp}dims[{i}] = "
+        raise err(f"args.{a}", f"{shape} gives {numel:,} elements with {dp}{field}[{i}] = "
                   f"{d}, over {MAX_ARG_ELEMENTS:,} (2^38): no device holds that; check "
                   "the extents")
 

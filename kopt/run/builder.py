@@ -29,7 +29,8 @@ INLINE_BYTES = 100 * 1024  # artifacts under Ray's inlining limit travel as an a
 
 def job_base(sweep: Sweep, space: Space, rel_paths: bool = False) -> dict[str, Any]:
     """The part of every harness job that is the same for the whole sweep and backend
-    (reference, seed, shapes, scalars, tolerance, timing, signature). ``rel_paths``: ref.py
+    (reference, seed, shapes, scalars, tolerance, timing, the problem sizes contests check
+    on: ``check_dims``, signature). ``rel_paths``: ref.py
     relative to the sweep folder (it travels to cluster nodes as the working_dir).
     ``reference_sha256``: ref.py's digest now; a harness refuses a job whose ref.py no
     longer has it (workers.harness ``_same_reference``)."""
@@ -37,7 +38,7 @@ def job_base(sweep: Sweep, space: Space, rel_paths: bool = False) -> dict[str, A
     return {"reference": str(ref), "reference_sha256": file_sha256(sweep.reference),
             "seed": sweep.seed, "args": sweep.args,
             "scalars": sweep.scalars, "tolerance": sweep.tolerance.model_dump(),
-            "timing": space.timing.model_dump(),
+            "timing": space.timing.model_dump(), "check_dims": space.check_dims,
             "signature": [dataclasses.asdict(a) for a in space.signature.args]}
 
 
