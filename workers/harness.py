@@ -68,6 +68,12 @@ Per job (a candidate is assumed to try to fool the check and the clock):
 What is not caught (a candidate is native code inside this process), and what is named
 wrongly:
 
+- an honest OpenMP kernel on two threads beside CPU hogs is `replayed` in about 1 run of 8
+  (tests/fixtures/honest MODE 16-19, 2026-12-03, the 2-core machine): its calls on new input
+  sets are slow every time (3.5-8.8 ms against 0.55-0.79 ms on seen sets, in each recheck
+  round too), which is what a replayer looks like; the cause is not found
+  (bench/honest_under_load.py counts it);
+
 - an honest kernel whose cost depends on the values so much that every held-back set
   costs more than ``REPLAY_FACTOR`` x the check's two sets is ``replayed`` (e.g. a scan to
   the first match, a geometric cost: about 5 % of its jobs in a simulation with an
