@@ -1323,14 +1323,9 @@ class Harness:
                 self.ref_module(entries[0]["reference"]), STRESS_INPUTS):
             return []
         seed = self.rng.randrange(1 << 20, 1 << 31)
-        d = self.prepare({**entries[0], INPUTS_FN: STRESS_INPUTS, "seed": seed})
-        failed = []
-        for e, lib in zip(entries, libs):
-            _, _, msg = self.checked_calls(lib, {**e, INPUTS_FN: STRESS_INPUTS, "seed": seed}, d)
-            if msg:
-                failed.append((e["job_key"], f"on inputs from ref.py's {STRESS_INPUTS}() "
-                               f"(seeds {seed}, {seed + 1}), correct on inputs(): {msg}"))
-        return failed
+        return self._checked_on(entries, libs, {INPUTS_FN: STRESS_INPUTS, "seed": seed},
+                                f"on inputs from ref.py's {STRESS_INPUTS}() (seeds {seed}, "
+                                f"{seed + 1}), correct on inputs()", keep=False)
 
     def _check_dims(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked (:meth:`checked_calls`) at
@@ -1340,16 +1335,28 @@ class Harness:
         ``check_dims``. Raises JobError for a ref.py that fails at those sizes."""
         failed: list[tuple[str, str]] = []
         for alt in [] if entries[0].get(UNGUARDED) else entries[0].get("check_dims") or []:
-            if alt == entries[0]["dims"]:
-                continue
-            d = self.prepare({**entries[0], "dims": alt})
-            for e, lib in zip(entries, libs):
-                if e["job_key"] in {k for k, _ in failed}:
-                    continue
-                _, _, msg = self.checked_calls(lib, {**e, "dims": alt}, d)
+            if alt != entries[0]["dims"]:
+                failed += self._checked_on(
+                    entries, libs, {"dims": alt}, f"at dims {alt} (sweep.yaml check_dims: a "
+                    "problem size it was not tuned on)", skip={k for k, _ in failed})
+        return failed
+
+    def _checked_on(self, entries: list[dict], libs: list[Any], change: dict, said: str,
+                    skip: set[str] = frozenset(), keep: bool = True) -> list[tuple[str, str]]:
+        """Each contender of ``entries`` (``libs``: their loaded artifacts; those whose job
+        key is in ``skip`` left out) checked by :meth:`checked_calls` on the input sets of its
+        job with ``change`` applied (other dims, another inputs function and seed);
+        ``(job key, said: what failed)`` per one that failed. ``keep``: the sets stay cached
+        for later contests (False: drawn for this check alone, dropped after it)."""
+        d = self.prepare({**entries[0], **change})
+        failed = []
+        for e, lib in zip(entries, libs):
+            if e["job_key"] not in skip:
+                _, _, msg = self.checked_calls(lib, {**e, **change}, d)
                 if msg:
-                    failed.append((e["job_key"], f"at dims {alt} (sweep.yaml check_dims: a "
-                                   f"problem size it was not tuned on): {msg}"))
+                    failed.append((e["job_key"], f"{said}: {msg}"))
+        if not keep:
+            self.data.pop(d.key, None)
         return failed
 
     def clock(self, job: dict) -> dict:
