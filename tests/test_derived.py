@@ -282,6 +282,8 @@ MAIN_FIGURES = {
     "rotary": {"cuda": "4c00b2ea61ed193a"},
     "w4a16_gemv": {"cuda": "c0e8d0b457362911"},
     "w8a8_gemm": {"cuda": "ff9cd06ccdceb7a5"},
+    # the prefill form of gate_up_silu (CUTLASS, sm_90a), pinned as first written
+    "gate_up_prefill": {"cuda": "98195c675b4ff90f"},
     "reduction": {"cpu": "63cff460944a58c5", "cuda": "f68f9f3bd0ddaef7"},
     "sgemm": {"cpu": "c929c4495ed84fb8", "cuda": "89a10c96cdb3cadc"},
     "sgemm_kt": {"cuda": "9893cd777ca29439"},

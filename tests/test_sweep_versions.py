@@ -23,7 +23,8 @@ VERSIONS = sorted(ROOT.glob("sweeps/*/versions/v*.cu"))
 def test_the_decode_sweeps_ship_versions():
     assert {v.parent.parent.name for v in VERSIONS} == {"rmsnorm_residual", "lm_head_top1",
                                                       "gate_up_silu", "rotary", "w4a16_gemv",
-                                                      "decode_attention", "w8a8_gemm"}
+                                                      "decode_attention", "w8a8_gemm",
+                                                      "gate_up_prefill"}
 
 
 @pytest.mark.parametrize("src", VERSIONS, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")

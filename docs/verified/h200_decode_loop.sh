@@ -25,7 +25,7 @@ sum=$out/summary.txt
 { cat .kopt_rev 2>/dev/null; [ "$BACKEND" = cuda ] && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   nvcc --version | tail -1; } | tee "$sum"
 # candidates per sweep in the first iteration, and seconds each command may take
-declare -A CAP=([rmsnorm_residual]=12 [rotary]=12 [lm_head_top1]=10 [w4a16_gemv]=12
+declare -A CAP=([gate_up_prefill]=13 [rmsnorm_residual]=12 [rotary]=12 [lm_head_top1]=10 [w4a16_gemv]=12
                 [gate_up_silu]=10 [decode_attention]=12 [w8a8_gemm]=10)
 LIMIT=${LIMIT:-120}
 t() { local name=$1; shift; local t0=$(date +%s.%N)
