@@ -7,6 +7,11 @@ fi
 # single wheels the packed site lacks (google-re2 for kopt.tools.triage: `pip download --no-deps
 # --only-binary=:all: --python-version 3.12 ... -d .devsite/whl google-re2`)
 for w in .devsite/whl/*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site; done  # no unzip there
+# the CUTLASS sweeps' headers (`pkg:cutlass_library/...`): the nvidia-cutlass wheel, pure Python
+# (`pip download --no-deps nvidia-cutlass==4.2.0.0 -d .devsite`), where the host lacks it
+if ! python3 -c "import cutlass_library" 2>/dev/null; then
+  for w in .devsite/nvidia_cutlass-*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site; done
+fi
 # kernel mode needs cuda.bindings 13 (nvrtc + driver) and cuda.pathfinder; the host image has
 # its own: use it when it imports, else the carried wheels (.devsite/cuda/*.whl)
 if ! python3 -c "from cuda.bindings import nvrtc, driver; import cuda.pathfinder" 2>/dev/null \
