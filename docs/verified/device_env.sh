@@ -7,10 +7,13 @@ fi
 # single wheels the packed site lacks (google-re2 for kopt.tools.triage: `pip download --no-deps
 # --only-binary=:all: --python-version 3.12 ... -d .devsite/whl google-re2`)
 for w in .devsite/whl/*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site; done  # no unzip there
-# the CUTLASS sweeps' headers (`pkg:cutlass_library/...`): the nvidia-cutlass wheel, pure Python
-# (`pip download --no-deps nvidia-cutlass==4.2.0.0 -d .devsite`), where the host lacks it
-if ! python3 -c "import cutlass_library" 2>/dev/null; then
-  for w in .devsite/nvidia_cutlass-*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/site; done
+# the CUTLASS sweeps' headers (`pkg:cutlass_library/...`, found by importlib's find_spec, which
+# imports nothing) where the host lacks nvidia-cutlass: .devsite/cutlass-headers.tar.xz holds
+# the 4.2.0.0 wheel's source/include and source/tools/util/include under cutlass_library/
+if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('cutlass_library') is None)" \
+   && [ -f .devsite/cutlass-headers.tar.xz ]; then
+  mkdir -p /tmp/site && tar -xJf .devsite/cutlass-headers.tar.xz -C /tmp/site
+file -e "$w" /tmp/site; done
 fi
 # kernel mode needs cuda.bindings 13 (nvrtc + driver) and cuda.pathfinder; the host image has
 # its own: use it when it imports, else the carried wheels (.devsite/cuda/*.whl)
