@@ -13,7 +13,6 @@ for w in .devsite/whl/*.whl; do [ -f "$w" ] && python3 -m zipfile -e "$w" /tmp/s
 if ! python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('cutlass_library') is None)" \
    && [ -f .devsite/cutlass-headers.tar.xz ]; then
   mkdir -p /tmp/site && tar -xJf .devsite/cutlass-headers.tar.xz -C /tmp/site
-file -e "$w" /tmp/site; done
 fi
 # kernel mode needs cuda.bindings 13 (nvrtc + driver) and cuda.pathfinder; the host image has
 # its own: use it when it imports, else the carried wheels (.devsite/cuda/*.whl)
