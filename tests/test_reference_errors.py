@@ -271,3 +271,33 @@ def test_a_contender_that_raises_names_its_line(tmp_path):
         RefCall(mod.contender, [], "ref.py").run(SimpleNamespace(inputs={}), {})
     assert str(e.value) == ("ref.py: contender() raised ZeroDivisionError('division by zero') "
                             "at ref.py line 2: `return 1 / 0` (timed as the reference)")
+
+
+@pytest.mark.parametrize("yaml, ref_extra, what, raised", [
+    ("kernel: add.cpp\ndims: [{N: 64}]\nargs: {x: [N]}\n",
+     "def stress_inputs(seed, N):\n    raise ValueError('no stress here')\n",
+     "stress_inputs()/reference() failed for dims {'N': 64}",
+     "stress_inputs() raised ValueError('no stress here') at ref.py line 8"),
+    ("kernel: add.cpp\ndims: [{N: 64}]\ncheck_dims: [{N: 65}]\nargs: {x: [N]}\n",
+     "",
+     "inputs()/reference() at sweep.yaml's check_dims failed for dims {'N': 65}",
+     "inputs() raised ValueError('N must be a multiple of 8') at ref.py line 3"),
+], ids=["stress_inputs", "check_dims"])
+def test_what_contests_check_on_is_run_before_anything_is_built(tmp_path, yaml, ref_extra,
+                                                                 what, raised):
+    """A ref.py whose stress_inputs() raised (or whose inputs() failed at a check_dims size)
+    was met only in the run's first contest, which then dropped every contender: the sweep
+    measured everything and named nothing. Both are run once with the dims' own check, and a
+    failure stops the sweep in one line before any build."""
+    ref = ("import torch\ndef inputs(seed, N):\n"
+           "    if N % 8: raise ValueError('N must be a multiple of 8')\n"
+           "    return {'x': torch.ones(N)}\n"
+           "def reference(x, N):\n    return x\n" + ref_extra)
+    d = base(tmp_path, yaml, **{"ref.py": ref})
+    r = CliRunner().invoke(main, ["sweep", str(d), "--backend", "cpu", "--store",
+                                  str(tmp_path / "st")])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert out.startswith(f"error: {(d / 'ref.py').resolve()}: {what} on cpu-"), out
+    assert raised in out and "nothing was built or measured" in out, out
+    assert not list((tmp_path / "st").rglob("candidates*")), "a build or a row was made"

@@ -185,7 +185,7 @@ from workers import native, nvrtc, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
-from workers.records import REF_CHANGED, RunJob, band_of, file_sha256
+from workers.records import INPUTS_FN, REF_CHANGED, STRESS_INPUTS, RunJob, band_of, file_sha256
 from workers.status import Status
 from workers.timing import should_stop, summarize
 
@@ -237,10 +237,6 @@ LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
 UNGUARDED = "bench_unguarded"
-# a job's key naming the ref.py function its inputs come from (default "inputs"); a contest's
-# contenders are also checked on sets from STRESS_INPUTS where ref.py defines it
-INPUTS_FN = "inputs_fn"
-STRESS_INPUTS = "stress_inputs"
 
 
 # cuda.h CUlimit: the L2 set aside for persisting accesses (sm_80 and later)

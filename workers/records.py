@@ -18,6 +18,12 @@ from workers.deps import sha256_file
 from workers.observers import observer_columns
 from workers.status import Status
 
+# a job's key naming the ref.py function its inputs come from (default "inputs"); a contest's
+# contenders are also checked on sets from STRESS_INPUTS where ref.py defines it, and the
+# driver makes sets from it once before anything is built (kopt.driver.sweep)
+INPUTS_FN = "inputs_fn"
+STRESS_INPUTS = "stress_inputs"
+
 
 @dataclass
 class BuildJob:

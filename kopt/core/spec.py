@@ -804,6 +804,15 @@ def _check_ref(ref: Path, err: Any) -> None:
                                    f"{REF_FUNCTIONS[name]}")
 
 
+def ref_functions(ref: Path) -> set[str]:
+    """The names of :data:`REF_FUNCTIONS` (``inputs``, ``reference``, ``contender``,
+    ``stress_inputs``) that ref.py at ``ref`` binds at its top level, read from its syntax
+    tree (nothing is imported or run). Raises ContractError for a file that cannot be read
+    and SyntaxError for one that does not parse (load_sweep has refused both already)."""
+    tree = ast.parse(read_text(ref, ContractError, python=True), str(ref))
+    return set(_bindings(tree)) & set(REF_FUNCTIONS)
+
+
 def _bindings(tree: ast.Module) -> dict[str, ast.stmt]:
     """Each name a module binds at its top level -> the statement that binds it last (a
     def, a class, an import or an assignment): what the name holds once it is imported."""

@@ -39,7 +39,7 @@ from kopt.core.expand import (
     stable_hash,
 )
 from kopt.core.plausible import implausible
-from kopt.core.spec import Space, Sweep
+from kopt.core.spec import Space, Sweep, ref_functions
 from kopt.driver.checks import check_before_ray, pick_backend, resumable_run, spec_parts
 from kopt.loop.guided import (
     NcuLoop,
@@ -85,7 +85,15 @@ from kopt.util.words import counted
 from workers import build as wbuild
 from workers import ncu as wncu
 from workers.prestart import Prestarted
-from workers.records import REF_CHANGED, RunJob, RunOutcome, TuningRecord, file_sha256
+from workers.records import (
+    INPUTS_FN,
+    REF_CHANGED,
+    STRESS_INPUTS,
+    RunJob,
+    RunOutcome,
+    TuningRecord,
+    file_sha256,
+)
 from workers.status import Status
 
 # tables whose rows a run keeps adding to, each a part file or more per process (a submitted
@@ -413,6 +421,11 @@ class Driver:
     def _check_reference(self) -> None:
         """Run ref.py's inputs() and reference() once per dims on one device of each class
         before anything is built; a failure stops the sweep with an error naming ref.py.
+        The same for what contests check contenders on later (:meth:`_reference_probes`):
+        ``stress_inputs()`` at every dims where ref.py defines it, and inputs() at each of
+        sweep.yaml's ``check_dims``; a ref.py failing there would otherwise drop every
+        contender of the run's first contest. The probes run first, so that the dims' own
+        sets stay in the harness's data cache.
         With ``reference_timing`` (the default), the reference is timed where this run has
         no ``reference`` row for the class and problem size yet (a resumed run, a submitted
         iteration reuse the one stored) once the first iteration's candidates are measured
@@ -421,30 +434,52 @@ class Driver:
         self.phases.begin("reference")
         self._ref_todo: list[tuple[str, dict[str, int]]] = []
         timed = Database(self.store).timed_references(self.resume) if self.resume else set()
+        checks = self._reference_probes() + [(d, {}, "inputs()/reference()")
+                                             for d in self.space.dims]
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             self.phases.begin("reference", self.runner.infos[i])
-            for d in self.space.dims:
-                try:
-                    res = self.runner.call(i, "prepare",
-                                           RunJob("reference", "", d, self._common).payload())
-                except DeviceError as e:  # its node died before anything was built
-                    raise SweepError(f"the {dc} device checking ref.py at dims {d} was lost "
-                                     f"({e}); nothing was built or measured: run the sweep "
-                                     "again") from None
+            for d, change, what in checks:
+                res = self._prepare_reference(i, dc, d, change)
                 if res["status"] != Status.OK:
-                    raise SweepError(f"{self.sweep.reference}: inputs()/reference() failed for "
-                                     f"dims {d} on {dc} ({res['status']}): "
-                                     f"{res.get('error')}; nothing was built or measured")
+                    raise SweepError(f"{self.sweep.reference}: {what} failed for dims {d} on "
+                                     f"{dc} ({res['status']}): {res.get('error')}; nothing "
+                                     "was built or measured")
                 for note in res.get("notes") or []:
                     if note not in seen:
                         seen.add(note)
                         for o in self.observers:
                             o.on_note(note)
-                if self.sweep.reference_timing and (dc, dumps(d)) not in timed:
+                if (not change and self.sweep.reference_timing
+                        and (dc, dumps(d)) not in timed):
                     self._ref_todo.append((dc, d))
             self.phases.end("reference", self.runner.infos[i])
         self.phases.end("reference")
+
+    def _reference_probes(self) -> list[tuple[dict[str, int], dict[str, Any], str]]:
+        """``(dims, job change, what runs)`` for each extra check of ref.py before anything
+        is built: its ``stress_inputs()`` with reference() at every dims (where ref.py
+        defines it; seed 0, the contests draw theirs), and inputs() with reference() at
+        each of the space's ``check_dims`` not among its dims."""
+        probes = [(alt, {}, "inputs()/reference() at sweep.yaml's check_dims")
+                  for alt in self.space.check_dims if alt not in self.space.dims]
+        if STRESS_INPUTS in ref_functions(self.sweep.reference):
+            probes += [(d, {INPUTS_FN: STRESS_INPUTS, "seed": 0},
+                        f"{STRESS_INPUTS}()/reference()") for d in self.space.dims]
+        return probes
+
+    def _prepare_reference(self, i: int, dc: str, dims: dict[str, int],
+                           change: dict[str, Any]) -> dict[str, Any]:
+        """Device ``i`` (class ``dc``) makes ref.py's input sets and reference outputs at
+        ``dims`` with ``change`` applied to the job (workers.device_actor ``prepare``); its
+        outcome dict. Raises SweepError when the device was lost doing it."""
+        try:
+            return self.runner.call(i, "prepare", {
+                **RunJob("reference", "", dims, self._common).payload(), **change})
+        except DeviceError as e:  # its node died before anything was built
+            raise SweepError(f"the {dc} device checking ref.py at dims {dims} was lost "
+                             f"({e}); nothing was built or measured: run the sweep "
+                             "again") from None
 
     def _time_references(self) -> None:
         """Time the references :meth:`_check_reference` left to do, on a live device of
