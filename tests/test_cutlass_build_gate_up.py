@@ -1,6 +1,7 @@
 """sweeps/gate_up_prefill (the MLP's gate and up projections at prefill, two CUTLASS 3.x GEMMs)
 builds in CI through kopt's builder for sm_90a, both GEMMs and the elementwise kernel compiled
-by ptxas without spills; on an sm_87 device (Jetson Orin) kopt refuses the sweep in one line.
+by ptxas without spills; on an sm_87 device (Jetson Orin) kopt refuses the sweep in one line,
+and a cluster with an Orin beside an H200 runs it on the H200 alone.
 A file of its own, so that pytest-xdist (--dist loadfile) can put its minute of nvcc beside the
 other CUTLASS builds rather than after them."""
 
@@ -15,6 +16,8 @@ from conftest import ROOT
 from kopt.core.catalog import load_catalog
 from kopt.core.expand import expand
 from kopt.core.spec import SpecError, load_sweep
+from kopt.driver.checks import classes_for
+from kopt.run.runner import SweepError
 
 SWEEP = ROOT / "sweeps" / "gate_up_prefill"
 
@@ -44,3 +47,21 @@ def test_gate_up_prefill_space_and_its_refusal_on_sm87():
     with pytest.raises(SpecError, match=r"needs the sm_90a target .* run the sweep on an sm_90 "
                                         r"device"):
         expand(sp, load_catalog(), 87)
+
+
+def test_a_mixed_cluster_runs_an_sm90a_sweep_on_its_sm90_class_only():
+    """An Orin (sm_87) beside an H200 (sm_90): expanding gate_up_prefill for the Orin raised
+    in the middle of planning and stopped the whole run; the Orin's class now sits the sweep
+    out with a note, and a cluster of Orins alone is refused in one line. A sweep without
+    `needs_sm90a` keeps every class."""
+    classes = {"h200-sm90": {"sm": 90}, "orin-sm87": {"sm": 87}}
+    kept, notes = classes_for(load_sweep(SWEEP).space("cuda"), classes)
+    assert kept == {"h200-sm90": {"sm": 90}}
+    assert notes == ["gate_up_prefill.cu needs the sm_90a target (sweep.yaml: `needs_sm90a: "
+                     "true`): device class orin-sm87 (sm_87) sits this sweep out"]
+    with pytest.raises(SweepError, match=r"^gate_up_prefill.cu needs the sm_90a target .*which "
+                                         r"no device here can run \(orin-sm87 \(sm_87\)\): run "
+                                         r"the sweep on an sm_90 device"):
+        classes_for(load_sweep(SWEEP).space("cuda"), {"orin-sm87": {"sm": 87}})
+    plain = load_sweep(ROOT / "sweeps" / "rmsnorm_residual").space("cuda")
+    assert classes_for(plain, classes) == (classes, [])

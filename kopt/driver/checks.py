@@ -15,7 +15,7 @@ from kopt.core.expand import (
     WALK_LIMIT,
     configs_bound,
 )
-from kopt.core.spec import Sweep
+from kopt.core.spec import Space, Sweep
 from kopt.run.cluster import cluster_total
 from kopt.run.devices import local_gpu_count
 from kopt.run.runner import SweepError
@@ -192,3 +192,25 @@ def check_walkable(sweep: Sweep, backend: str, max_candidates: int | None) -> No
                              "walk; give --max-candidates N to measure a random sample of N "
                              f"(with any --strategy), or narrow {sp.prefix}params to at most "
                              f"{WALK_LIMIT:,}")
+
+
+def classes_for(space: Space, classes: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
+    """The device classes (class -> its first device's info, with ``sm``: 90 for an H100/
+    H200, 87 for a Jetson Orin) that can run ``space``, and a note per class left out: a
+    space whose every candidate needs the ``sm_90a`` target (sweep.yaml ``needs_sm90a``:
+    wgmma, setmaxnreg) runs on the sm_90 classes of a mixed cluster (an Orin beside an
+    H200) and leaves the others idle rather than stopping the run.
+
+    Raises:
+        SweepError: no class can run it (one line naming the sweep and the fix).
+    """
+    if not space.needs_sm90a:
+        return classes, []
+    kept = {dc: info for dc, info in classes.items() if info.get("sm") == 90}
+    left = [f"{dc} (sm_{classes[dc].get('sm')})" for dc in classes if dc not in kept]
+    if not kept:
+        raise SweepError(f"{space.source.name} needs the sm_90a target (sweep.yaml: "
+                         f"`needs_sm90a: true`), which no device here can run "
+                         f"({', '.join(left)}): run the sweep on an sm_90 device (H100/H200)")
+    return kept, [f"{space.source.name} needs the sm_90a target (sweep.yaml: `needs_sm90a: "
+                  f"true`): device class {d} sits this sweep out" for d in left]

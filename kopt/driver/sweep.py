@@ -40,7 +40,13 @@ from kopt.core.expand import (
 )
 from kopt.core.plausible import implausible
 from kopt.core.spec import Space, Sweep, ref_functions
-from kopt.driver.checks import check_before_ray, pick_backend, resumable_run, spec_parts
+from kopt.driver.checks import (
+    check_before_ray,
+    classes_for,
+    pick_backend,
+    resumable_run,
+    spec_parts,
+)
 from kopt.loop.guided import (
     NcuLoop,
     close_iteration_on_devices,
@@ -384,7 +390,10 @@ class Driver:
             f" (warm: kopt service at {self.queue['address']})" if self.queue else ""))
         if isinstance(self.runner, QueueRunner):
             self.runner.check_reads(self.sweep.reference)
-        self.classes = self.runner.classes()
+        self.classes, left = classes_for(space, self.runner.classes())
+        for note in left:
+            for o in self.observers:
+                o.on_note(note)
         platforms = {i.get("platform") or "" for i in infos}
         try:
             self.builder.set_routes(build_nodes(self.runner.nodes, platforms))
