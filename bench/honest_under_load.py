@@ -7,7 +7,10 @@ through one sandboxed CPU harness per run, as tests/test_honest.py does, with ``
 busy-looping processes (``yes``-like, one niced) beside it, and prints each run's statuses
 and the count of verdicts other than ``ok``. Measured 2026-12-03 on the project's 2-core
 machine: 1 false ``replayed`` in 8 runs beside two hogs (MODE 17), 1 in 6 in a red team's
-runs (MODE 19). A timing claim, so it lives here and not in the suite.
+runs (MODE 19); later that day, ``--runs 16`` (64 jobs), other users' tests also running: 1
+(MODE 18), and 1 (MODE 17) back to back with the OpenMP workers parked
+(``OMP_WAIT_POLICY=passive``, not kept: see workers/harness.py, "named wrongly"). A timing
+claim, so it lives here and not in the suite.
 """
 
 from __future__ import annotations
