@@ -306,3 +306,71 @@ def test_twenty_honest_gpu_kernels_are_ok(tmp_path):
               f":: {(r.get('error') or '')[:200]}")
     assert {m: r["status"] for m, r in out.items() if r["status"] != "ok"} == {}
     assert all(len(r["unseen_ms"]) == 2 for r in out.values())
+
+
+def _faulty_cuda_job(tmp_path, mode):
+    """A job of tests/fixtures/faulty's CUDA kernel (0 correct, 2 an illegal address)."""
+    src, ref = FIXTURES / "faulty" / "faulty.cu", FIXTURES / "faulty" / "ref.py"
+    b = wb.BuildJob(f"pf{mode}-{abs(hash(src.read_text())) % 10**8}", "cuda", src.read_text(),
+                    src.name, str(src.parent), {"MODE": mode}, target="sm_90")
+    res, data = wb.build(b, cache=tmp_path)
+    assert res.ok, res.error
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(src).args]
+    return {"artifact": str(wb.ensure_artifact(b.build_id, data, cache=tmp_path)),
+            "signature": sig, "reference": str(ref), "dims": {"N": 65536}, "seed": 0,
+            "args": {"x": ["N"]}, "scalars": {}, "tolerance": {"atol": 1e-6, "rtol": 1e-6},
+            "timing": TIMING, "job_key": f"faulty{mode}"}
+
+
+def test_a_prestarted_cuda_harness_is_taken_over_and_judges_as_its_own(tmp_path):
+    """On the GPU as on the CPU (tests/test_prestart.py): the harness started before Ray, its
+    CUDA context made, is adopted by the device actor's sandbox after the token handshake and
+    judges a candidate `ok`; one that faults the context (an illegal address) is `crashed`,
+    and the sandbox then starts a harness of its own, which judges the next one `ok`; a
+    socket whose peer cannot prove the token is never adopted."""
+    from workers.prestart import Prestarted, Prestarter
+
+    pre = Prestarter("cuda", ["0"])
+    sb, forger = Sandbox("cuda"), Sandbox("cuda")
+    try:
+        p = pre.started["0"]
+        assert not forger.adopt(Prestarted(p.folder, p.pid, "cuda", token="ab" * 16))
+        assert sb.adopt(p) and sb.adopted and sb.pid == p.pid
+        assert sb.info["backend"] == "cuda" and sb.info["multiprocessors"] > 1
+        ok = sb.run(_faulty_cuda_job(tmp_path, 0), timeout_s=30)
+        assert ok["status"] == "ok" and ok["max_abs_err"] == 0.0, ok.get("error")
+        assert sb.pid == p.pid and sb.restarts == 0
+        crash = sb.run(_faulty_cuda_job(tmp_path, 2), timeout_s=30)
+        assert crash["status"] == "crashed" and "illegal" in crash["error"], crash.get("error")
+        again = sb.run(_faulty_cuda_job(tmp_path, 0), timeout_s=30)
+        assert again["status"] == "ok" and sb.pid not in (None, p.pid) and sb.restarts == 1
+    finally:
+        forger.close()
+        sb.close()
+        pre.close()
+
+
+def test_the_plausibility_gate_is_armed_on_the_gpu(ray_local, tmp_path, monkeypatch):
+    """The DRAM peak kopt judges a GPU row against is found for the real device (its NVML
+    name in kopt.run.devices.PEAKS: 4800 GB/s on an H200), and honest vector_add rows stay
+    under it; with the peak said to be 1 GB/s, every row of the same sweep is `suspect` with
+    the gate's line and none is named best."""
+    from kopt.core.spec import load_sweep
+    from kopt.driver import sweep as driver
+    from kopt.store.database import query
+
+    sw = load_sweep(ROOT / "sweeps" / "vector_add")
+    honest = tmp_path / "honest"
+    s = driver.run_sweep(sw, honest, backend="cuda", max_candidates=2)
+    assert s.status_counts == {"ok": 2}
+    _, ref = query("select device_name, peak_gbps from reference", honest)
+    assert ref and all(peak and peak >= 3000 for _, peak in ref), ref
+    if any("H200" in (name or "") for name, _ in ref):
+        assert {peak for _, peak in ref} == {4800.0}
+    monkeypatch.setattr(driver, "peaks", lambda name, dtype: (None, 1.0))
+    gated = tmp_path / "gated"
+    s = driver.run_sweep(sw, gated, backend="cuda", max_candidates=2)
+    assert s.status_counts == {"suspect": 2}
+    _, rows = query("select status, error from candidates", gated)
+    assert all(st == "suspect" and "above the device's DRAM peak of 1 GB/s" in err
+               for st, err in rows), rows
