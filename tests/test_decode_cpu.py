@@ -24,7 +24,13 @@ from kopt.store.database import query
 
 # name -> (CPU candidates at NT 1, problem sizes)
 CPU_FORMS = {
+    "decode_attention": (4, 4),   # (none, VEC 8) x (none, SPLITS 8)
+    "gate_up_silu": (4, 2),       # (none, RPB 4) x (none, VEC 8)
+    "lm_head_top1": (4, 2),       # (none, RPB 4) x (none, VEC 8)
     "rmsnorm_residual": (3, 3),   # (none, VEC 8, VEC 16)
+    "rotary": (4, 3),             # (none, ITEMS 4) x (none, SMEM_CS)
+    "w4a16_gemv": (4, 4),         # (none, RPB 4) x (none, VEC 8)
+    "w8a8_gemm": (4, 4),          # (none, TN 8) x (none, VEC 16)
 }
 
 

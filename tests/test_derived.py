@@ -274,15 +274,15 @@ MAIN_FIGURES = {
     # fde88f3 changed this space on purpose: STAGES [3, 4] (was [3, 4, 5]) and the two Hopper
     # methods (bf16x3 on wgmma), 114 candidates at sm_90 (was 156)
     "gemm_cutlass_fp32": {"cuda": "441f0fe40f510a89"},
-    # the decode-time sweeps of issue 26 (tests/test_decode_sweeps.py), pinned as first written
-    "decode_attention": {"cuda": "a0d256998399e54a"},
-    "gate_up_silu": {"cuda": "d3f0de2d2727e074"},
-    "lm_head_top1": {"cuda": "b05e6856c0b42e96"},
-    # its CPU form added later (rmsnorm_residual.cpp), pinned as first written
+    # the decode-time sweeps of issue 26 (tests/test_decode_sweeps.py), pinned as first written;
+    # their CPU forms (tests/test_decode_cpu.py) added later, pinned as first written
+    "decode_attention": {"cpu": "c8556834159fc581", "cuda": "a0d256998399e54a"},
+    "gate_up_silu": {"cpu": "cf75250bb2049c59", "cuda": "d3f0de2d2727e074"},
+    "lm_head_top1": {"cpu": "2385c3f687ee6884", "cuda": "b05e6856c0b42e96"},
     "rmsnorm_residual": {"cpu": "a1605b32cf5fabfa", "cuda": "c1b93da805d8b06e"},
-    "rotary": {"cuda": "4c00b2ea61ed193a"},
-    "w4a16_gemv": {"cuda": "c0e8d0b457362911"},
-    "w8a8_gemm": {"cuda": "ff9cd06ccdceb7a5"},
+    "rotary": {"cpu": "9f3543f1dc2c8cdb", "cuda": "4c00b2ea61ed193a"},
+    "w4a16_gemv": {"cpu": "e9e3b417f84775f5", "cuda": "c0e8d0b457362911"},
+    "w8a8_gemm": {"cpu": "4d97ac1629c388fa", "cuda": "ff9cd06ccdceb7a5"},
     # the prefill form of gate_up_silu (CUTLASS, sm_90a), pinned as first written
     "gate_up_prefill": {"cuda": "98195c675b4ff90f"},
     "reduction": {"cpu": "63cff460944a58c5", "cuda": "f68f9f3bd0ddaef7"},
