@@ -65,3 +65,26 @@ def test_a_mixed_cluster_runs_an_sm90a_sweep_on_its_sm90_class_only():
         classes_for(load_sweep(SWEEP).space("cuda"), {"orin-sm87": {"sm": 87}})
     plain = load_sweep(ROOT / "sweeps" / "rmsnorm_residual").space("cuda")
     assert classes_for(plain, classes) == (classes, [])
+
+
+@pytest.mark.parametrize("backend", ["auto", "cpu"])
+def test_gate_up_prefill_on_a_cpu_machine_is_one_line_naming_sm90a(tmp_path, backend,
+                                                                   monkeypatch):
+    """A new user's trial: both refusals suggested adding a `cpu:` block to a CUTLASS wgmma
+    sweep (and `--backend cpu` did not say where it runs); both now name the sm_90a target and
+    the fix."""
+    from click.testing import CliRunner
+
+    from kopt.cli.main import main
+    from kopt.driver import checks
+
+    monkeypatch.setattr(checks, "local_gpu_count", lambda: 0)
+    r = CliRunner().invoke(main, ["sweep", str(SWEEP), "--backend", backend, "--store",
+                                  str(tmp_path / "st")])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert out.startswith(f"error: {SWEEP / 'sweep.yaml'}: "), out
+    assert out.endswith("gate_up_prefill.cu needs the sm_90a target (sweep.yaml: `needs_sm90a: "
+                        "true`): run it on an sm_90 GPU node (H100/H200), e.g. --address or "
+                        "--cluster"), out
+    assert "`cpu:` block" not in out

@@ -480,3 +480,12 @@ def test_ncu_on_the_cpu_backend_is_a_note(ray_local, copy_fixture, tmp_path):
     assert said == [f"{d / 'sweep.yaml'}: `ncu:` is for CUDA candidates; the cpu backend "
                     "takes no NCU profile, so the loop picks the next methods without a "
                     "measured bottleneck"]
+    # a sweep with a CUDA form too keeps `ncu:` for it: its CPU runs say nothing of it
+    (d / "steps.cu").write_text('extern "C" void solve(const float* x, float* y, int N) {}\n')
+    (d / "sweep.yaml").write_text((d / "sweep.yaml").read_text().replace(
+        "kernel: steps.cpp", "kernel: steps.cu") + "cpu: {kernel: steps.cpp}\n")
+    obs = _Notes()
+    s = run_sweep(load_sweep(d), tmp_path / "store2", backend="cpu", iterations=1,
+                  observers=[obs])
+    assert s.status_counts.get("ok", 0) >= 1
+    assert [n for n in obs.notes if "`ncu:`" in n] == []

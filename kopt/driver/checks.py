@@ -151,6 +151,9 @@ def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None
         rec = resumable_run(store, resume, sweep)
         backend = rec["backend"] if backend == "auto" else backend
         max_candidates = stored_json(rec.get("options"), "options").get("max_candidates")
+    if backend == "cpu" and "cpu" not in sweep.spaces and _hopper_only(sweep):
+        raise SweepError(f"{sweep.spec_path}: --backend cpu: this sweep has no C++ source; "
+                         f"{_hopper_only(sweep)}")
     if backend != "auto":
         sweep.space(backend)  # SpecError when the sweep has no source for it
     check_walkable(sweep, backend if backend != "auto" or not local else
@@ -165,8 +168,19 @@ def check_before_ray(sweep: Sweep, store: Path, backend: str, resume: str | None
                          + "); use --backend cpu, or --address/--cluster for a GPU cluster")
     if "cpu" not in sweep.spaces:
         raise SweepError(f"{sweep.spec_path}: this machine has no GPU and the sweep has no "
-                         "C++ source for the CPU backend; run it on a GPU node, or add a "
-                         "`cpu:` block with `kernel: NAME.cpp`")
+                         "C++ source for the CPU backend; " + (
+                             _hopper_only(sweep) or "run it on a GPU node, or add a `cpu:` "
+                             "block with `kernel: NAME.cpp`"))
+
+
+def _hopper_only(sweep: Sweep) -> str:
+    """The fix for running a sweep whose CUDA candidates all need the sm_90a target (sweep.yaml
+    ``needs_sm90a``: wgmma, TMA) anywhere else; "" for any other sweep."""
+    cuda = sweep.spaces.get("cuda")
+    if cuda is None or not cuda.needs_sm90a:
+        return ""
+    return (f"{cuda.source.name} needs the sm_90a target (sweep.yaml: `needs_sm90a: true`): "
+            "run it on an sm_90 GPU node (H100/H200), e.g. --address or --cluster")
 
 
 def check_walkable(sweep: Sweep, backend: str, max_candidates: int | None) -> None:

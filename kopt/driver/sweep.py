@@ -316,7 +316,9 @@ class Driver:
         summary = self.summary
         self.loop = NcuLoop(list(self.classes), self.iterations, stored)
         self.ncu_names = resolve(self.ctx) if backend == "cuda" else {}
-        if backend != "cuda" and "ncu" in self.sweep.raw:
+        # a sweep with a CUDA form (the decode sweeps) keeps `ncu:` for it: no note on its
+        # CPU runs, where it said the same on every run
+        if backend != "cuda" and "ncu" in self.sweep.raw and "cuda" not in self.sweep.spaces:
             for o in self.observers:
                 o.on_note(f"{self.sweep.spec_path}: `ncu:` is for CUDA candidates; the "
                           f"{backend} backend takes no NCU profile, so the loop picks the next "
