@@ -445,12 +445,13 @@ class Driver:
         self.phases.begin("reference")
         self._ref_todo: list[tuple[str, dict[str, int]]] = []
         timed = Database(self.store).timed_references(self.resume) if self.resume else set()
-        checks = self._reference_probes() + [(d, {}, "inputs()/reference()")
-                                             for d in self.space.dims]
+        # (dims, job change, what runs, whether the reference is timed at these dims)
+        checks = [(*p, False) for p in self._reference_probes()] + [
+            (d, {}, "inputs()/reference()", True) for d in self.space.dims]
         for dc in self.classes:
             i = self.runner.live(dc)[0]
             self.phases.begin("reference", self.runner.infos[i])
-            for d, change, what in checks:
+            for d, change, what, tuned in checks:
                 res = self._prepare_reference(i, dc, d, change)
                 if res["status"] != Status.OK:
                     raise SweepError(f"{self.sweep.reference}: {what} failed for dims {d} on "
@@ -461,8 +462,7 @@ class Driver:
                         seen.add(note)
                         for o in self.observers:
                             o.on_note(note)
-                if (not change and self.sweep.reference_timing
-                        and (dc, dumps(d)) not in timed):
+                if tuned and self.sweep.reference_timing and (dc, dumps(d)) not in timed:
                     self._ref_todo.append((dc, d))
             self.phases.end("reference", self.runner.infos[i])
         self.phases.end("reference")
