@@ -201,7 +201,15 @@ from workers import native, nvrtc, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
-from workers.records import INPUTS_FN, REF_CHANGED, STRESS_INPUTS, RunJob, band_of, file_sha256
+from workers.records import (
+    INPUTS_FN,
+    PROBE,
+    REF_CHANGED,
+    STRESS_INPUTS,
+    RunJob,
+    band_of,
+    file_sha256,
+)
 from workers.status import Status
 from workers.timing import should_stop, summarize
 
@@ -446,7 +454,7 @@ class Harness:
         return self.refs[key]
 
     # -- data ----------------------------------------------------------------------------
-    def prepare(self, job: dict, reference: bool = True) -> Data:
+    def prepare(self, job: dict, reference: bool = True, probe: bool = False) -> Data:
         """Inputs, buffers and reference outputs for ``job``'s dims (cached per reference,
         dims, seed and shapes).
 
@@ -454,6 +462,9 @@ class Harness:
         seeds (:meth:`held_seeds`); the reference gets copies of each set's inputs (a
         reference that works in place changes nothing the candidates see).
         ``reference=False`` (the NCU target) skips the reference and makes one set.
+        ``probe`` (the driver's check of what contests draw from: ``stress_inputs()``,
+        ``check_dims``): the check's ``N_SETS`` sets only, neither cached nor evicting what
+        is (the sets a prestarted harness made ahead stay).
         Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
         """
         _same_reference(job)
@@ -462,7 +473,7 @@ class Harness:
                job.get(INPUTS_FN, "inputs"))
         if key in self.data:
             return self.data[key]
-        while len(self.data) >= MAX_DATA_ENTRIES:
+        while not probe and len(self.data) >= MAX_DATA_ENTRIES:
             self.data.pop(next(iter(self.data)))
             if self.is_cuda:
                 torch.cuda.empty_cache()
@@ -475,9 +486,12 @@ class Harness:
         ref_name = Path(job["reference"]).name
         unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
         reference = reference or bool(unsized)  # their shapes come from the reference
-        n_sets = N_SETS + N_UNSEEN if reference else 1
+        n_sets = 1 if not reference else N_SETS if probe else N_SETS + N_UNSEEN
         try:
-            return self._prepare(job, key, mod, scalars, shapes, ref_name, reference, n_sets)
+            d = self._prepare(job, key, mod, scalars, shapes, ref_name, reference, n_sets)
+            if not probe:
+                self.data[key] = d
+            return d
         except (torch.OutOfMemoryError, MemoryError) as e:
             raise JobError("error", f"the inputs and outputs of dims {dims} do not fit in "
                            f"memory ({str(e).splitlines()[0][:200]}); check the sizes in "
@@ -529,9 +543,8 @@ class Harness:
                                "inputs that give larger outputs")
         sets, unseen = sets[:N_SETS], sets[N_SETS:]
         bufs = [self._buffers(sig, sets[0], shape_of) for _ in sets]
-        d = Data(scalars, sets, bufs, notes, unseen, shapes=shapes, shape_of=shape_of, key=key)
-        self.data[key] = d
-        return d
+        return Data(scalars, sets, bufs, notes, unseen, shapes=shapes, shape_of=shape_of,
+                    key=key)
 
     def _draw(self, mod: Any, job: dict, scalars: dict, shapes: dict, ref_name: str,
               reference: bool, seeds: Iterable[int]) -> tuple[list[InputSet], list[str]]:
@@ -1479,7 +1492,8 @@ class Harness:
             "clock_calls") else self.time_reference if job.get("time_reference") else None
         if special is not None:
             return special(job)
-        d = self.prepare(job, reference=not job.get("no_reference"))
+        d = self.prepare(job, reference=not job.get("no_reference"),
+                         probe=bool(job.get(PROBE)))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0
         self.progress({"stage": "prepared"})

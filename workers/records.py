@@ -23,6 +23,9 @@ from workers.status import Status
 # driver makes sets from it once before anything is built (kopt.driver.sweep)
 INPUTS_FN = "inputs_fn"
 STRESS_INPUTS = "stress_inputs"
+# a prepare-only job's key: the driver's probe of what contests draw from, made and dropped
+# by the harness without touching its cached sets (workers.harness ``Harness.prepare``)
+PROBE = "probe"
 
 
 @dataclass

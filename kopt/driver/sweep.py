@@ -93,6 +93,7 @@ from workers import ncu as wncu
 from workers.prestart import Prestarted
 from workers.records import (
     INPUTS_FN,
+    PROBE,
     REF_CHANGED,
     STRESS_INPUTS,
     RunJob,
@@ -435,8 +436,8 @@ class Driver:
         The same for what contests check contenders on later (:meth:`_reference_probes`):
         ``stress_inputs()`` at every dims where ref.py defines it, and inputs() at each of
         sweep.yaml's ``check_dims``; a ref.py failing there would otherwise drop every
-        contender of the run's first contest. The probes run first, so that the dims' own
-        sets stay in the harness's data cache.
+        contender of the run's first contest. The probes make the check's two sets each and
+        leave the harness's cached sets alone (those a prestarted harness made ahead stay).
         With ``reference_timing`` (the default), the reference is timed where this run has
         no ``reference`` row for the class and problem size yet (a resumed run, a submitted
         iteration reuse the one stored) once the first iteration's candidates are measured
@@ -472,10 +473,10 @@ class Driver:
         is built: its ``stress_inputs()`` with reference() at every dims (where ref.py
         defines it; seed 0, the contests draw theirs), and inputs() with reference() at
         each of the space's ``check_dims`` not among its dims."""
-        probes = [(alt, {}, "inputs()/reference() at sweep.yaml's check_dims")
+        probes = [(alt, {PROBE: True}, "inputs()/reference() at sweep.yaml's check_dims")
                   for alt in self.space.check_dims if alt not in self.space.dims]
         if STRESS_INPUTS in ref_functions(self.sweep.reference):
-            probes += [(d, {INPUTS_FN: STRESS_INPUTS, "seed": 0},
+            probes += [(d, {INPUTS_FN: STRESS_INPUTS, "seed": 0, PROBE: True},
                         f"{STRESS_INPUTS}()/reference()") for d in self.space.dims]
         return probes
 
