@@ -1492,8 +1492,7 @@ class Harness:
             "clock_calls") else self.time_reference if job.get("time_reference") else None
         if special is not None:
             return special(job)
-        d = self.prepare(job, reference=not job.get("no_reference"),
-                         probe=bool(job.get(PROBE)))
+        d = self.prepare(job, reference=not job.get("no_reference"), probe=bool(job.get(PROBE)))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0
         self.progress({"stage": "prepared"})
