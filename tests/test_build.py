@@ -60,7 +60,9 @@ def test_cpu_build_cache_and_compile_error(tmp_path):
 
 
 TEXTBOOK = {"vector_add", "reduction", "softmax", "sgemm"}
-# built in tests/test_cutlass_build*.py (about a minute of CPU per build, most for sm_90a)
+# about a minute of CPU per build, most for sm_90a: gemm_cutlass's and gemm_cutlass_fp32's
+# built in tests/test_cutlass_build.py, gate_up_prefill's on the H200 only (see
+# tests/test_cutlass_build_gate_up.py)
 CUTLASS = {"gemm_cutlass", "gemm_cutlass_fp32", "gate_up_prefill"}
 
 
