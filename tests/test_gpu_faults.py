@@ -305,7 +305,7 @@ def test_twenty_honest_gpu_kernels_are_ok(tmp_path):
         print(f"MODE {m}: {r['status']} median {r.get('median_ms')} n {r.get('n_samples')} "
               f":: {(r.get('error') or '')[:200]}")
     assert {m: r["status"] for m, r in out.items() if r["status"] != "ok"} == {}
-    assert all(len(r["unseen_ms"]) == 2 for r in out.values())
+    assert all(r["unseen_ms"] for r in out.values())  # a never-seen set called on
 
 
 def _faulty_cuda_job(tmp_path, mode):

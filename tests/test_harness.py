@@ -145,12 +145,20 @@ def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
     from workers.observers import NvmlObserver
 
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    from workers.harness import N_SETS
+
     h = Harness("cpu")
     j = job(artifact(tmp_path, src, 0), src, ref)
-    # the first two batches (5 samples each) are throttled
+    batches, samples = [], h.samples
+    h.samples = lambda calls, d, flush, picks=None: (batches.append(picks),
+                                                     samples(calls, d, flush, picks))[1]
+    # the first two batches (5 calls each, samples and calls on never-seen sets) are throttled
     h.observers = [NvmlObserver(_ThrottledNvml(n_hot=4))]
     res = h.run(j)
-    assert res["status"] == "ok" and res["throttled_samples"] == 10 and not res["throttled"]
+    new = sum(k >= N_SETS for b in batches[:2] for k in b)
+    assert len(batches[0]) == len(batches[1]) == 5
+    assert res["status"] == "ok" and res["throttled_samples"] == 10 - new
+    assert not res["throttled"]
     assert res["n_samples"] >= TIMING["min_samples"] and res["throttle_reasons"] == 0x21
     h.observers = [NvmlObserver(_ThrottledNvml(n_hot=10**6))]  # throttled throughout: flagged
     res = h.run(j)
@@ -159,14 +167,16 @@ def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
 
 
 def _timed_calls(res: dict) -> int:
-    """The timed calls of a job's outcome: its samples, then the calls on seen and unseen
-    sets, and a recheck's rounds where a burst of load made its unseen calls look slow."""
-    return res["n_samples"] + sum(len(res.get(k, [])) for k in (
-        "seen_ms", "unseen_ms", "recheck_seen_ms", "recheck_unseen_ms"))
+    """The timed calls of a job's outcome: its samples, those past them or before a split
+    (workers.replay ``split_after``) that are not the figure, and its calls on never-seen
+    sets."""
+    n = res["timed_calls"]
+    assert n >= res["n_samples"] + res.get("split_at", 0) + len(res["unseen_ms"])
+    return n
 
 
 def test_the_cache_flush_runs_before_every_sample_unless_turned_off(tmp_path):
-    """Before every sample and every call on seen/unseen values (``Harness.unseen``)."""
+    """Before every sample and every call on a never-seen set (workers.replay)."""
     from workers.harness import Harness
 
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
@@ -559,30 +569,6 @@ def test_cpu_outputs_lie_in_pages_of_their_own():
     outs[1].fill_(3.5)
     outs[0].fill_(1.0)  # side by side, not overlapping
     assert outs[1].eq(3.5).all() and outs[0].eq(1.0).all()
-
-
-def test_a_candidate_on_several_cores_is_gauged_on_as_many():
-    """The load gauge (``Harness.gauge``) was one Python thread: another process on the core
-    a two-thread candidate shared with it slowed the candidate's threads and not the gauge,
-    so an honest kernel's slow calls on new input sets were not excused (the main job's
-    two-thread winner came out `replayed` beside load). The cores the first checked call kept
-    busy (CPU time over wall time) set the gauge's threads (native ``spin_threads``)."""
-    from workers import native
-    from workers.harness import Harness, _cores_used
-
-    cores = len(os.sched_getaffinity(0))
-    assert _cores_used(2.0, 1.0) == min(2, cores) and _cores_used(0.9, 1.0) == 1
-    assert _cores_used(0.0, 1.0) == 1 and _cores_used(5.0, 0.0) == 1
-    assert _cores_used(1000.0, 1.0) == cores
-    h = Harness("cpu")
-    assert h.native is not None, native.WHY_NOT
-    h._size_gauge(2.0)  # a one-core call: the Python gauge
-    assert h.gauge_threads == 0 and h.gauge_n > 0 and h.gauge() > 0
-    h.call_cores = 2
-    h._size_gauge(2.0)
-    assert (h.gauge_threads, h.spin_n > 0) == (2, True)
-    assert h.spin_n == round(h.spin_unit * 2.0 / 0.5)  # as long as the call (GAUGE_MS 0.5)
-    assert h.gauge() > 0
 
 
 STRESS_REF = """import torch

@@ -49,7 +49,7 @@ def test_honest_kernels_are_ok(results, kind):
     for m in KINDS[kind]:
         r = results[m]
         assert r["n_samples"] >= TIMING["min_samples"] and r["median_ms"] > 0
-        assert len(r["unseen_ms"]) == 2  # the held-back sets were called, not skipped
+        assert r["unseen_ms"]  # a never-seen set was called on, not skipped
 
 
 def test_the_suite_holds_sixteen_kernels_of_three_kinds():

@@ -367,11 +367,14 @@ def test_a_candidate_that_kills_its_parent_does_not_kill_the_driver(tmp_path, is
     its parent is a reaper: the candidate crashes with SIGKILL, and the next candidate runs
     in a harness of the sandbox's own. Sandboxed, its parent is the PID namespace's first
     process, which a signal from inside cannot kill: the kill does nothing, and the
-    candidate's correct output is judged ``ok`` in the same harness."""
+    candidate's correct output is judged ``ok`` in the same harness. The candidate waits
+    0.5 s after its kill: the harness dies on its parent's death (PR_SET_PDEATHSIG), and a
+    job that ends first answers `ok` before it does (a whole job takes milliseconds here)."""
     d = write_sweep(tmp_path / "ppid", "kernel: k.cpp\n", {
         "k.cpp": '#include <signal.h>\n#include <unistd.h>\n'
                  'extern "C" void solve(const float* x, float* y, int N) {\n'
-                 '  if (MODE == 1) kill(getppid(), SIGKILL);\n'
+                 '  static int calls = 0;  // once, then time for the parent\'s death to land\n'
+                 '  if (MODE == 1 && calls++ == 0) { kill(getppid(), SIGKILL); usleep(500000); }\n'
                  '  for (int i = 0; i < N; ++i) y[i] = 2.0f * x[i];\n}\n',
         "ref.py": "def reference(x, N):\n    return (2.0 * x.double()).float()\n"})
     out = subprocess.run([sys.executable, "-c", PARENT_KILLER, str(tmp_path), str(d / "k.cpp"),

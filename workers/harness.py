@@ -22,8 +22,7 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   (its first job, or more than ``IDLE_WARM_S`` since the last one ended; back to back, two
   calls: the check's calls already loaded the code and the clocks are up), then samples
   until the median is stable (workers.timing).
-  Before every timed call (CPU: after the load gauge, ``Harness.gauge``, outside the timed
-  interval) a randomly chosen input set is copied into the buffers and the outputs
+  Before every timed call a randomly chosen input set is copied into the buffers and the outputs
   poisoned (an in/out argument never drifts, state kept between calls never matches), the
   cache is flushed (GPU: a buffer of 2x the L2 zeroed; CPU: every cache line
   of the candidate's buffers evicted, ``Harness.flush``); CUDA events on torch's
@@ -35,22 +34,20 @@ Per job (a candidate is assumed to try to fool the check and the clock):
   (``Harness._stress_check``): a kernel right only for the values ``inputs()`` draws fails;
   and at each problem size of sweep.yaml's ``check_dims`` (``Harness._check_dims``), never
   tuned or timed on: a kernel that hard-codes the tuned sizes fails.
-- unseen values: after the samples, two timed calls on seen input sets, then one on each of
-  ``N_UNSEEN`` more sets (their seeds drawn at random: ``Harness.held_seeds``) held back
-  until then and never called on by this artifact in an earlier job
-  (``Harness.fresh_sets``), verified like the samples:
-  calls on new values all more than ``REPLAY_FACTOR`` slower than the median (and than the
-  fastest seen call where the machine slowed down, see below: :func:`replayed`) make the
-  candidate ``replayed`` (results kept by content, e.g. a hash of a few input elements, and
-  replayed; it cannot know which calls these are before it sees new values) if rounds of
-  the same on ``N_UNSEEN`` more never-seen sets confirm it (``Harness.recheck``: a burst of
-  load on the first unseen calls named honest kernels on a loaded CPU) until load alone,
-  at the share of slow calls the samples showed, is unlikely to have slowed them all
-  (:func:`load_chance`). The seen calls count only where a load gauge (fixed CPU work of the
-  harness's own, as long as a call, timed before every timed call: ``Harness.gauge``) shows
-  that the machine slowed down since the samples (CPU: :func:`drifted`). A contest does the
-  same for each contender after its rounds (they call on the check's sets only; its rounds
-  are not gauged, so the seen calls count there).
+- unseen values (workers.replay): each timed call, with chance ``Q_UNSEEN`` (never two in a
+  row), is on an input set held back (seeds drawn at random: ``Harness.held_seeds``) and
+  never called on by this artifact before (``Harness.fresh_sets``), at a place drawn at
+  random among the samples and verified like them; a candidate that keeps results by
+  content (a hash of a few input elements) and replays them cannot know which calls these
+  are before it meets their values, and load lands on them as on the samples. Calls on
+  new values all over ``REPLAY_FACTOR`` x the samples' median, where load (the share of
+  samples over that line) is unlikely to explain them all, make it ``replayed``; one call
+  on new values under the line clears it (and no more are made); while neither holds, more
+  such calls, up to ``UNSEEN_MAX``, then ``too_slow`` (never ``ok``: so is a candidate that
+  leaves no budget for one). Samples after its first call on new values whose median is
+  over that line of the samples before it become the figure (workers.replay
+  ``split_after``). A contest makes the same calls in its rounds, per contender, and more
+  rounds while a contender's verdict is open.
 - a probe: a few calls from an idle device to a device-wide synchronize: work that
   ``solve`` left running (its own stream) makes the candidate ``escaped`` (GPU only); CPU:
   after every checked call, an output page that cannot be read (protected, to be
@@ -60,7 +57,7 @@ Per job (a candidate is assumed to try to fool the check and the clock):
 - device memory outside torch before and after: growth makes it ``leaked`` and the
   process is restarted.
 - ``timing.timeout_s`` is the job's budget after its inputs are made, not counting the
-  harness's own work in it (the checks' comparisons, a recheck's draws: ``Harness.own``);
+  harness's own work in it (the checks' comparisons, drawing held-back sets: ``Harness.own``);
   the sandbox kills a first call that does not return in it (a hang). Later phases are
   sized from the first call's time: what does not fit is cut, and the candidate is
   ``too_slow`` with the samples it got.
@@ -91,9 +88,8 @@ wrongly:
   0.8 ms): not done;
 
 - an honest kernel whose cost depends on the values so much that every held-back set
-  costs more than ``REPLAY_FACTOR`` x the check's two sets is ``replayed`` (e.g. a scan to
-  the first match, a geometric cost: about 5 % of its jobs in a simulation with an
-  exponential cost, the rounds as kopt runs them): a kernel fast on exactly the sets it
+  costs more than ``REPLAY_FACTOR`` x its samples on the check's two sets is ``replayed``
+  (e.g. a scan to the first match, a geometric cost): a kernel fast on exactly the sets it
   was sampled on is what a replayer looks like. A rule that clears it (calls repeated on
   the same new sets stay slow, and its first call on a check set was as fast as its
   samples there) would also clear a candidate that ships the answers for the check's
@@ -101,11 +97,10 @@ wrongly:
   check seeds first.
 
 - a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
-  and a replayer that pads its calls on seen sets to the work's cost (under half of the
-  samples, every call once it met new values, attack MODE 7) when the machine happens to
-  slow down during the calls on new sets (:func:`drifted`), and in a contest (not gauged):
-  load that began after the samples slows an honest kernel's calls on new sets just as
-  much, and only the seen calls then tell the two apart;
+  a replayer that pads just under half of its calls on seen sets to the work's cost keeps a
+  fast median and makes load look common: its calls on new values decide only after about
+  ten (``UNSEEN_MAX``: 0.45 ** 10 < 1e-3), and where the budget ends first it is
+  ``too_slow``, not named;
 - CPU backend: work left to a thread of its own that finishes between ``solve``'s return
   and the read of its outputs, and outputs computed lazily when first read other than
   from pages it protected (those are ``escaped``: ``Harness.unreadable``; e.g. pages it
@@ -159,17 +154,10 @@ wrongly:
   (``omp_set_num_threads``, libgomp is shared with torch), CPU affinity, scheduling
   priority, the floating-point environment, a thread that keeps running; they can slow
   or speed up candidates timed after it in the same harness (``contest`` runs all
-  contenders in one). A thread a replayer starts once it meets new values can slow the
-  load gauge between calls so that the machine looks slowed (:func:`drifted`) and the
-  padded seen calls count. Measured (a content-keyed replayer of the fault pack's work,
-  N=4096, sandboxed, the other core loaded by a test suite): one that makes its first
-  checked call last 5 ms with a helper thread spinning (so it is gauged on 2 cores, as
-  long as allowed), pads the two calls on seen sets that follow the samples (their count
-  is a whole number of batches of 5, and only timed calls follow a gauge, so their place is
-  known), and on meeting new values pins the calling thread and two busy threads of its own
-  to one core (the gauge's threads inherit the pin) was ``ok`` in 5 of 5 jobs at 0.064-0.070
-  ms against the honest 0.187-0.192. The candidate controls the gauge's length, its thread
-  count and where it runs; a gauge outside its process is the fix (not done).
+  contenders in one). (The calls on new values need no gauge of the machine's load, which
+  an earlier protocol timed in this process between calls: a replayer's own threads, pinned
+  with the gauge's to one core once it met new values, made the machine look slowed and
+  was ``ok`` in 5 of 5 jobs at 0.064-0.070 ms against the honest 0.187-0.192.)
 """
 
 from __future__ import annotations
@@ -178,7 +166,6 @@ import ctypes
 import errno
 import importlib.util
 import inspect
-import itertools
 import json
 import math
 import os
@@ -210,45 +197,24 @@ from workers.records import (
     band_of,
     file_sha256,
 )
+from workers.replay import (
+    Q_UNSEEN,
+    UNSEEN_MAX,
+    open_text,
+    replay_state,
+    replay_text,
+    split_after,
+)
 from workers.status import Status
 from workers.timing import should_stop, summarize
 
 MAX_DATA_ENTRIES = 2
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
-# input sets (random seeds) held back until after the samples: a timed call on values
-# the candidate has never seen, against calls on seen ones, catches a content-keyed replay
+# input sets (random seeds) held back and made with the check's: the first never-seen sets a
+# job's timed calls draw from (workers.replay); more are drawn as they are spent
 N_UNSEEN = 2
-# a call on unseen values slower than REPLAY_FACTOR x the seen calls (and REPLAY_MS more)
-# makes the candidate `replayed`; honest work costs the same on any values of one size
-REPLAY_FACTOR, REPLAY_MS = 2.0, 0.01
-# seconds between calls on unseen values that looked like a replay and the recheck's first
-# round on more (Harness.recheck), doubled before each next round, and the rounds made at
-# least: a burst of load that slowed the first is likely over by then. 0.05 s and one round
-# named an honest kernel `replayed` when a cluster node was killed beside it (its samples
-# 2.9-12.7 ms, every call on new sets in the 0.15 s after 8.7-11.9 ms; test_cluster,
-# 2026-12-01): load comes in bursts, not call by call
-RECHECK_PAUSE_S, RECHECK_MIN_ROUNDS = 0.25, 2
-# the recheck's rounds go on (at most RECHECK_ROUNDS) until load alone had a chance under
-# REPLAY_ALPHA to slow every call on new sets (workers.harness.load_chance); 1 + 4 rounds
-# of 2 calls decide any share of slow calls under a half (0.5 ** 10 < 1e-3)
-REPLAY_ALPHA, RECHECK_ROUNDS = 1e-3, 4
-# the load gauge before the calls on new sets slower than DRIFT_FACTOR x its median before the
-# samples: the machine slowed down since (workers.harness.drifted)
-DRIFT_FACTOR = 1.5
-# CPU: the load gauge (workers.harness ``Harness.gauge``), a fixed count of iterations of plain
-# CPU work timed before every timed call, is as long as the job's first call, but GAUGE_MS at
-# least and GAUGE_MAX_MS at most (its iterations calibrated once per harness). It replaced the
-# time of the harness's work before the call (loading the inputs, the flush), which the flush
-# by cache line made tens of microseconds for small buffers, and the first after a recheck's
-# pause 0.4-1.2 ms against 0.04: that passed DRIFT_FACTOR with no load, and a replayer
-# padding its seen calls went `ok` (attack MODE 7, 2 of 3 jobs in a fresh clone's suite, 3
-# of 6 alone); a floor of 1 ms on that growth named honest kernels `replayed` under load, as
-# microseconds of work are rarely preempted. A gauge as long as the call meets load as the
-# call does: a timeslice of another process (4-17 ms beside CPU hogs on a 2-core machine)
-# that slows a 10 ms call slows it too, while 0.5-1 ms of iterations vary by a few % on an
-# idle core, after a pause too
-GAUGE_MS, GAUGE_MAX_MS = 0.5, 5.0
+UNSEEN_READY = 2  # never-seen sets kept ready while a job's calls may draw on them
 PROBE_CALLS = 3  # calls timed from an idle device to a device-wide synchronize
 # work the events missed (ms) that makes a candidate `escaped`: over this and over
 # ESCAPE_SHARE of its median; an honest solve's host overhead is tens of microseconds
@@ -375,17 +341,7 @@ class Harness:
         # CPU: the samples of the last ``time`` and how long each one's verification took (ms)
         self.sample_ms: list[float] = []
         self.last_set = 0  # the input set of the last timed call
-        # CPU: how long the load gauge before each timed call of the last ``samples`` took
-        # (ms, :meth:`gauge`): fixed work of the harness's own, which a machine slowed by
-        # load slows as it slows the calls (workers.harness ``drifted``); its iterations for
-        # GAUGE_MS (calibrated by the first ``time``) and for the current job (``time``)
-        self.gauge_ms: list[float] = []
-        self.gauge_unit = self.gauge_n = 0
-        # CPU: the cores the job's first checked call kept busy (its threads), and the load
-        # gauge's threads and per-thread iterations for a job on several cores (native
-        # spin_threads; 0: the one-thread Python gauge)
-        self.call_cores, self.gauge_threads, self.spin_unit, self.spin_n = 1, 0, 0, 0
-        # device memory outside torch (bytes) that drawing the recheck's sets took during
+        # device memory outside torch (bytes) that drawing more held-back sets took during
         # the current job (ref.py's libraries): not the candidate's, so not a leak
         self._drawn = 0
         self._nvml: Nvml | None = None  # for this process's device memory (_device_used)
@@ -892,7 +848,7 @@ class Harness:
         for k in range(1 if job.get(UNGUARDED) else len(d.sets)):
             self.load(d, k, k)
             self._sync()
-            cpu0, t0 = time.process_time(), time.perf_counter()
+            t0 = time.perf_counter()
             self.call(lib, job, d, k)
             self.check_cuda(lib, "solve")
             ms = (time.perf_counter() - t0) * 1e3
@@ -900,7 +856,6 @@ class Harness:
                 return worst, ms, self.lazy
             if k == 0:
                 first_ms = ms
-                self.call_cores = _cores_used(time.process_time() - cpu0, ms / 1e3)
                 self.progress({"stage": "called", "call_ms": ms})
             c0 = time.perf_counter()
             bad = self.tampered(d, k, k)
@@ -920,13 +875,11 @@ class Harness:
 
     def own(self, seconds: float) -> None:
         """``seconds`` of the harness's own work in the job (comparing every output element
-        in float64, drawing a recheck's input sets: ref.py's ``inputs()`` and
+        in float64, drawing more held-back input sets: ref.py's ``inputs()`` and
         ``reference()``), which depends on the sizes, not on the candidate: added to the
         job's budget, here and in the sandbox's wait (a ``{"stage": "own"}`` progress
         message). Counted in it, a memory-bound honest kernel of 33 ms with 128 MB arrays
-        was `too_slow` on a loaded 2-core machine (two checks took 16-60 s of its 60 s), and
-        a recheck whose draw spent the rest of the budget was cut, confirming a burst of load
-        as `replayed`."""
+        was `too_slow` on a loaded 2-core machine (two checks took 16-60 s of its 60 s)."""
         if seconds > 0 and math.isfinite(self._deadline):
             self._deadline += seconds
             self.progress({"stage": "own", "s": seconds})
@@ -961,10 +914,8 @@ class Harness:
         return n
 
     def samples(self, calls: list[tuple[Any, dict]], d: Data, flush: bool,
-                picks: list[int] | None = None, gauge: bool = True
-                ) -> tuple[list[float], list[str]]:
-        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order. Before each: on the
-        CPU, the load gauge timed when ``gauge`` (:meth:`gauge`, kept in ``gauge_ms``); a
+                picks: list[int] | None = None) -> tuple[list[float], list[str]]:
+        """One timed call (ms) per ``(lib, job)`` in ``calls``, in order. Before each: a
         randomly chosen input set (``picks``: the input sets, see ``Data.input_set``, when
         given) loaded into buffer set 0 (outputs poisoned), then the L2
         (CPU: last-level cache) flushed when ``flush``; CUDA events around the call on the
@@ -992,10 +943,7 @@ class Harness:
             torch.cuda.synchronize()
             times = [s.elapsed_time(e) for s, e in evs]
         else:
-            self.gauge_ms = []
             for (lib, job), k in zip(calls, picks):
-                if gauge:  # before the load: the flush stays last before the call
-                    self.gauge_ms.append(self.gauge())
                 self._prep(d, k, flush)
                 t0 = time.perf_counter_ns()
                 self.call(lib, job, d)
@@ -1046,22 +994,6 @@ class Harness:
                          f"({os.strerror(err)}); write every output before returning")
         return self.lazy if err else ""
 
-    def gauge(self) -> float:
-        """CPU: the time (ms) of ``gauge_n`` iterations of plain CPU work (an empty Python
-        loop: no allocation, no memory traffic, no system call), which takes the same on any
-        candidate and any input values: only other work that takes the core (load)
-        lengthens it, as it lengthens the calls. The harness's work before a call (loading
-        the inputs, the flush) costs in proportion to the candidate's data, microseconds for
-        small buffers, and its cache misses differ between sets sampled over and over and
-        sets just drawn; the gauge compares like with like (:func:`drifted`). A candidate
-        that keeps several cores busy (its threads, ``call_cores``) is gauged on as many at
-        once (native ``spin_threads``): another process on any one of them slows its
-        threads' barriers, where a one-thread gauge on the core left free saw nothing (an
-        honest two-thread kernel of the main job came out `replayed` beside load)."""
-        if self.gauge_threads > 1:
-            return native.spin_threads(self.spin_n, self.gauge_threads)
-        return _spin(self.gauge_n)
-
     def _prep(self, d: Data, k: int, flush: bool) -> None:
         """The harness's work before a timed call: input set ``k`` loaded into buffer set 0,
         then the cache flushed (``flush``, :meth:`flush`)."""
@@ -1108,148 +1040,101 @@ class Harness:
 
     def time(self, lib: Any, job: dict, d: Data, call_ms: float) -> dict:
         """Warm-up, then samples in batches of up to 5 until the median is stable
-        (workers.timing.should_stop) or the budget is spent; the observers called around
-        each batch, batches one of them calls disturbed (NVML: throttled) set aside.
-        ``call_ms``: the first checked call's time, which sizes the batches to the job's
-        budget. Raises _Wrong when a timed call's output is wrong,
-        _TooSlow when not even ``min_samples`` fit in the budget."""
+        (workers.timing.should_stop) and the replay verdict decided (workers.replay), or the
+        budget is spent; each timed call, with chance ``Q_UNSEEN``, on an input set this
+        artifact has never been called on (:class:`_Unseen`), at a place drawn at random;
+        the observers called around each batch, batches one of them calls disturbed (NVML:
+        throttled) set aside. ``call_ms``: the first checked call's time, which sizes the
+        batches to the job's budget. Returns the samples' figures (ms), ``unseen_ms`` (the
+        calls on never-seen sets) and ``replay_state``. Raises _Wrong when a timed call's
+        output is wrong, _TooSlow when not even ``min_samples`` fit in the budget."""
         t = job["timing"]
+        guarded = not (job.get(UNGUARDED) or isinstance(lib, RefCall)) and bool(d.unseen)
+        mix = _Unseen(self, lib, job, d) if guarded else None
         n_warm = self.warm_up(lib, job, d, call_ms)
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches no observer called disturbed
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
-        batches = 0
-        gauges: list[float] = []  # CPU: the load gauge before each sample (ms)
-        self._size_gauge(call_ms)
-        flush = t.get("flush", True)
+        unseen: list[float] = []  # the calls on never-seen sets
         for o in self.observers:
             o.begin()
-        max_batches = 3 * math.ceil(t["max_samples"] / 5)  # re-measure at most 2x over
-        cut = False
-        while not should_stop(clean, t["min_samples"], t["max_samples"], t["max_time_ms"],
-                              t["target_rel_error"]):
-            if batches >= max_batches or sum(held) >= t["max_time_ms"]:
-                break
-            batch = max(1, min(5, t["max_samples"] - len(clean)))  # never past max_samples
-            est = max(call_ms, max(clean[-5:] or held[-5:] or [0.0]))
-            while batch and not self.fits(est, batch):
-                batch -= 1
-            if not batch:
-                cut = True
-                break
-            for o in self.observers:
-                o.before_batch()
-            xs, bad = self.samples([(lib, job)] * batch, d, flush)
-            if bad:
-                raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
-            batches += 1
-            gauges += self.gauge_ms
-            disturbed = [o.after_batch(xs) for o in self.observers]  # every one reads
-            (held if any(disturbed) else clean).extend(xs)
+        state, cut = self._batches(lib, job, d, call_ms, mix, (clean, held, unseen))
         self.check_cuda(lib, "timing")
         # too few clean samples: report them all, flagged, rather than nothing
         throttled = len(clean) < t["min_samples"] and bool(held)
-        samples = clean + held if throttled else clean
+        after = split_after(clean, mix.pre) if mix and not throttled else None
+        # samples past max_samples, made while the verdict was open, judged it but are not
+        # the figure: a halving rung's 5 stay 5; after a split, the calls after it (slower
+        # since its first call on new values) are the figure
+        samples = clean + held if throttled else (after or clean)[:t["max_samples"]]
         if not samples:
             raise _TooSlow(call_ms, "the first sample")
         st = summarize(samples)
         self.sample_ms = samples
         out = {"median_ms": st.median_ms, "min_ms": st.min_ms, "iqr_ms": st.iqr_ms,
                "mean_ms": st.mean_ms, "n_samples": st.n_samples, "samples_ms": samples,
-               "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled}
-        if gauges:
-            out["gauge_ms"] = statistics.median(gauges)
+               "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled,
+               "timed_calls": len(clean) + len(held) + len(unseen)}
+        if mix:
+            out.update(unseen_ms=unseen, replay_state=state)
+        if after:
+            out["split_at"] = mix.pre  # type: ignore[union-attr]
         for o in self.observers:
             out.update(o.results())
         if cut and len(samples) < t["min_samples"]:
             out["too_slow"] = "the next sample"
+        elif state == "open" and not unseen:  # part of the check: never skipped
+            out["too_slow"] = "the calls on input sets it has never seen"
         return out
 
-    def _size_gauge(self, call_ms: float) -> None:
-        """CPU: the load gauge's iterations for this job, as long as its first call
-        (``call_ms``, GAUGE_MS to GAUGE_MAX_MS), for the samples and the calls on new sets
-        alike; calibrated once, at the first job's timing."""
-        if not (self.is_cuda or self.gauge_unit):
-            # once, here rather than when the harness starts: calibrated there, attack MODE 2
-            # (its protected range spanned the heap between its two outputs, so where the heap
-            # put the harness's own objects decided whether a read of the harness's faulted
-            # into its handler before the probe) was caught only in the samples in 3 of 16
-            # sandboxed jobs beside a CPU hog; the outputs now lie in pages of their own
-            # (_OutputArena)
-            self.gauge_unit = _calibrate_gauge(GAUGE_MS)
-        share = min(max(call_ms, GAUGE_MS), GAUGE_MAX_MS) / GAUGE_MS
-        self.gauge_n = round(self.gauge_unit * share)
-        self.gauge_threads = 0
-        if self.call_cores > 1 and self.native is not None:
-            if not self.spin_unit:
-                self.spin_unit = _calibrate_gauge(GAUGE_MS, _one_native_thread)
-            self.gauge_threads, self.spin_n = self.call_cores, round(self.spin_unit * share)
-
-    def unseen(self, lib: Any, job: dict, d: Data, est_ms: float,
-               new: list[int] | None = None, fitted: bool = False) -> dict:
-        """Timed calls on values the candidate has never seen: two calls on seen input sets,
-        then one on each held-back ``d.unseen`` set, timed and verified like the samples.
-        Honest work costs the same on any values of one size; a candidate that keeps results
-        by content (a fingerprint of the inputs) and replays them is fast on the first calls
-        and slow on the others, and it cannot know which calls these are before it has seen
-        new values. ``est_ms``: a call's time, to fit the calls into the budget. ``new``: the
-        never-seen sets to call on (``Data.input_set`` indices; default ``N_UNSEEN`` sets
-        this artifact has never been called on, :meth:`fresh_sets`). ``fitted``: the caller
-        has asked the budget for these calls already (:meth:`recheck`). Returns ``seen_ms`` and
-        ``unseen_ms`` (empty without unseen sets or when the calls do not fit the budget).
-        Raises _Wrong for a wrong output."""
-        n = 2 + (N_UNSEEN if new is None else len(new))
-        if not d.unseen or not (fitted or self.fits(est_ms, n)):
-            return {}
-        if new is None:
-            new = self.fresh_sets(job, d, N_UNSEEN)
-        picks = [self.rng.randrange(len(d.sets)) for _ in range(2)] + new
-        xs, bad = self.samples([(lib, job)] * n, d, job["timing"].get("flush", True), picks)
-        if bad:
-            raise _Wrong(bad[0])
-        return {"seen_ms": xs[:2], "unseen_ms": xs[2:], "unseen_gauge_ms": self.gauge_ms}
-
-    def recheck(self, lib: Any, job: dict, d: Data, out: dict) -> dict:
-        """When the calls on unseen values in ``out`` (:meth:`unseen`) look like a replay
-        (:func:`replayed`), rounds of the same on ``N_UNSEEN`` more never-seen sets each
-        (:meth:`fresh_sets`), the first ``RECHECK_PAUSE_S`` after, each next after twice the
-        pause before (the pauses are the harness's own time, :meth:`own`), until one round's
-        calls on new sets are fast (cleared), or load alone is unlikely to have slowed every
-        call on new sets (:func:`load_chance` under ``REPLAY_ALPHA``, after
-        ``RECHECK_MIN_ROUNDS`` rounds at least), or ``RECHECK_ROUNDS`` rounds. A burst of
-        load that happened to land on the first unseen calls named an honest candidate
-        `replayed` on a loaded 2-core machine (CI, 2026-12-01); a replayer is slow on every
-        set it has not seen, so it is slow again.
-        Returns ``recheck_seen_ms`` and ``recheck_unseen_ms`` (every round's calls) and
-        ``recheck_cut`` (a round did not fit the budget: the rounds before it stand); empty
-        when the first round looked honest. Raises _Wrong for a wrong output and JobError
-        for ref.py failing on the new sets."""
-        new = out.get("unseen_ms")
-        if not new or not replayed(out["median_ms"], [], new):  # the seen calls: at the end
-            return {}
-        res: dict[str, Any] = {"recheck_seen_ms": [], "recheck_unseen_ms": [],
-                               "recheck_gauge_ms": [], "recheck_cut": False}
-        for i in range(RECHECK_ROUNDS):
-            if i >= RECHECK_MIN_ROUNDS and load_chance({**out, **res}) < REPLAY_ALPHA:
+    def _batches(self, lib: Any, job: dict, d: Data, call_ms: float, mix: _Unseen | None,
+                 into: tuple[list[float], list[float], list[float]]) -> tuple[str, bool]:
+        """:meth:`time`'s batches, their calls added to ``into`` (clean samples, disturbed
+        ones, calls on never-seen sets; ms) until the median is stable and the replay verdict
+        (:func:`workers.replay.replay_state`) is not ``open``, or it is ``replayed``, or the
+        budget, the batch cap or ``mix``'s never-seen sets (``UNSEEN_MAX``) run out. Returns
+        the verdict (``clear`` without ``mix``: bench/check_cost.py's unguarded jobs) and
+        whether the budget cut the samples."""
+        t = job["timing"]
+        clean, held, unseen = into
+        flush = t.get("flush", True)
+        # re-measure at most 2x over; and while the verdict is open, room for UNSEEN_MAX calls
+        max_batches = 3 * math.ceil(t["max_samples"] / 5)
+        open_batches = max_batches + math.ceil(UNSEEN_MAX / Q_UNSEEN / 5)
+        state, batches = "open" if mix else "clear", 0
+        while state != "replayed":
+            after = split_after(clean, mix.pre) if mix else None
+            stable = should_stop(after or clean, t["min_samples"], t["max_samples"],
+                                 t["max_time_ms"], t["target_rel_error"])
+            # open, or split with too few calls after it: more batches
+            cap = open_batches if state == "open" or (after and not stable) else max_batches
+            if (stable and state == "clear") or batches >= cap or (
+                    stable and mix and mix.made >= UNSEEN_MAX) or sum(held) >= t["max_time_ms"]:
                 break
-            pause = RECHECK_PAUSE_S * 2 ** i  # out of a burst of load, if that was one
-            t0 = time.perf_counter()
-            time.sleep(pause)
-            self.own(time.perf_counter() - t0)
-            # the budget is asked once, before the sets are drawn (their draw is the
-            # harness's own time): a round is either called on every set it spent or cut
-            # before it spent any, whatever the load
-            if not d.unseen or not self.fits(max(new), 2 + N_UNSEEN):
-                res["recheck_cut"] = True
-                break
-            sets = self.fresh_sets(job, d, N_UNSEEN)
-            again = self.unseen(lib, job, d, max(new), sets, fitted=True)
-            res["recheck_seen_ms"] += again["seen_ms"]
-            res["recheck_unseen_ms"] += again["unseen_ms"]
-            res["recheck_gauge_ms"] += again["unseen_gauge_ms"]
-            if not replayed(out["median_ms"], baseline(out | res), new + res["recheck_unseen_ms"]):
-                break  # calls on new sets as fast as the seen calls: cleared
-        return res
+            # never past max_samples, unless the verdict is still open
+            batch = 5 if stable else max(1, min(5, t["max_samples"] - len(clean)))
+            est = max(call_ms, max(clean[-5:] or held[-5:] or [0.0]))
+            while batch and not self.fits(est, batch):
+                batch -= 1
+            if not batch:
+                return state, True
+            picks = mix.picks(batch, state != "clear") if mix else None
+            for o in self.observers:
+                o.before_batch()
+            xs, bad = self.samples([(lib, job)] * batch, d, flush, picks)
+            if bad:
+                raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
+            batches += 1
+            new = [k >= N_SETS for k in picks] if picks else [False] * batch
+            unseen += [x for x, n in zip(xs, new) if n]
+            disturbed = [o.after_batch(xs) for o in self.observers]  # every one reads
+            if mix and mix.pre is None and any(new):  # the seen calls before the first new
+                mix.pre = len(clean) + (0 if any(disturbed) else new.index(True))
+            (held if any(disturbed) else clean).extend(x for x, n in zip(xs, new) if not n)
+            if mix:
+                state = replay_state(split_after(clean, mix.pre) or clean or held, unseen)
+                mix.top_up(est, state != "clear")
+        return state, False
 
     def full_time(self, lib: Any, job: dict, d: Data, n: int = PROBE_CALLS) -> dict:
         """Whether ``solve`` leaves work running when it returns (work on a stream of its
@@ -1294,7 +1179,6 @@ class Harness:
         the contest (``wrong_result`` with the reason, ``failed``: the job keys at fault).
         """
         entries = job["contest"]
-        flush = entries[0]["timing"].get("flush", True)
         d = self.prepare(entries[0])
         self.progress({"stage": "prepared"})
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
@@ -1312,25 +1196,20 @@ class Harness:
         for e, lib in zip(entries, libs):
             self.warm_up(lib, e, d)
         samples: list[list[float]] = [[] for _ in entries]
-        k = len(entries)
-        for r in range(int(job["rounds"])):
-            order = [(r + i) % k for i in range(k)]
-            # no gauge: a contest's replay check weighs the seen calls (:func:`drifted`)
-            xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush,
-                                   gauge=False)
-            if bad:
-                keys = sorted({b.split(":", 1)[0] for b in bad})
-                return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
-            for i, x in zip(order, xs):
-                samples[i].append(x)
+        unseen: list[list[float]] = [[] for _ in entries]
+        bad = self._rounds(libs, entries, d, int(job["rounds"]), (samples, unseen))
+        if bad:
+            keys = sorted({b.split(":", 1)[0] for b in bad})
+            return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
         for lib in libs:
             self.check_cuda(lib, "contest timing")
         out = []
-        for xs in samples:
-            st = summarize(xs)
+        for xs, new in zip(samples, unseen):
+            st = summarize(xs[:int(job["rounds"])])  # the rounds' samples are the figure
             out.append({"median_ms": st.median_ms, "iqr_ms": st.iqr_ms,
-                        "n_samples": st.n_samples, "samples_ms": xs})
-        status, failed = self._contest_replays(libs, entries, d, out)
+                        "n_samples": st.n_samples, "samples_ms": xs[:int(job["rounds"])],
+                        "unseen_ms": new})
+        status, failed = _contest_replays(libs, entries, out, samples)
         if failed:
             return {"status": status, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
@@ -1421,25 +1300,36 @@ class Harness:
                              f"outputs (input set {k + 1}) were wrong"}
         return {"status": Status.OK, "error": "", "calls": n, "inside_ms": inside_ms}
 
-    def _contest_replays(self, libs: list[Any], entries: list[dict], d: Data,
-                         results: list[dict]) -> tuple[str, list[tuple[str, str]]]:
-        """Each contender's calls on input sets it has never seen (:meth:`unseen`,
-        :meth:`recheck`) after the contest's rounds, which call on the check's sets only: a
-        candidate honest in its own job that kept its results replayed them in the contest
-        and won it (attack MODE 5). Returns the status and (job key, why) per contender at
-        fault (``replayed``; ``wrong_result`` first: a wrong output on the new sets)."""
-        wrong, replays = [], []
-        for lib, e, r in zip(libs, entries, results):
-            o = dict(r)
-            try:
-                o.update(self.unseen(lib, e, d, max(r["samples_ms"])))
-                o.update(self.recheck(lib, e, d, o))
-            except _Wrong as err:
-                wrong.append((e["job_key"], str(err)))
-                continue
-            if replay_confirmed(o):
-                replays.append((e["job_key"], replay_text(o)))
-        return (Status.WRONG_RESULT, wrong) if wrong else (Status.REPLAYED, replays)
+    def _rounds(self, libs: list[Any], entries: list[dict], d: Data, rounds: int,
+                into: tuple[list[list[float]], list[list[float]]]) -> list[str]:
+        """A contest's rounds: each takes one sample of every contender (rotating who goes
+        first), each of a candidate's calls with chance ``Q_UNSEEN`` on an input set new to it
+        (:class:`_Unseen`, as in its own job: a candidate honest there that kept its results
+        replayed the check's sets side by side and won, attack MODE 5), the samples and those
+        calls added to ``into`` per contender (ms), until each has ``rounds`` samples, and
+        more while a contender's replay verdict is open (workers.replay), up to its
+        ``UNSEEN_MAX`` calls. Returns what failed verification (empty: none)."""
+        samples, unseen = into
+        flush = entries[0]["timing"].get("flush", True)
+        mixes = [None if isinstance(lib, RefCall) or e.get(UNGUARDED) or not d.unseen
+                 else _Unseen(self, lib, e, d) for lib, e in zip(libs, entries)]
+        k, r = len(entries), 0
+        while min(map(len, samples)) < rounds or any(
+                m and m.made < UNSEEN_MAX and replay_state(xs, new) == "open"
+                for m, xs, new in zip(mixes, samples, unseen)):
+            order = [(r + i) % k for i in range(k)]
+            picks = [mixes[i].picks(1, replay_state(samples[i], unseen[i]) != "clear")[0]
+                     if mixes[i] else self.rng.randrange(N_SETS) for i in order]
+            xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush, picks)
+            if bad:
+                return bad
+            for i, x, p in zip(order, xs, picks):
+                (unseen if p >= N_SETS else samples)[i].append(x)
+            for m, xs, new in zip(mixes, samples, unseen):
+                if m:
+                    m.top_up(max(xs[-5:], default=0.0), replay_state(xs, new) != "clear")
+            r += 1
+        return []
 
     def _device_used(self) -> int | None:
         """Device memory this process holds outside torch's caching allocator (bytes): the
@@ -1517,12 +1407,6 @@ class Harness:
             if bad:  # the next candidate still gets clean inputs: they are copied per call
                 return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
             if not job.get(UNGUARDED):
-                # sized by the median: a candidate that made one sample sleep for a fifth of
-                # the budget had them skipped as not fitting and was `ok` (attack MODE 6)
-                out.update(self.unseen(lib, job, d, out["median_ms"]))
-                if d.unseen and "unseen_ms" not in out:  # part of the check: too_slow
-                    out.setdefault("too_slow", "the calls on input sets it has never seen")
-                out.update(self.recheck(lib, job, d, out))
                 out.update(self.full_time(lib, job, d))
         except _Wrong as e:
             return {**out, "status": "escaped" if self.lazy else "wrong_result",
@@ -1557,8 +1441,12 @@ class Harness:
                 f"{out['median_ms']:.4g} ms, {out['full_ms']:.4g} ms up to the moment its "
                 "outputs could be read (outputs written by a thread of its own, or on the "
                 "first read of protected memory); write every output before returning")
-        if replay_confirmed(out):
-            status, error = "replayed", replay_text(out)
+        state = out.pop("replay_state", "")
+        if state == "replayed":
+            status, error = "replayed", replay_text(out["samples_ms"], out["unseen_ms"])
+        elif state == "open" and status == Status.OK:
+            status, error = "too_slow", "no replay verdict: " + open_text(out["samples_ms"],
+                                                                          out["unseen_ms"])
         if leak:
             status = "leaked"
             error = (f"device memory outside torch grew by {leak / 2**20:.0f} MiB over "
@@ -1639,6 +1527,49 @@ class Harness:
                 f"input sets between them) when {where} (about {need:.3g} s) did not "
                 f"fit; {got} (min_samples={t['min_samples']}). Not a hang: raise "
                 "timing.timeout_s to measure it fully")
+
+
+class _Unseen:
+    """The never-seen input sets one artifact's timed calls draw from (workers.replay): each
+    call, with chance ``Q_UNSEEN`` and never two in a row, on the next of ``ready`` (sets of
+    :meth:`Harness.fresh_sets`, new to this artifact), at most ``UNSEEN_MAX`` per job. Sets
+    are drawn ahead (two ready before the first timed call), and more only after a batch
+    that spent one (:meth:`top_up`): a draw before a batch, or in it, would tell a replayer
+    that a call on new values is coming. ``made``: the calls on never-seen sets so far."""
+
+    def __init__(self, h: Harness, lib: Any, job: dict, d: Data):
+        self.h, self.lib, self.job, self.d = h, lib, job, d
+        self.ready = h.fresh_sets(job, d, UNSEEN_READY)
+        self.made, self.last = 0, False
+        self.pre: int | None = None  # the clean samples before the first call on a new set
+
+    def picks(self, n: int, active: bool = True) -> list[int]:
+        """The input sets (``Data.input_set`` indices) of the next ``n`` timed calls; none
+        never-seen unless ``active`` (the verdict is not ``clear`` yet: once a call on new
+        values was as fast as the samples, more prove nothing and cost a draw each)."""
+        out = []
+        for _ in range(n):
+            new = (active and self.ready and not self.last and self.made < UNSEEN_MAX
+                   and self.h.rng.random() < Q_UNSEEN)
+            out.append(self.ready.pop(0) if new else self.h.rng.randrange(N_SETS))
+            self.made += bool(new)
+            self.last = bool(new)
+        return out
+
+    def top_up(self, call_ms: float, active: bool = True) -> None:
+        """After a batch (``call_ms``: a call's time): never-seen sets drawn until
+        ``UNSEEN_READY`` are ready (none past ``UNSEEN_MAX`` calls), then, where that drew
+        any, one untimed call on a seen set: the draw's own work (ref.py, torch's threads
+        woken) slows the call after it."""
+        want = min(UNSEEN_READY - len(self.ready), UNSEEN_MAX - self.made - len(self.ready))
+        if want <= 0 or not active:
+            return
+        self.ready += self.h.fresh_sets(self.job, self.d, want)
+        h = self.h
+        if h.fits(call_ms, 1):
+            h.load(self.d, 0, h.rng.randrange(N_SETS))
+            h.call(self.lib, self.job, self.d)
+            h._sync()
 
 
 class RefCall:
@@ -1900,139 +1831,23 @@ def _bands(sets: list[InputSet], outs: list[dict], shape_of: dict[str, list[int]
                                          band_of(tol, n))
 
 
-def replay_line(median_ms: float, seen_ms: list[float]) -> float:
-    """The time (ms) over which a call on never-seen values counts as slow: ``REPLAY_FACTOR``
-    x the slower of the samples' median and the fastest of the calls on seen values made
-    with the unseen ones (``seen_ms``, every round's: a drift of the whole machine slows
-    them all; calls padded on purpose, or preempted, do not raise it unless all are), plus
-    ``REPLAY_MS``."""
-    return REPLAY_FACTOR * max(median_ms, min(seen_ms, default=0.0)) + REPLAY_MS
-
-
-def drifted(out: dict) -> bool:
-    """Whether the machine was slower during the calls on never-seen sets of ``out`` than
-    during its samples: the load gauge before those calls (``unseen_gauge_ms``,
-    ``recheck_gauge_ms``: fixed work of the harness's own, :meth:`Harness.gauge`) took more
-    than ``DRIFT_FACTOR`` x its median before the samples (``gauge_ms``), in the median: a
-    single timeslice lost to another process does not make a slowed machine. True where not
-    measured (GPU, a contest): the seen calls decide there."""
-    gauge = list(out.get("unseen_gauge_ms") or []) + list(out.get("recheck_gauge_ms") or [])
-    if not gauge or not out.get("gauge_ms"):
-        return True
-    return statistics.median(gauge) > DRIFT_FACTOR * out["gauge_ms"]
-
-
-def _spin(n: int) -> float:
-    """The time (ms) of ``n`` iterations of the load gauge's work (:meth:`Harness.gauge`): an
-    empty loop that allocates nothing. ``sum(range(n))`` makes an int object per iteration:
-    as the calibration at the harness's start it moved the heap's layout enough for attack
-    MODE 2 to go `ok` in 4 of 12 sandboxed jobs (see :meth:`Harness.time`)."""
-    t0 = time.perf_counter_ns()
-    for _ in itertools.repeat(None, n):
-        pass
-    return (time.perf_counter_ns() - t0) / 1e6
-
-
-def _cores_used(cpu_s: float, wall_s: float) -> int:
-    """The cores a call kept busy: this process's CPU time over the call's wall time
-    (``time.process_time``: every thread's), rounded, at least 1 and at most the cores
-    this process may run on."""
-    if wall_s <= 0:
-        return 1
-    return max(1, min(round(cpu_s / wall_s), len(os.sched_getaffinity(0))))
-
-
-def _one_native_thread(n: int) -> float:
-    """One thread of native ``spin_threads``: its time (ms) for ``n`` iterations."""
-    return native.spin_threads(n, 1)
-
-
-def _calibrate_gauge(ms: float, spin: Callable[[int], float] = _spin) -> int:
-    """The iterations of the load gauge's work ``spin`` (the one-thread :func:`_spin`, or one
-    thread of native ``spin_threads``) that take about ``ms`` on this core: the fastest of
-    several tries, as load only lengthens a try."""
-    n = 1 << 12
-    while n < 1 << 40 and spin(n) < 0.2:  # long enough to time
-        n *= 2
-    return max(1, round(n * ms / min(spin(n) for _ in range(5))))
-
-
-def baseline(out: dict) -> list[float]:
-    """The calls on seen sets that :func:`replay_line` weighs for ``out``: every round's
-    (``seen_ms``, ``recheck_seen_ms``) when the machine slowed down since the samples
-    (:func:`drifted`: load that began after them slows the calls on new sets too), none
-    otherwise: a replayer that padded long runs of its calls to the work's cost had the
-    seen calls fall in a run often, raising the line over its calls on new sets (`ok` in 6
-    of 8 jobs, attack MODE 7)."""
-    if not drifted(out):
-        return []
-    return list(out.get("seen_ms") or []) + list(out.get("recheck_seen_ms") or [])
-
-
-def replayed(median_ms: float, seen_ms: list[float], unseen_ms: list[float]) -> bool:
-    """Whether timed calls on never-seen input values (``unseen_ms``) look like a replay:
-    every one over :func:`replay_line`. Times in ms."""
-    return min(unseen_ms) > replay_line(median_ms, seen_ms)
-
-
-def load_chance(out: dict) -> float:
-    """How likely load alone made every call on never-seen values in ``out`` (``unseen_ms``
-    and ``recheck_unseen_ms``) slow: ``p ** k``, ``k`` those calls, ``p`` the share of the
-    timed calls on seen sets (``samples_ms``, ``seen_ms``) over :func:`replay_line`
-    (Laplace's rule, ``(m + 1) / (n + 2)``, never 0; the line from the seen calls of
-    :func:`baseline`). Under ``REPLAY_ALPHA``: a replay.
-    This replaced "slower than the samples' 90th percentile", which a replayer passed by
-    padding a quarter of its calls to the work's cost (attack MODE 4), and a plain replayer
-    with one preempted sample of a contest's 12; a candidate cannot pad more than half its
-    calls without its median being slow."""
-    line = replay_line(out["median_ms"], baseline(out))
-    # the calls before the first on new values: a candidate that has met new values may
-    # slow its calls on seen ones from then on (as MODE 3 does) to make load look common
-    calls = list(out.get("samples_ms") or []) + list(out["seen_ms"])
-    p = (sum(x > line for x in calls) + 1) / (len(calls) + 2)
-    return p ** (len(out["unseen_ms"]) + len(out.get("recheck_unseen_ms") or []))
-
-
-def replay_confirmed(out: dict) -> bool:
-    """The ``replayed`` verdict on a job's outcome ``out``: every call on unseen values, the
-    first round's (``unseen_ms``) and its recheck's (``recheck_unseen_ms``,
-    :meth:`Harness.recheck`), is slow against the fastest call on seen values of every round
-    (:func:`replayed`), and load alone is unlikely to explain it (:func:`load_chance`),
-    unless the recheck was cut by the budget (``recheck_cut``, or no recheck call: the
-    rounds before stand). Times in ms."""
-    new = out.get("unseen_ms")
-    again = out.get("recheck_unseen_ms") or []
-    # against the fastest seen call of every round, not each round's own: a candidate that
-    # replays until it meets new values and computes from then on is slow on the recheck's
-    # seen calls, and would be cleared by them; one that pads a share of its calls to the
-    # work's cost has both seen calls of one round padded now and then, not of every round
-    if not new or not replayed(out["median_ms"], baseline(out), new + again):
-        return False
-    if out.get("recheck_cut") or ("recheck_seen_ms" in out and not again):
-        return True
-    return load_chance(out) < REPLAY_ALPHA
-
-
-def replay_text(out: dict) -> str:
-    """The ``replayed`` line for an outcome ``out`` that :func:`replay_confirmed` names."""
-    seen, new = baseline(out), out["unseen_ms"]
-    return (f"calls on input values it had never seen took {min(new):.4g} ms or more, "
-            f"calls on values seen before {max(out['median_ms'], min(seen, default=0.0)):.4g} ms "
-            "or less"
-            f"{_recheck_text(out)}: solve keeps results (or work) from earlier calls and "
-            "reuses them when the inputs match, or works outside its calls (a thread of its own "
-            "while the harness prepares the next call); compute every call from its inputs, "
-            "inside the call")
-
-
-def _recheck_text(out: dict) -> str:
-    """What the ``replayed`` line says about the recheck (:func:`replay_confirmed`)."""
-    again = out.get("recheck_unseen_ms")
-    cut = " (no time left in timing.timeout_s to check again on more new sets)"
-    if again:
-        return (f", and again on {len(again)} more new input sets ({min(again):.4g} ms or "
-                f"more){cut if out.get('recheck_cut') else ''}")
-    return cut if "recheck_seen_ms" in out else ""
+def _contest_replays(libs: list[Any], entries: list[dict], results: list[dict],
+                     samples: list[list[float]]) -> tuple[str, list[tuple[str, str]]]:
+    """Each contender's replay verdict on its contest calls (``samples``: every call on a
+    seen set, ms; ``results``: ``unseen_ms``; workers.replay): ``replayed``, or ``too_slow``
+    for one still open when its calls on never-seen sets ran out. Returns the status and
+    (job key, why) per contender at fault; the reference contender (ref.py's) is not
+    judged."""
+    replays, open_ = [], []
+    for lib, e, r, xs in zip(libs, entries, results, samples):
+        if isinstance(lib, RefCall) or e.get(UNGUARDED):
+            continue
+        state = replay_state(xs, r["unseen_ms"])
+        if state == "replayed":
+            replays.append((e["job_key"], replay_text(xs, r["unseen_ms"])))
+        elif state == "open":
+            open_.append((e["job_key"], "no replay verdict: " + open_text(xs, r["unseen_ms"])))
+    return (Status.REPLAYED, replays) if replays else (Status.TOO_SLOW, open_)
 
 
 class _TooSlow(Exception):

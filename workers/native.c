@@ -205,32 +205,3 @@ int kopt_restore_rw(void *p, size_t n) {
     return mprotect((void *)a, e - a, PROT_READ | PROT_WRITE) ? errno : 0;
 }
 
-/* The load gauge for a candidate that runs on several cores (workers.harness Harness.gauge):
- * `threads` threads each spin `iters` iterations of plain work (no memory traffic, no system
- * call); the wall time in ms from the first thread's start to the last one's end. A core
- * taken by another process slows it as it slows the candidate's own threads. */
-#include <pthread.h>
-#include <time.h>
-
-static void *spin_worker(void *arg) {
-    unsigned long n = *(const unsigned long *)arg, x = 0;
-    for (unsigned long i = 0; i < n; ++i) {
-        x += i;
-        __asm__ volatile("" : "+r"(x));  /* kept: the compiler may not fold the loop */
-    }
-    return (void *)x;
-}
-
-double kopt_spin_threads(unsigned long iters, int threads) {
-    pthread_t tid[256];
-    struct timespec a, b;
-    if (threads < 1) threads = 1;
-    if (threads > 256) threads = 256;
-    clock_gettime(CLOCK_MONOTONIC, &a);
-    int started = 0;
-    for (int i = 0; i < threads; ++i)
-        if (pthread_create(&tid[started], NULL, spin_worker, &iters) == 0) ++started;
-    for (int i = 0; i < started; ++i) pthread_join(tid[i], NULL);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    return (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
-}

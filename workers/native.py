@@ -103,8 +103,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.kopt_stream_copy.argtypes, lib.kopt_stream_copy.restype = [_P, _P, _N], None
     lib.kopt_stream_fill.argtypes, lib.kopt_stream_fill.restype = [_P, _P, _N], None
     lib.kopt_restore_rw.argtypes, lib.kopt_restore_rw.restype = [_P, _N], ctypes.c_int
-    lib.kopt_spin_threads.argtypes = [ctypes.c_ulong, ctypes.c_int]
-    lib.kopt_spin_threads.restype = ctypes.c_double
     for t in ("f32", "f64"):
         f = getattr(lib, f"kopt_all_close_{t}")
         f.argtypes = [_P, _P, _N, ctypes.c_double, ctypes.c_double]
@@ -230,15 +228,4 @@ def compare(got: torch.Tensor, exp: torch.Tensor, atol: float, rtol: float) -> C
     getattr(library(), f"kopt_compare_{t}")(got.data_ptr(), exp.data_ptr(), got.numel(),
                                             float(atol), float(rtol), ctypes.byref(out))
     return out
-
-
-def spin_threads(iters: int, threads: int) -> float:
-    """The wall time (ms) of ``threads`` threads each spinning ``iters`` iterations of
-    plain work at once (``kopt_spin_threads``; the GIL released): the load gauge of a
-    candidate that runs on ``threads`` cores. Raises RuntimeError when :func:`library` has
-    none."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(WHY_NOT)
-    return float(lib.kopt_spin_threads(max(1, int(iters)), max(1, int(threads))))
 

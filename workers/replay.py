@@ -1,0 +1,113 @@
+"""The replay verdict: timed calls on never-seen input values, mixed among the samples.
+
+A candidate that keeps results by content (a fingerprint of the inputs) and replays them
+is fast on input sets it has seen and slow on new ones; honest work costs the same on any
+values of one size. The harness (workers.harness ``Harness.time`` and ``Harness.contest``)
+makes each timed call, with chance ``Q_UNSEEN``, on an input set held back and never
+called on by this artifact, at a place drawn at random among the samples: the candidate
+cannot know which calls these are before it meets their values, nor slow its calls on
+seen sets only around them, and load lands on them exactly as it lands on the samples (no
+pause, draw or gauge sets them apart: an earlier protocol that made them after the
+samples named honest OpenMP kernels `replayed` beside CPU load, the first call after its
+pause being slow far more often than a sample).
+
+The rule, on a job's (or a contender's) calls, times in ms:
+
+- the line: ``REPLAY_FACTOR`` x the median of the calls on seen sets, plus ``REPLAY_MS``;
+- ``clear`` when any call on a never-seen set is under the line;
+- ``replayed`` when every one is over it and load alone is unlikely to explain that: with
+  ``p`` the share of calls on seen sets over the line (Laplace's rule, ``(m + 1) / (n + 2)``,
+  never 0), ``p ** k`` under ``REPLAY_ALPHA`` for ``k`` calls on never-seen sets. Each such
+  call lands at a random place, so load slows it with the chance it slows a sample;
+- ``open`` otherwise: the harness makes more calls (more never-seen sets, at random
+  places), up to ``UNSEEN_MAX``; a candidate still open then is ``too_slow``, never ``ok``.
+
+A candidate cannot pad more than half its calls on seen sets without its median being the
+padded calls' (the line rises with it), so ``p`` stays under a half and every open case is
+decided or capped within ``UNSEEN_MAX`` calls (0.5 ** 10 < 1e-3; a quarter padded, attack
+MODE 4: 0.25 ** 5).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+# a call on unseen values slower than REPLAY_FACTOR x the median of the calls on seen sets
+# (and REPLAY_MS more) counts as slow; honest work costs the same on any values of one size
+REPLAY_FACTOR, REPLAY_MS = 2.0, 0.01
+# the chance load alone made every call on never-seen sets slow, under which they are a
+# replay (see load_chance)
+REPLAY_ALPHA = 1e-3
+# the chance that a timed call is on a never-seen input set, and the most such calls a job
+# (or a contender of a contest) makes while its verdict is open
+Q_UNSEEN, UNSEEN_MAX = 0.2, 10
+
+# the calls on seen sets before the first on a new one that split_after needs at least
+SPLIT_MIN = 5
+
+State = Literal["clear", "replayed", "open"]
+
+
+def replay_line(seen_ms: Sequence[float]) -> float:
+    """The time (ms) over which a call on never-seen values counts as slow: ``REPLAY_FACTOR``
+    x the median of ``seen_ms`` (the calls on seen sets, the samples) plus ``REPLAY_MS``.
+    Raises StatisticsError for no seen call."""
+    return REPLAY_FACTOR * statistics.median(seen_ms) + REPLAY_MS
+
+
+def load_chance(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> float:
+    """How likely load alone made every call of ``unseen_ms`` slow: ``p ** k``, ``k`` those
+    calls, ``p`` the share of ``seen_ms`` over :func:`replay_line` by Laplace's rule of
+    succession, ``(m + 1) / (n + 2)``, never 0 (times in ms)."""
+    line = replay_line(seen_ms)
+    p = (sum(x > line for x in seen_ms) + 1) / (len(seen_ms) + 2)
+    return p ** len(unseen_ms)
+
+
+def replay_state(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> State:
+    """The verdict so far on calls on seen sets (``seen_ms``) and on never-seen ones
+    (``unseen_ms``), made in one sequence at random places (times in ms): ``clear``,
+    ``replayed`` or ``open`` (no call on a never-seen set yet, or every one slow and load a
+    likely cause): see the module's rule."""
+    if not unseen_ms or not seen_ms:
+        return "open"
+    if min(unseen_ms) <= replay_line(seen_ms):
+        return "clear"
+    return "replayed" if load_chance(seen_ms, unseen_ms) < REPLAY_ALPHA else "open"
+
+
+def split_after(seen_ms: Sequence[float], pre: int | None) -> list[float] | None:
+    """The calls on seen sets after the first call on a never-seen set (``seen_ms[pre:]``,
+    ``pre`` the calls before it; None: no such call yet) when their median is over
+    :func:`replay_line` of the calls before it, else None (times in ms). A candidate that
+    replays until it meets new values and computes every call from then on (attack MODE 3)
+    has a median between the two (`ok` at 0.19 ms against the honest 0.24 ms); load that
+    began at that very call looks the same, so these calls become the figure (the honest
+    one, or the loaded one) rather than a verdict. Fewer than ``SPLIT_MIN`` calls before it
+    are no median to split at: one fast call there made an honest kernel's figure two of
+    its samples under load."""
+    if pre is None or pre < SPLIT_MIN or pre >= len(seen_ms):
+        return None
+    before, after = seen_ms[:pre], list(seen_ms[pre:])
+    return after if statistics.median(after) > replay_line(before) else None
+
+
+def replay_text(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> str:
+    """The ``replayed`` line for calls that :func:`replay_state` names so (times in ms)."""
+    return (f"all {len(unseen_ms)} calls on input values it had never seen, made at random "
+            f"places among its {len(seen_ms)} samples, took {min(unseen_ms):.4g} ms or more, "
+            f"its samples on values seen before {statistics.median(seen_ms):.4g} ms in the "
+            "median: solve keeps results (or work) from earlier calls and reuses them when the "
+            "inputs match, or works outside its calls (a thread of its own while the harness "
+            "prepares the next call); compute every call from its inputs, inside the call")
+
+
+def open_text(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> str:
+    """Why calls whose verdict stayed ``open`` when the never-seen sets (``UNSEEN_MAX``) or
+    the budget ran out get no verdict (times in ms; at least one call on a never-seen set)."""
+    p = load_chance(seen_ms, unseen_ms) ** (1 / len(unseen_ms))
+    return (f"all {len(unseen_ms)} of its calls on input sets it had never seen were slower "
+            f"than {REPLAY_FACTOR:g}x its median, while about {p:.0%} of its samples were too "
+            "(load, or padding); run it again on a quieter machine")
