@@ -3,6 +3,7 @@ code-generating agent would, on the CPU backend): each was `ok` and named faster
 honest kernel before its fix. Attacks that cannot be stopped in-process are listed in
 workers/harness.py's "What is not caught" instead."""
 
+import platform
 import re
 import time
 
@@ -128,6 +129,21 @@ def test_a_replayer_that_pads_long_runs_of_calls_gains_nothing(tmp_path):
     for i in range(3):
         res = h.run(attack_job(tmp_path, 7, COPY=i))
         assert res["status"] in ("replayed", "ok") and no_gain(res), res
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="the attack reads the x86 time-stamp counter")
+def test_a_replayer_that_replays_only_the_figures_samples_gains_at_most_the_rule(tmp_path):
+    """MODE 12 (a red team's): replays just over half of the samples that make the figure
+    and computes the calls after them, so that the median of all its samples, which set the
+    line, was the work's: `ok` at 0.012-0.04 ms against the honest 0.22-0.26 in 11 of 13
+    jobs. The verdict is on the figure's own samples: `replayed`, or `ok` no more than the
+    rule's factor 2 faster than its calls on new values (its replays are 10x faster)."""
+    h = Harness("cpu")
+    for i in range(3):
+        res = h.run(attack_job(tmp_path, 12, COPY=i))
+        assert res["status"] in ("replayed", "ok"), res
+        assert res["status"] == "replayed" or res["median_ms"] > 0.25 * min(res["unseen_ms"]), res
 
 
 def test_the_replay_state_weighs_the_calls_on_new_sets_against_the_samples():

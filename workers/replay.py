@@ -22,10 +22,16 @@ The rule, on a job's (or a contender's) calls, times in ms:
 - ``open`` otherwise: the harness makes more calls (more never-seen sets, at random
   places), up to ``UNSEEN_MAX``; a candidate still open then is ``too_slow``, never ``ok``.
 
-A candidate cannot pad more than half its calls on seen sets without its median being the
-padded calls' (the line rises with it), so ``p`` stays under a half and every open case is
-decided or capped within ``UNSEEN_MAX`` calls (0.5 ** 10 < 1e-3; a quarter padded, attack
-MODE 4: 0.25 ** 5).
+The seen calls weighed are exactly the samples that make the figure (the first
+``max_samples`` of a job, the first ``rounds`` of a contest): a red team's replayer replayed
+just over half of those and computed every call after them, so that the median of all its
+calls (the honest one) set the line while the figure stayed a replay's (`ok` at 0.02 ms
+against 0.24, attack MODE 12). A candidate cannot pad more than half of them without its
+median being the padded calls' (the line rises with it), so ``p`` stays under a half and
+every open case is decided or capped within ``UNSEEN_MAX`` calls (0.5 ** 10 < 1e-3; a
+quarter padded, attack MODE 4: 0.25 ** 5). What the rule allows: a figure up to
+``REPLAY_FACTOR`` faster than the candidate's calls on new values (MODE 12 at times `ok` at
+0.13 ms against its 0.26 ms calls on new sets).
 """
 
 from __future__ import annotations

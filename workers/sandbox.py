@@ -302,7 +302,7 @@ class Sandbox:
         kopt's work, not the candidate's); once a call's time is known (``called``), the
         harness fits its work into that budget itself, and the sandbox waits a grace of
         ``GRACE_S`` plus two calls beyond it before calling the job a hang; the harness's
-        own work in the job (``own``: the checks' comparisons, a recheck's draws) is added
+        own work in the job (``own``: the checks' comparisons, draws of held-back sets) is added
         to it, as the harness adds it to its budget (workers.harness ``Harness.own``)."""
         now = time.perf_counter()
         if msg.get("stage") == "prepared":
