@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import FIXTURES, ROOT
 from kopt.core.compare import label
 from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
@@ -93,27 +93,26 @@ def _kopt(*args, **kw):
                             start_new_session=True, **kw)
 
 
-def _slow_vector_add(tmp_path) -> Path:
-    """sweeps/vector_add with its CPU size 4x larger (2^23 floats, 96 MB of traffic a call):
-    a job of the CPU protocol (13 or more calls, each with its inputs loaded, evicted and
-    checked) then takes about 0.3 s or more on the CI machine (its memory bandwidth, not load,
-    bounds it from below)."""
-    d = tmp_path / "vector_add"
-    shutil.copytree(ROOT / "sweeps" / "vector_add", d)
-    y = (d / "sweep.yaml").read_text()
-    assert y.count("{N: 2097152}") == 1
-    (d / "sweep.yaml").write_text(y.replace("{N: 2097152}", "{N: 8388608}"))
-    return d
+def _slow_jobs(tmp_path) -> Path:
+    """The ``cluster`` fixture with 100 samples a candidate: its call repeats a pass over 64K
+    floats 400 times (about 4 ms on the CI machine, bound by compute, not by memory
+    bandwidth), so a job takes 0.4 s or more there (its checks and warm-up besides), while its
+    small size keeps the reference, the contests' checks and the closing contest cheap. (A
+    4x larger vector_add, 8M floats, made jobs slow by memory traffic: its closing contest
+    and reference alone took 50 s of each run on the loaded CI machine.)"""
+    d = tmp_path / "cluster"
+    shutil.copytree(FIXTURES / "cluster", d)
+    return _smaller(d, 100, keep_space=True)
 
 
 def test_resume_after_the_driver_is_killed(tmp_path):
     """The driver and everything it started SIGKILLed once the store holds a measured row;
     the resume measures the rest, nothing twice. The store flushes every 2 s and its first
     flush is due with the first row, so the poll sees one row while the other eleven jobs
-    (0.3 s or more each: :func:`_slow_vector_add`) still run. With 8 jobs of the main job's
+    (0.4 s or more each: :func:`_slow_jobs`) still run. With 8 jobs of vector_add's CPU
     size (0.07 s or more each, idle) they once all ended inside one flush."""
     store = tmp_path / "store"
-    args = ["sweep", str(_slow_vector_add(tmp_path)), "--store", str(store),
+    args = ["sweep", str(_slow_jobs(tmp_path)), "--store", str(store),
             "--backend", "cpu", "--max-candidates", "12"]
     p = _kopt(*args)
     deadline = time.time() + 240
@@ -152,7 +151,7 @@ def test_sigterm_stops_a_sweep_like_ctrl_c(tmp_path):
     Ctrl-C's code)."""
     store = tmp_path / "store"
     # stopped at the first flushed row: see test_resume_after_the_driver_is_killed
-    p = _kopt("sweep", str(_slow_vector_add(tmp_path)), "--store", str(store),
+    p = _kopt("sweep", str(_slow_jobs(tmp_path)), "--store", str(store),
               "--backend", "cpu", "--max-candidates", "12")
     deadline, n = time.time() + 240, 0
     while time.time() < deadline and p.poll() is None and n < 1:
