@@ -43,6 +43,8 @@ class LocalCluster:
     def __init__(self, root: Path):
         self.root, self.port = root, _free_port()
         self.procs: dict[str, subprocess.Popen] = {}
+        self.listing: list[dict] = []  # the alive nodes when up() saw every one of them
+        self.spent = False  # a test killed or froze a node: the next test wants a fresh one
         # each node its own --temp-dir (its session dir and sockets), short enough for
         # unix socket paths
         self.tmp = Path(tempfile.mkdtemp(prefix="kc", dir="/tmp"))
@@ -75,7 +77,8 @@ class LocalCluster:
                                   f"--resources={json.dumps({f'kopt_class_{cls}': 1})}"])
             deadline = time.time() + 240
             while time.time() < deadline and self.procs["head"].poll() is None:
-                if len(self.nodes()) == 1 + len(workers):
+                self.listing = self.nodes()
+                if len(self.listing) == 1 + len(workers):
                     return
                 time.sleep(2)
         raise RuntimeError("the test cluster did not come up: " + self.log_tail())
@@ -107,13 +110,20 @@ class LocalCluster:
         return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else []
 
     def node_id(self, name: str) -> str:
-        """The Ray node id of node ``name`` (asked up to three times: a probe that finds
-        no node is retried). Raises LookupError when no alive node is ``name``."""
-        for _ in range(3):
-            ids = [n["id"] for n in self.nodes() if f"{self.tmp / name}/" in n["sock"]]
-            if ids:
+        """The Ray node id of node ``name``: from the listing up() took while every node
+        was alive (a node keeps its id while it lives, and nothing here restarts one), else
+        asked up to three times (a probe that finds no node is retried; each probe is a
+        Ray driver process, seconds on loaded cores). Raises LookupError when no alive
+        node is ``name``."""
+        for listing in (self.listing, *(self.nodes() for _ in range(3))):
+            ids = [n["id"] for n in listing if f"{self.tmp / name}/" in n["sock"]]
+            if ids and self.procs[name].poll() is None:
                 return ids[0]
         raise LookupError(f"no alive node {name}: " + self.log_tail())
+
+    def intact(self) -> bool:
+        """Every node started is still running and no test has spent the cluster."""
+        return not self.spent and all(p.poll() is None for p in self.procs.values())
 
     def kill(self, name: str) -> None:
         os.killpg(self.procs[name].pid, signal.SIGKILL)
@@ -130,20 +140,39 @@ class LocalCluster:
         return "".join((self.root / f"{n}.log").read_text()[-800:] for n in self.procs)
 
 
-@pytest.fixture
-def cluster(tmp_path_factory):
-    """A fresh cluster per test: one test kills a node and freezes others, and a cluster
-    shared with the next test left it a node short (or one Ray had marked dead on missed
-    health checks while frozen on a loaded machine: the next sweep then found no CPU for
-    its builds, a CI failure)."""
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """The file's multi-node cluster, replaced when a test spent it: a dict holding the one
+    up now (``"now"``). Starting one is 15-20 s of the loaded CI machine."""
     if RAY is None:
         pytest.fail("the `ray` command is not on PATH (it comes with `pip install ray`)")
-    c = LocalCluster(tmp_path_factory.mktemp("raycluster"))
+    held: dict[str, LocalCluster] = {}
     try:
-        c.up()
-        yield c
+        yield held
     finally:
+        if "now" in held:
+            held["now"].down()
+
+
+@pytest.fixture
+def cluster(clusters, tmp_path_factory):
+    """An intact cluster: the one the file's earlier test used when that test left every
+    node as it found it, else a fresh one. The dead-node test kills a node and freezes
+    others, so it marks the cluster spent first: a cluster shared after it was once left a
+    node short (or with one Ray had marked dead on missed health checks while frozen on a
+    loaded machine: the next sweep then found no CPU for its builds, a CI failure). A spent
+    cluster is taken down at once: its four idle nodes would load the cores the file's
+    later tests and the other worker's tests run on."""
+    c = clusters.get("now")
+    if c is None or not c.intact():
+        if c is not None:
+            c.down()
+        c = clusters["now"] = LocalCluster(tmp_path_factory.mktemp("raycluster"))
+        c.up()
+    yield c
+    if not c.intact():
         c.down()
+        del clusters["now"]
 
 
 def _yaml(tmp_path: Path, port: int) -> Path:
@@ -204,9 +233,36 @@ def _wait_rows(store: Path, where: str, n: int, proc: subprocess.Popen, limit: f
     raise AssertionError(f"no {n} rows where {where} within {limit} s: {out[-3000:]}")
 
 
+def test_cluster_driver_killed_then_resumed(cluster, tmp_path):
+    yaml, store = _yaml(tmp_path, cluster.port), tmp_path / "store"
+    proc = _sweep(tmp_path, yaml, store)
+    _wait_rows(store, "status = 'ok'", 3, proc, 240)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started locally
+    proc.wait(timeout=60)
+    before = dict(_rows(store, "select job_key, median_ms from C"))
+    assert 3 <= len(before) < 16
+    run_id = _rows(store, "select distinct run_id from C")[0][0]
+    proc = _sweep(tmp_path, yaml, store, "--resume", run_id)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    rows = _rows(store, "select job_key, median_ms, status, error from C")
+    assert len(rows) == 16 and len({r[0] for r in rows}) == 16  # no duplicates
+    # every job measured to the end: ok, or -- for a job timed while the cluster recovered
+    # from the frozen and killed nodes on these 2 shared cores -- the replay check's
+    # verdict, whose calls on new input sets the recovery's burst of load slowed (an honest
+    # kernel under load is the replay check's own tests' subject, with their conditions
+    # made deterministic; here the load is whatever Ray's recovery costs). Nothing is
+    # lost, crashed or an error.
+    bad = [r for r in rows if r[2] not in ("ok", "replayed")]
+    assert bad == [], bad
+    after = {k: m for k, m, _, _ in rows}
+    assert all(after[k] == v for k, v in before.items())  # nothing measured twice
+
+
 def test_cluster_spreads_classes_and_survives_a_dead_node(cluster, tmp_path):
     yaml, store = _yaml(tmp_path, cluster.port), tmp_path / "store"
     ids = {name: cluster.node_id(name) for name in ("a1", "a2")}
+    cluster.spent = True  # nodes frozen and one killed below: no later test shares it
     proc = _sweep(tmp_path, yaml, store, u=8)
     # once a class-a row is stored (the driver writes rows every 2 s: on a fast machine a
     # node chosen beforehand had done its share by then), both class-a nodes are frozen,
@@ -246,32 +302,6 @@ def test_cluster_spreads_classes_and_survives_a_dead_node(cluster, tmp_path):
     assert best.returncode == 0, best.stderr
     winners = json.loads(best.stdout)
     assert sorted(w["device_class"] for w in winners) == ["a", "b"]
-
-
-def test_cluster_driver_killed_then_resumed(cluster, tmp_path):
-    yaml, store = _yaml(tmp_path, cluster.port), tmp_path / "store"
-    proc = _sweep(tmp_path, yaml, store)
-    _wait_rows(store, "status = 'ok'", 3, proc, 240)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started locally
-    proc.wait(timeout=60)
-    before = dict(_rows(store, "select job_key, median_ms from C"))
-    assert 3 <= len(before) < 16
-    run_id = _rows(store, "select distinct run_id from C")[0][0]
-    proc = _sweep(tmp_path, yaml, store, "--resume", run_id)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-3000:]
-    rows = _rows(store, "select job_key, median_ms, status, error from C")
-    assert len(rows) == 16 and len({r[0] for r in rows}) == 16  # no duplicates
-    # every job measured to the end: ok, or -- for a job timed while the cluster recovered
-    # from the frozen and killed nodes on these 2 shared cores -- the replay check's
-    # verdict, whose calls on new input sets the recovery's burst of load slowed (an honest
-    # kernel under load is the replay check's own tests' subject, with their conditions
-    # made deterministic; here the load is whatever Ray's recovery costs). Nothing is
-    # lost, crashed or an error.
-    bad = [r for r in rows if r[2] not in ("ok", "replayed")]
-    assert bad == [], bad
-    after = {k: m for k, m, _, _ in rows}
-    assert all(after[k] == v for k, v in before.items())  # nothing measured twice
 
 
 @pytest.fixture(scope="module")
