@@ -67,18 +67,17 @@ def test_store_path_with_glob_characters_and_markup_in_user_text(tmp_path):
     assert r.exit_code == 2 and f"no store at {tmp_path / 'missing[v1]'}" in r.output
 
 
-def test_sweep_into_a_store_path_with_glob_characters(ray_local, tmp_path):
-    """A whole sweep into `st[v1]*?`: stored, finished, then queried and reported."""
-    store = tmp_path / "st[v1]*?"
-    r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
-            "--max-candidates", "2", "--store", str(store))
-    assert r.exit_code == 0, r.output
-    assert f"(store {store})" in r.output
+def test_sweep_into_a_store_path_with_glob_characters(swept, tmp_path):
+    """A whole sweep into `st[v1]*?` (the ``swept`` fixture's): stored, finished, then
+    queried and reported."""
+    _, store, run_id, output = swept
+    assert store.name == "st[v1]*?"
+    assert f"(store {store})" in output
     cols, rows = query("select run_id, status from runs", store)
-    assert len(rows) == 1 and rows[0][1] == "finished"
-    r = run("best", "vector_add", "--store", str(store))
-    assert r.exit_code == 0 and "vector_add" in r.output, r.output
-    r = run("report", rows[0][0], "--store", str(store), "--out", str(tmp_path / "rep"))
+    assert rows == [(run_id, "finished")]
+    r = run("best", "vm", "--store", str(store))
+    assert r.exit_code == 0 and "vm" in r.output, r.output
+    r = run("report", run_id, "--store", str(store), "--out", str(tmp_path / "rep"))
     assert r.exit_code == 0 and (tmp_path / "rep" / "summary.md").exists(), r.output
 
 
@@ -358,9 +357,11 @@ NULL_CASES = ([(t, ()) for t in ("candidates", "runs", "iterations", "contests",
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
+def swept(ray_local, tmp_path_factory):
     """A real store: one CPU sweep of two launch configs and one method (sweep folder, store,
-    run id)."""
+    run id, the sweep's output), run in this process on the session's Ray (a `kopt sweep`
+    process starts its own: 10 s more on the loaded CI machine), into a store path with glob
+    characters (``test_sweep_into_a_store_path_with_glob_characters`` checks that sweep)."""
     from conftest import write_sweep
 
     root = tmp_path_factory.mktemp("nulls")
@@ -369,12 +370,10 @@ def swept(tmp_path_factory):
     d = write_sweep(root / "vm", YAML.replace("name: va", "name: vm") + "methods: "
                     "{compute.ilp_unroll: {params: {UNROLL: [2]}}}\n", {"ref.py": REF,
                                                                         "add.cpp": ADD})
-    store = root / "st"
-    p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "sweep", str(d), "--backend", "cpu",
-                        "--store", str(store)], capture_output=True, text=True, timeout=600,
-                       cwd=ROOT)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return d, store, query("select run_id from runs", store)[1][0][0]
+    store = root / "st[v1]*?"
+    r = run("sweep", str(d), "--backend", "cpu", "--store", str(store))
+    assert r.exit_code == 0, r.output
+    return d, store, query("select run_id from runs", store)[1][0][0], r.output
 
 
 @pytest.mark.parametrize("table, cols", NULL_CASES)
@@ -388,7 +387,7 @@ def test_null_in_a_typed_column_is_no_traceback(swept, tmp_path, table, cols):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    d, src, run_id = swept
+    d, src, run_id, _ = swept
     store = tmp_path / "st"
     shutil.copytree(src, store)
     for f in (store / table).rglob("*.parquet"):
@@ -416,7 +415,7 @@ def test_state_that_is_not_json_is_one_line_naming_it(swept, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    d, src, run_id = swept
+    d, src, run_id, _ = swept
     store = tmp_path / "st"
     shutil.copytree(src, store)
     for f in (store / "iterations").rglob("*.parquet"):
