@@ -102,6 +102,8 @@ def _slow_jobs(tmp_path) -> Path:
     and reference alone took 50 s of each run on the loaded CI machine.)"""
     d = tmp_path / "cluster"
     shutil.copytree(FIXTURES / "cluster", d)
+    src = d / "spin.cpp"  # a source of its own: the session's other cluster sweeps never hit
+    src.write_text("// killed mid-run\n" + src.read_text())  # builds of a killed driver
     return _smaller(d, 100, keep_space=True)
 
 
