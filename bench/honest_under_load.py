@@ -6,10 +6,10 @@ Runs tests/fixtures/honest/honest.cpp's kernels (default: the four OpenMP ones, 
 through one sandboxed CPU harness per run, as tests/test_honest.py does, with ``--hogs``
 busy-looping processes (``yes``-like, one niced) beside it, and prints each run's statuses
 and the count of verdicts other than ``ok``. Measured 2026-12-03 on the project's 2-core
-machine: 1 false ``replayed`` in 8 runs beside two hogs (MODE 17), 1 in 6 in a red team's
-runs (MODE 19); later that day, ``--runs 16`` (64 jobs), other users' tests also running: 1
-(MODE 18), and 1 (MODE 17) back to back with the OpenMP workers parked
-(``OMP_WAIT_POLICY=passive``, not kept: see workers/harness.py, "named wrongly"). A timing
+machine, ``--runs 32`` twice in each tree, alternately: the protocol before the calls on new
+sets were mixed among the samples (5181498) 4 false ``replayed`` in 256 jobs (MODE 16 three
+times, MODE 17 once); mixed (d1cf681) 0 in 256
+(docs/verified/2026-12-03-h200-replay-mixed.md). A timing
 claim, so it lives here and not in the suite.
 """
 

@@ -4,10 +4,10 @@ honest work (`replayed`, `escaped`, `too_slow`, `suspect`) is as wrong as one th
 attack through, and CI runs this beside the rest of the suite, under its load.
 
 The fixture's four OpenMP kernels (MODE 16-19, two threads) are not here: beside CPU hogs
-one of them is `replayed` in about 1 run of 8 (2026-12-03, this project's 2-core machine:
-its calls on new input sets slow every time, 3.5-8.8 ms against 0.55-0.79 ms on seen ones,
-in each recheck round too; the cause is not found), a false verdict that
-workers/harness.py lists. ``bench/honest_under_load.py`` counts it."""
+the earlier replay protocol named one of them `replayed` in 4 of 256 jobs (2026-12-03, this
+project's 2-core machine); with the calls on new sets mixed among the samples, 0 of 256 in
+the same bench, which bounds the rate under about 1.2 %, not at 0.
+``bench/honest_under_load.py`` counts it; workers/harness.py lists it."""
 
 import pytest
 from test_faults import TIMING, artifact, job
