@@ -58,10 +58,10 @@ def test_a_replay_that_turns_honest_on_new_values_gains_nothing(tmp_path, harnes
     before, are the figure: its honest work's."""
     res = harness.run(attack_job(tmp_path, 3))
     assert res["status"] == "ok", res
-    # every sample computes: no faster than half its calls on new values
-    assert min(res["samples_ms"]) > 0.5 * min(res["unseen_ms"]), res
-    # split where it met new values (or its first timed call was on one: none replayed)
-    assert res.get("split_at", 0) >= 0 and res["n_samples"] >= TIMING["min_samples"]
+    # the figure computes: split where it met new values after 5 samples or more, else at
+    # most 4 replays among 10 samples or more, under the median
+    assert res["median_ms"] > 0.5 * min(res["unseen_ms"]), res
+    assert res["n_samples"] >= TIMING["min_samples"]
 
 
 def _flagged(tmp_path, mode):
