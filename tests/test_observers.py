@@ -140,10 +140,19 @@ def test_the_harness_merges_every_observers_results_into_the_outcome(tmp_path):
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
     h = Harness("cpu")
     assert h.observers == []  # CPU: no NVML observer, no NVML columns
+    from workers.harness import N_SETS
+
     h.observers = [Count(), NvmlObserver(_Readings())]
+    batches, samples = [], h.samples
+    h.samples = lambda calls, d, flush, picks=None: (batches.append(picks),
+                                                     samples(calls, d, flush, picks))[1]
     res = h.run(job(artifact(tmp_path, src, 0), src, ref, timing=TIMING))
-    assert res["status"] == "ok" and res["throttled_samples"] == 5
-    assert res["samples_seen"] == res["n_samples"] + 5 and res["batches"] >= 2
+    # the first batch's samples (its calls on never-seen sets are no samples) set aside
+    first = sum(k < N_SETS for k in batches[0])
+    assert len(batches[0]) == 5 and res["status"] == "ok" and res["throttled_samples"] == first
+    # every sample each observer saw: the figure's, and those set aside or past it
+    assert res["samples_seen"] == res["timed_calls"] - len(res["unseen_ms"])
+    assert res["samples_seen"] >= res["n_samples"] + first and res["batches"] >= 2
     assert res["power_w"] == 250.5 and res["throttle_reasons"] == 0
     assert res["sm_clock_mhz"] == 1980.0 and res["temperature_c"] == 50.0
 
@@ -415,7 +424,9 @@ def test_a_plugged_in_observer_adds_a_stored_column(tmp_path, monkeypatch):
     finally:
         runner.close()
     assert o.status == Status.OK and o.throttled_samples == 0
-    assert o.observed() == {"toy_samples": o.n_samples}  # every sample, each seen once
+    # every sample, each seen once: the figure's and any past it (no call on a new set)
+    seen = o.extra["timed_calls"] - len(o.extra["unseen_ms"])
+    assert o.observed() == {"toy_samples": seen} and seen >= o.n_samples
     blank = {f.name: None for f in dataclasses.fields(TuningRecord)}
     rec = TuningRecord(**{**blank, "run_id": "r1", "sweep": "s", "job_key": "j-toy",
                           "status": o.status, "median_ms": o.median_ms, "params": json.dumps({}),

@@ -1113,10 +1113,11 @@ class Harness:
             batches += 1
             new = [k >= N_SETS for k in picks] if picks else [False] * batch
             unseen += [x for x, n in zip(xs, new) if n]
-            disturbed = [o.after_batch(xs) for o in self.observers]  # every one reads
+            seen = [x for x, n in zip(xs, new) if not n]  # the batch's samples
+            disturbed = [o.after_batch(seen) for o in self.observers]  # every one reads
             if mix and mix.pre is None and any(new):  # the seen calls before the first new
                 mix.pre = len(clean) + (0 if any(disturbed) else new.index(True))
-            (held if any(disturbed) else clean).extend(x for x, n in zip(xs, new) if not n)
+            (held if any(disturbed) else clean).extend(seen)
             if mix:
                 # on the very samples the figure will be (a replayer that replays just over
                 # half of those and computes the calls after them had a line from every
