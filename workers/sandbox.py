@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import cgroup, isolation, prestart
+from workers import cgroup, isolation, prestart, priority
 from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
@@ -59,6 +59,7 @@ class Sandbox:
         self.restarts = 0
         self.info: dict[str, Any] = {}
         self.pid: int | None = None  # the harness process's
+        self.rt_pid: int | None = None  # its host pid, for timing.realtime (CPU; workers.priority)
         self.timing_ref = ""  # ref.py's function the running job times, from its progress
         self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
         self.adopted = False  # the harness was started before Ray (adopt)
@@ -155,6 +156,11 @@ class Sandbox:
         self.info = {**hello["info"], "isolation": self.isolation.kind,
                      "isolation_why": self.isolation.why, "limits": self.limits}
         self.pid = self.proc.pid if self.isolation.isolated and self.proc else hello.get("pid")
+        if self.device == "cpu":  # timing.realtime (workers.priority), found before any job
+            self.rt_pid = priority.harness_pid(self.proc.pid) if self.proc else None
+            self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
+                                     if self.rt_pid else "the harness's process was not "
+                                     "found under /proc")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,
             prepare_timeout_s: float = PREPARE_TIMEOUT_S) -> dict[str, Any]:
@@ -173,6 +179,15 @@ class Sandbox:
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+        timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
+        # sweep.yaml timing.realtime: the harness's thread under SCHED_FIFO for this job
+        with priority.realtime(self.rt_pid if timing.get("realtime") else None):
+            return self._exchange(job, timeout_s, prepare_timeout_s)
+
+    def _exchange(self, job: RunJob | dict[str, Any], timeout_s: float,
+                  prepare_timeout_s: float) -> dict[str, Any]:
+        """The body of :meth:`run`: send ``job``, read the harness's messages until its
+        answer, within the budgets."""
         pos = self.log.stat().st_size
         t0 = base = time.perf_counter()
         # making the inputs and reference outputs is kopt's work, not the candidate's: the

@@ -97,6 +97,9 @@ class Timing(_Model):
     # flush the L2 (CPU backend: the last-level cache) before each sample; false only where
     # a cold cache is not the question (bench/driver.py: kopt's own overhead)
     flush: bool = True
+    # CPU backend: the harness's thread at SCHED_FIFO for each job (workers.priority), so
+    # other processes of the machine cannot preempt a timed call; needs root or CAP_SYS_NICE
+    realtime: bool = False
 
     @model_validator(mode="after")
     def _order(self) -> Timing:

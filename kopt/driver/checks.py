@@ -228,3 +228,15 @@ def classes_for(space: Space, classes: dict[str, dict]) -> tuple[dict[str, dict]
                          f"({', '.join(left)}): run the sweep on an sm_90 device (H100/H200)")
     return kept, [f"{space.source.name} needs the sm_90a target (sweep.yaml: `needs_sm90a: "
                   f"true`): device class {d} sits this sweep out" for d in left]
+
+
+def realtime_notes(space: Space, infos: list[dict[str, Any]]) -> list[str]:
+    """One note per CPU device that cannot honour sweep.yaml's ``timing.realtime`` (its
+    info's ``realtime`` is the sandbox's reason, workers.priority); [] when the setting is
+    off, the backend is CUDA (whose calls the GPU's clock times: the setting is the CPU
+    backend's, as docs/spec.md says) or every device takes it."""
+    if not space.timing.realtime or space.backend != "cpu":
+        return []
+    return [f"sweep.yaml timing.realtime: {i.get('device_class', 'a device')} on "
+            f"{i.get('node', 'its node')} times at normal priority: {i['realtime']}"
+            for i in infos if i.get("realtime") not in (None, "available")]

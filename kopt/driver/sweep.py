@@ -44,6 +44,7 @@ from kopt.driver.checks import (
     check_before_ray,
     classes_for,
     pick_backend,
+    realtime_notes,
     resumable_run,
     spec_parts,
 )
@@ -394,7 +395,7 @@ class Driver:
         if isinstance(self.runner, QueueRunner):
             self.runner.check_reads(self.sweep.reference)
         self.classes, left = classes_for(space, self.runner.classes())
-        for note in left:
+        for note in left + realtime_notes(space, infos):
             for o in self.observers:
                 o.on_note(note)
         platforms = {i.get("platform") or "" for i in infos}
