@@ -13,14 +13,25 @@ from workers.sandbox import Sandbox
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
 
-# y = 2x when the calling thread runs under SCHED_FIFO at priority 1, else y = -x: the
-# candidate's own view of the priority its calls (checked and timed) ran at
+# y = 2x when the calling thread runs under SCHED_FIFO at priority 1 and a thread it
+# starts does not (SCHED_RESET_ON_FORK: nothing the candidate leaves behind keeps the
+# priority), else y = -x: the candidate's own view of the priority its calls (checked and
+# timed) ran at
 POLICY_CPP = """
+#include <pthread.h>
 #include <sched.h>
+static void* policy_of(void* out) {
+  *(int*)out = sched_getscheduler(0);
+  return nullptr;
+}
 extern "C" void solve(const float* x, float* y, int N) {
   sched_param p;
-  const bool rt = sched_getscheduler(0) == SCHED_FIFO && sched_getparam(0, &p) == 0
-                  && p.sched_priority == 1;
+  int child = -1;
+  pthread_t t;
+  if (pthread_create(&t, nullptr, policy_of, &child) == 0) pthread_join(t, nullptr);
+  const bool rt = (sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) == SCHED_FIFO
+                  && sched_getparam(0, &p) == 0 && p.sched_priority == 1
+                  && child == SCHED_OTHER;
   for (int i = 0; i < N; ++i) y[i] = rt ? 2 * x[i] : -x[i];
 }
 """
@@ -31,8 +42,12 @@ def test_the_block_runs_at_fifo_and_the_thread_gets_its_policy_back():
     before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
     with priority.realtime(0) as on:
         assert on is True
-        assert os.sched_getscheduler(0) == os.SCHED_FIFO
+        assert os.sched_getscheduler(0) == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
         assert os.sched_getparam(0).sched_priority == priority.RT_PRIORITY == 1
+        child = os.fork()  # starts at the normal policy
+        if child == 0:
+            os._exit(0 if os.sched_getscheduler(0) == os.SCHED_OTHER else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
     assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
     with priority.realtime(None) as on:
         assert on is False and os.sched_getscheduler(0) == before[0]
@@ -55,10 +70,11 @@ def test_a_refused_policy_changes_nothing_and_says_the_fix(monkeypatch):
 
 @needs_root
 def test_a_realtime_job_runs_its_calls_at_fifo_and_the_next_job_does_not(tmp_path):
-    """The candidate computes right only under SCHED_FIFO: with timing.realtime its checked
-    and timed calls are all right (`ok`); the same artifact in the same harness right
-    after, without the setting, is `wrong_result` (the harness's thread got its normal
-    policy back); the device's info says the harness can take the policy."""
+    """The candidate computes right only under SCHED_FIFO, with a thread it starts at the
+    normal policy: with timing.realtime its checked and timed calls are all right (`ok`);
+    the same artifact in the same harness right after, without the setting, is
+    `wrong_result` (the harness's thread got its normal policy back); the device's info
+    says the harness can take the policy."""
     d = write_sweep(tmp_path / "rt", "kernel: k.cpp\ndims: [{N: 64}]\n", {
         "k.cpp": POLICY_CPP, "ref.py": "def reference(x, N):\n    return 2 * x\n"})
     art = artifact(tmp_path, d / "k.cpp", 0, "k.cpp")

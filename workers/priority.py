@@ -13,10 +13,12 @@ privilege, puts the harness's main thread -- the one that calls ``solve`` -- und
 thread, below every real-time thread of the system's own) for the length of one job, and
 back to its normal policy after it. The harness itself gets no privilege for this (its
 sandbox drops every capability, workers.jail): candidate code cannot raise its own
-priority. Threads it starts during such a job (an OpenMP pool) inherit the policy (sched(7):
-a new thread takes its creator's). A call that never returns the core is held by the
-kernel's real-time throttling (``/proc/sys/kernel/sched_rt_runtime_us``: 95 % of each
-second by default) and killed at its job's ``timeout_s`` as any hang.
+priority. The policy carries ``SCHED_RESET_ON_FORK`` (sched(7)): a thread or process the
+candidate starts (an OpenMP pool's workers too) runs at the normal policy, so nothing it
+leaves behind keeps a real-time priority after the job; a multi-threaded candidate's
+calls are shielded on its calling thread only. A call that never returns the core is held
+by the kernel's real-time throttling (``/proc/sys/kernel/sched_rt_runtime_us``: 95 % of
+each second by default) and killed at its job's ``timeout_s`` as any hang.
 
 Setting another process's policy needs root or ``CAP_SYS_NICE``; :func:`why_not` says
 whether this process can, and the device's info carries it, so the driver says once when
@@ -51,8 +53,9 @@ def why_not(tid: int) -> str:
 @contextlib.contextmanager
 def realtime(tid: int | None, strict: bool = False) -> Iterator[bool]:
     """Thread ``tid`` (a host pid or thread id; 0: the calling thread; None: nothing is
-    changed) under ``SCHED_FIFO`` at :data:`RT_PRIORITY` while the block runs, then back to
-    the policy and priority it had (unless it has ended). Yields whether it is on.
+    changed) under ``SCHED_FIFO`` at :data:`RT_PRIORITY`, with ``SCHED_RESET_ON_FORK`` (what
+    it starts runs at the normal policy), while the block runs, then back to the policy
+    and priority it had (unless it has ended). Yields whether it is on.
 
     Raises:
         OSError: ``strict`` and the kernel refused (EPERM without root or CAP_SYS_NICE;
@@ -63,7 +66,8 @@ def realtime(tid: int | None, strict: bool = False) -> Iterator[bool]:
         return
     try:
         policy, param = os.sched_getscheduler(tid), os.sched_getparam(tid)
-        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
+        os.sched_setscheduler(tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                              os.sched_param(RT_PRIORITY))
     except OSError:
         if strict:
             raise
