@@ -18,7 +18,9 @@ candidate starts (an OpenMP pool's workers too) runs at the normal policy, so no
 leaves behind keeps a real-time priority after the job; a multi-threaded candidate's
 calls are shielded on its calling thread only. A call that never returns the core is held
 by the kernel's real-time throttling (``/proc/sys/kernel/sched_rt_runtime_us``: 95 % of
-each second by default) and killed at its job's ``timeout_s`` as any hang.
+each second by default) and killed at its job's ``timeout_s`` as any hang; until then it
+holds one core at that share, which on a one-core machine leaves the rest of the system
+(Ray's heartbeats among it) 5 %: the setting is for machines of two cores or more.
 
 Setting another process's policy needs root or ``CAP_SYS_NICE``; :func:`why_not` says
 whether this process can, and the device's info carries it, so the driver says once when
