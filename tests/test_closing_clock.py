@@ -47,5 +47,10 @@ def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropp
     assert closing["dropped"][w3].startswith("suspect: its contest median is ")
     assert "by a clock outside its process" in closing["dropped"][w3]
     assert any(w3 in f and "suspect" in f for f in obs.faults), obs.faults
+    # each contender clocked in the shared harness, then the patcher (with each other one
+    # the shared harness flagged) alone: beside another test suite, one honest contender's
+    # block in the shared harness once read short enough to clear it there (the outside
+    # clock starts when the device actor reads the harness's "clock" message: workers/harness.py
+    # says why a late read shortens it), so it was not judged alone
     _, rows = query("select count(*) from phases where phase = 'clock'", store)
-    assert rows[0][0] >= 4 + 4  # each contender in the shared harness, then each alone
+    assert rows[0][0] >= 4 + 1

@@ -125,8 +125,11 @@ wrongly:
   not one slowed less, nor one whose call
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
-  message late or forge its outputs' check), and not within an iteration's own jobs and
-  contests (a patched winner there is caught at the closing, before it is named the
+  message late or forge its outputs' check; and the device actor reads that message when
+  the machine lets it run: a read delayed by load, or by a candidate's threads loading the
+  machine, shortens the block too: beside another test suite, one honest contender's block
+  in a shared harness once read short enough to clear it), and not within an iteration's
+  own jobs and contests (a patched winner there is caught at the closing, before it is named the
   loop's best). A median not above 0 ms (a clock run backwards) is ``suspect`` in any job
   (workers.sandbox).
 - results one candidate keeps outside its own library's memory (a file in the scratch
