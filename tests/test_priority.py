@@ -11,7 +11,11 @@ from kopt.driver.checks import realtime_notes
 from workers import priority
 from workers.sandbox import Sandbox
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
+# a machine whose kernel refuses this process SCHED_FIFO (not root, no CAP_SYS_NICE, or a
+# container with no real-time budget: the H200 host's, docs/verified/2026-12-03-cpu-realtime.md)
+# cannot run what these tests check; what it does there instead is the note test below
+NO_FIFO = priority.why_not(0)
+needs_fifo = pytest.mark.skipif(NO_FIFO != "", reason=f"this machine refuses it: {NO_FIFO}")
 
 # y = 2x when the calling thread runs under SCHED_FIFO at priority 1 and a thread it
 # starts does not (SCHED_RESET_ON_FORK: nothing the candidate leaves behind keeps the
@@ -37,7 +41,7 @@ extern "C" void solve(const float* x, float* y, int N) {
 """
 
 
-@needs_root
+@needs_fifo
 def test_the_block_runs_at_fifo_and_the_thread_gets_its_policy_back():
     before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
     with priority.realtime(0) as on:
@@ -68,7 +72,7 @@ def test_a_refused_policy_changes_nothing_and_says_the_fix(monkeypatch):
         pass
 
 
-@needs_root
+@needs_fifo
 def test_a_realtime_job_runs_its_calls_at_fifo_and_the_next_job_does_not(tmp_path):
     """The candidate computes right only under SCHED_FIFO, with a thread it starts at the
     normal policy: with timing.realtime its checked and timed calls are all right (`ok`);
