@@ -15,10 +15,18 @@ The rule, on a job's (or a contender's) calls, times in ms:
 
 - the line: ``REPLAY_FACTOR`` x the median of the calls on seen sets, plus ``REPLAY_MS``;
 - ``clear`` when any call on a never-seen set is under the line;
-- ``replayed`` when every one is over it and load alone is unlikely to explain that: with
-  ``p`` the share of calls on seen sets over the line (Laplace's rule, ``(m + 1) / (n + 2)``,
-  never 0), ``p ** k`` under ``REPLAY_ALPHA`` for ``k`` calls on never-seen sets. Each such
-  call lands at a random place, so load slows it with the chance it slows a sample;
+- ``replayed`` when every one is over it and load alone is unlikely to explain that. Each
+  call on a never-seen set lands at a random place among the samples, so where load alone
+  slows calls, which calls it slowed does not depend on which sets they were on: of the
+  ``n + k`` calls (``n`` samples, ``k`` on never-seen sets), ``m + k`` are over the line
+  (``m`` samples), and the chance that ``k`` places drawn at random all fall among them is
+  ``C(m + k, k) / C(n + k, k)`` (a permutation test: Fisher's exact test on the 2x2 table
+  seen/never-seen by over/under the line). ``replayed`` when that is under ``REPLAY_ALPHA``.
+  An earlier rule took ``p ** k``, ``p`` the share of samples over the line by Laplace's
+  rule, ``(m + 1) / (n + 2)``: 10 samples of an honest kernel beside another sweep, 1 over
+  the line and the 4 calls on new sets over it too, gave (2/12) ** 4 < 1e-3, ``replayed``,
+  where the exact chance is 5/1001. The samples alone undercount load that comes in
+  bursts; the calls on new sets count it too;
 - ``open`` otherwise: the harness makes more calls (more never-seen sets, at random
   places), up to ``UNSEEN_MAX``; a candidate still open then is ``too_slow``, never ``ok``.
 
@@ -27,15 +35,18 @@ The seen calls weighed are exactly the samples that make the figure (the first
 just over half of those and computed every call after them, so that the median of all its
 calls (the honest one) set the line while the figure stayed a replay's (`ok` at 0.02 ms
 against 0.24, attack MODE 12). A candidate cannot pad more than half of them without its
-median being the padded calls' (the line rises with it), so ``p`` stays under a half and
-every open case is decided or capped within ``UNSEEN_MAX`` calls (0.5 ** 10 < 1e-3; a
-quarter padded, attack MODE 4: 0.25 ** 5). What the rule allows: a figure up to
-``REPLAY_FACTOR`` faster than the candidate's calls on new values (MODE 12 at times `ok` at
-0.13 ms against its 0.26 ms calls on new sets).
+median being the padded calls' (the line rises with it), so at most half the samples are
+over the line, and every open case is decided or capped within ``UNSEEN_MAX`` calls: a
+quarter of 20 samples padded (attack MODE 4) is ``replayed`` after 7 calls on new sets
+(C(12, 7) / C(27, 7) < 1e-3); with half of them padded, 10 are not enough
+(C(20, 10) / C(30, 10) = 6e-3) and it is ``too_slow``, never ``ok``. What the rule allows:
+a figure up to ``REPLAY_FACTOR`` faster than the candidate's calls on new values (MODE 12
+at times `ok` at 0.13 ms against its 0.26 ms calls on new sets).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Literal
@@ -64,12 +75,15 @@ def replay_line(seen_ms: Sequence[float]) -> float:
 
 
 def load_chance(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> float:
-    """How likely load alone made every call of ``unseen_ms`` slow: ``p ** k``, ``k`` those
-    calls, ``p`` the share of ``seen_ms`` over :func:`replay_line` by Laplace's rule of
-    succession, ``(m + 1) / (n + 2)``, never 0 (times in ms)."""
+    """How likely load alone made every call of ``unseen_ms`` slow (times in ms): with ``n``
+    calls in ``seen_ms``, ``m`` of them over :func:`replay_line`, and ``k`` calls in
+    ``unseen_ms``, all taken as over it, ``C(m + k, k) / C(n + k, k)``: the chance that
+    ``k`` places drawn at random among ``n + k`` calls, ``m + k`` of them slow, are all slow
+    ones (the module's rule). 1.0 for no call on a never-seen set."""
     line = replay_line(seen_ms)
-    p = (sum(x > line for x in seen_ms) + 1) / (len(seen_ms) + 2)
-    return p ** len(unseen_ms)
+    n, k = len(seen_ms), len(unseen_ms)
+    m = sum(x > line for x in seen_ms)
+    return math.comb(m + k, k) / math.comb(n + k, k)
 
 
 def replay_state(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> State:
@@ -113,7 +127,8 @@ def replay_text(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> str:
 def open_text(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> str:
     """Why calls whose verdict stayed ``open`` when the never-seen sets (``UNSEEN_MAX``) or
     the budget ran out get no verdict (times in ms; at least one call on a never-seen set)."""
-    p = load_chance(seen_ms, unseen_ms) ** (1 / len(unseen_ms))
+    line = replay_line(seen_ms)
+    share = sum(x > line for x in seen_ms) / len(seen_ms)
     return (f"all {len(unseen_ms)} of its calls on input sets it had never seen were slower "
-            f"than {REPLAY_FACTOR:g}x its median, while about {p:.0%} of its samples were too "
+            f"than {REPLAY_FACTOR:g}x its median, while {share:.0%} of its samples were too "
             "(load, or padding); run it again on a quieter machine")
