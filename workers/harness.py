@@ -114,7 +114,8 @@ wrongly:
   do that. What it does instead, at the loop's closing only: each contender of the closing
   contest is re-timed by a clock outside this process (``clock`` jobs: calls each prepared
   as a sample is, less the same preparations alone, timed by the sandbox from this
-  process's "clock" message to its answer; outputs checked after them) and is ``suspect``,
+  sandbox's "go", sent once this process says "clock", to its answer; outputs checked
+  after them) and is ``suspect``,
   and dropped, when every block is more than 4x its contest median + 0.01 ms a call, plus
   half a call's preparation time (kopt.core.clock); judged again alone in a fresh harness
   when the shared one flagged it (a patched clock times every contender timed after it),
@@ -125,10 +126,8 @@ wrongly:
   not one slowed less, nor one whose call
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
-  message late or forge its outputs' check; and the device actor reads that message when
-  the machine lets it run: a read delayed by load, or by a candidate's threads loading the
-  machine, shortens the block too: beside another test suite, one honest contender's block
-  in a shared harness once read short enough to clear it), and not within an iteration's
+  message late or start its calls before the sandbox's "go", or forge its outputs' check),
+  and not within an iteration's
   own jobs and contests (a patched winner there is caught at the closing, before it is named the
   loop's best). A median not above 0 ms (a clock run backwards) is ``suspect`` in any job
   (workers.sandbox).
@@ -309,6 +308,9 @@ class Harness:
         self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
+        # a clock job's start: returns once the sandbox says "go" (its outside clock started
+        # before it sent that); in-process use (tests) has no sandbox to wait for
+        self.await_go: Callable[[], None] = lambda: None
         # CPU: the candidate's own buffers evicted line by line before each sample, outputs
         # checked in one pass (workers.native); where its helpers cannot be built, and on
         # the GPU, a buffer of twice the last-level cache (L2) zeroed instead
@@ -1263,9 +1265,13 @@ class Harness:
         into buffer set 0, outputs poisoned, the cache flushed: :meth:`_prep`), its outputs
         verified after the last; with ``clock_loads_only``, the same preparations and no
         call (what the outside figure of a block must not count). A progress message
-        ``{"stage": "clock"}`` goes to the sandbox right before the first; the sandbox
-        (outside this process, workers.sandbox) times from its arrival to this answer's
-        (``outside_ms``). Calls prepared as samples cannot be told apart from samples (a
+        ``{"stage": "clock"}`` goes to the sandbox right before the first, and the calls
+        start once the sandbox answers "go" (:attr:`await_go`); the sandbox (outside this
+        process, workers.sandbox) times from its send of "go" to this answer's arrival
+        (``outside_ms``): load that delays either process only lengthens the block. (It
+        timed from the arrival of the "clock" message: a read of it delayed by load, or by a
+        candidate's threads loading the machine, shortened the block, the direction that
+        clears a patched clock.) Calls prepared as samples cannot be told apart from samples (a
         candidate that skipped its work when its outputs were not poisoned since its last
         call passed an earlier form of this block).
 
@@ -1278,6 +1284,7 @@ class Harness:
         flush = job["timing"].get("flush", True)
         self._sync()
         self.progress({"stage": "clock"})
+        self.await_go()
         t0 = time.perf_counter()
         for i in range(n):
             self._prep(d, i % len(d.sets), flush)
@@ -2069,12 +2076,17 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
 
 
 def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
-    """Answer each job read from ``rconn`` on ``wconn`` until EOF or a fatal outcome."""
+    """Answer each job read from ``rconn`` on ``wconn`` until EOF or a fatal outcome. A
+    clock job waits for the sandbox's "go" on ``rconn`` (:func:`_await_go`); a "go" read
+    here (none is sent outside a clock job's wait) is skipped."""
+    h.await_go = lambda: _await_go(rconn)
     while True:
         try:
             kind, job = rconn.recv()
         except EOFError:
             return
+        if kind == "go":
+            continue
         h.idle_s = time.perf_counter() - h.done_at
         try:
             res = h.run(job.payload() if isinstance(job, RunJob) else job)
@@ -2091,6 +2103,15 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
         answer(wconn, res)
         if res.get("fatal"):
             return
+
+
+def _await_go(rconn: Connection) -> None:
+    """Read ``rconn`` until the sandbox's ``("go", None)``: the start of a clock job's
+    calls (:meth:`Harness.clock`). Raises EOFError when the sandbox closed the pipe, and
+    RuntimeError for any other message (the sandbox sends no job while one runs)."""
+    kind, _ = rconn.recv()
+    if kind != "go":
+        raise RuntimeError(f"a clock job waited for 'go' and read {kind!r}")
 
 
 def answer(conn: Connection, msg: dict) -> None:

@@ -172,10 +172,12 @@ class Sandbox:
         A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
         and restarts the harness on the next call. Never raises for a job.
 
-        A clock job (workers.harness ``clock``) also gets ``outside_ms``: from the arrival
-        of the harness's first ``{"stage": "clock"}`` message to its answer's, on this
-        process's clock, which candidate code in the harness cannot reach (another process,
-        outside its namespaces); a figure the answer carries under that name is dropped.
+        A clock job (workers.harness ``clock``) also gets ``outside_ms``: on the harness's
+        first ``{"stage": "clock"}`` message this process sends ``("go", None)``, which
+        starts the harness's calls, and times from that send to the answer's arrival, on
+        its own clock, which candidate code in the harness cannot reach (another process,
+        outside its namespaces); a delay on either side only lengthens the figure. A
+        figure the answer carries under that name is dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -195,7 +197,9 @@ class Sandbox:
         deadline = t0 + max(timeout_s, prepare_timeout_s)
         limit = deadline + OWN_LIMIT * timeout_s + GRACE_S  # whatever the messages say
         prepared = False  # the harness said it made the inputs and reference outputs
-        clock_t0 = None  # the outside clock's start: the first "clock" message's arrival
+        clock_t0 = None  # the outside clock's start: the send of "go" (a clock job's)
+        body = job.payload() if isinstance(job, RunJob) else job
+        clock_job, timing_ref_job = bool(body.get("clock_calls")), bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         try:
             self.w.send(("run", job))
@@ -221,9 +225,13 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
-            if res.get("stage") == "clock" and clock_t0 is None:
+            if res.get("stage") == "clock" and clock_t0 is None and clock_job:
                 clock_t0 = time.perf_counter()
-            if (job.payload() if isinstance(job, RunJob) else job).get("time_reference"):
+                try:
+                    self.w.send(("go", None))
+                except (BrokenPipeError, OSError):
+                    pass  # the harness died: its answer's read says so
+            if timing_ref_job:
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)

@@ -3,15 +3,16 @@
 A contender of the loop's closing contest reports its median from inside the harness process
 that loads its code (CUDA events or ``time.perf_counter_ns`` there), which native code in that
 process can patch (e.g. ``PyRun_SimpleString`` scaling ``time.perf_counter_ns``, or
-``torch.cuda.Event.elapsed_time``). So the closing also runs ``n`` of its calls back to back,
-warm (no cache flush), timed by the device actor's process from the harness's "clock" message
-to its answer (workers.harness ``clock``, workers.sandbox ``outside_ms``). Warm calls back
-to back cost an honest candidate no more than its flushed, sampled calls: the samples'
-clock takes in the call's own host cost too (a GPU's events record the idle gap while the
-host launches a small kernel; the CPU's clock brackets the ctypes call). What the block adds
-per call is an in/out input reloaded before each call (a copy of data the kernel itself
-must read and write: at most about twice the kernel's own traffic) and the loop's own few
-microseconds: ``CLOCK_FACTOR`` x the median and ``CLOCK_SLACK_MS`` cover them. A
+``torch.cuda.Event.elapsed_time``). So the closing also runs ``n`` of its calls, each prepared as a
+sample is (an input set loaded, outputs poisoned, the cache flushed), and the same ``n``
+preparations alone, each block timed by the device actor's process from its "go", which
+the harness's calls wait for, to the answer (workers.harness ``clock``, workers.sandbox
+``outside_ms``); the calls' figure is the first block less the shortest preparations'
+block of its tries (load only lengthens a block). The samples' clock takes in the call's
+own host cost too (a GPU's events record the idle gap while the host launches a small
+kernel; the CPU's clock brackets the ctypes call); what the block adds per call is the
+loop's own few microseconds and the noise of two blocks' preparations:
+``CLOCK_FACTOR`` x the median, ``CLOCK_SLACK_MS`` and ``CLOCK_PREP_NOISE`` cover them. A
 contender whose outside figure per call exceeds that limit on every one of
 ``CLOCK_TRIES`` blocks is ``suspect``: its own clock ran slow by that factor or more.
 
