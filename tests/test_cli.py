@@ -115,10 +115,16 @@ def test_report_of_a_run_with_no_correct_candidate(ray_local, tmp_path):
 
 def test_sweep_without_a_terminal_prints_plain_progress(ray_local, tmp_path, monkeypatch):
     """In a CI log or a file the progress bars only draw at the end: the sweep prints a
-    plain 'built a/b, ran c/d' line every HEARTBEAT_S seconds instead (0.2 s here)."""
-    import kopt.cli.console
+    plain 'built a/b, ran c/d' line every 10 s instead, or every $KOPT_PROGRESS_S (0.2 s
+    here); a value that is not such a number is one note, and the default stands."""
+    from kopt.cli.console import heartbeat_s
 
-    monkeypatch.setattr(kopt.cli.console, "HEARTBEAT_S", 0.2)
+    for bad in ("soon", "0", "nan", "1e9"):
+        monkeypatch.setenv("KOPT_PROGRESS_S", bad)
+        assert heartbeat_s() == (10.0, f"note: KOPT_PROGRESS_S={bad!r} is not a number of "
+                                       "seconds from 0.1 to 3600; a progress line every 10 s")
+    monkeypatch.setenv("KOPT_PROGRESS_S", "0.2")
+    assert heartbeat_s() == (0.2, "")
     r = run("sweep", str(ROOT / "sweeps" / "vector_add"), "--backend", "cpu",
             "--max-candidates", "3", "--iterations", "1", "--store", str(tmp_path / "st"))
     assert r.exit_code == 0, r.output

@@ -293,8 +293,9 @@ def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
     shutil.copytree(ROOT / "sweeps" / "vector_add", d)
     spec = yaml.safe_load((d / "sweep.yaml").read_text())
     # 200 samples of a 12 MB vector add: about a second a job whatever the machine's speed,
-    # so the run is still going when Ctrl-C comes after the first progress line (10 s in;
-    # with 5 samples the 27 jobs took 0.4 s and the run had ended, a CI failure)
+    # so the run is still going when Ctrl-C comes after the first progress line with a job
+    # run (a line a second here: KOPT_PROGRESS_S; with 5 samples the 27 jobs took 0.4 s and
+    # the run had ended, a CI failure)
     spec["cpu"].update(dims=[{"N": 1 << 20}], params={"NT": [1], "CHUNK": [16384, 32768, 65536]},
                        methods={"compute.ilp_unroll": {"params": {"UNROLL": [2, 4]}},
                                 "memory.vectorized_access": {"params": {"VEC": [4, 8]}}},
@@ -305,11 +306,12 @@ def test_ctrl_c_pressed_again_and_again_loses_nothing(tmp_path):
     p = subprocess.Popen(
         [sys.executable, "-m", "kopt.cli.main", "sweep", str(d), "--backend", "cpu", "--store",
          str(store)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1",
+             "KOPT_PROGRESS_S": "1"},
         preexec_fn=lambda: (os.setsid(), signal.signal(signal.SIGINT, signal.SIG_DFL)))
     assert p.stdout is not None
     seen = []
-    for line in p.stdout:  # the progress line every 10 s: "it 1: built 27/27, ran 6/27, ..."
+    for line in p.stdout:  # the progress line every second: "it 1: built 27/27, ran 6/27, ..."
         seen.append(line)
         m = re.search(r"ran (\d+)/27", line)
         if m and int(m.group(1)) >= 1:

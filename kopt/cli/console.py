@@ -73,6 +73,23 @@ out = _Out(width=None if sys.stdout.isatty() else 160, emoji=False)
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
 
 
+def heartbeat_s() -> tuple[float, str]:
+    """Seconds between two plain progress lines (no terminal): ``$KOPT_PROGRESS_S`` (0.1 to
+    3600), else :data:`HEARTBEAT_S`; and a note when the variable is set but not such a
+    number (the default then stands), else ""."""
+    raw = os.environ.get("KOPT_PROGRESS_S")
+    if raw is None:
+        return HEARTBEAT_S, ""
+    try:
+        s = float(raw)
+    except ValueError:
+        s = float("nan")
+    if 0.1 <= s <= 3600:
+        return s, ""
+    return HEARTBEAT_S, (f"note: KOPT_PROGRESS_S={raw!r} is not a number of seconds from 0.1 "
+                         f"to 3600; a progress line every {HEARTBEAT_S:g} s")
+
+
 MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)
 
 
@@ -276,9 +293,13 @@ class ConsoleProgress(ProgressCallback):
 
     def _beat(self) -> None:
         """Without a terminal the bars only draw at the end: a plain progress line every
-        HEARTBEAT_S seconds instead, also while nothing completes (long builds, a contest)."""
+        :func:`heartbeat_s` seconds instead, also while nothing completes (long builds, a
+        contest)."""
         t0 = time.monotonic()
-        while not self._beat_stop.wait(HEARTBEAT_S):
+        every, note = heartbeat_s()
+        if note:
+            console.print(note, highlight=False)
+        while not self._beat_stop.wait(every):
             tasks = {t.id: t for t in self.p.tasks}
             b, r = tasks.get(self.tb), tasks.get(self.tr)
             if b is None or r is None:  # between iterations
