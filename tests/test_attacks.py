@@ -138,7 +138,7 @@ def test_a_replayer_that_replays_only_the_figures_samples_gains_at_most_the_rule
     and computes the calls after them, so that the median of all its samples, which set the
     line, was the work's: `ok` at 0.012-0.04 ms against the honest 0.22-0.26 in 11 of 13
     jobs. The verdict is on the figure's own samples: `replayed`; `too_slow` with no replay
-    verdict (with just under half of its samples over the line, 10 calls on new values
+    verdict (with just under half of its samples over the line, 14 calls on new values
     cannot tell it from load: workers.replay); or `ok` no more than the rule's factor 2
     faster than its calls on new values (its replays are 10x faster)."""
     h = Harness("cpu")
@@ -146,7 +146,7 @@ def test_a_replayer_that_replays_only_the_figures_samples_gains_at_most_the_rule
         res = h.run(attack_job(tmp_path, 12, COPY=i))
         assert res["status"] in ("replayed", "ok", "too_slow"), res
         if res["status"] == "too_slow":
-            assert res["error"].startswith("no replay verdict: all 10 of its calls"), res
+            assert res["error"].startswith("no replay verdict: all 14 of its calls"), res
         assert res["status"] != "ok" or res["median_ms"] > 0.25 * min(res["unseen_ms"]), res
 
 
@@ -161,15 +161,15 @@ def test_the_replay_state_weighs_the_calls_on_new_sets_against_the_samples():
     fast = [0.07, 0.071, 0.072, 0.073, 0.07] * 4
     assert replay_state(fast, []) == "open"  # no call on a new set yet
     assert replay_state(fast, [0.40, 0.12]) == "clear"  # one under 0.151 ms
-    assert replay_state(fast, [0.40, 0.41]) == "open"  # 1 / C(22, 2): load may explain it
-    assert replay_state(fast, [0.40, 0.41, 0.39]) == "replayed"  # 1 / C(23, 3) < 1e-3
+    assert replay_state(fast, [0.40, 0.41, 0.39]) == "open"  # 1 / C(23, 3): 5.6e-4
+    assert replay_state(fast, [0.40, 0.41, 0.39, 0.4]) == "replayed"  # 1 / C(24, 4) < 1e-4
     padded = fast[:15] + [1.0] * 5  # a quarter padded: 5 of 20 over the line
     assert load_chance(padded, [0.4] * 5) == pytest.approx(252 / 53130)  # C(10,5) / C(25,5)
-    assert replay_state(padded, [0.4] * 6) == "open"  # C(11, 6) / C(26, 6) = 2.0e-3
-    assert replay_state(padded, [0.4] * 7) == "replayed"  # C(12, 7) / C(27, 7) = 8.9e-4
+    assert replay_state(padded, [0.4] * 9) == "open"  # C(14, 9) / C(29, 9) = 2.0e-4
+    assert replay_state(padded, [0.4] * 10) == "replayed"  # C(15, 10) / C(30, 10) < 1e-4
     one_stray = fast[:11] + [0.6]  # 12 samples, one preempted
-    assert replay_state(one_stray, [0.4] * 4) == "open"  # C(5, 4) / C(16, 4) = 2.7e-3
-    assert replay_state(one_stray, [0.4] * 5) == "replayed"  # C(6, 5) / C(17, 5) = 9.7e-4
+    assert replay_state(one_stray, [0.4] * 7) == "open"  # C(8, 7) / C(19, 7) = 1.6e-4
+    assert replay_state(one_stray, [0.4] * 8) == "replayed"  # C(9, 8) / C(20, 8) = 7.1e-5
     # an honest ~3 ms kernel's job beside another sweep on the 2-core machine (stored row of
     # a failed test_queue run): load came in a burst, its samples undercount it; the earlier
     # rule, (2/12) ** 4 = 7.7e-4, named it `replayed`; the exact chance is 5/1001

@@ -34,9 +34,24 @@ def _cgroups_here() -> bool:
 CGROUPS = _cgroups_here()
 
 
+# this session's own: every sandbox here runs with it in its environment, which the escapee
+# inherits; another test session on the machine (a second suite) has its own escapees
+TAG = f"KOPT_ESCAPEE_TAG={os.getpid()}-{os.urandom(4).hex()}"
+
+
 def _escapees() -> list[int]:
+    """The pids of the processes named ``kopt-escapee`` (escape.cpp MODE 5) that this test
+    session's sandboxes left (:data:`TAG` in their environment)."""
     p = subprocess.run(["pgrep", "-x", "kopt-escapee"], capture_output=True, text=True)
-    return [int(x) for x in p.stdout.split()]
+    out = []
+    for pid in map(int, p.stdout.split()):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone already
+            continue
+        if TAG.encode() in env:
+            out.append(pid)
+    return out
 
 
 def _kill_escapees() -> None:
@@ -48,7 +63,7 @@ def _kill_escapees() -> None:
 
 
 def _sandbox(isolated: bool, env: dict[str, str]) -> Sandbox:
-    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1", **env})
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1", **dict([TAG.split("=", 1)]), **env})
     if not isolated:
         sb.isolation = Isolation(isolation.NONE, why="switched off by the test")
     return sb

@@ -85,7 +85,7 @@ wrongly:
 - a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
   a replayer that pads just under half of its calls on seen sets to the work's cost keeps a
   fast median and makes load look common: its calls on new values decide only after about
-  ten (``UNSEEN_MAX``; workers.replay ``load_chance``), or never, and it is then
+  ``UNSEEN_MAX`` (workers.replay ``load_chance``), or never, and it is then
   ``too_slow``, not named;
 - CPU backend: work left to a thread of its own that finishes between ``solve``'s return
   and the read of its outputs, and outputs computed lazily when first read other than
