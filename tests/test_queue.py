@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -651,6 +652,40 @@ def test_ctrl_c_while_the_head_starts_leaves_no_head(tmp_path, monkeypatch):
     assert head.wait(timeout=30) is not None
     assert not service._group_alive(head.pid), service._group_pids(head.pid)
     assert not Path(tmp).exists(), sorted(str(p) for p in Path(tmp).rglob("*"))[:20]
+
+
+def test_ctrl_c_after_the_record_is_written_stops_the_head(tmp_path, monkeypatch):
+    """Ctrl-C between two steps of `kopt serve start` -- here once its actors are up and
+    the record written, in the `ray.shutdown` that follows (seconds on a loaded machine) --
+    left the head running for good (seen 48 minutes later), though the line said nothing was
+    left running. The head (a stand-in process group with a head's command line) is stopped
+    and the record removed."""
+    from kopt.run import service
+
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path))
+    tmp = tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp")
+    head = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "ray",
+                             f"--temp-dir={tmp}"], start_new_session=True)
+    own = {"address": f"127.0.0.1:{service._free_port()}", "pgid": head.pid, "temp_dir": tmp,
+           "token": None, "head_start": service._start_ticks(head.pid)}
+    try:
+        assert service.own_head(own)
+
+        def interrupted_after_the_record(address, own, backend, cpu_devices):
+            service._write_state({**own, "started_at": "now"})
+            raise KeyboardInterrupt  # as in the `ray.shutdown()` that follows it
+
+        monkeypatch.setattr(service, "start_head", lambda num_cpus: own)
+        monkeypatch.setattr(service, "_start_on", interrupted_after_the_record)
+        with pytest.raises(KeyboardInterrupt):
+            service.start_service(None, "cpu", 1, None)
+        assert head.wait(timeout=30) == -signal.SIGTERM
+        assert not service._group_alive(head.pid) and not Path(tmp).exists()
+        assert not (tmp_path / "service.json").exists()
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _ours(cache: Path) -> list[int]:

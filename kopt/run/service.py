@@ -597,15 +597,30 @@ def _start_here(backend: str, cpu_devices: int, num_cpus: int | None) -> dict[st
                            f"{prev.get('address')} (recorded in {state_path()}); stop it "
                            "first with `kopt serve stop`, or use it: `kopt sweep ... --queue`")
     own = start_head(num_cpus)
-    cfg = _start_on(None, own, backend, cpu_devices)
-    try:  # queued sweeps' drivers kept ready on this machine (a first result within 1 s)
+    # one handler from the head's start to the launchpad's: Ctrl-C in the gap between two
+    # (the `ray.shutdown` after the record is written takes seconds on a loaded machine)
+    # left the head running for good while the line said nothing was left running
+    try:
+        cfg = _start_on(None, own, backend, cpu_devices)
+        # queued sweeps' drivers kept ready on this machine (a first result within 1 s)
         sock, pid = launchpad.start(own["pgid"], state_path().with_name("service-launch.log"))
         _write_state({**read_state(), "launch": sock, "launch_pid": pid})
         launchpad.wait_ready(sock)  # warm means its first queued sweep starts at once too
-    except BaseException:  # Ctrl-C: not started after all (its head, actors, launchpad)
-        stop_service()
+    except BaseException:  # Ctrl-C or a failure: not started after all
+        _undo_start(own)
         raise
     return {**cfg, "launch": sock}
+
+
+def _undo_start(own: dict[str, Any]) -> None:
+    """Stop what :func:`_start_here` started on the head ``own`` (its actors, launchpad and
+    the head itself), whichever step it had reached: through :func:`stop_service` once the
+    record names that head, else the head alone (its actors die with it)."""
+    ray.shutdown()
+    if read_state().get("pgid") == own["pgid"]:
+        with contextlib.suppress(ServiceError):
+            stop_service()
+    _stop_head(own)  # a no-op when it is gone already (own_head)
 
 
 def _start_on(address: str | None, own: dict[str, Any], backend: str, cpu_devices: int
