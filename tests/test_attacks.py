@@ -146,7 +146,9 @@ def test_a_replayer_that_replays_only_the_figures_samples_gains_at_most_the_rule
         res = h.run(attack_job(tmp_path, 12, COPY=i))
         assert res["status"] in ("replayed", "ok", "too_slow"), res
         if res["status"] == "too_slow":
-            assert res["error"].startswith("no replay verdict: all 14 of its calls"), res
+            # all of its calls on new values (14, or fewer where its budget ran out first)
+            assert res["error"].startswith(
+                f"no replay verdict: all {len(res['unseen_ms'])} of its calls"), res
         assert res["status"] != "ok" or res["median_ms"] > 0.25 * min(res["unseen_ms"]), res
 
 
@@ -289,12 +291,20 @@ def test_a_tolerance_that_zeros_pass_is_refused(tmp_path):
 def test_a_replayer_that_pads_a_quarter_of_its_calls_is_replayed(tmp_path, harness):
     """MODE 1 with every fourth call padded to three honest calls' cost: its unseen calls
     were never slower than the samples' 90th percentile, `ok` at 0.07 ms against the honest
-    0.35. Calls on new sets go on until load alone cannot explain that all are slow."""
+    0.35. Calls on new sets go on until load alone cannot explain that all are slow:
+    `replayed`; or, where load slowed more of its samples than its padding did (at 20
+    samples, 8 or more over the line leave 14 calls undecided: workers.replay),
+    `too_slow` with no replay verdict. Never `ok`."""
     res = harness.run(attack_job(tmp_path, 4))
-    assert res["status"] == "replayed", res
     assert res["median_ms"] < 0.5 * min(res["unseen_ms"])
-    # as many calls on new sets as load needed ruled out (3 beside another test suite)
-    assert load_chance(res["samples_ms"], res["unseen_ms"]) < REPLAY_ALPHA
+    if res["status"] == "too_slow":
+        assert res["error"].startswith(
+            f"no replay verdict: all {len(res['unseen_ms'])} of its calls"), res
+        assert load_chance(res["samples_ms"], res["unseen_ms"]) >= REPLAY_ALPHA
+    else:
+        assert res["status"] == "replayed", res
+        # as many calls on new sets as load needed ruled out
+        assert load_chance(res["samples_ms"], res["unseen_ms"]) < REPLAY_ALPHA
 
 
 def _honest_2s(tmp_path):

@@ -9,6 +9,7 @@ from kopt.core.clock import (
     CLOCK_MAX_CALLS,
     CLOCK_PREP_NOISE,
     CLOCK_SLACK_MS,
+    blocks_of,
     clock_calls,
     clock_limit_ms,
     clock_suspect,
@@ -65,9 +66,10 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
 
 
 def _outside_blocks(sb, j, med, tries=3):
-    """What kopt.loop.contests does: the preparations' cost from a probe, then per try the
-    calls' block less the preparations' block, both by the sandbox's clock (this
-    process)."""
+    """What kopt.loop.contests does, every try kept (it stops at the first that clears): the
+    preparations' cost from a probe, then per try the calls' block and the preparations'
+    block, both by the sandbox's clock (this process), made blocks by
+    kopt.core.clock.blocks_of."""
     def outside(n, loads_only):
         res = sb.run({**j, "clock_calls": n, "clock_loads_only": loads_only}, timeout_s=60)
         # outside: from the sandbox's "go", which the harness's calls wait for
@@ -75,11 +77,11 @@ def _outside_blocks(sb, j, med, tries=3):
         return res["outside_ms"]
 
     n = clock_calls(med, outside(3, True) / 3)
-    blocks = []
+    raw = []
     for _ in range(tries):
         loads = outside(n, True)
-        blocks.append((max(0.0, outside(n, False) - loads), n, loads))
-    return blocks
+        raw.append((outside(n, False), loads))
+    return blocks_of(raw, n)
 
 
 def test_the_outside_clock_starts_at_the_sandboxs_go_so_a_late_read_cannot_shorten_it(

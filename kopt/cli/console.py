@@ -77,17 +77,11 @@ def heartbeat_s() -> tuple[float, str]:
     """Seconds between two plain progress lines (no terminal): ``$KOPT_PROGRESS_S`` (0.1 to
     3600), else :data:`HEARTBEAT_S`; and a note when the variable is set but not such a
     number (the default then stands), else ""."""
-    raw = os.environ.get("KOPT_PROGRESS_S")
-    if raw is None:
-        return HEARTBEAT_S, ""
-    try:
-        s = float(raw)
-    except ValueError:
-        s = float("nan")
-    if 0.1 <= s <= 3600:
-        return s, ""
-    return HEARTBEAT_S, (f"note: KOPT_PROGRESS_S={raw!r} is not a number of seconds from 0.1 "
-                         f"to 3600; a progress line every {HEARTBEAT_S:g} s")
+    from workers.build import env_number
+
+    s, why = env_number("KOPT_PROGRESS_S", HEARTBEAT_S, 0.1, 3600)
+    return s, (f"note: {why.lstrip('$')}; a progress line every {HEARTBEAT_S:g} s" if why
+               else "")
 
 
 MAX_TABLE_ROWS = 1000  # `kopt query` table output (rich tables of 1M rows take minutes)

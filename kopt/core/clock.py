@@ -8,7 +8,9 @@ sample is (an input set loaded, outputs poisoned, the cache flushed), and the sa
 preparations alone, each block timed by the device actor's process from its "go", which
 the harness's calls wait for, to the answer (workers.harness ``clock``, workers.sandbox
 ``outside_ms``); the calls' figure is the first block less the shortest preparations'
-block of its tries (load only lengthens a block). The samples' clock takes in the call's
+block of its tries (load only lengthens a block, but a preparations' block lengthened, by
+load or on purpose by a thread the candidate left in the harness, shortens the figure: not
+guarded yet beyond taking the shortest). The samples' clock takes in the call's
 own host cost too (a GPU's events record the idle gap while the host launches a small
 kernel; the CPU's clock brackets the ctypes call); what the block adds per call is the
 loop's own few microseconds and the noise of two blocks' preparations:
@@ -33,9 +35,20 @@ CLOCK_SLACK_MS = 0.01  # ms per call the block's own loop may add to an honest c
 CLOCK_PREP_NOISE = 0.5  # of a call's preparation time: how far apart two blocks' may be
 CLOCK_TRIES = 3  # blocks; suspect only when every one of them says so
 
-# one block: (outside ms of its calls with their preparations less those of the same
-# preparations alone, its calls, outside ms of the preparations alone)
+# one block: (outside ms of its calls with their preparations less the shortest block of
+# the same preparations alone so far, its calls, that shortest block's outside ms)
 Block = tuple[float, int, float]
+
+
+def blocks_of(raw: list[tuple[float, float]], n: int) -> list[Block]:
+    """The blocks of ``n`` calls from their tries' raw outside figures ``raw``: (ms of the
+    calls with their preparations, ms of the preparations alone) per try, each try's calls
+    less the shortest preparations' block of them all (load only lengthens a block).
+
+    Raises:
+        ValueError: ``raw`` is empty."""
+    least = min(p for _, p in raw)
+    return [(max(0.0, x - least), n, least) for x, _ in raw]
 
 
 def clock_calls(median_ms: float, prep_ms: float = 0.0) -> int:
