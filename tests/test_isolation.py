@@ -293,7 +293,10 @@ def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch
         sb.close()
     took = time.monotonic() - t0
     assert got["status"] == "timeout"
-    assert 1 + OWN_LIMIT * 0.5 + GRACE_S <= took < 600  # held for ever before
+    # held for ever before; now the hard limit past the preparation's, plus the harness's
+    # start and close (seconds; two minutes of slack for a loaded machine)
+    hard = 1 + OWN_LIMIT * 0.5 + GRACE_S
+    assert hard <= took < hard + 120
 
 
 def test_the_unreadable_output_probe_has_a_way_without_process_vm_readv():
