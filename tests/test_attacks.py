@@ -45,7 +45,7 @@ def test_a_replay_keyed_by_input_content_is_replayed(tmp_path, harness):
     assert res["status"] == "replayed", res
     assert len(res["unseen_ms"]) >= 2
     assert min(res["unseen_ms"]) > REPLAY_FACTOR * res["median_ms"]
-    assert load_chance(res["samples_ms"], res["unseen_ms"]) < REPLAY_ALPHA
+    assert load_chance(res["samples_ms"], res["unseen_ms"], res["seen_ms"]) < REPLAY_ALPHA
     assert "never seen" in res["error"] and "compute every call from its inputs" in res["error"]
     assert re.search(r"^all \d+ calls on input values it had never seen, made at random places "
                      r"among its \d+ samples", res["error"])
@@ -150,6 +150,24 @@ def test_a_replayer_that_replays_only_the_figures_samples_gains_at_most_the_rule
             assert res["error"].startswith(
                 f"no replay verdict: all {len(res['unseen_ms'])} of its calls"), res
         assert res["status"] != "ok" or res["median_ms"] > 0.25 * min(res["unseen_ms"]), res
+
+
+def test_calls_on_new_sets_are_weighed_against_the_samples_made_beside_them():
+    """The line comes from the figure's samples, the count from every sample made while
+    calls on new sets were made: a burst of load after the figure's 20 samples (2 over the
+    line) slowed the next 6 samples and the 7 calls on new sets made among them. Counted
+    over the figure alone that was `replayed` (C(9, 7) / C(27, 7) = 4e-5) for honest work;
+    over the samples beside them it is load (C(15, 7) / C(33, 7) = 1.5e-3): `open`."""
+    from workers.replay import replay_state
+
+    figure = [0.10] * 18 + [0.30, 0.31]
+    burst = [0.35, 0.40, 0.33, 0.38, 0.36, 0.34]
+    new = [0.36, 0.39, 0.41, 0.33, 0.37, 0.35, 0.38]
+    assert replay_state(figure, new) == "replayed"  # the old count
+    assert load_chance(figure, new, figure + burst) == pytest.approx(6435 / 4272048)
+    assert replay_state(figure, new, figure + burst) == "open"
+    # a replayer's calls beside them stay fast: the count only grows, decided sooner
+    assert replay_state(figure, new, figure + [0.10] * 40) == "replayed"
 
 
 def test_the_replay_state_weighs_the_calls_on_new_sets_against_the_samples():
@@ -300,11 +318,11 @@ def test_a_replayer_that_pads_a_quarter_of_its_calls_is_replayed(tmp_path, harne
     if res["status"] == "too_slow":
         assert res["error"].startswith(
             f"no replay verdict: all {len(res['unseen_ms'])} of its calls"), res
-        assert load_chance(res["samples_ms"], res["unseen_ms"]) >= REPLAY_ALPHA
+        assert load_chance(res["samples_ms"], res["unseen_ms"], res["seen_ms"]) >= REPLAY_ALPHA
     else:
         assert res["status"] == "replayed", res
         # as many calls on new sets as load needed ruled out
-        assert load_chance(res["samples_ms"], res["unseen_ms"]) < REPLAY_ALPHA
+        assert load_chance(res["samples_ms"], res["unseen_ms"], res["seen_ms"]) < REPLAY_ALPHA
 
 
 def _honest_2s(tmp_path):

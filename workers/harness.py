@@ -1067,7 +1067,7 @@ class Harness:
                "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled,
                "timed_calls": len(clean) + len(held) + len(unseen)}
         if mix:
-            out.update(unseen_ms=unseen, replay_state=state)
+            out.update(unseen_ms=unseen, seen_ms=clean + held, replay_state=state)
         if after:
             out["split_at"] = mix.pre  # type: ignore[union-attr]
         for o in self.observers:
@@ -1128,7 +1128,8 @@ class Harness:
                 # half of those and computes the calls after them had a line from every
                 # call's median, the honest one, and went `ok` at 0.02 ms against 0.24)
                 figure = (split_after(clean, mix.pre) or clean)[:t["max_samples"]]
-                state = replay_state(figure or held, unseen)
+                # counted against every call on a seen set beside them (workers.replay)
+                state = replay_state(figure or held, unseen, clean + held)
                 mix.top_up(est, state != "clear")
         return state, False
 
@@ -1204,7 +1205,7 @@ class Harness:
             st = summarize(xs[:int(job["rounds"])])  # the rounds' samples are the figure
             out.append({"median_ms": st.median_ms, "iqr_ms": st.iqr_ms,
                         "n_samples": st.n_samples, "samples_ms": xs[:int(job["rounds"])],
-                        "unseen_ms": new})
+                        "unseen_ms": new, "seen_ms": xs})
         status, failed = _contest_replays(libs, entries, out)
         if failed:
             return {"status": status, "failed": [k for k, _ in failed],
@@ -1316,10 +1317,11 @@ class Harness:
                  else _Unseen(self, lib, e, d) for lib, e in zip(libs, entries)]
         k, r = len(entries), 0
         while min(map(len, samples)) < rounds or any(
-                m and m.made < UNSEEN_MAX and replay_state(xs[:rounds], new) == "open"
+                m and m.made < UNSEEN_MAX and replay_state(xs[:rounds], new, xs) == "open"
                 for m, xs, new in zip(mixes, samples, unseen)):
             order = [(r + i) % k for i in range(k)]
-            picks = [mixes[i].picks(1, replay_state(samples[i][:rounds], unseen[i]) != "clear")[0]
+            picks = [mixes[i].picks(1, replay_state(samples[i][:rounds], unseen[i],
+                                                    samples[i]) != "clear")[0]
                      if mixes[i] else self.rng.randrange(N_SETS) for i in order]
             xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush, picks)
             if bad:
@@ -1329,7 +1331,7 @@ class Harness:
             for m, xs, new in zip(mixes, samples, unseen):
                 if m:
                     m.top_up(max(xs[-5:], default=0.0),
-                             replay_state(xs[:rounds], new) != "clear")
+                             replay_state(xs[:rounds], new, xs) != "clear")
             r += 1
         return []
 
@@ -1445,10 +1447,11 @@ class Harness:
                 "first read of protected memory); write every output before returning")
         state = out.pop("replay_state", "")
         if state == "replayed":
-            status, error = "replayed", replay_text(out["samples_ms"], out["unseen_ms"])
+            status, error = "replayed", replay_text(out["samples_ms"], out["unseen_ms"],
+                                                    out["seen_ms"])
         elif state == "open" and status == Status.OK:
-            status, error = "too_slow", "no replay verdict: " + open_text(out["samples_ms"],
-                                                                          out["unseen_ms"])
+            status, error = "too_slow", "no replay verdict: " + open_text(
+                out["samples_ms"], out["unseen_ms"], out["seen_ms"])
         if leak:
             status = "leaked"
             error = (f"device memory outside torch grew by {leak / 2**20:.0f} MiB over "
@@ -1836,19 +1839,20 @@ def _bands(sets: list[InputSet], outs: list[dict], shape_of: dict[str, list[int]
 def _contest_replays(libs: list[Any], entries: list[dict], results: list[dict]
                      ) -> tuple[str, list[tuple[str, str]]]:
     """Each contender's replay verdict (workers.replay) on its figure's samples and its calls
-    on never-seen sets (``results``: ``samples_ms``, ``unseen_ms``, ms): ``replayed``, or
+    on never-seen sets, counted against all its calls on seen sets (``results``:
+    ``samples_ms``, ``unseen_ms``, ``seen_ms``, ms): ``replayed``, or
     ``too_slow`` for one still open when those calls ran out. Returns the status and (job
     key, why) per contender at fault; the reference contender (ref.py's) is not judged."""
     replays, open_ = [], []
     for lib, e, r in zip(libs, entries, results):
         if isinstance(lib, RefCall) or e.get(UNGUARDED):
             continue
-        xs, new = r["samples_ms"], r["unseen_ms"]
-        state = replay_state(xs, new)
+        xs, new, pool = r["samples_ms"], r["unseen_ms"], r["seen_ms"]
+        state = replay_state(xs, new, pool)
         if state == "replayed":
-            replays.append((e["job_key"], replay_text(xs, new)))
+            replays.append((e["job_key"], replay_text(xs, new, pool)))
         elif state == "open":
-            open_.append((e["job_key"], "no replay verdict: " + open_text(xs, new)))
+            open_.append((e["job_key"], "no replay verdict: " + open_text(xs, new, pool)))
     return (Status.REPLAYED, replays) if replays else (Status.TOO_SLOW, open_)
 
 

@@ -30,16 +30,22 @@ The rule, on a job's (or a contender's) calls, times in ms:
 - ``open`` otherwise: the harness makes more calls (more never-seen sets, at random
   places), up to ``UNSEEN_MAX``; a candidate still open then is ``too_slow``, never ``ok``.
 
-The seen calls weighed are exactly the samples that make the figure (the first
-``max_samples`` of a job, the first ``rounds`` of a contest): a red team's replayer replayed
-just over half of those and computed every call after them, so that the median of all its
+The line is drawn from exactly the samples that make the figure (the first
+``max_samples`` of a job, the first ``rounds`` of a contest); ``n`` and ``m`` count every
+call on a seen set made in the same span as the calls on never-seen sets (the figure's
+samples and those made after them while the verdict was open): counted over the figure's
+alone, a burst of load after them slowed the calls on new sets made then with no sample
+beside them to show it, the direction that names honest work `replayed`. The line is the
+figure's because a red team's replayer replayed just over half of the figure's samples
+and computed every call after them, so that the median of all its
 calls (the honest one) set the line while the figure stayed a replay's (`ok` at 0.02 ms
 against 0.24, attack MODE 12). A candidate cannot pad more than half of them without its
 median being the padded calls' (the line rises with it), so at most half the samples are
 over the line, and every open case is decided or capped within ``UNSEEN_MAX`` calls: a
-quarter of 20 samples padded (attack MODE 4) is ``replayed`` after 10 calls on new sets
-(C(15, 10) / C(30, 10) < 1e-4); with half of them padded, 14 are not enough
-(C(24, 14) / C(34, 14) = 1.4e-3) and it is ``too_slow``, never ``ok``. What the rule allows:
+quarter of 20 samples padded (attack MODE 4) is ``replayed`` within 10 calls on new sets
+(C(15, 10) / C(30, 10) < 1e-4 on those 20 alone; more samples beside them decide it
+sooner); with half of them padded, 14 are not enough on 20 (C(24, 14) / C(34, 14) =
+1.4e-3) nor on 80 (1.9e-4) and it is ``too_slow``, never ``ok``. What the rule allows:
 a figure up to ``REPLAY_FACTOR`` faster than the candidate's calls on new values (MODE 12
 at times `ok` at 0.13 ms against its 0.26 ms calls on new sets).
 """
@@ -76,28 +82,34 @@ def replay_line(seen_ms: Sequence[float]) -> float:
     return REPLAY_FACTOR * statistics.median(seen_ms) + REPLAY_MS
 
 
-def load_chance(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> float:
+def load_chance(seen_ms: Sequence[float], unseen_ms: Sequence[float],
+                pool_ms: Sequence[float] | None = None) -> float:
     """How likely load alone made every call of ``unseen_ms`` slow (times in ms): with ``n``
-    calls in ``seen_ms``, ``m`` of them over :func:`replay_line`, and ``k`` calls in
-    ``unseen_ms``, all taken as over it, ``C(m + k, k) / C(n + k, k)``: the chance that
-    ``k`` places drawn at random among ``n + k`` calls, ``m + k`` of them slow, are all slow
-    ones (the module's rule). 1.0 for no call on a never-seen set."""
+    calls in ``pool_ms`` (the calls on seen sets made in the same span as ``unseen_ms``;
+    default ``seen_ms``), ``m`` of them over :func:`replay_line` of ``seen_ms`` (the
+    figure's samples), and ``k`` calls in ``unseen_ms``, all taken as over it,
+    ``C(m + k, k) / C(n + k, k)``: the chance that ``k`` places drawn at random among
+    ``n + k`` calls, ``m + k`` of them slow, are all slow ones (the module's rule). 1.0 for
+    no call on a never-seen set."""
     line = replay_line(seen_ms)
-    n, k = len(seen_ms), len(unseen_ms)
-    m = sum(x > line for x in seen_ms)
+    pool = seen_ms if pool_ms is None else pool_ms
+    n, k = len(pool), len(unseen_ms)
+    m = sum(x > line for x in pool)
     return math.comb(m + k, k) / math.comb(n + k, k)
 
 
-def replay_state(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> State:
-    """The verdict so far on calls on seen sets (``seen_ms``) and on never-seen ones
-    (``unseen_ms``), made in one sequence at random places (times in ms): ``clear``,
-    ``replayed`` or ``open`` (no call on a never-seen set yet, or every one slow and load a
-    likely cause): see the module's rule."""
+def replay_state(seen_ms: Sequence[float], unseen_ms: Sequence[float],
+                 pool_ms: Sequence[float] | None = None) -> State:
+    """The verdict so far on calls on seen sets (``seen_ms``: the figure's samples;
+    ``pool_ms``: every call on a seen set in the same span, default ``seen_ms``) and on
+    never-seen ones (``unseen_ms``), made in one sequence at random places (times in ms):
+    ``clear``, ``replayed`` or ``open`` (no call on a never-seen set yet, or every one slow
+    and load a likely cause): see the module's rule."""
     if not unseen_ms or not seen_ms:
         return "open"
     if min(unseen_ms) <= replay_line(seen_ms):
         return "clear"
-    return "replayed" if load_chance(seen_ms, unseen_ms) < REPLAY_ALPHA else "open"
+    return "replayed" if load_chance(seen_ms, unseen_ms, pool_ms) < REPLAY_ALPHA else "open"
 
 
 def split_after(seen_ms: Sequence[float], pre: int | None) -> list[float] | None:
@@ -116,21 +128,27 @@ def split_after(seen_ms: Sequence[float], pre: int | None) -> list[float] | None
     return after if statistics.median(after) > replay_line(before) else None
 
 
-def replay_text(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> str:
-    """The ``replayed`` line for calls that :func:`replay_state` names so (times in ms)."""
+def replay_text(seen_ms: Sequence[float], unseen_ms: Sequence[float],
+                pool_ms: Sequence[float] | None = None) -> str:
+    """The ``replayed`` line for calls that :func:`replay_state` names so (times in ms,
+    arguments as its)."""
+    n = len(seen_ms if pool_ms is None else pool_ms)
     return (f"all {len(unseen_ms)} calls on input values it had never seen, made at random "
-            f"places among its {len(seen_ms)} samples, took {min(unseen_ms):.4g} ms or more, "
+            f"places among its {n} samples, took {min(unseen_ms):.4g} ms or more, "
             f"its samples on values seen before {statistics.median(seen_ms):.4g} ms in the "
             "median: solve keeps results (or work) from earlier calls and reuses them when the "
             "inputs match, or works outside its calls (a thread of its own while the harness "
             "prepares the next call); compute every call from its inputs, inside the call")
 
 
-def open_text(seen_ms: Sequence[float], unseen_ms: Sequence[float]) -> str:
+def open_text(seen_ms: Sequence[float], unseen_ms: Sequence[float],
+              pool_ms: Sequence[float] | None = None) -> str:
     """Why calls whose verdict stayed ``open`` when the never-seen sets (``UNSEEN_MAX``) or
-    the budget ran out get no verdict (times in ms; at least one call on a never-seen set)."""
+    the budget ran out get no verdict (times in ms, arguments as :func:`replay_state`'s; at
+    least one call on a never-seen set)."""
     line = replay_line(seen_ms)
-    share = sum(x > line for x in seen_ms) / len(seen_ms)
+    pool = seen_ms if pool_ms is None else pool_ms
+    share = sum(x > line for x in pool) / len(pool)
     return (f"all {len(unseen_ms)} of its calls on input sets it had never seen were slower "
             f"than {REPLAY_FACTOR:g}x its median, while {share:.0%} of its samples were too "
             "(load, or padding); run it again on a quieter machine")
