@@ -1,6 +1,9 @@
 """The outside clock's rule (kopt.core.clock) and its two halves: the harness's clock job and
 the sandbox's figure from outside the harness process."""
 
+import os
+from pathlib import Path
+
 import pytest
 from test_faults import PACK, artifact, job
 
@@ -9,10 +12,11 @@ from kopt.core.clock import (
     CLOCK_MAX_CALLS,
     CLOCK_PREP_NOISE,
     CLOCK_SLACK_MS,
-    blocks_of,
+    ClockError,
     clock_calls,
     clock_limit_ms,
     clock_suspect,
+    outside_blocks,
 )
 from workers.harness import Harness
 
@@ -42,6 +46,58 @@ def test_suspect_only_when_every_block_is_past_the_limit():
         clock_suspect(1.0, [(1.0, 0, 0.0)])
 
 
+def _scripted(calls_ms, preps_ms=(), fail=None):
+    """A device's ``clock(n, loads_only)`` answering from a script: a preparation takes
+    1 ms, or in each block of the preparations alone in turn ``preps_ms`` (then 1 ms), each
+    block of calls in turn ``calls_ms`` a call on top of its preparations; ``fail``: the
+    answer every block of that kind gets instead. The calls it got are in its ``log``."""
+    figures, preps = iter(calls_ms), iter(preps_ms)
+
+    def clock(n, loads_only):
+        clock.log.append((n, loads_only))
+        if fail is not None and fail[0] == loads_only:
+            return fail[1]
+        ms = n * next(preps, 1.0) if loads_only else n * (1.0 + next(figures))
+        return {"status": "ok", "error": "", "outside_ms": ms}
+
+    clock.log = []
+    return clock
+
+
+def test_the_tries_stop_at_the_first_that_clears_and_a_failure_says_whose_it_is():
+    """A median of 1 ms and preparations of 1 ms a call: 3 preparations size the blocks
+    (25 calls, 50 ms), then the preparations alone, and each try is a block of calls and
+    the preparations alone again (the longer of the two around it is subtracted); a first
+    try at 9 ms a call is past the limit (4.51 ms), the second at 2 ms clears it, and no
+    third is made. Wrong outputs after a block of calls are the contender's fault; the
+    preparations alone failing is not (ClockError)."""
+    clock = _scripted([9.0, 2.0, 2.0])
+    blocks, fault = outside_blocks(clock, 1.0)
+    assert clock.log == [(3, True), (25, True), (25, False), (25, True), (25, False),
+                         (25, True)]
+    assert fault == "" and blocks == [(225.0, 25, 25.0), (50.0, 25, 25.0)]
+    assert clock_suspect(1.0, blocks[:1]) and clock_suspect(1.0, blocks) == ""
+    # the preparations after the first block took 3 ms each (load): the longer one counts
+    blocks, _ = outside_blocks(_scripted([9.0, 2.0], preps_ms=[1.0, 1.0, 3.0]), 1.0)
+    assert blocks[0] == (250.0 - 75.0, 25, 75.0)
+
+    def counted(n, loads_only):  # the sandboxes' CPU time too: 1 ms a call of it, 0.5 a prep
+        wall = _scripted([9.0])(n, loads_only)
+        return {**wall, "outside_cpu_ms": n * (0.5 if loads_only else 1.5)}
+
+    blocks, _ = outside_blocks(counted, 1.0)  # the wall's 9 ms a call was others' turns
+    assert blocks == [(25.0, 25, 25.0)]
+    wrong = {"status": "wrong_result", "error": "after 25 calls ..., the last one's outputs "
+                                                "(input set 2) were wrong"}
+    blocks, fault = outside_blocks(_scripted([9.0], fail=(False, wrong)), 1.0)
+    assert (blocks, fault) == ([], "wrong_result: outside the contest, after 25 calls ..., "
+                                   "the last one's outputs (input set 2) were wrong")
+    with pytest.raises(ClockError, match=r"^the preparations alone, timed for the clock "
+                       r"outside the contender's process: crashed: killed by SIGKILL$"):
+        outside_blocks(_scripted([], fail=(True, {"status": "crashed",
+                                                  "error": "killed by SIGKILL"})), 1.0)
+
+
 def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
     """The harness's own half: ``calls`` calls, each prepared as a sample is (an input set
     loaded, outputs poisoned, the cache flushed), outputs verified after the last; or the
@@ -65,23 +121,23 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
                             "outputs (input set 1) were wrong")
 
 
-def _outside_blocks(sb, j, med, tries=3):
-    """What kopt.loop.contests does, every try kept (it stops at the first that clears): the
-    preparations' cost from a probe, then per try the calls' block and the preparations'
-    block, both by the sandbox's clock (this process), made blocks by
-    kopt.core.clock.blocks_of."""
-    def outside(n, loads_only):
-        res = sb.run({**j, "clock_calls": n, "clock_loads_only": loads_only}, timeout_s=60)
+def _device(j, backend="cpu"):
+    """A device of job ``j``'s own (workers.device_actor in this process, as
+    kopt.run.runner.LocalRunner runs it), ``j`` with the ``build_id`` it needs, and a
+    ``clock(n, loads_only)`` of ``j`` on it (kopt.core.clock.outside_blocks calls it)."""
+    from kopt.run.runner import LocalRunner
+
+    art = Path(j["artifact"])
+    j, data = {**j, "build_id": art.parent.name}, art.read_bytes()
+    runner = LocalRunner(backend)
+
+    def clock(n, loads_only):
+        res = runner.call(0, "clock", j, n, data, loads_only)
         # outside: from the sandbox's "go", which the harness's calls wait for
         assert res["status"] == "ok" and res["outside_ms"] >= res["inside_ms"], res
-        return res["outside_ms"]
+        return res
 
-    n = clock_calls(med, outside(3, True) / 3)
-    raw = []
-    for _ in range(tries):
-        loads = outside(n, True)
-        raw.append((outside(n, False), loads))
-    return blocks_of(raw, n)
+    return runner, j, data, clock
 
 
 def test_the_outside_clock_starts_at_the_sandboxs_go_so_a_late_read_cannot_shorten_it(
@@ -121,18 +177,20 @@ def test_the_outside_clock_starts_at_the_sandboxs_go_so_a_late_read_cannot_short
         sb.close()
 
 
-def _judged(j):
-    """(contest median, outside blocks) of job ``j`` in a sandbox of its own."""
-    from workers.sandbox import Sandbox
-
-    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+def _judged(j, backend="cpu"):
+    """(contest median, outside blocks) of job ``j`` on a device of its own, as the loop's
+    closing judges a contender: a contest of it alone, then kopt.core.clock.outside_blocks
+    (the device's tries until one clears)."""
+    runner, j, data, clock = _device(j, backend)
     try:
-        con = sb.run({**j, "contest": [j], "rounds": 12}, timeout_s=60)
+        con = runner.call(0, "contest", [j], 12, data)
         assert con["status"] == "ok", con
         med = con["results"][0]["median_ms"]
-        return med, _outside_blocks(sb, j, med)
+        blocks, fault = outside_blocks(clock, med)
+        assert fault == "" and blocks, (fault, blocks)
+        return med, blocks
     finally:
-        sb.close()
+        runner.close()
 
 
 def test_a_patched_clock_is_suspect_by_the_clock_outside_its_process(tmp_path):
@@ -156,6 +214,66 @@ def test_a_patched_clock_is_suspect_by_the_clock_outside_its_process(tmp_path):
         assert clock_suspect(*figures[mode]).startswith(
             f"its contest median is {figures[mode][0]:.4g} ms by its own process's clock")
     assert clock_suspect(*figures["honest"]) == "", figures
+
+
+def _hogs(cpu, k=9):
+    """``k`` busy processes on CPU ``cpu``, each in a session of its own (the scheduler
+    shares a CPU between sessions' groups first, where the kernel groups them:
+    ``sched_autogroup_enabled``), so that a harness beside them gets about a ``k + 1``-th
+    of its time."""
+    import subprocess
+    import sys
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+                             start_new_session=True) for _ in range(k)]
+
+
+def test_an_honest_kernel_timed_beside_a_cpu_hog_is_not_suspect(tmp_path):
+    """An honest kernel's harnesses on one CPU, and nine busy processes there while each
+    block of its calls is timed (not its preparations'): the worst a
+    burst of load can do to the outside clock. By wall time alone those blocks are mostly
+    the hogs' turns, and the calls took several times their median (two test suites at
+    once, a load average of 12 on 2 cores, made it 2-3 ms a call against 0.25:
+    `suspect`). The sandboxes' CPU time, counted by their cgroups, is not lengthened by
+    another process: not suspect."""
+    import signal
+
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="honest")
+    mask = os.sched_getaffinity(0)
+    cpu = min(mask)
+    os.sched_setaffinity(0, {cpu})  # the harnesses started from here inherit it
+    runner, j, data, clock = _device(j)
+    hogs = []
+
+    def hogged(n, loads_only):
+        for h in hogs if not loads_only else ():
+            h.send_signal(signal.SIGCONT)
+        try:
+            return clock(n, loads_only)
+        finally:
+            for h in hogs:
+                h.send_signal(signal.SIGSTOP)
+
+    try:
+        if runner.devices[0].sandbox.cgroup is None:
+            pytest.skip("no cgroup counts the sandbox's CPU time here (kopt env: limits)")
+        con = runner.call(0, "contest", [j], 12, data)
+        assert con["status"] == "ok", con
+        med = con["results"][0]["median_ms"]
+        hogs = _hogs(cpu)
+        for h in hogs:
+            h.send_signal(signal.SIGSTOP)
+        blocks, fault = outside_blocks(hogged, med)
+        assert fault == "" and clock_suspect(med, blocks) == "", (med, blocks)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        runner.close()
+        os.sched_setaffinity(0, mask)
 
 
 SPARSE_REF = """import torch
@@ -208,3 +326,38 @@ def test_a_median_not_above_zero_is_suspect_whatever_the_harness_said():
     assert con["error"].startswith("b: a median of 0.0 ms")
     fine = {"status": "ok", "median_ms": 0.2}
     assert _clock_broken(fine, {}) is fine
+
+
+def test_the_preparations_alone_are_timed_where_no_candidates_code_runs(tmp_path):
+    """Attack MODE 13 (tests/fixtures/faultpack/attacks.cpp): MODE 10's clock, scaled to a
+    hundredth, and a thread of its own that holds Python's GIL 100 ms at a time whenever no
+    call of it came for 20 ms: in its own harness the outside clock's block of the
+    preparations alone (no call) is many times as long, and the calls' block less that
+    one cleared the patched clock. The device times the preparations alone in a second
+    harness that never loads a candidate's code (workers.device_actor ``clock``): there
+    they take what they take, and the patcher is suspect."""
+    from test_attacks import attack_job
+
+    runner, j, data, clock = _device({**attack_job(tmp_path, 13), "job_key": "m13"})
+    try:
+        con = runner.call(0, "contest", [j], 12, data)
+        assert con["status"] == "ok", con
+        med = con["results"][0]["median_ms"]
+        blocks, fault = outside_blocks(clock, med)
+        assert fault == "" and len(blocks) == 3, (fault, blocks)  # every try disagreed
+        assert clock_suspect(med, blocks).startswith(
+            f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
+        # the same preparations in the patcher's own harness: its thread slows them
+        n, prep = blocks[0][1], blocks[0][2]
+        own = runner.devices[0].sandbox.run({**j, "clock_calls": n, "clock_loads_only": True},
+                                            timeout_s=60)
+        assert own["status"] == "ok" and own["outside_ms"] > 3 * prep, (own, blocks)
+        dev = runner.devices[0]
+        bare = dev.bare.pid  # the second harness: a process of its own, ended with the clock
+        assert bare not in (None, dev.sandbox.pid)
+        dev.clock_end()
+        assert dev.bare is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(bare, 0)
+    finally:
+        runner.close()

@@ -217,24 +217,14 @@ def test_a_patched_gpu_clock_is_suspect_by_the_clock_outside_its_process(tmp_pat
     torch.cuda.Event.elapsed_time (the harness's GPU clock) and time.perf_counter by 1/10: a
     red-team trial on the H200 had it `ok` and named best at 10.0x. Its contest median, from
     that clock, is a tenth of the honest kernel's; blocks of its calls, prepared as samples
-    and timed by the sandbox's clock (this process, kopt.loop.contests' outside clock), make
-    it suspect (kopt.core.clock), and the honest kernel is not. Each in a sandbox of its own,
-    as the loop's closing judges a flagged contender."""
-    from test_clock import _outside_blocks
+    and timed by the device actor's clock (outside the harness: kopt.core.clock.outside_blocks,
+    the preparations alone in a second harness), make it suspect, and the honest kernel is
+    not. Each on a device of its own, as the loop's closing judges a flagged contender."""
+    from test_clock import _judged
 
     from kopt.core.clock import clock_suspect
 
-    figures = {}
-    for mode in (0, 6):
-        j = cuda_job(tmp_path, mode)
-        sb = Sandbox("cuda")
-        try:
-            con = sb.run({**j, "contest": [j], "rounds": 12}, timeout_s=60)
-            assert con["status"] == "ok", con
-            med = con["results"][0]["median_ms"]
-            figures[mode] = (med, _outside_blocks(sb, j, med))
-        finally:
-            sb.close()
+    figures = {mode: _judged(cuda_job(tmp_path, mode), "cuda") for mode in (0, 6)}
     print(figures)
     assert figures[6][0] < figures[0][0] / 5, figures  # the patched events: a tenth
     assert clock_suspect(*figures[6]).startswith(

@@ -42,6 +42,9 @@ DEFAULT_PIDS = 2048
 PREFIX = "kopt-sandbox-"
 DIRS_ENV = "KOPT_CGROUP_DIRS"  # a prestarted harness's cgroup, for its reaper (":"-joined)
 CONTROLLERS = ("pids", "memory")
+# v1: the hierarchy that counts CPU time (no limit set; v2 counts it in every cgroup's
+# cpu.stat): the outside clock's CPU time of a sandbox (:meth:`Cgroup.cpu_ns`)
+ACCOUNTING = "cpuacct"
 _V1_LIMIT = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
 _V2_LIMIT = {"pids": "pids.max", "memory": "memory.max"}
 
@@ -83,6 +86,26 @@ class Cgroup:
         except OSError:
             return False
         return True
+
+    def cpu_ns(self) -> int | None:
+        """CPU time used by every process that ran in the cgroup so far (ns; those that
+        exited too): v1 ``cpuacct.usage``, v2 ``cpu.stat``'s ``usage_usec``. None where
+        no hierarchy of it counts CPU time (a v1 host without the cpuacct controller)."""
+        for d in self.dirs:
+            try:
+                with open(os.path.join(d, "cpuacct.usage")) as f:
+                    return int(f.read())
+            except (OSError, ValueError):
+                pass
+            try:
+                with open(os.path.join(d, "cpu.stat")) as f:
+                    for line in f:
+                        k, _, v = line.partition(" ")
+                        if k == "usage_usec":
+                            return int(v) * 1000
+            except (OSError, ValueError):
+                pass
+        return None
 
     def remove(self, wait_s: float = 2.0) -> bool:
         """Remove the cgroup once its processes are gone, waiting up to ``wait_s`` for the
@@ -185,13 +208,15 @@ def _places() -> dict[str, tuple[str, str]]:
     controller this process can use (v1 where the host mounts it so, else v2)."""
     mounts, member = _mounts(), _memberships()
     places: dict[str, tuple[str, str]] = {}
-    for c in CONTROLLERS:
+    for c in (*CONTROLLERS, ACCOUNTING):
         for root, point, fs, opts in mounts:
             if fs == "cgroup" and c in opts and c in member:
                 places[c] = (_here(root, point, member[c]), "v1")
                 break
         else:
             for root, point, fs, _opts in mounts:
+                if c == ACCOUNTING:  # v2 has no such controller: cpu.stat counts
+                    break
                 if fs == "cgroup2" and "" in member:
                     d = _here(root, point, member[""])
                     if _v2_enable(d, c):
@@ -274,7 +299,7 @@ def make() -> tuple[Cgroup | None, str]:
         places = _places()
     except OSError as e:
         return None, f"cannot read this process's cgroups ({e})"
-    if not places:
+    if not set(places) & set(CONTROLLERS):
         return None, "no cgroup pids or memory controller is usable here"
     name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"  # the maker's pid: see _sweep
     made: list[str] = []
@@ -295,6 +320,12 @@ def make() -> tuple[Cgroup | None, str]:
             if c == "memory":
                 _no_swap(d, kind, mem)
             said.append(f"tasks {pids}" if c == "pids" else f"memory {mem / 2**30:.1f} GiB")
+        if ACCOUNTING in places:  # v1: CPU time counted in a hierarchy of its own
+            d = os.path.join(places[ACCOUNTING][0], name)
+            if d not in made:
+                _sweep(places[ACCOUNTING][0])
+                os.mkdir(d)
+                made.append(d)
     except OSError as e:
         Cgroup(tuple(made), "").remove(0)
         return None, f"cannot make a cgroup ({e}); the harness runs without task or memory limits"

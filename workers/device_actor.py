@@ -44,7 +44,9 @@ class DeviceActor:
     def __init__(self, backend: str, threads: int = 1, device_class: str | None = None,
                  prestarted: dict[str, Prestarted] | None = None):
         env = {"OMP_NUM_THREADS": str(threads)} if backend == "cpu" else {}
-        self.backend = backend
+        self.backend, self.env = backend, env
+        # the outside clock's harness of the preparations alone (:meth:`clock`)
+        self.bare: Sandbox | None = None
         self.device_class = device_class
         self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
         self.sandbox = Sandbox(backend, env)
@@ -124,20 +126,36 @@ class DeviceActor:
               loads_only: bool = False) -> dict[str, Any]:
         """Time ``calls`` calls of ``job``'s artifact, each prepared as a sample, by this
         process's clock (workers.harness ``clock``; workers.sandbox measures
-        ``outside_ms``); ``loads_only``: the preparations alone. Never raises.
+        ``outside_ms``); ``loads_only``: the preparations alone, in a second harness of this
+        device that never loads a candidate's code (started on the first such call, kept
+        until :meth:`clock_end`): in the candidate's own harness a thread it left there
+        could slow them on purpose (by holding Python's GIL while no call comes, attack
+        MODE 13 of tests/fixtures/faultpack/attacks.cpp), and the calls' figure, less
+        their block, would clear a patched clock. Never raises.
 
         Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
         and ``outside_ms`` (this process's), in ms."""
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
-            res = self.sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
-                                    "clock_loads_only": bool(loads_only)},
-                                   job["timing"]["timeout_s"])
+            sandbox = self.sandbox
+            if loads_only:
+                if self.bare is None:
+                    self.bare = Sandbox(self.backend, self.env)
+                sandbox = self.bare
+            res = sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
+                               "clock_loads_only": bool(loads_only)},
+                              job["timing"]["timeout_s"])
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         self.busy_s += time.perf_counter() - t0
         return res
+
+    def clock_end(self) -> None:
+        """Stop the harness of the outside clock's preparations (:meth:`clock`), if any."""
+        if self.bare is not None:
+            self.bare.close()
+            self.bare = None
 
     def fresh(self) -> None:
         """End the harness process; the next job starts a new one (state a candidate left
@@ -232,10 +250,11 @@ class DeviceActor:
                 "harness_pid": self.sandbox.pid}
 
     def shutdown(self) -> None:
-        """Close the sandbox and any warm ncu process."""
+        """Close the sandboxes and any warm ncu process."""
         if self._warm_ncu is not None:
             self._warm_ncu.close()
             self._warm_ncu = None
+        self.clock_end()
         self.sandbox.close()
 
 
@@ -243,7 +262,7 @@ class DeviceActor:
 def _mine(backend: str, prestarted: dict[str, Prestarted]) -> Prestarted | None:
     """The prestarted harness of this actor's device: by the GPU id Ray gave the actor, or
     the ``cpu`` one; None when there is none (or the actor holds several GPUs)."""
-    if backend != "cuda":
+    if backend != "cuda" or not prestarted:  # (no Ray call: a LocalRunner's has no Ray)
         return prestarted.get("cpu")
     gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
     return prestarted.get(str(gpus[0])) if len(gpus) == 1 else None

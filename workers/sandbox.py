@@ -198,6 +198,7 @@ class Sandbox:
         limit = deadline + OWN_LIMIT * timeout_s + GRACE_S  # whatever the messages say
         prepared = False  # the harness said it made the inputs and reference outputs
         clock_t0 = None  # the outside clock's start: the send of "go" (a clock job's)
+        cpu0 = None  # the sandbox's CPU time then (ns), where it is counted
         body = job.payload() if isinstance(job, RunJob) else job
         clock_job, timing_ref_job = bool(body.get("clock_calls")), bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
@@ -226,6 +227,7 @@ class Sandbox:
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
             if res.get("stage") == "clock" and clock_t0 is None and clock_job:
+                cpu0 = self._cpu_ns()
                 clock_t0 = time.perf_counter()
                 try:
                     self.w.send(("go", None))
@@ -235,18 +237,24 @@ class Sandbox:
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
-        return self._answered(_clock_broken(res, job), t0, clock_t0, pos)
+        return self._answered(_clock_broken(res, job), t0, (clock_t0, cpu0), pos)
 
-    def _answered(self, res: dict[str, Any], t0: float, clock_t0: float | None,
-                  pos: int) -> dict[str, Any]:
+    def _answered(self, res: dict[str, Any], t0: float,
+                  clock0: tuple[float | None, int | None], pos: int) -> dict[str, Any]:
         """The harness's answer ``res`` with this process's figures (``wall_s`` since
-        ``t0``; a clock job's ``outside_ms`` since ``clock_t0``), what the kernel printed
-        (the log from ``pos``) in a failure's ``error``, and the harness killed when it
-        said ``fatal``."""
+        ``t0``; a clock job's ``outside_ms`` since ``clock0``'s time and, where the
+        sandbox's CPU time is counted, ``outside_cpu_ms`` since its CPU time), what the
+        kernel printed (the log from ``pos``) in a failure's ``error``, and the harness
+        killed when it said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
-        res.pop("outside_ms", None)  # this process's figure alone, never the harness's word
+        for k in ("outside_ms", "outside_cpu_ms"):  # this process's figures alone, never
+            res.pop(k, None)                         # the harness's word
+        clock_t0, cpu0 = clock0
         if clock_t0 is not None:
             res["outside_ms"] = (time.perf_counter() - clock_t0) * 1e3
+            cpu1 = self._cpu_ns()
+            if cpu0 is not None and cpu1 is not None:
+                res["outside_cpu_ms"] = (cpu1 - cpu0) / 1e6
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
             if said:
@@ -256,6 +264,18 @@ class Sandbox:
             self.kill()
             self.restarts += 1
         return res
+
+    def _cpu_ns(self) -> int | None:
+        """CPU time every process of this sandbox used so far (ns), from its cgroup
+        (workers.cgroup ``cpu_ns``: the kernel's count, which code in the sandbox cannot
+        change), on a CPU device of one thread (``OMP_NUM_THREADS=1``, the default: its
+        calls' CPU time is their time); None on a GPU backend (a call's time there is the
+        device's: a host thread that sleeps while the GPU works uses no CPU), on a CPU
+        device of several threads, or where it is not counted."""
+        if self.device != "cpu" or self.cgroup is None or self.env.get(
+                "OMP_NUM_THREADS") != "1":
+            return None
+        return self.cgroup.cpu_ns()
 
     def run_retrying(self, job: RunJob, timeout_s: float) -> dict[str, Any]:
         """:meth:`run`, with a job that ``crashed`` run once more in a fresh harness (the

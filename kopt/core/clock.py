@@ -7,16 +7,20 @@ process can patch (e.g. ``PyRun_SimpleString`` scaling ``time.perf_counter_ns``,
 sample is (an input set loaded, outputs poisoned, the cache flushed), and the same ``n``
 preparations alone, each block timed by the device actor's process from its "go", which
 the harness's calls wait for, to the answer (workers.harness ``clock``, workers.sandbox
-``outside_ms``); the calls' figure is the first block less the shortest preparations'
-block of its tries (load only lengthens a block, but a preparations' block lengthened, by
-load or on purpose by a thread the candidate left in the harness, shortens the figure: not
-guarded yet beyond taking the shortest). The samples' clock takes in the call's
-own host cost too (a GPU's events record the idle gap while the host launches a small
-kernel; the CPU's clock brackets the ctypes call); what the block adds per call is the
-loop's own few microseconds and the noise of two blocks' preparations:
-``CLOCK_FACTOR`` x the median, ``CLOCK_SLACK_MS`` and ``CLOCK_PREP_NOISE`` cover them. A
-contender whose outside figure per call exceeds that limit on every one of
-``CLOCK_TRIES`` blocks is ``suspect``: its own clock ran slow by that factor or more.
+``outside_ms``); the calls' figure is the first block less the longer of the
+preparations' blocks made just before and after it. The preparations alone are timed in a
+second harness of the device that never loads a candidate's code (workers.device_actor
+``clock``): in the candidate's own, a thread it left there slowed them on purpose (attack
+MODE 13), and a longer preparations' block shortens the figure, the direction that clears
+a patched clock. (The candidate's harness lives on meanwhile: threads it left there that
+hog the cores or the memory bus slow the second harness's block too, not stopped here.)
+The samples' clock takes in the call's own host cost too (a GPU's events record the
+idle gap while the host launches a small kernel; the CPU's clock brackets the ctypes
+call); what the block adds per call is the loop's own few microseconds and the noise of
+two blocks' preparations: ``CLOCK_FACTOR`` x the median, ``CLOCK_SLACK_MS`` and
+``CLOCK_PREP_NOISE`` cover them. A contender whose outside figure per call exceeds that
+limit on every one of ``CLOCK_TRIES`` blocks is ``suspect``: its own clock ran slow by
+that factor or more.
 
 The factor is wide on purpose: a shared CPU machine stretches a block of calls (a sum, every
 preemption in it) more than a median of samples (a preempted sample is an outlier), and a
@@ -27,6 +31,9 @@ message too (workers/harness.py lists what the design cannot see).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 CLOCK_BLOCK_MS = 50.0  # the block's length, ms, at the contender's claimed median
 CLOCK_MAX_CALLS = 2000  # a block's calls at most (a tiny claimed median asks for many)
 CLOCK_MIN_CALLS = 3
@@ -35,20 +42,12 @@ CLOCK_SLACK_MS = 0.01  # ms per call the block's own loop may add to an honest c
 CLOCK_PREP_NOISE = 0.5  # of a call's preparation time: how far apart two blocks' may be
 CLOCK_TRIES = 3  # blocks; suspect only when every one of them says so
 
-# one block: (outside ms of its calls with their preparations less the shortest block of
-# the same preparations alone so far, its calls, that shortest block's outside ms)
+# one block of a contender's: (calls, loads_only) -> the device actor's answer (``status``,
+# ``error``, ``outside_ms``: workers.device_actor ``clock``)
+ClockJob = Callable[[int, bool], dict[str, Any]]
+# one block: (outside ms of its calls with their preparations less the longer block of the
+# same preparations alone made around it, its calls, that block's outside ms)
 Block = tuple[float, int, float]
-
-
-def blocks_of(raw: list[tuple[float, float]], n: int) -> list[Block]:
-    """The blocks of ``n`` calls from their tries' raw outside figures ``raw``: (ms of the
-    calls with their preparations, ms of the preparations alone) per try, each try's calls
-    less the shortest preparations' block of them all (load only lengthens a block).
-
-    Raises:
-        ValueError: ``raw`` is empty."""
-    least = min(p for _, p in raw)
-    return [(max(0.0, x - least), n, least) for x, _ in raw]
 
 
 def clock_calls(median_ms: float, prep_ms: float = 0.0) -> int:
@@ -97,3 +96,67 @@ def clock_suspect(median_ms: float, blocks: list[Block]) -> str:
             f"process (more than {CLOCK_FACTOR:g}x the median + {CLOCK_SLACK_MS:g} ms, "
             f"{max(limits):.4g} ms at most with the preparations' noise): its process's "
             "clock does not tell its time")
+
+
+class ClockError(Exception):
+    """The preparations alone could not be timed (their harness failed): the device's
+    fault, not the contender's."""
+
+
+def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]:
+    """The outside clock's blocks of one contender whose contest median is ``median_ms``
+    (ms). ``clock(n, loads_only)`` runs one block on its device: ``n`` calls each prepared
+    as a sample, or with ``loads_only`` the preparations alone (in a harness that holds no
+    candidate's code: workers.device_actor ``clock``). First :data:`CLOCK_MIN_CALLS`
+    preparations size the blocks (:func:`clock_calls`); then the preparations alone, and
+    up to :data:`CLOCK_TRIES` tries, each a block of calls and the preparations alone
+    again, stopping at the first after which the blocks clear (:func:`clock_suspect`).
+    A try's figure is its calls' block less the longer of the two preparations' blocks
+    around it (load that lengthens the calls' block most often lengthens one of them too;
+    the preparations' harness holds no candidate's code that could lengthen them on
+    purpose). Where the device answers ``outside_cpu_ms`` (a CPU device of one thread
+    whose sandboxes' CPU time is counted, workers.sandbox), the figure is that difference
+    in the two sandboxes' CPU time instead: on a loaded machine a block's wall time is
+    mostly other processes' turns (8x an honest kernel's median at a load average of 12 on
+    2 cores), and a burst of it in a preparations' block cleared a patched clock, while
+    every process of the contender's sandbox, its threads and children included, counts
+    in its CPU time, which none of them can lower (a kernel that runs more threads than
+    its device's one is timed by all the CPU it used).
+
+    Returns (the blocks, "") or (the blocks so far, ``"status: why"``) when a block of its
+    calls failed (wrong outputs, a crash: the contender's fault).
+
+    Raises:
+        ClockError: a block of the preparations alone failed.
+        ValueError: ``median_ms`` is not positive."""
+    n = clock_calls(median_ms, _preparations(clock, CLOCK_MIN_CALLS)[0] / CLOCK_MIN_CALLS)
+    before = _preparations(clock, n)
+    blocks: list[Block] = []
+    for _ in range(CLOCK_TRIES):
+        res = clock(n, False)
+        if res.get("status") != "ok" or res.get("outside_ms") is None:
+            return blocks, (f"{res.get('status')}: outside the contest, "
+                            f"{res.get('error') or 'no outside figure'}")
+        after = _preparations(clock, n)
+        prep = max(before[0], after[0])
+        ms = max(0.0, float(res["outside_ms"]) - prep)
+        cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
+        if len(cpu) == 3:  # CPU time: what load beside the sandboxes does not lengthen
+            ms = max(0.0, float(cpu[0]) - max(cpu[1], cpu[2]))
+        blocks.append((ms, n, prep))
+        if not clock_suspect(median_ms, blocks):
+            break
+        before = after
+    return blocks, ""
+
+
+def _preparations(clock: ClockJob, n: int) -> tuple[float, float | None]:
+    """Outside ms of ``n`` preparations alone, and their harness's CPU ms where it is
+    counted (else None). Raises ClockError when they failed."""
+    res = clock(n, True)
+    if res.get("status") != "ok" or res.get("outside_ms") is None:
+        raise ClockError(f"the preparations alone, timed for the clock outside the "
+                         f"contender's process: {res.get('status')}: "
+                         f"{res.get('error') or 'no outside figure'}")
+    cpu = res.get("outside_cpu_ms")
+    return float(res["outside_ms"]), None if cpu is None else float(cpu)

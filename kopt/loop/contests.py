@@ -6,16 +6,10 @@ from __future__ import annotations
 
 import json
 import textwrap
+from functools import partial
 from typing import Any
 
-from kopt.core.clock import (
-    CLOCK_MIN_CALLS,
-    CLOCK_TRIES,
-    Block,
-    blocks_of,
-    clock_calls,
-    clock_suspect,
-)
+from kopt.core.clock import Block, ClockError, clock_suspect, outside_blocks
 from kopt.core.winner import CONTEST_ROUNDS, Verdict, contenders, decide
 from kopt.run.context import RunContext
 from kopt.run.runner import DeviceError
@@ -80,10 +74,14 @@ class SideBySide:
                        "re-measured side by side"
                     for c, rows in self.by_cand.items() for _k, b, *_ in rows.values()
                     if b not in self.ctx.builder.artifacts})
-        for dims in sorted({d for rows in self.by_cand.values() for d in rows}):
-            error = self._size(dims)
-            if error:
-                return self.results, self.dropped, error
+        try:
+            for dims in sorted({d for rows in self.by_cand.values() for d in rows}):
+                error = self._size(dims)
+                if error:
+                    return self.results, self.dropped, error
+        finally:
+            if self.clock:  # the harness of the clock's preparations (workers.device_actor)
+                self.ctx.runner.cast(self.device, "clock_end")
         return self.results, self.dropped, ""
 
     def _contest(self, cids: list[str], dims: str, rounds: int) -> dict[str, Any]:
@@ -162,66 +160,42 @@ class SideBySide:
     def _clocked(self, cids: list[str], dims: str, results: Results
                  ) -> tuple[dict[str, str], str]:
         """Up to ``CLOCK_TRIES`` blocks of each contender's calls, prepared as samples, timed
-        outside its process (:meth:`_block`), its outputs checked after each block;
-        ``suspect`` when every block disagrees with its median in ``results``
-        (kopt.core.clock). Contenders cleared before are skipped; those cleared now are
-        kept in ``clocked``."""
+        outside its process, its outputs checked after each block, and of their
+        preparations alone, timed in a harness that holds no candidate's code
+        (kopt.core.clock ``outside_blocks``); ``suspect`` when every block disagrees with
+        its median in ``results``. Contenders cleared before are skipped; those cleared now
+        are kept in ``clocked``."""
         bad: dict[str, str] = {}
         for c in cids:
             if (c, dims) in self.clocked:
                 continue
+            key, build = self.by_cand[c][dims][:2]
+            job = RunJob(key, build, json.loads(dims), self.ctx.common).payload()
+            clock = partial(self._clock_job, job, self.ctx.builder.artifacts[build])
             med = results[c][dims]["median_ms"]
             blocks: list[Block] = []
             info = self.ctx.runner.infos[self.device]
             self.ctx.phases.begin("clock", info)
             try:
-                # the preparations' cost sizes the blocks (a 16 MB in/out table reloaded
-                # before each call of a 5 us kernel)
-                _, why, prep = self._block(c, dims, CLOCK_MIN_CALLS, loads_only=True)
-                n = clock_calls(med, prep / CLOCK_MIN_CALLS)
-                raw: list[tuple[float, float]] = []  # (calls with preparations, preparations)
-                for _ in range(CLOCK_TRIES if not why else 0):
-                    ms, why, prep = self._block(c, dims, n)
-                    if why:
-                        break
-                    raw.append((ms, prep))
-                    # load only lengthens a block (workers.sandbox times from its own "go"),
-                    # and a longer preparations' block clears: the shortest one is theirs
-                    # (one that every try's was lengthened still clears: kopt.core.clock)
-                    blocks = blocks_of(raw, n)
-                    if not clock_suspect(med, blocks):
-                        break
-                if why:
-                    bad[c] = why
+                blocks, fault = outside_blocks(clock, med)
             except DeviceError as e:
                 return bad, f"{Status.LOST}: {e}"
+            except ClockError as e:
+                return bad, f"{Status.ERROR}: {e}"
             finally:
                 self.ctx.phases.end("clock", info, detail=counted(len(blocks), "block"))
-            why = "" if c in bad else clock_suspect(med, blocks)
-            if why:
-                bad[c] = f"{Status.SUSPECT}: {why}"
-            elif c not in bad:
+            why = clock_suspect(med, blocks)
+            if fault or why:
+                bad[c] = fault or f"{Status.SUSPECT}: {why}"
+            else:
                 self.clocked.add((c, dims))
         return bad, ""
 
-    def _block(self, c: str, dims: str, n: int, loads_only: bool = False
-               ) -> tuple[float, str, float]:
-        """One outside-clock block of contender ``c``: ``n`` preparations alone (the same
-        as its samples get), then, unless ``loads_only``, ``n`` calls each so prepared, both
-        timed by the device actor's clock (workers.device_actor ``clock``). Returns (ms of
-        the calls with their preparations, "", ms of the preparations alone), or (0, the
-        contender's fault as ``"status: why"``, 0). Raises DeviceError."""
-        key, build = self.by_cand[c][dims][:2]
-        job = RunJob(key, build, json.loads(dims), self.ctx.common).payload()
-        art = self.ctx.builder.artifacts[build]
-        out = []
-        for only in (True,) if loads_only else (True, False):
-            res = self.ctx.runner.call(self.device, "clock", job, n, art, only)
-            if res.get("status") != Status.OK or res.get("outside_ms") is None:
-                return 0.0, (f"{res.get('status')}: outside the contest, "
-                             f"{res.get('error') or 'no outside figure'}"), 0.0
-            out.append(float(res["outside_ms"]))
-        return (out[-1], "", out[0])
+    def _clock_job(self, job: dict[str, Any], art: bytes, n: int, loads_only: bool
+                   ) -> dict[str, Any]:
+        """One outside-clock block of ``job`` on this device (workers.device_actor
+        ``clock``). Raises DeviceError."""
+        return self.ctx.runner.call(self.device, "clock", job, n, art, loads_only)
 
     def _culprits(self, cids: list[str], dims: str, why: str, said: str
                   ) -> tuple[dict[str, str], str]:
