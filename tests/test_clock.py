@@ -331,7 +331,7 @@ def test_a_median_not_above_zero_is_suspect_whatever_the_harness_said():
 def test_the_preparations_alone_are_timed_where_no_candidates_code_runs(tmp_path):
     """Attack MODE 13 (tests/fixtures/faultpack/attacks.cpp): MODE 10's clock, scaled to a
     hundredth, and a thread of its own that holds Python's GIL 100 ms at a time whenever no
-    call of it came for 20 ms: in its own harness the outside clock's block of the
+    call of it came for 2 ms: in its own harness the outside clock's block of the
     preparations alone (no call) is many times as long, and the calls' block less that
     one cleared the patched clock. The device times the preparations alone in a second
     harness that never loads a candidate's code (workers.device_actor ``clock``): there
