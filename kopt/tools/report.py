@@ -506,7 +506,8 @@ def speedup_figure(states: dict[str, list[IterState]]) -> Any:
         pts = [(0, 1.0)] + [(s.iteration, first / ms[s.best["candidate_id"]])
                             for s in sts if first and s.best
                             and ms.get(s.best["candidate_id"])]
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=dc)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
+                label=dc or "(device class not recorded)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration")
     ax.set_ylabel("speedup over the first baseline (x)")
