@@ -67,7 +67,7 @@ def _scripted(calls_ms, preps_ms=(), fail=None):
 def test_the_tries_stop_at_the_first_that_clears_and_a_failure_says_whose_it_is():
     """A median of 1 ms and preparations of 1 ms a call: 3 preparations size the blocks
     (25 calls, 50 ms), then the preparations alone, and each try is a block of calls and
-    the preparations alone again (the longer of the two around it is subtracted); a first
+    the preparations alone again (the shorter of the two around it is subtracted); a first
     try at 9 ms a call is past the limit (4.51 ms), the second at 2 ms clears it, and no
     third is made. Wrong outputs after a block of calls are the contender's fault; the
     preparations alone failing is not (ClockError)."""
@@ -77,16 +77,16 @@ def test_the_tries_stop_at_the_first_that_clears_and_a_failure_says_whose_it_is(
                          (25, True)]
     assert fault == "" and blocks == [(225.0, 25, 25.0), (50.0, 25, 25.0)]
     assert clock_suspect(1.0, blocks[:1]) and clock_suspect(1.0, blocks) == ""
-    # the preparations after the first block took 3 ms each (load): the longer one counts
+    # the preparations after the first block took 3 ms each (load): the shorter one counts
     blocks, _ = outside_blocks(_scripted([9.0, 2.0], preps_ms=[1.0, 1.0, 3.0]), 1.0)
-    assert blocks[0] == (250.0 - 75.0, 25, 75.0)
+    assert blocks[0] == (250.0 - 25.0, 25, 25.0)
 
     def counted(n, loads_only):  # the sandboxes' CPU time too: 1 ms a call of it, 0.5 a prep
         wall = _scripted([9.0])(n, loads_only)
         return {**wall, "outside_cpu_ms": n * (0.5 if loads_only else 1.5)}
 
     blocks, _ = outside_blocks(counted, 1.0)  # the wall's 9 ms a call was others' turns
-    assert blocks == [(25.0, 25, 25.0)]
+    assert blocks == [(25.0, 25, 12.5)]
     wrong = {"status": "wrong_result", "error": "after 25 calls ..., the last one's outputs "
                                                 "(input set 2) were wrong"}
     blocks, fault = outside_blocks(_scripted([9.0], fail=(False, wrong)), 1.0)

@@ -111,11 +111,10 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     preparations size the blocks (:func:`clock_calls`); then the preparations alone, and
     up to :data:`CLOCK_TRIES` tries, each a block of calls and the preparations alone
     again, stopping at the first after which the blocks clear (:func:`clock_suspect`).
-    A try's figure is its calls' block less the longer of the two preparations' blocks
-    around it (load that lengthens the calls' block most often lengthens one of them too;
-    the preparations' harness holds no candidate's code that could lengthen them on
-    purpose). Where the device answers ``outside_cpu_ms`` (a CPU device of one thread
-    whose sandboxes' CPU time is counted, workers.sandbox), the figure is that difference
+    A try's figure is its calls' block less the shorter of the two preparations' blocks
+    around it (a lengthened one would shorten the figure). Where the device answers
+    ``outside_cpu_ms`` (a CPU device of one thread whose sandboxes' CPU time is counted,
+    workers.sandbox), the figure is that difference
     in the two sandboxes' CPU time instead: on a loaded machine a block's wall time is
     mostly other processes' turns (8x an honest kernel's median at a load average of 12 on
     2 cores), and a burst of it in a preparations' block cleared a patched clock, while
@@ -138,11 +137,14 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
             return blocks, (f"{res.get('status')}: outside the contest, "
                             f"{res.get('error') or 'no outside figure'}")
         after = _preparations(clock, n)
-        prep = max(before[0], after[0])
+        # wall: the shorter one (a preparations' block lengthened, by load or by a hog the
+        # contender's live harness runs, would shorten the figure)
+        prep = min(before[0], after[0])
         ms = max(0.0, float(res["outside_ms"]) - prep)
         cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
-        if len(cpu) == 3:  # CPU time: what load beside the sandboxes does not lengthen
-            ms = max(0.0, float(cpu[0]) - max(cpu[1], cpu[2]))
+        if len(cpu) == 3:  # CPU time: what load beside the sandboxes lengthens least; the
+            prep = max(cpu[1], cpu[2])  # limit's preparations' noise in it too
+            ms = max(0.0, float(cpu[0]) - prep)
         blocks.append((ms, n, prep))
         if not clock_suspect(median_ms, blocks):
             break
