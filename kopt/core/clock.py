@@ -7,8 +7,9 @@ process can patch (e.g. ``PyRun_SimpleString`` scaling ``time.perf_counter_ns``,
 sample is (an input set loaded, outputs poisoned, the cache flushed), and the same ``n``
 preparations alone, each block timed by the device actor's process from its "go", which
 the harness's calls wait for, to the answer (workers.harness ``clock``, workers.sandbox
-``outside_ms``); the calls' figure is the first block less the longer of the
-preparations' blocks made just before and after it. The preparations alone are timed in a
+``outside_ms``); the calls' figure is the first block less the shorter of the
+preparations' blocks made just before and after it (CPU time on a CPU device of one
+thread: :func:`outside_blocks`). The preparations alone are timed in a
 second harness of the device that never loads a candidate's code (workers.device_actor
 ``clock``): in the candidate's own, a thread it left there slowed them on purpose (attack
 MODE 13), and a longer preparations' block shortens the figure, the direction that clears
@@ -45,8 +46,9 @@ CLOCK_TRIES = 3  # blocks; suspect only when every one of them says so
 # one block of a contender's: (calls, loads_only) -> the device actor's answer (``status``,
 # ``error``, ``outside_ms``: workers.device_actor ``clock``)
 ClockJob = Callable[[int, bool], dict[str, Any]]
-# one block: (outside ms of its calls with their preparations less the longer block of the
-# same preparations alone made around it, its calls, that block's outside ms)
+# one block: (outside ms of its calls with their preparations less the block of the same
+# preparations alone made around it that :func:`outside_blocks` takes, its calls, that
+# block's ms)
 Block = tuple[float, int, float]
 
 
