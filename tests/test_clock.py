@@ -2,6 +2,8 @@
 the sandbox's figure from outside the harness process."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,9 +223,6 @@ def _hogs(cpu, k=9):
     shares a CPU between sessions' groups first, where the kernel groups them:
     ``sched_autogroup_enabled``), so that a harness beside them gets about a ``k + 1``-th
     of its time."""
-    import subprocess
-    import sys
-
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"],
                              preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
                              start_new_session=True) for _ in range(k)]
@@ -244,9 +243,8 @@ def test_an_honest_kernel_timed_beside_a_cpu_hog_is_not_suspect(tmp_path):
             {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="honest")
     mask = os.sched_getaffinity(0)
     cpu = min(mask)
-    os.sched_setaffinity(0, {cpu})  # the harnesses started from here inherit it
-    runner, j, data, clock = _device(j)
-    hogs = []
+    hogs: list[subprocess.Popen] = []
+    runner = None
 
     def hogged(n, loads_only):
         for h in hogs if not loads_only else ():
@@ -258,7 +256,9 @@ def test_an_honest_kernel_timed_beside_a_cpu_hog_is_not_suspect(tmp_path):
                 h.send_signal(signal.SIGSTOP)
 
     try:
-        if runner.devices[0].sandbox.cgroup is None:
+        os.sched_setaffinity(0, {cpu})  # the harnesses started from here inherit it
+        runner, j, data, clock = _device(j)
+        if runner.devices[0].sandbox._cpu_ns() is None:
             pytest.skip("no cgroup counts the sandbox's CPU time here (kopt env: limits)")
         con = runner.call(0, "contest", [j], 12, data)
         assert con["status"] == "ok", con
@@ -272,7 +272,8 @@ def test_an_honest_kernel_timed_beside_a_cpu_hog_is_not_suspect(tmp_path):
         for h in hogs:
             h.kill()
             h.wait()
-        runner.close()
+        if runner is not None:
+            runner.close()
         os.sched_setaffinity(0, mask)
 
 

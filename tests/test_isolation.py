@@ -443,6 +443,29 @@ def test_a_cgroup_made_for_another_harness_is_left_alone_until_its_maker_is_gone
         assert a.remove() and b.remove()
 
 
+@pytest.mark.skipif(not CGROUPS, reason="kopt cannot make a cgroup here")
+def test_a_cpu_accounting_folder_refused_keeps_the_task_and_memory_limits(monkeypatch):
+    """The CPU accounting folder (cgroup v1's cpuacct hierarchy, read by the outside clock)
+    is optional: a host that refuses it must not lose the harness's task and memory limits
+    with it (they were dropped together when one mkdir failed)."""
+    real = os.mkdir
+
+    def mkdir(path, *a, **k):
+        if os.sep + cgroup.ACCOUNTING + os.sep in path:
+            raise PermissionError(13, "refused by the test", path)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(cgroup.os, "mkdir", mkdir)
+    monkeypatch.delenv("KOPT_HARNESS_PIDS", raising=False)
+    cg, why = cgroup.make()
+    assert cg is not None, why
+    try:
+        assert "tasks 2048" in cg.limits and "memory " in cg.limits, cg.limits
+        assert not any(os.sep + cgroup.ACCOUNTING + os.sep in d for d in cg.dirs), cg.dirs
+    finally:
+        assert cg.remove()
+
+
 @pytest.mark.parametrize("isolated", [True, False])
 def test_the_scratch_folder_is_a_bounded_tmpfs_not_the_hosts_disk(tmp_path, monkeypatch,
                                                                  isolated):

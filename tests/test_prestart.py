@@ -55,6 +55,33 @@ def test_a_prestarted_harness_is_taken_over_and_judges_as_its_own(tmp_path, pres
         sb.close()
 
 
+def test_an_adopted_harness_is_timed_by_its_cgroups_cpu_time(tmp_path, prestarted):
+    """The outside clock reads a CPU device's harness's CPU time from its cgroup
+    (workers.sandbox ``outside_cpu_ms``); a harness started before Ray is in its
+    prestarter's cgroup, and its adopter reads that one. It read the wall clock before
+    (the adopter had no cgroup object), which another process's load lengthens: a patched
+    clock's contest was TIED, not suspect, beside a second test suite."""
+    from workers import cgroup
+    from workers.device_actor import DeviceActor
+
+    cg, why = cgroup.make()
+    if cg is None:
+        pytest.skip(f"no cgroup can be made here: {why}")
+    cg.remove()
+    pre = prestarted.started["0"]
+    assert pre.cgroup_dirs and all(os.path.isdir(d) for d in pre.cgroup_dirs)
+    dev = DeviceActor("cpu", 1, None, {"cpu": pre})
+    try:
+        assert dev.sandbox.adopted and dev.sandbox.pid == pre.pid
+        src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+        art = Path(artifact(tmp_path, src, 0))
+        j = {**job(str(art), src, ref), "build_id": art.parent.name}
+        res = dev.clock(j, 20, art.read_bytes())
+        assert res["status"] == "ok" and res["outside_cpu_ms"] > 0, res
+    finally:
+        dev.shutdown()
+
+
 def test_a_process_that_reaches_the_socket_first_does_not_take_the_harness_over():
     """The harness's socket is a file any process of the user can connect to: one that
     connected before the device actor used to be the harness's only peer (forged medians,

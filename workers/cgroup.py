@@ -320,17 +320,30 @@ def make() -> tuple[Cgroup | None, str]:
             if c == "memory":
                 _no_swap(d, kind, mem)
             said.append(f"tasks {pids}" if c == "pids" else f"memory {mem / 2**30:.1f} GiB")
-        if ACCOUNTING in places:  # v1: CPU time counted in a hierarchy of its own
-            d = os.path.join(places[ACCOUNTING][0], name)
-            if d not in made:
-                _sweep(places[ACCOUNTING][0])
-                os.mkdir(d)
-                made.append(d)
     except OSError as e:
         Cgroup(tuple(made), "").remove(0)
         return None, f"cannot make a cgroup ({e}); the harness runs without task or memory limits"
+    made += _accounting(places, name, made)
     kinds = "+".join(sorted({k for _, k in places.values()}))
     return Cgroup(tuple(made), f"{', '.join(said)} (cgroup {kinds})"), ""
+
+
+def _accounting(places: dict[str, tuple[str, str]], name: str, made: list[str]) -> list[str]:
+    """The folder ``name`` made in cgroup v1's CPU accounting hierarchy (:data:`ACCOUNTING`)
+    where the host has it apart from those in ``made``; [] where it has none or refuses
+    (best effort: the limits stand without it, and the outside clock then reads the wall
+    clock: Cgroup.cpu_ns is None)."""
+    if ACCOUNTING not in places:
+        return []
+    d = os.path.join(places[ACCOUNTING][0], name)
+    if d in made:
+        return []
+    _sweep(places[ACCOUNTING][0])
+    try:
+        os.mkdir(d)
+    except OSError:
+        return []
+    return [d]
 
 
 def describe() -> str:

@@ -73,6 +73,9 @@ class Prestarted:
     # the secret the harness was started with (hex): the device actor sends it on connecting,
     # and the harness's first answer proves it knows it (:func:`proof`); empty: no handshake
     token: str = ""
+    # the cgroup the harness is in (checked: Cgroup.holds), one folder per hierarchy, for
+    # the adopter to read its CPU time (workers.sandbox); its reaper removes it; () if none
+    cgroup_dirs: tuple[str, ...] = ()
 
     @property
     def log(self) -> Path:
@@ -297,9 +300,11 @@ class Prestarter:
         if not pid.isdigit():
             return None
         self._harnesses[p.pid] = int(pid)
-        if cg is not None and not cg.holds(int(pid)):
+        held = cg is not None and cg.holds(int(pid))
+        if cg is not None and not held:
             limits = "none: the harness could not join its cgroup"
-        return Prestarted(folder, int(pid), self.device, self.isolation, limits, token)
+        return Prestarted(folder, int(pid), self.device, self.isolation, limits, token,
+                          cg.dirs if cg is not None and held else ())
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)

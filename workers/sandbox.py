@@ -66,6 +66,9 @@ class Sandbox:
         self.isolation = isolation.available()
         self.scratch = ""  # the sandbox's one writable folder (workers.jail), per start
         self.cgroup: cgroup.Cgroup | None = None  # the running harness's (workers.cgroup)
+        # the cgroup the running harness is known to be in (joined: Cgroup.holds), read for
+        # its CPU time (_cpu_ns); an adopted harness's is its prestarter's, not removed here
+        self.counted: cgroup.Cgroup | None = None
         self.limits = ""  # its task and memory limits in words, or "none: why"
 
     def start(self) -> None:
@@ -100,8 +103,10 @@ class Sandbox:
                 preexec_fn=cgroup.preexec(self.cgroup, _tie_to_parent()))
         os.close(r_child)
         os.close(w_child)
-        if self.cgroup is not None and not self.cgroup.holds(self.proc.pid):
+        held = self.cgroup is not None and self.cgroup.holds(self.proc.pid)
+        if self.cgroup is not None and not held:
             self.limits = "none: the harness could not join its cgroup"
+        self.counted = self.cgroup if held else None
         self.w = Connection(w_parent, readable=False)
         self.r = Connection(r_parent, writable=False)
         self._hello()
@@ -134,6 +139,7 @@ class Sandbox:
             return False
         old_log.unlink(missing_ok=True)
         self.adopted = True
+        self.counted = cgroup.Cgroup(pre.cgroup_dirs, pre.limits) if pre.cgroup_dirs else None
         return True
 
     def _hello(self) -> None:
@@ -272,10 +278,10 @@ class Sandbox:
         calls' CPU time is their time); None on a GPU backend (a call's time there is the
         device's: a host thread that sleeps while the GPU works uses no CPU), on a CPU
         device of several threads, or where it is not counted."""
-        if self.device != "cpu" or self.cgroup is None or self.env.get(
+        if self.device != "cpu" or self.counted is None or self.env.get(
                 "OMP_NUM_THREADS") != "1":
             return None
-        return self.cgroup.cpu_ns()
+        return self.counted.cpu_ns()
 
     def run_retrying(self, job: RunJob, timeout_s: float) -> dict[str, Any]:
         """:meth:`run`, with a job that ``crashed`` run once more in a fresh harness (the
@@ -391,6 +397,7 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             code = None
         self._drop_scratch()
+        self.counted = None
         if self.cgroup is not None:  # its processes are gone with its sandbox's first
             self.cgroup.remove()
             self.cgroup = None
