@@ -132,6 +132,46 @@ def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_pat
         assert all(after[p].endswith(b"# changed\n") for p in after)
 
 
+@pytest.fixture
+def gpu_node():
+    """A device node named as NVIDIA's GPU nodes are (``/dev/nv...``), a copy of
+    ``/dev/zero`` (reads give zeros; the sandbox's /dev/null in its place gives none)."""
+    import stat
+
+    node = f"/dev/nvkopt-test-{os.getpid()}"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+    except PermissionError:
+        pytest.skip("only root can make a device node (the CI machine is root)")
+    yield node
+    os.unlink(node)
+
+
+@pytest.mark.skipif(not ISOLATED.isolated, reason=f"no sandbox here: {ISOLATED.why}")
+def test_a_cpu_devices_candidate_reaches_no_gpu(tmp_path, gpu_node):
+    """A CPU device's candidate on a GPU host could do its work on the GPU, using little of
+    the CPU time the outside clock counts: a CPU device's sandbox has /dev/null in place of
+    every ``nv*`` node, a GPU device's keeps them (the jail's ``--no-gpu``). Through the
+    sandbox of a CPU device (escape.cpp MODE 14 reads the node: ``ok`` only when it
+    cannot), and through the jail alone for both kinds of device."""
+    src, ref = SRC, FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(True, {"KOPT_ATTACK_NODE": gpu_node})
+    try:
+        assert sb.run(job(artifact(tmp_path, src, 14, "escape.cpp"), src, ref),
+                      timeout_s=30)["status"] == "ok"
+    finally:
+        sb.close()
+    got = {}
+    for gpu in (True, False):
+        scratch = tmp_path / f"scratch-{gpu}"
+        scratch.mkdir()
+        p = subprocess.run(ISOLATED.wrap(
+            [sys.executable, "-c", f"print(len(open({gpu_node!r}, 'rb').read(4)))"],
+            str(scratch), gpu=gpu), capture_output=True, text=True, timeout=60)
+        got[gpu] = (p.returncode, p.stdout.strip())
+    assert got == {True: (0, "4"), False: (0, "0")}, got
+
+
 @pytest.mark.parametrize("isolated", [True, False])
 def test_a_process_a_candidate_leaves_behind_dies_with_its_harness(tmp_path, isolated):
     """A candidate double-forks a process into a session of its own. It runs while the

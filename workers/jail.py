@@ -1,18 +1,19 @@
 """The first process of a candidate's sandbox: sets up its mounts, drops privilege, runs it.
 
-``python -m workers.jail SCRATCH [--rw PATH]... [--lo] -- CMD...`` is started by ``unshare``
-(util-linux) in new PID, network and mount namespaces (and a user namespace where kopt does
-not run as root; workers.isolation builds that command line). As the namespace's process 1
-it:
+``python -m workers.jail SCRATCH [--rw PATH]... [--lo] [--no-gpu] -- CMD...`` is started by
+``unshare`` (util-linux) in new PID, network and mount namespaces (and a user namespace where
+kopt does not run as root; workers.isolation builds that command line). As the namespace's
+process 1 it:
 
 1. makes every mount private (nothing mounted here reaches the host);
 2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it; its
    ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs`` read-only: :data:`PROC_READ_ONLY`)
    and a fresh tmpfs on ``/dev/shm`` (no shared memory of the host's to read or plant);
 3. binds ``/dev/null`` over every device node but a few and the GPU's (:data:`DEV_KEPT`,
-   :func:`_kept_device`), and mounts a tmpfs of :func:`scratch_bytes` on ``SCRATCH`` (a
-   folder the caller made and removes; what is written there is in memory, counted by the
-   harness's memory cgroup, and gone with the sandbox);
+   :func:`_kept_device`; the GPU's too with ``--no-gpu``, for a CPU device), and mounts a
+   tmpfs of :func:`scratch_bytes` on ``SCRATCH`` (a folder the caller made and removes;
+   what is written there is in memory, counted by the harness's memory cgroup, and gone
+   with the sandbox);
 4. remounts every other mount read-only, the root included: the sweep folder and its
    ``ref.py``, kopt's build cache and store, kopt's own code, ``/tmp`` (other runs'
    sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
@@ -100,16 +101,19 @@ def mount_points() -> list[tuple[str, int]]:
     return out
 
 
-def _kept_device(path: str) -> bool:
+def _kept_device(path: str, gpu: bool = True) -> bool:
     """Whether device node ``path`` stays reachable in the sandbox (:data:`DEV_KEPT`, and
-    the GPU's nodes: NVIDIA's ``nvidia*`` and ``nvidia-caps/``, and a Jetson's ``nvmap``,
-    ``nvhost-*`` and ``nvgpu/``: every path part that starts with ``nv``)."""
+    with ``gpu`` the GPU's nodes: NVIDIA's ``nvidia*`` and ``nvidia-caps/``, and a Jetson's
+    ``nvmap``, ``nvhost-*`` and ``nvgpu/``: every path part that starts with ``nv``).
+    Without ``gpu`` (a CPU device's harness) the GPU's nodes go too: a CPU candidate on a
+    GPU host could otherwise do its work on the GPU, using little of the CPU time the
+    outside clock counts (workers.sandbox ``outside_cpu_ms``)."""
     name = os.path.basename(path)
-    return (os.path.dirname(path) == "/dev" and name in DEV_KEPT) or any(
+    return (os.path.dirname(path) == "/dev" and name in DEV_KEPT) or gpu and any(
         part.startswith("nv") for part in path.split("/"))
 
 
-def _mask_devices(root: str) -> None:
+def _mask_devices(root: str, gpu: bool = True) -> None:
     """Bind ``/dev/null`` over every character and block device under ``root`` that is
     not kept (:func:`_kept_device`), as container runtimes offer only a few nodes: a
     candidate that is still uid 0 could otherwise open the host's disks (and write a file
@@ -123,7 +127,7 @@ def _mask_devices(root: str) -> None:
                 mode = os.lstat(path).st_mode
             except OSError:
                 continue
-            if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not _kept_device(path):
+            if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not _kept_device(path, gpu):
                 _mount("/dev/null", path, None, MS_BIND)
 
 
@@ -139,10 +143,10 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
+def set_up(scratch: str, keep: tuple[str, ...] = (), gpu: bool = True) -> None:
     """Steps 1-4 of the module docstring; the mounts at and under each path of ``keep``
-    are left writable as they were (workers.isolation ``KOPT_SANDBOX_WRITABLE``). Raises
-    SetupError."""
+    are left writable as they were (workers.isolation ``KOPT_SANDBOX_WRITABLE``); the GPU's
+    device nodes masked too without ``gpu`` (:func:`_kept_device`). Raises SetupError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for path in PROC_READ_ONLY:  # the kernel's settings: owned by uid 0, which we still are
@@ -152,7 +156,7 @@ def set_up(scratch: str, keep: tuple[str, ...] = ()) -> None:
                    | MS_NOEXEC)
     if os.path.isdir("/dev/shm") and not any(_under("/dev/shm", k) for k in keep):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV)
-    _mask_devices("/dev")
+    _mask_devices("/dev", gpu)
     # scratch: a tmpfs of bounded size, not the host's disk (a candidate wrote 2 GiB there,
     # and could fill the disk the store and the build cache live on); its pages count
     # against the harness's memory cgroup (workers.cgroup)
@@ -254,25 +258,25 @@ def _reap_until(child: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``SCRATCH [--rw PATH]... -- CMD...``: set up, run CMD, return its exit code (see
-    the module)."""
+    """``SCRATCH [--rw PATH]... [--lo] [--no-gpu] -- CMD...``: set up, run CMD, return its
+    exit code (see the module)."""
     keep: list[str] = []
-    lo = False
-    while len(argv) > 2 and argv[1] in ("--rw", "--lo"):
-        if argv[1] == "--lo":
-            lo, argv = True, [argv[0], *argv[2:]]
+    flags = {"--lo": False, "--no-gpu": False}
+    while len(argv) > 2 and argv[1] in ("--rw", *flags):
+        if argv[1] in flags:
+            flags[argv[1]], argv = True, [argv[0], *argv[2:]]
             continue
         keep.append(os.path.realpath(argv[2]))
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m workers.jail SCRATCH [--rw PATH]... [--lo] -- CMD...",
-              file=sys.stderr)
+        print("usage: python -m workers.jail SCRATCH [--rw PATH]... [--lo] [--no-gpu] -- "
+              "CMD...", file=sys.stderr)
         return 2
     scratch, cmd = os.path.realpath(argv[0]), argv[2:]
     try:
-        if lo:
+        if flags["--lo"]:
             loopback_up()
-        set_up(scratch, tuple(keep))
+        set_up(scratch, tuple(keep), gpu=not flags["--no-gpu"])
     except (SetupError, OSError) as e:
         print(f"kopt sandbox: set-up failed: {e}", file=sys.stderr, flush=True)
         return SETUP_FAILED

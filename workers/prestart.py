@@ -264,7 +264,7 @@ class Prestarter:
             scratch.mkdir()
             harness = self.isolation.wrap(
                 [sys.executable, "-m", "workers.harness", "--listen", str(listener.fileno()),
-                 self.device, *extra], str(scratch))
+                 self.device, *extra], str(scratch), gpu=self.device != "cpu")
             cg, why = cgroup.make() if self.isolation.isolated else (None, "not sandboxed")
             limits = cg.limits if cg is not None else f"none: {why}"
             dirs = {cgroup.DIRS_ENV: ":".join(cg.dirs)} if cg is not None else {}

@@ -96,7 +96,8 @@ class Sandbox:
         cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
-                self.isolation.wrap(cmd, self.scratch), pass_fds=(r_child, w_child),
+                self.isolation.wrap(cmd, self.scratch, gpu=self.device != "cpu"),
+                pass_fds=(r_child, w_child),
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                 env={**self.env, "TMPDIR": self.scratch, **self.isolation.env()},
                 start_new_session=True,
