@@ -4,6 +4,7 @@ the sandbox's figure from outside the harness process."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -360,5 +361,53 @@ def test_the_preparations_alone_are_timed_where_no_candidates_code_runs(tmp_path
         assert dev.bare is None
         with pytest.raises(ProcessLookupError):
             os.kill(bare, 0)
+    finally:
+        runner.close()
+
+
+def _members(leader: int) -> list[int]:
+    """The processes of the sandbox whose first process is ``leader``: its PID namespace's,
+    or its process group where it has none."""
+    from workers import hold
+
+    ns = hold.sandbox_ns(leader)
+    return [p for p in hold._pids() if (hold._ns(p) == ns if ns is not None else (
+        (st := hold._stat(p)) is not None and st[2] == leader))]
+
+
+def test_the_candidates_sandbox_is_held_while_the_preparations_alone_are_timed(
+        tmp_path, monkeypatch):
+    """While the second harness times the preparations alone, every process of the
+    contender's sandbox is stopped (workers.hold), seen from inside that harness's run:
+    threads or processes a candidate left spinning there would otherwise take the CPUs
+    from the preparations and lengthen the block the outside clock subtracts. They run
+    again once it is done."""
+    from workers import hold
+    from workers.sandbox import Sandbox
+
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="honest")
+    runner, j, data, clock = _device(j)
+    seen: list[dict[int, str]] = []
+    real = Sandbox.run
+
+    def run(self, job, timeout_s):
+        if self is runner.devices[0].bare:
+            seen.append({p: hold._stat(p)[0] for p in _members(leader)})
+        return real(self, job, timeout_s)
+
+    try:
+        clock(5, False)
+        leader = runner.devices[0].sandbox.proc.pid
+        monkeypatch.setattr(Sandbox, "run", run)
+        clock(5, True)
+        assert len(seen) == 1 and seen[0], seen
+        assert set(seen[0].values()) == {"T"}, seen  # the harness, and jail where isolated
+        deadline = time.monotonic() + 10  # SIGCONT wakes them as it is sent; a margin
+        while "T" in {hold._stat(p)[0] for p in _members(leader)} and (
+                time.monotonic() < deadline):
+            time.sleep(0.01)
+        assert "T" not in {hold._stat(p)[0] for p in _members(leader)}
     finally:
         runner.close()

@@ -17,7 +17,7 @@ import pytest
 from test_harness import TIMING, artifact, job
 
 from conftest import FIXTURES, ROOT
-from workers import cgroup, isolation
+from workers import cgroup, hold, isolation
 from workers.isolation import Isolation, decode_exit
 from workers.sandbox import Sandbox
 
@@ -152,12 +152,12 @@ def test_a_cpu_devices_candidate_reaches_no_gpu(tmp_path, gpu_node):
     """A CPU device's candidate on a GPU host could do its work on the GPU, using little of
     the CPU time the outside clock counts: a CPU device's sandbox has /dev/null in place of
     every ``nv*`` node, a GPU device's keeps them (the jail's ``--no-gpu``). Through the
-    sandbox of a CPU device (escape.cpp MODE 14 reads the node: ``ok`` only when it
+    sandbox of a CPU device (escape.cpp MODE 18 reads the node: ``ok`` only when it
     cannot), and through the jail alone for both kinds of device."""
     src, ref = SRC, FIXTURES / "escape" / "ref.py"
     sb = _sandbox(True, {"KOPT_ATTACK_NODE": gpu_node})
     try:
-        assert sb.run(job(artifact(tmp_path, src, 14, "escape.cpp"), src, ref),
+        assert sb.run(job(artifact(tmp_path, src, 18, "escape.cpp"), src, ref),
                       timeout_s=30)["status"] == "ok"
     finally:
         sb.close()
@@ -170,6 +170,65 @@ def test_a_cpu_devices_candidate_reaches_no_gpu(tmp_path, gpu_node):
             str(scratch), gpu=gpu), capture_output=True, text=True, timeout=60)
         got[gpu] = (p.returncode, p.stdout.strip())
     assert got == {True: (0, "4"), False: (0, "0")}, got
+
+
+def _tagged() -> list[int]:
+    """The pids of this test session's sandboxes' processes (:data:`TAG` in their
+    environment)."""
+    out = []
+    for pid in hold._pids():
+        try:
+            if TAG.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def _state_cpu(pid: int) -> tuple[str, int]:
+    """(state letter, user + system CPU time in clock ticks) of process ``pid``, its
+    threads' included (/proc/PID/stat)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return f[0], int(f[11]) + int(f[12])
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated):
+    """While another harness of the device times the preparations alone (the outside
+    clock), the contender's sandbox is held (workers.hold): escape.cpp MODE 19 leaves a
+    thread spinning in its harness and a process spinning in a session of its own, which
+    would take the CPUs from those preparations. Held, every process of a sandbox is
+    stopped and uses no CPU time; released, they run again. Unsandboxed, only the
+    harness's process group is held: the process in a session of its own goes on (what
+    isolation ``none`` cannot guarantee)."""
+    src, ref = SRC, FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(isolated, {})
+    held: list[int] = []
+    try:
+        res = sb.run(job(artifact(tmp_path, src, 19, "escape.cpp"), src, ref), timeout_s=30)
+        assert res["status"] == "ok", res
+        escapee = _escapees()
+        assert len(escapee) == 1
+        procs = [p for p in _tagged() if p != sb.proc.pid or not isolated]
+        held = sb.pause()
+        frozen = [p for p in procs if p not in escapee or isolated]
+        before = {p: _state_cpu(p) for p in procs}
+        time.sleep(0.3)
+        after = {p: _state_cpu(p) for p in procs}
+        assert {p: before[p][0] for p in frozen} == {p: "T" for p in frozen}
+        assert {p: after[p] for p in frozen} == {p: before[p] for p in frozen}
+        if not isolated:
+            assert after[escapee[0]][1] > before[escapee[0]][1]  # it spins on
+        hold.release(held)
+        held = []
+        deadline = time.monotonic() + 10
+        while any(_state_cpu(p)[0] == "T" for p in frozen) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not any(_state_cpu(p)[0] == "T" for p in frozen)
+    finally:
+        hold.release(held)
+        sb.close()
+        _kill_escapees()
 
 
 @pytest.mark.parametrize("isolated", [True, False])

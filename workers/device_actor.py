@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workers import ncu
+from workers import hold, ncu
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted
@@ -131,21 +131,26 @@ class DeviceActor:
         until :meth:`clock_end`): in the candidate's own harness a thread it left there
         could slow them on purpose (by holding Python's GIL while no call comes, attack
         MODE 13 of tests/fixtures/faultpack/attacks.cpp), and the calls' figure, less
-        their block, would clear a patched clock. Never raises.
+        their block, would clear a patched clock. The candidate's sandbox is held still
+        meanwhile (workers.hold: what spins there while no call of its own runs would
+        take the CPUs from them just as well). Never raises.
 
         Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
         and ``outside_ms`` (this process's), in ms."""
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
-            sandbox = self.sandbox
+            sandbox, held = self.sandbox, []
             if loads_only:
                 if self.bare is None:
                     self.bare = Sandbox(self.backend, self.env)
-                sandbox = self.bare
-            res = sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
-                               "clock_loads_only": bool(loads_only)},
-                              job["timing"]["timeout_s"])
+                sandbox, held = self.bare, self.sandbox.pause()
+            try:
+                res = sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
+                                   "clock_loads_only": bool(loads_only)},
+                                  job["timing"]["timeout_s"])
+            finally:
+                hold.release(held)
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         self.busy_s += time.perf_counter() - t0

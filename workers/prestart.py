@@ -256,15 +256,7 @@ class Prestarter:
         try:
             listener.bind(str(Path(folder) / SOCKET))
             listener.listen(1)
-            extra = []
-            if self.prepare:
-                (Path(folder) / PREPARE).write_bytes(pickle.dumps(self.prepare))
-                extra = [str(Path(folder) / PREPARE)]
-            scratch = Path(folder) / SCRATCH
-            scratch.mkdir()
-            harness = self.isolation.wrap(
-                [sys.executable, "-m", "workers.harness", "--listen", str(listener.fileno()),
-                 self.device, *extra], str(scratch), gpu=self.device != "cpu")
+            harness, scratch = self._harness_cmd(folder, listener.fileno())
             cg, why = cgroup.make() if self.isolation.isolated else (None, "not sandboxed")
             limits = cg.limits if cg is not None else f"none: {why}"
             dirs = {cgroup.DIRS_ENV: ":".join(cg.dirs)} if cg is not None else {}
@@ -305,6 +297,20 @@ class Prestarter:
             limits = "none: the harness could not join its cgroup"
         return Prestarted(folder, int(pid), self.device, self.isolation, limits, token,
                           cg.dirs if cg is not None and held else ())
+
+    def _harness_cmd(self, folder: str, listen_fd: int) -> tuple[list[str], Path]:
+        """The harness's command line (in its sandbox, listening on ``listen_fd``, making
+        the prepared jobs ahead) and its scratch folder, made in ``folder``. Raises
+        OSError."""
+        extra = []
+        if self.prepare:
+            (Path(folder) / PREPARE).write_bytes(pickle.dumps(self.prepare))
+            extra = [str(Path(folder) / PREPARE)]
+        scratch = Path(folder) / SCRATCH
+        scratch.mkdir()
+        return self.isolation.wrap(
+            [sys.executable, "-m", "workers.harness", "--listen", str(listen_fd), self.device,
+             *extra], str(scratch), gpu=self.device != "cpu"), scratch
 
     def close(self) -> None:
         """Kill every harness still running (one no actor took over, or one an actor left)

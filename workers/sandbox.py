@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import cgroup, isolation, prestart, priority
+from workers import cgroup, hold, isolation, prestart, priority
 from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
@@ -271,6 +271,14 @@ class Sandbox:
             self.kill()
             self.restarts += 1
         return res
+
+    def pause(self) -> list[int]:
+        """Stop every process of this sandbox (workers.hold ``hold``: its harness, threads
+        and what a candidate left in its namespace) while another harness is timed; give
+        the result to workers.hold ``release``. [] when no harness runs. Never raises."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return hold.hold(self.proc.pid)
 
     def _cpu_ns(self) -> int | None:
         """CPU time every process of this sandbox used so far (ns), from its cgroup
