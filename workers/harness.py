@@ -116,9 +116,11 @@ wrongly:
   as a sample is, less the same preparations alone, timed by the sandbox from this
   sandbox's "go", sent once this process says "clock", to its answer; outputs checked
   after them; the preparations alone in a second harness of the device, which never loads
-  a candidate's code, so that a thread left here cannot slow them, attack MODE 13; on a
-  CPU device of one thread whose sandboxes' CPU time a cgroup counts, by that CPU time,
-  which load beside them does not lengthen) and is ``suspect``,
+  a candidate's code, so that a thread left here cannot slow them, attack MODE 13, while
+  every process of this sandbox is stopped, workers.hold; on a CPU device of one thread
+  whose sandboxes' CPU time a cgroup counts, by that CPU time, which load beside them
+  lengthens far less than the wall's, though a shared cache or memory bus still can) and is
+  ``suspect``,
   and dropped, when every block is more than 4x its contest median + 0.01 ms a call, plus
   half a call's preparation time (kopt.core.clock); judged again alone in a fresh harness
   when the shared one flagged it (a patched clock times every contender timed after it),
@@ -130,9 +132,10 @@ wrongly:
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
   message late or start its calls before the sandbox's "go", or forge its outputs' check),
-  nor threads this process keeps running while the second harness times the preparations
-  (they share the machine's cores and memory bus with it: a CPU or bandwidth hog then
-  slows them by what it takes from them, within half their time's noise allowance),
+  nor work a candidate left running outside this sandbox's processes while the second
+  harness times the preparations (they are stopped then, workers.hold, but GPU kernels
+  already queued run on, and an unsandboxed candidate's process in a session of its own is
+  not stopped), nor other load on the host, which lengthens either block by what it takes,
   and not within an iteration's
   own jobs and contests (a patched winner there is caught at the closing, before it is named the
   loop's best). A median not above 0 ms (a clock run backwards) is ``suspect`` in any job

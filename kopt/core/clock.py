@@ -13,8 +13,8 @@ thread: :func:`outside_blocks`). The preparations alone are timed in a
 second harness of the device that never loads a candidate's code (workers.device_actor
 ``clock``): in the candidate's own, a thread it left there slowed them on purpose (attack
 MODE 13), and a longer preparations' block shortens the figure, the direction that clears
-a patched clock. (The candidate's harness lives on meanwhile: threads it left there that
-hog the cores or the memory bus slow the second harness's block too, not stopped here.)
+a patched clock. Meanwhile every process of the candidate's sandbox is stopped
+(workers.hold): threads or processes it left spinning there would slow that block too.
 The samples' clock takes in the call's own host cost too (a GPU's events record the
 idle gap while the host launches a small kernel; the CPU's clock brackets the ctypes
 call); what the block adds per call is the loop's own few microseconds and the noise of
@@ -122,7 +122,8 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     2 cores), and a burst of it in a preparations' block cleared a patched clock, while
     every process of the contender's sandbox, its threads and children included, counts
     in its CPU time, which none of them can lower (a kernel that runs more threads than
-    its device's one is timed by all the CPU it used).
+    its device's one is timed by all the CPU it used). Load lengthens CPU time too (a
+    shared cache, the memory bus, the scheduler's own switches), far less than the wall.
 
     Returns (the blocks, "") or (the blocks so far, ``"status: why"``) when a block of its
     calls failed (wrong outputs, a crash: the contender's fault).
