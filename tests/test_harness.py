@@ -56,6 +56,20 @@ def test_faults_are_outcomes_and_the_sandbox_recovers(tmp_path, sandbox):
     assert sandbox.restarts == 3
 
 
+def test_a_go_between_jobs_is_skipped(tmp_path, sandbox):
+    """The sandbox sends "go" only to a clock job waiting for it (the outside clock's
+    start); one that reaches the harness between jobs (a clock job that failed before it
+    waited) is skipped, and the next job is served by the same harness as usual."""
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    j = job(artifact(tmp_path, src, 0), src, ref)
+    assert sandbox.run(j, timeout_s=10)["status"] == "ok"
+    pid, restarts = sandbox.pid, sandbox.restarts
+    sandbox.w.send(("go", None))
+    res = sandbox.run(j, timeout_s=10)
+    assert res["status"] == "ok" and res["max_abs_err"] == 0.0, res
+    assert (sandbox.pid, sandbox.restarts) == (pid, restarts)
+
+
 def test_unwritten_output_never_passes(tmp_path, sandbox):
     d = write_sweep(tmp_path / "lazy", "kernel: k.cpp\ndims: [{N: 8}]\n", {
         "k.cpp": 'extern "C" void solve(const float* x, float* y, int N) {'
