@@ -411,3 +411,27 @@ def test_the_candidates_sandbox_is_held_while_the_preparations_alone_are_timed(
         assert "T" not in {hold._stat(p)[0] for p in _members(leader)}
     finally:
         runner.close()
+
+
+def test_the_second_harness_started_ahead_is_the_one_that_times_the_preparations(tmp_path):
+    """``clock_ready`` (cast by the loop while a GPU device profiles, before its closing)
+    starts the outside clock's second harness in the background; the preparations alone
+    are then timed in that harness, not in one started on the spot."""
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="honest")
+    runner, j, data, clock = _device(j)
+    try:
+        dev = runner.devices[0]
+        dev.clock_ready()
+        bare = dev.bare
+        assert bare is not None and dev._bare_start is not None
+        dev.clock_ready()  # once only
+        assert dev.bare is bare
+        clock(5, True)
+        assert dev.bare is bare and bare.pid is not None and bare.restarts == 0
+        assert bare.pid != dev.sandbox.pid
+        dev.clock_end()
+        assert dev.bare is None and dev._bare_start is None
+    finally:
+        runner.close()
