@@ -435,3 +435,17 @@ def test_the_second_harness_started_ahead_is_the_one_that_times_the_preparations
         assert dev.bare is None and dev._bare_start is None
     finally:
         runner.close()
+
+
+def test_a_replay_that_tells_the_clock_block_by_its_sets_order_is_suspect(tmp_path):
+    """tests/fixtures/faultpack/cycle_replay.cpp patches the clock (1/100, as MODE 10) and
+    computes honestly except where its inputs repeat in a short cycle, which it takes for
+    the outside clock's block: there it replays outputs it stored. With the block's sets
+    in a fixed cycle it cleared the clock (6 of 6 runs); picked at random, as samples
+    pick them, it computes there too and is suspect."""
+    src = PACK / "cycle_replay.cpp"
+    j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="cycle")
+    med, blocks = _judged(j)
+    assert clock_suspect(med, blocks).startswith(
+        f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)

@@ -1271,19 +1271,22 @@ class Harness:
 
     def clock(self, job: dict) -> dict:
         """This process's half of the outside clock: ``job["clock_calls"]`` calls of the
-        artifact, each prepared as a timed sample is (the check's input sets in turn loaded
-        into buffer set 0, outputs poisoned, the cache flushed: :meth:`_prep`), its outputs
-        verified after the last; with ``clock_loads_only``, the same preparations and no
-        call (what the outside figure of a block must not count). A progress message
-        ``{"stage": "clock"}`` goes to the sandbox right before the first, and the calls
-        start once the sandbox answers "go" (:attr:`await_go`); the sandbox (outside this
-        process, workers.sandbox) times from its send of "go" to this answer's arrival
-        (``outside_ms``): load that delays either process only lengthens the block. (It
-        timed from the arrival of the "clock" message: a read of it delayed by load, or by a
-        candidate's threads loading the machine, shortened the block, the direction that
-        clears a patched clock.) Calls prepared as samples cannot be told apart from samples (a
-        candidate that skipped its work when its outputs were not poisoned since its last
-        call passed an earlier form of this block).
+        artifact, each prepared as a timed sample is (one of the check's input sets, picked
+        at random, loaded into buffer set 0, outputs poisoned, the cache flushed:
+        :meth:`_prep`), its outputs verified after the last; with ``clock_loads_only``, the
+        same preparations and no call (what the outside figure of a block must not count).
+        A progress message ``{"stage": "clock"}`` goes to the sandbox right before the
+        first, and the calls start once the sandbox answers "go" (:attr:`await_go`); the
+        sandbox (outside this process, workers.sandbox) times from its send of "go" to this
+        answer's arrival (``outside_ms``): load that delays either process only lengthens
+        the block. (It timed from the arrival of the "clock" message: a read of it delayed
+        by load, or by a candidate's threads loading the machine, shortened the block, the
+        direction that clears a patched clock.) Calls prepared as samples are not told apart
+        from samples by their preparation (a candidate that skipped its work when its
+        outputs were not poisoned since its last call passed an earlier form of this
+        block), nor by the order of their sets; but the block has no calls on never-seen
+        sets, as samples may: a content-keyed replay that guesses the block from a run of
+        seen sets is not caught here.
 
         Returns ``status`` (``ok``, or ``wrong_result`` with the reason), ``calls`` and
         ``inside_ms`` (this process's own clock over the block, ms)."""
@@ -1292,19 +1295,23 @@ class Harness:
         n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
         flush = job["timing"].get("flush", True)
+        # the sets in random order, as samples pick them: in a fixed cycle a candidate told
+        # the block from samples (its calls repeating with a short period) and replayed
+        # only there, clearing a patched clock (a red-team trial, 6 of 6)
+        picks = [self.rng.randrange(len(d.sets)) for _ in range(n)]
         self._sync()
         self.progress({"stage": "clock"})
         self.await_go()
         t0 = time.perf_counter()
-        for i in range(n):
-            self._prep(d, i % len(d.sets), flush)
+        for i in picks:
+            self._prep(d, i, flush)
             if lib is not None:
                 self.call(lib, job, d)
         if lib is not None:
             self.check_cuda(lib, "clock")
         self._sync()
         inside_ms = (time.perf_counter() - t0) * 1e3
-        k = (n - 1) % len(d.sets)
+        k = picks[-1]
         if lib is not None and not bool(self.verify(d, 0, k, job["tolerance"])):
             return {"status": Status.WRONG_RESULT, "calls": n, "inside_ms": inside_ms,
                     "error": f"after {n} calls outside the contest's rounds, the last one's "
