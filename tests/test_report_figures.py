@@ -128,3 +128,23 @@ def test_the_iteration_table_says_which_size_its_median_is():
     one = _iteration_lines("cpu-x", [st], {}, cand[:1], [])
     assert "| median ms | speedup |" in next(ln for ln in one if ln.startswith("| it |"))
     assert "| T=2 | 0.5 | 2x |" in next(ln for ln in one if ln.startswith("| 1 |"))
+
+
+def test_a_best_whose_closing_failed_is_reported_unverified():
+    """When the closing contest could not run (its outside clock failed, say), the class's
+    best is its last iteration's winner, timed only by the clock inside its own process: the
+    report says so, as a candidate that made the closing fail on purpose would otherwise be
+    named with no word of it. A closing that ran says nothing of the kind."""
+    from kopt.loop.state import CLOSING_FAILED, IterState
+    from kopt.tools.report import _best_lines
+
+    best = {"candidate_id": "c1", "iteration": 2, "median_ms": 0.25, "speedup": 1.5}
+    failed = IterState(iteration=2, best=best, closing={
+        "speedup": None, "note": f"{CLOSING_FAILED}: error: the preparations alone failed"})
+    md = "\n".join(_best_lines("cpu-x86_64", [failed], best, []))
+    assert "- **unverified**: the closing contest failed, so this winner" in md
+    assert f"**{CLOSING_FAILED}: error: the preparations alone failed**" in md
+    ran = IterState(iteration=2, best=best, closing={
+        "speedup": 1.5, "first_baseline_ms": 0.375, "best_ms": 0.25, "medians_ms": {"c1": 0.25},
+        "best": best})
+    assert "unverified" not in "\n".join(_best_lines("cpu-x86_64", [ran], best, []))

@@ -20,7 +20,7 @@ from kopt.core.winner import Verdict, close_loop
 from kopt.loop import contests, profiling
 from kopt.loop.propose import trigger_digest
 from kopt.loop.review import gate
-from kopt.loop.state import IterState, close_iteration, rank
+from kopt.loop.state import CLOSING_FAILED, IterState, close_iteration, rank
 from kopt.run.context import RunContext
 from kopt.store.database import Database, iteration_states
 from kopt.store.files import now
@@ -136,7 +136,7 @@ class NcuLoop:
                 c: [(x["median_ms"], x["iqr_ms"]) for x in per.values()]
                 for c, per in results.items()}, dropped)
         except ValueError as e:
-            return ({"speedup": None, "note": f"the closing contest failed: {e}",
+            return ({"speedup": None, "note": f"{CLOSING_FAILED}: {e}",
                      "dropped": dropped, "final_winner": final, "winner_of": winner_of},
                     None, str(e))
         best_id = closing.pop("best_id", None)

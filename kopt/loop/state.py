@@ -42,6 +42,10 @@ from kopt.core.expand import Context, judged_under
 from kopt.store.database import Database
 from kopt.store.files import stored_json
 
+# how a closing's ``note`` starts when its contest could not run (kopt.loop.guided): the
+# class's best is then its last iteration's winner, never re-timed outside its process
+CLOSING_FAILED = "the closing contest failed"
+
 
 @dataclass
 class IterState:

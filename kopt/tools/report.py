@@ -10,7 +10,7 @@ from kopt.core.bottleneck import aggregate
 from kopt.core.compare import RULE
 from kopt.core.spec import load_sweep
 from kopt.loop.measured import Measured, SourceLost, measured_source
-from kopt.loop.state import IterState, credit_line
+from kopt.loop.state import CLOSING_FAILED, IterState, credit_line
 from kopt.loop.submitted import SubmitError
 from kopt.store.database import Database
 from kopt.store.files import complete_rows, no_run, stored_json
@@ -272,6 +272,10 @@ def _best_lines(dc: str, sts: list[IterState], best: dict[str, Any],
           f"- median {best.get('median_ms') or 0:.4g} ms in iteration "
           f"{best.get('iteration', '?')}, {best.get('speedup') or 1:.3g}x that "
           "iteration's baseline"]
+    if str(closing.get("note", "")).startswith(CLOSING_FAILED):
+        md.append("- **unverified**: the closing contest failed, so this winner of its "
+                  "iteration was not re-checked or re-timed by a clock outside its process "
+                  "(a candidate that patched its harness's clock could be named here)")
     md += _closing_lines(closing)
     for st in sts:
         if st.contest:
