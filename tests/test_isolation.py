@@ -231,6 +231,33 @@ def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated):
         _kill_escapees()
 
 
+@pytest.mark.skipif(not (ISOLATED.isolated and CGROUPS), reason="needs the sandbox and cgroups")
+def test_a_process_whose_namespace_cannot_be_read_is_held_by_its_cgroup(tmp_path, monkeypatch):
+    """A candidate's process that made itself non-dumpable (``PR_SET_DUMPABLE`` 0) hides its
+    ``/proc/PID/ns/pid`` from a reader without ``CAP_SYS_PTRACE``: the namespace scan misses
+    it (simulated here: the read fails for the escapee, as it did for a red-team helper's
+    actor without that capability), and it spun on while held. Its cgroup's member list
+    needs no such access: held, it is stopped too."""
+    src, ref = SRC, FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(True, {})
+    held: list[int] = []
+    try:
+        res = sb.run(job(artifact(tmp_path, src, 19, "escape.cpp"), src, ref), timeout_s=30)
+        assert res["status"] == "ok", res
+        escapee = _escapees()
+        assert len(escapee) == 1 and sb.counted is not None
+        real = hold._ns
+        monkeypatch.setattr(hold, "_ns", lambda p: None if p == escapee[0] else real(p))
+        held = sb.pause()
+        before = _state_cpu(escapee[0])
+        time.sleep(0.3)
+        assert before[0] == "T" and _state_cpu(escapee[0]) == before
+    finally:
+        hold.release(held)
+        sb.close()
+        _kill_escapees()
+
+
 @pytest.mark.parametrize("isolated", [True, False])
 def test_a_process_a_candidate_leaves_behind_dies_with_its_harness(tmp_path, isolated):
     """A candidate double-forks a process into a session of its own. It runs while the

@@ -67,27 +67,41 @@ def sandbox_ns(leader: int) -> str | None:
     return None
 
 
-def hold(leader: int) -> list[int]:
+def _in_cgroup(dirs: tuple[str, ...]) -> list[int]:
+    """The pids in the cgroup of folders ``dirs`` (workers.cgroup; ``cgroup.procs`` needs no
+    access to the processes themselves); [] when it cannot be read."""
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return []
+
+
+def hold(leader: int, cgroup_dirs: tuple[str, ...] = ()) -> list[int]:
     """Stop (``SIGSTOP``) every process of the sandbox whose first process is ``leader``:
-    each in its PID namespace (:func:`sandbox_ns`), found again until a round finds none
-    new (at most :data:`PASSES` rounds), or its process group where it has no namespace;
-    waits up to :data:`STOP_WAIT_S` s for them to show as stopped.
+    each in its PID namespace (:func:`sandbox_ns`) or in its cgroup (``cgroup_dirs``: a
+    process that made itself non-dumpable hides its namespace from a reader without
+    ``CAP_SYS_PTRACE``, not its cgroup), found again until a round finds none new (at most
+    :data:`PASSES` rounds), or its process group where it has no namespace; waits up to
+    :data:`STOP_WAIT_S` s for them to show as stopped.
 
     Returns:
-        what :func:`release` takes: the pids stopped, or ``[-leader]`` for a process group;
+        what :func:`release` takes: the pids stopped, and ``-leader`` for a process group;
         [] when ``leader`` is gone. Never raises.
     """
     ns = sandbox_ns(leader)
+    held: list[int] = []
     if ns is None:
         try:
             os.killpg(leader, signal.SIGSTOP)
         except OSError:
             return []
-        _wait_stopped([p for p in _pids() if (st := _stat(p)) is not None and st[2] == leader])
-        return [-leader]
-    held: list[int] = []
+        held.append(-leader)
     for _ in range(PASSES):
-        new = [p for p in _pids() if p not in held and _ns(p) == ns]
+        new = [p for p in dict.fromkeys([*_in_cgroup(cgroup_dirs), *(
+            q for q in _pids() if ns is not None and _ns(q) == ns)]) if p not in held]
         if not new:
             break
         for p in new:
@@ -96,7 +110,8 @@ def hold(leader: int) -> list[int]:
                 held.append(p)
             except OSError:
                 pass  # gone
-    _wait_stopped(held)
+    _wait_stopped([p for p in _pids() if (st := _stat(p)) is not None and (
+        p in held or ns is None and st[2] == leader)])
     return held
 
 

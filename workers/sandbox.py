@@ -274,11 +274,11 @@ class Sandbox:
 
     def pause(self) -> list[int]:
         """Stop every process of this sandbox (workers.hold ``hold``: its harness, threads
-        and what a candidate left in its namespace) while another harness is timed; give
+        and what a candidate left in its namespace or cgroup) while another harness is timed; give
         the result to workers.hold ``release``. [] when no harness runs. Never raises."""
         if self.proc is None or self.proc.poll() is not None:
             return []
-        return hold.hold(self.proc.pid)
+        return hold.hold(self.proc.pid, self.counted.dirs if self.counted else ())
 
     def _cpu_ns(self) -> int | None:
         """CPU time every process of this sandbox used so far (ns), from its cgroup
