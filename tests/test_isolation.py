@@ -192,6 +192,15 @@ def _state_cpu(pid: int) -> tuple[str, int]:
     return f[0], int(f[11]) + int(f[12])
 
 
+def _spinning(tmp_path, sb: Sandbox) -> list[int]:
+    """Run escape.cpp MODE 19 in ``sb`` (a thread spinning in its harness, a process
+    spinning in a session of its own); the pids of that process (:func:`_escapees`)."""
+    src, ref = SRC, FIXTURES / "escape" / "ref.py"
+    res = sb.run(job(artifact(tmp_path, src, 19, "escape.cpp"), src, ref), timeout_s=30)
+    assert res["status"] == "ok", res
+    return _escapees()
+
+
 @pytest.mark.parametrize("isolated", [True, False])
 def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated):
     """While another harness of the device times the preparations alone (the outside
@@ -201,13 +210,10 @@ def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated):
     stopped and uses no CPU time; released, they run again. Unsandboxed, only the
     harness's process group is held: the process in a session of its own goes on (what
     isolation ``none`` cannot guarantee)."""
-    src, ref = SRC, FIXTURES / "escape" / "ref.py"
     sb = _sandbox(isolated, {})
     held: list[int] = []
     try:
-        res = sb.run(job(artifact(tmp_path, src, 19, "escape.cpp"), src, ref), timeout_s=30)
-        assert res["status"] == "ok", res
-        escapee = _escapees()
+        escapee = _spinning(tmp_path, sb)
         assert len(escapee) == 1
         procs = [p for p in _tagged() if p != sb.proc.pid or not isolated]
         held = sb.pause()
@@ -238,13 +244,10 @@ def test_a_process_whose_namespace_cannot_be_read_is_held_by_its_cgroup(tmp_path
     it (simulated here: the read fails for the escapee, as it did for a red-team helper's
     actor without that capability), and it spun on while held. Its cgroup's member list
     needs no such access: held, it is stopped too."""
-    src, ref = SRC, FIXTURES / "escape" / "ref.py"
     sb = _sandbox(True, {})
     held: list[int] = []
     try:
-        res = sb.run(job(artifact(tmp_path, src, 19, "escape.cpp"), src, ref), timeout_s=30)
-        assert res["status"] == "ok", res
-        escapee = _escapees()
+        escapee = _spinning(tmp_path, sb)
         assert len(escapee) == 1 and sb.counted is not None
         real = hold._ns
         monkeypatch.setattr(hold, "_ns", lambda p: None if p == escapee[0] else real(p))
