@@ -2,6 +2,7 @@
 the sandbox's figure from outside the harness process."""
 
 import os
+import random
 import subprocess
 import sys
 import time
@@ -118,10 +119,24 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
     assert res["status"] == "ok" and res["calls"] == 7, res
     bad = job(artifact(tmp_path, src, {"MODE": 3}), src, PACK / "ref.py", {"N": 4096},
               {"x": ["N"], "buf": ["N"], "y": ["N"]})  # works only for its first two calls
+    h.rng = _Drawn()  # the block's sets are drawn at random: the message names the last one
     res = h.run({**bad, "clock_calls": 5})
     assert res["status"] == "wrong_result", res
     assert res["error"] == ("after 5 calls outside the contest's rounds, the last one's "
-                            "outputs (input set 1) were wrong")
+                            f"outputs (input set {h.rng.drawn[-1] + 1}) were wrong")
+
+
+class _Drawn(random.Random):
+    """A harness's random source that keeps what ``randrange`` drew (``drawn``), in order:
+    the clock block's input sets are its last draws."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drawn: list[int] = []
+
+    def randrange(self, *args, **kwargs) -> int:
+        self.drawn.append(super().randrange(*args, **kwargs))
+        return self.drawn[-1]
 
 
 def _device(j, backend="cpu"):
