@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_faults import PACK, artifact, job
+from test_isolation import HELD_STATE, HOLDS, _how
 
 from kopt.core.clock import (
     CLOCK_FACTOR,
@@ -390,16 +391,20 @@ def _members(leader: int) -> list[int]:
         (st := hold._stat(p)) is not None and st[2] == leader))]
 
 
+@pytest.mark.parametrize("how", HOLDS)
 def test_the_candidates_sandbox_is_held_while_the_preparations_alone_are_timed(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, how):
     """While the second harness times the preparations alone, every process of the
-    contender's sandbox is stopped (workers.hold), seen from inside that harness's run:
+    contender's sandbox is frozen or stopped (workers.hold: ``how``, as in
+    tests/test_isolation.py), seen from inside that harness's run:
     threads or processes a candidate left spinning there would otherwise take the CPUs
     from the preparations and lengthen the block the outside clock subtracts. They run
     again once it is done."""
     from workers import hold
     from workers.sandbox import Sandbox
 
+    _how(how, monkeypatch)
+    state = HELD_STATE[how]
     src = PACK / "faults.cpp"
     j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
             {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="honest")
@@ -418,12 +423,12 @@ def test_the_candidates_sandbox_is_held_while_the_preparations_alone_are_timed(
         monkeypatch.setattr(Sandbox, "run", run)
         clock(5, True)
         assert len(seen) == 1 and seen[0], seen
-        assert set(seen[0].values()) == {"T"}, seen  # the harness, and jail where isolated
-        deadline = time.monotonic() + 10  # SIGCONT wakes them as it is sent; a margin
-        while "T" in {hold._stat(p)[0] for p in _members(leader)} and (
+        assert set(seen[0].values()) == {state}, seen  # the harness, and jail if isolated
+        deadline = time.monotonic() + 10  # released as it is told; a margin
+        while state in {hold._stat(p)[0] for p in _members(leader)} and (
                 time.monotonic() < deadline):
             time.sleep(0.01)
-        assert "T" not in {hold._stat(p)[0] for p in _members(leader)}
+        assert state not in {hold._stat(p)[0] for p in _members(leader)}
     finally:
         runner.close()
 

@@ -192,45 +192,100 @@ def _state_cpu(pid: int) -> tuple[str, int]:
     return f[0], int(f[11]) + int(f[12])
 
 
-def _spinning(tmp_path, sb: Sandbox) -> list[int]:
-    """Run escape.cpp MODE 19 in ``sb`` (a thread spinning in its harness, a process
-    spinning in a session of its own); the pids of that process (:func:`_escapees`)."""
+def _spinning(tmp_path, sb: Sandbox, mode: int = 19) -> list[int]:
+    """Run escape.cpp ``mode`` in ``sb`` (19: a thread spinning in its harness, a process
+    spinning in a session of its own; 20: two processes spinning there, each continuing
+    the other); the pids of those processes (:func:`_escapees`)."""
     src, ref = SRC, FIXTURES / "escape" / "ref.py"
-    res = sb.run(job(artifact(tmp_path, src, 19, "escape.cpp"), src, ref), timeout_s=30)
+    res = sb.run(job(artifact(tmp_path, src, mode, "escape.cpp"), src, ref), timeout_s=30)
     assert res["status"] == "ok", res
+    deadline = time.monotonic() + 30  # the last of them names itself after its forks
+    while len(_escapees()) < (2 if mode == 20 else 1) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return _escapees()
 
 
-@pytest.mark.parametrize("isolated", [True, False])
-def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated):
+def _freezer_here() -> bool:
+    """Whether a harness's cgroup here can be frozen (one is made and removed)."""
+    cg, _ = cgroup.make()
+    return cg is not None and cg.can_freeze() and cg.remove()
+
+
+FREEZER = ISOLATED.isolated and _freezer_here()
+# how a sandbox is held (workers.hold): its cgroup frozen, or its processes signalled (the
+# freezer refused, as on a host without one), and the state /proc shows for each
+HOLDS = [pytest.param("freezer", marks=pytest.mark.skipif(
+    not FREEZER, reason="needs the sandbox and a cgroup freezer")), "signals"]
+HELD_STATE = {"freezer": "D", "signals": "T"}
+
+
+def _how(how: str, monkeypatch) -> None:
+    """Hold sandboxes by ``how`` (:data:`HOLDS`) in this test."""
+    if how == "signals":
+        monkeypatch.setattr(cgroup.Cgroup, "freeze", lambda self, wait_s=0: False)
+
+
+@pytest.mark.parametrize("isolated, how", [(True, "freezer"), (True, "signals"),
+                                           (False, "signals")])
+def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated, how, monkeypatch):
     """While another harness of the device times the preparations alone (the outside
     clock), the contender's sandbox is held (workers.hold): escape.cpp MODE 19 leaves a
     thread spinning in its harness and a process spinning in a session of its own, which
     would take the CPUs from those preparations. Held, every process of a sandbox is
-    stopped and uses no CPU time; released, they run again. Unsandboxed, only the
-    harness's process group is held: the process in a session of its own goes on (what
-    isolation ``none`` cannot guarantee)."""
+    frozen or stopped and uses no CPU time; released, they run again. Unsandboxed, only
+    the harness's process group is held: the process in a session of its own goes on
+    (what isolation ``none`` cannot guarantee)."""
+    if how == "freezer" and not FREEZER:
+        pytest.skip("needs the sandbox and a cgroup freezer")
+    _how(how, monkeypatch)
     sb = _sandbox(isolated, {})
-    held: list[int] = []
+    held = hold.Held()
     try:
         escapee = _spinning(tmp_path, sb)
         assert len(escapee) == 1
         procs = [p for p in _tagged() if p != sb.proc.pid or not isolated]
         held = sb.pause()
+        assert (held.frozen is not None) == (how == "freezer")
         frozen = [p for p in procs if p not in escapee or isolated]
         before = {p: _state_cpu(p) for p in procs}
         time.sleep(0.3)
         after = {p: _state_cpu(p) for p in procs}
-        assert {p: before[p][0] for p in frozen} == {p: "T" for p in frozen}
+        assert {p: before[p][0] for p in frozen} == {p: HELD_STATE[how] for p in frozen}
         assert {p: after[p] for p in frozen} == {p: before[p] for p in frozen}
         if not isolated:
             assert after[escapee[0]][1] > before[escapee[0]][1]  # it spins on
         hold.release(held)
-        held = []
+        held = hold.Held()
         deadline = time.monotonic() + 10
-        while any(_state_cpu(p)[0] == "T" for p in frozen) and time.monotonic() < deadline:
+        while any(_state_cpu(p)[0] == HELD_STATE[how] for p in frozen) and (
+                time.monotonic() < deadline):
             time.sleep(0.01)
-        assert not any(_state_cpu(p)[0] == "T" for p in frozen)
+        assert not any(_state_cpu(p)[0] == HELD_STATE[how] for p in frozen)
+    finally:
+        hold.release(held)
+        sb.close()
+        _kill_escapees()
+
+
+@pytest.mark.skipif(not ISOLATED.isolated, reason="needs the sandbox")
+@pytest.mark.parametrize("how", HOLDS)
+def test_processes_that_continue_each_other_are_held_all_the_same(tmp_path, how, monkeypatch):
+    """escape.cpp MODE 20 leaves two spinning processes, each sending the other ``SIGCONT``
+    without end: stopped one at a time, the first was continued by the second before the
+    second stopped, and spun on through the hold (a red-team helper's finding). Frozen,
+    no signal wakes them; signalled, they are stopped again until one look finds both
+    stopped, and a stopped process continues nothing."""
+    _how(how, monkeypatch)
+    sb = _sandbox(True, {})
+    held = hold.Held()
+    try:
+        pair = _spinning(tmp_path, sb, 20)
+        assert len(pair) == 2
+        held = sb.pause()
+        before = {p: _state_cpu(p) for p in pair}
+        time.sleep(0.3)
+        assert before == {p: (HELD_STATE[how], before[p][1]) for p in pair}
+        assert {p: _state_cpu(p) for p in pair} == before
     finally:
         hold.release(held)
         sb.close()
@@ -243,9 +298,10 @@ def test_a_process_whose_namespace_cannot_be_read_is_held_by_its_cgroup(tmp_path
     ``/proc/PID/ns/pid`` from a reader without ``CAP_SYS_PTRACE``: the namespace scan misses
     it (simulated here: the read fails for the escapee, as it did for a red-team helper's
     actor without that capability), and it spun on while held. Its cgroup's member list
-    needs no such access: held, it is stopped too."""
+    needs no such access: held by signals (the freezer needs no list), it is stopped too."""
+    _how("signals", monkeypatch)
     sb = _sandbox(True, {})
-    held: list[int] = []
+    held = hold.Held()
     try:
         escapee = _spinning(tmp_path, sb)
         assert len(escapee) == 1 and sb.counted is not None

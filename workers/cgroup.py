@@ -10,6 +10,11 @@ in, with
   ``memory.limit_in_bytes``): a candidate that allocates without end is killed by the
   kernel's OOM killer inside its cgroup (its job a crash), not the driver or the host.
 
+Where the host has them, the cgroup is also counted for CPU time (v1 ``cpuacct``; v2 counts
+every cgroup) and can be frozen (v1 ``freezer``; v2 ``cgroup.freeze``): the outside clock
+reads the first (:meth:`Cgroup.cpu_ns`) and holds the sandbox still by the second
+(:meth:`Cgroup.freeze`, workers.hold).
+
 The limits come from ``$KOPT_HARNESS_PIDS`` (default :data:`DEFAULT_PIDS` tasks: torch and
 OpenMP start a thread per core) and ``$KOPT_HARNESS_MEM_GB`` (default: half the host's
 memory, ``MemTotal`` of ``/proc/meminfo``). Both cgroup v1 (a hierarchy per controller)
@@ -45,6 +50,11 @@ CONTROLLERS = ("pids", "memory")
 # v1: the hierarchy that counts CPU time (no limit set; v2 counts it in every cgroup's
 # cpu.stat): the outside clock's CPU time of a sandbox (:meth:`Cgroup.cpu_ns`)
 ACCOUNTING = "cpuacct"
+# v1: the hierarchy that freezes a cgroup's processes (v2: every cgroup's cgroup.freeze):
+# workers.hold holds a sandbox still by it (:meth:`Cgroup.freeze`)
+FREEZER = "freezer"
+BEST_EFFORT = (ACCOUNTING, FREEZER)  # joined where the host has them: no limit needs them
+FREEZE_WAIT_S = 1.0  # for the kernel to report every process of a cgroup frozen
 _V1_LIMIT = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
 _V2_LIMIT = {"pids": "pids.max", "memory": "memory.max"}
 
@@ -107,9 +117,75 @@ class Cgroup:
                 pass
         return None
 
+    def freeze(self, wait_s: float = FREEZE_WAIT_S) -> bool:
+        """Freeze every process in the cgroup, those it starts meanwhile too (v1
+        ``freezer.state`` ``FROZEN``, v2 ``cgroup.freeze`` 1): a frozen process runs no
+        instruction until thawed, whatever signal it gets (a ``SIGCONT`` from another of
+        its processes included; v1 delays even ``SIGKILL`` until the thaw). Waits up to
+        ``wait_s`` s for the kernel to report them all frozen (v1 ``FREEZING`` until
+        then, v2 ``cgroup.events`` ``frozen 1``).
+
+        Returns:
+            True once frozen; False where the cgroup has no freezer, the kernel refuses,
+            or not all froze in time (then thawed again). Never raises.
+
+        Source: the kernel's Documentation/admin-guide/cgroup-v1/freezer-subsystem.rst
+        and cgroup-v2.rst ("cgroup.freeze")."""
+        files = self._freezer()
+        if not files:
+            return False
+        try:
+            for path, (frozen, _) in files:
+                with open(path, "w") as f:
+                    f.write(frozen)
+        except OSError:
+            self.thaw()
+            return False
+        deadline = time.monotonic() + wait_s
+        while not all(_reads(done, want) for done, want in self._frozen_checks(files)):
+            if time.monotonic() > deadline:
+                self.thaw()
+                return False
+            time.sleep(0.001)
+        return True
+
+    def can_freeze(self) -> bool:
+        """Whether a folder of this cgroup has a freezer (:meth:`freeze` can work)."""
+        return bool(self._freezer())
+
+    def thaw(self) -> None:
+        """Let the cgroup's processes run again (:meth:`freeze` undone; a no-op where it is
+        not frozen or has no freezer). Never raises."""
+        for path, (_, thawed) in self._freezer():
+            try:
+                with open(path, "w") as f:
+                    f.write(thawed)
+            except OSError:
+                pass
+
+    def _freezer(self) -> list[tuple[str, tuple[str, str]]]:
+        """(the file that freezes, (its frozen value, its thawed value)) per folder of this
+        cgroup that has one."""
+        out = []
+        for d in self.dirs:
+            for name, values in (("freezer.state", ("FROZEN", "THAWED")),
+                                 ("cgroup.freeze", ("1", "0"))):
+                if os.path.exists(os.path.join(d, name)):
+                    out.append((os.path.join(d, name), values))
+        return out
+
+    @staticmethod
+    def _frozen_checks(files: list[tuple[str, tuple[str, str]]]) -> list[tuple[str, str]]:
+        """(file, what it reads once frozen) for each of ``files``."""
+        return [(p, "FROZEN") if p.endswith("freezer.state")
+                else (os.path.join(os.path.dirname(p), "cgroup.events"), "frozen 1")
+                for p, _ in files]
+
     def remove(self, wait_s: float = 2.0) -> bool:
-        """Remove the cgroup once its processes are gone, waiting up to ``wait_s`` for the
-        kernel to let their exit through; True when every folder is gone."""
+        """Remove the cgroup once its processes are gone (thawed first: a v1 frozen process
+        cannot die), waiting up to ``wait_s`` for the kernel to let their exit through;
+        True when every folder is gone."""
+        self.thaw()
         deadline = time.monotonic() + wait_s
         left = list(self.dirs)
         while left:
@@ -126,6 +202,15 @@ class Cgroup:
             if left:
                 time.sleep(0.05)
         return True
+
+
+def _reads(path: str, want: str) -> bool:
+    """Whether file ``path`` holds line ``want`` (False when it cannot be read)."""
+    try:
+        with open(path) as f:
+            return want in f.read().splitlines()
+    except OSError:
+        return False
 
 
 def limits_wanted() -> tuple[int, int]:
@@ -208,14 +293,14 @@ def _places() -> dict[str, tuple[str, str]]:
     controller this process can use (v1 where the host mounts it so, else v2)."""
     mounts, member = _mounts(), _memberships()
     places: dict[str, tuple[str, str]] = {}
-    for c in (*CONTROLLERS, ACCOUNTING):
+    for c in (*CONTROLLERS, *BEST_EFFORT):
         for root, point, fs, opts in mounts:
             if fs == "cgroup" and c in opts and c in member:
                 places[c] = (_here(root, point, member[c]), "v1")
                 break
         else:
             for root, point, fs, _opts in mounts:
-                if c == ACCOUNTING:  # v2 has no such controller: cpu.stat counts
+                if c in BEST_EFFORT:  # v2 has no such controllers: cpu.stat, cgroup.freeze
                     break
                 if fs == "cgroup2" and "" in member:
                     d = _here(root, point, member[""])
@@ -268,6 +353,7 @@ def _sweep(parent: str) -> None:
         maker = n[len(PREFIX):].split("-", 1)[0]
         if maker.isdigit() and _alive(int(maker)):
             continue
+        Cgroup((os.path.join(parent, n),), "").thaw()  # its maker died while it was held
         try:
             os.rmdir(os.path.join(parent, n))
         except OSError:
@@ -323,27 +409,29 @@ def make() -> tuple[Cgroup | None, str]:
     except OSError as e:
         Cgroup(tuple(made), "").remove(0)
         return None, f"cannot make a cgroup ({e}); the harness runs without task or memory limits"
-    made += _accounting(places, name, made)
+    made += [d for c in BEST_EFFORT if (d := _best_effort(places, c, name, made))]
     kinds = "+".join(sorted({k for _, k in places.values()}))
     return Cgroup(tuple(made), f"{', '.join(said)} (cgroup {kinds})"), ""
 
 
-def _accounting(places: dict[str, tuple[str, str]], name: str, made: list[str]) -> list[str]:
-    """The folder ``name`` made in cgroup v1's CPU accounting hierarchy (:data:`ACCOUNTING`)
-    where the host has it apart from those in ``made``; [] where it has none or refuses
-    (best effort: the limits stand without it, and the outside clock then reads the wall
-    clock: Cgroup.cpu_ns is None)."""
-    if ACCOUNTING not in places:
-        return []
-    d = os.path.join(places[ACCOUNTING][0], name)
+def _best_effort(places: dict[str, tuple[str, str]], c: str, name: str,
+                 made: list[str]) -> str:
+    """The folder ``name`` made in cgroup v1's hierarchy of controller ``c`` (one of
+    :data:`BEST_EFFORT`) where the host has it apart from those in ``made``; "" where it
+    has none or refuses (the limits stand without it: without CPU accounting the outside
+    clock reads the wall clock, Cgroup.cpu_ns None; without a freezer, workers.hold stops
+    processes by signal)."""
+    if c not in places:
+        return ""
+    d = os.path.join(places[c][0], name)
     if d in made:
-        return []
-    _sweep(places[ACCOUNTING][0])
+        return ""
+    _sweep(places[c][0])
     try:
         os.mkdir(d)
     except OSError:
-        return []
-    return [d]
+        return ""
+    return d
 
 
 def describe() -> str:

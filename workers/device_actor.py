@@ -142,7 +142,7 @@ class DeviceActor:
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
-            sandbox, held = self.sandbox, []
+            sandbox, held = self.sandbox, None
             if loads_only:
                 self._bare_started()
                 if self.bare is None:

@@ -117,7 +117,8 @@ wrongly:
   sandbox's "go", sent once this process says "clock", to its answer; outputs checked
   after them; the preparations alone in a second harness of the device, which never loads
   a candidate's code, so that a thread left here cannot slow them, attack MODE 13, while
-  every process of this sandbox is stopped, workers.hold; on a CPU device of one thread
+  every process of this sandbox is held still, workers.hold (its cgroup frozen, or each
+  stopped by SIGSTOP until all are at once); on a CPU device of one thread
   whose sandboxes' CPU time a cgroup counts, by that CPU time, which load beside them
   lengthens far less than the wall's, though a shared cache or memory bus still can) and is
   ``suspect``,
@@ -133,7 +134,7 @@ wrongly:
   patch that spares the clock job (code that rewrites this harness can send its "clock"
   message late or start its calls before the sandbox's "go", or forge its outputs' check),
   nor work a candidate left running outside this sandbox's processes while the second
-  harness times the preparations (they are stopped then, workers.hold, but GPU kernels
+  harness times the preparations (they are held then, workers.hold, but GPU kernels
   already queued run on, and an unsandboxed candidate's process in a session of its own is
   not stopped), nor other load on the host, which lengthens either block by what it takes,
   and not within an iteration's

@@ -1,4 +1,4 @@
-"""Holding every process of a sandbox still (``SIGSTOP``) while another process is timed.
+"""Holding every process of a sandbox still while another process is timed.
 
 The outside clock (kopt.core.clock) subtracts a block of preparations alone, run in a
 second harness of the device that never loads candidate code (workers.device_actor
@@ -9,12 +9,21 @@ their block, and so shortened the figure a patched clock is judged by (in wall-c
 a GPU device's or a CPU device whose CPU time is not counted). :func:`hold` stops them
 all for the block and :func:`release` lets them go on.
 
-Which processes: those in the sandbox's PID namespace (workers.isolation: a candidate's
-double-forked, ``setsid`` processes are there too, and cannot make a namespace of their
-own: workers.seccomp), found by their ``/proc/PID/ns/pid``; where the harness is not
-isolated, its process group. ``SIGSTOP`` cannot be caught or ignored; ``SIGKILL`` still
-ends a stopped process, so a sandbox killed while held (its device actor gone: the
-harness's parent-death signal) does not stay behind, as a frozen cgroup v1 would.
+How, in order of strength:
+
+1. The sandbox's cgroup frozen (workers.cgroup ``Cgroup.freeze``), where the host gives it
+   a freezer: every process in it, and any it forks meanwhile, runs no instruction until
+   thawed, whatever signals they send each other. A v1 frozen process cannot even die
+   until thawed: :func:`release` thaws in the device actor's ``finally``, and a cgroup
+   whose maker died while it was frozen is thawed (its processes then die of their
+   parent-death signal) by the next workers.cgroup ``make`` or ``remove``.
+2. Otherwise ``SIGSTOP`` to each process in the sandbox's PID namespace (workers.isolation:
+   a candidate's double-forked, ``setsid`` processes are there too, and cannot make a
+   namespace of their own: workers.seccomp), found by ``/proc/PID/ns/pid``, and in its
+   cgroup; where the harness is not isolated, its process group. ``SIGSTOP`` cannot be
+   caught or ignored, but a stopped process is continued by a ``SIGCONT`` from one not yet
+   stopped: the processes are found and stopped again until one pass sees them all
+   stopped at once (a stopped process sends nothing), at most :data:`PASSES` passes.
 
 Stdlib only.
 """
@@ -24,8 +33,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 
-PASSES = 8  # rounds of finding and stopping: processes forked meanwhile are found next round
+from workers.cgroup import Cgroup
+
+PASSES = 8  # of finding and stopping: processes forked, or continued, meanwhile are met next
 STOP_WAIT_S = 0.5  # for a signalled process to show as stopped (``T`` in /proc/PID/stat)
 
 
@@ -79,54 +91,83 @@ def _in_cgroup(dirs: tuple[str, ...]) -> list[int]:
     return []
 
 
-def hold(leader: int, cgroup_dirs: tuple[str, ...] = ()) -> list[int]:
-    """Stop (``SIGSTOP``) every process of the sandbox whose first process is ``leader``:
-    each in its PID namespace (:func:`sandbox_ns`) or in its cgroup (``cgroup_dirs``: a
-    process that made itself non-dumpable hides its namespace from a reader without
-    ``CAP_SYS_PTRACE``, not its cgroup), found again until a round finds none new (at most
-    :data:`PASSES` rounds), or its process group where it has no namespace; waits up to
-    :data:`STOP_WAIT_S` s for them to show as stopped.
+@dataclass
+class Held:
+    """What :func:`hold` held: ``frozen``, the cgroup it froze (None when it signalled), and
+    ``pids``, the processes it stopped by ``SIGSTOP`` (``-PGID`` for a process group)."""
+
+    frozen: Cgroup | None = None
+    pids: list[int] = field(default_factory=list)
+
+
+def hold(leader: int, cgroup_dirs: tuple[str, ...] = ()) -> Held:
+    """Hold every process of the sandbox whose first process is ``leader`` still: its
+    cgroup (folders ``cgroup_dirs``) frozen where it has a freezer, else each process in
+    its PID namespace (:func:`sandbox_ns`) or cgroup (a process that made itself
+    non-dumpable hides its namespace from a reader without ``CAP_SYS_PTRACE``, not its
+    cgroup), or its process group where it has no namespace, stopped by ``SIGSTOP`` until
+    a pass finds them all stopped (each pass waits up to :data:`STOP_WAIT_S` s for them).
 
     Returns:
-        what :func:`release` takes: the pids stopped, and ``-leader`` for a process group;
-        [] when ``leader`` is gone. Never raises.
+        what :func:`release` takes; nothing held when ``leader`` is gone. Never raises.
     """
+    if cgroup_dirs and (cg := Cgroup(tuple(cgroup_dirs), "")).freeze():
+        return Held(frozen=cg)
     ns = sandbox_ns(leader)
-    held: list[int] = []
-    if ns is None:
-        try:
-            os.killpg(leader, signal.SIGSTOP)
-        except OSError:
-            return []
-        held.append(-leader)
+    held = Held()
     for _ in range(PASSES):
-        new = [p for p in dict.fromkeys([*_in_cgroup(cgroup_dirs), *(
-            q for q in _pids() if ns is not None and _ns(q) == ns)]) if p not in held]
-        if not new:
-            break
-        for p in new:
+        members = _members(leader, ns, cgroup_dirs)
+        if ns is None:
             try:
-                os.kill(p, signal.SIGSTOP)
-                held.append(p)
+                os.killpg(leader, signal.SIGSTOP)
             except OSError:
-                pass  # gone
-    _wait_stopped([p for p in _pids() if (st := _stat(p)) is not None and (
-        p in held or ns is None and st[2] == leader)])
+                if not held.pids:
+                    return held
+            if -leader not in held.pids:
+                held.pids.append(-leader)
+        held.pids += [p for p in members if p not in held.pids]
+        # done when one look finds them all stopped and no process new: a stopped process
+        # continues, and forks, nothing
+        if not _stop(members) and not set(_members(leader, ns, cgroup_dirs)) - set(members):
+            break
     return held
 
 
-def _wait_stopped(pids: list[int]) -> None:
-    deadline = time.monotonic() + STOP_WAIT_S
-    left = list(pids)
-    while left and time.monotonic() < deadline:
-        left = [p for p in left if (st := _stat(p)) is not None and st[0] not in "TtZX"]
-        if left:
-            time.sleep(0.001)
+def _members(leader: int, ns: str | None, cgroup_dirs: tuple[str, ...]) -> list[int]:
+    """The processes of the sandbox: those in its cgroup and in PID namespace ``ns``, or in
+    process group ``leader`` where ``ns`` is None."""
+    return list(dict.fromkeys([*_in_cgroup(cgroup_dirs), *(
+        q for q in _pids() if (_ns(q) == ns if ns is not None else (
+            (st := _stat(q)) is not None and st[2] == leader)))]))
 
 
-def release(held: list[int]) -> None:
-    """Let the processes :func:`hold` stopped go on (``SIGCONT``). Never raises."""
-    for p in held:
+def _stop(pids: list[int]) -> list[int]:
+    """Send ``SIGSTOP`` to processes ``pids``, and again to each found running, until one
+    look over them all finds each stopped (or gone): one seen stopped may have been
+    continued since by one not yet stopped then. Waits up to :data:`STOP_WAIT_S` s.
+
+    Returns:
+        the ones not stopped in the last look."""
+    deadline, left = time.monotonic() + STOP_WAIT_S, list(pids)
+    while True:
+        for p in left:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except OSError:
+                pass  # gone
+        time.sleep(0.001)
+        left = [p for p in pids if (st := _stat(p)) is not None and st[0] not in "TtZX"]
+        if not left or time.monotonic() > deadline:
+            return left
+
+
+def release(held: Held | None) -> None:
+    """Let the processes :func:`hold` held go on (thawed, or ``SIGCONT``). Never raises."""
+    if held is None:
+        return
+    if held.frozen is not None:
+        held.frozen.thaw()
+    for p in held.pids:
         try:
             if p < 0:
                 os.killpg(-p, signal.SIGCONT)

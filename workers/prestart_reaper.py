@@ -57,6 +57,9 @@ def _driver_died(signum: int, frame: object) -> None:
             os.killpg(int(_state["pid"]), signal.SIGKILL)
         except OSError:
             pass
+        cg = cgroup.from_env()
+        if cg is not None:  # held frozen (workers.hold) by an actor that died: a v1 frozen
+            cg.thaw()  # process dies only once thawed
 
 
 def main(argv: list[str]) -> int:

@@ -272,12 +272,13 @@ class Sandbox:
             self.restarts += 1
         return res
 
-    def pause(self) -> list[int]:
-        """Stop every process of this sandbox (workers.hold ``hold``: its harness, threads
-        and what a candidate left in its namespace or cgroup) while another harness is timed; give
-        the result to workers.hold ``release``. [] when no harness runs. Never raises."""
+    def pause(self) -> hold.Held:
+        """Hold every process of this sandbox still (workers.hold ``hold``: its harness,
+        threads and what a candidate left in its namespace or cgroup; its cgroup frozen
+        where the host has a freezer) while another harness is timed; give the result to
+        workers.hold ``release``. Nothing held when no harness runs. Never raises."""
         if self.proc is None or self.proc.poll() is not None:
-            return []
+            return hold.Held()
         return hold.hold(self.proc.pid, self.counted.dirs if self.counted else ())
 
     def _cpu_ns(self) -> int | None:
@@ -401,6 +402,9 @@ class Sandbox:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 p.kill()
+            for c in (self.counted, self.cgroup):
+                if c is not None:  # held frozen (workers.hold): a v1 frozen process dies
+                    c.thaw()  # only once thawed
         try:
             code = isolation.decode_exit(p.wait(timeout=30), self.isolation)
         except subprocess.TimeoutExpired:
