@@ -2,7 +2,6 @@
 the sandbox's figure from outside the harness process."""
 
 import os
-import random
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from kopt.core.clock import (
     clock_suspect,
     outside_blocks,
 )
-from workers.harness import Harness
+from workers.harness import N_SETS, Harness
 
 
 def test_a_block_lasts_about_50_ms_at_the_claimed_median():
@@ -120,24 +119,12 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
     assert res["status"] == "ok" and res["calls"] == 7, res
     bad = job(artifact(tmp_path, src, {"MODE": 3}), src, PACK / "ref.py", {"N": 4096},
               {"x": ["N"], "buf": ["N"], "y": ["N"]})  # works only for its first two calls
-    h.rng = _Drawn()  # the block's sets are drawn at random: the message names the last one
     res = h.run({**bad, "clock_calls": 5})
     assert res["status"] == "wrong_result", res
+    # the last call's set is the first held-back one (after the check's N_SETS) that this
+    # artifact, never called before, has not seen
     assert res["error"] == ("after 5 calls outside the contest's rounds, the last one's "
-                            f"outputs (input set {h.rng.drawn[-1] + 1}) were wrong")
-
-
-class _Drawn(random.Random):
-    """A harness's random source that keeps what ``randrange`` drew (``drawn``), in order:
-    the clock block's input sets are its last draws."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.drawn: list[int] = []
-
-    def randrange(self, *args, **kwargs) -> int:
-        self.drawn.append(super().randrange(*args, **kwargs))
-        return self.drawn[-1]
+                            f"outputs (input set {N_SETS + 1}) were wrong")
 
 
 def _device(j, backend="cpu"):
@@ -455,6 +442,21 @@ def test_the_second_harness_started_ahead_is_the_one_that_times_the_preparations
         assert dev.bare is None and dev._bare_start is None
     finally:
         runner.close()
+
+
+def test_a_replay_that_tells_the_clock_block_by_the_hold_before_it_is_suspect(tmp_path):
+    """tests/fixtures/faultpack/hold_replay.cpp patches the clock (1/100, as MODE 10) and
+    computes honestly except just after its sandbox was held (a thread's 1 ms sleep that
+    wakes far late: the hold comes only before the outside clock's block), where it replays
+    outputs it stored for inputs it has seen. With the block's calls on the check's sets it
+    cleared the clock (4 of 4 runs); on inputs it has never seen (rescaled, and a fresh
+    held-back set last) it computes there too and is suspect."""
+    src = PACK / "hold_replay.cpp"
+    j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="held")
+    med, blocks = _judged(j)
+    assert clock_suspect(med, blocks).startswith(
+        f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
 
 
 def test_a_replay_that_tells_the_clock_block_by_its_sets_order_is_suspect(tmp_path):

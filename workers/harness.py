@@ -1285,9 +1285,14 @@ class Harness:
         direction that clears a patched clock.) Calls prepared as samples are not told apart
         from samples by their preparation (a candidate that skipped its work when its
         outputs were not poisoned since its last call passed an earlier form of this
-        block), nor by the order of their sets; but the block has no calls on never-seen
-        sets, as samples may: a content-keyed replay that guesses the block from a run of
-        seen sets is not caught here.
+        block), nor by the order of their sets. No call of the block is on inputs the
+        candidate has seen: the floating-point inputs of each are scaled by a random factor
+        near 1 after the load (:meth:`_rescale`, in both blocks), and the last, verified,
+        call is on a held-back set new to the artifact (:meth:`fresh_sets`). A candidate can
+        tell the block is near (the hold before it, workers.hold, is a pause its threads
+        can see), and one that replayed outputs it kept for the check's sets there cleared
+        a patched clock (a red-team helper's trial, 4 of 4); now it must compute, or fail
+        the last call's check. The calls before the last are not verified.
 
         Returns ``status`` (``ok``, or ``wrong_result`` with the reason), ``calls`` and
         ``inside_ms`` (this process's own clock over the block, ms)."""
@@ -1299,13 +1304,18 @@ class Harness:
         # the sets in random order, as samples pick them: in a fixed cycle a candidate told
         # the block from samples (its calls repeating with a short period) and replayed
         # only there, clearing a patched clock (a red-team trial, 6 of 6)
-        picks = [self.rng.randrange(len(d.sets)) for _ in range(n)]
+        picks = [self.rng.randrange(len(d.sets)) for _ in range(n - 1)]
+        picks += self.fresh_sets(job, d, 1) if d.unseen else [self.rng.randrange(len(d.sets))]
+        scales = [1.0 + (1 + self.rng.random()) * 2.0 ** -12 for _ in picks[:-1]] + [1.0]
         self._sync()
         self.progress({"stage": "clock"})
         self.await_go()
         t0 = time.perf_counter()
-        for i in picks:
-            self._prep(d, i, flush)
+        for i, scale in zip(picks, scales):
+            self.load(d, 0, i, stream=flush)
+            self._rescale(d.bufs[0], scale)
+            if flush:
+                self.flush(d.bufs[0])
             if lib is not None:
                 self.call(lib, job, d)
         if lib is not None:
@@ -1318,6 +1328,18 @@ class Harness:
                     "error": f"after {n} calls outside the contest's rounds, the last one's "
                              f"outputs (input set {k + 1}) were wrong"}
         return {"status": Status.OK, "error": "", "calls": n, "inside_ms": inside_ms}
+
+    @staticmethod
+    def _rescale(buf: Buffers, scale: float) -> None:
+        """Multiply buffer set ``buf``'s floating-point inputs by ``scale`` in place (1.0:
+        left as loaded): inputs no call has seen, at the cost of one pass over them.
+        Integer inputs (indices, counts) are left as they are: changed, they could send a
+        call out of bounds."""
+        if scale == 1.0:
+            return
+        for t in buf.inputs.values():
+            if t.dtype.is_floating_point:
+                t.mul_(scale)
 
     def _rounds(self, libs: list[Any], entries: list[dict], d: Data, rounds: int,
                 into: tuple[list[list[float]], list[list[float]]]) -> list[str]:
