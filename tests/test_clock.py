@@ -444,30 +444,20 @@ def test_the_second_harness_started_ahead_is_the_one_that_times_the_preparations
         runner.close()
 
 
-def test_a_replay_that_tells_the_clock_block_by_the_hold_before_it_is_suspect(tmp_path):
-    """tests/fixtures/faultpack/hold_replay.cpp patches the clock (1/100, as MODE 10) and
-    computes honestly except just after its sandbox was held (a thread's 1 ms sleep that
-    wakes far late: the hold comes only before the outside clock's block), where it replays
-    outputs it stored for inputs it has seen. With the block's calls on the check's sets it
-    cleared the clock (4 of 4 runs); on inputs it has never seen (rescaled, and a fresh
-    held-back set last) it computes there too and is suspect."""
-    src = PACK / "hold_replay.cpp"
+@pytest.mark.parametrize("fixture", ["cycle_replay.cpp", "hold_replay.cpp"])
+def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture):
+    """Both fixtures (tests/fixtures/faultpack/) patch the clock (1/100, as MODE 10) and
+    compute honestly except in what they take for the outside clock's block, where they
+    replay outputs they stored for inputs they have seen. cycle_replay.cpp tells the block
+    by its inputs repeating in a short cycle: with the block's sets in a fixed cycle it
+    cleared the clock (6 of 6 runs). hold_replay.cpp tells it by the hold before it (a
+    thread's 1 ms sleep that wakes far late): with the block's calls on the check's sets it
+    cleared the clock (4 of 4). With the sets picked at random, as samples pick them, and
+    no call on inputs seen before (rescaled, a fresh held-back set last), both compute
+    there too and are suspect."""
+    src = PACK / fixture
     j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": 4096},
-            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="held")
-    med, blocks = _judged(j)
-    assert clock_suspect(med, blocks).startswith(
-        f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
-
-
-def test_a_replay_that_tells_the_clock_block_by_its_sets_order_is_suspect(tmp_path):
-    """tests/fixtures/faultpack/cycle_replay.cpp patches the clock (1/100, as MODE 10) and
-    computes honestly except where its inputs repeat in a short cycle, which it takes for
-    the outside clock's block: there it replays outputs it stored. With the block's sets
-    in a fixed cycle it cleared the clock (6 of 6 runs); picked at random, as samples
-    pick them, it computes there too and is suspect."""
-    src = PACK / "cycle_replay.cpp"
-    j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": 4096},
-            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="cycle")
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key=fixture)
     med, blocks = _judged(j)
     assert clock_suspect(med, blocks).startswith(
         f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
