@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from test_faults import PACK, artifact, job
-from test_isolation import HELD_STATE, HOLDS, _how
+from test_isolation import HELD_STATE, HOLDS, ISOLATED, _how
 
 from kopt.core.clock import (
     CLOCK_FACTOR,
@@ -100,6 +100,32 @@ def test_the_tries_stop_at_the_first_that_clears_and_a_failure_says_whose_it_is(
                        r"outside the contender's process: crashed: killed by SIGKILL$"):
         outside_blocks(_scripted([], fail=(True, {"status": "crashed",
                                                   "error": "killed by SIGKILL"})), 1.0)
+
+
+def test_a_sandbox_that_used_cpu_while_held_makes_its_contender_suspect_at_once():
+    """The device reports the CPU time the contender's held sandbox used during each block
+    of preparations (``held_cpu_ms``): 0 when the hold held. Past ``HELD_CPU_MS`` after
+    the first try's block of calls (a figure the patched clock would otherwise be judged
+    by), the tries end there and the contender is suspect; within it, nothing changes."""
+    from kopt.core.clock import HELD_CPU_MS
+
+    def device(held_ms):
+        base, held = _scripted([9.0, 2.0]), iter(held_ms)
+
+        def clock(n, loads_only):
+            res = base(n, loads_only)
+            return {**res, "held_cpu_ms": next(held)} if loads_only else res
+
+        return clock
+
+    blocks, fault = outside_blocks(device([0.0, 0.0, 40.0]), 1.0)
+    assert blocks == [] and fault == (
+        "suspect: outside the contest, its sandbox used 40 ms of CPU while held still for a "
+        f"block of preparations timed beside it (more than {HELD_CPU_MS:g} ms; a frozen or "
+        "stopped process uses none): code it left running escaped the hold and took the "
+        "CPUs from the block its clock is judged by")
+    blocks, fault = outside_blocks(device([0.0, HELD_CPU_MS, 0.0, 0.0]), 1.0)
+    assert fault == "" and blocks == [(225.0, 25, 25.0), (50.0, 25, 25.0)]
 
 
 def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
@@ -408,7 +434,7 @@ def test_the_candidates_sandbox_is_held_while_the_preparations_alone_are_timed(
         clock(5, False)
         leader = runner.devices[0].sandbox.proc.pid
         monkeypatch.setattr(Sandbox, "run", run)
-        clock(5, True)
+        assert clock(5, True)["held_cpu_ms"] == 0.0  # held: its processes used no CPU
         assert len(seen) == 1 and seen[0], seen
         assert set(seen[0].values()) == {state}, seen  # the harness, and jail if isolated
         deadline = time.monotonic() + 10  # released as it is told; a margin
@@ -440,6 +466,47 @@ def test_the_second_harness_started_ahead_is_the_one_that_times_the_preparations
         assert bare.pid != dev.sandbox.pid
         dev.clock_end()
         assert dev.bare is None and dev._bare_start is None
+    finally:
+        runner.close()
+
+
+@pytest.mark.skipif(not ISOLATED.isolated, reason="needs the sandbox")
+def test_a_contender_whose_code_escapes_the_hold_is_suspect(tmp_path, monkeypatch):
+    """A red-team helper's candidate escaped the hold (workers.hold) while the preparations
+    alone were timed: a thread stuck in a long system call kept its cgroup from freezing,
+    and processes whose leaders had exited, continued by a ring of ``SIGCONT`` timers, ran
+    through the signals; spinning meanwhile, they lengthened the preparations' block,
+    which shortens the figure a patched clock is judged by. The device reports the CPU
+    time the held sandbox used (``held_cpu_ms``): none for escape.cpp MODE 19's spinners
+    held; once they escape (simulated: let go right after the hold, as it fails), more
+    than ``HELD_CPU_MS``, and the contender is suspect before any block of its calls."""
+    from test_harness import artifact as built
+    from test_harness import job as escape_job
+    from test_isolation import SRC
+
+    from kopt.core.clock import HELD_CPU_MS
+    from workers import hold
+
+    j = escape_job(built(tmp_path, SRC, 19, "escape.cpp"), SRC, SRC.parent / "ref.py")
+    runner, j, data, clock = _device(j)
+    real = hold.hold
+
+    def escaped(leader, cgroup_dirs=()):  # held, then let go: what an escape leaves
+        held = real(leader, cgroup_dirs)
+        hold.release(held)
+        deadline = time.monotonic() + 30  # the spinners run again: CPU time comes
+        while (hold.used_ms(held) or 0.0) <= HELD_CPU_MS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return held
+
+    try:
+        clock(3, False)  # MODE 19 leaves a thread and a process spinning
+        assert clock(3, True)["held_cpu_ms"] == 0.0
+        monkeypatch.setattr(hold, "hold", escaped)
+        blocks, fault = outside_blocks(clock, 1.0)
+        assert blocks == [] and fault.startswith(
+            "suspect: outside the contest, its sandbox used "), fault
+        assert float(fault.split(" used ")[1].split(" ms")[0]) > HELD_CPU_MS, fault
     finally:
         runner.close()
 

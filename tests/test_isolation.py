@@ -296,6 +296,40 @@ def test_processes_that_continue_each_other_are_held_all_the_same(tmp_path, how,
         _kill_escapees()
 
 
+@pytest.mark.skipif(not ISOLATED.isolated, reason="needs the sandbox")
+@pytest.mark.parametrize("how", [*HOLDS, "signals, no cgroup"])
+def test_the_cpu_a_held_sandbox_uses_is_counted_so_an_escape_shows(tmp_path, how, monkeypatch):
+    """workers.hold ``used_ms``: the CPU time a held sandbox used since its hold was
+    complete. A red-team helper escaped the hold (a thread stuck in a long system call kept
+    the freezer from finishing; a zombie leader and a ring of ``SIGCONT`` timers defeated
+    the signals): what escaped is seen by what it used. While held, MODE 19's spinners
+    use none; once they run again (simulated: released, the hold's starting figure kept)
+    what they use is counted, from the sandbox's cgroup or, where none counts CPU time,
+    each process's ``/proc/PID/stat`` (clock ticks)."""
+    from kopt.core.clock import HELD_CPU_MS
+
+    _how("freezer" if how == "freezer" else "signals", monkeypatch)
+    if how == "signals, no cgroup":
+        monkeypatch.setattr(cgroup.Cgroup, "cpu_ns", lambda self: None)
+    sb = _sandbox(True, {})
+    held = hold.Held()
+    try:
+        assert len(_spinning(tmp_path, sb)) == 1
+        held = sb.pause()
+        assert held.cpu0 is not None and (0 in held.cpu0) == (how != "signals, no cgroup")
+        time.sleep(0.3)
+        assert hold.used_ms(held) == 0.0
+        hold.release(held)
+        deadline = time.monotonic() + 30  # two spinners run again: CPU time comes
+        while hold.used_ms(held) <= HELD_CPU_MS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hold.used_ms(held) > HELD_CPU_MS
+    finally:
+        hold.release(held)
+        sb.close()
+        _kill_escapees()
+
+
 @pytest.mark.skipif(not (ISOLATED.isolated and CGROUPS), reason="needs the sandbox and cgroups")
 def test_a_process_whose_namespace_cannot_be_read_is_held_by_its_cgroup(tmp_path, monkeypatch):
     """A candidate's process that made itself non-dumpable (``PR_SET_DUMPABLE`` 0) hides its

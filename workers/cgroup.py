@@ -126,8 +126,10 @@ class Cgroup:
         then, v2 ``cgroup.events`` ``frozen 1``).
 
         Returns:
-            True once frozen; False where the cgroup has no freezer, the kernel refuses,
-            or not all froze in time (then thawed again). Never raises.
+            True once frozen; False where the cgroup has no freezer or the kernel refuses
+            (then thawed again), or not all froze in time: then it is left freezing
+            (:meth:`freezing`), those frozen stay so and the rest freeze as they leave the
+            kernel (a thread in a long system call), until :meth:`thaw`. Never raises.
 
         Source: the kernel's Documentation/admin-guide/cgroup-v1/freezer-subsystem.rst
         and cgroup-v2.rst ("cgroup.freeze")."""
@@ -144,10 +146,16 @@ class Cgroup:
         deadline = time.monotonic() + wait_s
         while not all(_reads(done, want) for done, want in self._frozen_checks(files)):
             if time.monotonic() > deadline:
-                self.thaw()
                 return False
             time.sleep(0.001)
         return True
+
+    def freezing(self) -> bool:
+        """Whether :meth:`freeze` was asked of the cgroup and not undone (v1
+        ``freezer.state`` ``FREEZING`` or ``FROZEN``, v2 ``cgroup.freeze`` 1), frozen yet
+        or not. Never raises."""
+        return any(_reads(path, frozen) or _reads(path, "FREEZING")
+                   for path, (frozen, _) in self._freezer())
 
     def can_freeze(self) -> bool:
         """Whether a folder of this cgroup has a freezer (:meth:`freeze` can work)."""

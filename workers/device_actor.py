@@ -138,7 +138,9 @@ class DeviceActor:
         take the CPUs from them just as well). Never raises.
 
         Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
-        and ``outside_ms`` (this process's), in ms."""
+        and ``outside_ms`` (this process's), in ms; with ``loads_only``, ``held_cpu_ms``
+        too where it can be read: the CPU time the held sandbox used meanwhile (ms,
+        workers.hold ``used_ms``; 0 when the hold held)."""
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
@@ -152,6 +154,9 @@ class DeviceActor:
                 res = sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
                                    "clock_loads_only": bool(loads_only)},
                                   job["timing"]["timeout_s"])
+                res.pop("held_cpu_ms", None)  # this process's figure alone
+                if held is not None and (used := hold.used_ms(held)) is not None:
+                    res["held_cpu_ms"] = used
             finally:
                 hold.release(held)
         except Exception as e:

@@ -118,7 +118,9 @@ wrongly:
   after them; the preparations alone in a second harness of the device, which never loads
   a candidate's code, so that a thread left here cannot slow them, attack MODE 13, while
   every process of this sandbox is held still, workers.hold (its cgroup frozen, or each
-  stopped by SIGSTOP until all are at once); on a CPU device of one thread
+  stopped by SIGSTOP until all are at once; one whose held processes used more than 2 ms
+  of CPU meanwhile escaped the hold and is ``suspect``, kopt.core.clock ``HELD_CPU_MS``);
+  on a CPU device of one thread
   whose sandboxes' CPU time a cgroup counts, by that CPU time, which load beside them
   lengthens far less than the wall's, though a shared cache or memory bus still can) and is
   ``suspect``,

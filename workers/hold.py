@@ -25,6 +25,13 @@ How, in order of strength:
    stopped: the processes are found and stopped again until one pass sees them all
    stopped at once (a stopped process sends nothing), at most :data:`PASSES` passes.
 
+Neither way is proof against every escape: a thread in a long system call (``madvise`` of
+a huge region) keeps a v1 cgroup from freezing until it returns, and processes whose
+leaders exited, continued by a ring of ``SIGCONT`` timers, outran the signals (a red-team
+helper's findings). So what the held processes used meanwhile is read (:func:`used_ms`):
+a frozen or stopped process uses no CPU, one that escaped does, and the outside clock
+makes its contender ``suspect`` (kopt.core.clock ``HELD_CPU_MS``).
+
 Stdlib only.
 """
 
@@ -94,29 +101,48 @@ def _in_cgroup(dirs: tuple[str, ...]) -> list[int]:
 @dataclass
 class Held:
     """What :func:`hold` held: ``frozen``, the cgroup it froze (None when it signalled), and
-    ``pids``, the processes it stopped by ``SIGSTOP`` (``-PGID`` for a process group)."""
+    ``pids``, the processes it stopped by ``SIGSTOP`` (``-PGID`` for a process group);
+    ``cpu0``, the held processes' CPU time when the hold was complete (:func:`cpu_ns`), and
+    what :func:`used_ms` needs to find them again."""
 
     frozen: Cgroup | None = None
     pids: list[int] = field(default_factory=list)
+    cpu0: dict[int, int] | None = None
+    leader: int = 0
+    ns: str | None = None
+    dirs: tuple[str, ...] = ()
 
 
 def hold(leader: int, cgroup_dirs: tuple[str, ...] = ()) -> Held:
     """Hold every process of the sandbox whose first process is ``leader`` still: its
-    cgroup (folders ``cgroup_dirs``) frozen where it has a freezer, else each process in
-    its PID namespace (:func:`sandbox_ns`) or cgroup (a process that made itself
-    non-dumpable hides its namespace from a reader without ``CAP_SYS_PTRACE``, not its
-    cgroup), or its process group where it has no namespace, stopped by ``SIGSTOP`` until
-    a pass finds them all stopped (each pass waits up to :data:`STOP_WAIT_S` s for them).
+    cgroup (folders ``cgroup_dirs``) frozen where it has a freezer (left freezing when not
+    all froze in time: a thread in a long system call freezes as it leaves the kernel, and
+    :func:`used_ms` counts what it used meanwhile), else each process in its PID namespace
+    (:func:`sandbox_ns`) or cgroup (a process that made itself non-dumpable hides its
+    namespace from a reader without ``CAP_SYS_PTRACE``, not its cgroup), or its process
+    group where it has no namespace, stopped by ``SIGSTOP`` until a pass finds them all
+    stopped (each pass waits up to :data:`STOP_WAIT_S` s for them).
 
     Returns:
-        what :func:`release` takes; nothing held when ``leader`` is gone. Never raises.
+        what :func:`release` and :func:`used_ms` take; nothing held when ``leader`` is
+        gone. Never raises.
     """
-    if cgroup_dirs and (cg := Cgroup(tuple(cgroup_dirs), "")).freeze():
-        return Held(frozen=cg)
+    dirs = tuple(cgroup_dirs)
+    cg = Cgroup(dirs, "") if dirs else None
+    if cg is not None and (cg.freeze() or cg.freezing()):
+        held = Held(frozen=cg, leader=leader, dirs=dirs)
+    else:
+        held = _signalled(leader, dirs)
+    held.cpu0 = cpu_ns(held)
+    return held
+
+
+def _signalled(leader: int, dirs: tuple[str, ...]) -> Held:
+    """:func:`hold` by ``SIGSTOP`` passes."""
     ns = sandbox_ns(leader)
-    held = Held()
+    held = Held(leader=leader, ns=ns, dirs=dirs)
     for _ in range(PASSES):
-        members = _members(leader, ns, cgroup_dirs)
+        members = _members(leader, ns, dirs)
         if ns is None:
             try:
                 os.killpg(leader, signal.SIGSTOP)
@@ -128,9 +154,49 @@ def hold(leader: int, cgroup_dirs: tuple[str, ...] = ()) -> Held:
         held.pids += [p for p in members if p not in held.pids]
         # done when one look finds them all stopped and no process new: a stopped process
         # continues, and forks, nothing
-        if not _stop(members) and not set(_members(leader, ns, cgroup_dirs)) - set(members):
+        if not _stop(members) and not set(_members(leader, ns, dirs)) - set(members):
             break
     return held
+
+
+def cpu_ns(held: Held) -> dict[int, int] | None:
+    """The CPU time the processes ``held`` holds used so far (ns), keyed by pid: ``{0:
+    ns}`` from the sandbox's cgroup where the kernel counts it there (workers.cgroup
+    ``cpu_ns``: processes that exited included), else each member's ``utime + stime +
+    cutime + cstime`` from ``/proc/PID/stat`` (its threads and reaped children included,
+    at the clock tick's resolution: ``SC_CLK_TCK``, 10 ms on Linux). None when nothing is
+    held. Never raises."""
+    if held.frozen is None and not held.pids:
+        return None
+    total = Cgroup(held.dirs, "").cpu_ns() if held.dirs else None
+    if total is not None:
+        return {0: total}
+    tick_ns = 10**9 // os.sysconf("SC_CLK_TCK")
+    members = [p for p in held.pids if p > 0]
+    members += [p for p in _members(held.leader, held.ns, held.dirs) if p not in members]
+    return {p: t * tick_ns for p in members if (t := _ticks(p)) is not None}
+
+
+def used_ms(held: Held) -> float | None:
+    """CPU time (ms) the processes ``held`` holds used since the hold was complete: 0 for
+    a hold that held (a frozen or stopped process runs nothing); more when one escaped it
+    (a thread stuck in the kernel while its cgroup froze, processes that continue each
+    other faster than they are stopped). Processes met only now count from 0. None when
+    nothing is held or it cannot be read. Never raises."""
+    now = cpu_ns(held)
+    if now is None or held.cpu0 is None:
+        return None
+    return sum(max(0, ns - held.cpu0.get(p, 0)) for p, ns in now.items()) / 1e6
+
+
+def _ticks(pid: int) -> int | None:
+    """``utime + stime + cutime + cstime`` of process ``pid`` (clock ticks), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            after = f.read().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in after[11:15])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _members(leader: int, ns: str | None, cgroup_dirs: tuple[str, ...]) -> list[int]:
@@ -156,9 +222,28 @@ def _stop(pids: list[int]) -> list[int]:
             except OSError:
                 pass  # gone
         time.sleep(0.001)
-        left = [p for p in pids if (st := _stat(p)) is not None and st[0] not in "TtZX"]
+        left = [p for p in pids if not _stopped(p)]
         if not left or time.monotonic() > deadline:
             return left
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped or dead (``T``, ``t``, ``Z``,
+    ``X`` in ``/proc/PID/task/TID/stat``), or it is gone: a leader that ended by
+    ``pthread_exit`` shows ``Z`` in ``/proc/PID/stat`` while its other threads run."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone
+        if state not in "TtZX":
+            return False
+    return True
 
 
 def release(held: Held | None) -> None:

@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from workers.status import Status
+
 CLOCK_BLOCK_MS = 50.0  # the block's length, ms, at the contender's claimed median
 CLOCK_MAX_CALLS = 2000  # a block's calls at most (a tiny claimed median asks for many)
 CLOCK_MIN_CALLS = 3
@@ -42,6 +44,10 @@ CLOCK_FACTOR = 4.0  # outside ms per call over the contest median beyond which i
 CLOCK_SLACK_MS = 0.01  # ms per call the block's own loop may add to an honest call
 CLOCK_PREP_NOISE = 0.5  # of a call's preparation time: how far apart two blocks' may be
 CLOCK_TRIES = 3  # blocks; suspect only when every one of them says so
+# CPU time (ms) the contender's held sandbox may use during a preparations' block: a frozen
+# or stopped process uses none (workers.hold); what one that escaped the hold used is
+# taken from the preparations, and lengthens their block
+HELD_CPU_MS = 2.0
 
 # one block of a contender's: (calls, loads_only) -> the device actor's answer (``status``,
 # ``error``, ``outside_ms``: workers.device_actor ``clock``)
@@ -126,20 +132,29 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     shared cache, the memory bus, the scheduler's own switches), far less than the wall.
 
     Returns (the blocks, "") or (the blocks so far, ``"status: why"``) when a block of its
-    calls failed (wrong outputs, a crash: the contender's fault).
+    calls failed (wrong outputs, a crash: the contender's fault), or ``suspect`` when its
+    sandbox used more than :data:`HELD_CPU_MS` of CPU while held for a preparations'
+    block (the device's ``held_cpu_ms``: code it left running escaped the hold).
 
     Raises:
         ClockError: a block of the preparations alone failed.
         ValueError: ``median_ms`` is not positive."""
-    n = clock_calls(median_ms, _preparations(clock, CLOCK_MIN_CALLS)[0] / CLOCK_MIN_CALLS)
+    sizing = _preparations(clock, CLOCK_MIN_CALLS)
+    if escaped := _escaped(sizing):
+        return [], escaped
+    n = clock_calls(median_ms, sizing[0] / CLOCK_MIN_CALLS)
     before = _preparations(clock, n)
     blocks: list[Block] = []
     for _ in range(CLOCK_TRIES):
+        if escaped := _escaped(before):
+            return blocks, escaped
         res = clock(n, False)
         if res.get("status") != "ok" or res.get("outside_ms") is None:
             return blocks, (f"{res.get('status')}: outside the contest, "
                             f"{res.get('error') or 'no outside figure'}")
         after = _preparations(clock, n)
+        if escaped := _escaped(after):
+            return blocks, escaped
         # wall: the shorter one (a preparations' block lengthened, by load or by a hog the
         # contender's live harness runs, would shorten the figure)
         prep = min(before[0], after[0])
@@ -155,13 +170,30 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     return blocks, ""
 
 
-def _preparations(clock: ClockJob, n: int) -> tuple[float, float | None]:
-    """Outside ms of ``n`` preparations alone, and their harness's CPU ms where it is
-    counted (else None). Raises ClockError when they failed."""
+def _escaped(prep: tuple[float, float | None, float | None]) -> str:
+    """``"suspect: why"`` when the contender's sandbox used more than :data:`HELD_CPU_MS`
+    of CPU while held for the preparations' block ``prep`` (:func:`_preparations`), else
+    "": code it left running escaped the hold (workers.hold) and took the CPUs from that
+    block, which shortens the figure its clock is judged by."""
+    held = prep[2]
+    if held is None or held <= HELD_CPU_MS:
+        return ""
+    return (f"{Status.SUSPECT}: outside the contest, its sandbox used {held:.4g} ms of CPU "
+            f"while held still for a block of preparations timed beside it (more than "
+            f"{HELD_CPU_MS:g} ms; a frozen or stopped process uses none): code it left "
+            "running escaped the hold and took the CPUs from the block its clock is "
+            "judged by")
+
+
+def _preparations(clock: ClockJob, n: int) -> tuple[float, float | None, float | None]:
+    """Outside ms of ``n`` preparations alone, their harness's CPU ms where it is counted,
+    and the CPU ms the contender's held sandbox used meanwhile where it can be read (each
+    None otherwise). Raises ClockError when they failed."""
     res = clock(n, True)
     if res.get("status") != "ok" or res.get("outside_ms") is None:
         raise ClockError(f"the preparations alone, timed for the clock outside the "
                          f"contender's process: {res.get('status')}: "
                          f"{res.get('error') or 'no outside figure'}")
-    cpu = res.get("outside_cpu_ms")
-    return float(res["outside_ms"]), None if cpu is None else float(cpu)
+    cpu, held = res.get("outside_cpu_ms"), res.get("held_cpu_ms")
+    return (float(res["outside_ms"]), None if cpu is None else float(cpu),
+            None if held is None else float(held))
