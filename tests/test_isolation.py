@@ -318,7 +318,7 @@ def test_the_cpu_a_held_sandbox_uses_is_counted_so_an_escape_shows(tmp_path, how
         held = sb.pause()
         assert held.cpu0 is not None and (0 in held.cpu0) == (how != "signals, no cgroup")
         time.sleep(0.3)
-        assert hold.used_ms(held) == 0.0
+        assert hold.used_ms(held) < HELD_CPU_MS  # 0 when held; past it, suspect
         hold.release(held)
         deadline = time.monotonic() + 30  # two spinners run again: CPU time comes
         while hold.used_ms(held) <= HELD_CPU_MS and time.monotonic() < deadline:
