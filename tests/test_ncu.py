@@ -46,6 +46,29 @@ def test_sgemm_report_matches_ncu_csv_in_base_units():
     assert got["sm__throughput.avg.pct_of_peak_sustained_elapsed"]["unit"] == "%"
 
 
+def test_a_report_is_read_in_a_process_of_its_own_where_torch_is_loaded(tmp_path, monkeypatch):
+    """On an H200 host, Nsight Compute 2025.3.1's ``ncu_report`` and torch in one process
+    crashed it (a segmentation fault in ``IMetric.unit``, or in ``import torch`` once
+    ``ncu_report`` was loaded): where torch is loaded, the report is read by a child
+    process that never imports it, with the same rows; one that cannot be read is one
+    RuntimeError naming the file."""
+    import torch  # noqa: F401 -- loaded here, as in a process that holds a harness
+
+    rep = DATA / "sgemm_full.ncu-rep"
+    here = ncu._read_here(rep, None)
+    assert len(here[0]) > 1000 and here[1] == 1
+    apart_rows, launches = ncu._read_apart(rep, None)
+    assert (list(map(repr, apart_rows)), launches) == (list(map(repr, here[0])), 1)  # NaN too
+    apart = []
+    monkeypatch.setattr(ncu, "_read_apart", lambda p, m: apart.append(p) or here)
+    assert ncu.read_report(rep) == here[0] and apart == [rep]
+    monkeypatch.undo()
+    bad = tmp_path / "gone.ncu-rep"
+    with pytest.raises(RuntimeError, match=rf"^{bad}: the process reading the report ended "
+                       rf"with code 1: {bad}: not a readable Nsight Compute report"):
+        ncu._read_apart(bad, ["gpu__time_duration.sum"])
+
+
 def test_absent_metrics_are_absent_not_zero():
     got = rows("sgemm_full", ["gpu__time_duration.sum", "no__such_metric.sum"])
     assert [r["metric"] for r in got] == ["gpu__time_duration.sum"]

@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +107,40 @@ def read_report(path: str | Path, metrics: list[str] | None = None) -> list[Metr
     return _read(path, metrics)[0]
 
 
+READ_TIMEOUT_S = 120.0  # for a child process to read one report
+
+
 def _read(path: str | Path, metrics: list[str] | None) -> tuple[list[MetricRow], int]:
     """:func:`read_report`'s rows and the number of launches (actions) in the report,
-    including launches none of whose metrics were readable."""
+    including launches none of whose metrics were readable. Read in a child process of its
+    own (:func:`_read_apart`) where this process has imported torch: Nsight Compute
+    2025.3.1's ``ncu_report`` and torch 2.11 in one process crashed it (a segmentation
+    fault in ``IMetric.unit``, or in ``import torch`` once ``ncu_report`` was loaded; an
+    H200 host, docs/verified/2026-12-04-hold-cpu-and-gpu-tests.md)."""
+    if "torch" in sys.modules:
+        return _read_apart(path, metrics)
+    return _read_here(path, metrics)
+
+
+def _read_apart(path: str | Path, metrics: list[str] | None) -> tuple[list[MetricRow], int]:
+    """:func:`_read_here` in a child process (``python -m workers.ncu read``), which never
+    imports torch. Raises RuntimeError when it fails (its exit code and last words)."""
+    cmd = [sys.executable, "-m", "workers.ncu", "read", str(path), json.dumps(metrics)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=package_env(),
+                           timeout=READ_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{path}: reading the report took over {READ_TIMEOUT_S:.0f} s"
+                           ) from None
+    if p.returncode != 0:
+        raise RuntimeError(f"{path}: the process reading the report ended with code "
+                           f"{p.returncode}: {p.stderr.strip()[-400:]}")
+    got = json.loads(p.stdout)
+    return [MetricRow(**r) for r in got["rows"]], int(got["launches"])
+
+
+def _read_here(path: str | Path, metrics: list[str] | None) -> tuple[list[MetricRow], int]:
+    """:func:`_read` in this process."""
     ncu_report = _ncu_report()
     try:
         ctx = ncu_report.load_report(str(path))
@@ -453,3 +484,23 @@ def attribute(items: list[tuple[dict[str, Any], list[str]]], metrics: list[str],
         else:
             results.append(ProfileResult(Status.OK, "", mine, res.command, share))
     return results
+
+
+def main(argv: list[str]) -> int:
+    """``python -m workers.ncu read PATH METRICS_JSON``: a report's metric rows and launch
+    count as one JSON object (``rows``, ``launches``) on stdout (:func:`_read_apart`'s
+    child); exit 1 with the reason on stderr when the report cannot be read."""
+    if len(argv) != 3 or argv[0] != "read":
+        print("usage: python -m workers.ncu read PATH METRICS_JSON", file=sys.stderr)
+        return 2
+    try:
+        rows, launches = _read_here(argv[1], json.loads(argv[2]))
+    except RuntimeError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    print(json.dumps({"rows": [asdict(r) for r in rows], "launches": launches}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
