@@ -208,13 +208,17 @@ def _members(leader: int, ns: str | None, cgroup_dirs: tuple[str, ...]) -> list[
 
 
 def _stop(pids: list[int]) -> list[int]:
-    """Send ``SIGSTOP`` to processes ``pids``, and again to each found running, until one
-    look over them all finds each stopped (or gone): one seen stopped may have been
-    continued since by one not yet stopped then. Waits up to :data:`STOP_WAIT_S` s.
+    """Send ``SIGSTOP`` to processes ``pids``, and again to each found running, until two
+    looks in a row over them all find each stopped (or gone). One look is not enough: it
+    reads one process after another, and one read stopped may be continued meanwhile by
+    one not stopped yet when it was read but stopped by the time it is (on the H200 host's
+    16 cores, two processes that continued each other outran one look). After a look that
+    found all stopped, a process continued since stays running (a continued process's
+    pending stop is dropped) and the next look sees it. Waits up to :data:`STOP_WAIT_S` s.
 
     Returns:
         the ones not stopped in the last look."""
-    deadline, left = time.monotonic() + STOP_WAIT_S, list(pids)
+    deadline, left, calm = time.monotonic() + STOP_WAIT_S, list(pids), 0
     while True:
         for p in left:
             try:
@@ -223,7 +227,8 @@ def _stop(pids: list[int]) -> list[int]:
                 pass  # gone
         time.sleep(0.001)
         left = [p for p in pids if not _stopped(p)]
-        if not left or time.monotonic() > deadline:
+        calm = 0 if left else calm + 1
+        if calm == 2 or time.monotonic() > deadline:
             return left
 
 
