@@ -275,6 +275,65 @@ def test_a_dead_device_stops_the_contest_with_its_reason(tmp_path):
     assert error == "lost: device actor failed: RayActorError"
 
 
+class CompanyPatcher(ScriptedDevice):
+    """A device whose contender ``a`` (build ``ba``, 1 ms a call) patches its harness's clock
+    to 1/100 only when another contender's code shares its harness (a red-team helper's
+    candidate told so from the libraries mapped in its process), and is honest alone;
+    ``b`` is honest at 0.5 ms. The outside clock times what each call really takes (0.1 ms
+    of preparation each), and no held sandbox used CPU."""
+
+    REAL = {"ba": 1.0, "bb": 0.5}
+
+    def __init__(self) -> None:
+        super().__init__(self.REAL, set(), names=True)
+        self.log: list[str] = []
+        self.loaded: set[str] = set()
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if method == "fresh":
+            self.loaded = set()
+        if method in ("fresh", "clock_end"):
+            self.log.append(method)
+            return None
+        if method == "clock":
+            job, n, _, loads_only = args
+            ms = n * 0.1 + (0 if loads_only else n * self.REAL[job["build_id"]])
+            self.log.append("clock" + ("" if loads_only else f" {job['build_id']}"))
+            return {"status": "ok", "error": "", "calls": n, "inside_ms": ms,
+                    "outside_ms": ms, "outside_cpu_ms": ms, "held_cpu_ms": 0.0}
+        self.loaded |= {j["build_id"] for j in args[0]}
+        shared = len(self.loaded) > 1
+        self.ms = {b: m / 100 if b == "ba" and shared else m for b, m in self.REAL.items()}
+        self.log.append(f"contest {sorted(j['build_id'] for j in args[0])}")
+        return super().call(i, method, *args, timeout=timeout)
+
+
+def test_a_contender_that_patches_its_clock_only_in_company_is_judged_by_its_solo_figures(
+        tmp_path):
+    """The loop's closing (SideBySide with the outside clock): ``a`` is flagged in the
+    shared contest and cleared alone; the contest is run again and every contender clocked
+    again (a red-team helper's finding: the contest run again was kept unclocked, and ``a``
+    won at 0.01 ms against an honest 0.5). Flagged in company again, ``a`` is judged by its
+    solo figures: 1 ms, and the honest ``b`` is the faster."""
+    from kopt.run.builder import LocalBuilder
+
+    dev, faults = CompanyPatcher(), Faults()
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in dev.REAL})
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {c: {"[8]": (f"key-{c}", f"b{c}", 1.0, 0.01)} for c in ("a", "b")}
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", by_cand, clock=True).run()
+    assert (error, dropped, faults.seen) == ("", {}, [])
+    assert {c: per["[8]"]["median_ms"] for c, per in results.items()} == {"a": 1.0, "b": 0.5}
+    assert results["a"]["[8]"]["job_key"] == "key-a"
+    contests = [x for x in dev.log if x.startswith("contest")]
+    assert contests == ["contest ['ba', 'bb']", "contest ['ba']", "contest ['ba', 'bb']"]
+    # after the contest run again, both contenders' calls were clocked again
+    again = dev.log[dev.log.index(contests[2], dev.log.index(contests[1])):]
+    assert {x for x in again if x.startswith("clock ")} == {"clock ba", "clock bb"}
+
+
 class Rows:
     """The scheduler's emit: every job's outcome and device, in order."""
 

@@ -56,6 +56,9 @@ class SideBySide:
         self.ctx, self.device, self.dc, self.by_cand = ctx, device, dc, by_cand
         self.clock = clock  # each contender re-timed by a clock outside its process
         self.clocked: set[tuple[str, str]] = set()  # (candidate, dims) the clock cleared
+        # (candidate, dims) -> its solo contest's result, for one flagged in company and
+        # cleared alone (:meth:`_clock`)
+        self.alone: dict[tuple[str, str], dict[str, Any]] = {}
         self.alive = list(by_cand)
         self.results: Results = {}
         self.dropped: dict[str, str] = {}
@@ -130,15 +133,24 @@ class SideBySide:
         one harness process, so one contender's patched clock times the others too: each
         one flagged there is judged again alone, in a fresh harness (a solo contest, then
         the clock), and only what it does alone counts; the harness is then replaced again,
-        and the contest's figures, from a harness whose clock disagreed, are not kept.
+        the contest's figures, from a harness whose clock disagreed, are not kept, and the
+        contest is run again, every contender clocked again (a red-team helper's candidate
+        patched its clock only when other candidates' code shared its harness: flagged,
+        cleared alone, its figure from the contest run again was kept unclocked and won).
+        One flagged in company again, once cleared alone, is judged by its solo figures.
         Returns the contenders at fault (candidate id -> ``"status: why"``), an error when
-        the device failed, and whether the contest must be run again (anyone flagged)."""
+        the device failed, and whether the contest must be run again."""
         flagged, error = self._clocked(cids, dims, self.results)
         if error or not flagged:
             return flagged, error, False
         bad: dict[str, str] = {}
+        again = False
         try:
             for c in flagged:
+                if (c, dims) in self.alone:  # flagged in company again: its solo figures
+                    self.results[c][dims] = self.alone[(c, dims)]
+                    self.clocked.add((c, dims))
+                    continue
                 self.ctx.runner.call(self.device, "fresh")
                 solo = self._contest([c], dims, SOLO_ROUNDS)
                 why = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
@@ -147,15 +159,19 @@ class SideBySide:
                 if solo.get("status") != Status.OK:
                     bad[c] = why
                     continue
-                alone = {c: {dims: solo["results"][0]}}
-                again, error = self._clocked([c], dims, alone)
+                alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0]}}}
+                at_fault, error = self._clocked([c], dims, alone)
                 if error:
                     return bad, error, False
-                bad.update(again)
+                bad.update(at_fault)
+                if not at_fault:  # cleared alone
+                    self.alone[(c, dims)], again = alone[c][dims], True
             self.ctx.runner.call(self.device, "fresh")
         except DeviceError as e:
             return bad, f"{Status.LOST}: {e}", False
-        return bad, "", True
+        if again:  # the next contest's figures are new: every contender clocked again
+            self.clocked -= {(c, d) for c, d in self.clocked if d == dims}
+        return bad, "", again or bool(bad)
 
     def _clocked(self, cids: list[str], dims: str, results: Results
                  ) -> tuple[dict[str, str], str]:
