@@ -131,7 +131,9 @@ wrongly:
   slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10, and MODE 11, which
   also skipped calls it could tell from samples; on the GPU, fault pack MODE 6:
   ``torch.cuda.Event.elapsed_time`` scaled by 1/10, tests/test_gpu_faults.py, run on an H200),
-  not one slowed less, nor one whose call
+  not one slowed less, not one whose candidate skips the block's calls before its last
+  (unverified, on the check's sets scaled by a factor near 1, which it can recognise: a
+  red-team helper's candidate cleared a 1/100 clock so), nor one whose call
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
   message late or start its calls before the sandbox's "go", or forge its outputs' check),
