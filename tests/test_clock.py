@@ -399,9 +399,7 @@ def _members(leader: int) -> list[int]:
     or its process group where it has none."""
     from workers import hold
 
-    ns = hold.sandbox_ns(leader)
-    return [p for p in hold._pids() if (hold._ns(p) == ns if ns is not None else (
-        (st := hold._stat(p)) is not None and st[2] == leader))]
+    return hold._members(leader, hold.sandbox_ns(leader), ())
 
 
 @pytest.mark.parametrize("how", HOLDS)

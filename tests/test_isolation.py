@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -294,6 +295,31 @@ def test_processes_that_continue_each_other_are_held_all_the_same(tmp_path, how,
         hold.release(held)
         sb.close()
         _kill_escapees()
+
+
+def test_release_continues_no_process_that_is_not_the_sandboxs():
+    """A process stopped by the hold and killed meanwhile leaves its pid to the next process
+    the host starts: release sends ``SIGCONT`` only to a pid still in the held namespace (or
+    cgroup, or process group), so another user's stopped job stays stopped."""
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(other.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while _state_cpu(other.pid)[0] != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        held = hold.Held(pids=[other.pid], leader=os.getpid(), ns="pid:[1]")
+        hold.release(held)  # its pid is not in that namespace
+        time.sleep(0.2)
+        assert _state_cpu(other.pid)[0] == "T"
+        hold.release(hold.Held(pids=[other.pid], leader=os.getpid(),
+                               ns=hold._ns(other.pid)))  # in it: continued
+        deadline = time.monotonic() + 30
+        while _state_cpu(other.pid)[0] == "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state_cpu(other.pid)[0] != "T"
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.skipif(not ISOLATED.isolated, reason="needs the sandbox")

@@ -252,16 +252,28 @@ def _stopped(pid: int) -> bool:
 
 
 def release(held: Held | None) -> None:
-    """Let the processes :func:`hold` held go on (thawed, or ``SIGCONT``). Never raises."""
+    """Let the processes :func:`hold` held go on (thawed, or ``SIGCONT`` to each that is
+    still the sandbox's: in its cgroup, PID namespace or process group; a held process
+    killed meanwhile may have left its pid to another). Never raises."""
     if held is None:
         return
     if held.frozen is not None:
         held.frozen.thaw()
+    cgroup = set(_in_cgroup(held.dirs))
     for p in held.pids:
         try:
             if p < 0:
                 os.killpg(-p, signal.SIGCONT)
-            else:
+            elif p in cgroup or _of_sandbox(held, p):  # not a pid used again
                 os.kill(p, signal.SIGCONT)
         except OSError:
             pass
+
+
+def _of_sandbox(held: Held, pid: int) -> bool:
+    """Whether process ``pid`` is in the PID namespace ``held`` holds, or, where it has
+    none, in its leader's process group."""
+    if held.ns is not None:
+        return _ns(pid) == held.ns
+    st = _stat(pid)
+    return st is not None and st[2] == held.leader
