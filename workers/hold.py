@@ -55,14 +55,23 @@ def _ns(pid: int) -> str | None:
         return None
 
 
+def _fields(path: str) -> list[str] | None:
+    """The fields of a ``/proc/.../stat`` file after the command name (state first), or
+    None when it cannot be read (the process or thread is gone)."""
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(state letter, parent pid, process group) of process ``pid``, or None when it is
     gone."""
+    after = _fields(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            after = f.read().rsplit(")", 1)[1].split()
-        return after[0], int(after[1]), int(after[2])
-    except (OSError, IndexError, ValueError):
+        return None if after is None else (after[0], int(after[1]), int(after[2]))
+    except (IndexError, ValueError):
         return None
 
 
@@ -191,11 +200,10 @@ def used_ms(held: Held) -> float | None:
 
 def _ticks(pid: int) -> int | None:
     """``utime + stime + cutime + cstime`` of process ``pid`` (clock ticks), None when gone."""
+    after = _fields(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            after = f.read().rsplit(")", 1)[1].split()
-        return sum(int(x) for x in after[11:15])
-    except (OSError, IndexError, ValueError):
+        return None if after is None else sum(int(x) for x in after[11:15])
+    except ValueError:
         return None
 
 
@@ -241,12 +249,8 @@ def _stopped(pid: int) -> bool:
     except OSError:
         return True
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # gone
-        if state not in "TtZX":
+        after = _fields(f"/proc/{pid}/task/{tid}/stat")
+        if after and after[0] not in "TtZX":  # None, []: gone
             return False
     return True
 
