@@ -140,7 +140,8 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
     h.progress = sent.append
     res = h.run({**j, "clock_calls": 7})
     assert res["status"] == "ok" and res["calls"] == 7 and res["inside_ms"] > 0, res
-    assert sent == [{"stage": "prepared"}, {"stage": "clock"}]
+    # the outside clock stops at "clocked", before the checks run the reference
+    assert sent == [{"stage": "prepared"}, {"stage": "clock"}, {"stage": "clocked"}]
     res = h.run({**j, "clock_calls": 7, "clock_loads_only": True})
     assert res["status"] == "ok" and res["calls"] == 7, res
     bad = job(artifact(tmp_path, src, {"MODE": 3}), src, PACK / "ref.py", {"N": 4096},
@@ -526,3 +527,30 @@ def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture)
     med, blocks = _judged(j)
     assert clock_suspect(med, blocks).startswith(
         f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
+
+
+@pytest.mark.parametrize("skip", [1, 2])
+def test_a_candidate_that_skips_or_replays_the_blocks_scaled_calls_fails_their_check(
+        tmp_path, skip):
+    """tests/fixtures/faultpack/scaled_skip.cpp patches the clock (1/100) and, on calls
+    whose inputs are a set it has seen scaled by one factor (the block's calls before its
+    last), does no work (SKIP=1) or replays the outputs it computed for the unscaled set
+    (SKIP=2). With only the block's last call verified, SKIP=1 cleared the clock (a red-team
+    trial, 6 of 6). Now calls picked at random are verified against the reference run on
+    their scaled inputs: the first block is ``wrong_result``, naming the call and factor."""
+    src = PACK / "scaled_skip.cpp"
+    j = job(artifact(tmp_path, src, {"SKIP": skip}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key=f"skip{skip}")
+    runner, j, data, _ = _device(j)
+    try:
+        con = runner.call(0, "contest", [j], 12, data)
+        assert con["status"] == "ok", con
+        med = con["results"][0]["median_ms"]
+        blocks, fault = outside_blocks(
+            lambda n, loads_only: runner.call(0, "clock", j, n, data, loads_only), med)
+        assert blocks == [] and fault.startswith(
+            "wrong_result: outside the contest, of "), (blocks, fault)
+        scale = float(fault.split(" scaled by ")[1].split(")")[0])
+        assert 0.5 <= scale <= 0.9, fault
+    finally:
+        runner.close()

@@ -131,12 +131,14 @@ wrongly:
   slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10, and MODE 11, which
   also skipped calls it could tell from samples; on the GPU, fault pack MODE 6:
   ``torch.cuda.Event.elapsed_time`` scaled by 1/10, tests/test_gpu_faults.py, run on an H200),
-  not one slowed less, not one whose candidate skips the block's calls before its last
-  (unverified, on the check's sets scaled by a factor near 1, which it can recognise: a
-  red-team helper's candidate cleared a 1/100 clock so), nor one whose call
+  not one slowed less, not one whose candidate recognises the block's scaled sets and
+  replays outputs where they are scale-invariant (a layer norm's) or homogeneous (a GEMM's:
+  stored outputs times the factor squared), or skips a few calls and is lucky (3 random
+  calls and the last are verified: ``Harness.clock``), nor one whose call
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
-  message late or start its calls before the sandbox's "go", or forge its outputs' check),
+  message late, its "clocked" early, or start its calls before the sandbox's "go", or forge
+  its outputs' check),
   nor work a candidate left running outside this sandbox's processes while the second
   harness times the preparations (they are held then, workers.hold, but GPU kernels
   already queued run on, and an unsandboxed candidate's process in a session of its own is
@@ -229,6 +231,10 @@ LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
 UNGUARDED = "bench_unguarded"
+# the outside clock's block (Harness.clock): calls verified at random besides its last, and
+# the range of the random factor each earlier call's floating-point inputs are scaled by
+CLOCK_CHECKED = 3
+CLOCK_SCALES = (0.5, 0.9)
 
 
 # cuda.h CUlimit: the L2 set aside for persisting accesses (sm_80 and later)
@@ -807,7 +813,11 @@ class Harness:
         touched. Enqueued after each timed call, outside the timed interval. CPU float32 /
         float64 outputs: every element close to the expected one by the check's own test
         (``tol``: atol, rtol; workers.native ``all_close``), in one pass."""
-        buf, s = d.bufs[b], d.input_set(k)
+        return self.within(d.bufs[b], d.input_set(k), tol)
+
+    def within(self, buf: Buffers, s: InputSet, tol: dict) -> torch.Tensor:
+        """:meth:`verify`'s test of the outputs in ``buf`` against input set ``s``'s
+        expected outputs and bands (``tol``: atol, rtol), and of ``buf``'s canaries."""
         ok = torch.ones((), dtype=torch.bool, device=self.device)
         for n, got in buf.outputs.items():
             if n not in s.expected:
@@ -1291,12 +1301,24 @@ class Harness:
         outputs were not poisoned since its last call passed an earlier form of this
         block), nor by the order of their sets. No call of the block is on inputs the
         candidate has seen: the floating-point inputs of each are scaled by a random factor
-        near 1 after the load (:meth:`_rescale`, in both blocks), and the last, verified,
-        call is on a held-back set new to the artifact (:meth:`fresh_sets`). A candidate can
-        tell the block is near (the hold before it, workers.hold, is a pause its threads
-        can see), and one that replayed outputs it kept for the check's sets there cleared
-        a patched clock (a red-team helper's trial, 4 of 4); now it must compute, or fail
-        the last call's check. The calls before the last are not verified.
+        from :data:`CLOCK_SCALES` after the load (:func:`_rescale`, in both blocks), and the
+        last, verified, call is on a held-back set new to the artifact (:meth:`fresh_sets`).
+        A candidate can tell the block is near (the hold before it, workers.hold, is a pause
+        its threads can see), and one that replayed outputs it kept for the check's sets
+        there cleared a patched clock (a red-team helper's trial, 4 of 4); now it must
+        compute, or fail a check. Besides the last, :data:`CLOCK_CHECKED` calls picked at
+        random are verified: their outputs are copied aside right after the call (in both
+        blocks, so that the copies cost the same in each) and checked after the block
+        against the reference run on their exact inputs (:meth:`_kept_wrong`). With only
+        the last verified, a candidate that recognised the check's sets scaled by a factor
+        near 1 and did no work on them cleared a 1/100 clock 6 of 6 times (a red-team
+        helper's trial). The factor is far enough from 1 that outputs replayed from the
+        unscaled set miss the tolerance of kernels whose outputs are not scale-invariant
+        (a layer norm's are: its replay passes); a positive factor below 1 keeps the
+        inputs' signs, order, symmetry, zeros and any bounds around 0. A candidate that
+        skips a fraction f of the block's calls passes its checks with chance about
+        (1 - f) ** CLOCK_CHECKED: at 96 % skipped, what a 1/100 clock needs to stay within
+        ``CLOCK_FACTOR`` (kopt.core.clock), about once in 16,000 blocks.
 
         Returns ``status`` (``ok``, or ``wrong_result`` with the reason), ``calls`` and
         ``inside_ms`` (this process's own clock over the block, ms)."""
@@ -1304,46 +1326,89 @@ class Harness:
         self.progress({"stage": "prepared"})
         n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
-        flush = job["timing"].get("flush", True)
         # the sets in random order, as samples pick them: in a fixed cycle a candidate told
         # the block from samples (its calls repeating with a short period) and replayed
         # only there, clearing a patched clock (a red-team trial, 6 of 6)
         picks = [self.rng.randrange(len(d.sets)) for _ in range(n - 1)]
         picks += self.fresh_sets(job, d, 1) if d.unseen else [self.rng.randrange(len(d.sets))]
-        scales = [1.0 + (1 + self.rng.random()) * 2.0 ** -12 for _ in picks[:-1]] + [1.0]
+        scales = [self.rng.uniform(*CLOCK_SCALES) for _ in picks[:-1]] + [1.0]
+        checked = sorted(self.rng.sample(range(n - 1), min(CLOCK_CHECKED, n - 1)))
+        kept = {j: Buffers({}, {k: torch.empty_like(t) for k, t in d.bufs[0].outputs.items()},
+                           {k: torch.empty_like(t) for k, t in d.bufs[0].guards.items()})
+                for j in checked}
+        plan = list(zip(picks, scales))
+        inside_ms = self._clock_block(lib, job, d, plan, kept)
+        return {"calls": n, "inside_ms": inside_ms,
+                **self._clock_checked(job, d, plan, kept, lib is not None)}
+
+    def _clock_block(self, lib: Any, job: dict, d: Data, calls: list[tuple[int, float]],
+                     kept: dict[int, Buffers]) -> float:
+        """:meth:`clock`'s timed block: one call of ``lib`` (None: the preparations alone)
+        per (input set, scale) of ``calls``, each prepared as a sample is, the outputs of
+        the j-th copied into ``kept[j]`` where there is one; from the sandbox's "go" to the
+        "clocked" this process says once they are done. Returns its own clock's ms."""
+        flush = job["timing"].get("flush", True)
         self._sync()
         self.progress({"stage": "clock"})
         self.await_go()
         t0 = time.perf_counter()
-        for i, scale in zip(picks, scales):
+        for j, (i, scale) in enumerate(calls):
             self.load(d, 0, i, stream=flush)
-            self._rescale(d.bufs[0], scale)
+            _rescale(d.bufs[0].inputs.values(), scale)
             if flush:
                 self.flush(d.bufs[0])
             if lib is not None:
                 self.call(lib, job, d)
+            if j in kept:  # copied in both blocks: the same cost in each
+                _keep(d.bufs[0], kept[j])
         if lib is not None:
             self.check_cuda(lib, "clock")
         self._sync()
         inside_ms = (time.perf_counter() - t0) * 1e3
-        k = picks[-1]
-        if lib is not None and not bool(self.verify(d, 0, k, job["tolerance"])):
-            return {"status": Status.WRONG_RESULT, "calls": n, "inside_ms": inside_ms,
+        self.progress({"stage": "clocked"})  # the outside clock stops here, before the checks
+        return inside_ms
+
+    def _clock_checked(self, job: dict, d: Data, calls: list[tuple[int, float]],
+                       kept: dict[int, Buffers], called: bool) -> dict:
+        """``status`` and ``error`` of a clock block whose (input set, scale) per call were
+        ``calls``: the last call's outputs, in buffer set 0, and those ``kept`` checked
+        (when ``called``: a block of calls, not of the preparations alone)."""
+        n, (k, _) = len(calls), calls[-1]
+        if called and not bool(self.verify(d, 0, k, job["tolerance"])):
+            return {"status": Status.WRONG_RESULT,
                     "error": f"after {n} calls outside the contest's rounds, the last one's "
                              f"outputs (input set {k + 1}) were wrong"}
-        return {"status": Status.OK, "error": "", "calls": n, "inside_ms": inside_ms}
+        for j in sorted(kept) if called else []:
+            i, scale = calls[j]
+            if self._kept_wrong(job, d, i, scale, kept[j]):
+                return {"status": Status.WRONG_RESULT,
+                        "error": f"of {n} calls outside the contest's rounds, call {j + 1}'s "
+                                 f"outputs (input set {i + 1} scaled by {scale:.6g}) were "
+                                 "wrong"}
+        return {"status": Status.OK, "error": ""}
 
-    @staticmethod
-    def _rescale(buf: Buffers, scale: float) -> None:
-        """Multiply buffer set ``buf``'s floating-point inputs by ``scale`` in place (1.0:
-        left as loaded): inputs no call has seen, at the cost of one pass over them.
-        Integer inputs (indices, counts) are left as they are: changed, they could send a
-        call out of bounds."""
-        if scale == 1.0:
-            return
-        for t in buf.inputs.values():
-            if t.dtype.is_floating_point:
-                t.mul_(scale)
+    def _kept_wrong(self, job: dict, d: Data, k: int, scale: float, kept: Buffers) -> bool:
+        """Whether outputs ``kept`` from a clock block's call on input set ``k`` with its
+        floating-point inputs scaled by ``scale`` lie outside the tolerance band of the
+        reference's outputs for exactly those inputs (or a canary was touched). A reference
+        that fails on the scaled inputs (raises, returns NaN) cannot tell: False. The
+        reference's time is the harness's own (:meth:`own`)."""
+        t0 = time.perf_counter()
+        s = d.input_set(k)
+        inputs = {n: t.clone() for n, t in s.inputs.items()}
+        _rescale(inputs.values(), scale)
+        try:
+            with torch.no_grad():
+                expected, _ = self._reference(self.ref_module(job["reference"]), job, inputs,
+                                              d.scalars, d.shapes, Path(job["reference"]).name)
+        except JobError:
+            return False
+        scaled = InputSet(s.seed, inputs, expected)
+        _bands([scaled], [a for a in job["signature"] if a["kind"] == "output"], d.shape_of,
+               job["tolerance"])
+        wrong = not bool(self.within(kept, scaled, job["tolerance"]))
+        self.own(time.perf_counter() - t0)
+        return wrong
 
     def _rounds(self, libs: list[Any], entries: list[dict], d: Data, rounds: int,
                 into: tuple[list[list[float]], list[list[float]]]) -> list[str]:
@@ -1864,6 +1929,25 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
         raise JobError("error", f"{ref_name}: {fn.__name__}() takes {', '.join(missing)} "
                        f"that kopt cannot give: {'; '.join(why)}")
     return {k: v for k, v in given.items() if k in params}
+
+def _rescale(tensors: Iterable[torch.Tensor], scale: float) -> None:
+    """Multiply the floating-point ones of ``tensors`` by ``scale`` in place (1.0: left as
+    they are): inputs no call has seen, at the cost of one pass over them. Integer inputs
+    (indices, counts) are left as they are: changed, they could send a call out of bounds."""
+    if scale == 1.0:
+        return
+    for t in tensors:
+        if t.dtype.is_floating_point:
+            t.mul_(scale)
+
+
+def _keep(buf: Buffers, into: Buffers) -> None:
+    """Copy ``buf``'s outputs and canaries into ``into``'s (same shapes)."""
+    for n, t in buf.outputs.items():
+        into.outputs[n].copy_(t)
+    for n, t in buf.guards.items():
+        into.guards[n].copy_(t)
+
 
 def _bands(sets: list[InputSet], outs: list[dict], shape_of: dict[str, list[int]],
            tol: dict) -> None:

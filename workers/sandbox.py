@@ -181,10 +181,13 @@ class Sandbox:
 
         A clock job (workers.harness ``clock``) also gets ``outside_ms``: on the harness's
         first ``{"stage": "clock"}`` message this process sends ``("go", None)``, which
-        starts the harness's calls, and times from that send to the answer's arrival, on
-        its own clock, which candidate code in the harness cannot reach (another process,
-        outside its namespaces); a delay on either side only lengthens the figure. A
-        figure the answer carries under that name is dropped.
+        starts the harness's calls, and times from that send to the arrival of the
+        harness's ``{"stage": "clocked"}``, sent once the calls are done and before their
+        outputs are checked (the check runs the reference, which is not the calls' time;
+        without that message, to the answer's arrival), on its own clock, which candidate
+        code in the harness cannot reach (another process, outside its namespaces); a delay
+        on either side only lengthens the figure. A figure the answer carries under that
+        name is dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -206,6 +209,7 @@ class Sandbox:
         prepared = False  # the harness said it made the inputs and reference outputs
         clock_t0 = None  # the outside clock's start: the send of "go" (a clock job's)
         cpu0 = None  # the sandbox's CPU time then (ns), where it is counted
+        clock_end: tuple[float, int | None] | None = None  # at "clocked": time, CPU time
         body = job.payload() if isinstance(job, RunJob) else job
         clock_job, timing_ref_job = bool(body.get("clock_calls")), bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
@@ -240,26 +244,30 @@ class Sandbox:
                     self.w.send(("go", None))
                 except (BrokenPipeError, OSError):
                     pass  # the harness died: its answer's read says so
+            if res.get("stage") == "clocked" and clock_t0 is not None and clock_end is None:
+                clock_end = (time.perf_counter(), self._cpu_ns())
             if timing_ref_job:
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
-        return self._answered(_clock_broken(res, job), t0, (clock_t0, cpu0), pos)
+        return self._answered(_clock_broken(res, job), t0, (clock_t0, cpu0), pos, clock_end)
 
     def _answered(self, res: dict[str, Any], t0: float,
-                  clock0: tuple[float | None, int | None], pos: int) -> dict[str, Any]:
+                  clock0: tuple[float | None, int | None], pos: int,
+                  clock_end: tuple[float, int | None] | None = None) -> dict[str, Any]:
         """The harness's answer ``res`` with this process's figures (``wall_s`` since
         ``t0``; a clock job's ``outside_ms`` since ``clock0``'s time and, where the
-        sandbox's CPU time is counted, ``outside_cpu_ms`` since its CPU time), what the
-        kernel printed (the log from ``pos``) in a failure's ``error``, and the harness
+        sandbox's CPU time is counted, ``outside_cpu_ms`` since its CPU time, each to
+        ``clock_end``'s time and CPU time where the harness said "clocked", else to now),
+        what the kernel printed (the log from ``pos``) in a failure's ``error``, and the harness
         killed when it said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
         for k in ("outside_ms", "outside_cpu_ms"):  # this process's figures alone, never
             res.pop(k, None)                         # the harness's word
         clock_t0, cpu0 = clock0
         if clock_t0 is not None:
-            res["outside_ms"] = (time.perf_counter() - clock_t0) * 1e3
-            cpu1 = self._cpu_ns()
+            t1, cpu1 = clock_end or (time.perf_counter(), self._cpu_ns())
+            res["outside_ms"] = (t1 - clock_t0) * 1e3
             if cpu0 is not None and cpu1 is not None:
                 res["outside_cpu_ms"] = (cpu1 - cpu0) / 1e6
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
