@@ -22,7 +22,7 @@ from kopt.core.clock import (
     clock_suspect,
     outside_blocks,
 )
-from workers.harness import N_SETS, Harness
+from workers.harness import Harness
 
 
 def test_a_block_lasts_about_50_ms_at_the_claimed_median():
@@ -142,16 +142,32 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
     assert res["status"] == "ok" and res["calls"] == 7 and res["inside_ms"] > 0, res
     # the outside clock stops at "clocked", before the checks run the reference
     assert sent == [{"stage": "prepared"}, {"stage": "clock"}, {"stage": "clocked"}]
+    # input sets of their own for this many calls: 1 GiB of x and buf, 4096 floats each
+    assert res["clock_sets"] == (1 << 30) // (2 * 4096 * 4), res
     res = h.run({**j, "clock_calls": 7, "clock_loads_only": True})
     assert res["status"] == "ok" and res["calls"] == 7, res
     bad = job(artifact(tmp_path, src, {"MODE": 3}), src, PACK / "ref.py", {"N": 4096},
               {"x": ["N"], "buf": ["N"], "y": ["N"]})  # works only for its first two calls
     res = h.run({**bad, "clock_calls": 5})
     assert res["status"] == "wrong_result", res
-    # the last call's set is the first held-back one (after the check's N_SETS) that this
-    # artifact, never called before, has not seen
-    assert res["error"] == ("after 5 calls outside the contest's rounds, the last one's "
-                            f"outputs (input set {N_SETS + 1}) were wrong")
+    # every call on a set drawn for the block, never on the check's
+    assert res["error"].startswith("of 5 calls outside the contest's rounds, the last one's "
+                                   "outputs (on a fresh input set, seed "), res
+
+
+def test_outputs_left_on_protected_pages_fail_the_clock_block(tmp_path):
+    """Attack MODE 2 (tests/fixtures/faultpack/attacks.cpp) returns with its output pages
+    protected and computes them in its fault handler when they are first read. In the clock
+    block, where a red-team candidate did so only on calls it took for the block's, the
+    copies of checked calls and the check read them: only checked calls were computed, and
+    a 1/100 clock cleared 14 of 15 times. Now every output page is made readable again
+    after each call of the block, as after every timed sample: the poison is what the
+    check reads."""
+    from test_attacks import attack_job
+
+    h = Harness("cpu")
+    res = h.run({**attack_job(tmp_path, 2), "clock_calls": 6})
+    assert res["status"] == "wrong_result" and res["error"].startswith("of 6 calls "), res
 
 
 def _device(j, backend="cpu"):
@@ -529,28 +545,102 @@ def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture)
         f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
 
 
-@pytest.mark.parametrize("skip", [1, 2])
-def test_a_candidate_that_skips_or_replays_the_blocks_scaled_calls_fails_their_check(
-        tmp_path, skip):
+def test_a_candidate_that_skips_calls_on_seen_sets_scaled_is_suspect(tmp_path):
     """tests/fixtures/faultpack/scaled_skip.cpp patches the clock (1/100) and, on calls
-    whose inputs are a set it has seen scaled by one factor (the block's calls before its
-    last), does no work (SKIP=1) or replays the outputs it computed for the unscaled set
-    (SKIP=2). With only the block's last call verified, SKIP=1 cleared the clock (a red-team
-    trial, 6 of 6). Now calls picked at random are verified against the reference run on
-    their scaled inputs: the first block is ``wrong_result``, naming the call and factor."""
+    whose inputs are a set it has seen scaled by one factor, does no work (SKIP=1; SKIP=2
+    replays the outputs it computed for the unscaled set). When the block's calls
+    were the check's sets scaled by a factor near 1 and only the last was verified, SKIP=1
+    cleared the clock (a red-team trial, 6 of 6). Every call of the block is on a set drawn
+    for it now: it finds nothing to skip, computes, and its clock is suspect."""
     src = PACK / "scaled_skip.cpp"
-    j = job(artifact(tmp_path, src, {"SKIP": skip}), src, PACK / "ref.py", {"N": 4096},
-            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key=f"skip{skip}")
+    j = job(artifact(tmp_path, src, {"SKIP": 1}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="skip")
+    med, blocks = _judged(j)
+    assert clock_suspect(med, blocks).startswith(
+        f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
+
+
+def test_a_candidate_that_says_clocked_early_is_suspect(tmp_path):
+    """tests/fixtures/faultpack/forge_clocked.cpp computes honestly with its clock patched
+    (1/100) and has the harness say "clocked" at the block's first call (through Python's
+    C API): the sandbox's clock stopped there, and the block's figure, less than the
+    preparations alone, was clamped to 0 and cleared (a red-team trial, 3 of 3). The
+    harness says it once; the sandbox, reading it twice, makes the block `suspect`."""
+    src = PACK / "forge_clocked.cpp"
+    j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="forge")
     runner, j, data, _ = _device(j)
     try:
         con = runner.call(0, "contest", [j], 12, data)
         assert con["status"] == "ok", con
-        med = con["results"][0]["median_ms"]
         blocks, fault = outside_blocks(
-            lambda n, loads_only: runner.call(0, "clock", j, n, data, loads_only), med)
-        assert blocks == [] and fault.startswith(
-            "wrong_result: outside the contest, of "), (blocks, fault)
-        scale = float(fault.split(" scaled by ")[1].split(")")[0])
-        assert 0.5 <= scale <= 0.9, fault
+            lambda n, loads_only: runner.call(0, "clock", j, n, data, loads_only),
+            con["results"][0]["median_ms"])
+        assert blocks == [] and fault.startswith("suspect: outside the contest, its harness "
+                                                 "said its calls were done 2 times "), fault
     finally:
         runner.close()
+
+
+MASK_REF = """import torch
+
+
+def inputs(seed, N):
+    g = torch.Generator().manual_seed(seed)
+    return {"a": torch.randn(N, generator=g), "b": torch.randn(N, generator=g),
+            "m": (torch.rand(N, generator=g) < 0.5).float()}
+
+
+def reference(a, b, m, N):
+    return {"y": torch.where(m != 0, a, b)}
+"""
+MASK_CPP = """extern "C" void solve(const float* a, const float* b, const float* m, float* y,
+                      int N) {
+  for (int i = 0; i < N; ++i) y[i] = m[i] * a[i] + (1.0f - m[i]) * b[i];
+}
+"""
+
+
+def test_an_honest_kernel_that_relies_on_its_inputs_distribution_clears_the_clock(tmp_path):
+    """A select by a 0/1 float mask written as ``m * a + (1 - m) * b``: exact for every
+    input ref.py's ``inputs()`` draws. The block's calls on the check's sets scaled by 0.5
+    to 0.9 made the mask fractional and failed it, an honest kernel (a red-team trial, 2
+    of 2); the block's sets are drawn by ``inputs()`` now."""
+    (tmp_path / "ref.py").write_text(MASK_REF)
+    src = tmp_path / "select.cpp"
+    src.write_text(MASK_CPP)
+    j = job(artifact(tmp_path, src, {}), src, tmp_path / "ref.py", {"N": 65536},
+            {"a": ["N"], "b": ["N"], "m": ["N"], "y": ["N"]}, job_key="select")
+    med, blocks = _judged(j)
+    assert clock_suspect(med, blocks) == "", (med, blocks)
+
+
+def test_a_block_of_calls_shorter_than_its_preparations_alone_is_suspect():
+    """The rule on its own: calls' blocks of 2 ms against 10 ms of the same preparations
+    alone (a "clocked" said early) are suspect at once, naming both figures; 6 ms (within
+    the preparations' noise) is not."""
+    def clock(ms):
+        return lambda n, loads_only: {"status": "ok", "outside_ms": 10.0 if loads_only
+                                      else ms}
+
+    blocks, fault = outside_blocks(clock(2.0), 1.0)
+    assert blocks == [] and fault == (
+        "suspect: outside the contest, a block of its 12 calls with their preparations took "
+        "2 ms, less than the 10 ms the same preparations alone took: its process said the "
+        "calls were done before they were"), fault
+    blocks, fault = outside_blocks(clock(6.0), 1.0)
+    assert fault == "" and blocks == [(0.0, 12, 10.0)], (blocks, fault)
+
+
+def test_a_block_makes_no_more_calls_than_the_harness_has_input_sets_of_their_own():
+    """Each call of a block is on an input set of its own, drawn for it; where the sets'
+    sizes allow fewer than the claimed median asks for (large inputs), the blocks make that
+    many calls (3 at least): sets reused within a block could be replayed."""
+    asked = []
+
+    def clock(n, loads_only):
+        asked.append((n, loads_only))
+        return {"status": "ok", "outside_ms": 10.0 if loads_only else 12.0, "clock_sets": 4}
+
+    blocks, fault = outside_blocks(clock, 1.0)
+    assert fault == "" and asked == [(3, True), (4, True), (4, False), (4, True)], asked

@@ -131,14 +131,16 @@ wrongly:
   slowed 4x or more (``time.perf_counter_ns`` scaled, attack MODE 10, and MODE 11, which
   also skipped calls it could tell from samples; on the GPU, fault pack MODE 6:
   ``torch.cuda.Event.elapsed_time`` scaled by 1/10, tests/test_gpu_faults.py, run on an H200),
-  not one slowed less, not one whose candidate recognises the block's scaled sets and
-  replays outputs where they are scale-invariant (a layer norm's) or homogeneous (a GEMM's:
-  stored outputs times the factor squared), or skips a few calls and is lucky (3 random
-  calls and the last are verified: ``Harness.clock``), nor one whose call
+  not one slowed less, not one whose candidate skips a few of the block's calls and is lucky
+  (3 random calls and the last are verified: ``Harness.clock``), nor one that finds the
+  checked calls in this process's memory (``sys._getframe`` through the C API: a red-team
+  candidate cleared a 1/100 clock so, 7 of 8) or fills their copies while the reference
+  runs (4 of 5), nor one whose call
   costs less than half its preparation's noise (a few rows of a large in/out table), not a
   patch that spares the clock job (code that rewrites this harness can send its "clock"
-  message late, its "clocked" early, or start its calls before the sandbox's "go", or forge
-  its outputs' check),
+  message late, its "clocked" early in place of this harness's own (a second "clocked" is
+  ``suspect``: workers.sandbox), or start its calls before the sandbox's "go", or forge its
+  outputs' check),
   nor work a candidate left running outside this sandbox's processes while the second
   harness times the preparations (they are held then, workers.hold, but GPU kernels
   already queued run on, and an unsandboxed candidate's process in a session of its own is
@@ -232,9 +234,11 @@ LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
 UNGUARDED = "bench_unguarded"
 # the outside clock's block (Harness.clock): calls verified at random besides its last, and
-# the range of the random factor each earlier call's floating-point inputs are scaled by
+# the bytes of fresh input sets one block may hold (CLOCK_MIN_SETS at least; more calls than
+# fit reuse them)
 CLOCK_CHECKED = 3
-CLOCK_SCALES = (0.5, 0.9)
+CLOCK_SET_BYTES = 1 << 30
+CLOCK_MIN_SETS = 3
 
 
 # cuda.h CUlimit: the L2 set aside for persisting accesses (sm_80 and later)
@@ -709,9 +713,12 @@ class Harness:
         ``stream`` (a flushed sample on the CPU with the native helpers): with stores that
         bypass the caches (workers.native ``stream_copy``/``stream_fill``), whose lines the
         flush then evicts without writing them back first."""
-        buf, s = d.bufs[b], d.input_set(k)
         if b == 0:
             self.last_set = k
+        self._load_set(d.bufs[b], d.input_set(k), stream)
+
+    def _load_set(self, buf: Buffers, s: InputSet, stream: bool) -> None:
+        """:meth:`load`'s work: ``buf`` made to hold input set ``s``."""
         put = native if stream and self.native is not None else None
         for n, t in buf.inputs.items():
             put.stream_copy(t, s.inputs[n]) if put else t.copy_(s.inputs[n])
@@ -1286,129 +1293,152 @@ class Harness:
 
     def clock(self, job: dict) -> dict:
         """This process's half of the outside clock: ``job["clock_calls"]`` calls of the
-        artifact, each prepared as a timed sample is (one of the check's input sets, picked
-        at random, loaded into buffer set 0, outputs poisoned, the cache flushed:
-        :meth:`_prep`), its outputs verified after the last; with ``clock_loads_only``, the
+        artifact, each prepared as a timed sample is (an input set loaded into buffer set
+        0, outputs poisoned, the cache flushed: :meth:`_prep`), outputs verified after the
+        last (see below); with ``clock_loads_only``, the
         same preparations and no call (what the outside figure of a block must not count).
         A progress message ``{"stage": "clock"}`` goes to the sandbox right before the
         first, and the calls start once the sandbox answers "go" (:attr:`await_go`); the
-        sandbox (outside this process, workers.sandbox) times from its send of "go" to this
-        answer's arrival (``outside_ms``): load that delays either process only lengthens
-        the block. (It timed from the arrival of the "clock" message: a read of it delayed
-        by load, or by a candidate's threads loading the machine, shortened the block, the
-        direction that clears a patched clock.) Calls prepared as samples are not told apart
-        from samples by their preparation (a candidate that skipped its work when its
-        outputs were not poisoned since its last call passed an earlier form of this
-        block), nor by the order of their sets. No call of the block is on inputs the
-        candidate has seen: the floating-point inputs of each are scaled by a random factor
-        from :data:`CLOCK_SCALES` after the load (:func:`_rescale`, in both blocks), and the
-        last, verified, call is on a held-back set new to the artifact (:meth:`fresh_sets`).
-        A candidate can tell the block is near (the hold before it, workers.hold, is a pause
-        its threads can see), and one that replayed outputs it kept for the check's sets
-        there cleared a patched clock (a red-team helper's trial, 4 of 4); now it must
-        compute, or fail a check. Besides the last, :data:`CLOCK_CHECKED` calls picked at
-        random are verified: their outputs are copied aside right after the call (in both
-        blocks, so that the copies cost the same in each) and checked after the block
-        against the reference run on their exact inputs (:meth:`_kept_wrong`). With only
-        the last verified, a candidate that recognised the check's sets scaled by a factor
-        near 1 and did no work on them cleared a 1/100 clock 6 of 6 times (a red-team
-        helper's trial). The factor is far enough from 1 that outputs replayed from the
-        unscaled set miss the tolerance of kernels whose outputs are not scale-invariant
-        (a layer norm's are: its replay passes); a positive factor below 1 keeps the
-        inputs' signs, order, symmetry, zeros and any bounds around 0. A candidate that
-        skips a fraction f of the block's calls passes its checks with chance about
-        (1 - f) ** CLOCK_CHECKED: at 96 % skipped, what a 1/100 clock needs to stay within
-        ``CLOCK_FACTOR`` (kopt.core.clock), about once in 16,000 blocks.
+        sandbox (outside this process, workers.sandbox) times from its send of "go" to the
+        arrival of this process's "clocked", sent once the calls are done (``outside_ms``):
+        load that delays either process only lengthens the block. (It timed from the
+        arrival of the "clock" message: a read of it delayed by load, or by a candidate's
+        threads loading the machine, shortened the block, the direction that clears a
+        patched clock.) Calls prepared as samples are not told apart from samples by
+        their preparation (a candidate that skipped its work when its outputs were not
+        poisoned since its last call passed an earlier form of this block). Every call
+        of the block is on an input set drawn for it from ref.py's
+        ``inputs()`` with a seed no call has seen (:meth:`_block_sets`; as many as fit in
+        :data:`CLOCK_SET_BYTES`, reused in random order beyond that): the distribution
+        honest kernels were written for, and nothing a candidate can replay. Calls on the
+        check's sets lost to one that sensed the hold before the block and replayed there
+        (a red-team trial, 4 of 4); calls on them scaled by a random factor lost to one that
+        recognised the scaled sets and skipped them (6 of 6) or replayed a sort's order
+        (the factor keeps every comparison, 4 of 4), and failed an honest select by a 0/1
+        mask written as ``m * a + (1 - m) * b`` (the factor made the mask 0.5-0.9). Besides
+        the last call, :data:`CLOCK_CHECKED` calls picked at random are verified: their
+        outputs copied aside right after the call (in both blocks, so that the copies cost
+        the same in each) and checked, after the sandbox's clock has stopped, against the
+        reference run on their inputs (:meth:`_clock_checked`). A candidate that skips a
+        fraction f of the calls passes with chance about (1 - f) ** (CLOCK_CHECKED + 1): at
+        the 96 % a 1/100 clock needs to stay within ``CLOCK_FACTOR`` (kopt.core.clock),
+        about once in 400,000 blocks. On the CPU every output page is made readable
+        again after each call (:meth:`reopen`, in both blocks): outputs left on protected
+        pages, computed only when a copy or the check read them, cleared a 1/100 clock
+        (14 of 15). Code that reads this process's memory can still find which calls are
+        checked (see "What is not caught").
 
-        Returns ``status`` (``ok``, or ``wrong_result`` with the reason), ``calls`` and
-        ``inside_ms`` (this process's own clock over the block, ms)."""
+        Returns ``status`` (``ok``; ``wrong_result`` or ``escaped`` with the reason),
+        ``calls``, ``inside_ms`` (this process's own clock over the block, ms) and
+        ``clock_sets``: the most calls a block of this size can make each on a set of its
+        own (:meth:`_block_sets`), which the caller keeps its blocks within
+        (kopt.core.clock)."""
         d = self.prepare(job)
         self.progress({"stage": "prepared"})
         n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
-        # the sets in random order, as samples pick them: in a fixed cycle a candidate told
-        # the block from samples (its calls repeating with a short period) and replayed
-        # only there, clearing a patched clock (a red-team trial, 6 of 6)
-        picks = [self.rng.randrange(len(d.sets)) for _ in range(n - 1)]
-        picks += self.fresh_sets(job, d, 1) if d.unseen else [self.rng.randrange(len(d.sets))]
-        scales = [self.rng.uniform(*CLOCK_SCALES) for _ in picks[:-1]] + [1.0]
-        checked = sorted(self.rng.sample(range(n - 1), min(CLOCK_CHECKED, n - 1)))
+        sets = self._block_sets(job, d, n)
+        plan = sets[:n] + [sets[self.rng.randrange(len(sets))] for _ in range(n - len(sets))]
+        self.rng.shuffle(plan)
         kept = {j: Buffers({}, {k: torch.empty_like(t) for k, t in d.bufs[0].outputs.items()},
                            {k: torch.empty_like(t) for k, t in d.bufs[0].guards.items()})
-                for j in checked}
-        plan = list(zip(picks, scales))
-        inside_ms = self._clock_block(lib, job, d, plan, kept)
-        return {"calls": n, "inside_ms": inside_ms,
-                **self._clock_checked(job, d, plan, kept, lib is not None)}
+                for j in self.rng.sample(range(n - 1), min(CLOCK_CHECKED, n - 1))}
+        inside_ms, lazy = self._clock_block(lib, job, d, plan, kept)
+        return {"calls": n, "inside_ms": inside_ms, "clock_sets": self._sets_max(d),
+                **self._clock_checked(job, d, plan, kept if calls else {}, lazy)}
 
-    def _clock_block(self, lib: Any, job: dict, d: Data, calls: list[tuple[int, float]],
-                     kept: dict[int, Buffers]) -> float:
+    def _block_sets(self, job: dict, d: Data, n: int) -> list[InputSet]:
+        """Input sets for a clock block of ``n`` calls: ``n`` drawn from ref.py's
+        ``inputs()`` with seeds no call has seen (:meth:`held_seeds`), or as many as fit in
+        :data:`CLOCK_SET_BYTES` (:meth:`_sets_max`), without reference outputs (the block's
+        checks make theirs). Drawn for the preparations alone too, right before their block
+        as before the calls': what the draw leaves behind (the CPU's parallel threads spin
+        on after a region, counted in the sandbox's CPU time) is then in both blocks. The
+        draw's time is the harness's own (:meth:`own`). Raises JobError as :meth:`prepare`
+        does."""
+        k = min(n, self._sets_max(d))
+        t0 = time.perf_counter()
+        sets, _ = self._draw(self.ref_module(job["reference"]), job, d.scalars, d.shapes,
+                             Path(job["reference"]).name, False, self.held_seeds(job, k))
+        self.own(time.perf_counter() - t0)
+        return sets
+
+    @staticmethod
+    def _sets_max(d: Data) -> int:
+        """How many input sets of ``d``'s sizes fit in :data:`CLOCK_SET_BYTES`
+        (:data:`CLOCK_MIN_SETS` at least)."""
+        size = sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values())
+        return max(CLOCK_MIN_SETS, CLOCK_SET_BYTES // max(1, size))
+
+    def _clock_block(self, lib: Any, job: dict, d: Data, plan: list[InputSet],
+                     kept: dict[int, Buffers]) -> tuple[float, str]:
         """:meth:`clock`'s timed block: one call of ``lib`` (None: the preparations alone)
-        per (input set, scale) of ``calls``, each prepared as a sample is, the outputs of
-        the j-th copied into ``kept[j]`` where there is one; from the sandbox's "go" to the
-        "clocked" this process says once they are done. Returns its own clock's ms."""
+        per input set of ``plan``, each prepared as a sample is, its output pages made
+        readable again after it (CPU), the outputs of the j-th copied into ``kept[j]`` where
+        there is one; from the sandbox's "go" to the "clocked" this process says once they
+        are done. Returns its own clock's ms and why an output page was gone ("": none)."""
         flush = job["timing"].get("flush", True)
+        lazy = ""
         self._sync()
         self.progress({"stage": "clock"})
         self.await_go()
         t0 = time.perf_counter()
-        for j, (i, scale) in enumerate(calls):
-            self.load(d, 0, i, stream=flush)
-            _rescale(d.bufs[0].inputs.values(), scale)
+        for j, s in enumerate(plan):
+            self._load_set(d.bufs[0], s, flush)
             if flush:
                 self.flush(d.bufs[0])
             if lib is not None:
                 self.call(lib, job, d)
-            if j in kept:  # copied in both blocks: the same cost in each
+            if not self.is_cuda:  # in both blocks: the same cost in each
+                lazy = self.reopen(d.bufs[0]) or lazy
+            if j in kept:
                 _keep(d.bufs[0], kept[j])
         if lib is not None:
             self.check_cuda(lib, "clock")
         self._sync()
         inside_ms = (time.perf_counter() - t0) * 1e3
-        self.progress({"stage": "clocked"})  # the outside clock stops here, before the checks
-        return inside_ms
+        # the outside clock stops here, before the checks; this process waits for the
+        # sandbox's word that it read the time, so that a late read counts no check's work
+        self.progress({"stage": "clocked"})
+        self.await_go()
+        return inside_ms, lazy if lib is not None else ""
 
-    def _clock_checked(self, job: dict, d: Data, calls: list[tuple[int, float]],
-                       kept: dict[int, Buffers], called: bool) -> dict:
-        """``status`` and ``error`` of a clock block whose (input set, scale) per call were
-        ``calls``: the last call's outputs, in buffer set 0, and those ``kept`` checked
-        (when ``called``: a block of calls, not of the preparations alone)."""
-        n, (k, _) = len(calls), calls[-1]
-        if called and not bool(self.verify(d, 0, k, job["tolerance"])):
-            return {"status": Status.WRONG_RESULT,
-                    "error": f"after {n} calls outside the contest's rounds, the last one's "
-                             f"outputs (input set {k + 1}) were wrong"}
-        for j in sorted(kept) if called else []:
-            i, scale = calls[j]
-            if self._kept_wrong(job, d, i, scale, kept[j]):
-                return {"status": Status.WRONG_RESULT,
-                        "error": f"of {n} calls outside the contest's rounds, call {j + 1}'s "
-                                 f"outputs (input set {i + 1} scaled by {scale:.6g}) were "
-                                 "wrong"}
+    def _clock_checked(self, job: dict, d: Data, plan: list[InputSet],
+                       kept: dict[int, Buffers], lazy: str) -> dict:
+        """``status`` and ``error`` of a clock block that called on the sets of ``plan``:
+        ``escaped`` when an output page was gone (``lazy``), else the last call's outputs
+        (still in buffer set 0) and those ``kept`` checked against the reference run on
+        their inputs. No ``kept``: nothing to check (the preparations alone). The
+        references' time is the harness's own (:meth:`own`)."""
+        n = len(plan)
+        if lazy:
+            return {"status": Status.ESCAPED, "error": f"outside the contest's rounds: {lazy}"}
+        checks = {n - 1: d.bufs[0], **kept} if kept else {}
+        t0 = time.perf_counter()
+        try:
+            for j in sorted(checks, reverse=True):
+                if self._wrong(job, d, plan[j], checks[j]):
+                    which = "the last one's" if j == n - 1 else f"call {j + 1}'s"
+                    return {"status": Status.WRONG_RESULT,
+                            "error": f"of {n} calls outside the contest's rounds, {which} "
+                                     f"outputs (on a fresh input set, seed {plan[j].seed}) "
+                                     "were wrong"}
+        finally:
+            self.own(time.perf_counter() - t0)
         return {"status": Status.OK, "error": ""}
 
-    def _kept_wrong(self, job: dict, d: Data, k: int, scale: float, kept: Buffers) -> bool:
-        """Whether outputs ``kept`` from a clock block's call on input set ``k`` with its
-        floating-point inputs scaled by ``scale`` lie outside the tolerance band of the
-        reference's outputs for exactly those inputs (or a canary was touched). A reference
-        that fails on the scaled inputs (raises, returns NaN) cannot tell: False. The
-        reference's time is the harness's own (:meth:`own`)."""
-        t0 = time.perf_counter()
-        s = d.input_set(k)
-        inputs = {n: t.clone() for n, t in s.inputs.items()}
-        _rescale(inputs.values(), scale)
-        try:
-            with torch.no_grad():
-                expected, _ = self._reference(self.ref_module(job["reference"]), job, inputs,
-                                              d.scalars, d.shapes, Path(job["reference"]).name)
-        except JobError:
-            return False
-        scaled = InputSet(s.seed, inputs, expected)
-        _bands([scaled], [a for a in job["signature"] if a["kind"] == "output"], d.shape_of,
+    def _wrong(self, job: dict, d: Data, s: InputSet, buf: Buffers) -> bool:
+        """Whether the outputs in ``buf`` of a call on input set ``s`` (no reference outputs
+        yet) lie outside the tolerance band of the reference's outputs for ``s``, or a
+        canary was touched. Raises JobError where the reference fails (as :meth:`prepare`)."""
+        with torch.no_grad():
+            expected, _ = self._reference(self.ref_module(job["reference"]), job,
+                                          dict(s.inputs), d.scalars, d.shapes,
+                                          Path(job["reference"]).name)
+        made = InputSet(s.seed, s.inputs, expected)
+        _bands([made], [a for a in job["signature"] if a["kind"] == "output"], d.shape_of,
                job["tolerance"])
-        wrong = not bool(self.within(kept, scaled, job["tolerance"]))
-        self.own(time.perf_counter() - t0)
-        return wrong
+        return not bool(self.within(buf, made, job["tolerance"]))
 
     def _rounds(self, libs: list[Any], entries: list[dict], d: Data, rounds: int,
                 into: tuple[list[list[float]], list[list[float]]]) -> list[str]:
@@ -1929,17 +1959,6 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
         raise JobError("error", f"{ref_name}: {fn.__name__}() takes {', '.join(missing)} "
                        f"that kopt cannot give: {'; '.join(why)}")
     return {k: v for k, v in given.items() if k in params}
-
-def _rescale(tensors: Iterable[torch.Tensor], scale: float) -> None:
-    """Multiply the floating-point ones of ``tensors`` by ``scale`` in place (1.0: left as
-    they are): inputs no call has seen, at the cost of one pass over them. Integer inputs
-    (indices, counts) are left as they are: changed, they could send a call out of bounds."""
-    if scale == 1.0:
-        return
-    for t in tensors:
-        if t.dtype.is_floating_point:
-            t.mul_(scale)
-
 
 def _keep(buf: Buffers, into: Buffers) -> None:
     """Copy ``buf``'s outputs and canaries into ``into``'s (same shapes)."""

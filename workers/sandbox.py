@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -186,8 +187,11 @@ class Sandbox:
         outputs are checked (the check runs the reference, which is not the calls' time;
         without that message, to the answer's arrival), on its own clock, which candidate
         code in the harness cannot reach (another process, outside its namespaces); a delay
-        on either side only lengthens the figure. A figure the answer carries under that
-        name is dropped.
+        on either side only lengthens the figure. Each "clocked" is answered with ``("go",
+        None)``, which the harness waits for before its checks (a late read then counts no
+        check's CPU time); a job whose harness said "clocked" more than once is
+        ``suspect`` (:func:`_clocked_twice`). A figure the answer carries under that name is
+        dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -207,11 +211,9 @@ class Sandbox:
         deadline = t0 + max(timeout_s, prepare_timeout_s)
         limit = deadline + OWN_LIMIT * timeout_s + GRACE_S  # whatever the messages say
         prepared = False  # the harness said it made the inputs and reference outputs
-        clock_t0 = None  # the outside clock's start: the send of "go" (a clock job's)
-        cpu0 = None  # the sandbox's CPU time then (ns), where it is counted
-        clock_end: tuple[float, int | None] | None = None  # at "clocked": time, CPU time
         body = job.payload() if isinstance(job, RunJob) else job
-        clock_job, timing_ref_job = bool(body.get("clock_calls")), bool(body.get("time_reference"))
+        clock = _ClockMarks() if body.get("clock_calls") else None  # a clock job's
+        timing_ref_job = bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         try:
             self.w.send(("run", job))
@@ -237,39 +239,48 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
-            if res.get("stage") == "clock" and clock_t0 is None and clock_job:
-                cpu0 = self._cpu_ns()
-                clock_t0 = time.perf_counter()
-                try:
-                    self.w.send(("go", None))
-                except (BrokenPipeError, OSError):
-                    pass  # the harness died: its answer's read says so
-            if res.get("stage") == "clocked" and clock_t0 is not None and clock_end is None:
-                clock_end = (time.perf_counter(), self._cpu_ns())
+            if clock is not None:
+                self._clock_mark(clock, res.get("stage"))
             if timing_ref_job:
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
-        return self._answered(_clock_broken(res, job), t0, (clock_t0, cpu0), pos, clock_end)
+        return self._answered(_clock_broken(_clocked_twice(res, clock), job), t0, pos, clock)
 
-    def _answered(self, res: dict[str, Any], t0: float,
-                  clock0: tuple[float | None, int | None], pos: int,
-                  clock_end: tuple[float, int | None] | None = None) -> dict[str, Any]:
+    def _clock_mark(self, clock: _ClockMarks, stage: Any) -> None:
+        """A clock job's progress message ``stage``: the first "clock" starts the outside
+        clock (time and CPU time) and is answered "go", which starts the calls; the first
+        "clocked" after it stops it; every "clocked" is counted and answered "go", which the
+        harness waits for before its checks."""
+        if stage == "clock" and clock.t0 is None:
+            clock.cpu0, clock.t0 = self._cpu_ns(), time.perf_counter()
+        elif stage == "clocked" and clock.t0 is not None:
+            if clock.end is None:
+                clock.end = (time.perf_counter(), self._cpu_ns())
+            clock.clocked += 1
+        else:
+            return
+        try:
+            self.w.send(("go", None))
+        except (BrokenPipeError, OSError):
+            pass  # the harness died: its answer's read says so
+
+    def _answered(self, res: dict[str, Any], t0: float, pos: int,
+                  clock: _ClockMarks | None = None) -> dict[str, Any]:
         """The harness's answer ``res`` with this process's figures (``wall_s`` since
-        ``t0``; a clock job's ``outside_ms`` since ``clock0``'s time and, where the
-        sandbox's CPU time is counted, ``outside_cpu_ms`` since its CPU time, each to
-        ``clock_end``'s time and CPU time where the harness said "clocked", else to now),
+        ``t0``; a clock job's ``outside_ms`` from ``clock``'s start and, where the
+        sandbox's CPU time is counted, ``outside_cpu_ms``, each to its end where the harness
+        said "clocked", else to now),
         what the kernel printed (the log from ``pos``) in a failure's ``error``, and the harness
         killed when it said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
         for k in ("outside_ms", "outside_cpu_ms"):  # this process's figures alone, never
             res.pop(k, None)                         # the harness's word
-        clock_t0, cpu0 = clock0
-        if clock_t0 is not None:
-            t1, cpu1 = clock_end or (time.perf_counter(), self._cpu_ns())
-            res["outside_ms"] = (t1 - clock_t0) * 1e3
-            if cpu0 is not None and cpu1 is not None:
-                res["outside_cpu_ms"] = (cpu1 - cpu0) / 1e6
+        if clock is not None and clock.t0 is not None:
+            t1, cpu1 = clock.end or (time.perf_counter(), self._cpu_ns())
+            res["outside_ms"] = (t1 - clock.t0) * 1e3
+            if clock.cpu0 is not None and cpu1 is not None:
+                res["outside_cpu_ms"] = (cpu1 - clock.cpu0) / 1e6
         if res.get("status") not in (None, Status.OK):  # what the kernel's code said, e.g. why
             said = self.tail(pos, 500)             # solve() refused the sizes
             if said:
@@ -514,6 +525,31 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
+
+
+@dataclass
+class _ClockMarks:
+    """A clock job's outside clock (:meth:`Sandbox.run`): its start (``t0``, s, and the
+    sandbox's CPU time ``cpu0``, ns, where counted), its end at the first "clocked" (time,
+    CPU time), and how many "clocked" messages were read."""
+
+    t0: float | None = None
+    cpu0: int | None = None
+    end: tuple[float, int | None] | None = None
+    clocked: int = 0
+
+
+def _clocked_twice(res: dict[str, Any], clock: _ClockMarks | None) -> dict[str, Any]:
+    """``res``, ``suspect`` when its clock job's harness said "clocked" more than once (it
+    says so once, when its calls are done): code in the harness's process said it early,
+    to stop the outside clock before its calls were done (a red-team candidate cleared a
+    1/100 clock so, 3 of 3)."""
+    if clock is None or clock.clocked <= 1:
+        return res
+    clocked = clock.clocked
+    return {**res, "status": Status.SUSPECT,
+            "error": f"its harness said its calls were done {clocked} times in one block "
+                     "(once is the harness's own): code in its process spoke for it"}
 
 
 def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str, Any]:

@@ -116,7 +116,8 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     (ms). ``clock(n, loads_only)`` runs one block on its device: ``n`` calls each prepared
     as a sample, or with ``loads_only`` the preparations alone (in a harness that holds no
     candidate's code: workers.device_actor ``clock``). First :data:`CLOCK_MIN_CALLS`
-    preparations size the blocks (:func:`clock_calls`); then the preparations alone, and
+    preparations size the blocks (:func:`clock_calls`, and no more calls than the harness
+    has input sets of their own for: its ``clock_sets``); then the preparations alone, and
     up to :data:`CLOCK_TRIES` tries, each a block of calls and the preparations alone
     again, stopping at the first after which the blocks clear (:func:`clock_suspect`).
     A try's figure is its calls' block less the shorter of the two preparations' blocks
@@ -134,7 +135,8 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     Returns (the blocks, "") or (the blocks so far, ``"status: why"``) when a block of its
     calls failed (wrong outputs, a crash: the contender's fault), or ``suspect`` when its
     sandbox used more than :data:`HELD_CPU_MS` of CPU while held for a preparations'
-    block (the device's ``held_cpu_ms``: code it left running escaped the hold).
+    block (the device's ``held_cpu_ms``: code it left running escaped the hold), or when a
+    block of its calls took less than the preparations alone (:func:`_short`).
 
     Raises:
         ClockError: a block of the preparations alone failed.
@@ -143,6 +145,8 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     if escaped := _escaped(sizing):
         return [], escaped
     n = clock_calls(median_ms, sizing[0] / CLOCK_MIN_CALLS)
+    if sizing[3]:  # each call on an input set of its own (workers.harness ``clock_sets``)
+        n = max(CLOCK_MIN_CALLS, min(n, sizing[3]))
     before = _preparations(clock, n)
     blocks: list[Block] = []
     for _ in range(CLOCK_TRIES):
@@ -155,22 +159,44 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
         after = _preparations(clock, n)
         if escaped := _escaped(after):
             return blocks, escaped
-        # wall: the shorter one (a preparations' block lengthened, by load or by a hog the
-        # contender's live harness runs, would shorten the figure)
-        prep = min(before[0], after[0])
-        ms = max(0.0, float(res["outside_ms"]) - prep)
-        cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
-        if len(cpu) == 3:  # CPU time: what load beside the sandboxes lengthens least; the
-            prep = max(cpu[1], cpu[2])  # limit's preparations' noise in it too
-            ms = max(0.0, float(cpu[0]) - prep)
-        blocks.append((ms, n, prep))
+        whole, prep = _figures(res, before, after)
+        if short := _short(whole, prep, n):
+            return blocks, short
+        blocks.append((max(0.0, whole - prep), n, prep))
         if not clock_suspect(median_ms, blocks):
             break
         before = after
     return blocks, ""
 
 
-def _escaped(prep: tuple[float, float | None, float | None]) -> str:
+def _figures(res: dict[str, Any], before: tuple, after: tuple) -> tuple[float, float]:
+    """A try's (block of calls, preparations alone) in ms: from the device's answer ``res``
+    and the preparations' blocks before and after it (:func:`_preparations`). Wall: the
+    shorter preparations' block (one lengthened, by load or by a hog the contender's live
+    harness runs, would shorten the figure); where all three count CPU time, what load
+    beside the sandboxes lengthens least, the longer one (the limit's preparations' noise
+    covers it)."""
+    cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
+    if len(cpu) == 3:
+        return float(cpu[0]), max(cpu[1], cpu[2])
+    return float(res["outside_ms"]), min(before[0], after[0])
+
+
+def _short(whole: float, prep: float, n: int) -> str:
+    """``"suspect: why"`` when a block of ``n`` calls with their preparations took
+    ``whole`` ms, less than ``1 - CLOCK_PREP_NOISE`` of the ``prep`` ms the same
+    preparations alone took (the noise two blocks of preparations may differ by), else "":
+    the sandbox's clock stopped before the calls were done (a "clocked" message sent early:
+    code in the harness's process can call its ``progress``), or their preparations were
+    cut short."""
+    if whole >= (1.0 - CLOCK_PREP_NOISE) * prep:
+        return ""
+    return (f"{Status.SUSPECT}: outside the contest, a block of its {n} calls with their "
+            f"preparations took {whole:.4g} ms, less than the {prep:.4g} ms the same "
+            "preparations alone took: its process said the calls were done before they were")
+
+
+def _escaped(prep: tuple[float, float | None, float | None, int | None]) -> str:
     """``"suspect: why"`` when the contender's sandbox used more than :data:`HELD_CPU_MS`
     of CPU while held for the preparations' block ``prep`` (:func:`_preparations`), else
     "": code it left running escaped the hold (workers.hold) and took the CPUs from that
@@ -185,15 +211,17 @@ def _escaped(prep: tuple[float, float | None, float | None]) -> str:
             "judged by")
 
 
-def _preparations(clock: ClockJob, n: int) -> tuple[float, float | None, float | None]:
+def _preparations(clock: ClockJob, n: int
+                  ) -> tuple[float, float | None, float | None, int | None]:
     """Outside ms of ``n`` preparations alone, their harness's CPU ms where it is counted,
-    and the CPU ms the contender's held sandbox used meanwhile where it can be read (each
-    None otherwise). Raises ClockError when they failed."""
+    the CPU ms the contender's held sandbox used meanwhile where it can be read (each
+    None otherwise), and the most calls a block can make each on an input set of its own
+    (``clock_sets``; None: not said). Raises ClockError when they failed."""
     res = clock(n, True)
     if res.get("status") != "ok" or res.get("outside_ms") is None:
         raise ClockError(f"the preparations alone, timed for the clock outside the "
                          f"contender's process: {res.get('status')}: "
                          f"{res.get('error') or 'no outside figure'}")
-    cpu, held = res.get("outside_cpu_ms"), res.get("held_cpu_ms")
+    cpu, held, sets = res.get("outside_cpu_ms"), res.get("held_cpu_ms"), res.get("clock_sets")
     return (float(res["outside_ms"]), None if cpu is None else float(cpu),
-            None if held is None else float(held))
+            None if held is None else float(held), None if sets is None else int(sets))
