@@ -22,7 +22,7 @@ from kopt.core.clock import (
     clock_suspect,
     outside_blocks,
 )
-from workers.harness import Harness
+from workers.harness import Harness, clock_sets
 
 
 def test_a_block_lasts_about_50_ms_at_the_claimed_median():
@@ -142,8 +142,9 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
     assert res["status"] == "ok" and res["calls"] == 7 and res["inside_ms"] > 0, res
     # the outside clock stops at "clocked", before the checks run the reference
     assert sent == [{"stage": "prepared"}, {"stage": "clock"}, {"stage": "clocked"}]
-    # input sets of their own for this many calls: 1 GiB of x and buf, 4096 floats each
-    assert res["clock_sets"] == (1 << 30) // (2 * 4096 * 4), res
+    # input sets of their own for this many calls: no more than 1 GiB of x and buf, 4096
+    # floats each, nor than 0.25 s of drawing them allows (clock_sets: below)
+    assert 3 <= res["clock_sets"] <= (1 << 30) // (2 * 4096 * 4), res
     res = h.run({**j, "clock_calls": 7, "clock_loads_only": True})
     assert res["status"] == "ok" and res["calls"] == 7, res
     bad = job(artifact(tmp_path, src, {"MODE": 3}), src, PACK / "ref.py", {"N": 4096},
@@ -644,3 +645,13 @@ def test_a_block_makes_no_more_calls_than_the_harness_has_input_sets_of_their_ow
 
     blocks, fault = outside_blocks(clock, 1.0)
     assert fault == "" and asked == [(3, True), (4, True), (4, False), (4, True)], asked
+
+
+def test_the_sets_a_block_may_draw_are_bounded_by_bytes_and_by_drawing_time():
+    """workers.harness.clock_sets: 1 GiB of sets and 0.25 s of drawing them, 3 at least (an
+    sgemm's 4096^2 inputs, 128 MB a set drawn in about 0.2 s, get 3)."""
+    assert clock_sets(32768, 0.0) == 32768
+    assert clock_sets(32768, 1e-4) == 2500
+    assert clock_sets(128 << 20, 0.0) == 8
+    assert clock_sets(128 << 20, 0.2) == 3
+    assert clock_sets(2 << 30, 0.0) == 3

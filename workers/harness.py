@@ -233,11 +233,12 @@ LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
 UNGUARDED = "bench_unguarded"
-# the outside clock's block (Harness.clock): calls verified at random besides its last, and
-# the bytes of fresh input sets one block may hold (CLOCK_MIN_SETS at least; more calls than
-# fit reuse them)
+# the outside clock's block (Harness.clock): calls verified at random besides its last; the
+# bytes of fresh input sets one block may hold and the seconds drawing them may take
+# (CLOCK_MIN_SETS at least; more calls than fit reuse them)
 CLOCK_CHECKED = 3
 CLOCK_SET_BYTES = 1 << 30
+CLOCK_DRAW_S = 0.25
 CLOCK_MIN_SETS = 3
 
 
@@ -300,6 +301,10 @@ class Data:
     key: tuple = ()  # the Harness.data key (Harness.spent)
     shapes: dict[str, list[int]] = field(default_factory=dict)  # input name -> shape
     shape_of: dict[str, list[int]] = field(default_factory=dict)  # output name -> shape
+    # the outside clock's preparations alone load these (Harness.clock: a harness that never
+    # loads a candidate's code keeps them), and the seconds one set took to draw
+    pool: list[InputSet] = field(default_factory=list)
+    draw_s: float = 0.0
 
     def input_set(self, k: int) -> InputSet:
         """Input set ``k``: ``sets[k]``, then (``k >= len(sets)``) the held-back ``unseen``
@@ -1308,8 +1313,8 @@ class Harness:
         their preparation (a candidate that skipped its work when its outputs were not
         poisoned since its last call passed an earlier form of this block). Every call
         of the block is on an input set drawn for it from ref.py's
-        ``inputs()`` with a seed no call has seen (:meth:`_block_sets`; as many as fit in
-        :data:`CLOCK_SET_BYTES`, reused in random order beyond that): the distribution
+        ``inputs()`` with a seed no call has seen (:meth:`_block_sets`; as many as
+        :func:`clock_sets` allows, reused in random order beyond that): the distribution
         honest kernels were written for, and nothing a candidate can replay. Calls on the
         check's sets lost to one that sensed the hold before the block and replayed there
         (a red-team trial, 4 of 4); calls on them scaled by a random factor lost to one that
@@ -1337,38 +1342,43 @@ class Harness:
         self.progress({"stage": "prepared"})
         n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
-        sets = self._block_sets(job, d, n)
+        sets = self._block_sets(job, d, n, fresh=calls)
         plan = sets[:n] + [sets[self.rng.randrange(len(sets))] for _ in range(n - len(sets))]
         self.rng.shuffle(plan)
-        kept = {j: Buffers({}, {k: torch.empty_like(t) for k, t in d.bufs[0].outputs.items()},
-                           {k: torch.empty_like(t) for k, t in d.bufs[0].guards.items()})
+        # copies written once now: a first write inside the block would fault its pages in
+        # there (tens of ms for a 16 MB output), as many or as few as the allocator reuses
+        kept = {j: Buffers({}, {k: t.clone() for k, t in d.bufs[0].outputs.items()},
+                           {k: t.clone() for k, t in d.bufs[0].guards.items()})
                 for j in self.rng.sample(range(n - 1), min(CLOCK_CHECKED, n - 1))}
         inside_ms, lazy = self._clock_block(lib, job, d, plan, kept)
         return {"calls": n, "inside_ms": inside_ms, "clock_sets": self._sets_max(d),
                 **self._clock_checked(job, d, plan, kept if calls else {}, lazy)}
 
-    def _block_sets(self, job: dict, d: Data, n: int) -> list[InputSet]:
+    def _block_sets(self, job: dict, d: Data, n: int, fresh: bool) -> list[InputSet]:
         """Input sets for a clock block of ``n`` calls: ``n`` drawn from ref.py's
-        ``inputs()`` with seeds no call has seen (:meth:`held_seeds`), or as many as fit in
-        :data:`CLOCK_SET_BYTES` (:meth:`_sets_max`), without reference outputs (the block's
-        checks make theirs). Drawn for the preparations alone too, right before their block
-        as before the calls': what the draw leaves behind (the CPU's parallel threads spin
-        on after a region, counted in the sandbox's CPU time) is then in both blocks. The
-        draw's time is the harness's own (:meth:`own`). Raises JobError as :meth:`prepare`
-        does."""
+        ``inputs()`` with seeds no call has seen (:meth:`held_seeds`), or as many as
+        :func:`clock_sets` allows, without reference outputs (the block's checks make
+        theirs). ``fresh``: drawn now, for a block of calls; else (the preparations alone,
+        which no candidate's code sees) ``d.pool``, drawn once and reused. The draw's time
+        is the harness's own (:meth:`own`). Raises JobError as :meth:`prepare` does."""
         k = min(n, self._sets_max(d))
+        if not fresh and len(d.pool) >= k:
+            return d.pool[:k]
         t0 = time.perf_counter()
         sets, _ = self._draw(self.ref_module(job["reference"]), job, d.scalars, d.shapes,
                              Path(job["reference"]).name, False, self.held_seeds(job, k))
-        self.own(time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        d.draw_s = took / k
+        self.own(took)
+        if not fresh:
+            d.pool = sets
         return sets
 
     @staticmethod
     def _sets_max(d: Data) -> int:
-        """How many input sets of ``d``'s sizes fit in :data:`CLOCK_SET_BYTES`
-        (:data:`CLOCK_MIN_SETS` at least)."""
-        size = sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values())
-        return max(CLOCK_MIN_SETS, CLOCK_SET_BYTES // max(1, size))
+        """:func:`clock_sets` for ``d``'s input sets."""
+        return clock_sets(sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values()),
+                          d.draw_s)
 
     def _clock_block(self, lib: Any, job: dict, d: Data, plan: list[InputSet],
                      kept: dict[int, Buffers]) -> tuple[float, str]:
@@ -1959,6 +1969,19 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
         raise JobError("error", f"{ref_name}: {fn.__name__}() takes {', '.join(missing)} "
                        f"that kopt cannot give: {'; '.join(why)}")
     return {k: v for k, v in given.items() if k in params}
+
+def clock_sets(size: int, draw_s: float) -> int:
+    """How many input sets of ``size`` bytes, each drawn in ``draw_s`` seconds (0: not yet
+    known), one clock block may draw (workers.harness ``Harness.clock``): as many as fit in
+    :data:`CLOCK_SET_BYTES` and in :data:`CLOCK_DRAW_S` of drawing, and
+    :data:`CLOCK_MIN_SETS` at least. (An sgemm's 4096^2 inputs take about 0.2 s to draw
+    from a CPU generator: a block of 8 such sets, before and after each of its tries,
+    would add seconds to every contender's clock.)"""
+    k = CLOCK_SET_BYTES // max(1, size)
+    if draw_s > 0:
+        k = min(k, int(CLOCK_DRAW_S / draw_s))
+    return max(CLOCK_MIN_SETS, k)
+
 
 def _keep(buf: Buffers, into: Buffers) -> None:
     """Copy ``buf``'s outputs and canaries into ``into``'s (same shapes)."""
