@@ -655,3 +655,98 @@ def test_the_sets_a_block_may_draw_are_bounded_by_bytes_and_by_drawing_time():
     assert clock_sets(128 << 20, 0.0) == 8
     assert clock_sets(128 << 20, 0.2) == 3
     assert clock_sets(2 << 30, 0.0) == 3
+
+
+def test_a_block_of_calls_draws_its_sets_whatever_drawing_took_here(tmp_path):
+    """A candidate's thread holding Python's lock stretched the draw that its own harness
+    timed, and that figure, deciding how many sets the block got, gave it 3 to replay (a
+    red-team trial cleared a 1/100 clock 4 of 6). A block of calls draws the ``n`` sets it
+    is asked for (within the bytes); only the preparations alone, in the second harness,
+    go by the drawing time."""
+    h = Harness("cpu")
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]})
+    d = h.prepare(j)
+    d.draw_s = 10.0  # as if every set took 10 s to draw
+    sets = h._block_sets(j, d, 12, fresh=True)
+    assert len(sets) == 12 and len({s.seed for s in sets}) == 12
+    assert len(h._block_sets(j, d, 12, fresh=False)) == 3
+
+
+FLAKY_REF = """import sys
+sys.path.insert(0, {pack!r})
+from ref import reference  # noqa: F401
+import ref as _ref
+
+
+FLAKY = False  # set once the check's sets are drawn
+
+
+def inputs(seed, N):
+    if FLAKY and seed % 4 == 0:
+        raise ValueError(f"no inputs for seed {{seed}}")
+    return _ref.inputs(seed, N)
+"""
+
+
+def test_a_seed_whose_inputs_fail_is_skipped_for_another(tmp_path):
+    """ref.py's ``inputs()`` failing on a quarter of the seeds (never on the check's): the
+    clock's block draws hundreds of random seeds, and one failure made the closing an
+    `error` or dropped an honest contender (a red-team trial). A seed that fails is
+    skipped for another; the block gets every set it asked for."""
+    import random
+
+    (tmp_path / "ref.py").write_text(FLAKY_REF.format(pack=str(PACK)))
+    h = Harness("cpu")
+    h.rng = random.Random(7)  # the same seeds every run
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, tmp_path / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]})
+    d = h.prepare(j)
+    h.ref_module(j["reference"]).FLAKY = True
+    sets = h._block_sets(j, d, 40, fresh=True)
+    assert len(sets) == 40 and all(s.seed % 4 for s in sets)
+    res = h.run({**j, "clock_calls": 20})
+    assert res["status"] == "ok", res
+
+
+def test_a_clock_answer_that_is_not_the_harnesss_own_is_suspect(monkeypatch):
+    """Candidate code can write the answer pipe (its file descriptor is on the harness's
+    command line): a red-team candidate wrote an `ok` answer natively in the middle of a
+    block, with no "clocked", and the outside clock stopped there (a 1/100 clock cleared
+    5 of 5); with a "clocked" first and an exit after, 2 of 2. The sandbox's side
+    (workers.sandbox ``_clock_answer``): an `ok` without exactly one "clocked" is suspect;
+    so is one whose harness does not answer a ping with the same value next (killed)."""
+    import threading
+    from multiprocessing import Pipe
+
+    from workers import sandbox as sb
+    from workers.harness import answer
+
+    monkeypatch.setattr(sb, "PING_S", 0.5)
+    box = object.__new__(sb.Sandbox)
+    box.r, to_box = Pipe(duplex=False)  # harness -> sandbox
+    from_box, box.w = Pipe(duplex=False)  # sandbox -> harness
+    killed = []
+    box.kill = lambda ended=False: killed.append(ended)
+    ok = {"status": "ok", "error": "", "calls": 9}
+    for n in (0, 2):
+        res = box._clock_answer(ok, sb._ClockMarks(t0=1.0, clocked=n))
+        assert res["status"] == "suspect" and res["error"].startswith(
+            f"its harness said its calls were done {n} times in one block"), res
+
+    def harness():  # the real one, back in its loop after answering
+        kind, nonce = from_box.recv()
+        answer(to_box, {"pong": nonce})
+
+    t = threading.Thread(target=harness)
+    t.start()
+    assert box._clock_answer(ok, sb._ClockMarks(t0=1.0, clocked=1)) == ok
+    t.join()
+    assert killed == []
+    # the real harness still in its block (or gone): no answer to the ping
+    res = box._clock_answer(ok, sb._ClockMarks(t0=1.0, clocked=1))
+    assert res["status"] == "suspect" and "did not answer a ping" in res["error"], res
+    assert killed == [False]
+    assert from_box.recv()[0] == "ping"  # the unanswered ping, sent

@@ -109,7 +109,11 @@ wrongly:
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
   ``time.perf_counter_ns``, e.g. to make every check pass); the result pipe to the
   sandbox (a forged outcome: JSON, never unpickled, so it carries figures, not code; a
-  thread left behind can also forge the next candidate's). Only a candidate run in a
+  thread left behind can also forge the next candidate's; a clock job's answer written
+  there, natively, mid-block, is ``suspect`` unless it comes with exactly one "clocked"
+  and this process then answers the sandbox's ping, workers.sandbox ``_clock_answer``:
+  code that reads this process's input pipe and answers in its stead is not caught).
+  Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
   do that. What it does instead, at the loop's closing only: each contender of the closing
   contest is re-timed by a clock outside this process (``clock`` jobs: calls each prepared
@@ -1358,20 +1362,33 @@ class Harness:
         """Input sets for a clock block of ``n`` calls: ``n`` drawn from ref.py's
         ``inputs()`` with seeds no call has seen (:meth:`held_seeds`), or as many as
         :func:`clock_sets` allows, without reference outputs (the block's checks make
-        theirs). ``fresh``: drawn now, for a block of calls; else (the preparations alone,
-        which no candidate's code sees) ``d.pool``, drawn once and reused. The draw's time
+        theirs). ``fresh``: drawn now, for a block of calls, ``n`` of them within the bytes
+        the sets may hold: the drawing time this process measures does not count there (a
+        thread of the candidate's holding Python's lock stretched it, and the block got 3
+        sets to replay in random order: a red-team trial cleared a 1/100 clock 4 of 6; the
+        caller sizes ``n`` by the second harness's ``clock_sets``). Else (the preparations
+        alone, which no candidate's code sees) ``d.pool``, drawn once and reused. A seed
+        whose ``inputs()`` fails is skipped for another (ref.py's fault, not the
+        candidate's: the check's seeds never met it), up to ``n`` of them. The draw's time
         is the harness's own (:meth:`own`). Raises JobError as :meth:`prepare` does."""
-        k = min(n, self._sets_max(d))
+        size = sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values())
+        k = min(n, clock_sets(size, 0.0) if fresh else self._sets_max(d))
         if not fresh and len(d.pool) >= k:
             return d.pool[:k]
         t0 = time.perf_counter()
-        sets, _ = self._draw(self.ref_module(job["reference"]), job, d.scalars, d.shapes,
-                             Path(job["reference"]).name, False, self.held_seeds(job, k))
+        mod, sets, failed = self.ref_module(job["reference"]), [], 0
+        while len(sets) < k:
+            try:
+                sets += self._draw(mod, job, d.scalars, d.shapes, Path(job["reference"]).name,
+                                   False, self.held_seeds(job, 1))[0]
+            except JobError:
+                failed += 1
+                if failed > k:
+                    raise
         took = time.perf_counter() - t0
-        d.draw_s = took / k
         self.own(took)
         if not fresh:
-            d.pool = sets
+            d.pool, d.draw_s = sets, took / k
         return sets
 
     @staticmethod
@@ -1427,7 +1444,7 @@ class Harness:
         t0 = time.perf_counter()
         try:
             for j in sorted(checks, reverse=True):
-                if self._wrong(job, d, plan[j], checks[j]):
+                if self._wrong(job, d, plan[j], checks[j]) is True:
                     which = "the last one's" if j == n - 1 else f"call {j + 1}'s"
                     return {"status": Status.WRONG_RESULT,
                             "error": f"of {n} calls outside the contest's rounds, {which} "
@@ -1437,14 +1454,18 @@ class Harness:
             self.own(time.perf_counter() - t0)
         return {"status": Status.OK, "error": ""}
 
-    def _wrong(self, job: dict, d: Data, s: InputSet, buf: Buffers) -> bool:
+    def _wrong(self, job: dict, d: Data, s: InputSet, buf: Buffers) -> bool | None:
         """Whether the outputs in ``buf`` of a call on input set ``s`` (no reference outputs
         yet) lie outside the tolerance band of the reference's outputs for ``s``, or a
-        canary was touched. Raises JobError where the reference fails (as :meth:`prepare`)."""
-        with torch.no_grad():
-            expected, _ = self._reference(self.ref_module(job["reference"]), job,
-                                          dict(s.inputs), d.scalars, d.shapes,
-                                          Path(job["reference"]).name)
+        canary was touched; None where the reference fails on ``s`` (ref.py's fault, not the
+        candidate's: that call goes unchecked)."""
+        try:
+            with torch.no_grad():
+                expected, _ = self._reference(self.ref_module(job["reference"]), job,
+                                              dict(s.inputs), d.scalars, d.shapes,
+                                              Path(job["reference"]).name)
+        except JobError:
+            return None
         made = InputSet(s.seed, s.inputs, expected)
         _bands([made], [a for a in job["signature"] if a["kind"] == "output"], d.shape_of,
                job["tolerance"])
@@ -2259,6 +2280,9 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
         except EOFError:
             return
         if kind == "go":
+            continue
+        if kind == "ping":  # after a clock job's answer: this process's, not another's
+            answer(wconn, {"pong": job})
             continue
         h.idle_s = time.perf_counter() - h.done_at
         try:

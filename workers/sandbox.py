@@ -38,6 +38,7 @@ START_TIMEOUT_S = 180.0
 _STATUSES = {st.value for st in Status}
 ANSWER_BYTES = 64 << 20  # the largest message a harness may send (samples, error text)
 EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
+PING_S = 10.0  # a clock job's harness answers the ping after its answer within this (s)
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
@@ -190,7 +191,7 @@ class Sandbox:
         on either side only lengthens the figure. Each "clocked" is answered with ``("go",
         None)``, which the harness waits for before its checks (a late read then counts no
         check's CPU time); a job whose harness said "clocked" more than once is
-        ``suspect`` (:func:`_clocked_twice`). A figure the answer carries under that name is
+        ``suspect`` (:meth:`_clock_answer`). A figure the answer carries under that name is
         dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
@@ -245,7 +246,40 @@ class Sandbox:
                 # only a reference-timing job times ref.py's function (a candidate could
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
-        return self._answered(_clock_broken(_clocked_twice(res, clock), job), t0, pos, clock)
+        if clock is not None:
+            res = self._clock_answer(res, clock)
+        return self._answered(_clock_broken(res, job), t0, pos, clock)
+
+    def _clock_answer(self, res: dict[str, Any], clock: _ClockMarks) -> dict[str, Any]:
+        """A clock job's answer ``res``, ``suspect`` when it says ``ok`` but its harness did
+        not say "clocked" exactly once, or does not answer a ping with the same random
+        value as its next message within :data:`PING_S` (its harness killed then, to start
+        afresh): candidate code can write this pipe (its file descriptor is on the
+        harness's command line), and an answer it wrote there in the middle of the block,
+        with or without a "clocked", stopped the outside clock early; a red-team candidate
+        cleared a 1/100 clock so, 5 of 5, and one that exited right after 2 of 2. The real
+        harness, still in its block or gone, does not answer the ping. A candidate that
+        also reads this pipe's messages and answers in its harness's stead is not caught
+        (workers.harness: "What is not caught")."""
+        if res.get("status") != Status.OK:
+            return res
+        if clock.clocked != 1:
+            return {**res, "status": Status.SUSPECT,
+                    "error": f"its harness said its calls were done {clock.clocked} times in "
+                             "one block (once is the harness's own): code in its process "
+                             "spoke for it"}
+        nonce = os.urandom(8).hex()
+        try:
+            self.w.send(("ping", nonce))
+            ok = self.r.poll(PING_S) and read_answer(self.r).get("pong") == nonce
+        except (EOFError, OSError):
+            ok = False
+        if ok:
+            return res
+        self.kill()
+        return {**res, "status": Status.SUSPECT,
+                "error": "its harness did not answer a ping after the block's answer: the "
+                         "answer was not the harness's own"}
 
     def _clock_mark(self, clock: _ClockMarks, stage: Any) -> None:
         """A clock job's progress message ``stage``: the first "clock" starts the outside
@@ -537,19 +571,6 @@ class _ClockMarks:
     cpu0: int | None = None
     end: tuple[float, int | None] | None = None
     clocked: int = 0
-
-
-def _clocked_twice(res: dict[str, Any], clock: _ClockMarks | None) -> dict[str, Any]:
-    """``res``, ``suspect`` when its clock job's harness said "clocked" more than once (it
-    says so once, when its calls are done): code in the harness's process said it early,
-    to stop the outside clock before its calls were done (a red-team candidate cleared a
-    1/100 clock so, 3 of 3)."""
-    if clock is None or clock.clocked <= 1:
-        return res
-    clocked = clock.clocked
-    return {**res, "status": Status.SUSPECT,
-            "error": f"its harness said its calls were done {clocked} times in one block "
-                     "(once is the harness's own): code in its process spoke for it"}
 
 
 def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str, Any]:
