@@ -1371,8 +1371,7 @@ class Harness:
         whose ``inputs()`` fails is skipped for another (ref.py's fault, not the
         candidate's: the check's seeds never met it), up to ``n`` of them. The draw's time
         is the harness's own (:meth:`own`). Raises JobError as :meth:`prepare` does."""
-        size = sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values())
-        k = min(n, clock_sets(size, 0.0) if fresh else self._sets_max(d))
+        k = min(n, clock_sets(_set_bytes(d), 0.0) if fresh else self._sets_max(d))
         if not fresh and len(d.pool) >= k:
             return d.pool[:k]
         t0 = time.perf_counter()
@@ -1394,8 +1393,7 @@ class Harness:
     @staticmethod
     def _sets_max(d: Data) -> int:
         """:func:`clock_sets` for ``d``'s input sets."""
-        return clock_sets(sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values()),
-                          d.draw_s)
+        return clock_sets(_set_bytes(d), d.draw_s)
 
     def _clock_block(self, lib: Any, job: dict, d: Data, plan: list[InputSet],
                      kept: dict[int, Buffers]) -> tuple[float, str]:
@@ -1990,6 +1988,11 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
         raise JobError("error", f"{ref_name}: {fn.__name__}() takes {', '.join(missing)} "
                        f"that kopt cannot give: {'; '.join(why)}")
     return {k: v for k, v in given.items() if k in params}
+
+def _set_bytes(d: Data) -> int:
+    """The bytes of one of ``d``'s input sets (its inputs, in/out ones included)."""
+    return sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values())
+
 
 def clock_sets(size: int, draw_s: float) -> int:
     """How many input sets of ``size`` bytes, each drawn in ``draw_s`` seconds (0: not yet
