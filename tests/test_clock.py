@@ -618,19 +618,51 @@ def test_an_honest_kernel_that_relies_on_its_inputs_distribution_clears_the_cloc
 
 def test_a_block_of_calls_shorter_than_its_preparations_alone_is_suspect():
     """The rule on its own: calls' blocks of 2 ms against 10 ms of the same preparations
-    alone (a "clocked" said early) are suspect at once, naming both figures; 6 ms (within
-    the preparations' noise) is not."""
-    def clock(ms):
-        return lambda n, loads_only: {"status": "ok", "outside_ms": 10.0 if loads_only
-                                      else ms}
+    alone (a "clocked" said early) on every try are suspect, naming both figures; 6 ms
+    (within the preparations' noise) is not. A try whose block of calls read short is
+    left out and the next one judges: one preparations' block lengthened (a garbage
+    collection fell in it, or load) no longer made an honest kernel suspect at once; nor
+    does one lengthened preparations' block around a try (the shorter one counts)."""
+    def clock(calls_ms, preps_ms=()):
+        calls, preps = iter(calls_ms), iter(preps_ms)
+        asked = []
 
-    blocks, fault = outside_blocks(clock(2.0), 1.0)
+        def run(n, loads_only):
+            asked.append(loads_only)
+            return {"status": "ok", "outside_ms": next(preps, 10.0) if loads_only
+                    else next(calls)}
+        run.asked = asked
+        return run
+
+    every = clock([2.0, 2.0, 2.0])
+    blocks, fault = outside_blocks(every, 1.0)
     assert blocks == [] and fault == (
         "suspect: outside the contest, a block of its 12 calls with their preparations took "
         "2 ms, less than the 10 ms the same preparations alone took: its process said the "
         "calls were done before they were"), fault
-    blocks, fault = outside_blocks(clock(6.0), 1.0)
+    assert every.asked == [True, True, False, True, False, True, False, True]
+    blocks, fault = outside_blocks(clock([6.0]), 1.0)
     assert fault == "" and blocks == [(0.0, 12, 10.0)], (blocks, fault)
+    # both preparations' blocks around the first try read 387 ms: that try is left out
+    once = clock([16.0, 16.0, 16.0], preps_ms=[10.0, 387.0, 387.0, 10.0])
+    blocks, fault = outside_blocks(once, 1.0)
+    assert fault == "" and blocks == [(6.0, 12, 10.0)], (blocks, fault)
+    assert once.asked == [True, True, False, True, False, True]
+    # one of them did: the shorter one counts
+    blocks, fault = outside_blocks(clock([16.0], preps_ms=[10.0, 387.0, 10.0]), 1.0)
+    assert fault == "" and blocks == [(6.0, 12, 10.0)], (blocks, fault)
+
+    # the sandboxes' CPU time: the figure subtracts the longer preparations' block (load
+    # lengthens CPU time little), but a calls' block is short only against the shorter
+    wall = clock([16.0, 16.0, 16.0])
+
+    def counted(n, loads_only):
+        res = wall(n, loads_only)
+        cpu = [10.0, 387.0, 10.0][sum(wall.asked) - 1] if loads_only else 16.0
+        return {**res, "outside_cpu_ms": cpu}
+
+    blocks, fault = outside_blocks(counted, 1.0)
+    assert fault == "" and blocks == [(0.0, 12, 387.0)], (blocks, fault)
 
 
 def test_a_block_makes_no_more_calls_than_the_harness_has_input_sets_of_their_own():

@@ -14,13 +14,13 @@ from kopt.store.database import query
 def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropped(
         ray_local, copy_fixture, tmp_path):
     """As test_pipeline.py's closing-contest test, but at the closing the final winner
-    (with C) computes correctly and has Python scale the harness's clock by 1/25 (attack
-    MODE 10 at 1/25: tests/fixtures/steps/steps.cpp says why): it was named best at about
-    25x. The contest ran every contender in one harness, so every median there was scaled
-    and every contender's outside clock disagreed; each was judged again alone in a fresh
-    harness, where only the patcher's did: it alone is `suspect` and dropped, and the
-    honest ones are measured again side by side in a fresh harness, iteration 1's winner
-    named best as before."""
+    (with C) computes correctly, at 4x its work, and has Python scale the harness's clock
+    by 1/25 (attack MODE 10 at 1/25: tests/fixtures/steps/steps.cpp says why): at 1x its
+    work it was named best at about 25x. The contest ran every contender in one harness, so
+    every median there was scaled and every contender's outside clock disagreed; each was
+    judged again alone in a fresh harness, where only the patcher's did: it alone is
+    `suspect` and dropped, and the honest ones are measured again side by side in a fresh
+    harness, iteration 1's winner named best as before."""
     d = copy_fixture("steps")
     trigger = tmp_path / "closing-started"
     src = d / "steps.cpp"

@@ -174,6 +174,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import gc
 import importlib.util
 import inspect
 import json
@@ -1401,27 +1402,39 @@ class Harness:
         per input set of ``plan``, each prepared as a sample is, its output pages made
         readable again after it (CPU), the outputs of the j-th copied into ``kept[j]`` where
         there is one; from the sandbox's "go" to the "clocked" this process says once they
-        are done. Returns its own clock's ms and why an output page was gone ("": none)."""
+        are done. Python's garbage collector is off meanwhile, as ``timeit`` turns it off
+        while it times (Python's documentation of ``timeit.Timer.timeit``): a full collection
+        in a process that imported torch takes 70-90 ms of CPU, and the loop's own
+        allocations start one now and then (in one of 16 blocks of 2000 preparations of a
+        small CPU kernel, 89 ms of its 352). One in a block of the preparations alone shrinks
+        the calls' figure, or makes the calls' block read shorter than it: likely what
+        cleared a 1/25 clock once, and made an honest kernel `suspect` once (preparations
+        alone 387 ms, the calls' block of the same preparations 16 ms), in loaded test
+        suites. Returns its own clock's ms and why an output page was gone ("": none)."""
         flush = job["timing"].get("flush", True)
         lazy = ""
         self._sync()
         self.progress({"stage": "clock"})
         self.await_go()
-        t0 = time.perf_counter()
-        for j, s in enumerate(plan):
-            self._load_set(d.bufs[0], s, flush)
-            if flush:
-                self.flush(d.bufs[0])
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            for j, s in enumerate(plan):
+                self._load_set(d.bufs[0], s, flush)
+                if flush:
+                    self.flush(d.bufs[0])
+                if lib is not None:
+                    self.call(lib, job, d)
+                if not self.is_cuda:  # in both blocks: the same cost in each
+                    lazy = self.reopen(d.bufs[0]) or lazy
+                if j in kept:
+                    _keep(d.bufs[0], kept[j])
             if lib is not None:
-                self.call(lib, job, d)
-            if not self.is_cuda:  # in both blocks: the same cost in each
-                lazy = self.reopen(d.bufs[0]) or lazy
-            if j in kept:
-                _keep(d.bufs[0], kept[j])
-        if lib is not None:
-            self.check_cuda(lib, "clock")
-        self._sync()
-        inside_ms = (time.perf_counter() - t0) * 1e3
+                self.check_cuda(lib, "clock")
+            self._sync()
+            inside_ms = (time.perf_counter() - t0) * 1e3
+        finally:
+            gc.enable()
         # the outside clock stops here, before the checks; this process waits for the
         # sandbox's word that it read the time, so that a late read counts no check's work
         self.progress({"stage": "clocked"})

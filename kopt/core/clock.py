@@ -135,8 +135,9 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     Returns (the blocks, "") or (the blocks so far, ``"status: why"``) when a block of its
     calls failed (wrong outputs, a crash: the contender's fault), or ``suspect`` when its
     sandbox used more than :data:`HELD_CPU_MS` of CPU while held for a preparations'
-    block (the device's ``held_cpu_ms``: code it left running escaped the hold), or when a
-    block of its calls took less than the preparations alone (:func:`_short`).
+    block (the device's ``held_cpu_ms``: code it left running escaped the hold), or when
+    every try's block of its calls took less than the preparations alone
+    (:func:`_short`; a try that did is left out of the blocks, and a later one judges).
 
     Raises:
         ClockError: a block of the preparations alone failed.
@@ -149,6 +150,7 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
         n = max(CLOCK_MIN_CALLS, min(n, sizing[3]))
     before = _preparations(clock, n)
     blocks: list[Block] = []
+    short = ""
     for _ in range(CLOCK_TRIES):
         if escaped := _escaped(before):
             return blocks, escaped
@@ -160,13 +162,15 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
         if escaped := _escaped(after):
             return blocks, escaped
         whole, prep = _figures(res, before, after)
-        if short := _short(whole, prep, n):
-            return blocks, short
+        cut = _short(whole, _shortest(res, before, after), n)
+        before = after
+        if cut:  # a try that neither clears nor counts: suspect when every try is so
+            short = cut
+            continue
         blocks.append((max(0.0, whole - prep), n, prep))
         if not clock_suspect(median_ms, blocks):
             break
-        before = after
-    return blocks, ""
+    return blocks, short if not blocks else ""
 
 
 def _figures(res: dict[str, Any], before: tuple, after: tuple) -> tuple[float, float]:
@@ -180,6 +184,16 @@ def _figures(res: dict[str, Any], before: tuple, after: tuple) -> tuple[float, f
     if len(cpu) == 3:
         return float(cpu[0]), max(cpu[1], cpu[2])
     return float(res["outside_ms"]), min(before[0], after[0])
+
+
+def _shortest(res: dict[str, Any], before: tuple, after: tuple) -> float:
+    """The shorter of the preparations' blocks ``before`` and ``after`` a try (ms, in the
+    figure :func:`_figures` takes for the try's answer ``res``: CPU time where all three
+    count it, else wall): what :func:`_short` holds the calls' block against, so that one
+    preparations' block lengthened by load cannot make an honest block of calls look cut
+    short."""
+    cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
+    return min(cpu[1], cpu[2]) if len(cpu) == 3 else min(before[0], after[0])
 
 
 def _short(whole: float, prep: float, n: int) -> str:
