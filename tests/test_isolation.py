@@ -498,9 +498,10 @@ def test_ipc_objects_a_candidate_makes_die_with_its_harness(tmp_path):
 
 
 def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
-    """workers.seccomp in a process of its own: socket(), a user namespace, inotify and a
-    POSIX message queue are refused (EPERM) for every thread, while threads, fork and exec
-    still work."""
+    """workers.seccomp in a process of its own: socket(), a user namespace, inotify, a
+    POSIX message queue and perf_event_open (a hardware breakpoint's way in: attack
+    tests/fixtures/faultpack/lazy_trap.cpp) are refused (EPERM) for every thread, while
+    threads, fork and exec still work."""
     code = (
         "import ctypes, os, socket, subprocess, threading\n"
         "from workers import seccomp\n"
@@ -516,13 +517,16 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "out.append((libc.unshare(0x10000000), ctypes.get_errno()))\n"
         "out.append((libc.inotify_init1(0), ctypes.get_errno()))\n"
         "out.append((libc.mq_open(b'/kopt', 0o100 | 2, 0o600, None), ctypes.get_errno()))\n"
+        "attr = ctypes.create_string_buffer(128)\n"  # any attr: the filter answers first
+        "nr = {'x86_64': 298, 'aarch64': 241}[os.uname().machine]\n"
+        "out.append((libc.syscall(nr, attr, 0, -1, -1, 0), ctypes.get_errno()))\n"
         "out.append(subprocess.run(['true']).returncode)\n"
         "print(out)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     # inotify instances and message-queue bytes are counted per uid: the host root's
-    assert p.stdout.strip() == "[1, (-1, 1), (-1, 1), (-1, 1), 0]"
+    assert p.stdout.strip() == "[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0]"
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch):
