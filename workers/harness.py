@@ -80,7 +80,13 @@ wrongly:
   the same new sets stay slow, and its first call on a check set was as fast as its
   samples there) would also clear a candidate that ships the answers for the check's
   seeds (sweep.yaml's, known before the run) and computes the rest; it needs random
-  check seeds first.
+  check seeds first. At the loop's closing the same kernel can be ``suspect``: the outside
+  clock's blocks call on fresh sets from ref.py's ``inputs()``, and their mean over the
+  slow sets is held against the contest's median (a red-team kernel always correct, 200x
+  slower on about 1 set in 10 and fast on the check's seeds: `suspect` 5 of 5). Judging
+  the block by its own calls' figures from this process's clock instead would clear it,
+  and also a patch that tells the block's calls from the contest's (by the gaps between
+  calls) and scales only the contest's; the median is what names a winner;
 
 - a replay that costs at least ``1 / REPLAY_FACTOR`` of the work (padded to look honest);
   a replayer that pads just under half of its calls on seen sets to the work's cost keeps a
@@ -91,7 +97,12 @@ wrongly:
   and the read of its outputs, and outputs computed lazily when first read other than
   from pages it protected (those are ``escaped``: ``Harness.unreadable``; e.g. pages it
   unmapped and a userfaultfd handler that also serves the kernel's reads, where that is
-  allowed): there is no device-wide "synchronize" to probe with.
+  allowed, or a hardware breakpoint on its outputs' first bytes where the sandbox's filter
+  does not refuse ``perf_event_open``: tests/fixtures/faultpack/lazy_trap.cpp; a file
+  mapping laid over its outputs and truncated, whose reads fault, was not tried): there is
+  no device-wide "synchronize" to probe with. The closing's outside clock reads every
+  output of every call inside its blocks (:func:`_read_all`), so that such work is timed
+  there.
   (Timing the verification reads against reads after no call flagged honest OpenMP
   kernels on a loaded 2-core machine, so kopt does not do it.) Likewise, work done before
   the call by a thread of its own that watches the buffers and computes a call's outputs
