@@ -407,6 +407,28 @@ def test_outputs_computed_on_their_first_read_are_escaped(tmp_path):
     assert "write every output before returning" in res["error"]
 
 
+def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_are_escaped(tmp_path):
+    """tests/fixtures/faultpack/lazy_bus.cpp (red-team round 6): after the check's calls,
+    solve lays a truncated memfd mapping over its outputs and returns; the first read
+    faults (SIGBUS) and its handler computes them, after the call's timing window: `ok` at
+    50x the honest speed before. The handler it left installed after a call makes it
+    `escaped`, in a sandbox as kopt runs it, and the harness starts afresh after it."""
+    from workers.sandbox import Sandbox
+
+    src = PACK / "lazy_bus.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 32768},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]})
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        res = sb.run(j, timeout_s=60)
+        restarts = sb.restarts
+    finally:
+        sb.close()
+    assert res["status"] == "escaped", res
+    assert "solve left a handler of its own for SIGBUS" in res["error"], res
+    assert restarts == 1
+
+
 def test_answers_made_before_the_run_for_the_sweep_seeds_are_replayed(tmp_path):
     """MODE 9: the seed is in sweep.yaml and the held-back sets' seeds followed it (seed + 2,
     ...), so ref.py's answers for seeds 3 to 42 can be made before the run and shipped

@@ -158,17 +158,21 @@ def test_the_harness_times_a_block_of_calls_prepared_as_samples(tmp_path):
 
 def test_outputs_left_on_protected_pages_fail_the_clock_block(tmp_path):
     """Attack MODE 2 (tests/fixtures/faultpack/attacks.cpp) returns with its output pages
-    protected and computes them in its fault handler when they are first read. In the clock
+    protected and computes them in its SIGSEGV handler when they are first read. In the clock
     block, where a red-team candidate did so only on calls it took for the block's, the
     copies of checked calls and the check read them: only checked calls were computed, and
-    a 1/100 clock cleared 14 of 15 times. Now every output page is made readable again
-    after each call of the block, as after every timed sample: the poison is what the
-    check reads."""
+    a 1/100 clock cleared 14 of 15 times. Every output page is made readable again after
+    each call of the block, and the handler it left installed after its first call makes it
+    `escaped` (workers/harness.py ``_signals``)."""
     from test_attacks import attack_job
 
     h = Harness("cpu")
     res = h.run({**attack_job(tmp_path, 2), "clock_calls": 6})
-    assert res["status"] == "wrong_result" and res["error"].startswith("of 6 calls "), res
+    assert res["status"] == "escaped", res
+    assert res["error"] == (
+        "outside the contest's rounds: solve left a handler of its own for SIGSEGV (outputs "
+        "computed in a fault or trap handler on their first read, after the call, are not "
+        "timed); a kernel must not install signal handlers"), res
 
 
 def test_outputs_computed_when_first_read_are_computed_inside_the_clock_block(tmp_path):
@@ -176,8 +180,9 @@ def test_outputs_computed_when_first_read_are_computed_inside_the_clock_block(tm
     it in a SIGTRAP handler when a hardware breakpoint on its output's first bytes reports
     the first read (a red-team trial: the checks read only the checked calls, after the
     clock stopped, and a 1/100 clock cleared 3 of 4 times). Every output of every call of
-    a block is now read inside it: every call is computed there. (In a sandbox the
-    system-call filter refuses perf_event_open as well: test_isolation.)"""
+    a block is now read inside it: every call is computed there; and the handler it left
+    makes it `escaped`. (In a sandbox the system-call filter refuses perf_event_open as
+    well: test_isolation.)"""
     import ctypes
 
     import numpy as np
@@ -194,7 +199,7 @@ def test_outputs_computed_when_first_read_are_computed_inside_the_clock_block(tm
     lib.solve(*(a.ctypes.data_as(ctypes.c_void_p) for a in (x, buf, y)), ctypes.c_int(4096))
     assert (lib.lazy_calls(), lib.lazy_done()) == (1, 0)
     res = h.run({**j, "clock_calls": 40})
-    assert res["status"] == "ok", res
+    assert res["status"] == "escaped" and "handler of its own for SIGTRAP" in res["error"], res
     made, done = lib.lazy_calls(), lib.lazy_done()
     assert made >= 41 and made - done <= 1, (made, done)  # the first one, above
 

@@ -103,6 +103,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.kopt_stream_copy.argtypes, lib.kopt_stream_copy.restype = [_P, _P, _N], None
     lib.kopt_stream_fill.argtypes, lib.kopt_stream_fill.restype = [_P, _P, _N], None
     lib.kopt_restore_rw.argtypes, lib.kopt_restore_rw.restype = [_P, _N], ctypes.c_int
+    lib.kopt_handlers_changed.argtypes, lib.kopt_handlers_changed.restype = [], ctypes.c_int
     for t in ("f32", "f64"):
         f = getattr(lib, f"kopt_all_close_{t}")
         f.argtypes = [_P, _P, _N, ctypes.c_double, ctypes.c_double]
@@ -179,6 +180,22 @@ def restore_rw(ranges: Iterable[tuple[int, int]]) -> int:
         if err:
             return int(err)
     return 0
+
+
+# the signals of native.c's HANDLED_SIGNALS, in its order (bit i of handlers_changed)
+HANDLED_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGTRAP", "SIGILL", "SIGFPE")
+
+
+def handlers_changed() -> list[str]:
+    """The names of the signals (of :data:`HANDLED_SIGNALS`: those a fault or trap on a
+    candidate's outputs raises) whose handler in this process changed since the last call
+    (``kopt_handlers_changed``: ``sigaction``); none on the first call. Raises RuntimeError
+    without the library."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(WHY_NOT)
+    bits = int(lib.kopt_handlers_changed())
+    return [n for i, n in enumerate(HANDLED_SIGNALS) if bits >> i & 1]
 
 
 def _streamable(dst: torch.Tensor, src: torch.Tensor) -> None:
