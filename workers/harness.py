@@ -97,12 +97,14 @@ wrongly:
   and the read of its outputs, and outputs computed lazily when first read other than
   from pages it protected (those are ``escaped``: ``Harness.unreadable``; e.g. pages it
   unmapped and a userfaultfd handler that also serves the kernel's reads, where that is
-  allowed, or a hardware breakpoint on its outputs' first bytes where the sandbox's filter
-  does not refuse ``perf_event_open``: tests/fixtures/faultpack/lazy_trap.cpp; a file
-  mapping laid over its outputs and truncated, whose reads fault, was not tried): there is
-  no device-wide "synchronize" to probe with. The closing's outside clock reads every
-  output of every call inside its blocks (:func:`_read_all`), so that such work is timed
-  there.
+  allowed): there is no device-wide "synchronize" to probe with. A handler of its own for
+  SIGSEGV, SIGBUS, SIGTRAP, SIGILL or SIGFPE that its load or a call left installed makes
+  it ``escaped`` (:meth:`Harness._signals`: a truncated file mapping laid over its outputs,
+  SIGBUS, tests/fixtures/faultpack/lazy_bus.cpp; a hardware breakpoint, SIGTRAP,
+  lazy_trap.cpp, whose ``perf_event_open`` the sandbox's filter refuses too), but not a
+  thread of its own that installs one after the harness looked and takes it away before
+  the next look. The closing's outside clock also reads every output of every call
+  inside its blocks (:func:`_read_all`), so that such work is timed there.
   (Timing the verification reads against reads after no call flagged honest OpenMP
   kernels on a loaded 2-core machine, so kopt does not do it.) Likewise, work done before
   the call by a thread of its own that watches the buffers and computes a call's outputs
