@@ -407,15 +407,19 @@ def test_outputs_computed_on_their_first_read_are_escaped(tmp_path):
     assert "write every output before returning" in res["error"]
 
 
-def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_are_escaped(tmp_path):
+@pytest.mark.parametrize("name", ["lazy_bus", "lazy_sys"])
+def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_are_escaped(tmp_path, name):
     """tests/fixtures/faultpack/lazy_bus.cpp (red-team round 6): after the check's calls,
     solve lays a truncated memfd mapping over its outputs and returns; the first read
     faults (SIGBUS) and its handler computes them, after the call's timing window: `ok` at
     50x the honest speed before. The handler it left installed after a call makes it
-    `escaped`, in a sandbox as kopt runs it, and the harness starts afresh after it."""
+    `escaped`, in a sandbox as kopt runs it, and the harness starts afresh after it.
+    lazy_sys.cpp (round 7) hid that handler behind a seccomp filter of its own, under which
+    the harness's look at it failed (`ok` 4 of 4): the sandbox refuses seccomp(2) now, and
+    a look that fails counts as a change."""
     from workers.sandbox import Sandbox
 
-    src = PACK / "lazy_bus.cpp"
+    src = PACK / f"{name}.cpp"
     j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 32768},
             {"x": ["N"], "buf": ["N"], "y": ["N"]})
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
@@ -427,6 +431,26 @@ def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_are_escaped(tm
     assert res["status"] == "escaped", res
     assert "solve left a handler of its own for SIGBUS" in res["error"], res
     assert restarts == 1
+
+
+def test_a_handler_changed_between_jobs_is_not_the_next_candidates(tmp_path):
+    """A thread a candidate left behind changed a signal handler once its own job was over
+    (red-team round 7: SIGFPE set to SIG_IGN after 300 ms idle): the next, honest job was
+    `escaped` for it. The harness looks again when each job starts: a change made between
+    jobs is nobody's (the framer's own job had ended clean)."""
+    import signal
+
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]})
+    h = Harness("cpu")
+    assert h.run(j)["status"] == "ok"
+    old = signal.signal(signal.SIGFPE, signal.SIG_IGN)  # as the left-behind thread did
+    try:
+        res = h.run(j)
+    finally:
+        signal.signal(signal.SIGFPE, old)
+    assert res["status"] == "ok", res
 
 
 def test_answers_made_before_the_run_for_the_sweep_seeds_are_replayed(tmp_path):

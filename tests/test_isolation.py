@@ -499,9 +499,10 @@ def test_ipc_objects_a_candidate_makes_die_with_its_harness(tmp_path):
 
 def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     """workers.seccomp in a process of its own: socket(), a user namespace, inotify, a
-    POSIX message queue and perf_event_open (a hardware breakpoint's way in: attack
-    tests/fixtures/faultpack/lazy_trap.cpp) are refused (EPERM) for every thread, while
-    threads, fork and exec still work."""
+    POSIX message queue, perf_event_open (a hardware breakpoint's way in: attack
+    tests/fixtures/faultpack/lazy_trap.cpp), seccomp(2) and prctl(PR_SET_SECCOMP) (a filter
+    of the candidate's own: lazy_sys.cpp) are refused (EPERM) for every thread, while
+    threads, fork, exec and other prctl options still work."""
     code = (
         "import ctypes, os, socket, subprocess, threading\n"
         "from workers import seccomp\n"
@@ -520,13 +521,18 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "attr = ctypes.create_string_buffer(128)\n"  # any attr: the filter answers first
         "nr = {'x86_64': 298, 'aarch64': 241}[os.uname().machine]\n"
         "out.append((libc.syscall(nr, attr, 0, -1, -1, 0), ctypes.get_errno()))\n"
+        "nr = {'x86_64': 317, 'aarch64': 277}[os.uname().machine]\n"  # seccomp(2)
+        "out.append((libc.syscall(nr, 1, 0, attr), ctypes.get_errno()))\n"
+        "out.append((libc.prctl(22, 2, attr, 0, 0), ctypes.get_errno()))\n"  # PR_SET_SECCOMP
+        "name = ctypes.create_string_buffer(16)\n"
+        "out.append(libc.prctl(16, name, 0, 0, 0))\n"  # PR_GET_NAME: prctl still works
         "out.append(subprocess.run(['true']).returncode)\n"
         "print(out)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     # inotify instances and message-queue bytes are counted per uid: the host root's
-    assert p.stdout.strip() == "[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0]"
+    assert p.stdout.strip() == "[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0, 0]"
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch):

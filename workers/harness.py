@@ -1050,7 +1050,8 @@ class Harness:
     def _signals(self, lib: Any) -> str:
         """CPU, right after code of ``lib`` ran (its load, a call): why it left a handler of
         its own for a signal a fault or trap on its outputs raises (workers.native
-        ``handlers_changed``: SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE), kept for that
+        ``handlers_changed``: SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE, SIGSYS, or one
+        that could not be read), kept for that
         library and as ``self.lazy``; "" when it never did (and on the GPU, and for None).
         Such a handler computed outputs on their first read, after the call's timing
         window: pages left protected, a file mapping laid over the outputs and truncated
@@ -1607,6 +1608,8 @@ class Harness:
         (device memory outside torch grew by more than ``LEAK_BYTES``: ``leaked_bytes``;
         the harness restarts). Figures measured before a fault stay in the outcome."""
         self.reset_persisting_l2()
+        if self.native is not None:  # a change since the last job's looks is not this job's
+            native.handlers_changed()
         special = self.contest if job.get("contest") else self.clock if job.get(
             "clock_calls") else self.time_reference if job.get("time_reference") else None
         if special is not None:

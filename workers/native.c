@@ -208,12 +208,13 @@ int kopt_restore_rw(void *p, size_t n) {
 
 /* The handlers of the signals a fault or trap on a candidate's outputs raises (a protected
  * page: SIGSEGV; a file mapping truncated under them: SIGBUS; a hardware breakpoint:
- * SIGTRAP; and SIGILL, SIGFPE), as seen at the last call: a bit per signal of
+ * SIGTRAP; and SIGILL, SIGFPE, SIGSYS), as seen at the last call: a bit per signal of
  * HANDLED_SIGNALS whose handler (its function, or SIG_DFL / SIG_IGN, and whether it takes
- * a siginfo) changed since, 0 the first time. A candidate that computes its outputs in
+ * a siginfo) changed since, or that could not be read (a filter of the candidate's own
+ * made the query fail), 0 the first time. A candidate that computes its outputs in
  * such a handler, on their first read after the call, must have installed it. */
 #include <signal.h>
-static const int HANDLED_SIGNALS[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
+static const int HANDLED_SIGNALS[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE, SIGSYS};
 #define N_HANDLED (int)(sizeof HANDLED_SIGNALS / sizeof HANDLED_SIGNALS[0])
 static void *seen_handler[N_HANDLED];
 static int seen_siginfo[N_HANDLED], seen_once;
@@ -221,7 +222,11 @@ int kopt_handlers_changed(void) {
     int changed = 0;
     for (int i = 0; i < N_HANDLED; ++i) {
         struct sigaction now;
-        if (sigaction(HANDLED_SIGNALS[i], NULL, &now) != 0) continue;
+        if (sigaction(HANDLED_SIGNALS[i], NULL, &now) != 0) {  /* refused: not seen, changed */
+            changed |= 1 << i;
+            seen_handler[i] = NULL;
+            continue;
+        }
         int info = (now.sa_flags & SA_SIGINFO) != 0;
         void *h = info ? (void *)now.sa_sigaction : (void *)now.sa_handler;
         if (seen_once && (h != seen_handler[i] || info != seen_siginfo[i])) changed |= 1 << i;

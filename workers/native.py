@@ -183,13 +183,14 @@ def restore_rw(ranges: Iterable[tuple[int, int]]) -> int:
 
 
 # the signals of native.c's HANDLED_SIGNALS, in its order (bit i of handlers_changed)
-HANDLED_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGTRAP", "SIGILL", "SIGFPE")
+HANDLED_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGTRAP", "SIGILL", "SIGFPE", "SIGSYS")
 
 
 def handlers_changed() -> list[str]:
     """The names of the signals (of :data:`HANDLED_SIGNALS`: those a fault or trap on a
-    candidate's outputs raises) whose handler in this process changed since the last call
-    (``kopt_handlers_changed``: ``sigaction``); none on the first call. Raises RuntimeError
+    candidate's outputs raises) whose handler in this process changed since the last call,
+    or could not be read (``kopt_handlers_changed``: ``sigaction``); none on the first
+    call. Raises RuntimeError
     without the library."""
     lib = library()
     if lib is None:

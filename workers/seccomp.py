@@ -21,6 +21,11 @@ runs), with ``EPERM``:
   and only for calls whose outputs were read; a red-team trial cleared a 1/100 clock 3 of
   4 times). The ncu target keeps ``perf_event_open`` (:func:`install`'s ``keep``): ncu's
   injection there was not run with it refused;
+- ``seccomp`` and ``prctl(PR_SET_SECCOMP)``: a filter of the candidate's own, stacked on
+  this one for every thread, made the harness's look at its signal handlers fail (a
+  handler that computed outputs on their first read went unseen: `ok` at 50-100x the honest
+  speed, 4 of 4) and trapped the harness's own ``madvise`` after each call into a handler
+  that did the call's work there (`ok` at 500x, 3 of 3: red-team round 7);
 - ``inotify_init``, ``inotify_init1`` and ``mq_open``: inotify instances and POSIX
   message queue bytes are counted per user (``fs.inotify.max_user_instances``,
   ``RLIMIT_MSGQUEUE``), and the harness runs as the host's uid 0: a candidate holding
@@ -43,6 +48,7 @@ import platform
 
 ENV = "KOPT_SECCOMP"  # "1": the harness installs the filter once set up (workers.sandbox)
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22  # prctl's older way to add a filter
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
 LD_ABS_W, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF opcodes
@@ -54,7 +60,8 @@ X32_BIT = 0x40000000
 DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "io_uring_register", "add_key", "request_key", "keyctl", "ptrace",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
-          "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open")
+          "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
+          "seccomp")
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -65,14 +72,15 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "keyctl": 250, "ptrace": 101, "process_vm_writev": 311, "userfaultfd": 323,
         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
         "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16, "inotify_init": 253,
-        "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298}),
+        "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
+        "prctl": 157}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
         "keyctl": 219, "ptrace": 117, "process_vm_writev": 271, "userfaultfd": 282,
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
         "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
-        "mq_open": 180, "perf_event_open": 241}),
+        "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167}),
 }
 
 
@@ -97,13 +105,14 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
     body: list[tuple[int, int, int, int]] = [(LD_ABS_W, 0, 0, 4)]  # seccomp_data.arch
     # (AArch64 has no inotify_init: inotify_init1 only)
     checks: list[tuple[str, int]] = [(n, nr[n]) for n in DENIED if n in nr and n not in keep]
-    # + ioctl, clone3, clone (and the x32 bound on x86-64)
-    n_checks = len(checks) + 3 + (1 if machine == "x86_64" else 0)
+    # + ioctl, prctl, clone3, clone (and the x32 bound on x86-64)
+    n_checks = len(checks) + 4 + (1 if machine == "x86_64" else 0)
     # positions after the header (arch load, arch jeq, nr load): the checks, then the tail:
-    # clone's flags (load, test), ioctl's request (load, test), allow, deny, enosys
+    # clone's flags (load, test), ioctl's request (load, test), prctl's option (load,
+    # test), allow, deny, enosys
     tail = 3 + n_checks
-    at_ld_arg, at_ld_ioctl = tail, tail + 2
-    at_allow, at_deny, at_enosys = tail + 4, tail + 5, tail + 6
+    at_ld_arg, at_ld_ioctl, at_ld_prctl = tail, tail + 2, tail + 4
+    at_allow, at_deny, at_enosys = tail + 6, tail + 7, tail + 8
     body.append((JEQ_K, 0, at_deny - 2, arch))  # another architecture: refused
     body.append((LD_ABS_W, 0, 0, 0))  # seccomp_data.nr
     if machine == "x86_64":
@@ -117,13 +126,21 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
     i = len(body)
     body.append((JEQ_K, at_ld_ioctl - i - 1, 0, nr["ioctl"]))
     i = len(body)
+    body.append((JEQ_K, at_ld_prctl - i - 1, 0, nr["prctl"]))
+    i = len(body)
     body.append((JEQ_K, at_ld_arg - i - 1, at_allow - i - 1, nr["clone"]))
     assert len(body) == at_ld_arg
     body.append((LD_ABS_W, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits
     body.append((JSET_K, at_deny - at_ld_arg - 2, at_allow - at_ld_arg - 2, CLONE_NEWUSER))
     assert len(body) == at_ld_ioctl
     body.append((LD_ABS_W, 0, 0, 24))  # seccomp_data.args[1], its low 32 bits
-    body.append((JEQ_K, at_deny - at_ld_ioctl - 2, 0, USERFAULTFD_IOC_NEW))
+    body.append((JEQ_K, at_deny - at_ld_ioctl - 2, at_allow - at_ld_ioctl - 2,
+                 USERFAULTFD_IOC_NEW))
+    assert len(body) == at_ld_prctl
+    body.append((LD_ABS_W, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits
+    body.append((JEQ_K, at_deny - at_ld_prctl - 2, at_allow - at_ld_prctl - 2,
+                 PR_SET_SECCOMP))
+    assert len(body) == at_allow
     body += [allow, deny, enosys]
     return body
 
