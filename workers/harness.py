@@ -106,8 +106,9 @@ wrongly:
   fails counts), but not a thread of its own that installs one after the harness looked
   and takes it away before the next look; and a thread's change during another
   candidate's job (a contest's contender) is blamed on that one (a change between jobs
-  is nobody's: the harness looks again as each starts). The closing's outside clock also reads every output of every call
-  inside its blocks (:func:`_read_all`), so that such work is timed there.
+  is nobody's: the harness looks again as each starts). The closing's outside clock also
+  reads every output of every call inside its blocks (:func:`_read_all`), so that such
+  work is timed there.
   (Timing the verification reads against reads after no call flagged honest OpenMP
   kernels on a loaded 2-core machine, so kopt does not do it.) Likewise, work done before
   the call by a thread of its own that watches the buffers and computes a call's outputs
