@@ -114,3 +114,19 @@ def assert_spec_error(sweep_dir: Path, *needles: str) -> str:
     for n in needles:
         assert n in msg, msg
     return msg
+
+
+def started(proc, text: str, timeout_s: float = 30.0):
+    """``proc`` (a subprocess.Popen) once its /proc command line holds ``text``. Popen
+    returns when the child's exec has replaced its memory, and the kernel writes the new
+    command line's bounds only after that (fs/binfmt_elf.c: ``begin_new_exec``, then
+    ``create_elf_tables``): read at once on a loaded machine, /proc/PID/cmdline was empty
+    and a test's "is this our head?" said no. Raises TimeoutError past ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while text.encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {proc.pid}: {text!r} not on its command line")
+        time.sleep(0.01)
+    return proc

@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, started
 
 pytestmark = pytest.mark.slow  # starts a kopt service (a Ray head)
 
@@ -664,8 +664,8 @@ def test_ctrl_c_after_the_record_is_written_stops_the_head(tmp_path, monkeypatch
 
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path))
     tmp = tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp")
-    head = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "ray",
-                             f"--temp-dir={tmp}"], start_new_session=True)
+    head = started(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                     "ray", f"--temp-dir={tmp}"], start_new_session=True), tmp)
     own = {"address": f"127.0.0.1:{service._free_port()}", "pgid": head.pid, "temp_dir": tmp,
            "token": None, "head_start": service._start_ticks(head.pid)}
     try:

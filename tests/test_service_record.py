@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import started
+
 
 def _group(*argv):
     import subprocess
@@ -93,7 +95,7 @@ def test_only_kopts_own_head_and_folder_are_stopped_and_removed(tmp_path):
     tmp = Path(tempfile.mkdtemp(prefix="kopt-ray-", dir="/tmp"))
     (tmp / "session_latest").mkdir()
     (tmp / "ray_current_cluster").write_text("127.0.0.1:1")
-    head = _group("sh", "-c", f"sleep 300; : ray start --temp-dir={tmp}")
+    head = started(_group("sh", "-c", f"sleep 300; : ray start --temp-dir={tmp}"), str(tmp))
     other = _group("sleep", "300")
     try:
         ours = {"pgid": head.pid, "temp_dir": str(tmp), "head_start": _start_ticks(head.pid)}
