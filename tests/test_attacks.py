@@ -407,30 +407,45 @@ def test_outputs_computed_on_their_first_read_are_escaped(tmp_path):
     assert "write every output before returning" in res["error"]
 
 
+@pytest.mark.parametrize("filtered", [True, False])
 @pytest.mark.parametrize("name", ["lazy_bus", "lazy_sys"])
-def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_are_escaped(tmp_path, name):
+def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_never_pass(tmp_path, name,
+                                                                             filtered):
     """tests/fixtures/faultpack/lazy_bus.cpp (red-team round 6): after the check's calls,
     solve lays a truncated memfd mapping over its outputs and returns; the first read
     faults (SIGBUS) and its handler computes them, after the call's timing window: `ok` at
-    50x the honest speed before. The handler it left installed after a call makes it
-    `escaped`, in a sandbox as kopt runs it, and the harness starts afresh after it.
-    lazy_sys.cpp (round 7) hid that handler behind a seccomp filter of its own, under which
-    the harness's look at it failed (`ok` 4 of 4): the sandbox refuses seccomp(2) now, and
-    a look that fails counts as a change."""
+    50x the honest speed before. lazy_sys.cpp (round 7) hid that handler behind a seccomp
+    filter of its own (refused since: workers.seccomp).
+
+    In a sandbox as kopt runs it, the system-call filter refuses the candidate's handler
+    for SIGBUS (workers.seccomp ``FAULT_SIGNALS``): the first read of its outputs kills the
+    harness (`crashed`). Where the sandbox is off (no filter), the harness's look at the
+    handlers after each call finds the one it left installed: `escaped` (a look that fails,
+    lazy_sys's filter, counts as a change), and the harness starts afresh after it."""
+    from workers import isolation
+    from workers.isolation import Isolation
     from workers.sandbox import Sandbox
 
     src = PACK / f"{name}.cpp"
     j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 32768},
             {"x": ["N"], "buf": ["N"], "y": ["N"]})
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    if not filtered:
+        sb.isolation = Isolation(isolation.NONE, why="switched off by the test")
+    else:
+        assert sb.isolation.isolated, sb.isolation.why  # CI's machine and the H200 host can
     try:
         res = sb.run(j, timeout_s=60)
         restarts = sb.restarts
     finally:
         sb.close()
-    assert res["status"] == "escaped", res
-    assert "solve left a handler of its own for SIGBUS" in res["error"], res
-    assert restarts == 1
+    if filtered:
+        assert res["status"] == "crashed" and "SIGBUS" in res["error"], res
+    else:
+        assert res["status"] == "escaped", res
+        said = res["error"].split("solve left a handler of its own for ", 1)
+        assert len(said) == 2 and "SIGBUS" in said[1].split(" (")[0], res
+        assert restarts == 1
 
 
 def test_a_handler_changed_between_jobs_is_not_the_next_candidates(tmp_path):

@@ -501,8 +501,10 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     """workers.seccomp in a process of its own: socket(), a user namespace, inotify, a
     POSIX message queue, perf_event_open (a hardware breakpoint's way in: attack
     tests/fixtures/faultpack/lazy_trap.cpp), seccomp(2) and prctl(PR_SET_SECCOMP) (a filter
-    of the candidate's own: lazy_sys.cpp) are refused (EPERM) for every thread, while
-    threads, fork, exec and other prctl options still work."""
+    of the candidate's own: lazy_sys.cpp) and a new handler for SIGBUS or SIGSEGV (outputs
+    computed on their first read: lazy_bus.cpp) are refused (EPERM) for every thread, while
+    threads, fork, exec, other prctl options, a query of SIGBUS's handler and a handler for
+    SIGUSR1 still work."""
     code = (
         "import ctypes, os, socket, subprocess, threading\n"
         "from workers import seccomp\n"
@@ -526,13 +528,19 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "out.append((libc.prctl(22, 2, attr, 0, 0), ctypes.get_errno()))\n"  # PR_SET_SECCOMP
         "name = ctypes.create_string_buffer(16)\n"
         "out.append(libc.prctl(16, name, 0, 0, 0))\n"  # PR_GET_NAME: prctl still works
+        "act, old = ctypes.create_string_buffer(256), ctypes.create_string_buffer(256)\n"
+        "for sig in (7, 11):\n"  # SIGBUS, SIGSEGV: a new action (SIG_DFL), refused
+        "    out.append((libc.sigaction(sig, act, None), ctypes.get_errno()))\n"
+        "out.append(libc.sigaction(7, None, old))\n"  # a query
+        "out.append(libc.sigaction(10, act, None))\n"  # SIGUSR1
         "out.append(subprocess.run(['true']).returncode)\n"
         "print(out)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     # inotify instances and message-queue bytes are counted per uid: the host root's
-    assert p.stdout.strip() == "[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0, 0]"
+    assert p.stdout.strip() == ("[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0, "
+                                "(-1, 1), (-1, 1), 0, 0, 0]")
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch):

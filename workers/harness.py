@@ -103,11 +103,14 @@ wrongly:
   SIGBUS, tests/fixtures/faultpack/lazy_bus.cpp; a hardware breakpoint, SIGTRAP,
   lazy_trap.cpp, whose ``perf_event_open`` the sandbox's filter refuses too; a filter of
   its own that made the look fail, lazy_sys.cpp: ``seccomp`` refused, and a look that
-  fails counts), but not a thread of its own that installs one after the harness looked
-  and takes it away before the next look; and a thread's change during another
-  candidate's job (a contest's contender) is blamed on that one (a change between jobs
-  is nobody's: the harness looks again as each starts). The closing's outside clock also
-  reads every output of every call inside its blocks (:func:`_read_all`), so that such
+  fails counts). In a sandbox, the system-call filter refuses a new handler for any of
+  those signals and SIGSYS (workers.seccomp ``FAULT_SIGNALS``): such a candidate's first
+  read of its outputs then kills this process (`crashed`). Where the filter is off (no
+  isolation) the looks alone remain, and they miss a thread of its own that installs one
+  after the harness looked and takes it away before the next look, and blame a thread's
+  change during another candidate's job (a contest's contender) on that one (a change
+  between jobs is nobody's: the harness looks again as each starts). The closing's outside
+  clock also reads every output of every call inside its blocks (:func:`_read_all`), so that such
   work is timed there.
   (Timing the verification reads against reads after no call flagged honest OpenMP
   kernels on a loaded 2-core machine, so kopt does not do it.) Likewise, work done before

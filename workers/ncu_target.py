@@ -70,7 +70,7 @@ def filtered(h: Harness) -> None:
     if h.is_cuda:
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # the context, now
-    why = seccomp.install(keep=("perf_event_open",))  # ncu's injection: not tried without
+    why = seccomp.install(keep=("perf_event_open", "rt_sigaction"))  # ncu: not tried without
     if why:
         print(f"kopt ncu target: no system-call filter: {why}", file=sys.stderr)
 

@@ -26,6 +26,13 @@ runs), with ``EPERM``:
   handler that computed outputs on their first read went unseen: `ok` at 50-100x the honest
   speed, 4 of 4) and trapped the harness's own ``madvise`` after each call into a handler
   that did the call's work there (`ok` at 500x, 3 of 3: red-team round 7);
+- ``rt_sigaction`` with a new action for SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE or SIGSYS
+  (:data:`FAULT_SIGNALS`; a query, with no new action, is allowed): a handler of the
+  candidate's own for one of them computed outputs on their first read, after the timed
+  call (red-team rounds 6 and 7). The harness looks at those handlers after every call
+  (workers.native ``handlers_changed``), but a thread could install one after a look and
+  take it away before the next, or change one while another candidate was timed (and
+  frame it); refused, nobody can. The ncu target keeps it too;
 - ``inotify_init``, ``inotify_init1`` and ``mq_open``: inotify instances and POSIX
   message queue bytes are counted per user (``fs.inotify.max_user_instances``,
   ``RLIMIT_MSGQUEUE``), and the harness runs as the host's uid 0: a candidate holding
@@ -62,6 +69,10 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
           "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
           "seccomp")
+# SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS (the same numbers on x86-64 and AArch64:
+# arch/x86/include/uapi/asm/signal.h, include/uapi/asm-generic/signal.h): the signals a fault
+# or trap on an output raises, whose handlers workers.native also watches
+FAULT_SIGNALS = (4, 5, 7, 8, 11, 31)
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -73,14 +84,15 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
         "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16, "inotify_init": 253,
         "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
-        "prctl": 157}),
+        "prctl": 157, "rt_sigaction": 13}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
         "keyctl": 219, "ptrace": 117, "process_vm_writev": 271, "userfaultfd": 282,
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
         "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
-        "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167}),
+        "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167,
+        "rt_sigaction": 134}),
 }
 
 
@@ -95,53 +107,55 @@ class _Prog(ctypes.Structure):
 
 def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, int, int]]:
     """The filter for ``machine`` as ``(code, jt, jf, k)`` instructions (see the module
-    docstring), the calls of :data:`DENIED` named in ``keep`` allowed. Raises KeyError for a
-    machine not in :data:`SYSCALLS`."""
+    docstring), the calls of :data:`DENIED` (and ``rt_sigaction``'s check) named in ``keep``
+    allowed. Raises KeyError for a machine not in :data:`SYSCALLS`."""
     arch, _, nr = SYSCALLS[machine]
-    deny, enosys = (RET_K, 0, 0, RET_ERRNO | errno.EPERM), (RET_K, 0, 0,
-                                                            RET_ERRNO | errno.ENOSYS)
-    allow = (RET_K, 0, 0, RET_ALLOW)
-    # the tail, in order: [clone check: ld arg0, jset NEWUSER], allow, deny, enosys
-    body: list[tuple[int, int, int, int]] = [(LD_ABS_W, 0, 0, 4)]  # seccomp_data.arch
-    # (AArch64 has no inotify_init: inotify_init1 only)
-    checks: list[tuple[str, int]] = [(n, nr[n]) for n in DENIED if n in nr and n not in keep]
-    # + ioctl, prctl, clone3, clone (and the x32 bound on x86-64)
-    n_checks = len(checks) + 4 + (1 if machine == "x86_64" else 0)
-    # positions after the header (arch load, arch jeq, nr load): the checks, then the tail:
-    # clone's flags (load, test), ioctl's request (load, test), prctl's option (load,
-    # test), allow, deny, enosys
-    tail = 3 + n_checks
-    at_ld_arg, at_ld_ioctl, at_ld_prctl = tail, tail + 2, tail + 4
-    at_allow, at_deny, at_enosys = tail + 6, tail + 7, tail + 8
-    body.append((JEQ_K, 0, at_deny - 2, arch))  # another architecture: refused
-    body.append((LD_ABS_W, 0, 0, 0))  # seccomp_data.nr
+    # (code, jt, jf, k) with jt / jf a label (str) or None (the next instruction); a str
+    # alone is a label for the instruction after it
+    asm: list[tuple[int, str | None, str | None, int] | str] = [
+        (LD_ABS_W, None, None, 4),  # seccomp_data.arch
+        (JEQ_K, None, "deny", arch),  # another architecture: refused
+        (LD_ABS_W, None, None, 0)]  # seccomp_data.nr
     if machine == "x86_64":
+        asm.append((JGE_K, "deny", None, X32_BIT))
+    # (AArch64 has no inotify_init: inotify_init1 only)
+    asm += [(JEQ_K, "deny", None, nr[n]) for n in DENIED if n in nr and n not in keep]
+    asm += [(JEQ_K, "enosys", None, nr["clone3"]), (JEQ_K, "ioctl", None, nr["ioctl"]),
+            (JEQ_K, "prctl", None, nr["prctl"])]
+    if "rt_sigaction" not in keep:
+        asm.append((JEQ_K, "sigaction", None, nr["rt_sigaction"]))
+    asm += [(JEQ_K, "clone", "allow", nr["clone"]),
+            "clone", (LD_ABS_W, None, None, 16),  # seccomp_data.args[0], its low 32 bits
+            (JSET_K, "deny", "allow", CLONE_NEWUSER),
+            "ioctl", (LD_ABS_W, None, None, 24),  # args[1], low 32 bits
+            (JEQ_K, "deny", "allow", USERFAULTFD_IOC_NEW),
+            "prctl", (LD_ABS_W, None, None, 16),
+            (JEQ_K, "deny", "allow", PR_SET_SECCOMP),
+            "sigaction", (LD_ABS_W, None, None, 16)]  # the signal
+    asm += [(JEQ_K, "act", None, sig) for sig in FAULT_SIGNALS[:-1]]
+    asm += [(JEQ_K, "act", "allow", FAULT_SIGNALS[-1]),
+            "act", (LD_ABS_W, None, None, 24),  # the new action's pointer: NULL is a query
+            (JEQ_K, None, "deny", 0),
+            (LD_ABS_W, None, None, 28),  # its high 32 bits
+            (JEQ_K, "allow", "deny", 0),
+            "allow", (RET_K, None, None, RET_ALLOW),
+            "deny", (RET_K, None, None, RET_ERRNO | errno.EPERM),
+            "enosys", (RET_K, None, None, RET_ERRNO | errno.ENOSYS)]
+    at: dict[str, int] = {}
+    n = 0
+    for x in asm:
+        if isinstance(x, str):
+            at[x] = n
+        else:
+            n += 1
+    body: list[tuple[int, int, int, int]] = []
+    for x in asm:
+        if isinstance(x, str):
+            continue
+        code, jt, jf, k = x
         i = len(body)
-        body.append((JGE_K, at_deny - i - 1, 0, X32_BIT))
-    for _, num in checks:
-        i = len(body)
-        body.append((JEQ_K, at_deny - i - 1, 0, num))
-    i = len(body)
-    body.append((JEQ_K, at_enosys - i - 1, 0, nr["clone3"]))
-    i = len(body)
-    body.append((JEQ_K, at_ld_ioctl - i - 1, 0, nr["ioctl"]))
-    i = len(body)
-    body.append((JEQ_K, at_ld_prctl - i - 1, 0, nr["prctl"]))
-    i = len(body)
-    body.append((JEQ_K, at_ld_arg - i - 1, at_allow - i - 1, nr["clone"]))
-    assert len(body) == at_ld_arg
-    body.append((LD_ABS_W, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits
-    body.append((JSET_K, at_deny - at_ld_arg - 2, at_allow - at_ld_arg - 2, CLONE_NEWUSER))
-    assert len(body) == at_ld_ioctl
-    body.append((LD_ABS_W, 0, 0, 24))  # seccomp_data.args[1], its low 32 bits
-    body.append((JEQ_K, at_deny - at_ld_ioctl - 2, at_allow - at_ld_ioctl - 2,
-                 USERFAULTFD_IOC_NEW))
-    assert len(body) == at_ld_prctl
-    body.append((LD_ABS_W, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits
-    body.append((JEQ_K, at_deny - at_ld_prctl - 2, at_allow - at_ld_prctl - 2,
-                 PR_SET_SECCOMP))
-    assert len(body) == at_allow
-    body += [allow, deny, enosys]
+        body.append((code, 0 if jt is None else at[jt] - i - 1,
+                     0 if jf is None else at[jf] - i - 1, k))
     return body
 
 
