@@ -180,10 +180,18 @@ def _figures(res: dict[str, Any], before: tuple, after: tuple) -> tuple[float, f
     harness runs, would shorten the figure); where all three count CPU time, what load
     beside the sandboxes lengthens least, the longer one (the limit's preparations' noise
     covers it)."""
-    cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
-    if len(cpu) == 3:
+    cpu = _cpu_ms(res, before, after)
+    if cpu:
         return float(cpu[0]), max(cpu[1], cpu[2])
     return float(res["outside_ms"]), min(before[0], after[0])
+
+
+def _cpu_ms(res: dict[str, Any], before: tuple, after: tuple) -> list[float] | None:
+    """The CPU time (ms) of a try's block of calls (``res``) and of the preparations' blocks
+    ``before`` and ``after`` it, or None where any of the three was not counted (then the
+    wall figures are the ones to compare)."""
+    cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
+    return cpu if len(cpu) == 3 else None
 
 
 def _shortest(res: dict[str, Any], before: tuple, after: tuple) -> float:
@@ -192,8 +200,8 @@ def _shortest(res: dict[str, Any], before: tuple, after: tuple) -> float:
     count it, else wall): what :func:`_short` holds the calls' block against, so that one
     preparations' block lengthened by load cannot make an honest block of calls look cut
     short."""
-    cpu = [x for x in (res.get("outside_cpu_ms"), before[1], after[1]) if x is not None]
-    return min(cpu[1], cpu[2]) if len(cpu) == 3 else min(before[0], after[0])
+    cpu = _cpu_ms(res, before, after)
+    return min(cpu[1], cpu[2]) if cpu else min(before[0], after[0])
 
 
 def _short(whole: float, prep: float, n: int) -> str:
