@@ -418,10 +418,11 @@ def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_never_pass(tmp
     filter of its own (refused since: workers.seccomp).
 
     In a sandbox as kopt runs it, the system-call filter refuses the candidate's handler
-    for SIGBUS (workers.seccomp ``FAULT_SIGNALS``): the first read of its outputs kills the
-    harness (`crashed`). Where the sandbox is off (no filter), the harness's look at the
-    handlers after each call finds the one it left installed: `escaped` (a look that fails,
-    lazy_sys's filter, counts as a change), and the harness starts afresh after it."""
+    for SIGBUS (workers.seccomp: a new action for any signal): the first read of its
+    outputs kills the harness (`crashed`). Where the sandbox is off (no filter), the
+    harness's look at the handlers after each call finds the one it left installed:
+    `escaped` (a look that fails, lazy_sys's filter, counts as a change), and the harness
+    starts afresh after it."""
     from workers import isolation
     from workers.isolation import Isolation
     from workers.sandbox import Sandbox
@@ -446,6 +447,27 @@ def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_never_pass(tmp
         said = res["error"].split("solve left a handler of its own for ", 1)
         assert len(said) == 2 and "SIGBUS" in said[1].split(" (")[0], res
         assert restarts == 1
+
+
+def test_outputs_computed_in_a_timer_signals_handler_after_the_call_never_pass(tmp_path):
+    """tests/fixtures/faultpack/lazy_timer.cpp (red-team round 8): solve arms a POSIX timer
+    aimed at the harness's own thread (SIGUSR2, not a fault signal) a few microseconds ahead
+    and returns at once; its handler does the call's work after the clock stopped and
+    before the outputs were read: `ok` at about 100x the honest speed, 11 of 12 jobs. In a
+    sandbox the filter refuses the handler (a new action for any signal): the timer's
+    signal takes its default action and ends the harness, `crashed`."""
+    from workers.sandbox import Sandbox
+
+    src = PACK / "lazy_timer.cpp"
+    j = job(artifact(tmp_path, src, {"D_US": 20}), src, PACK / "ref.py", {"N": 32768},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]})
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    assert sb.isolation.isolated, sb.isolation.why
+    try:
+        res = sb.run(j, timeout_s=60)
+    finally:
+        sb.close()
+    assert res["status"] == "crashed" and "SIGUSR2" in res["error"], res
 
 
 def test_a_handler_changed_between_jobs_is_not_the_next_candidates(tmp_path):

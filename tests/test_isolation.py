@@ -440,6 +440,30 @@ def test_isolation_can_be_switched_off_and_says_why(monkeypatch):
         isolation.available.cache_clear()
 
 
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_candidate_takes_no_count_the_kernel_keeps_for_the_hosts_root(tmp_path, isolated):
+    """Counts the kernel keeps per user, the harness's user being the host's root (red-team
+    round 8 held each, and every root process of the host then went without): 1000 queued
+    real-time signals (MODE 21: ``RLIMIT_SIGPENDING``, then no ``timer_create`` anywhere), a
+    fanotify group (22), a pseudo-terminal from the host's pool (23: ``/dev/ptmx``), more
+    than 1024 open files (24: epoll watches up to a quarter of their square). Each candidate
+    takes a little and gives it back at once; its outputs are right only when it could
+    not. Sandboxed, none can (``ok``: the jail's limits, the filter, ``/dev/ptmx`` masked);
+    unsandboxed each can (``wrong_result``), so the sandbox is what stops them."""
+    ref = FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(isolated, {})
+    try:
+        got = {m: sb.run(job(artifact(tmp_path, SRC, m, "escape.cpp"), SRC, ref),
+                         timeout_s=30)["status"] for m in (21, 22, 23, 24)}
+    finally:
+        sb.close()
+    if isolated:
+        assert got == {21: "ok", 22: "ok", 23: "ok", 24: "ok"}
+    else:  # fanotify needs root's CAP_SYS_ADMIN (the CI machine is root)
+        assert got == {21: "wrong_result", 22: "wrong_result" if os.geteuid() == 0 else "ok",
+                       23: "wrong_result", 24: "wrong_result"}
+
+
 def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path):
     """The framer leaves a thread in the harness that aborts once the next candidate runs;
     the victim's job crashes, is retried in a fresh harness (no framer there) and is
@@ -501,10 +525,11 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     """workers.seccomp in a process of its own: socket(), a user namespace, inotify, a
     POSIX message queue, perf_event_open (a hardware breakpoint's way in: attack
     tests/fixtures/faultpack/lazy_trap.cpp), seccomp(2) and prctl(PR_SET_SECCOMP) (a filter
-    of the candidate's own: lazy_sys.cpp) and a new handler for SIGBUS or SIGSEGV (outputs
-    computed on their first read: lazy_bus.cpp) are refused (EPERM) for every thread, while
-    threads, fork, exec, other prctl options, a query of SIGBUS's handler and a handler for
-    SIGUSR1 still work."""
+    of the candidate's own: lazy_sys.cpp), a new handler for any signal (SIGBUS, SIGSEGV:
+    outputs computed on their first read, lazy_bus.cpp; SIGUSR2, raised by a timer after the
+    call: lazy_timer.cpp) and fanotify_init (groups counted per user) are refused (EPERM)
+    for every thread, while threads, fork, exec, other prctl options and a query of
+    SIGBUS's handler still work."""
     code = (
         "import ctypes, os, socket, subprocess, threading\n"
         "from workers import seccomp\n"
@@ -532,7 +557,8 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "for sig in (7, 11):\n"  # SIGBUS, SIGSEGV: a new action (SIG_DFL), refused
         "    out.append((libc.sigaction(sig, act, None), ctypes.get_errno()))\n"
         "out.append(libc.sigaction(7, None, old))\n"  # a query
-        "out.append(libc.sigaction(10, act, None))\n"  # SIGUSR1
+        "out.append((libc.sigaction(12, act, None), ctypes.get_errno()))\n"  # SIGUSR2
+        "out.append((libc.fanotify_init(0, 0), ctypes.get_errno()))\n"
         "out.append(subprocess.run(['true']).returncode)\n"
         "print(out)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -540,7 +566,7 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     assert p.returncode == 0, p.stderr
     # inotify instances and message-queue bytes are counted per uid: the host root's
     assert p.stdout.strip() == ("[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0, "
-                                "(-1, 1), (-1, 1), 0, 0, 0]")
+                                "(-1, 1), (-1, 1), 0, (-1, 1), (-1, 1), 0]")
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch):

@@ -103,9 +103,10 @@ wrongly:
   SIGBUS, tests/fixtures/faultpack/lazy_bus.cpp; a hardware breakpoint, SIGTRAP,
   lazy_trap.cpp, whose ``perf_event_open`` the sandbox's filter refuses too; a filter of
   its own that made the look fail, lazy_sys.cpp: ``seccomp`` refused, and a look that
-  fails counts). In a sandbox, the system-call filter refuses a new handler for any of
-  those signals and SIGSYS (workers.seccomp ``FAULT_SIGNALS``): such a candidate's first
-  read of its outputs then kills this process (`crashed`). Where the filter is off (no
+  fails counts). In a sandbox, the system-call filter refuses a new handler for any signal
+  (workers.seccomp): such a candidate's first read of its outputs then kills this process
+  (`crashed`), and so does a timer's signal whose handler was to do a call's work after
+  the clock stopped (tests/fixtures/faultpack/lazy_timer.cpp). Where the filter is off (no
   isolation) the looks alone remain, and they miss a thread of its own that installs one
   after the harness looked and takes it away before the next look, and blame a thread's
   change during another candidate's job (a contest's contender) on that one (a change

@@ -19,8 +19,9 @@ process 1 it:
    sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
    writing to its file system, so the GPU stays usable);
 5. starts CMD as its child with no capabilities (the bounding set emptied, no new
-   privileges: ``prctl(2)``), so that it cannot undo the mounts, and no file larger than
-   :func:`file_bytes` (``RLIMIT_FSIZE``: its log on the host's disk is bounded), and reaps
+   privileges: ``prctl(2)``), so that it cannot undo the mounts, no file larger than
+   :func:`file_bytes` (``RLIMIT_FSIZE``: its log on the host's disk is bounded), at most
+   :data:`SIGPENDING_MAX` queued signals and :data:`NOFILE_MAX` open files, and reaps
    every process left in the namespace until CMD exits;
 6. exits with CMD's exit code, or 128 + N when a signal N killed it (process 1 of a PID
    namespace cannot die of a signal sent from inside it, so the signal is passed on as a
@@ -62,7 +63,16 @@ FILE_ENV, FILE_GB_DEFAULT = "KOPT_HARNESS_FILE_GB", 1
 # /proc/sys/kernel/core_pattern would run a program of its choosing as the host's root
 # the device nodes left as they are (besides the GPU's nv* nodes); every other one is
 # /dev/null in the sandbox (:func:`_mask_devices`)
-DEV_KEPT = ("null", "zero", "full", "random", "urandom", "tty", "ptmx")
+# (not ``ptmx``: each pseudo-terminal opened there is taken from the host's pool,
+# ``kernel.pty.max``; a red-team candidate held 2000 of the host's 4096)
+DEV_KEPT = ("null", "zero", "full", "random", "urandom", "tty")
+# the harness's hard limits on two counts the kernel keeps per user (the host's root, as
+# whom it runs): pending queued signals (``RLIMIT_SIGPENDING``: a candidate that queued
+# signals to itself until refused left no root process of the host able to queue one or
+# make a POSIX timer, red-team round 8) and open files (``RLIMIT_NOFILE``: epoll watches,
+# ``fs.epoll.max_user_watches``, number at most a quarter of its square; a candidate held
+# 200,000 of the host root's)
+SIGPENDING_MAX, NOFILE_MAX = 64, 1024
 PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 # the per-mount flags a read-only remount must keep (in a user namespace the kernel refuses
 # a remount that would clear one the mount had when the namespace was made)
@@ -234,7 +244,13 @@ def _start(cmd: list[str]) -> int:
                 signal.signal(sig, signal.SIG_DFL)
             cap = file_bytes()  # no file, its log on the host's disk included, past it
             resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-            drop_privilege()  # (CAP_SYS_RESOURCE gone: the limit cannot be raised)
+            for res, most in ((resource.RLIMIT_SIGPENDING, SIGPENDING_MAX),
+                              (resource.RLIMIT_NOFILE, NOFILE_MAX)):
+                soft, hard = resource.getrlimit(res)
+                top = most if hard == resource.RLIM_INFINITY else min(hard, most)
+                resource.setrlimit(res, (top if soft == resource.RLIM_INFINITY
+                                         else min(soft, top), top))
+            drop_privilege()  # (CAP_SYS_RESOURCE gone: the limits cannot be raised)
             os.execvp(cmd[0], cmd)
         except BaseException as e:  # noqa: BLE001 -- a child must never return here
             print(f"kopt sandbox: cannot start {cmd[0]}: {e}", file=sys.stderr, flush=True)

@@ -26,17 +26,27 @@ runs), with ``EPERM``:
   handler that computed outputs on their first read went unseen: `ok` at 50-100x the honest
   speed, 4 of 4) and trapped the harness's own ``madvise`` after each call into a handler
   that did the call's work there (`ok` at 500x, 3 of 3: red-team round 7);
-- ``rt_sigaction`` with a new action for SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE or SIGSYS
-  (:data:`FAULT_SIGNALS`; a query, with no new action, is allowed): a handler of the
-  candidate's own for one of them computed outputs on their first read, after the timed
-  call (red-team rounds 6 and 7). The harness looks at those handlers after every call
-  (workers.native ``handlers_changed``), but a thread could install one after a look and
-  take it away before the next, or change one while another candidate was timed (and
-  frame it); refused, nobody can. The ncu target keeps it too;
-- ``inotify_init``, ``inotify_init1`` and ``mq_open``: inotify instances and POSIX
-  message queue bytes are counted per user (``fs.inotify.max_user_instances``,
+- ``rt_sigaction`` with a new action, for any signal (a query, with no new action, is
+  allowed): a handler of the candidate's own runs its code on the harness's thread after
+  the timed call and before the outputs are read. For SIGSEGV, SIGBUS or SIGTRAP, outputs
+  computed on their first read (red-team rounds 6 and 7); for SIGUSR2, raised by a POSIX
+  timer aimed at the harness's thread a few microseconds after ``solve`` returned, the
+  whole call's work done between the clock's stop and the verification (round 8: `ok` at
+  100x the honest speed, 12 of 12 jobs). The harness also looks at the fault signals'
+  handlers after every call (workers.native ``handlers_changed``), but a thread could
+  install one after a look and take it away before the next, change one while another
+  candidate was timed (and frame it), or a handler could reset itself
+  (``SA_RESETHAND``) before the look. A signal sent to a candidate that could not install
+  its handler takes its default action: SIGUSR2 ends the harness (`crashed`). A ref.py
+  that sets a handler (``signal.signal``) fails with ``PermissionError``. The ncu target
+  keeps it (ncu's injection was not tried without);
+- ``inotify_init``, ``inotify_init1``, ``fanotify_init``, ``fanotify_mark`` and ``mq_open``:
+  inotify instances, fanotify groups and POSIX message queue bytes are counted per user
+  (``fs.inotify.max_user_instances``, ``fs.fanotify.max_user_groups``,
   ``RLIMIT_MSGQUEUE``), and the harness runs as the host's uid 0: a candidate holding
-  every instance made ``inotify_init1`` fail for every root process of the host;
+  every instance made ``inotify_init1`` fail for every root process of the host, and
+  every fanotify group ``fanotify_init`` (red-team round 8); the jail bounds two more such
+  counts by the harness's own limits (workers.jail ``_start``);
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
   with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
   the filter cannot read; the C library then falls back to ``clone``, as under Docker's
@@ -68,11 +78,7 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "io_uring_register", "add_key", "request_key", "keyctl", "ptrace",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
           "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
-          "seccomp")
-# SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS (the same numbers on x86-64 and AArch64:
-# arch/x86/include/uapi/asm/signal.h, include/uapi/asm-generic/signal.h): the signals a fault
-# or trap on an output raises, whose handlers workers.native also watches
-FAULT_SIGNALS = (4, 5, 7, 8, 11, 31)
+          "seccomp", "fanotify_init", "fanotify_mark")
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -84,7 +90,7 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
         "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16, "inotify_init": 253,
         "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
-        "prctl": 157, "rt_sigaction": 13}),
+        "prctl": 157, "rt_sigaction": 13, "fanotify_init": 300, "fanotify_mark": 301}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
@@ -92,7 +98,7 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
         "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
         "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167,
-        "rt_sigaction": 134}),
+        "rt_sigaction": 134, "fanotify_init": 262, "fanotify_mark": 263}),
 }
 
 
@@ -123,7 +129,7 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
     asm += [(JEQ_K, "enosys", None, nr["clone3"]), (JEQ_K, "ioctl", None, nr["ioctl"]),
             (JEQ_K, "prctl", None, nr["prctl"])]
     if "rt_sigaction" not in keep:
-        asm.append((JEQ_K, "sigaction", None, nr["rt_sigaction"]))
+        asm.append((JEQ_K, "act", None, nr["rt_sigaction"]))
     asm += [(JEQ_K, "clone", "allow", nr["clone"]),
             "clone", (LD_ABS_W, None, None, 16),  # seccomp_data.args[0], its low 32 bits
             (JSET_K, "deny", "allow", CLONE_NEWUSER),
@@ -131,9 +137,6 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             (JEQ_K, "deny", "allow", USERFAULTFD_IOC_NEW),
             "prctl", (LD_ABS_W, None, None, 16),
             (JEQ_K, "deny", "allow", PR_SET_SECCOMP),
-            "sigaction", (LD_ABS_W, None, None, 16)]  # the signal
-    asm += [(JEQ_K, "act", None, sig) for sig in FAULT_SIGNALS[:-1]]
-    asm += [(JEQ_K, "act", "allow", FAULT_SIGNALS[-1]),
             "act", (LD_ABS_W, None, None, 24),  # the new action's pointer: NULL is a query
             (JEQ_K, None, "deny", 0),
             (LD_ABS_W, None, None, 28),  # its high 32 bits
