@@ -464,6 +464,37 @@ def test_a_candidate_takes_no_count_the_kernel_keeps_for_the_hosts_root(tmp_path
                        23: "wrong_result", 24: "wrong_result"}
 
 
+def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(tmp_path):
+    """The framer (MODE 25) leaves a thread that aborts while the next job's ref.py runs
+    (a file its reference() makes says when): the next job's harness died before its inputs
+    were made, which was blamed on ref.py (``error``, "fix them": red-team round 8 framed
+    an honest job so with a timer left armed). In a harness that had run jobs before, it is
+    ``crashed``, retried in a fresh harness, and ``ok`` there; a ref.py that ends a fresh
+    harness by itself is still ``error`` naming it."""
+    ref = FIXTURES / "escape" / "ref.py"
+    marked = tmp_path / "marked" / "ref.py"
+    marked.parent.mkdir()
+    marked.write_text("import os, time\n\n\ndef reference(x, N):\n"
+                      "    open(os.path.join(os.environ['TMPDIR'], 'ref-running'), 'w').close()\n"
+                      "    time.sleep(0.5)\n    return 2 * x\n")
+    ending = tmp_path / "ending" / "ref.py"
+    ending.parent.mkdir()
+    ending.write_text("import os\n\n\ndef reference(x, N):\n    os._exit(3)\n")
+    art = artifact(tmp_path, SRC, 25, "escape.cpp")
+    honest = artifact(tmp_path, SRC, 0, "escape.cpp")
+    sb = _sandbox(True, {})
+    try:
+        assert sb.run_retrying(job(art, SRC, ref), timeout_s=30)["status"] == "ok"
+        got = sb.run_retrying(job(honest, SRC, marked), timeout_s=30)
+        bad = sb.run_retrying(job(honest, SRC, ending), timeout_s=30)
+    finally:
+        sb.close()
+    assert got["status"] == "ok", got
+    assert got["error"].startswith("retried in a fresh harness: the first run crashed "
+                                   "(harness died: killed by SIGABRT while "), got
+    assert bad["status"] == "error" and "fix them" in bad["error"], bad
+
+
 def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path):
     """The framer leaves a thread in the harness that aborts once the next candidate runs;
     the victim's job crashes, is retried in a fresh harness (no framer there) and is

@@ -72,6 +72,7 @@ class Sandbox:
         # its CPU time (_cpu_ns); an adopted harness's is its prestarter's, not removed here
         self.counted: cgroup.Cgroup | None = None
         self.limits = ""  # its task and memory limits in words, or "none: why"
+        self.served = 0  # jobs the running harness answered (their code may still run there)
 
     def start(self) -> None:
         """Start the harness and wait until it has set up the device, in the sandbox
@@ -95,6 +96,7 @@ class Sandbox:
         self._new_scratch()
         self._new_cgroup()
         self._trim_log()
+        self.served = 0
         cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
@@ -124,6 +126,7 @@ class Sandbox:
         if conns is None:
             return False
         self.r, self.w = conns
+        self.served = 0
         self.proc = prestart.AdoptedProcess(pre)  # type: ignore[assignment]
         self.isolation = pre.isolation
         self.limits = pre.limits
@@ -308,6 +311,7 @@ class Sandbox:
         what the kernel printed (the log from ``pos``) in a failure's ``error``, and the harness
         killed when it said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
+        self.served += 1
         for k in ("outside_ms", "outside_cpu_ms"):  # this process's figures alone, never
             res.pop(k, None)                         # the harness's word
         if clock is not None and clock.t0 is not None:
@@ -386,13 +390,23 @@ class Sandbox:
               ended: bool = True) -> dict[str, Any]:
         """The outcome of a job whose harness process died (it is reaped; the next job
         restarts it): ``crashed``; or ``error`` naming ref.py when it died before the
-        inputs and reference outputs were made (ref.py's code ended the process, e.g.
-        ``os._exit``: no candidate code had been called); ``crashed`` naming ref.py's
-        ``contender()`` (or ``reference()``) when it died while that was timed."""
+        inputs and reference outputs were made in a harness that had answered no job before
+        (ref.py's code ended the process, e.g. ``os._exit``: no candidate code had been
+        called), but ``crashed`` when earlier jobs ran there (a thread or timer a candidate
+        left behind ended it while ref.py ran: red-team round 8 framed an honest job's
+        ref.py so; :meth:`run_retrying` runs it again in a fresh harness, where ref.py is
+        blamed if it dies again); ``crashed`` naming ref.py's ``contender()`` (or
+        ``reference()``) when it died while that was timed."""
+        served = self.served
         code = self.kill(ended=ended)
         self.restarts += 1
         said = self.tail(pos)
         ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
+        if not prepared and ref and served:
+            return {"status": Status.CRASHED, "error": (
+                f"harness died: {describe_exit(code)} while {ref}'s inputs()/reference() ran, "
+                f"in a harness that had run {served} job(s) before (what their code left "
+                "there can end it)" + (f"; it printed: {said}" if said else ""))}
         if not prepared and ref:
             return {"status": Status.ERROR, "error": (
                 f"{ref}: the harness process ended ({describe_exit(code)}) while its "
