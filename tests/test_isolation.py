@@ -495,6 +495,50 @@ def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(t
     assert bad["status"] == "error" and "fix them" in bad["error"], bad
 
 
+def test_a_candidate_that_uses_up_the_open_files_leaves_the_next_a_fresh_harness(tmp_path):
+    """MODE 26 keeps every file descriptor the sandbox's limit allows (1024: workers.jail):
+    every later job in the same harness failed to load its library (``error``, "Too many
+    open files": red-team round 9). A harness holding more than FILES_KEPT open files after
+    a job restarts: the next candidate is ``ok``, and honest jobs restart nothing."""
+    from workers.harness import FILES_KEPT
+
+    assert FILES_KEPT < 1024
+    ref = FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(True, {})
+    try:
+        honest = [sb.run(job(artifact(tmp_path, SRC, m, "escape.cpp"), SRC, ref),
+                         timeout_s=30)["status"] for m in (0, 7)]
+        assert sb.restarts == 0
+        hog = sb.run(job(artifact(tmp_path, SRC, 26, "escape.cpp"), SRC, ref), timeout_s=30)
+        restarts = sb.restarts
+        after = sb.run(job(artifact(tmp_path, SRC, 3, "escape.cpp"), SRC, ref), timeout_s=30)
+    finally:
+        sb.close()
+    assert honest == ["ok", "ok"] and hog["status"] == "ok", hog
+    assert restarts == 1
+    assert after["status"] == "ok", after
+
+
+def test_a_harness_stopped_by_the_last_candidate_is_not_the_next_ones_hang(tmp_path):
+    """MODE 27 leaves a thread that stops the harness (SIGSTOP) once the next candidate
+    runs: that job waited out its budget and was a ``timeout`` (red-team round 9: 5 of 5,
+    and its ref.py was blamed when the stop came while it ran). The sandbox looks at the
+    harness's state while it waits: a stopped harness is killed at once, the job
+    ``crashed``, retried in a fresh harness and ``ok`` there."""
+    ref = FIXTURES / "escape" / "ref.py"
+    framer = job(artifact(tmp_path, SRC, 27, "escape.cpp"), SRC, ref)
+    victim = job(artifact(tmp_path, SRC, 7, "escape.cpp"), SRC, ref)
+    sb = _sandbox(True, {})
+    try:
+        assert sb.run_retrying(framer, timeout_s=10)["status"] == "ok"
+        got = sb.run_retrying(victim, timeout_s=10)
+    finally:
+        sb.close()
+    assert got["status"] == "ok", got
+    assert got["error"].startswith("retried in a fresh harness: the first run crashed "
+                                   "(the harness was stopped (SIGSTOP"), got
+
+
 def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path):
     """The framer leaves a thread in the harness that aborts once the next candidate runs;
     the victim's job crashes, is retried in a fresh harness (no framer there) and is
@@ -558,8 +602,9 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     tests/fixtures/faultpack/lazy_trap.cpp), seccomp(2) and prctl(PR_SET_SECCOMP) (a filter
     of the candidate's own: lazy_sys.cpp), a new handler for any signal (SIGBUS, SIGSEGV:
     outputs computed on their first read, lazy_bus.cpp; SIGUSR2, raised by a timer after the
-    call: lazy_timer.cpp) and fanotify_init (groups counted per user) are refused (EPERM)
-    for every thread, while threads, fork, exec, other prctl options and a query of
+    call: lazy_timer.cpp), fanotify_init (groups counted per user), io_setup (AIO contexts,
+    counted host-wide) and fcntl's F_SETLEASE and F_NOTIFY are refused (EPERM) for every
+    thread, while threads, fork, exec, other prctl options and a query of
     SIGBUS's handler still work."""
     code = (
         "import ctypes, os, socket, subprocess, threading\n"
@@ -590,6 +635,13 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "out.append(libc.sigaction(7, None, old))\n"  # a query
         "out.append((libc.sigaction(12, act, None), ctypes.get_errno()))\n"  # SIGUSR2
         "out.append((libc.fanotify_init(0, 0), ctypes.get_errno()))\n"
+        "nr = {'x86_64': 206, 'aarch64': 0}[os.uname().machine]\n"  # io_setup
+        "ctx = ctypes.c_ulong(0)\n"
+        "out.append((libc.syscall(nr, 1, ctypes.byref(ctx)), ctypes.get_errno()))\n"
+        "fd = os.open('/proc/self/exe', os.O_RDONLY)\n"  # F_SETLEASE, F_NOTIFY; F_GETFD works
+        "out.append((libc.fcntl(fd, 1024, 0), ctypes.get_errno()))\n"
+        "out.append((libc.fcntl(fd, 1026, 0), ctypes.get_errno()))\n"
+        "out.append(libc.fcntl(fd, 1, 0))\n"  # F_GETFD: FD_CLOEXEC, which os.open sets
         "out.append(subprocess.run(['true']).returncode)\n"
         "print(out)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -597,7 +649,8 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     assert p.returncode == 0, p.stderr
     # inotify instances and message-queue bytes are counted per uid: the host root's
     assert p.stdout.strip() == ("[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0, "
-                                "(-1, 1), (-1, 1), 0, (-1, 1), (-1, 1), 0]")
+                                "(-1, 1), (-1, 1), 0, (-1, 1), (-1, 1), (-1, 1), (-1, 1), "
+                                "(-1, 1), 1, 0]")
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch):

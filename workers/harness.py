@@ -255,6 +255,11 @@ ESCAPE_MS, ESCAPE_SHARE = 0.1, 0.5
 # (an idle GPU or CPU may lower its clocks; a job sent back to back follows the previous
 # one within milliseconds)
 IDLE_WARM_S = 0.5
+# open files a harness may hold between jobs (it needs a few dozen: pipes, libraries'
+# files, /dev nodes); with more, it restarts (``_serve``): a candidate that used up the
+# sandbox's RLIMIT_NOFILE (workers.jail) made every later job's library load fail
+# (``error``, 5 of 5: red-team round 9)
+FILES_KEPT = 256
 LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is `leaked`
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
@@ -2375,6 +2380,12 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             answer(wconn, {"pong": job})
             continue
         h.idle_s = time.perf_counter() - h.done_at
+        held = open_files()
+        if held > FILES_KEPT:  # left by a thread of an earlier job since its end: not this one's
+            answer(wconn, {"status": Status.CRASHED, "fatal": True, "error": (
+                f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
+                "between jobs: code an earlier candidate left there opened them); restarted")})
+            return
         try:
             res = h.run(job.payload() if isinstance(job, RunJob) else job)
             res.setdefault("fatal", False)
@@ -2389,9 +2400,20 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             res = {"status": Status.CRASHED if fatal else Status.ERROR,
                    "error": f"{e!r}\n{traceback.format_exc(limit=3)}", "fatal": fatal}
         h.done_at = time.perf_counter()
+        if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
+            res["fatal"] = True
         answer(wconn, res)
         if res.get("fatal"):
             return
+
+
+def open_files() -> int:
+    """How many file descriptors this process holds (``/proc/self/fd``); one more than
+    :data:`FILES_KEPT` when it cannot be read (none left to read it with)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return FILES_KEPT + 1
 
 
 def _await_go(rconn: Connection) -> None:

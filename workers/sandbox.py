@@ -42,6 +42,7 @@ PING_S = 10.0  # a clock job's harness answers the ping after its answer within 
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
+STOP_CHECK_S = 0.5  # while a job runs, how often the harness is looked at for being stopped
 
 
 class Sandbox:
@@ -61,6 +62,7 @@ class Sandbox:
         self.restarts = 0
         self.info: dict[str, Any] = {}
         self.pid: int | None = None  # the harness process's
+        self.host_pid: int | None = None  # the harness process's pid on the host
         self.rt_pid: int | None = None  # its host pid, for timing.realtime (CPU; workers.priority)
         self.timing_ref = ""  # ref.py's function the running job times, from its progress
         self.log = Path(tempfile.mkstemp(prefix="kopt-harness-", suffix=".log")[1])
@@ -168,8 +170,11 @@ class Sandbox:
         self.info = {**hello["info"], "isolation": self.isolation.kind,
                      "isolation_why": self.isolation.why, "limits": self.limits}
         self.pid = self.proc.pid if self.isolation.isolated and self.proc else hello.get("pid")
-        if self.device == "cpu":  # timing.realtime (workers.priority), found before any job
-            self.rt_pid = priority.harness_pid(self.proc.pid) if self.proc else None
+        # the harness's host pid, found before any job (a process a candidate starts could
+        # carry the same command line): for its state (_wait) and timing.realtime
+        self.host_pid = priority.harness_pid(self.proc.pid) if self.proc else None
+        if self.device == "cpu":  # timing.realtime (workers.priority)
+            self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
                                      if self.rt_pid else "the harness's process was not "
                                      "found under /proc")
@@ -225,9 +230,11 @@ class Sandbox:
             pass
         while True:
             try:
-                ready = self.r.poll(max(0.0, deadline - time.perf_counter()))
+                ready = self._wait(deadline)
             except (BrokenPipeError, OSError):
                 ready = True
+            if ready is None:
+                return {**self._stopped(), "wall_s": time.perf_counter() - t0}
             if not ready:
                 return {**self._timed_out(job, prepared, deadline - t0),
                         "wall_s": time.perf_counter() - t0}
@@ -366,6 +373,31 @@ class Sandbox:
             again["error"] = "; ".join(x for x in (again.get("error"), (
                 f"retried in a fresh harness: the first run crashed ({first})")) if x)
         return again
+
+    def _wait(self, deadline: float) -> bool | None:
+        """Wait for the harness's next message until ``deadline`` (``time.perf_counter``):
+        True when one came, False at the deadline, None as soon as the harness is found
+        stopped (looked at every :data:`STOP_CHECK_S`): a stopped process never answers,
+        and code a candidate left in it can stop it (``kill(getpid(), SIGSTOP)`` from a
+        thread, or a timer's SIGSTOP) while the next job runs; red-team round 9 had that
+        job, or its ref.py, called a hang. Raises OSError where the pipe fails."""
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            if self.r.poll(min(left, STOP_CHECK_S)):
+                return True
+            if _state(self.host_pid) == "T":
+                return None
+
+    def _stopped(self) -> dict[str, Any]:
+        """The outcome of a job whose harness was found stopped (killed; the next job
+        restarts it): ``crashed``, which :meth:`run_retrying` runs again in a fresh harness."""
+        self.kill()
+        self.restarts += 1
+        return {"status": Status.CRASHED, "error": (
+            "the harness was stopped (SIGSTOP: code a candidate left there can send it) and "
+            "would not answer; killed")}
 
     def _timed_out(self, job: RunJob | dict[str, Any], prepared: bool, waited_s: float
                    ) -> dict[str, Any]:
@@ -612,3 +644,15 @@ def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str
 
 def _positive(x: Any) -> bool:
     return isinstance(x, (int, float)) and x > 0
+
+
+def _state(pid: int | None) -> str:
+    """Process ``pid``'s state letter (``/proc/PID/stat``: "R", "S", "T" for stopped...);
+    "" for None or a process that cannot be read."""
+    if pid is None:
+        return ""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2:][:1]

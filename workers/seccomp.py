@@ -47,6 +47,11 @@ runs), with ``EPERM``:
   every instance made ``inotify_init1`` fail for every root process of the host, and
   every fanotify group ``fanotify_init`` (red-team round 8); the jail bounds two more such
   counts by the harness's own limits (workers.jail ``_start``);
+- ``io_setup`` (Linux AIO contexts are counted host-wide, ``fs.aio-max-nr``, with no
+  exemption: a candidate held 61,432 of 65,536 and a root process of the host got EAGAIN,
+  red-team round 9), and ``fcntl`` ``F_SETLEASE`` and ``F_NOTIFY`` (a lease on any file of
+  the host, which uid 0 owns, made the host's next writer wait until the harness let go:
+  3-4 s in round 9; ``flock`` stays allowed, so a lock on a host file is still possible);
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
   with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
   the filter cannot read; the C library then falls back to ``clone``, as under Docker's
@@ -78,7 +83,8 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "io_uring_register", "add_key", "request_key", "keyctl", "ptrace",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
           "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
-          "seccomp", "fanotify_init", "fanotify_mark")
+          "seccomp", "fanotify_init", "fanotify_mark", "io_setup")
+F_SETLEASE, F_NOTIFY = 1024, 1026  # <linux/fcntl.h>: fcntl's commands refused
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -90,7 +96,8 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
         "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16, "inotify_init": 253,
         "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
-        "prctl": 157, "rt_sigaction": 13, "fanotify_init": 300, "fanotify_mark": 301}),
+        "prctl": 157, "rt_sigaction": 13, "fanotify_init": 300, "fanotify_mark": 301,
+        "io_setup": 206, "fcntl": 72}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
@@ -98,7 +105,8 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
         "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
         "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167,
-        "rt_sigaction": 134, "fanotify_init": 262, "fanotify_mark": 263}),
+        "rt_sigaction": 134, "fanotify_init": 262, "fanotify_mark": 263,
+        "io_setup": 0, "fcntl": 25}),
 }
 
 
@@ -127,7 +135,7 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
     # (AArch64 has no inotify_init: inotify_init1 only)
     asm += [(JEQ_K, "deny", None, nr[n]) for n in DENIED if n in nr and n not in keep]
     asm += [(JEQ_K, "enosys", None, nr["clone3"]), (JEQ_K, "ioctl", None, nr["ioctl"]),
-            (JEQ_K, "prctl", None, nr["prctl"])]
+            (JEQ_K, "prctl", None, nr["prctl"]), (JEQ_K, "fcntl", None, nr["fcntl"])]
     if "rt_sigaction" not in keep:
         asm.append((JEQ_K, "act", None, nr["rt_sigaction"]))
     asm += [(JEQ_K, "clone", "allow", nr["clone"]),
@@ -137,6 +145,9 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             (JEQ_K, "deny", "allow", USERFAULTFD_IOC_NEW),
             "prctl", (LD_ABS_W, None, None, 16),
             (JEQ_K, "deny", "allow", PR_SET_SECCOMP),
+            "fcntl", (LD_ABS_W, None, None, 24),  # args[1], the command
+            (JEQ_K, "deny", None, F_SETLEASE),
+            (JEQ_K, "deny", "allow", F_NOTIFY),
             "act", (LD_ABS_W, None, None, 24),  # the new action's pointer: NULL is a query
             (JEQ_K, None, "deny", 0),
             (LD_ABS_W, None, None, 28),  # its high 32 bits
