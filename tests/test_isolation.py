@@ -474,9 +474,15 @@ def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(t
     ref = FIXTURES / "escape" / "ref.py"
     marked = tmp_path / "marked" / "ref.py"
     marked.parent.mkdir()
+    # (it waits to be framed while a framer says it is there, up to 30 s, as MODE 7 does)
     marked.write_text("import os, time\n\n\ndef reference(x, N):\n"
-                      "    open(os.path.join(os.environ['TMPDIR'], 'ref-running'), 'w').close()\n"
-                      "    time.sleep(0.5)\n    return 2 * x\n")
+                      "    tmp = os.environ['TMPDIR']\n"
+                      "    open(os.path.join(tmp, 'ref-running'), 'w').close()\n"
+                      "    for _ in range(3000):\n"
+                      "        if not os.path.exists(os.path.join(tmp, 'framer-armed')):\n"
+                      "            break\n"
+                      "        time.sleep(0.01)\n"
+                      "    return 2 * x\n")
     ending = tmp_path / "ending" / "ref.py"
     ending.parent.mkdir()
     ending.write_text("import os\n\n\ndef reference(x, N):\n    os._exit(3)\n")
