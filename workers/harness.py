@@ -255,11 +255,11 @@ ESCAPE_MS, ESCAPE_SHARE = 0.1, 0.5
 # (an idle GPU or CPU may lower its clocks; a job sent back to back follows the previous
 # one within milliseconds)
 IDLE_WARM_S = 0.5
-# open files a harness may hold between jobs (it needs a few dozen: pipes, libraries'
-# files, /dev nodes); with more, it restarts (``_serve``): a candidate that used up the
-# sandbox's RLIMIT_NOFILE (workers.jail) made every later job's library load fail
-# (``error``, 5 of 5: red-team round 9)
-FILES_KEPT = 256
+# open files a harness may hold between jobs, half the sandbox's RLIMIT_NOFILE (workers.jail
+# NOFILE_MAX); with more, it restarts (``_serve``): a candidate that used them all up made
+# every later job's library load fail (``error``, 5 of 5: red-team round 9). A CPU harness
+# holds 6 once set up (this machine, 2026-12-04); a GPU one's driver opens a few dozen more
+FILES_KEPT = 512
 LEAK_BYTES = 16 << 20  # device memory a job may gain outside torch before it is `leaked`
 # a job key only bench/check_cost.py sets (the driver never does): one input set, no
 # restore or verification of timed calls, no probe -- kopt's timing before the guards
