@@ -75,6 +75,13 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def state(pid: int | None) -> str:
+    """Process ``pid``'s state letter (``/proc/PID/stat``: "R", "S", "T" when stopped...);
+    "" for None or a process that is gone."""
+    st = None if pid is None else _stat(pid)
+    return st[0] if st else ""
+
+
 def _pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 

@@ -387,7 +387,7 @@ class Sandbox:
                 return False
             if self.r.poll(min(left, STOP_CHECK_S)):
                 return True
-            if _state(self.host_pid) == "T":
+            if hold.state(self.host_pid) == "T":
                 return None
 
     def _stopped(self) -> dict[str, Any]:
@@ -644,15 +644,3 @@ def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str
 
 def _positive(x: Any) -> bool:
     return isinstance(x, (int, float)) and x > 0
-
-
-def _state(pid: int | None) -> str:
-    """Process ``pid``'s state letter (``/proc/PID/stat``: "R", "S", "T" for stopped...);
-    "" for None or a process that cannot be read."""
-    if pid is None:
-        return ""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat[stat.rfind(")") + 2:][:1]
