@@ -2352,7 +2352,7 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
         wfd = os.dup(rfd)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     if h is not None and os.environ.get(seccomp.ENV) == "1":  # set up: now the filter
-        why = seccomp.install()
+        why = seccomp.install(keep=() if device == "cpu" else seccomp.UNTRIED_ON_GPU)
         info["seccomp"] = "on" if not why else f"off: {why}"
     if h is None:
         answer(wconn, {"ready": False, "error": error})

@@ -51,7 +51,17 @@ runs), with ``EPERM``:
   exemption: a candidate held 61,432 of 65,536 and a root process of the host got EAGAIN,
   red-team round 9), and ``fcntl`` ``F_SETLEASE`` and ``F_NOTIFY`` (a lease on any file of
   the host, which uid 0 owns, made the host's next writer wait until the harness let go:
-  3-4 s in round 9; ``flock`` stays allowed, so a lock on a host file is still possible);
+  3-4 s in round 9);
+- ``epoll_create``, ``epoll_create1`` and ``epoll_ctl`` (epoll watches are counted per
+  user, ``fs.epoll.max_user_watches``, and a watch lives as long as its file, not its
+  descriptor: red-team round 9 held 5.3 million from ~180 open files and a root process
+  of the host got ``ENOSPC``), ``flock`` and ``fcntl``'s record locks (``F_SETLK``,
+  ``F_SETLKW``, ``F_OFD_SETLK``, ``F_OFD_SETLKW``; a query, ``F_GETLK``, is allowed): a
+  read-only mount still lets a process lock a host file it can open, kopt's own run and
+  Nsight Compute locks included, and hold every other process of the host that takes the
+  lock. The CPU harness makes none of these calls once set up (its system calls traced
+  through a job, 2026-12-05). The GPU harness and the ncu target keep them
+  (:data:`UNTRIED_ON_GPU`) until they are run so with the CUDA driver on a GPU host;
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
   with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
   the filter cannot read; the C library then falls back to ``clone``, as under Docker's
@@ -83,8 +93,15 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "io_uring_register", "add_key", "request_key", "keyctl", "ptrace",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
           "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
-          "seccomp", "fanotify_init", "fanotify_mark", "io_setup")
+          "seccomp", "fanotify_init", "fanotify_mark", "io_setup", "epoll_create",
+          "epoll_create1", "epoll_ctl", "flock")
 F_SETLEASE, F_NOTIFY = 1024, 1026  # <linux/fcntl.h>: fcntl's commands refused
+# fcntl's record locks (<asm-generic/fcntl.h>: F_SETLK, F_SETLKW, F_OFD_SETLK,
+# F_OFD_SETLKW), refused unless ``keep`` names FCNTL_LOCK
+F_LOCKS, FCNTL_LOCK = (6, 7, 37, 38), "fcntl_lock"
+# what the GPU harness (and the ncu target) keep: calls the CPU harness was seen not to make,
+# not yet tried refused with the CUDA driver in the process
+UNTRIED_ON_GPU = ("epoll_create", "epoll_create1", "epoll_ctl", "flock", FCNTL_LOCK)
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -97,7 +114,8 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "bpf": 321, "clone": 56, "clone3": 435, "ioctl": 16, "inotify_init": 253,
         "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
         "prctl": 157, "rt_sigaction": 13, "fanotify_init": 300, "fanotify_mark": 301,
-        "io_setup": 206, "fcntl": 72}),
+        "io_setup": 206, "fcntl": 72, "epoll_create": 213, "epoll_create1": 291,
+        "epoll_ctl": 233, "flock": 73}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
@@ -106,7 +124,7 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
         "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167,
         "rt_sigaction": 134, "fanotify_init": 262, "fanotify_mark": 263,
-        "io_setup": 0, "fcntl": 25}),
+        "io_setup": 0, "fcntl": 25, "epoll_create1": 20, "epoll_ctl": 21, "flock": 32}),
 }
 
 
@@ -121,8 +139,9 @@ class _Prog(ctypes.Structure):
 
 def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, int, int]]:
     """The filter for ``machine`` as ``(code, jt, jf, k)`` instructions (see the module
-    docstring), the calls of :data:`DENIED` (and ``rt_sigaction``'s check) named in ``keep``
-    allowed. Raises KeyError for a machine not in :data:`SYSCALLS`."""
+    docstring), the calls of :data:`DENIED` (and ``rt_sigaction``'s check, and fcntl's
+    record locks: :data:`FCNTL_LOCK`) named in ``keep`` allowed. Raises KeyError for a
+    machine not in :data:`SYSCALLS`."""
     arch, _, nr = SYSCALLS[machine]
     # (code, jt, jf, k) with jt / jf a label (str) or None (the next instruction); a str
     # alone is a label for the instruction after it
@@ -134,6 +153,7 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
         asm.append((JGE_K, "deny", None, X32_BIT))
     # (AArch64 has no inotify_init: inotify_init1 only)
     asm += [(JEQ_K, "deny", None, nr[n]) for n in DENIED if n in nr and n not in keep]
+    locks = () if FCNTL_LOCK in keep else F_LOCKS
     asm += [(JEQ_K, "enosys", None, nr["clone3"]), (JEQ_K, "ioctl", None, nr["ioctl"]),
             (JEQ_K, "prctl", None, nr["prctl"]), (JEQ_K, "fcntl", None, nr["fcntl"])]
     if "rt_sigaction" not in keep:
@@ -146,6 +166,7 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             "prctl", (LD_ABS_W, None, None, 16),
             (JEQ_K, "deny", "allow", PR_SET_SECCOMP),
             "fcntl", (LD_ABS_W, None, None, 24),  # args[1], the command
+            *[(JEQ_K, "deny", None, c) for c in locks],
             (JEQ_K, "deny", None, F_SETLEASE),
             (JEQ_K, "deny", "allow", F_NOTIFY),
             "act", (LD_ABS_W, None, None, 24),  # the new action's pointer: NULL is a query
