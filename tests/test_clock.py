@@ -402,12 +402,39 @@ def test_a_median_not_above_zero_is_suspect_whatever_the_harness_said():
     assert res["status"] == "suspect" and res["error"] == (
         "a median of -61.3 ms, by the clock of the process that loaded its code: no call "
         "takes no time, that process's clock was changed")
-    con = _clock_broken({"status": "ok", "results": [{"median_ms": 0.2}, {"median_ms": 0.0}]},
-                        {"contest": [{"job_key": "a"}, {"job_key": "b"}]})
+    two = {"contest": [{"job_key": "a"}, {"job_key": "b"}]}
+
+    def figures(m):
+        return {"median_ms": m, "iqr_ms": 0.01, "n_samples": 2, "samples_ms": [m, m]}
+    con = _clock_broken({"status": "ok", "results": [figures(0.2), figures(0.0)]}, two)
     assert con["status"] == "suspect" and con["failed"] == ["b"]
     assert con["error"].startswith("b: a median of 0.0 ms")
     fine = {"status": "ok", "median_ms": 0.2}
     assert _clock_broken(fine, {}) is fine
+    passed = {"status": "ok", "results": [figures(0.2), figures(0.3)]}
+    assert _clock_broken(passed, two) is passed
+
+
+@pytest.mark.parametrize("results, said", [
+    ([1, 2], "a contender's figures that are not an object"),
+    ([{"median_ms": 0.2}], "a contest result that is not a list of 2 contenders' figures"),
+    (None, "a contest result that is not a list of 2 contenders' figures"),
+    ([{"median_ms": 0.2, "iqr_ms": 0.0, "n_samples": 2**40, "samples_ms": [0.2]}] * 2,
+     "a contender's n_samples that is not a whole number of 1 to 2**31 - 1"),
+    ([{"median_ms": "0.2", "iqr_ms": 0.0, "n_samples": 1, "samples_ms": [0.2]}] * 2,
+     "a contender's median_ms or iqr_ms that is not a number"),
+    ([{"median_ms": 0.2, "iqr_ms": 0.0, "n_samples": 1, "samples_ms": [[0.2]]}] * 2,
+     "a contender's samples_ms that is not a list of numbers")])
+def test_a_forged_contest_answer_is_a_crash_that_names_nobody(results, said):
+    """Candidate code can write the harness's answer pipe: a contest answered ``ok`` with
+    ``results: [1, 2]`` (red-team round 10) stopped the driver with a KeyError at the
+    loop's closing. A passed contest's results of another shape are a crash naming no
+    contender (no ``failed``): the driver then runs each contender alone to find it."""
+    from workers.sandbox import _clock_broken
+
+    got = _clock_broken({"status": "ok", "results": results},
+                        {"contest": [{"job_key": "a"}, {"job_key": "b"}]})
+    assert got == {"status": "crashed", "error": f"the harness answered {said}"}
 
 
 def test_the_preparations_alone_are_timed_where_no_candidates_code_runs(tmp_path):

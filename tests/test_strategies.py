@@ -219,9 +219,10 @@ class ScriptedDevice(Runner):
         if self.down:
             raise DeviceError("device actor failed: RayActorError")
         bad = [j for j in jobs if j["build_id"] in self.wrong]
-        if bad:
+        if bad:  # as workers.harness contest: the job keys at fault in ``failed``
             return {"status": "wrong_result",
-                    "error": f"{bad[0]['job_key']}: out[3] off" if self.names else "mismatch"}
+                    "error": f"{bad[0]['job_key']}: out[3] off" if self.names else "mismatch",
+                    **({"failed": [bad[0]["job_key"]]} if self.names else {})}
         return {"status": "ok", "results": [
             {"median_ms": self.ms[j["build_id"]], "iqr_ms": 0.01, "n_samples": rounds,
              "samples_ms": [self.ms[j["build_id"]]] * rounds} for j in jobs]}
@@ -266,6 +267,32 @@ def test_an_unnamed_failure_is_found_by_running_each_contender_alone(tmp_path):
     assert error == "" and dropped == {"b": "wrong_result: mismatch"}
     assert dev.calls[:4] == [["ba", "bb", "bc"], ["ba"], ["bb"], ["bc"]]
     assert sorted(results) == ["a", "c"]
+
+
+class Framer(ScriptedDevice):
+    """Contender ``c`` (build ``bc``) prints ``a``'s job key and aborts whenever ``a``'s code
+    shares its harness (red-team round 10: a crash's error holds what the dying harness
+    printed); alone, each contender passes."""
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        builds = {j["build_id"] for j in args[0]}
+        if {"ba", "bc"} <= builds:
+            self.calls.append(sorted(builds))
+            key = next(j["job_key"] for j in args[0] if j["build_id"] == "ba")
+            return {"status": "crashed", "error": f"harness died: killed by SIGABRT. {key}"}
+        return super().call(i, method, *args, timeout=timeout)
+
+
+def test_a_crash_that_prints_a_rivals_job_key_does_not_drop_the_rival(tmp_path):
+    """Only the harness's ``failed`` list names contenders at fault, never the error's text:
+    ``a``, framed by ``c``'s crash, is not dropped (it was, and ``c`` won); each contender
+    then passes alone, so the contest cannot run and names nobody."""
+    dev, faults = Framer({"ba": 1.0, "bb": 2.0, "bc": 0.5}, set(), names=True), Faults()
+    results, dropped, error = side_by_side(tmp_path, dev, faults)
+    assert dropped == {} and results == {}
+    assert error == ("crashed: harness died: killed by SIGABRT. key2-a (yet every contender "
+                     "passes alone; nothing was dropped)")
+    assert dev.calls == [["ba", "bb", "bc"], ["ba"], ["bb"], ["bc"]]
 
 
 def test_a_dead_device_stops_the_contest_with_its_reason(tmp_path):

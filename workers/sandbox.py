@@ -629,8 +629,11 @@ def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str
         return res
     why = ("a median of {} ms, by the clock of the process that loaded its code: no "
            "call takes no time, that process's clock was changed")
-    if "results" in res:
+    if "results" in res or "contest" in (job.payload() if isinstance(job, RunJob) else job):
         entries = (job.payload() if isinstance(job, RunJob) else job).get("contest") or []
+        shape = _contest_shape(res.get("results"), len(entries))
+        if shape:  # names nobody: the driver runs each contender alone to find it
+            return {"status": Status.CRASHED, "error": f"the harness answered {shape}"}
         bad = [(e.get("job_key", "?"), r.get("median_ms")) for e, r in
                zip(entries, res["results"]) if not _positive(r.get("median_ms"))]
         if bad:
@@ -640,6 +643,31 @@ def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str
     if "median_ms" in res and res["median_ms"] is not None and not _positive(res["median_ms"]):
         return {**res, "status": Status.SUSPECT, "error": why.format(res["median_ms"])}
     return res
+
+
+def _contest_shape(results: Any, n: int) -> str:
+    """What is wrong with a passed contest's ``results`` for ``n`` contenders (a list of
+    one object per contender, each with a number ``median_ms`` and ``iqr_ms``, a whole
+    ``n_samples`` of 1 to 2**31 - 1 and a list of numbers ``samples_ms``), or "". Candidate
+    code can write the harness's answer pipe: a forged ``results: [1, 2]`` stopped the
+    driver at the closing (red-team round 10)."""
+    if not isinstance(results, list) or len(results) != n:
+        return f"a contest result that is not a list of {n} contenders' figures"
+    for r in results:
+        if not isinstance(r, dict):
+            return "a contender's figures that are not an object"
+        if not all(_number(r.get(k)) for k in ("median_ms", "iqr_ms")):
+            return "a contender's median_ms or iqr_ms that is not a number"
+        n_s, xs = r.get("n_samples"), r.get("samples_ms")
+        if not (isinstance(n_s, int) and not isinstance(n_s, bool) and 0 < n_s < 2**31):
+            return "a contender's n_samples that is not a whole number of 1 to 2**31 - 1"
+        if not isinstance(xs, list) or not all(_number(x) for x in xs):
+            return "a contender's samples_ms that is not a list of numbers"
+    return ""
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def _positive(x: Any) -> bool:

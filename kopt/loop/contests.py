@@ -121,7 +121,7 @@ class SideBySide:
             why = f"{res.get('status')}: {res.get('error') or ''}".strip()
             if res.get("actor"):
                 return why
-            bad, error = self._culprits(cids, dims, why, res.get("error") or "")
+            bad, error = self._culprits(cids, dims, why, res.get("failed"))
             if error:
                 return error
             self._drop(bad)
@@ -213,11 +213,17 @@ class SideBySide:
         ``clock``). Raises DeviceError."""
         return self.ctx.runner.call(self.device, "clock", job, n, art, loads_only)
 
-    def _culprits(self, cids: list[str], dims: str, why: str, said: str
+    def _culprits(self, cids: list[str], dims: str, why: str, failed: Any
                   ) -> tuple[dict[str, str], str]:
-        """The contenders a failed contest's error names; when it names none, each one
-        run alone that fails. Returns them and an error when none can be found."""
-        named = [c for c in cids if self.by_cand[c][dims][0] in said]
+        """The contenders a failed contest names in ``failed`` (the job keys at fault, which
+        the harness gives for a failed check: workers.harness ``contest``); when it names
+        none (a crash, a timeout), each one run alone that fails. Returns them and an error
+        when none can be found. Never the error's text: a crash's holds what the dying
+        process printed, and a contender that printed a rival's job key and aborted got
+        that rival dropped and won (red-team round 10)."""
+        keys = set(failed) if isinstance(failed, list) and all(
+            isinstance(k, str) for k in failed) else set()
+        named = [c for c in cids if self.by_cand[c][dims][0] in keys]
         bad = {c: why for c in named} if len(cids) > 1 else {cids[0]: why}
         if bad:
             return bad, ""
