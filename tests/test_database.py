@@ -106,6 +106,39 @@ def test_best_puts_the_named_best_first(db):
     assert db.best("s", run_id="it's") == [] and db.best("nope") == []
 
 
+def _later_state(db, state: dict) -> None:
+    db.commit("iterations", "s", "r1", [
+        {"run_id": "r1", "sweep": "s", "iteration": 2, "device_class": DC,
+         "state": json.dumps(state), "created_at": at(9)}])
+
+
+def test_a_closing_that_failed_names_no_best(db):
+    """The closing re-checks and re-times every contender outside its process; when it
+    named nobody (it failed: a contender framed the rest, a forged answer, a lost device),
+    no candidate of that run and class is the best, not the last iteration's winner (c1
+    here) nor the lowest median: a red-team candidate that made the closing fail was named
+    from its iteration's row at 100x on a patched clock."""
+    _later_state(db, {"best": {"candidate_id": "c1"},
+                      "closing": {"speedup": None, "note": "the closing could not run: x"}})
+    assert db.best("s") == []
+    assert db.named_best("r1") == {}
+
+
+def test_a_contender_a_contest_dropped_is_never_the_best(db):
+    """A candidate a contest dropped (a ``contests`` row with its status and no figure: a
+    failed check, a crash, the outside clock's ``suspect``) cannot win: not named, and not
+    the lowest median either. Here the closing named c1, then c1 was dropped as suspect:
+    the best is the lowest median of the rest (b at N=1, c2's 8.0 beaten by b's 4.0 at
+    N=2)."""
+    _later_state(db, {"best": {"candidate_id": "c1"},
+                      "closing": {"best": {"candidate_id": "c1"}, "first_baseline": "b"}})
+    db.commit("contests", "s", "r1", [
+        {"run_id": "r1", "sweep": "s", "iteration": 0, "device_class": DC, "dims": d,
+         "candidate_id": "c1", "label": "suspect", "created_at": at(10)} for d in (N1, N2)])
+    got = [(r["dims"], r["candidate_id"], r["named"]) for r in db.best("s")]
+    assert got == [(N1, "b", False), (N2, "b", False)]
+
+
 def test_top_k(db):
     got = [(r["dims"], r["candidate_id"], r["named"], r["speedup"], r["side_by_side_ms"],
             r["carried"]) for r in db.top_k("r1", k=2)]

@@ -608,12 +608,26 @@ having count(distinct dims) = (select n from need)
 """
 
 # the loop's named best per run and class: the closing contest's (kopt.core.winner.close_loop),
-# else the last iteration's winner; the size of its tie; the first baseline and the loop's
-# total speedup, both from the closing contest (side by side)
-NAMED_CTE = """named as (
+# else, before a closing, the last iteration's winner; none when the closing failed (every
+# contender is re-checked and re-timed by the outside clock there: a red-team candidate that
+# made the closing fail was named from its iteration's row, 100x on a patched clock), nor
+# one a contest dropped; the size of its tie; the first baseline and the loop's total
+# speedup, both from the closing contest (side by side). ``closing_failed``: a closing that
+# named nobody (no candidate of that run and class is then anyone's best: kopt best, export
+# and port name none). ``dropped``: the contenders any contest of the run dropped for a
+# failed check, a crash or the outside clock (a ``contests`` row with a status and no
+# figure): they cannot win
+NAMED_CTE = """dropped as (
+  select distinct run_id, device_class, candidate_id, true as was_dropped from contests
+  where median_ms is null and label is not null
+), named0 as (
   select run_id, device_class,
-         coalesce(state->>'$.closing.best.candidate_id', state->>'$.best.candidate_id')
-           as named_id,
+         case when (state->'$.closing') is not null
+                   and state->>'$.closing.best.candidate_id' is null then null
+              else coalesce(state->>'$.closing.best.candidate_id',
+                            state->>'$.best.candidate_id') end as named_id,
+         (state->'$.closing') is not null
+           and state->>'$.closing.best.candidate_id' is null as closing_failed,
          case when coalesce(state->>'$.closing.best.candidate_id',
                             state->>'$.best.candidate_id') = state->>'$.best.candidate_id'
                    -- the best a member of the tie: the review gate may have rejected the
@@ -626,6 +640,10 @@ NAMED_CTE = """named as (
   from iterations
   qualify row_number() over (partition by run_id, device_class
                              order by iteration desc, created_at desc) = 1
+), named as (
+  select n.* replace (case when d.candidate_id is null then n.named_id end as named_id)
+  from named0 n left join dropped d on d.run_id = n.run_id
+    and d.device_class = n.device_class and d.candidate_id = n.named_id
 ), closing as (
   select run_id, device_class, dims, candidate_id, median_ms as side_by_side_ms
   from contests where iteration = 0 and median_ms is not null
@@ -666,7 +684,8 @@ select device_class, dims, candidate_id, compute_method, memory_method, latency_
        case when candidate_id = named_id then loop_note end as loop_note
 from scope left join named using (run_id, device_class)
 left join vs_first v using (run_id, device_class, dims, candidate_id)
-where status = 'ok' and final
+left join dropped using (run_id, device_class, candidate_id)
+where status = 'ok' and final and not coalesce(closing_failed, false) and was_dropped is null
 qualify row_number() over (partition by device_class, dims
                            order by coalesce(candidate_id = named_id, false) desc,
                                     median_ms, candidate_id) = 1
