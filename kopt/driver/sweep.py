@@ -85,7 +85,7 @@ from kopt.run.service import (
 )
 from kopt.run.signals import received, signals_held, terminate
 from kopt.store.database import Database, Writer, done_job_keys, interrupted, iteration_states
-from kopt.store.files import RunLock, dumps, now, stored_json, warm_arrow
+from kopt.store.files import RunLock, dumps, now, stored_json, unfit, warm_arrow
 from kopt.strategy import STRATEGIES, Job, SearchStrategy, make
 from kopt.util.phases import PhaseRecorder, adopted
 from kopt.util.words import counted
@@ -734,6 +734,13 @@ class Driver:
         if outcome.error and REF_CHANGED in outcome.error and self._ref_moved():
             raise ReferenceChanged(self._ref_changed())
         row = self._record(job, outcome, info).row(outcome.observed())
+        bad = unfit("candidates", row)
+        if bad:  # candidate code can write the harness's answer: one bad figure (n_samples
+            # 2**40, red-team round 10) failed the Parquet write and lost the run's rows
+            row = self._record(job, RunOutcome.fault(Status.ERROR, (
+                f"the harness answered {bad}, which the candidates table cannot hold (a "
+                "figure of another type or out of range: candidate code can write the "
+                "harness's answer pipe); none of its figures are kept")), info).row()
         self.ctx.writer.add("candidates", [row])  # buffered first: a signal between the two
         self.ctx.rows[job.job_key] = row  # must not leave a row counted but never written
         counts = self.summary.status_counts

@@ -287,6 +287,19 @@ def rows_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema=schema)
 
 
+def unfit(table: str, row: dict[str, Any]) -> str:
+    """The first column of ``table`` whose value in ``row`` its schema cannot hold (a
+    whole number past an int32 column's range, text in a number column), as
+    ``"COLUMN=VALUE"`` (the value cut to 60 characters), or "" when the row fits."""
+    schema = table_schema(table)
+    for f in schema:
+        try:
+            pa.array([row.get(f.name)], type=f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            return f"{f.name}={str(row.get(f.name))[:60]}"
+    return ""
+
+
 def write_arrow(root: Path, table: str, sweep: str, run_id: str, t: pa.Table) -> Path:
     """Write ``t`` (of ``table``'s schema) as one new Parquet file of ``table`` in the
     partition ``sweep``/``run_id`` (its folders made when missing); atomic (temp name +
