@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,39 @@ def test_the_confined_compiler_writes_its_build_folder_only(tmp_path):
     assert p.stderr.count("Permission denied") == 3, p.stderr
 
 
+@pytest.mark.skipif(landlock.abi() < 6, reason="Landlock's signal scope needs ABI 6")
+def test_the_confined_compiler_reaches_no_port_and_signals_no_process_of_the_host(tmp_path):
+    """A sweep's ``flags: [-wrapper, ...]`` runs a program of its choosing around every
+    compiler pass: red-team round 10's shell connected to a host service and SIGKILLed a
+    host process. Under the ruleset nothing the compiler starts makes a TCP connection
+    (Landlock ABI 4) or signals a process outside the build (ABI 6: a scope); unconfined,
+    the same script does both."""
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        script = ("import os, socket\n"
+                  "s = socket.socket()\n"
+                  f"print(s.connect_ex(('127.0.0.1', {server.getsockname()[1]})) == 0)\n"
+                  "try:\n"
+                  f"    os.kill({os.getpid()}, 0); print(True)\n"
+                  "except PermissionError:\n"
+                  "    print(False)\n")
+        rules = build_confine.ruleset([sys.executable], str(tmp_path / "sweep"), [],
+                                      str(build_dir), [sys.prefix, sys.base_prefix])
+        got = {}
+        for confined in (True, False):
+            env = {**package_env(),
+                   **(build_confine.env_for(rules, str(build_dir)) if confined else {})}
+            p = subprocess.run([sys.executable, "-m", "workers.reap", "30", sys.executable,
+                                "-c", script], capture_output=True, text=True, env=env,
+                               timeout=60)
+            assert p.returncode == 0, p.stderr
+            got[confined] = p.stdout.split()
+    assert got == {True: ["False", "False"], False: ["True", "True"]}
+
+
 def test_a_ruleset_the_kernel_refuses_is_a_failed_build_never_an_unconfined_one(tmp_path):
     env = {**package_env(), build_confine.ENV: "{not json"}
     p = subprocess.run([sys.executable, "-m", "workers.reap", "30", "true"],
@@ -203,3 +237,36 @@ def test_a_kernel_mode_include_of_a_host_file_is_refused_not_quoted(tmp_path):
     res, data = wb.build(bad, cache=tmp_path / "c")
     assert not res.ok and data is None
     assert MARK not in res.error and "cannot open source file" in res.error, res.error
+
+
+def test_a_compiler_output_that_is_a_link_is_not_taken(tmp_path):
+    """A program a sweep's flags run (``-wrapper``) planted ``solve.so`` as a link to a file
+    only root could read, and the unconfined build worker copied that file into the cache
+    (red-team round 10): the output is opened without following a link, and only a regular
+    file is taken."""
+    secret = _secret(tmp_path)
+    link = tmp_path / "solve.so"
+    link.symlink_to(secret)
+    assert wb._artifact(link).startswith("the compiler's output solve.so cannot be opened "
+                                         "as a file (")
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    with open(os.open(fifo, os.O_RDWR), "rb"):  # a writer, so that opening it cannot block
+        assert wb._artifact(fifo) == "the compiler's output fifo.so is not a regular file"
+    real = tmp_path / "real.so"
+    real.write_bytes(b"\x7fELF")
+    assert wb._artifact(real) == b"\x7fELF"
+
+
+def test_no_file_a_compiler_writes_passes_the_cap(tmp_path, monkeypatch):
+    """A source that defines a 1 GiB initialized array built a 1.1 GB solve.so into the
+    cache, which kopt never evicts (red-team round 10): every file a compiler writes is
+    capped (``RLIMIT_FSIZE``, workers.build COMPILE_FILE_BYTES; 64 KiB here, for a 1 MiB
+    array), and past it the build fails."""
+    src = 'static char blob[1 << 20] = {1};\nextern "C" char* solve() { return blob; }\n'
+    monkeypatch.setattr(wb, "COMPILE_FILE_BYTES", 1 << 16)
+    res, data = wb.build(_job(tmp_path, src, bid="big"), cache=tmp_path / "c")
+    assert not res.ok and data is None
+    monkeypatch.setattr(wb, "COMPILE_FILE_BYTES", 1 << 30)
+    res, data = wb.build(_job(tmp_path, src, bid="big2"), cache=tmp_path / "c")
+    assert res.ok and len(data) > 1 << 20

@@ -24,8 +24,10 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -149,6 +151,37 @@ def check_env(builds: bool = True) -> None:
 # the compiler wrapper's set-up: memory cap, and SIGTERM when the build task dies (then
 # workers.reap kills the compiler's whole process group)
 _limit_memory = limited(int(COMPILE_MEM_GB * 2**30), signal.SIGTERM)
+# the largest file a compiler may write, solve.so included (bytes, ``RLIMIT_FSIZE``): a
+# source that defines a 1 GiB initialized array built a 1.1 GB solve.so into the cache, which
+# kopt never evicts (red-team round 10); CUTLASS builds stay far below it
+COMPILE_FILE_BYTES = 1 << 30
+
+
+def _limit_build() -> None:
+    """The compiler wrapper's ``preexec_fn``: :data:`_limit_memory`, then no file past
+    :data:`COMPILE_FILE_BYTES` (the write fails with ``EFBIG``, the compiler with it).
+    Never raises."""
+    _limit_memory()
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (COMPILE_FILE_BYTES, COMPILE_FILE_BYTES))
+    except (OSError, ValueError):
+        pass
+
+
+def _artifact(out: Path) -> bytes | str:
+    """The bytes of the compiler's output ``out``, or why it is not taken: a link (a
+    source's ``-wrapper``, or anything the compiler ran, planted ``solve.so`` as a link to a
+    file only root could read, and the unconfined build worker copied it into the cache,
+    readable by all: red-team round 10) or anything but a regular file. Opened without
+    following a link (``O_NOFOLLOW``)."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        return f"the compiler's output {out.name} cannot be opened as a file ({e.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"the compiler's output {out.name} is not a regular file"
+        return f.read()
 
 
 def _reaped(cmd: list[str], timeout_s: float, confine: dict[str, str] | None = None
@@ -380,7 +413,7 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         wrapped, env = _reaped(cmd, COMPILE_TIMEOUT_S, build_confine.env_for(rules, tmp))
         try:
             p = subprocess.run(wrapped, capture_output=True, text=True, cwd=tmp, env=env,
-                               timeout=COMPILE_TIMEOUT_S + 60, preexec_fn=_limit_memory)
+                               timeout=COMPILE_TIMEOUT_S + 60, preexec_fn=_limit_build)
             rc, log = p.returncode, (p.stdout + p.stderr)
         except subprocess.TimeoutExpired:  # the wrapper itself hung: cannot happen
             rc, log = 124, ""
@@ -399,10 +432,12 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
                 log = build_confine.blur(log, rules["read"])
             return BuildResult(job.build_id, False, _tail(log.replace(tmp + "/", "")), dt,
                                command=cmd_s), None
+        data = _artifact(out)
+        if isinstance(data, str):
+            return BuildResult(job.build_id, False, data, dt, command=cmd_s), None
         kernels = parse_ptxas(log)
         res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
                           kernels=as_dicts(kernels), command=cmd_s, log=_tail(log, 4000))
-        data = out.read_bytes()
         inputs = _read_files(job, out, tmp)
         _store(entry, data, res, ARTIFACT["solve"], inputs)
         return res, data

@@ -37,8 +37,22 @@ READ = EXECUTE | READ_FILE | READ_DIR
 WRITE = _ALL_KNOWN  # everything beneath: make, remove, rename, write
 
 
+# ABI 4: TCP bind and connect (``handled_access_net``, with no rule: every port refused);
+# ABI 6: scopes (``scoped``): no signal to, and no abstract Unix socket of, a process
+# outside the ruleset's domain. A compiler needs neither; a ``-wrapper`` shell run by a
+# sweep's flags reached the network and SIGKILLed a host process (red-team round 10)
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+    _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+def _attr_size(version: int) -> int:
+    """The ``landlock_ruleset_attr`` size a kernel of ABI ``version`` knows (bytes)."""
+    return 8 * (1 + (version >= 4) + (version >= 6))
 
 
 class _PathBeneath(ctypes.Structure):
@@ -67,7 +81,9 @@ def restrict(read: list[str], write: list[str]) -> int:
     """Restrict this process and everything it starts from now on: read (and execute)
     only beneath the paths in ``read``, read and write only beneath those in ``write``;
     every other file-system access fails with EACCES. Paths that do not exist are skipped;
-    a path naming a file (not a folder) gets the file rights only.
+    a path naming a file (not a folder) gets the file rights only. Where the kernel knows
+    them, also no TCP bind or connect (ABI 4) and no signal or abstract Unix socket reaching
+    a process outside this one's descendants (ABI 6).
 
     Returns:
         The ABI version applied (0: no Landlock here, nothing was restricted).
@@ -81,8 +97,9 @@ def restrict(read: list[str], write: list[str]) -> int:
         return 0
     handled = _BY_ABI.get(version, _ALL_KNOWN)
     libc = _libc()
-    attr = _RulesetAttr(handled)
-    fd = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+    attr = _RulesetAttr(handled, NET_BIND_TCP | NET_CONNECT_TCP if version >= 4 else 0,
+                        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 else 0)
+    fd = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(_attr_size(version)),
                       ctypes.c_uint32(0))
     if fd < 0:
         raise LandlockError(ctypes.get_errno(), "landlock_create_ruleset")
