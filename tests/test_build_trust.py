@@ -211,3 +211,24 @@ def test_the_include_scan_and_the_dependency_list(tmp_path):
     assert [str(p) for p in deps.local_deps(["//w/s/a.h", "/proc/self/root/w/s/b.h"],
                                             "/tmp/build", ["/w/s"], ["/usr"])] == [
         "/w/s/a.h", "/w/s/b.h"]
+
+
+def test_the_include_scan_reads_no_file_outside_the_sweep_folder_and_include_dirs(tmp_path):
+    """kopt's own process (not the confined compiler) reads what the scan finds and stores
+    each file's digest with the run: a source naming ``/etc/shadow`` (in ``#if 0``, so the
+    build passed) had its digest and existence stored (red-team round 10). Only files
+    beneath the source's folder and the ``-I`` folders are scanned."""
+    d = sweep(tmp_path, {"scale.h": SIMPLE_H})
+    outside = tmp_path / "outside.h"
+    outside.write_text("#define SECRET 1\n")
+    (d / "link.h").symlink_to(outside)
+    src = textwrap.dedent(f"""
+        #if 0
+        #include "{outside}"
+        #include "../outside.h"
+        #include "link.h"
+        #endif
+        #include "scale.h"
+    """)
+    assert deps.include_closure(src, d, [str(d / "inc")]) == [d / "scale.h"]
+    assert list(deps.local_inputs(src, str(d), [str(d / "inc")])) == ["scale.h"]

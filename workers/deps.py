@@ -51,9 +51,13 @@ def include_closure(text: str, here: str | Path, search: list[str]) -> list[Path
     Returns:
         Each local file once (search folder joined with the include's name, ``..``
         collapsed), sorted. A name found in several folders contributes every one of them; a name
-        found in none is a system header and is skipped.
+        found in none is a system header and is skipped, and so is a file outside ``here``
+        and the ``search`` folders (resolved): kopt's own process reads what this finds,
+        not the confined compiler, and a source naming ``/etc/shadow`` had its digest and
+        its existence stored with the run (red-team round 10). The compiler is refused it.
     """
     found: set[Path] = set()
+    roots = [os.path.realpath(r) for r in (here, *search)]
     todo = [(text, Path(here))]
     while todo:
         src, folder = todo.pop()
@@ -61,7 +65,7 @@ def include_closure(text: str, here: str | Path, search: list[str]) -> list[Path
             dirs = [folder, *map(Path, search)] if kind == '"' else list(map(Path, search))
             for d in dirs:
                 p = Path(os.path.normpath(d / name.strip()))
-                if p in found or not p.is_file():
+                if p in found or not _beneath(p, roots) or not p.is_file():
                     continue
                 found.add(p)
                 try:
@@ -69,6 +73,12 @@ def include_closure(text: str, here: str | Path, search: list[str]) -> list[Path
                 except OSError:
                     pass
     return sorted(found)
+
+
+def _beneath(p: Path, roots: list[str]) -> bool:
+    """Whether ``p``, resolved (links and ``..`` followed), lies beneath one of ``roots``."""
+    real = os.path.realpath(p)
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def digests(paths: list[Path], base: str | Path) -> dict[str, str]:
