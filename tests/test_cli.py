@@ -209,3 +209,20 @@ def test_best_says_when_a_winner_ran_without_a_sandbox(tmp_path):
     assert r.exit_code == 0, r.output
     lines = [x for x in r.output.splitlines() if "without a sandbox" in x]
     assert len(lines) == 1 and lines[0].startswith("cpu-x: found without a sandbox")
+
+
+def test_control_characters_in_stored_text_never_reach_the_terminal(tmp_path):
+    """An ``#error`` line of a candidate's source is stored as its compile error; its ESC
+    sequences (set the window title, write the clipboard with OSC 52, erase a line) were
+    sent to the terminal as they were by ``kopt query`` (red-team round 10). They are
+    shown as ``\\x1b`` text."""
+    evil = "bad \x1b]0;owned\x07 \x1b]52;c;ZWNobyBwd25lZA==\x1b\\ \x1b[2K\x1b[1A end"
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("candidates", [{"run_id": "r1", "sweep": "demo", "job_key": "a", "candidate_id": "a",
+                          "status": "compile_error", "error": evil, "dims": "{}",
+                          "device_class": "cpu-x", "iteration": 1}])
+    w.flush()
+    r = run("query", "--store", str(tmp_path), "select error from candidates")
+    assert r.exit_code == 0
+    assert "\x1b" not in r.output and "\x07" not in r.output
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==" in "".join(r.output.split())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -71,6 +71,19 @@ out = _Out(width=None if sys.stdout.isatty() else 160, emoji=False)
 
 
 HEARTBEAT_S = 10.0  # a plain progress line this often when stderr is not a terminal
+
+
+# C0 controls but tab and newline, DEL and C1 controls: ESC sequences in a stored string (a
+# compile error's #error line, a candidate's printed output) set the terminal's title, wrote
+# its clipboard (OSC 52) and erased lines when shown (red-team round 10)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape(text: str) -> str:
+    """``text`` for the terminal: every control character but tab and newline shown as
+    ``\\xNN`` (never sent: an ESC sequence in a stored error must not drive the user's
+    terminal), then rich markup escaped."""
+    return _markup_escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 
 def heartbeat_s() -> tuple[float, str]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from kopt.cli.console import (
@@ -27,6 +26,7 @@ from kopt.cli.console import (
     closing_line,
     compile_errors_line,
     console,
+    escape,
     fail,
     json_safe,
     kv_text,
