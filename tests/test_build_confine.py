@@ -184,6 +184,9 @@ def test_folders_the_specs_flags_name_stay_readable(tmp_path):
     assert build_confine.flag_paths(["-I/opt/x", "-isystem", "/opt/y", "-Wl,-rpath,/opt/r",
                                      "-include=/opt/z.h", "-O3"]) == [
         "/opt/x", "/opt/y", "/opt/r", "/opt/z.h"]
+    # a macro's value names no file (``-DX=/etc`` opened /etc to #include)
+    assert build_confine.flag_paths(["-DX=/etc", "-D", "Y=/root", "-UZ=/x", "-Xcompiler",
+                                     "-I/opt/w"]) == ["/opt/w"]
 
 
 @pytest.mark.parametrize("form", ["{w}/other/../sweep/f.h", "/proc/self/root{w}/sweep/f.h",

@@ -108,8 +108,15 @@ def flag_paths(flags: list[str] | tuple[str, ...]) -> list[str]:
     """The absolute paths the spec's compiler ``flags`` name (``-I/opt/x/include``,
     ``-L/opt/x/lib``, ``-isystem /opt/y``, ``-include /opt/z.h``): the spec's author chose
     them, as include_dirs, so the compiler may read them. Relative paths are relative to
-    the build folder, which is readable already."""
-    return [m for f in flags for m in re.findall(r"(?:^|[=,]|^-[A-Za-z]+)(/[^\s=,]+)", f)]
+    the build folder, which is readable already. A macro's value (``-DX=/etc``, ``-D`` then
+    ``X=/etc``) names no file the compiler reads: it opened ``/etc`` to ``#include``
+    (red-team round 10)."""
+    out, after_d = [], False
+    for f in flags:
+        if not (after_d or re.match(r"-[DU]", f) or f.startswith("--define-macro")):
+            out += re.findall(r"(?:^|[=,]|^-[A-Za-z]+)(/[^\s=,]+)", f)
+        after_d = f in ("-D", "-U", "--define-macro", "--undefine-macro")
+    return out
 
 
 def wanted() -> bool:
