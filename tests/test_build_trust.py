@@ -232,3 +232,21 @@ def test_the_include_scan_reads_no_file_outside_the_sweep_folder_and_include_dir
     """)
     assert deps.include_closure(src, d, [str(d / "inc")]) == [d / "scale.h"]
     assert list(deps.local_inputs(src, str(d), [str(d / "inc")])) == ["scale.h"]
+
+
+def test_nothing_a_compiler_started_outlives_its_build(tmp_path):
+    """A program a sweep's flags run around the compiler (``-wrapper``) left a process in a
+    session of its own that outlived the build (red-team round 10): workers.reap, the
+    compiler's parent, is a subreaper and kills whatever is left once the compiler ends."""
+    import subprocess
+    import sys
+
+    from workers.reap import package_env, pid_alive
+
+    pidfile = tmp_path / "pid"
+    script = f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; " \
+             "exec sleep 300' & while [ ! -e " + str(pidfile) + " ]; do sleep 0.01; done"
+    p = subprocess.run([sys.executable, "-m", "workers.reap", "30", "sh", "-c", script],
+                       capture_output=True, text=True, env=package_env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert not pid_alive(int(pidfile.read_text()))

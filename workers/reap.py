@@ -116,12 +116,69 @@ def confine() -> str | None:
     return None
 
 
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def _children() -> list[int]:
+    """This process's children (``/proc/self/task/TID/children``, every thread's)."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def kill_descendants(rounds: int = 1000) -> int:
+    """SIGKILL and reap every process left under this one (a subreaper: what a compiler's
+    descendants orphan, ``setsid`` and double forks included, is its child); returns how
+    many. A program a sweep's flags ran around the compiler (``-wrapper``) left a process
+    that outlived the build (red-team round 10). Never raises."""
+    n = 0
+    for _ in range(rounds):
+        kids = _children()
+        if not kids:
+            break
+        for pid in kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                n += 1
+            except ProcessLookupError:
+                pass
+        for pid in kids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return n
+
+
 def main(argv: list[str]) -> int:
+    """``TIMEOUT_S CMD...``: confine this process (:func:`confine`), run CMD in a session of
+    its own and return its exit code (124 past ``TIMEOUT_S``, 126 when it could not be
+    confined, 127 when it could not start); whatever it left running is killed when it
+    ends (:func:`kill_descendants`)."""
     timeout_s, cmd = float(argv[0]), argv[1:]
     why = confine()
     if why is not None:  # a build that was to be confined never runs unconfined
         print(why, file=sys.stderr)
         return 126
+    _libc_prctl(PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        return _run(cmd, timeout_s)
+    finally:
+        kill_descendants()
+
+
+def _libc_prctl(option: int, value: int) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _run(cmd: list[str], timeout_s: float) -> int:
     try:
         p = subprocess.Popen(cmd, start_new_session=True)
     except OSError as e:
@@ -134,6 +191,7 @@ def main(argv: list[str]) -> int:
         except ProcessLookupError:
             pass
         if signum:
+            kill_descendants()
             os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, kill_group)
