@@ -250,3 +250,74 @@ def test_nothing_a_compiler_started_outlives_its_build(tmp_path):
                        capture_output=True, text=True, env=package_env(), timeout=60)
     assert p.returncode == 0, p.stderr
     assert not pid_alive(int(pidfile.read_text()))
+
+
+def _probe_build(folder, source: str, cache, bid: str):
+    """A CPU build of ``source`` in sweep folder ``folder``: (cached?, kopt_probe()'s value
+    or None when it failed, the result's note)."""
+    job = wb.BuildJob(bid, "cpu", source, "k.cpp", str(folder), {}, [], "host", [])
+    res, data = wb.build(job, cache=cache)
+    assert res.ok, res.error
+    so = folder.parent / f"probe-{len(list(folder.parent.iterdir()))}.so"
+    so.write_bytes(data)
+    f = ctypes.CDLL(str(so)).kopt_probe
+    f.restype = ctypes.c_int
+    return res.cached, f(), res.note
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_file_has_include_asks_about_is_in_the_manifest(tmp_path, first):
+    """A source whose build depends on whether ``marker.h`` exists (``__has_include``) was
+    loaded from the cache after marker.h was removed: no dependency list names a file that
+    is not there (red-team round 10). The names it asks about are in the manifest, there or
+    not, so that either change is a rebuild."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    src = ('#if __has_include("marker.h")\nstatic const int v = 1;\n#else\n'
+           'static const int v = 0;\n#endif\nextern "C" int kopt_probe() { return v; }\n')
+    marker = folder / "marker.h"
+    if first:
+        marker.write_text("")
+    cache = tmp_path / "cache"
+    assert _probe_build(folder, src, cache, "hi")[:2] == (False, int(first))
+    assert _probe_build(folder, src, cache, "hi")[:2] == (True, int(first))
+    if first:
+        marker.unlink()
+    else:
+        marker.write_text("")
+    assert _probe_build(folder, src, cache, "hi")[:2] == (False, int(not first))
+
+
+def test_a_header_with_a_hash_in_its_name_is_checked_again(tmp_path):
+    """``%:include "a#b.h"`` (a digraph the include scan does not read): the compiler's list
+    names the header as ``a\\#b.h``, which was kept as written, a file never there, and an
+    edit of the header left the cached build trusted (red-team round 10)."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "a#b.h").write_text("#define K 1\n")
+    src = '%:include "a#b.h"\nextern "C" int kopt_probe() { return K; }\n'
+    cache = tmp_path / "cache"
+    assert _probe_build(folder, src, cache, "dg")[:2] == (False, 1)
+    assert _probe_build(folder, src, cache, "dg")[:2] == (True, 1)
+    (folder / "a#b.h").write_text("#define K 2\n")
+    assert _probe_build(folder, src, cache, "dg")[:2] == (False, 2)
+
+
+def test_a_dependency_list_that_names_a_file_not_there_is_not_cached(tmp_path):
+    """An ``.incbin`` of a name holding a newline cut the assembler's dependency list: the
+    manifest held ``n`` ("missing") and not ``data.bin``, whose edit was never seen (red-team
+    round 10). A build whose list names a file that is not there is used but not cached."""
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "data.bin").write_bytes((1).to_bytes(4, "little"))
+    (folder / "n\nl.bin").write_bytes(b"\0")
+    src = ('asm(".section .rodata\\n.globl kopt_table\\nkopt_table:\\n.incbin \\"data.bin\\"\\n"\n'
+           '    ".incbin \\"n\\\\nl.bin\\"\\n.text\\n");\n'
+           'extern "C" const int kopt_table[];\n'
+           'extern "C" int kopt_probe() { return kopt_table[0]; }\n')
+    cache = tmp_path / "cache"
+    cached, v, note = _probe_build(folder, src, cache, "nl")
+    assert (cached, v) == (False, 1) and note.startswith("not cached: the compiler's dependency "
+                                                         "list names ")
+    (folder / "data.bin").write_bytes((2).to_bytes(4, "little"))
+    assert _probe_build(folder, src, cache, "nl")[:2] == (False, 2)

@@ -439,8 +439,19 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
                           kernels=as_dicts(kernels), command=cmd_s, log=_tail(log, 4000))
         inputs = _read_files(job, out, tmp)
+        gone = sorted(k for k, v in inputs.items() if v == "missing" and not _probed(job, k))
+        if gone:  # a dependency list cut short (a newline in an .incbin name) or wrong
+            res.note = (f"not cached: the compiler's dependency list names {gone[0]!r}, which "
+                        "is not there; the build's inputs are not known")
+            return res, data
         _store(entry, data, res, ARTIFACT["solve"], inputs)
         return res, data
+
+
+def _probed(job: BuildJob, rel: str) -> bool:
+    """Whether ``rel`` (relative to the sweep folder) is a name ``__has_include`` asks
+    about in ``job``'s source (one that may well not be there)."""
+    return rel in deps.probed([job.source], job.source_dir, job.include_dirs)
 
 
 def _exes(backend: str) -> list[str]:
@@ -461,8 +472,12 @@ def _read_files(job: BuildJob, out: Path, tmp: str) -> dict[str, str]:
     if asm.exists():
         listed += deps.parse_depfile(asm.read_text())
     tools = build_confine.toolchain(_exes(job.backend)) + [str(SHIM)]
-    return deps.digests(deps.local_deps(listed, tmp, roots, tools),
-                        os.path.realpath(job.source_dir))
+    read = deps.local_deps(listed, tmp, roots, tools)
+    found = deps.digests(read, os.path.realpath(job.source_dir))
+    if "missing" in found.values():  # a list that names what the compiler could not read
+        return found
+    texts = [job.source] + [p.read_text(errors="replace") for p in read if p.is_file()]
+    return {**deps.probed(texts, job.source_dir, job.include_dirs), **found}
 
 
 def kernel_command(job: BuildJob) -> list[str]:

@@ -100,15 +100,39 @@ def local_inputs(text: str, source_dir: str, include_dirs: list[str]) -> dict[st
     return digests(include_closure(text, source_dir, [source_dir, *include_dirs]), source_dir)
 
 
+_HAS_INCLUDE = re.compile(r'__has_include(?:_next)?\s*\(\s*([<"])([^>"\n]+)[>"]')
+
+
+def probed(texts: list[str], source_dir: str, include_dirs: list[str]) -> dict[str, str]:
+    """``{path relative to source_dir: sha256 or "missing"}`` of every file that
+    ``__has_include`` in ``texts`` (the source and the local files it read) asks about, in
+    each folder it is looked up in (``"..."``: source_dir first; both: include_dirs), within
+    those folders. Whether such a file exists changes the build, and no dependency list
+    names a file that is not there: a source that said 1 while ``marker.h`` existed was
+    still loaded from the cache once it was removed (red-team round 10)."""
+    roots = [os.path.realpath(r) for r in (source_dir, *include_dirs)]
+    paths = set()
+    for text in texts:
+        for kind, name in _HAS_INCLUDE.findall(text):
+            dirs = ([source_dir] if kind == '"' else []) + list(include_dirs)
+            for d in dirs:
+                p = Path(os.path.normpath(Path(d) / name.strip()))
+                if _beneath(p, roots):
+                    paths.add(p)
+    return digests(sorted(paths), source_dir)
+
+
 def parse_depfile(text: str) -> list[str]:
     """The prerequisites of a Make-format dependency file (``-MD -MF``): every path after
-    the first target's colon, continuation lines joined, ``\\ `` unescaped."""
+    the first target's colon, continuation lines joined, ``\\ ``, ``\\#`` and ``$$``
+    unescaped (a header named ``a#b.h`` was listed as ``a\\#b.h``, a file that is never
+    there, and an edit of it left the cached build trusted: red-team round 10)."""
     text = text.replace("\\\n", " ")
     m = re.search(r":(\s|$)", text)
     if m is None:
         return []
     body = text[m.end():].split("\n", 1)[0]
-    return [p.replace("\\ ", " ").replace("$$", "$")
+    return [p.replace("\\ ", " ").replace("\\#", "#").replace("$$", "$")
             for p in re.split(r"(?<!\\)\s+", body) if p]
 
 
