@@ -199,6 +199,9 @@ def test_the_include_scan_and_the_dependency_list(tmp_path):
     found = deps.include_closure('#include "a.h"\n', tmp_path, [str(tmp_path)])
     assert found == [tmp_path / "a.h", tmp_path / "sub" / "b.h", tmp_path / "sub" / "c.h"]
     assert deps.include_closure("#include <a.h>\n", tmp_path / "sub", []) == []
+    # the digraph and comments between the parts of the line
+    for line in ('%:include "a.h"', '#/**/include "a.h"', ' # /* x */ include/**/"a.h"'):
+        assert deps.include_closure(line + "\n", tmp_path, [])[0] == tmp_path / "a.h", line
 
     text = ("solve.so : k.cu /usr/include/stdio.h \\\n  /w/my\\ dir/x.h /w/s/../common/y.h \\\n"
             "  z.h\n/w/s/extra.h:\n")

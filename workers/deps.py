@@ -22,7 +22,11 @@ import re
 from pathlib import Path
 
 # every #include line, whatever #if it sits under (an over-approximation, which is safe)
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+# an include line: ``#`` or its digraph ``%:``, then blanks or comments, ``include`` (a
+# header named by ``%:include`` or ``#/**/include`` was in no candidate id, build id or
+# stored source: red-team round 10)
+_INCLUDE = re.compile(r'^[ \t]*(?:#|%:)(?:[ \t]|/\*.*?\*/)*include(?:[ \t]|/\*.*?\*/)*'
+                      r'([<"])([^>"\n]+)[>"]', re.M)
 _DIGESTS: dict[tuple, str] = {}
 
 
