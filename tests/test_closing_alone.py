@@ -100,17 +100,11 @@ def test_a_first_baseline_wrong_where_only_the_closing_looks_is_not_named_best(
     assert Database(store).best("tail_first") == []
 
 
-def test_a_forged_answer_no_column_holds_is_an_error_row_and_the_run_goes_on(
-        ray_local, tmp_path, monkeypatch):
-    """A candidate writes ``{"status": "ok", "n_samples": 2**40, ...}`` to its harness's
-    answer pipe: the Parquet write of the batch failed, the driver died and the run's other
-    rows were lost (red-team round 10). Now that row alone is an ``error`` saying which
-    value no column holds, with no figure, and the run finishes with its other rows."""
-    monkeypatch.setenv("KOPT_PRESTART", "0")  # the forger finds the pipe on its command line
+def _vadd(tmp_path, name: str):
     here = FIXTURES / "closing_alone"
-    sweep = _sweep(tmp_path, "forge", {"forge.cpp": here / "forge.cpp",
-                                        "ref.py": here / "ref.py"}, f"""
-        name: forged_answer
+    return _sweep(tmp_path, name, {"forge.cpp": here / "forge.cpp", "ref.py": here / "ref.py"},
+                  f"""
+        name: {name}
         kernel: forge.cpp
         reference: ref.py
         dims: [{{N: 65536}}]
@@ -120,15 +114,58 @@ def test_a_forged_answer_no_column_holds_is_an_error_row_and_the_run_goes_on(
         baseline: {{CHUNK: 16384}}
         {TIMING}
         """)
+
+
+def _rows(store):
+    _, rows = query("select params, status, error, median_ms, n_samples from candidates", store)
+    _, run = query("select status from runs", store)
+    return {json.loads(p)["CHUNK"]: (st, e, m, n) for p, st, e, m, n in rows}, run
+
+
+def test_an_answer_forged_mid_job_is_a_crash_and_the_run_goes_on(ray_local, tmp_path,
+                                                                 monkeypatch):
+    """A candidate writes ``{"status": "ok", "n_samples": 2**40, ...}`` to its harness's
+    answer pipe on its first call: taken as its job's answer, the Parquet write of the
+    batch failed, the driver died and the run's other rows were lost (red-team round 10).
+    The harness does not answer the ping after it (its own answer comes first): the job is
+    ``crashed``, run again in a fresh harness, ``crashed`` again, and the run finishes."""
+    monkeypatch.setenv("KOPT_PRESTART", "0")  # the forger finds the pipe on its command line
     store = tmp_path / "store"
-    run_sweep(sweep, store, backend="cpu", max_candidates=2)
-    _, rows = query("select params, status, error, median_ms, n_samples from candidates "
-                    "order by params", store)
-    by = {json.loads(p)["CHUNK"]: (st, e, m, n) for p, st, e, m, n in rows}
+    run_sweep(_vadd(tmp_path, "forged_answer"), store, backend="cpu", max_candidates=2)
+    by, run = _rows(store)
+    assert by[16384][0] == "ok" and by[16384][2] > 0
+    status, error, median, n = by[262144]
+    assert (status, median, n) == ("crashed", None, None)
+    assert error.startswith("the harness did not answer a ping after its answer")
+    assert run[-1] == ("finished",)
+
+
+def test_a_figure_no_column_holds_is_an_error_row_and_the_run_goes_on(ray_local, tmp_path,
+                                                                      monkeypatch):
+    """An answer that passes the ping (code that also reads the harness's pipe can answer
+    it: workers.harness "What is not caught") with a figure no column holds: the Parquet
+    write of the batch failed and the run's rows were lost. That row alone is an ``error``
+    naming the value, with no figure; the run finishes with its other rows. (The figure is
+    set here, in the driver, on the outcome the device sent: no forger is needed.)"""
+    from kopt.driver.sweep import Driver
+
+    emit = Driver._emit
+
+    def forged(self, job, outcome, info):
+        if job.candidate.params.get("CHUNK") == 262144:
+            outcome.n_samples = 2**40
+        return emit(self, job, outcome, info)
+
+    monkeypatch.setattr(Driver, "_emit", forged)
+    sweep = _vadd(tmp_path, "unfit_figure")
+    for p in sweep.root.glob("forge.cpp"):  # no forging in the kernel
+        p.write_text(p.read_text().replace("#define FORGE_CHUNK 262144", "#define FORGE_CHUNK 1"))
+    store = tmp_path / "store"
+    run_sweep(load_sweep(sweep.root), store, backend="cpu", max_candidates=2)
+    by, run = _rows(store)
     assert by[16384][0] == "ok" and by[16384][2] > 0
     status, error, median, n = by[262144]
     assert (status, median, n) == ("error", None, None)
     assert error.startswith("the harness answered n_samples=1099511627776, which the "
                             "candidates table cannot hold")
-    _, run = query("select status from runs", store)
-    assert run == [("finished",)]
+    assert run[-1] == ("finished",)

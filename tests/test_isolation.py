@@ -902,3 +902,31 @@ def test_a_candidate_cannot_fill_the_disk_through_its_log(tmp_path, monkeypatch,
         sb.close()
     assert (got, honest) == ("ok" if isolated else "wrong_result", "ok")
     assert (size <= 2**23) if isolated else (size >= 64 * 2**20), size
+
+
+def test_an_answer_candidate_code_wrote_mid_job_is_not_the_jobs(tmp_path):
+    """Candidate code can write the harness's answer pipe: an ``ok`` it wrote on its first
+    call (n_samples 2**40) was taken as its job's answer, and the harness's own answer to
+    that job, still in the pipe, as the next job's (red-team round 10: an honest contender
+    of a contest dropped as ``crashed``). After every answer the sandbox pings the harness
+    and wants the pong next: here it reads the real answer instead, so the forger's job is
+    ``crashed`` (run again in a fresh harness by ``run_retrying``) and the next job gets its
+    own answer from a fresh harness."""
+    from test_faults import artifact as build
+    from test_faults import job as pack_job
+
+    here = FIXTURES / "closing_alone"
+    src, ref, args = here / "forge.cpp", here / "ref.py", {"x": ["N"], "y": ["N"], "out": ["N"]}
+    sb = _sandbox(True, {})
+    try:
+        forged = sb.run(pack_job(build(tmp_path, src, {"CHUNK": 262144}), src, ref, {"N": 4096},
+                                 args, job_key="forger"), timeout_s=30)
+        restarts = sb.restarts
+        honest = sb.run(pack_job(build(tmp_path, src, {"CHUNK": 16384}), src, ref, {"N": 4096},
+                                 args, job_key="honest"), timeout_s=30)
+    finally:
+        sb.close()
+    assert forged["status"] == "crashed", forged
+    assert forged["error"].startswith("the harness did not answer a ping after its answer")
+    assert restarts == 1
+    assert honest["status"] == "ok" and 0 < honest["n_samples"] <= 30  # test_faults.TIMING

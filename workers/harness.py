@@ -2376,7 +2376,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             return
         if kind == "go":
             continue
-        if kind == "ping":  # after a clock job's answer: this process's, not another's
+        if kind == "ping":  # after every answer: it was this process's, not another's
             answer(wconn, {"pong": job})
             continue
         h.idle_s = time.perf_counter() - h.done_at

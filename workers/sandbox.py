@@ -38,7 +38,7 @@ START_TIMEOUT_S = 180.0
 _STATUSES = {st.value for st in Status}
 ANSWER_BYTES = 64 << 20  # the largest message a harness may send (samples, error text)
 EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
-PING_S = 10.0  # a clock job's harness answers the ping after its answer within this (s)
+PING_S = 10.0  # a harness answers the ping after its answer within this (s)
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
@@ -258,7 +258,26 @@ class Sandbox:
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
         if clock is not None:
             res = self._clock_answer(res, clock)
+        elif not res.get("fatal") and not self._pinged():
+            self.kill()
+            self.restarts += 1
+            res = {"status": Status.CRASHED, "error": (
+                "the harness did not answer a ping after its answer: the answer was not its "
+                "own (code in its process wrote it) or the harness ended right after it")}
         return self._answered(_clock_broken(res, job), t0, pos, clock)
+
+    def _pinged(self) -> bool:
+        """Whether the harness answers a ping with a random value as its next message,
+        within :data:`PING_S`: then the answer just read was its own, sent once its job was
+        done. Candidate code can write the answer pipe: an answer it wrote mid-job was
+        taken as the job's, and the harness's real one, read as the next job's, framed it
+        (red-team round 10: an honest contender dropped as `crashed`)."""
+        nonce = os.urandom(8).hex()
+        try:
+            self.w.send(("ping", nonce))
+            return bool(self.r.poll(PING_S)) and read_answer(self.r).get("pong") == nonce
+        except (EOFError, OSError):
+            return False
 
     def _clock_answer(self, res: dict[str, Any], clock: _ClockMarks) -> dict[str, Any]:
         """A clock job's answer ``res``, ``suspect`` when it says ``ok`` but its harness did
@@ -278,13 +297,7 @@ class Sandbox:
                     "error": f"its harness said its calls were done {clock.clocked} times in "
                              "one block (once is the harness's own): code in its process "
                              "spoke for it"}
-        nonce = os.urandom(8).hex()
-        try:
-            self.w.send(("ping", nonce))
-            ok = self.r.poll(PING_S) and read_answer(self.r).get("pong") == nonce
-        except (EOFError, OSError):
-            ok = False
-        if ok:
+        if self._pinged():
             return res
         self.kill()
         return {**res, "status": Status.SUSPECT,
