@@ -129,8 +129,10 @@ wrongly:
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
   ``time.perf_counter_ns``, e.g. to make every check pass); the result pipe to the
-  sandbox (a forged outcome: JSON, never unpickled, so it carries figures, not code; a
-  thread left behind can also forge the next candidate's; a clock job's answer written
+  sandbox (a forged outcome: JSON, never unpickled, so it carries figures, not code; the
+  sandbox pings after every answer and wants the pong next, so an answer written while
+  this process still works on the job is a crash, workers.sandbox ``_pinged``, but code that
+  also reads the input pipe can answer the ping itself; a clock job's answer written
   there, natively, mid-block, is ``suspect`` unless it comes with exactly one "clocked"
   and this process then answers the sandbox's ping, workers.sandbox ``_clock_answer``:
   code that reads this process's input pipe and answers in its stead is not caught).
