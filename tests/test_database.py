@@ -119,7 +119,7 @@ def test_a_closing_that_failed_names_no_best(db):
     here) nor the lowest median: a red-team candidate that made the closing fail was named
     from its iteration's row at 100x on a patched clock."""
     _later_state(db, {"best": {"candidate_id": "c1"},
-                      "closing": {"speedup": None, "note": "the closing could not run: x"}})
+                      "closing": {"speedup": None, "note": "the closing contest failed: x"}})
     assert db.best("s") == []
     assert db.named_best("r1") == {}
 

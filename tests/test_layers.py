@@ -194,7 +194,7 @@ ALLOWED_NESTED: frozenset[str] = frozenset({
     "workers/envinfo.py:gpus",
     "workers/harness.py:_dtype_problem",
     "workers/harness.py:full_time",
-    "workers/reap.py:main",
+    "workers/reap.py:_run",
 })
 
 

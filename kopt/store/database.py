@@ -622,12 +622,12 @@ NAMED_CTE = """dropped as (
   where median_ms is null and label is not null
 ), named0 as (
   select run_id, device_class,
-         case when (state->'$.closing') is not null
+         case when state->>'$.closing.note' is not null
                    and state->>'$.closing.best.candidate_id' is null then null
               else coalesce(state->>'$.closing.best.candidate_id',
                             state->>'$.best.candidate_id') end as named_id,
-         (state->'$.closing') is not null
-           and state->>'$.closing.best.candidate_id' is null as closing_failed,
+         coalesce(state->>'$.closing.note' is not null
+                  and state->>'$.closing.best.candidate_id' is null, false) as closing_failed,
          case when coalesce(state->>'$.closing.best.candidate_id',
                             state->>'$.best.candidate_id') = state->>'$.best.candidate_id'
                    -- the best a member of the tie: the review gate may have rejected the
