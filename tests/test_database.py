@@ -366,3 +366,25 @@ def test_kopt_best_names_the_size_of_each_tie(db, tmp_path):
     assert res.exit_code == 0 and len(ties) == 2, res.output
     assert ties[0].startswith(f"{DC} at N=1: a tie within noise between 2 candidates")
     assert ties[1].startswith(f"{DC} at N=2: a tie within noise between 2 candidates")
+
+
+def test_a_value_no_column_holds_is_stored_as_null_with_a_note(tmp_path):
+    """A figure candidate code forged into the harness's answer (``n_samples`` 2**40 in the
+    reference timing's answer, ``iqr_ms`` 2**63 in a contest's) failed the whole Parquet
+    write: the driver died and the run could never close (red-team rounds 10 and 11). The
+    value is stored as null, with a note naming the table, the column and the value; the
+    rest of the row and the other rows are kept."""
+    from kopt.store.files import StoreWarning, rows_table
+
+    rows = [{"run_id": "r1", "candidate_id": "a", "median_ms": 1.0, "n_samples": 2**40,
+             "iqr_ms": 2**63},
+            {"run_id": "r1", "candidate_id": "b", "median_ms": 2.0, "n_samples": 5,
+             "iqr_ms": 0.1}]
+    with pytest.warns(StoreWarning) as seen:
+        t = rows_table("contests", rows)
+    assert sorted(str(w.message) for w in seen) == [
+        "contests.iqr_ms: a value it cannot hold (9223372036854775808) stored as null",
+        "contests.n_samples: a value it cannot hold (1099511627776) stored as null"]
+    assert t.select(["candidate_id", "median_ms", "n_samples", "iqr_ms"]).to_pylist() == [
+        {"candidate_id": "a", "median_ms": 1.0, "n_samples": None, "iqr_ms": None},
+        {"candidate_id": "b", "median_ms": 2.0, "n_samples": 5, "iqr_ms": 0.1}]
