@@ -361,6 +361,49 @@ def test_a_contender_that_patches_its_clock_only_in_company_is_judged_by_its_sol
     assert {x for x in again if x.startswith("clock ")} == {"clock ba", "clock bb"}
 
 
+class HonestClock(ScriptedDevice):
+    """A device whose contests and outside clock say what each call really takes (``REAL``,
+    ms), with 0.1 ms of preparation a call."""
+
+    REAL = {"ba": 1.0, "bb": 0.5}
+
+    def __init__(self) -> None:
+        super().__init__(self.REAL, set(), names=True)
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if method in ("fresh", "clock_end"):
+            return None
+        if method == "clock":
+            job, n, _, loads_only = args
+            ms = n * 0.1 + (0 if loads_only else n * self.REAL[job["build_id"]])
+            return {"status": "ok", "error": "", "calls": n, "inside_ms": ms,
+                    "outside_ms": ms, "outside_cpu_ms": ms, "held_cpu_ms": 0.0}
+        return super().call(i, method, *args, timeout=timeout)
+
+
+def test_a_contender_whose_own_job_ran_on_a_patched_clock_is_dropped_at_the_closing(
+        tmp_path):
+    """A red-team candidate patched its harness's clock to 1/100 in its own job only and was
+    honest in every contest: its row's median (what ``kopt best`` and ``export`` show) said
+    325x, and it was named over a faster honest candidate. At the closing a contender whose
+    own job's median is more than 4x below its median side by side (+ 0.01 ms, the outside
+    clock's rule) is ``suspect`` and dropped; ``b``, whose row agrees, stays."""
+    from kopt.run.builder import LocalBuilder
+
+    dev, faults = HonestClock(), Faults()
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in dev.REAL})
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {"a": {"[8]": ("key-a", "ba", 0.01, 0.001)},  # its own job: 1/100 of 1.0
+               "b": {"[8]": ("key-b", "bb", 0.45, 0.01)}}
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", by_cand, clock=True).run()
+    assert error == "" and list(results) == ["b"]
+    assert dropped == {"a": "suspect: its own job's median, 0.01 ms, is more than 4x below "
+                            "its median side by side at the closing, 1 ms: its own job was "
+                            "not timed by the harness's clock"}
+
+
 class Rows:
     """The scheduler's emit: every job's outcome and device, in order."""
 
