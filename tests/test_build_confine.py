@@ -184,9 +184,11 @@ def test_folders_the_specs_flags_name_stay_readable(tmp_path):
     assert build_confine.flag_paths(["-I/opt/x", "-isystem", "/opt/y", "-Wl,-rpath,/opt/r",
                                      "-include=/opt/z.h", "-O3"]) == [
         "/opt/x", "/opt/y", "/opt/r", "/opt/z.h"]
-    # a macro's value names no file (``-DX=/etc`` opened /etc to #include)
+    # a macro's value, a prefix map's target: no file read (each opened /etc to #include)
     assert build_confine.flag_paths(["-DX=/etc", "-D", "Y=/root", "-UZ=/x", "-Xcompiler",
-                                     "-I/opt/w"]) == ["/opt/w"]
+                                     "-I/opt/w", "-fdebug-prefix-map=/none=/etc",
+                                     "-fmacro-prefix-map=/x=/etc", "-Wl,--rpath-link=/l",
+                                     "-isystem=/opt/v"]) == ["/opt/w", "/opt/v"]
 
 
 @pytest.mark.parametrize("form", ["{w}/other/../sweep/f.h", "/proc/self/root{w}/sweep/f.h",

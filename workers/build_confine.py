@@ -104,18 +104,35 @@ def toolchain(exes: list[str]) -> list[str]:
     return read + [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
 
 
+# the options whose argument is a file or folder the compiler reads (GCC's and nvcc's):
+# joined (``-I/x``, ``--include-path=/x``) or as the next argument (``-isystem /x``); a
+# linker's ``-Wl,-rpath,/x`` / ``-Xlinker -rpath=/x`` too. Any other option's path (a
+# prefix map's target, ``-fdebug-prefix-map=/none=/etc``) opens nothing: it opened /etc to
+# ``#include`` (red-team round 11), as ``-DX=/etc`` did (round 10)
+PATH_OPTIONS = ("-I", "-isystem", "-iquote", "-idirafter", "-L", "-include", "-imacros",
+                "--include-path", "--system-include", "--library-path", "--pre-include",
+                "-rpath")
+
+
 def flag_paths(flags: list[str] | tuple[str, ...]) -> list[str]:
-    """The absolute paths the spec's compiler ``flags`` name (``-I/opt/x/include``,
-    ``-L/opt/x/lib``, ``-isystem /opt/y``, ``-include /opt/z.h``): the spec's author chose
-    them, as include_dirs, so the compiler may read them. Relative paths are relative to
-    the build folder, which is readable already. A macro's value (``-DX=/etc``, ``-D`` then
-    ``X=/etc``) names no file the compiler reads: it opened ``/etc`` to ``#include``
-    (red-team round 10)."""
-    out, after_d = [], False
-    for f in flags:
-        if not (after_d or re.match(r"-[DU]", f) or f.startswith("--define-macro")):
-            out += re.findall(r"(?:^|[=,]|^-[A-Za-z]+)(/[^\s=,]+)", f)
-        after_d = f in ("-D", "-U", "--define-macro", "--undefine-macro")
+    """The absolute paths the spec's compiler ``flags`` give to an option that reads them
+    (:data:`PATH_OPTIONS`: ``-I/opt/x/include``, ``-L/opt/x/lib``, ``-isystem /opt/y``,
+    ``-include /opt/z.h``, ``-Wl,-rpath,/opt/r``): the spec's author chose them, as
+    include_dirs, so the compiler may read them. Relative paths are relative to the build
+    folder, which is readable already."""
+    out: list[str] = []
+    words = [w for f in flags for w in (f.split(",") if f.startswith("-Wl,") else [f])]
+    for i, w in enumerate(words):
+        for opt in PATH_OPTIONS:
+            if w == opt and i + 1 < len(words):
+                arg = words[i + 1]
+            elif w.startswith(opt) and w != opt:
+                arg = w[len(opt):].lstrip("=")
+            else:
+                continue
+            if arg.startswith("/"):
+                out.append(arg)
+            break
     return out
 
 
