@@ -240,17 +240,24 @@ def test_the_include_scan_reads_no_file_outside_the_sweep_folder_and_include_dir
 def test_nothing_a_compiler_started_outlives_its_build(tmp_path):
     """A program a sweep's flags run around the compiler (``-wrapper``) left a process in a
     session of its own that outlived the build (red-team round 10): workers.reap, the
-    compiler's parent, is a subreaper and kills whatever is left once the compiler ends."""
+    compiler's parent, is a subreaper and kills whatever is left once the compiler ends,
+    also under the compilers' Landlock ruleset (round 11: /proc unreadable there, the list
+    of what was left read empty)."""
     import subprocess
     import sys
 
+    from workers import build_confine
     from workers.reap import package_env, pid_alive
 
     pidfile = tmp_path / "pid"
     script = f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; " \
              "exec sleep 300' & while [ ! -e " + str(pidfile) + " ]; do sleep 0.01; done"
+    # under the compilers' Landlock ruleset, as a build runs (/proc not readable there)
+    rules = build_confine.ruleset(["sh", "setsid", "sleep", "mv"], str(tmp_path), [],
+                                  str(tmp_path), [])
+    env = {**package_env(), **build_confine.env_for(rules, str(tmp_path))}
     p = subprocess.run([sys.executable, "-m", "workers.reap", "30", "sh", "-c", script],
-                       capture_output=True, text=True, env=package_env(), timeout=60)
+                       capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
     assert not pid_alive(int(pidfile.read_text()))
 

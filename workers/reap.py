@@ -119,16 +119,21 @@ def confine() -> str | None:
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
+_CHILDREN_FD: list[int] = []  # /proc/self/task/PID/children, opened before the ruleset
+
+
 def _children() -> list[int]:
-    """This process's children (``/proc/self/task/TID/children``, every thread's)."""
-    out: list[int] = []
+    """This process's children (its main thread's ``children`` file in /proc, where the
+    kernel reparents a subreaper's orphans: reap starts its compiler from that thread), read
+    through a descriptor opened before :func:`confine` (under the compiler's Landlock
+    ruleset /proc is not readable: the list read empty and nothing was killed, red-team
+    round 11)."""
     try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
+        if not _CHILDREN_FD:
+            _CHILDREN_FD.append(os.open(f"/proc/self/task/{os.getpid()}/children", os.O_RDONLY))
+        return [int(x) for x in os.pread(_CHILDREN_FD[0], 1 << 20, 0).split()]
     except OSError:
-        pass
-    return out
+        return []
 
 
 def kill_descendants(rounds: int = 1000) -> int:
@@ -161,6 +166,7 @@ def main(argv: list[str]) -> int:
     confined, 127 when it could not start); whatever it left running is killed when it
     ends (:func:`kill_descendants`)."""
     timeout_s, cmd = float(argv[0]), argv[1:]
+    _children()  # its descriptor, while /proc is still readable
     why = confine()
     if why is not None:  # a build that was to be confined never runs unconfined
         print(why, file=sys.stderr)
