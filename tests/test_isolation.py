@@ -612,7 +612,8 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     of the candidate's own: lazy_sys.cpp), a new handler for any signal (SIGBUS, SIGSEGV:
     outputs computed on their first read, lazy_bus.cpp; SIGUSR2, raised by a timer after the
     call: lazy_timer.cpp), fanotify_init (groups counted per user), io_setup (AIO contexts,
-    counted host-wide), fcntl's F_SETLEASE and F_NOTIFY, its record locks and ``flock``
+    counted host-wide), fcntl's F_SETLEASE, F_NOTIFY, F_SETPIPE_SZ (pipe pages counted per
+    user), its record locks and ``flock``
     (a lock on a host file), ``epoll_create1`` and ``epoll_ctl`` on an epoll instance made
     before the filter (watches counted per user) are refused (EPERM) for every thread,
     while threads, fork, exec, other prctl options, a lock query (F_GETLK) and a query of
@@ -658,6 +659,8 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
         "lk = ctypes.create_string_buffer(64)\n"  # struct flock, l_type 0: F_RDLCK
         "out.append([(libc.fcntl(fd, c, lk), ctypes.get_errno()) for c in (6, 7, 37, 38)])\n"
         "out.append(libc.fcntl(fd, 5, lk))\n"  # F_GETLK: a query, allowed
+        "r, w = os.pipe()\n"  # F_SETPIPE_SZ (pipe pages per user), refused; F_GETPIPE_SZ works
+        "out.append((libc.fcntl(r, 1031, 1 << 20), ctypes.get_errno(), libc.fcntl(r, 1032)))\n"
         "out.append((libc.flock(fd, 1 | 4), ctypes.get_errno()))\n"  # LOCK_SH | LOCK_NB
         "out.append((libc.epoll_create1(0), ctypes.get_errno()))\n"
         "ev = os.eventfd(0)\n"  # an epoll instance made before the filter (the harness
@@ -671,7 +674,7 @@ def test_the_system_call_filter_refuses_sockets_keys_and_namespaces():
     assert p.stdout.strip() == ("[1, (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1), 0, "
                                 "(-1, 1), (-1, 1), 0, (-1, 1), (-1, 1), (-1, 1), (-1, 1), "
                                 "(-1, 1), 1, [(-1, 1), (-1, 1), (-1, 1), (-1, 1)], 0, "
-                                "(-1, 1), (-1, 1), (-1, 1), 0]")
+                                "(-1, 1, 65536), (-1, 1), (-1, 1), (-1, 1), 0]")
 
 
 def test_progress_messages_cannot_hold_the_device_for_ever(tmp_path, monkeypatch):

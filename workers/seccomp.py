@@ -56,7 +56,8 @@ runs), with ``EPERM``:
   user, ``fs.epoll.max_user_watches``, and a watch lives as long as its file, not its
   descriptor: red-team round 9 held 5.3 million from ~180 open files and a root process
   of the host got ``ENOSPC``), ``flock`` and ``fcntl``'s record locks (``F_SETLK``,
-  ``F_SETLKW``, ``F_OFD_SETLK``, ``F_OFD_SETLKW``; a query, ``F_GETLK``, is allowed): a
+  ``F_SETLKW``, ``F_OFD_SETLK``, ``F_OFD_SETLKW``; a query, ``F_GETLK``, is allowed) and
+  ``F_SETPIPE_SZ`` (pipe pages, counted per user: round 11 left a host process 8 KB pipes): a
   read-only mount still lets a process lock a host file it can open, kopt's own run and
   Nsight Compute locks included, and hold every other process of the host that takes the
   lock. The CPU harness makes none of these calls once set up (its system calls traced
@@ -96,12 +97,14 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "seccomp", "fanotify_init", "fanotify_mark", "io_setup", "epoll_create",
           "epoll_create1", "epoll_ctl", "flock")
 F_SETLEASE, F_NOTIFY = 1024, 1026  # <linux/fcntl.h>: fcntl's commands refused
-# fcntl's record locks (<asm-generic/fcntl.h>: F_SETLK, F_SETLKW, F_OFD_SETLK,
-# F_OFD_SETLKW), refused unless ``keep`` names FCNTL_LOCK
-F_LOCKS, FCNTL_LOCK = (6, 7, 37, 38), "fcntl_lock"
+# fcntl's commands that take from the host (<asm-generic/fcntl.h>, <linux/fcntl.h>): record
+# locks (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW) and F_SETPIPE_SZ (pipe buffer pages
+# are counted per user: a candidate's large pipes left a host root process without
+# capabilities 8 KB pipes, red-team round 11), refused unless ``keep`` names FCNTL_HOST
+F_HOST, FCNTL_HOST = (6, 7, 37, 38, 1031), "fcntl_host"
 # what the GPU harness (and the ncu target) keep: calls the CPU harness was seen not to make,
 # not yet tried refused with the CUDA driver in the process
-UNTRIED_ON_GPU = ("epoll_create", "epoll_create1", "epoll_ctl", "flock", FCNTL_LOCK)
+UNTRIED_ON_GPU = ("epoll_create", "epoll_create1", "epoll_ctl", "flock", FCNTL_HOST)
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -140,8 +143,8 @@ class _Prog(ctypes.Structure):
 def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, int, int]]:
     """The filter for ``machine`` as ``(code, jt, jf, k)`` instructions (see the module
     docstring), the calls of :data:`DENIED` (and ``rt_sigaction``'s check, and fcntl's
-    record locks: :data:`FCNTL_LOCK`) named in ``keep`` allowed. Raises KeyError for a
-    machine not in :data:`SYSCALLS`."""
+    record locks and pipe sizes: :data:`FCNTL_HOST`) named in ``keep`` allowed. Raises
+    KeyError for a machine not in :data:`SYSCALLS`."""
     arch, _, nr = SYSCALLS[machine]
     # (code, jt, jf, k) with jt / jf a label (str) or None (the next instruction); a str
     # alone is a label for the instruction after it
@@ -153,7 +156,7 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
         asm.append((JGE_K, "deny", None, X32_BIT))
     # (AArch64 has no inotify_init: inotify_init1 only)
     asm += [(JEQ_K, "deny", None, nr[n]) for n in DENIED if n in nr and n not in keep]
-    locks = () if FCNTL_LOCK in keep else F_LOCKS
+    locks = () if FCNTL_HOST in keep else F_HOST
     asm += [(JEQ_K, "enosys", None, nr["clone3"]), (JEQ_K, "ioctl", None, nr["ioctl"]),
             (JEQ_K, "prctl", None, nr["prctl"]), (JEQ_K, "fcntl", None, nr["fcntl"])]
     if "rt_sigaction" not in keep:
