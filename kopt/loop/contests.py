@@ -89,30 +89,29 @@ class SideBySide:
                 error = self._size(dims)
                 if error:
                     return self.results, self.dropped, error
-            if self.clock:
-                self._drop(self._own_figures())
         finally:
             if self.clock:  # the harness of the clock's preparations (workers.device_actor)
                 self.ctx.runner.cast(self.device, "clock_end")
         return self.results, self.dropped, ""
 
-    def _own_figures(self) -> dict[str, str]:
-        """The loop's closing: each contender whose own job's median (its ``candidates``
-        row, which ``kopt best`` and ``export`` show) is more than ``CLOCK_FACTOR`` x below
+    def own_figures(self, c: str) -> str:
+        """Why contender ``c``'s own job's median (its ``candidates`` row, which ``kopt
+        best`` and ``export`` show) cannot be believed: more than ``CLOCK_FACTOR`` x below
         its median side by side here, plus ``CLOCK_SLACK_MS`` (kopt.core.clock: the outside
-        clock's own rule), as ``"suspect: why"``. A candidate that patched its harness's
-        clock in its own job only, and was honest in every contest, was named at 325x its
-        real speed (red-team round 11)."""
-        bad = {}
-        for c, per in self.results.items():
-            for dims, st in per.items():
-                own, side = self.by_cand[c][dims][2], st.get("median_ms")
-                if own and side and side > CLOCK_FACTOR * own + CLOCK_SLACK_MS:
-                    bad[c] = (f"{Status.SUSPECT}: its own job's median, {own:.4g} ms, is more "
-                              f"than {CLOCK_FACTOR:g}x below its median side by side at the "
-                              f"closing, {side:.4g} ms: its own job was not timed by the "
-                              "harness's clock")
-        return bad
+        clock's own rule), as ``"suspect: why"``; "" when it agrees. A candidate that
+        patched its harness's clock in its own job only, and was honest in every contest,
+        was named at 325x its real speed (red-team round 11)."""
+        for dims, st in self.results.get(c, {}).items():
+            own, side = self.by_cand[c][dims][2], st.get("median_ms")
+            if own and side and side > CLOCK_FACTOR * own + CLOCK_SLACK_MS:
+                return (f"{Status.SUSPECT}: its own job's median, {own:.4g} ms, is more than "
+                        f"{CLOCK_FACTOR:g}x below its median side by side at the closing, "
+                        f"{side:.4g} ms: its own job was not timed by the harness's clock")
+        return ""
+
+    def drop(self, c: str, why: str) -> None:
+        """Drop contender ``c`` after the contests (its figures gone, the fault said)."""
+        self._drop({c: why})
 
     def _contest(self, cids: list[str], dims: str, rounds: int) -> dict[str, Any]:
         entries = [self.by_cand[c][dims] for c in cids]
