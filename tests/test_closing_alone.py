@@ -9,7 +9,7 @@ import os
 import shutil
 import textwrap
 
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
 from kopt.loop.state import CLOSING_FAILED
@@ -17,6 +17,7 @@ from kopt.run.callbacks import ProgressCallback
 from kopt.store.database import Database, query
 
 DC = "cpu-" + os.uname().machine
+VADD_REF = ROOT / "sweeps" / "vector_add" / "ref.py"  # with stress_inputs()
 TIMING = ("timing: {warmup_ms: 5, min_samples: 5, max_samples: 10, target_rel_error: 0.05, "
           "timeout_s: 30}")
 
@@ -78,7 +79,7 @@ def test_a_first_baseline_wrong_where_only_the_closing_looks_is_not_named_best(
     (stress_inputs(), the second distribution): it was named best, which the contest's
     checks exist to prevent. Contested alone at the closing, it fails them."""
     here = FIXTURES / "closing_alone"
-    sweep = _sweep(tmp_path, "tail", {"tail.cpp": here / "tail.cpp", "ref.py": here / "ref.py"},
+    sweep = _sweep(tmp_path, "tail", {"tail.cpp": here / "tail.cpp", "ref.py": VADD_REF},
                    f"""
         name: tail_first
         kernel: tail.cpp
@@ -102,7 +103,7 @@ def test_a_first_baseline_wrong_where_only_the_closing_looks_is_not_named_best(
 
 def _vadd(tmp_path, name: str):
     here = FIXTURES / "closing_alone"
-    return _sweep(tmp_path, name, {"forge.cpp": here / "forge.cpp", "ref.py": here / "ref.py"},
+    return _sweep(tmp_path, name, {"forge.cpp": here / "forge.cpp", "ref.py": VADD_REF},
                   f"""
         name: {name}
         kernel: forge.cpp

@@ -919,7 +919,8 @@ def test_an_answer_candidate_code_wrote_mid_job_is_not_the_jobs(tmp_path):
     from test_faults import job as pack_job
 
     here = FIXTURES / "closing_alone"
-    src, ref, args = here / "forge.cpp", here / "ref.py", {"x": ["N"], "y": ["N"], "out": ["N"]}
+    src, ref = here / "forge.cpp", ROOT / "sweeps" / "vector_add" / "ref.py"
+    args = {"x": ["N"], "y": ["N"], "out": ["N"]}
     sb = _sandbox(True, {})
     try:
         forged = sb.run(pack_job(build(tmp_path, src, {"CHUNK": 262144}), src, ref, {"N": 4096},

@@ -439,19 +439,14 @@ def _compile(job: BuildJob, entry: Path) -> tuple[BuildResult, bytes | None]:
         res = BuildResult(job.build_id, True, "", dt, False, **summarize(kernels),
                           kernels=as_dicts(kernels), command=cmd_s, log=_tail(log, 4000))
         inputs = _read_files(job, out, tmp)
-        gone = sorted(k for k, v in inputs.items() if v == "missing" and not _probed(job, k))
+        probed = deps.probed([job.source], job.source_dir, job.include_dirs)
+        gone = sorted(k for k, v in inputs.items() if v == "missing" and k not in probed)
         if gone:  # a dependency list cut short (a newline in an .incbin name) or wrong
             res.note = (f"not cached: the compiler's dependency list names {gone[0]!r}, which "
                         "is not there; the build's inputs are not known")
             return res, data
         _store(entry, data, res, ARTIFACT["solve"], inputs)
         return res, data
-
-
-def _probed(job: BuildJob, rel: str) -> bool:
-    """Whether ``rel`` (relative to the sweep folder) is a name ``__has_include`` asks
-    about in ``job``'s source (one that may well not be there)."""
-    return rel in deps.probed([job.source], job.source_dir, job.include_dirs)
 
 
 def _exes(backend: str) -> list[str]:
