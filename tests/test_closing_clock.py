@@ -8,11 +8,12 @@ from test_pipeline import FlipAtClosing, _closing_rows, _states
 
 from kopt.core.spec import load_sweep
 from kopt.driver.sweep import run_sweep
+from kopt.loop import contests
 from kopt.store.database import query
 
 
 def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropped(
-        ray_local, copy_fixture, tmp_path):
+        ray_local, copy_fixture, tmp_path, monkeypatch):
     """As test_pipeline.py's closing-contest test, but at the closing the final winner
     (with C) computes correctly, at 4x its work, and has Python scale the harness's clock
     by 1/25 (attack MODE 10 at 1/25: tests/fixtures/steps/steps.cpp says why): at 1x its
@@ -27,6 +28,14 @@ def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropp
     src.write_text(f'#define TRIGGER_FILE "{trigger}"\n#define CLOCK_TRICK 1\n'
                    + src.read_text())
 
+    paced_args = []  # what the closing lets the outside clock do on this CPU device
+    real = contests.outside_blocks
+
+    def spy(clock, median_ms, paced=False):
+        paced_args.append(paced)
+        return real(clock, median_ms, paced=paced)
+
+    monkeypatch.setattr(contests, "outside_blocks", spy)
     obs = FlipAtClosing(trigger)
     store = tmp_path / "store"
     s = run_sweep(load_sweep(d), store, backend="cpu", observers=[obs])
@@ -54,3 +63,6 @@ def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropp
     # says why a late read shortens it), so it was not judged alone
     _, rows = query("select count(*) from phases where phase = 'clock'", store)
     assert rows[0][0] >= 4 + 1
+    # a CPU device times a call cheaper than its preparation one call at a time
+    # (kopt.core.clock ``paced_blocks``)
+    assert len(paced_args) == rows[0][0] and all(p is True for p in paced_args), paced_args

@@ -125,17 +125,18 @@ class DeviceActor:
         return res
 
     def clock(self, job: dict[str, Any], calls: int, artifact: bytes,
-              loads_only: bool = False) -> dict[str, Any]:
+              loads_only: bool = False, paced: bool = False) -> dict[str, Any]:
         """Time ``calls`` calls of ``job``'s artifact, each prepared as a sample, by this
-        process's clock (workers.harness ``clock``; workers.sandbox measures
-        ``outside_ms``); ``loads_only``: the preparations alone, in a second harness of this
-        device that never loads a candidate's code (started on the first such call, kept
-        until :meth:`clock_end`): in the candidate's own harness a thread it left there
-        could slow them on purpose (by holding Python's GIL while no call comes, attack
-        MODE 13 of tests/fixtures/faultpack/attacks.cpp), and the calls' figure, less
-        their block, would clear a patched clock. The candidate's sandbox is held still
-        meanwhile (workers.hold: what spins there while no call of its own runs would
-        take the CPUs from them just as well). Never raises.
+        process's clock (workers.harness ``clock``; workers.sandbox measures ``outside_ms``;
+        ``paced``: each call's clock of its own too, ``outside_calls_ms``); ``loads_only``:
+        the preparations alone, in a second harness of this device that never loads a
+        candidate's code (started on the first such call, kept until :meth:`clock_end`): in
+        the candidate's own harness a thread it left there could slow them on purpose (by
+        holding Python's GIL while no call comes, attack MODE 13 of
+        tests/fixtures/faultpack/attacks.cpp), and the calls' figure, less their block,
+        would clear a patched clock. The candidate's sandbox is held still meanwhile
+        (workers.hold: what spins there while no call of its own runs would take the CPUs
+        from them just as well). Never raises.
 
         Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
         and ``outside_ms`` (this process's), in ms; with ``loads_only``, ``held_cpu_ms``
@@ -152,7 +153,8 @@ class DeviceActor:
                 sandbox, held = self.bare, self.sandbox.pause()
             try:
                 res = sandbox.run({**job, "artifact": path, "clock_calls": int(calls),
-                                   "clock_loads_only": bool(loads_only)},
+                                   "clock_loads_only": bool(loads_only),
+                                   "clock_paced": bool(paced)},
                                   job["timing"]["timeout_s"])
                 res.pop("held_cpu_ms", None)  # this process's figure alone
                 if held is not None and (used := hold.used_ms(held)) is not None:

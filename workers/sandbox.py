@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,10 @@ GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
 STOP_CHECK_S = 0.5  # while a job runs, how often the harness is looked at for being stopped
+# a paced clock job's figure (:meth:`Sandbox._paced_mark`): each call's ms by this process's
+# clock (wall: the CPU time a cgroup counts moves in scheduler ticks, 4 ms here, more than
+# such a call)
+PACED_KEYS = ("outside_calls_ms",)
 
 
 class Sandbox:
@@ -199,8 +203,9 @@ class Sandbox:
         on either side only lengthens the figure. Each "clocked" is answered with ``("go",
         None)``, which the harness waits for before its checks (a late read then counts no
         check's CPU time); a job whose harness said "clocked" more than once is
-        ``suspect`` (:meth:`_clock_answer`). A figure the answer carries under that name is
-        dropped.
+        ``suspect`` (:meth:`_clock_answer`). A paced clock job (``clock_paced``) also
+        gets ``outside_calls_ms``: each call's from the "go" answering its "call" to its
+        "called" (:meth:`_paced_mark`). A figure the answer carries under these names is dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -257,7 +262,7 @@ class Sandbox:
                 # send this to have its own crash blamed on ref.py)
                 self.timing_ref = str(res.get("impl") or self.timing_ref)
         if clock is not None:
-            res = self._clock_answer(res, clock)
+            res = self._clock_answer(res, clock, bool(body.get("clock_paced")))
         elif not res.get("fatal") and not self._pinged():
             self.kill()
             self.restarts += 1
@@ -279,7 +284,8 @@ class Sandbox:
         except (EOFError, OSError):
             return False
 
-    def _clock_answer(self, res: dict[str, Any], clock: _ClockMarks) -> dict[str, Any]:
+    def _clock_answer(self, res: dict[str, Any], clock: _ClockMarks, paced: bool = False
+                      ) -> dict[str, Any]:
         """A clock job's answer ``res``, ``suspect`` when it says ``ok`` but its harness did
         not say "clocked" exactly once, or does not answer a ping with the same random
         value as its next message within :data:`PING_S` (its harness killed then, to start
@@ -297,6 +303,12 @@ class Sandbox:
                     "error": f"its harness said its calls were done {clock.clocked} times in "
                              "one block (once is the harness's own): code in its process "
                              "spoke for it"}
+        if paced and (clock.stray or len(clock.calls) != res.get("calls")):
+            return {**res, "status": Status.SUSPECT,
+                    "error": f"its harness said a call began or ended out of turn "
+                             f"{clock.stray} times, and {len(clock.calls)} calls were timed "
+                             f"of the {res.get('calls')} it made: code in its process "
+                             "spoke for it"}
         if self._pinged():
             return res
         self.kill()
@@ -309,7 +321,9 @@ class Sandbox:
         clock (time and CPU time) and is answered "go", which starts the calls; the first
         "clocked" after it stops it; every "clocked" is counted and answered "go", which the
         harness waits for before its checks."""
-        if stage == "clock" and clock.t0 is None:
+        if stage in ("call", "called"):
+            self._paced_mark(clock, stage)
+        elif stage == "clock" and clock.t0 is None:
             clock.cpu0, clock.t0 = self._cpu_ns(), time.perf_counter()
         elif stage == "clocked" and clock.t0 is not None:
             if clock.end is None:
@@ -317,6 +331,24 @@ class Sandbox:
             clock.clocked += 1
         else:
             return
+        try:
+            self.w.send(("go", None))
+        except (BrokenPipeError, OSError):
+            pass  # the harness died: its answer's read says so
+
+    def _paced_mark(self, clock: _ClockMarks, stage: str) -> None:
+        """A paced clock job's "call" (its clock starts, then "go") or "called" (its clock
+        stops); one out of turn (a "call" while one runs, a "called"
+        with none, either outside the block) is counted in ``stray`` and answered "go"
+        all the same (the job's answer is then ``suspect``: :meth:`_clock_answer`)."""
+        if stage == "call" and clock.pending is None and clock.t0 is not None \
+                and clock.end is None:
+            clock.pending = time.perf_counter()
+        elif stage == "called" and clock.pending is not None:
+            clock.calls.append((time.perf_counter() - clock.pending) * 1e3)
+            clock.pending = None
+        else:
+            clock.stray += 1
         try:
             self.w.send(("go", None))
         except (BrokenPipeError, OSError):
@@ -332,8 +364,10 @@ class Sandbox:
         killed when it said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
         self.served += 1
-        for k in ("outside_ms", "outside_cpu_ms"):  # this process's figures alone, never
-            res.pop(k, None)                         # the harness's word
+        for k in PACED_KEYS + ("outside_ms", "outside_cpu_ms"):  # this process's figures
+            res.pop(k, None)                                       # alone, never the harness's
+        if clock is not None and clock.calls:
+            res["outside_calls_ms"] = list(clock.calls)
         if clock is not None and clock.t0 is not None:
             t1, cpu1 = clock.end or (time.perf_counter(), self._cpu_ns())
             res["outside_ms"] = (t1 - clock.t0) * 1e3
@@ -630,6 +664,11 @@ class _ClockMarks:
     cpu0: int | None = None
     end: tuple[float, int | None] | None = None
     clocked: int = 0
+    # a paced clock job's (workers.harness ``_clock_paced``): when the running call's "go"
+    # was sent (s), each call's ms, and messages out of turn
+    pending: float | None = None
+    calls: list[float] = field(default_factory=list)
+    stray: int = 0
 
 
 def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,12 @@ two blocks' preparations: ``CLOCK_FACTOR`` x the median, ``CLOCK_SLACK_MS`` and
 limit on every one of ``CLOCK_TRIES`` blocks is ``suspect``: its own clock ran slow by
 that factor or more.
 
+Where a call costs far less than its preparation, half the preparations' noise is more
+than the factor allows and a block cannot resolve the call (a 1/100 clock on a 1M-element
+vector add cleared every block, red-team round 11): on a CPU device the tries are then paced
+(:func:`paced_blocks`), each call timed on its own after its preparation, and their median
+less that of the same messages around no call is judged.
+
 The factor is wide on purpose: a shared CPU machine stretches a block of calls (a sum, every
 preemption in it) more than a median of samples (a preempted sample is an outlier), and a
 block is judged suspect only when all its tries agree. A clock slowed by less than the
@@ -32,6 +38,7 @@ message too (workers/harness.py lists what the design cannot see).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -44,14 +51,19 @@ CLOCK_FACTOR = 4.0  # outside ms per call over the contest median beyond which i
 CLOCK_SLACK_MS = 0.01  # ms per call the block's own loop may add to an honest call
 CLOCK_PREP_NOISE = 0.5  # of a call's preparation time: how far apart two blocks' may be
 CLOCK_TRIES = 3  # blocks; suspect only when every one of them says so
+CLOCK_PACED_CALLS = 15  # a paced try's calls, each timed on its own (their median judged)
+# ms a paced call's figure may add to an honest call: its "go" and "called" messages handled
+# in two processes, beyond what the same messages take in the harness that makes no call
+CLOCK_PACED_SLACK_MS = 0.05
 # CPU time (ms) the contender's held sandbox may use during a preparations' block: a frozen
 # or stopped process uses none (workers.hold); what one that escaped the hold used is
 # taken from the preparations, and lengthens their block
 HELD_CPU_MS = 2.0
 
-# one block of a contender's: (calls, loads_only) -> the device actor's answer (``status``,
-# ``error``, ``outside_ms``: workers.device_actor ``clock``)
-ClockJob = Callable[[int, bool], dict[str, Any]]
+# one block of a contender's: (calls, loads_only[, paced]) -> the device actor's answer
+# (``status``, ``error``, ``outside_ms``; paced: ``outside_calls_ms``: workers.device_actor
+# ``clock``)
+ClockJob = Callable[..., dict[str, Any]]
 # one block: (outside ms of its calls with their preparations less the block of the same
 # preparations alone made around it that :func:`outside_blocks` takes, its calls, that
 # block's ms)
@@ -111,7 +123,8 @@ class ClockError(Exception):
     fault, not the contender's."""
 
 
-def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]:
+def outside_blocks(clock: ClockJob, median_ms: float, paced: bool = False
+                   ) -> tuple[list[Block], str]:
     """The outside clock's blocks of one contender whose contest median is ``median_ms``
     (ms). ``clock(n, loads_only)`` runs one block on its device: ``n`` calls each prepared
     as a sample, or with ``loads_only`` the preparations alone (in a harness that holds no
@@ -139,12 +152,19 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
     every try's block of its calls took less than the preparations alone
     (:func:`_short`; a try that did is left out of the blocks, and a later one judges).
 
+    With ``paced`` (a device whose harness times each call on its own: the CPU's), where
+    the preparations' noise would outweigh what the factor allows (:func:`needs_paced`),
+    the tries are paced instead (:func:`paced_blocks`).
+
     Raises:
         ClockError: a block of the preparations alone failed.
         ValueError: ``median_ms`` is not positive."""
     sizing = _preparations(clock, CLOCK_MIN_CALLS)
     if escaped := _escaped(sizing):
         return [], escaped
+    if paced and needs_paced(median_ms, (sizing[0] if sizing[1] is None else sizing[1])
+                             / CLOCK_MIN_CALLS):
+        return paced_blocks(clock, median_ms, sizing[3])
     n = clock_calls(median_ms, sizing[0] / CLOCK_MIN_CALLS)
     if sizing[3]:  # each call on an input set of its own (workers.harness ``clock_sets``)
         n = max(CLOCK_MIN_CALLS, min(n, sizing[3]))
@@ -171,6 +191,70 @@ def outside_blocks(clock: ClockJob, median_ms: float) -> tuple[list[Block], str]
         if not clock_suspect(median_ms, blocks):
             break
     return blocks, short if not blocks else ""
+
+
+def needs_paced(median_ms: float, prep_ms: float) -> bool:
+    """Whether a block cannot resolve a call of ``median_ms`` (ms) whose preparation takes
+    ``prep_ms``: the preparations' noise it allows (``CLOCK_PREP_NOISE * prep_ms``) is more
+    than the factor allows (``CLOCK_FACTOR * median_ms``). A red-team candidate with a
+    1/100 clock on a vector add of 1M elements (0.35 ms a call, 13 ms to prepare one: 6.5
+    ms of allowance) cleared every block and was named best (round 11)."""
+    return CLOCK_PREP_NOISE * max(0.0, prep_ms) > CLOCK_FACTOR * median_ms
+
+
+def paced_blocks(clock: ClockJob, median_ms: float, sets: int | None = None
+                 ) -> tuple[list[Block], str]:
+    """Up to :data:`CLOCK_TRIES` paced tries of a contender whose contest median is
+    ``median_ms`` (ms): :data:`CLOCK_PACED_CALLS` calls (no more than ``sets``, the input
+    sets of their own a block may have, and :data:`CLOCK_MIN_CALLS` at least), each
+    prepared as a sample before its own clock starts (workers.harness ``_clock_paced``),
+    timed from the sandbox's "go" to the harness's "called"; and as many of the same
+    messages around no call in the harness that holds no candidate's code (the candidate's
+    sandbox held meanwhile, as for a block). A try's figure is the calls' median less
+    the median of those without a call, by the wall (a cgroup's CPU time moves in scheduler
+    ticks, 4 ms on the 2-core machine, more than such a call); its
+    :data:`Block` is ``(figure, 1, allowance / CLOCK_PREP_NOISE)``, the allowance being
+    :data:`CLOCK_PACED_SLACK_MS` plus the interquartile range of the calls without work
+    (their messages' own noise), so that :func:`clock_suspect` judges it against
+    ``CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS + allowance``. A median of one-call clocks
+    is not lengthened by the preparations, nor by a preempted call or two. Tries stop at
+    the first that clears. Returns (the blocks, "") or (the blocks so far, ``"status:
+    why"``) as :func:`outside_blocks` does.
+
+    Raises:
+        ClockError: the calls without work could not be timed."""
+    n = CLOCK_PACED_CALLS if not sets else max(CLOCK_MIN_CALLS, min(CLOCK_PACED_CALLS, sets))
+    blocks: list[Block] = []
+    for _ in range(CLOCK_TRIES):
+        alone = clock(n, True, True)
+        idle = _paced_calls(alone)
+        if alone.get("status") != "ok" or not idle:
+            raise ClockError(f"the preparations alone, each timed for the clock outside the "
+                             f"contender's process: {alone.get('status')}: "
+                             f"{alone.get('error') or 'no outside figure'}")
+        held = alone.get("held_cpu_ms")
+        if escaped := _escaped((0.0, None, None if held is None else float(held), None)):
+            return blocks, escaped
+        res = clock(n, False, True)
+        if res.get("status") != "ok":
+            return blocks, (f"{res.get('status')}: outside the contest, "
+                            f"{res.get('error') or 'no outside figure'}")
+        calls = _paced_calls(res)
+        if not calls or not idle:
+            return blocks, (f"{Status.SUSPECT}: outside the contest, its calls were not "
+                            "timed one by one as its harness was asked to")
+        q = statistics.quantiles(idle, n=4) if len(idle) > 1 else [0.0, 0.0, 0.0]
+        allowance = CLOCK_PACED_SLACK_MS + (q[2] - q[0])
+        fig = max(0.0, statistics.median(calls) - statistics.median(idle))
+        blocks.append((fig, 1, allowance / CLOCK_PREP_NOISE))
+        if not clock_suspect(median_ms, blocks):
+            break
+    return blocks, ""
+
+
+def _paced_calls(res: dict[str, Any]) -> list[float]:
+    """A paced answer's ms per call by the sandbox's clock; [] when it has none."""
+    return [float(x) for x in res.get("outside_calls_ms") or []]
 
 
 def _figures(res: dict[str, Any], before: tuple, after: tuple) -> tuple[float, float]:

@@ -219,7 +219,8 @@ class SideBySide:
             info = self.ctx.runner.infos[self.device]
             self.ctx.phases.begin("clock", info)
             try:
-                blocks, fault = outside_blocks(clock, med)
+                blocks, fault = outside_blocks(clock, med,
+                                               paced=info.get("backend") == "cpu")
             except DeviceError as e:
                 return bad, f"{Status.LOST}: {e}"
             except ClockError as e:
@@ -233,11 +234,11 @@ class SideBySide:
                 self.clocked.add((c, dims))
         return bad, ""
 
-    def _clock_job(self, job: dict[str, Any], art: bytes, n: int, loads_only: bool
-                   ) -> dict[str, Any]:
+    def _clock_job(self, job: dict[str, Any], art: bytes, n: int, loads_only: bool,
+                   paced: bool = False) -> dict[str, Any]:
         """One outside-clock block of ``job`` on this device (workers.device_actor
-        ``clock``). Raises DeviceError."""
-        return self.ctx.runner.call(self.device, "clock", job, n, art, loads_only)
+        ``clock``), each call timed on its own with ``paced``. Raises DeviceError."""
+        return self.ctx.runner.call(self.device, "clock", job, n, art, loads_only, paced)
 
     def _culprits(self, cids: list[str], dims: str, why: str, failed: Any
                   ) -> tuple[dict[str, str], str]:
