@@ -467,6 +467,26 @@ def test_a_candidate_takes_no_count_the_kernel_keeps_for_the_hosts_root(tmp_path
                        22: "wrong_result" if os.geteuid() == 0 else "ok"}
 
 
+@pytest.mark.parametrize("isolated", [True, False])
+def test_a_candidate_shares_the_harnesss_memory_with_no_process_outside_its_threads(
+        tmp_path, isolated):
+    """A process that shares the harness's memory outside its thread group (MODE 31:
+    ``clone`` with ``CLONE_VM``, no ``CLONE_THREAD``; MODE 32: ``vfork``) could do a call's
+    work while the harness's threads wait, unseen by the paced outside clock, which counts
+    the CPU time of the harness's thread group (workers.seccomp ``CLONE_SHARED``). Its
+    outputs are right only when it could not start one: sandboxed (the filter) it cannot
+    (``ok``); unsandboxed it can (``wrong_result``)."""
+    ref = FIXTURES / "escape" / "ref.py"
+    sb = _sandbox(isolated, {})
+    modes = (31, 32)
+    try:
+        got = {m: sb.run(job(artifact(tmp_path, SRC, m, "escape.cpp"), SRC, ref),
+                         timeout_s=30)["status"] for m in modes}
+    finally:
+        sb.close()
+    assert got == dict.fromkeys(modes, "ok" if isolated else "wrong_result")
+
+
 def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(tmp_path):
     """The framer (MODE 25) leaves a thread that aborts while the next job's ref.py runs
     (a file its reference() makes says when): the next job's harness died before its inputs

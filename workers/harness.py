@@ -1412,15 +1412,25 @@ class Harness:
         sets = self._block_sets(job, d, n, fresh=calls)
         plan = sets[:n] + [sets[self.rng.randrange(len(sets))] for _ in range(n - len(sets))]
         self.rng.shuffle(plan)
-        # copies written once now: a first write inside the block would fault its pages in
-        # there (tens of ms for a 16 MB output), as many or as few as the allocator reuses
-        kept = {j: Buffers({}, {k: t.clone() for k, t in d.bufs[0].outputs.items()},
-                           {k: t.clone() for k, t in d.bufs[0].guards.items()})
-                for j in self.rng.sample(range(n - 1), min(CLOCK_CHECKED, n - 1))}
-        block = self._clock_paced if job.get("clock_paced") else self._clock_block
+        paced = bool(job.get("clock_paced"))
+        kept = self._kept(d, n, paced)
+        block = self._clock_paced if paced else self._clock_block
         inside_ms, lazy = block(lib, job, d, plan, kept)
         return {"calls": n, "inside_ms": inside_ms, "clock_sets": self._sets_max(d),
                 **self._clock_checked(job, d, plan, kept if calls else {}, lazy)}
+
+    def _kept(self, d: Data, n: int, paced: bool) -> dict[int, Buffers]:
+        """The copies of buffer set 0's outputs and canaries a clock block of ``n`` calls
+        keeps, by the call whose outputs each will hold: :data:`CLOCK_CHECKED` of the first
+        ``n - 1`` picked at random (the last one's stay in the buffers), or with ``paced``
+        every call's, as many as :func:`_copies` allows. Written once now: a first write
+        inside the block would fault its pages in there (tens of ms for a 16 MB output),
+        as many or as few as the allocator reuses."""
+        picked = (self.rng.sample(range(n), min(n, _copies(d))) if paced
+                  else self.rng.sample(range(n - 1), min(CLOCK_CHECKED, n - 1)))
+        return {j: Buffers({}, {k: t.clone() for k, t in d.bufs[0].outputs.items()},
+                           {k: t.clone() for k, t in d.bufs[0].guards.items()})
+                for j in picked}
 
     def _block_sets(self, job: dict, d: Data, n: int, fresh: bool) -> list[InputSet]:
         """Input sets for a clock block of ``n`` calls: ``n`` drawn from ref.py's
@@ -1510,20 +1520,26 @@ class Harness:
         """:meth:`clock`'s paced form (``job["clock_paced"]``): each call of ``lib`` (None:
         the preparations alone) on an input set of ``plan`` is prepared as a sample is,
         before the clock of its own starts: this process says "call" and waits for the
-        sandbox's "go", calls, makes its output pages readable again (CPU), copies the
-        j-th outputs into ``kept[j]`` where there is one, and says "called"; the sandbox
-        times each call from its "go" to that message (workers.sandbox
-        ``outside_calls_ms``). Where a call costs far less than its preparation (an
-        in/out table reloaded for a few rows, a 1M-element vector add's 13 ms of loads
-        and flush for a 0.35 ms call), a block's calls less the preparations alone cannot
-        resolve it (kopt.core.clock): a 1/100 clock on that vector add was named best
-        (red-team round 11). The outputs are not all read inside a call's clock here (a
-        16 MB table's read is a thousand times such a call, and its noise would be
-        judged): outputs computed on their first read need a signal handler, which the
-        filter refuses (workers.seccomp ``rt_sigaction``) and :meth:`_signals` finds,
-        or a userfaultfd, which the filter refuses too. The whole is bracketed by
-        "clock" / "clocked" as :meth:`_clock_block` is; GC off as there. Returns its own
-        clock's ms over the calls and why an output page was gone ("": none)."""
+        sandbox's "go", calls, makes its output pages readable again (CPU) and says
+        "called"; the sandbox times each call from its "go" to that message
+        (workers.sandbox ``outside_calls_ms``, and the CPU time of this process's threads
+        meanwhile). Once the sandbox's "go" answers it, the j-th outputs are copied into
+        ``kept[j]``: every call's (:meth:`clock` keeps a copy for each, as many as 1 GiB
+        holds), all checked after the block, so that no call left undone lowers the figure
+        (kopt.core.clock ``paced_blocks``); a thread left finishing a call's work after
+        "called" has only the messages' round trip before the copy.
+
+        Where a call costs far less than its preparation (an in/out table reloaded for a
+        few rows, a 1M-element vector add's 13 ms of loads and flush for a 0.35 ms call), a
+        block's calls less the preparations alone cannot resolve it (kopt.core.clock): a
+        1/100 clock on that vector add was named best (red-team round 11). The outputs are
+        not all read inside a call's clock here (a 16 MB table's read is a thousand times
+        such a call, and its noise would be judged): outputs computed on their first read
+        need a signal handler, which the filter refuses (workers.seccomp ``rt_sigaction``)
+        and :meth:`_signals` finds, or a userfaultfd, which the filter refuses too. The
+        whole is bracketed by "clock" / "clocked" as :meth:`_clock_block` is; GC off as
+        there. Returns its own clock's ms over the calls and why an output page was gone
+        ("": none)."""
         flush = job["timing"].get("flush", True)
         lazy, inside = "", 0.0
         self._sync()
@@ -1544,12 +1560,13 @@ class Harness:
                     self.check_cuda(lib, "clock")
                 if not self.is_cuda:  # in both harnesses: the same cost in each
                     lazy = self.reopen(d.bufs[0]) or self._signals(lib) or lazy
-                if j in kept:
-                    _keep(d.bufs[0], kept[j])
                 self._sync()
                 inside += (time.perf_counter() - t0) * 1e3
                 self.progress({"stage": "called"})
                 self.await_go()
+                if j in kept:  # outside the call's clock (its CPU time read by then)
+                    _keep(d.bufs[0], kept[j])
+                    self._sync()
         finally:
             gc.enable()
         self.progress({"stage": "clocked"})
@@ -2122,6 +2139,14 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
 def _set_bytes(d: Data) -> int:
     """The bytes of one of ``d``'s input sets (its inputs, in/out ones included)."""
     return sum(t.numel() * t.element_size() for t in d.sets[0].inputs.values())
+
+
+def _copies(d: Data) -> int:
+    """How many copies of ``d``'s outputs (and canaries) a paced clock job may keep: as
+    many as fit in :data:`CLOCK_SET_BYTES`, one at least."""
+    size = sum(t.numel() * t.element_size() for t in d.bufs[0].outputs.values())
+    size += sum(t.numel() * t.element_size() for t in d.bufs[0].guards.values())
+    return max(1, CLOCK_SET_BYTES // max(1, size))
 
 
 def clock_sets(size: int, draw_s: float) -> int:

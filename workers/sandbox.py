@@ -43,10 +43,9 @@ GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
 PREPARE_TIMEOUT_S = 600.0  # for inputs() and reference() of one problem size, all input sets
 STOP_CHECK_S = 0.5  # while a job runs, how often the harness is looked at for being stopped
-# a paced clock job's figure (:meth:`Sandbox._paced_mark`): each call's ms by this process's
-# clock (wall: the CPU time a cgroup counts moves in scheduler ticks, 4 ms here, more than
-# such a call)
-PACED_KEYS = ("outside_calls_ms",)
+# a paced clock job's figures (:meth:`Sandbox._paced_mark`): each call's ms by this process's
+# clock, and the CPU ms of the harness's thread group where it can be read
+PACED_KEYS = ("outside_calls_ms", "outside_calls_cpu_ms")
 
 
 class Sandbox:
@@ -205,7 +204,9 @@ class Sandbox:
         check's CPU time); a job whose harness said "clocked" more than once is
         ``suspect`` (:meth:`_clock_answer`). A paced clock job (``clock_paced``) also
         gets ``outside_calls_ms``: each call's from the "go" answering its "call" to its
-        "called" (:meth:`_paced_mark`). A figure the answer carries under these names is dropped.
+        "called", and ``outside_calls_cpu_ms``, the CPU time the harness's threads used
+        meanwhile, where it can be read (:meth:`_paced_mark`). A figure the answer carries
+        under these names is dropped.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -322,8 +323,9 @@ class Sandbox:
         "clocked" after it stops it; every "clocked" is counted and answered "go", which the
         harness waits for before its checks."""
         if stage in ("call", "called"):
-            self._paced_mark(clock, stage)
-        elif stage == "clock" and clock.t0 is None:
+            self._paced_mark(clock, stage)  # answers "go" itself
+            return
+        if stage == "clock" and clock.t0 is None:
             clock.cpu0, clock.t0 = self._cpu_ns(), time.perf_counter()
         elif stage == "clocked" and clock.t0 is not None:
             if clock.end is None:
@@ -343,10 +345,12 @@ class Sandbox:
         all the same (the job's answer is then ``suspect``: :meth:`_clock_answer`)."""
         if stage == "call" and clock.pending is None and clock.t0 is not None \
                 and clock.end is None:
-            clock.pending = time.perf_counter()
+            clock.pending = (time.perf_counter(), self._thread_group_ns())
         elif stage == "called" and clock.pending is not None:
-            clock.calls.append((time.perf_counter() - clock.pending) * 1e3)
-            clock.pending = None
+            t1, cpu1 = time.perf_counter(), self._thread_group_ns()
+            (t0, cpu0), clock.pending = clock.pending, None
+            clock.calls.append(((t1 - t0) * 1e3, None if cpu0 is None or cpu1 is None
+                                else (cpu1 - cpu0) / 1e6))
         else:
             clock.stray += 1
         try:
@@ -367,7 +371,9 @@ class Sandbox:
         for k in PACED_KEYS + ("outside_ms", "outside_cpu_ms"):  # this process's figures
             res.pop(k, None)                                       # alone, never the harness's
         if clock is not None and clock.calls:
-            res["outside_calls_ms"] = list(clock.calls)
+            res["outside_calls_ms"] = [ms for ms, _ in clock.calls]
+            if all(cpu is not None for _, cpu in clock.calls):
+                res["outside_calls_cpu_ms"] = [cpu for _, cpu in clock.calls]
         if clock is not None and clock.t0 is not None:
             t1, cpu1 = clock.end or (time.perf_counter(), self._cpu_ns())
             res["outside_ms"] = (t1 - clock.t0) * 1e3
@@ -391,6 +397,22 @@ class Sandbox:
         if self.proc is None or self.proc.poll() is not None:
             return hold.Held()
         return hold.hold(self.proc.pid, self.counted.dirs if self.counted else ())
+
+    def _thread_group_ns(self) -> int | None:
+        """CPU time (ns) every thread of the harness's process has used, exited ones too,
+        to this moment (the kernel's ``CLOCK_PROCESS_CPUTIME_ID`` of another process:
+        ``clock_getcpuclockid(3)``, its clock id built as the kernel's
+        ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``), precise where a cgroup's count
+        moved in 4 ms scheduler ticks here; None where it cannot be read (no host pid,
+        the process gone). A process sharing its memory outside the thread group is
+        refused by the filter (workers.seccomp ``CLONE_SHARED``); a child of its own
+        memory is not counted, and cannot write the harness's outputs."""
+        if not self.host_pid:
+            return None
+        try:
+            return time.clock_gettime_ns(((~self.host_pid) << 3) | 2)
+        except (OSError, OverflowError):
+            return None
 
     def _cpu_ns(self) -> int | None:
         """CPU time every process of this sandbox used so far (ns), from its cgroup
@@ -665,9 +687,10 @@ class _ClockMarks:
     end: tuple[float, int | None] | None = None
     clocked: int = 0
     # a paced clock job's (workers.harness ``_clock_paced``): when the running call's "go"
-    # was sent (s), each call's ms, and messages out of turn
-    pending: float | None = None
-    calls: list[float] = field(default_factory=list)
+    # was sent (s, and the harness's CPU time, ns, where read), each call's (ms, CPU ms or
+    # None), and messages out of turn
+    pending: tuple[float, int | None] | None = None
+    calls: list[tuple[float, float | None]] = field(default_factory=list)
     stray: int = 0
 
 

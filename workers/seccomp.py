@@ -64,9 +64,14 @@ runs), with ``EPERM``:
   through a job, 2026-12-05). The GPU harness and the ncu target keep them
   (:data:`UNTRIED_ON_GPU`) until they are run so with the CUDA driver on a GPU host;
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
-  with ``CLONE_NEWUSER``; ``clone3`` answers ``ENOSYS`` (its flags lie behind a pointer
-  the filter cannot read; the C library then falls back to ``clone``, as under Docker's
-  default profile);
+  with ``CLONE_NEWUSER``;
+- ``vfork``, and ``clone`` with ``CLONE_VM`` but not ``CLONE_THREAD``: a process that
+  shares the harness's memory outside its thread group could do a call's work while the
+  harness's threads wait, and the paced outside clock counts the CPU time of the
+  harness's thread group (workers.sandbox ``_paced_mark``). Threads (``CLONE_THREAD``)
+  and processes of their own memory (``fork``) are allowed; ``clone3`` answers ``ENOSYS``
+  (its flags lie behind a pointer the filter cannot read; the C library then falls back
+  to ``clone``, as under Docker's default profile);
 - on x86-64, every call of the x32 ABI and of another architecture (the 32-bit entry).
 
 Supported machines: x86-64 and AArch64 (:data:`SYSCALLS`); elsewhere :func:`install`
@@ -95,7 +100,7 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
           "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
           "seccomp", "fanotify_init", "fanotify_mark", "io_setup", "epoll_create",
-          "epoll_create1", "epoll_ctl", "flock")
+          "epoll_create1", "epoll_ctl", "flock", "vfork")
 F_SETLEASE, F_NOTIFY = 1024, 1026  # <linux/fcntl.h>: fcntl's commands refused
 # fcntl's commands that take from the host (<asm-generic/fcntl.h>, <linux/fcntl.h>): record
 # locks (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW) and F_SETPIPE_SZ (pipe buffer pages
@@ -104,7 +109,12 @@ F_SETLEASE, F_NOTIFY = 1024, 1026  # <linux/fcntl.h>: fcntl's commands refused
 F_HOST, FCNTL_HOST = (6, 7, 37, 38, 1031), "fcntl_host"
 # what the GPU harness (and the ncu target) keep: calls the CPU harness was seen not to make,
 # not yet tried refused with the CUDA driver in the process
-UNTRIED_ON_GPU = ("epoll_create", "epoll_create1", "epoll_ctl", "flock", FCNTL_HOST)
+# clone's CLONE_VM without CLONE_THREAD, and vfork: a process sharing the harness's memory
+# outside its thread group, whose CPU time the paced outside clock does not count, refused
+# unless ``keep`` names CLONE_SHARED
+CLONE_VM, CLONE_THREAD, CLONE_SHARED = 0x100, 0x10000, "clone_shared"
+UNTRIED_ON_GPU = ("epoll_create", "epoll_create1", "epoll_ctl", "flock", FCNTL_HOST,
+                  "vfork", CLONE_SHARED)
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -118,7 +128,7 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
         "prctl": 157, "rt_sigaction": 13, "fanotify_init": 300, "fanotify_mark": 301,
         "io_setup": 206, "fcntl": 72, "epoll_create": 213, "epoll_create1": 291,
-        "epoll_ctl": 233, "flock": 73}),
+        "epoll_ctl": 233, "flock": 73, "vfork": 58}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
@@ -161,10 +171,13 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             (JEQ_K, "prctl", None, nr["prctl"]), (JEQ_K, "fcntl", None, nr["fcntl"])]
     if "rt_sigaction" not in keep:
         asm.append((JEQ_K, "act", None, nr["rt_sigaction"]))
+    shared = CLONE_SHARED in keep
     asm += [(JEQ_K, "clone", "allow", nr["clone"]),
             "clone", (LD_ABS_W, None, None, 16),  # seccomp_data.args[0], its low 32 bits
-            (JSET_K, "deny", "allow", CLONE_NEWUSER),
-            "ioctl", (LD_ABS_W, None, None, 24),  # args[1], low 32 bits
+            (JSET_K, "deny", "allow" if shared else None, CLONE_NEWUSER)]
+    if not shared:  # CLONE_VM: allowed with CLONE_THREAD (a thread) only
+        asm += [(JSET_K, None, "allow", CLONE_VM), (JSET_K, "allow", "deny", CLONE_THREAD)]
+    asm += ["ioctl", (LD_ABS_W, None, None, 24),  # args[1], low 32 bits
             (JEQ_K, "deny", "allow", USERFAULTFD_IOC_NEW),
             "prctl", (LD_ABS_W, None, None, 16),
             (JEQ_K, "deny", "allow", PR_SET_SECCOMP),

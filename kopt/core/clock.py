@@ -26,8 +26,8 @@ that factor or more.
 Where a call costs far less than its preparation, half the preparations' noise is more
 than the factor allows and a block cannot resolve the call (a 1/100 clock on a 1M-element
 vector add cleared every block, red-team round 11): on a CPU device the tries are then paced
-(:func:`paced_blocks`), each call timed on its own after its preparation, and their median
-less that of the same messages around no call is judged.
+(:func:`paced_blocks`), each call timed on its own after its preparation and checked, and
+the median call less the median of the same messages around no call is judged.
 
 The factor is wide on purpose: a shared CPU machine stretches a block of calls (a sum, every
 preemption in it) more than a median of samples (a preempted sample is an outlier), and a
@@ -165,6 +165,13 @@ def outside_blocks(clock: ClockJob, median_ms: float, paced: bool = False
     if paced and needs_paced(median_ms, (sizing[0] if sizing[1] is None else sizing[1])
                              / CLOCK_MIN_CALLS):
         return paced_blocks(clock, median_ms, sizing[3])
+    return _block_tries(clock, median_ms, sizing)
+
+
+def _block_tries(clock: ClockJob, median_ms: float, sizing: tuple
+                 ) -> tuple[list[Block], str]:
+    """:func:`outside_blocks`' tries of blocks of calls, sized by the preparations alone
+    ``sizing`` (:func:`_preparations` of :data:`CLOCK_MIN_CALLS`); returns as it does."""
     n = clock_calls(median_ms, sizing[0] / CLOCK_MIN_CALLS)
     if sizing[3]:  # each call on an input set of its own (workers.harness ``clock_sets``)
         n = max(CLOCK_MIN_CALLS, min(n, sizing[3]))
@@ -208,18 +215,19 @@ def paced_blocks(clock: ClockJob, median_ms: float, sets: int | None = None
     ``median_ms`` (ms): :data:`CLOCK_PACED_CALLS` calls (no more than ``sets``, the input
     sets of their own a block may have, and :data:`CLOCK_MIN_CALLS` at least), each
     prepared as a sample before its own clock starts (workers.harness ``_clock_paced``),
-    timed from the sandbox's "go" to the harness's "called"; and as many of the same
-    messages around no call in the harness that holds no candidate's code (the candidate's
-    sandbox held meanwhile, as for a block). A try's figure is the calls' median less
-    the median of those without a call, by the wall (a cgroup's CPU time moves in scheduler
-    ticks, 4 ms on the 2-core machine, more than such a call); its
-    :data:`Block` is ``(figure, 1, allowance / CLOCK_PREP_NOISE)``, the allowance being
-    :data:`CLOCK_PACED_SLACK_MS` plus the interquartile range of the calls without work
-    (their messages' own noise), so that :func:`clock_suspect` judges it against
-    ``CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS + allowance``. A median of one-call clocks
-    is not lengthened by the preparations, nor by a preempted call or two. Tries stop at
-    the first that clears. Returns (the blocks, "") or (the blocks so far, ``"status:
-    why"``) as :func:`outside_blocks` does.
+    timed from the sandbox's "go" to the harness's "called", every call's outputs checked
+    after the try; and as many of the same messages around no call in the harness that
+    holds no candidate's code (the candidate's sandbox held meanwhile, as for a block).
+    A try's figure is the calls' median less the median of those without a call, in the
+    CPU time of each harness's threads where both answers hold it (workers.sandbox
+    ``_thread_group_ns``: precise, and not lengthened by other processes' turns; a cgroup's
+    count moves in 4 ms scheduler ticks on the 2-core machine, more than such a call),
+    else by the wall (beside two test suites, calls without work spread from 0.02 to 0.5
+    ms there, and a burst of load during those alone cleared a 1/100 clock). Its
+    :data:`Block` is ``(figure, 1, CLOCK_PACED_SLACK_MS / CLOCK_PREP_NOISE)``, so that
+    :func:`clock_suspect` judges it against ``CLOCK_FACTOR * median_ms + CLOCK_SLACK_MS +
+    CLOCK_PACED_SLACK_MS``. Tries stop at the first that clears. Returns (the blocks, "")
+    or (the blocks so far, ``"status: why"``) as :func:`outside_blocks` does.
 
     Raises:
         ClockError: the calls without work could not be timed."""
@@ -227,8 +235,7 @@ def paced_blocks(clock: ClockJob, median_ms: float, sets: int | None = None
     blocks: list[Block] = []
     for _ in range(CLOCK_TRIES):
         alone = clock(n, True, True)
-        idle = _paced_calls(alone)
-        if alone.get("status") != "ok" or not idle:
+        if alone.get("status") != "ok" or not alone.get("outside_calls_ms"):
             raise ClockError(f"the preparations alone, each timed for the clock outside the "
                              f"contender's process: {alone.get('status')}: "
                              f"{alone.get('error') or 'no outside figure'}")
@@ -239,22 +246,16 @@ def paced_blocks(clock: ClockJob, median_ms: float, sets: int | None = None
         if res.get("status") != "ok":
             return blocks, (f"{res.get('status')}: outside the contest, "
                             f"{res.get('error') or 'no outside figure'}")
-        calls = _paced_calls(res)
-        if not calls or not idle:
+        if not res.get("outside_calls_ms"):
             return blocks, (f"{Status.SUSPECT}: outside the contest, its calls were not "
                             "timed one by one as its harness was asked to")
-        q = statistics.quantiles(idle, n=4) if len(idle) > 1 else [0.0, 0.0, 0.0]
-        allowance = CLOCK_PACED_SLACK_MS + (q[2] - q[0])
-        fig = max(0.0, statistics.median(calls) - statistics.median(idle))
-        blocks.append((fig, 1, allowance / CLOCK_PREP_NOISE))
+        key = ("outside_calls_cpu_ms" if res.get("outside_calls_cpu_ms")
+               and alone.get("outside_calls_cpu_ms") else "outside_calls_ms")
+        fig = statistics.median(res[key]) - statistics.median(alone[key])
+        blocks.append((max(0.0, fig), 1, CLOCK_PACED_SLACK_MS / CLOCK_PREP_NOISE))
         if not clock_suspect(median_ms, blocks):
             break
     return blocks, ""
-
-
-def _paced_calls(res: dict[str, Any]) -> list[float]:
-    """A paced answer's ms per call by the sandbox's clock; [] when it has none."""
-    return [float(x) for x in res.get("outside_calls_ms") or []]
 
 
 def _figures(res: dict[str, Any], before: tuple, after: tuple) -> tuple[float, float]:
