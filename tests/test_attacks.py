@@ -417,9 +417,12 @@ def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_never_pass(tmp
     50x the honest speed before. lazy_sys.cpp (round 7) hid that handler behind a seccomp
     filter of its own (refused since: workers.seccomp).
 
-    In a sandbox as kopt runs it, the system-call filter refuses the candidate's handler
-    for SIGBUS (workers.seccomp: a new action for any signal): the first read of its
-    outputs kills the harness (`crashed`). Where the sandbox is off (no filter), the
+    In a sandbox as kopt runs it, the system-call filter refuses the shared mapping laid
+    over its outputs (``MAP_SHARED | MAP_FIXED``, refused since red-team round 12 laid one
+    for a forked child): its outputs keep the poison, `wrong_result`; it also refuses the
+    candidate's handler for SIGBUS (a new action for any signal: before the mapping was
+    refused, the first read of its outputs killed the harness, `crashed`). Where the
+    sandbox is off (no filter), the
     harness's look at the handlers after each call finds the one it left installed:
     `escaped` (a look that fails, lazy_sys's filter, counts as a change), and the harness
     starts afresh after it."""
@@ -441,7 +444,7 @@ def test_outputs_computed_in_a_sigbus_handler_on_their_first_read_never_pass(tmp
     finally:
         sb.close()
     if filtered:
-        assert res["status"] == "crashed" and "SIGBUS" in res["error"], res
+        assert res["status"] == "wrong_result" and "gave wrong output" in res["error"], res
     else:
         assert res["status"] == "escaped", res
         said = res["error"].split("solve left a handler of its own for ", 1)

@@ -840,3 +840,44 @@ def test_a_clock_answer_that_is_not_the_harnesss_own_is_suspect(monkeypatch):
     assert res["status"] == "suspect" and "did not answer a ping" in res["error"], res
     assert killed == [False]
     assert from_box.recv()[0] == "ping"  # the unanswered ping, sent
+
+
+def test_a_clock_replaced_in_the_harness_times_no_later_job(tmp_path):
+    """tests/fixtures/faultpack/clockadd.cpp ROLE 1 replaces the harness's
+    ``time.perf_counter_ns`` (1/100) at its first call. The harness compares its clocks and
+    its own functions with those it took at its start after every job (workers.harness
+    ``watched``) and ends after one that replaced any (its own figures stand: the closing's
+    outside clock judges them); the honest job after it in the same sandbox is timed by a
+    fresh harness's clock, not a hundredth of it. Before, the patch stayed for every later
+    candidate of the harness: an honest first baseline's own row read 100x fast, disagreed
+    with its figure side by side at the closing and was dropped, and no best was named
+    (red-team round 12). A clock job whose block rebound one of the harness's own functions
+    is ``crashed`` (round 12 did a paced call's work in a rebound ``_keep``)."""
+    from test_clock_paced import CLOCKADD, VADD_ARGS, VADD_REF
+
+    from workers.sandbox import Sandbox
+
+    def vadd(role):
+        return job(artifact(tmp_path, CLOCKADD, {"ROLE": role}), CLOCKADD, VADD_REF,
+                   {"N": 1 << 18}, VADD_ARGS, job_key=f"role{role}")
+
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        first = sb.run(vadd(0), timeout_s=60)
+        assert first["status"] == "ok" and sb.restarts == 0, first
+        patched = sb.run(vadd(1), timeout_s=60)
+        assert patched["status"] == "ok" and sb.restarts == 1, patched
+        assert patched["median_ms"] < first["median_ms"] / 20, (first, patched)
+        again = sb.run(vadd(0), timeout_s=60)
+        assert again["status"] == "ok" and sb.restarts == 1, again
+        assert again["median_ms"] > first["median_ms"] / 10, (first, again)
+        # a clock replaced in a clock job is the outside clock's to judge: its figures stand
+        block = sb.run({**vadd(1), "clock_calls": 4, "clock_paced": True}, timeout_s=60)
+        assert block["status"] == "ok" and sb.restarts == 2, block
+        # one of the harness's own functions rebound in a block of the contender's calls
+        block = sb.run({**vadd(3), "clock_calls": 4, "clock_paced": True}, timeout_s=60)
+        assert block["status"] == "crashed" and block["error"].startswith(
+            "code in the harness's process replaced its __main__._keep during a block of its "
+            "calls"), block
+    finally:
+        sb.close()

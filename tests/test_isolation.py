@@ -473,12 +473,14 @@ def test_a_candidate_shares_the_harnesss_memory_with_no_process_outside_its_thre
     """A process that shares the harness's memory outside its thread group (MODE 31:
     ``clone`` with ``CLONE_VM``, no ``CLONE_THREAD``; MODE 32: ``vfork``) could do a call's
     work while the harness's threads wait, unseen by the paced outside clock, which counts
-    the CPU time of the harness's thread group (workers.seccomp ``CLONE_SHARED``). Its
-    outputs are right only when it could not start one: sandboxed (the filter) it cannot
-    (``ok``); unsandboxed it can (``wrong_result``)."""
+    the CPU time of the harness's thread group (workers.seccomp ``CLONE_SHARED``); so could
+    a forked child through a shared mapping laid over the harness's buffers (MODE 33:
+    ``mmap`` with ``MAP_SHARED | MAP_FIXED``, 34: ``mremap`` with ``MREMAP_FIXED``; red-team
+    round 12 was named best so, 3 of 3). Its outputs are right only when it could do none:
+    sandboxed (the filter) it cannot (``ok``); unsandboxed it can (``wrong_result``)."""
     ref = FIXTURES / "escape" / "ref.py"
     sb = _sandbox(isolated, {})
-    modes = (31, 32)
+    modes = (31, 32, 33, 34)
     try:
         got = {m: sb.run(job(artifact(tmp_path, SRC, m, "escape.cpp"), SRC, ref),
                          timeout_s=30)["status"] for m in modes}

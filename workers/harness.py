@@ -2445,11 +2445,45 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     _serve(h, rconn, wconn)
 
 
+# the time module's clocks the harness times with (and others a patch would hit alike)
+CLOCK_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time",
+               "time_ns", "process_time", "process_time_ns", "thread_time", "thread_time_ns")
+
+
+def watched(device: str) -> list[tuple[Any, str, Any]]:
+    """What candidate code must not replace in this process, taken before any runs: the
+    time module's clocks, ``torch.cuda.Event``'s methods on a GPU, and every function of
+    this module and method of :class:`Harness` (owner, name, the object). A clock patched
+    through Python's C API stayed for every candidate timed after its own in the same
+    harness (each 100x faster: at the closing an honest first baseline's own row then
+    disagreed with its figure side by side and it was dropped, and no best was named,
+    red-team round 12), and a function rebound mid-job (``_keep``) did a paced call's work
+    after its clock stopped. (:func:`_serve` ends the harness after a job in which one was
+    replaced, and answers a job that finds one replaced ``crashed``, retried fresh.)"""
+    me = sys.modules[__name__]
+    out: list[tuple[Any, str, Any]] = [(time, n, getattr(time, n)) for n in CLOCK_NAMES
+                                       if hasattr(time, n)]
+    if device != "cpu":
+        out += [(torch.cuda.Event, n, v) for n, v in vars(torch.cuda.Event).items()
+                if callable(v)]
+    out += [(Harness, n, v) for n, v in vars(Harness).items() if inspect.isfunction(v)]
+    out += [(me, n, v) for n, v in vars(me).items()
+            if inspect.isfunction(v) and v.__module__ == me.__name__]
+    return out
+
+
+def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
+    """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken."""
+    return [f"{getattr(o, '__name__', o)}.{n}" for o, n, v in watch
+            if getattr(o, n, None) is not v]
+
+
 def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     """Answer each job read from ``rconn`` on ``wconn`` until EOF or a fatal outcome. A
     clock job waits for the sandbox's "go" on ``rconn`` (:func:`_await_go`); a "go" read
     here (none is sent outside a clock job's wait) is skipped."""
     h.await_go = lambda: _await_go(rconn)
+    watch = watched("cuda" if h.is_cuda else "cpu")
     while True:
         try:
             kind, job = rconn.recv()
@@ -2461,31 +2495,85 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             answer(wconn, {"pong": job})
             continue
         h.idle_s = time.perf_counter() - h.done_at
-        held = open_files()
-        if held > FILES_KEPT:  # left by a thread of an earlier job since its end: not this one's
-            answer(wconn, {"status": Status.CRASHED, "fatal": True, "error": (
-                f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
-                "between jobs: code an earlier candidate left there opened them); restarted")})
+        if unfit := _unfit(watch):  # left by an earlier job since its end: not this one's
+            answer(wconn, unfit)
             return
-        try:
-            res = h.run(job.payload() if isinstance(job, RunJob) else job)
-            res.setdefault("fatal", False)
-            if h.signal_escapes:  # what such code left in this process: gone with it
-                res["fatal"] = True
-        except JobError as e:
-            res = {"status": e.status, "error": str(e), "fatal": e.fatal}
-        except torch.OutOfMemoryError as e:
-            res = {"status": Status.ERROR, "error": f"out of memory: {e}", "fatal": True}
-        except Exception as e:
-            fatal = h.is_cuda and "CUDA" in str(e)
-            res = {"status": Status.CRASHED if fatal else Status.ERROR,
-                   "error": f"{e!r}\n{traceback.format_exc(limit=3)}", "fatal": fatal}
+        res = _run_one(h, job)
         h.done_at = time.perf_counter()
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
+        if changed := rewritten(watch):
+            res = _rewritten(res, job, changed)
         answer(wconn, res)
         if res.get("fatal"):
+            if res.get("status") == Status.OK:  # the sandbox pings after an `ok` answer,
+                _pong(rconn, wconn)               # fatal or not (workers.sandbox)
             return
+
+
+def _unfit(watch: list[tuple[Any, str, Any]]) -> dict | None:
+    """The answer (``crashed``, fatal: the job is run again in a fresh harness) to a job
+    that finds this process unfit for it: more than :data:`FILES_KEPT` files held, or a
+    function of ``watch`` replaced (:func:`rewritten`) since the last job's end, by code an
+    earlier candidate left here; None when fit."""
+    held = open_files()
+    if held > FILES_KEPT:
+        return {"status": Status.CRASHED, "fatal": True, "error": (
+            f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
+            "between jobs: code an earlier candidate left there opened them); restarted")}
+    if changed := rewritten(watch):
+        return {"status": Status.CRASHED, "fatal": True, "error": (
+            f"the harness's {', '.join(changed[:4])} had been replaced when the job came "
+            "(code an earlier candidate left there); restarted")}
+    return None
+
+
+def _run_one(h: Harness, job: Any) -> dict:
+    """``job`` run (:meth:`Harness.run`), its outcome with ``fatal``; never raises."""
+    try:
+        res = h.run(job.payload() if isinstance(job, RunJob) else job)
+        res.setdefault("fatal", False)
+        if h.signal_escapes:  # what such code left in this process: gone with it
+            res["fatal"] = True
+    except JobError as e:
+        res = {"status": e.status, "error": str(e), "fatal": e.fatal}
+    except torch.OutOfMemoryError as e:
+        res = {"status": Status.ERROR, "error": f"out of memory: {e}", "fatal": True}
+    except Exception as e:
+        fatal = h.is_cuda and "CUDA" in str(e)
+        res = {"status": Status.CRASHED if fatal else Status.ERROR,
+               "error": f"{e!r}\n{traceback.format_exc(limit=3)}", "fatal": fatal}
+    return res
+
+
+def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
+    """``res`` of a job during which ``changed`` (:func:`rewritten`) were replaced: fatal, so
+    that a patch made in this job times no later job (the job's own figures are judged as
+    they are: the closing's outside clock times them); a clock job whose block rebound one
+    of this module's functions or :class:`Harness`'s methods is ``crashed`` (only the
+    contender's code ran there; a replaced clock is left to the outside clock)."""
+    print(f"kopt harness: {', '.join(changed[:8])} replaced during a job; restarting",
+          file=sys.stderr, flush=True)
+    own = [c for c in changed if not c.startswith(("time.", "Event."))]
+    if own and isinstance(job, dict) and job.get("clock_calls") and not job.get(
+            "clock_loads_only"):
+        return {"status": Status.CRASHED, "fatal": True, "error": (
+            f"code in the harness's process replaced its {', '.join(own[:4])} during a "
+            "block of its calls")}
+    return {**res, "fatal": True}
+
+
+def _pong(rconn: Connection, wconn: Connection) -> None:
+    """Answer the sandbox's ping after this process's last answer (a "go" read first is
+    skipped), so that the answer is known to be its own; nothing else is read."""
+    try:
+        kind, nonce = rconn.recv()
+        while kind == "go":
+            kind, nonce = rconn.recv()
+    except (EOFError, OSError):
+        return
+    if kind == "ping":
+        answer(wconn, {"pong": nonce})
 
 
 def open_files() -> int:

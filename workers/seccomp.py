@@ -69,7 +69,11 @@ runs), with ``EPERM``:
   shares the harness's memory outside its thread group could do a call's work while the
   harness's threads wait, and the paced outside clock counts the CPU time of the
   harness's thread group (workers.sandbox ``_paced_mark``). Threads (``CLONE_THREAD``)
-  and processes of their own memory (``fork``) are allowed; ``clone3`` answers ``ENOSYS``
+  and processes of their own memory (``fork``) are allowed; so that such a process cannot
+  write the harness's buffers either, ``mmap`` with ``MAP_SHARED`` and ``MAP_FIXED``,
+  ``mremap`` with ``MREMAP_FIXED`` and ``shmat`` are refused (a shared mapping laid over
+  them: red-team round 12's forked child did each call's work so, unseen by that clock,
+  3 of 3 named best); ``clone3`` answers ``ENOSYS``
   (its flags lie behind a pointer the filter cannot read; the C library then falls back
   to ``clone``, as under Docker's default profile);
 - on x86-64, every call of the x32 ABI and of another architecture (the 32-bit entry).
@@ -100,7 +104,7 @@ DENIED = ("socket", "socketpair", "connect", "io_uring_setup", "io_uring_enter",
           "process_vm_writev", "userfaultfd", "unshare", "setns", "mount", "umount2",
           "pivot_root", "bpf", "inotify_init", "inotify_init1", "mq_open", "perf_event_open",
           "seccomp", "fanotify_init", "fanotify_mark", "io_setup", "epoll_create",
-          "epoll_create1", "epoll_ctl", "flock", "vfork")
+          "epoll_create1", "epoll_ctl", "flock", "vfork", "shmat")
 F_SETLEASE, F_NOTIFY = 1024, 1026  # <linux/fcntl.h>: fcntl's commands refused
 # fcntl's commands that take from the host (<asm-generic/fcntl.h>, <linux/fcntl.h>): record
 # locks (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW) and F_SETPIPE_SZ (pipe buffer pages
@@ -113,8 +117,13 @@ F_HOST, FCNTL_HOST = (6, 7, 37, 38, 1031), "fcntl_host"
 # outside its thread group, whose CPU time the paced outside clock does not count, refused
 # unless ``keep`` names CLONE_SHARED
 CLONE_VM, CLONE_THREAD, CLONE_SHARED = 0x100, 0x10000, "clone_shared"
+# a shared mapping laid over memory already mapped (mmap's MAP_SHARED with MAP_FIXED,
+# mremap's MREMAP_FIXED, shmat): a forked child writing the harness's buffers through it did
+# a call's work outside the thread group (red-team round 12), refused unless ``keep`` names
+# MAP_OVER (the CUDA driver lays its own shared mappings)
+MAP_SHARED, MAP_FIXED, MREMAP_FIXED, MAP_OVER = 0x01, 0x10, 0x2, "map_over"
 UNTRIED_ON_GPU = ("epoll_create", "epoll_create1", "epoll_ctl", "flock", FCNTL_HOST,
-                  "vfork", CLONE_SHARED)
+                  "vfork", CLONE_SHARED, "shmat", MAP_OVER)
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00): a userfaultfd from /dev/userfaultfd
 # machine -> (AUDIT_ARCH_*, the seccomp syscall's number, name -> number) from the kernel's
 # syscall tables (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -128,7 +137,8 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "inotify_init1": 294, "mq_open": 240, "perf_event_open": 298, "seccomp": 317,
         "prctl": 157, "rt_sigaction": 13, "fanotify_init": 300, "fanotify_mark": 301,
         "io_setup": 206, "fcntl": 72, "epoll_create": 213, "epoll_create1": 291,
-        "epoll_ctl": 233, "flock": 73, "vfork": 58}),
+        "epoll_ctl": 233, "flock": 73, "vfork": 58, "mmap": 9, "mremap": 25,
+        "shmat": 30}),
     "aarch64": (0xC00000B7, 277, {
         "socket": 198, "socketpair": 199, "connect": 203, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "add_key": 217, "request_key": 218,
@@ -137,7 +147,8 @@ SYSCALLS: dict[str, tuple[int, int, dict[str, int]]] = {
         "bpf": 280, "clone": 220, "clone3": 435, "ioctl": 29, "inotify_init1": 26,
         "mq_open": 180, "perf_event_open": 241, "seccomp": 277, "prctl": 167,
         "rt_sigaction": 134, "fanotify_init": 262, "fanotify_mark": 263,
-        "io_setup": 0, "fcntl": 25, "epoll_create1": 20, "epoll_ctl": 21, "flock": 32}),
+        "io_setup": 0, "fcntl": 25, "epoll_create1": 20, "epoll_ctl": 21, "flock": 32,
+        "mmap": 222, "mremap": 216, "shmat": 196}),
 }
 
 
@@ -171,6 +182,8 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             (JEQ_K, "prctl", None, nr["prctl"]), (JEQ_K, "fcntl", None, nr["fcntl"])]
     if "rt_sigaction" not in keep:
         asm.append((JEQ_K, "act", None, nr["rt_sigaction"]))
+    if MAP_OVER not in keep:
+        asm += [(JEQ_K, "mmap", None, nr["mmap"]), (JEQ_K, "mremap", None, nr["mremap"])]
     shared = CLONE_SHARED in keep
     asm += [(JEQ_K, "clone", "allow", nr["clone"]),
             "clone", (LD_ABS_W, None, None, 16),  # seccomp_data.args[0], its low 32 bits
@@ -185,6 +198,11 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             *[(JEQ_K, "deny", None, c) for c in locks],
             (JEQ_K, "deny", None, F_SETLEASE),
             (JEQ_K, "deny", "allow", F_NOTIFY),
+            "mmap", (LD_ABS_W, None, None, 40),  # args[3], the flags
+            (JSET_K, None, "allow", MAP_SHARED),
+            (JSET_K, "deny", "allow", MAP_FIXED),
+            "mremap", (LD_ABS_W, None, None, 40),  # args[3], the flags
+            (JSET_K, "deny", "allow", MREMAP_FIXED),
             "act", (LD_ABS_W, None, None, 24),  # the new action's pointer: NULL is a query
             (JEQ_K, None, "deny", 0),
             (LD_ABS_W, None, None, 28),  # its high 32 bits
@@ -192,6 +210,14 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
             "allow", (RET_K, None, None, RET_ALLOW),
             "deny", (RET_K, None, None, RET_ERRNO | errno.EPERM),
             "enosys", (RET_K, None, None, RET_ERRNO | errno.ENOSYS)]
+    return _assemble(asm)
+
+
+def _assemble(asm: list[tuple[int, str | None, str | None, int] | str]
+              ) -> list[tuple[int, int, int, int]]:
+    """:func:`program`'s instructions with their labels (a str in ``asm`` names the
+    instruction after it; a jump's target is a label or None, the next instruction) made
+    relative jump offsets."""
     at: dict[str, int] = {}
     n = 0
     for x in asm:
