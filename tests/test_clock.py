@@ -377,18 +377,22 @@ SPARSE_CPP = """extern "C" void solve(float* param, const int* idx, const float*
 """
 
 
+def sparse_job(tmp_path):
+    """The job of SPARSE_CPP (64 rows of a 16 MB in/out table), built under ``tmp_path``."""
+    (tmp_path / "ref.py").write_text(SPARSE_REF)
+    src = tmp_path / "sparse.cpp"
+    src.write_text(SPARSE_CPP)
+    return job(artifact(tmp_path, src, {}), src, tmp_path / "ref.py",
+               {"V": 262144, "D": 16, "K": 64},
+               {"param": ["V", "D"], "idx": ["K"], "g": ["K", "D"]}, job_key="sparse")
+
+
 def test_an_honest_kernel_on_a_few_rows_of_a_large_in_out_table_is_not_suspect(tmp_path):
     """A sparse update of 64 rows of a 16 MB in/out table (an SGD step on an embedding):
     each call needs the table reloaded, 1000x the kernel's own traffic. Timed outside with
     the reloads in the block, both honest winners of a red-team trial were `suspect`; the
     loads' own block, subtracted, leaves the calls."""
-    (tmp_path / "ref.py").write_text(SPARSE_REF)
-    src = tmp_path / "sparse.cpp"
-    src.write_text(SPARSE_CPP)
-    j = job(artifact(tmp_path, src, {}), src, tmp_path / "ref.py",
-            {"V": 262144, "D": 16, "K": 64},
-            {"param": ["V", "D"], "idx": ["K"], "g": ["K", "D"]}, job_key="sparse")
-    med, blocks = _judged(j)
+    med, blocks = _judged(sparse_job(tmp_path))
     assert clock_suspect(med, blocks) == "", (med, blocks)
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_clock import SPARSE_CPP, SPARSE_REF, _device
+from test_clock import _device, sparse_job
 from test_faults import PACK, artifact, job
 
 from kopt.core.clock import (
@@ -266,12 +266,6 @@ def test_an_honest_sparse_update_of_a_large_table_clears_its_paced_tries(tmp_pat
     reloaded before each call is about 1000x the call's own traffic) timed one call at a
     time: its calls take about what the same messages take around no call, within the
     limit."""
-    (tmp_path / "ref.py").write_text(SPARSE_REF)
-    src = tmp_path / "sparse.cpp"
-    src.write_text(SPARSE_CPP)
-    j = job(artifact(tmp_path, src, {}), src, tmp_path / "ref.py",
-            {"V": 262144, "D": 16, "K": 64},
-            {"param": ["V", "D"], "idx": ["K"], "g": ["K", "D"]}, job_key="sparse")
-    med, blocks, fault = _judged_paced(j)
+    med, blocks, fault = _judged_paced(sparse_job(tmp_path))
     assert fault == "" and blocks and all(n == 1 for _, n, _ in blocks), (med, blocks)
     assert clock_suspect(med, blocks) == "", (med, blocks)

@@ -335,10 +335,15 @@ class Sandbox:
             clock.clocked += 1
         else:
             return
+        self._go()
+
+    def _go(self) -> None:
+        """Send the harness a clock job's "go"; a harness that died is left to its answer's
+        read to say so."""
         try:
             self.w.send(("go", None))
         except (BrokenPipeError, OSError):
-            pass  # the harness died: its answer's read says so
+            pass
 
     def _paced_mark(self, clock: _ClockMarks, stage: str) -> None:
         """A paced clock job's "call" (its clock starts, then "go") or "called" (its clock
@@ -355,10 +360,7 @@ class Sandbox:
                                 else (cpu1 - cpu0) / 1e6))
         else:
             clock.stray += 1
-        try:
-            self.w.send(("go", None))
-        except (BrokenPipeError, OSError):
-            pass  # the harness died: its answer's read says so
+        self._go()
 
     def _answered(self, res: dict[str, Any], t0: float, pos: int,
                   clock: _ClockMarks | None = None) -> dict[str, Any]:
