@@ -41,12 +41,14 @@ A setup step that fails exits 125 with one line on stderr naming the step.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import resource
 import signal
 import stat
 import sys
+from collections.abc import Callable
 
 from workers.cgroup import env_gib  # the standard library only, too
 
@@ -54,6 +56,8 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38  # <linux/prctl.h>
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4  # <linux/prctl.h>
+CAP_VERSION_3 = 0x20080522  # _LINUX_CAPABILITY_VERSION_3, <linux/capability.h>
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # <linux/sockios.h>, <net/if.h>
 SETUP_FAILED = 125
 SCRATCH_ENV, SCRATCH_GB_DEFAULT = "KOPT_HARNESS_SCRATCH_GB", 4
@@ -226,7 +230,8 @@ def _bytes(name: str, default_gb: float, what: str) -> int:
 def drop_privilege() -> None:
     """No capability for this process or anything it runs (``PR_CAPBSET_DROP`` for each
     capability up to ``/proc/sys/kernel/cap_last_cap``, then ``PR_SET_NO_NEW_PRIVS``; the
-    effective set empties at the next ``execve``). Raises SetupError."""
+    effective set empties at the next ``execve``, or at once with
+    :func:`clear_capabilities` in a process that runs on without one). Raises SetupError."""
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last = int(f.read())
     for cap in range(last + 1):
@@ -237,27 +242,59 @@ def drop_privilege() -> None:
         raise SetupError(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def clear_capabilities() -> None:
+    """Empty this process's effective, permitted, inheritable and ambient capability sets
+    now (``capset(2)`` with ``_LINUX_CAPABILITY_VERSION_3``, two 32-bit words each, then
+    ``PR_CAP_AMBIENT_CLEAR_ALL``: <linux/capability.h>, <linux/prctl.h>), what ``execve``
+    does after :func:`drop_privilege` for a process that runs on without one (a harness
+    forked from workers.zygote). Raises SetupError."""
+    data = (_CapData * 2)()
+    if _libc.capset(ctypes.byref(_CapHeader(CAP_VERSION_3, 0)), data) != 0:
+        raise SetupError(f"capset: {os.strerror(ctypes.get_errno())}")
+    if _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        raise SetupError(f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): "
+                         f"{os.strerror(ctypes.get_errno())}")
+
+
 def _start(cmd: list[str]) -> int:
-    """Fork and exec ``cmd`` with no privilege; returns its pid."""
+    """Fork and exec ``cmd`` with no privilege (:func:`confine`); returns its pid."""
     pid = os.fork()
     if pid == 0:
         try:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_DFL)
-            cap = file_bytes()  # no file, its log on the host's disk included, past it
-            resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-            for res, most in ((resource.RLIMIT_SIGPENDING, SIGPENDING_MAX),
-                              (resource.RLIMIT_NOFILE, NOFILE_MAX)):
-                soft, hard = resource.getrlimit(res)
-                top = most if hard == resource.RLIM_INFINITY else min(hard, most)
-                resource.setrlimit(res, (top if soft == resource.RLIM_INFINITY
-                                         else min(soft, top), top))
-            drop_privilege()  # (CAP_SYS_RESOURCE gone: the limits cannot be raised)
+            confine()
             os.execvp(cmd[0], cmd)
         except BaseException as e:  # noqa: BLE001 -- a child must never return here
             print(f"kopt sandbox: cannot start {cmd[0]}: {e}", file=sys.stderr, flush=True)
         os._exit(127)
     return pid
+
+
+def confine() -> None:
+    """Step 5 of the module docstring for the calling process (the sandbox's child, before
+    it runs the harness): default handlers for the signals process 1 passes on, no file
+    larger than :func:`file_bytes`, at most :data:`SIGPENDING_MAX` queued signals and
+    :data:`NOFILE_MAX` open files, and no privilege (:func:`drop_privilege`). Raises
+    SetupError or OSError."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    cap = file_bytes()  # no file, its log on the host's disk included, past it
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    for res, most in ((resource.RLIMIT_SIGPENDING, SIGPENDING_MAX),
+                      (resource.RLIMIT_NOFILE, NOFILE_MAX)):
+        soft, hard = resource.getrlimit(res)
+        top = most if hard == resource.RLIM_INFINITY else min(hard, most)
+        resource.setrlimit(res, (top if soft == resource.RLIM_INFINITY
+                                 else min(soft, top), top))
+    drop_privilege()  # (CAP_SYS_RESOURCE gone: the limits cannot be raised)
 
 
 def _reap_until(child: int) -> int:
@@ -291,17 +328,32 @@ def main(argv: list[str]) -> int:
               "CMD...", file=sys.stderr)
         return 2
     scratch, cmd = os.path.realpath(argv[0]), argv[2:]
+    return first_process(scratch, tuple(keep), not flags["--no-gpu"], flags["--lo"],
+                         functools.partial(_start, cmd))
+
+
+def first_process(scratch: str, keep: tuple[str, ...], gpu: bool, loopback: bool,
+                  start: Callable[[], int]) -> int:
+    """What process 1 of the sandbox does (steps 1-4 and 6 of the module docstring): set
+    up (the loopback up with ``loopback``), ``start()`` its child (returns its pid: step 5
+    is the child's), pass SIGTERM, SIGINT and SIGHUP on to it and reap until it exits;
+    returns its exit code (128 + N for signal N), or :data:`SETUP_FAILED` with one line on
+    stderr when a set-up step failed."""
     try:
-        if flags["--lo"]:
+        if loopback:
             loopback_up()
-        set_up(scratch, tuple(keep), gpu=not flags["--no-gpu"])
+        set_up(scratch, keep, gpu=gpu)
     except (SetupError, OSError) as e:
         print(f"kopt sandbox: set-up failed: {e}", file=sys.stderr, flush=True)
         return SETUP_FAILED
-    child = _start(cmd)
+    child = start()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # passed on to the child
-        signal.signal(sig, lambda s, _f: os.kill(child, s))
+        signal.signal(sig, functools.partial(_pass_on, child))
     return _reap_until(child)
+
+
+def _pass_on(child: int, sig: int, _frame: object) -> None:
+    os.kill(child, sig)
 
 
 if __name__ == "__main__":
