@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import cgroup, hold, isolation, prestart, priority
+from workers import cgroup, hold, isolation, prestart, priority, zygote
 from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, die_with_parent, package_env
@@ -78,6 +78,9 @@ class Sandbox:
         self.counted: cgroup.Cgroup | None = None
         self.limits = ""  # its task and memory limits in words, or "none: why"
         self.served = 0  # jobs the running harness answered (their code may still run there)
+        # how the running harness was started: "forked" from a zygote (workers.zygote), or
+        # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
+        self.started = ""
 
     def start(self) -> None:
         """Start the harness and wait until it has set up the device, in the sandbox
@@ -103,14 +106,16 @@ class Sandbox:
         self._trim_log()
         self.served = 0
         cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
+        env = {**self.env, "TMPDIR": self.scratch, **self.isolation.env()}
         with open(self.log, "ab") as logf:
-            self.proc = subprocess.Popen(
-                self.isolation.wrap(cmd, self.scratch, gpu=self.device != "cpu"),
-                pass_fds=(r_child, w_child),
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env={**self.env, "TMPDIR": self.scratch, **self.isolation.env()},
-                start_new_session=True,
-                preexec_fn=cgroup.preexec(self.cgroup, _tie_to_parent()))
+            self.proc = self._forked(env, (r_child, w_child, logf.fileno()))
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    self.isolation.wrap(cmd, self.scratch, gpu=self.device != "cpu"),
+                    pass_fds=(r_child, w_child),
+                    stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
+                    start_new_session=True,
+                    preexec_fn=cgroup.preexec(self.cgroup, _tie_to_parent()))
         os.close(r_child)
         os.close(w_child)
         held = self.cgroup is not None and self.cgroup.holds(self.proc.pid)
@@ -120,6 +125,19 @@ class Sandbox:
         self.w = Connection(w_parent, readable=False)
         self.r = Connection(r_parent, writable=False)
         self._hello()
+
+    def _forked(self, env: dict[str, str], fds: tuple[int, int, int]
+                ) -> zygote.ForkedProcess | None:
+        """The harness forked from this process's zygote (workers.zygote) in the same
+        sandbox, with ``env`` and ``fds`` (its pipe ends and log); None where this device or
+        isolation starts it the plain way, or the zygote cannot fork it (then so does
+        this one: :attr:`started` says which, and why)."""
+        why = zygote.why_not(self.device, self.isolation.kind)
+        proc = None if why else zygote.spawn(zygote.Request(
+            env, self.scratch, self.isolation.isolated, self.isolation.writable,
+            self.cgroup.dirs if self.cgroup is not None else ()), fds)
+        self.started = "forked" if proc is not None else f"plain: {why or zygote.WHY_NOT}"
+        return proc
 
     def adopt(self, pre: Prestarted) -> bool:
         """Take over the harness ``pre`` that a driver started before Ray
@@ -150,6 +168,7 @@ class Sandbox:
             return False
         old_log.unlink(missing_ok=True)
         self.adopted = True
+        self.started = "adopted"
         self.counted = cgroup.Cgroup(pre.cgroup_dirs, pre.limits) if pre.cgroup_dirs else None
         return True
 
@@ -175,7 +194,8 @@ class Sandbox:
         self.pid = self.proc.pid if self.isolation.isolated and self.proc else hello.get("pid")
         # the harness's host pid, found before any job (a process a candidate starts could
         # carry the same command line): for its state (_wait) and timing.realtime
-        self.host_pid = priority.harness_pid(self.proc.pid) if self.proc else None
+        self.host_pid = (self.proc.harness_pid() if isinstance(self.proc, zygote.ForkedProcess)
+                         else priority.harness_pid(self.proc.pid) if self.proc else None)
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")

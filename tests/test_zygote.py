@@ -1,0 +1,138 @@
+"""Harnesses forked from a zygote (workers.zygote): the same sandbox as a plain start, each
+with its own environment and random state, and nothing left once their owner is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_harness import artifact, job
+
+from conftest import FIXTURES, ROOT
+from workers import isolation
+from workers.sandbox import Sandbox
+
+ISOLATED = isolation.available()
+SRC = FIXTURES / "faulty" / "faulty.cpp"
+
+
+def _confinement(sb: Sandbox) -> dict:
+    """What confines the harness of ``sb``, read from /proc: its capability sets, no new
+    privileges, the system-call filter, its depth of PID namespaces and pid there, its
+    limits, every mount it sees (read-only or not; the scratch folder's path as SCRATCH)
+    and what its open files are (the log as LOG)."""
+    proc = Path(f"/proc/{sb.host_pid}")
+    status = dict(line.split(":\t", 1) for line in proc.joinpath("status").read_text()
+                  .splitlines() if ":\t" in line)
+    keys = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+    limits = [line[:26].strip() + " " + " ".join(line[26:].split()) for line in
+              proc.joinpath("limits").read_text().splitlines()[1:]]
+    mounts = sorted({(f[4].replace(sb.scratch, "SCRATCH"), "ro" in f[5].split(","))
+                     for f in (line.split() for line in
+                               proc.joinpath("mountinfo").read_text().splitlines())})
+    files = sorted(re.sub(r"\[\d+\]", "", os.readlink(proc / "fd" / fd)).replace(
+        str(sb.log), "LOG") for fd in os.listdir(proc / "fd"))
+    return {**{k: status[k].strip() for k in keys},
+            "NSpid": status["NSpid"].split()[1:], "limits": limits, "mounts": mounts,
+            "files": files, "in_cgroup": sb.counted is not None and sb.counted.holds(
+                sb.host_pid)}
+
+
+@pytest.mark.skipif(not ISOLATED.isolated or ISOLATED.kind != "namespaces",
+                    reason="forks enter the sandbox as root only (the CI machine is root)")
+def test_a_forked_harness_is_confined_as_a_plain_one(monkeypatch):
+    """Started the plain way (``unshare``, workers.jail, a new interpreter) and forked from
+    a zygote, the harness has no capability in any set, no new privileges, the filter on,
+    pid 2 of its own PID namespace, the same limits, the same mounts read-only, the same
+    four files (its two pipe ends, /dev/null and its log) and its cgroup."""
+    seen = {}
+    for how in ("plain", "forked"):
+        monkeypatch.setenv("KOPT_ZYGOTE", "0" if how == "plain" else "1")
+        sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+        try:
+            sb.start()
+            assert sb.started.split(":")[0] == how
+            seen[how] = _confinement(sb)
+        finally:
+            sb.close()
+    forked = seen["forked"]
+    assert {k: forked[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
+        k: "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+    assert (forked["NoNewPrivs"], forked["Seccomp"], forked["NSpid"]) == ("1", "2", ["2"])
+    assert ("/", True) in forked["mounts"] and ("SCRATCH", False) in forked["mounts"]
+    assert forked["files"] == ["/dev/null", "LOG", "LOG", "pipe:", "pipe:"]
+    assert forked == seen["plain"]
+
+
+def test_each_forked_harness_has_its_own_environment_and_random_state(tmp_path):
+    """Two sandboxes whose environments differ only where no import reads (one zygote
+    forks both): each harness's ref.py sees its own variable and its own scratch folder as
+    TMPDIR, and Python's ``random`` draws differently in each."""
+    ref = tmp_path / "ref.py"
+    ref.write_text(
+        "import os, random, sys, tempfile\n"
+        "def reference(x, N):\n"
+        "    assert tempfile.gettempdir() == os.environ['TMPDIR'], tempfile.gettempdir()\n"
+        "    print('MARK', os.environ.get('ZYGOTE_TEST_MARK'), 'TMP', os.environ['TMPDIR'],\n"
+        "          'DRAW', random.getrandbits(64), file=sys.stderr, flush=True)\n"
+        "    return 2 * x\n")
+    art = artifact(tmp_path, SRC, 0)
+    said = {}
+    for mark in ("one", "two"):
+        sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1", "ZYGOTE_TEST_MARK": mark})
+        try:
+            res = sb.run(job(art, SRC, ref), timeout_s=30)
+            assert res["status"] == "ok", res
+            said[mark] = re.findall(r"MARK (\S+) TMP (\S+) DRAW (\d+)", sb.tail())[0]
+            assert said[mark][:2] == (mark, sb.scratch)
+        finally:
+            sb.close()
+    assert said["one"][2] != said["two"][2]
+
+
+OWNER = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from workers import zygote
+from workers.sandbox import Sandbox
+sb = Sandbox("cpu", {{"OMP_NUM_THREADS": "1"}})
+sb.start()
+print(json.dumps({{"started": sb.started, "zygotes": sorted(zygote.pids()),
+                  "sandbox": sb.proc.pid, "harness": sb.host_pid}}), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_zygote_and_its_harnesses_die_with_their_owner():
+    """The process that owns a zygote (a device actor, ``kopt preflight``) is SIGKILLed:
+    its zygote and the harness it forked are gone soon after, as a plain start's harness
+    dies with its starter."""
+    p = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT))],
+                         stdout=subprocess.PIPE, text=True, env={**os.environ,
+                                                                 "KOPT_ZYGOTE": "1"})
+    try:
+        got = json.loads(p.stdout.readline())
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert got["started"] == "forked" and len(got["zygotes"]) == 1
+    pids = [*got["zygotes"], got["sandbox"], got["harness"]]
+    assert all(isinstance(x, int) for x in pids)
+    deadline = time.monotonic() + 60
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, pids)), [x for x in pids if _alive(x)]
