@@ -136,3 +136,18 @@ def test_a_zygote_and_its_harnesses_die_with_their_owner():
     while any(map(_alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(map(_alive, pids)), [x for x in pids if _alive(x)]
+
+
+def test_kopt_env_says_how_harnesses_start(monkeypatch):
+    """``kopt env``'s ``harness_start``: CPU harnesses forked (here: root, namespaces) unless
+    ``KOPT_ZYGOTE=0``; GPU harnesses the plain way."""
+    from workers import envinfo
+
+    monkeypatch.delenv("KOPT_ZYGOTE", raising=False)
+    assert envinfo.collect()["harness_start"] == (
+        "CPU: forked from a zygote that imported torch once; GPU: plain (python -m "
+        "workers.harness in its sandbox)" if ISOLATED.kind in ("namespaces", "none") else
+        f"CPU: plain (a harness under {ISOLATED.kind} starts the plain way); GPU: plain "
+        "(python -m workers.harness in its sandbox)")
+    monkeypatch.setenv("KOPT_ZYGOTE", "0")
+    assert envinfo.collect()["harness_start"].startswith("CPU: plain (KOPT_ZYGOTE=0 is set)")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers import build_confine, cgroup, isolation, ncu
+from workers import build_confine, cgroup, isolation, ncu, zygote
 
 
 def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
@@ -162,6 +162,7 @@ def collect() -> dict[str, Any]:
         "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
         "isolation": isolation.available().describe(),
+        "harness_start": zygote.describe(isolation.available().kind),
         "build_isolation": build_confine.describe(), "limits": cgroup.describe(),
         "notes": notes,
     }

@@ -1,10 +1,11 @@
 """The sandboxed harness process: load artifacts, check them against the reference, time them.
 
 Runs as ``python -m workers.harness RFD WFD`` under a device actor (or
-``kopt preflight``), receiving run jobs (dicts) over a pipe and answering with
-outcome dicts. Long-lived: artifacts are dlopened once, inputs and reference
-outputs are made once per (reference, dims, seed) on this device, and the
-CUDA context lives as long as the process. A crash, illegal address or hang
+``kopt preflight``), or, on a CPU device, as a fork of a process that imported it
+(workers.zygote: the same sandbox, its ``main`` called directly), receiving run jobs
+(dicts) over a pipe and answering with outcome dicts. Long-lived: artifacts are dlopened
+once, inputs and reference outputs are made once per (reference, dims, seed) on this
+device, and the CUDA context lives as long as the process. A crash, illegal address or hang
 kills only this process; the actor records it and starts a new one.
 
 Per job (a candidate is assumed to try to fool the check and the clock):

@@ -21,8 +21,8 @@ What differs from the plain start, and why it does not matter to the judge: the 
 address layout and the interpreter's hash seed are the zygote's (each harness's own random
 draws are seeded from ``os.urandom`` when it starts: workers.harness ``Harness.rng``; Python's
 ``random`` module is seeded again in the fork), and its command line is the zygote's
-(``python -m workers.zygote workers.harness``): the harness's host pid is found by its place
-in the tree (:meth:`ForkedProcess.harness_pid`).
+(``python -m workers.zygote_server workers.harness``): the harness's host pid is found by
+its place in the tree (:meth:`ForkedProcess.harness_pid`).
 
 Used for a CPU device's harness where kopt runs as root (namespaces without a user
 namespace) or unsandboxed; a GPU harness (CUDA must not be set up before a fork, and this
@@ -33,10 +33,8 @@ start has not run on a GPU host) and a harness in a user namespace start the pla
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import os
-import random
 import select
 import signal
 import socket
@@ -45,7 +43,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -62,9 +59,6 @@ IMPORT_ENV = ("PATH", "HOME", "LANG", "LC_", "LD_", "PYTHON", "OMP_", "GOMP_", "
 START_TIMEOUT_S = 180.0  # for a zygote to import what it holds (as workers.sandbox's)
 ANSWER_S = 30.0  # for a zygote to answer a fork request
 KEPT = 2  # zygotes one owner keeps (the oldest is closed past it)
-_CLONE = {"pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000, "ipc": 0x08000000,
-          "uts": 0x04000000}  # <linux/sched.h>
-_FD_R, _FD_W = 3, 4  # the harness's pipe ends, where its fork puts them
 _libc = ctypes.CDLL(None, use_errno=True)
 
 WHY_NOT = ""  # why the last start was not forked ("" when it was, or none was asked for)
@@ -189,7 +183,8 @@ class Zygote:
         # its own output (nothing, unless it fails), in a file only it and this object hold
         self.log = tempfile.TemporaryFile(prefix="kopt-zygote-")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.zygote", "workers.harness", str(theirs.fileno())],
+            [sys.executable, "-m", "workers.zygote_server", "workers.harness",
+             str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self.log,
             stderr=self.log, env=env, start_new_session=True, preexec_fn=_tie_to_starter())
         theirs.close()
@@ -250,6 +245,13 @@ def pids() -> set[int]:
         return {z.proc.pid for z in _ZYGOTES.values()}
 
 
+def describe(isolation_kind: str) -> str:
+    """How this host starts a harness, in one line (for ``kopt env``)."""
+    why = why_not("cpu", isolation_kind)
+    cpu = f"plain ({why})" if why else "forked from a zygote that imported torch once"
+    return f"CPU: {cpu}; GPU: plain (python -m workers.harness in its sandbox)"
+
+
 def why_not(device: str, isolation_kind: str) -> str:
     """Why a harness of ``device`` under ``isolation_kind`` (workers.isolation) is not forked
     from a zygote here; "" when it is."""
@@ -295,241 +297,3 @@ def _tie_to_starter() -> Any:
 
 def _die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-# ---- the zygote process ------------------------------------------------------------------
-
-def serve(fd: int) -> None:
-    """The zygote: import the harness (and build workers/native.c), say ``ready`` on socket
-    ``fd``, then fork a harness for each request read there (:func:`_forked` in the child)
-    and answer its pid; write each child's exit code to its status pipe once reaped; end,
-    killing every child, when the socket closes or the parent changes."""
-    import workers.harness  # noqa: F401 -- what the forks share: torch, kopt's harness
-    from workers import native
-
-    native.library()
-    sock = socket.socket(fileno=fd)
-    parent = os.getppid()
-    wake_r, wake_w = os.pipe()
-    for w in (wake_r, wake_w):
-        os.set_blocking(w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, _ignore)
-    children: dict[int, int] = {}  # pid -> its status pipe's write end
-    sock.sendall(b"ready")
-    while os.getppid() == parent:
-        ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
-        if sock in ready and not _one_request(sock, children, (wake_r, wake_w)):
-            break
-        if wake_r in ready:
-            _drain(wake_r)
-        _reap(children, block=False)
-    for pid in children:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    _reap(children, block=True)
-
-
-def _ignore(_sig: int, _frame: object) -> None:
-    """SIGCHLD: only wakes the zygote's select (``signal.set_wakeup_fd``)."""
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 512):
-            pass
-    except BlockingIOError:
-        pass
-
-
-def _one_request(sock: socket.socket, children: dict[int, int],
-                 wake: tuple[int, int]) -> bool:
-    """Read one request and fork its harness; False when the socket closed."""
-    try:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
-    except OSError:
-        return False
-    if not msg:
-        return False
-    try:
-        raw = json.loads(msg)
-        req = Request(**{**raw, "keep": tuple(raw.get("keep", ())),
-                         "cgroup_dirs": tuple(raw.get("cgroup_dirs", ()))})
-        if len(fds) != 4:
-            raise ValueError(f"{len(fds)} files came with the request, not 4")
-    except (TypeError, ValueError) as e:
-        for f in fds:
-            os.close(f)
-        sock.sendall(json.dumps({"error": f"a bad request: {e}"}).encode())
-        return True
-    sync_r, sync_w = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError as e:
-        pid, why = -1, f"fork failed: {e}"
-    if pid == 0:
-        os.close(sync_r)
-        _forked(req, fds, sock, wake, sync_w)
-    os.close(sync_w)
-    os.read(sync_r, 1)  # EOF once the child is in its session and cgroup (or gone)
-    os.close(sync_r)
-    for f in fds[:3]:
-        os.close(f)
-    if pid < 0:
-        os.close(fds[3])
-        sock.sendall(json.dumps({"error": why}).encode())
-        return True
-    children[pid] = fds[3]
-    sock.sendall(json.dumps({"pid": pid}).encode())
-    return True
-
-
-def _reap(children: dict[int, int], block: bool) -> None:
-    """Reap every child that ended (all of them with ``block``), writing each one's exit
-    code (Popen's form) to its status pipe."""
-    while children:
-        try:
-            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        fd = children.pop(pid, None)
-        if fd is not None:
-            try:
-                os.write(fd, f"{os.waitstatus_to_exitcode(status)}\n".encode())
-            except OSError:
-                pass
-            os.close(fd)
-
-
-def _forked(req: Request, fds: list[int], sock: socket.socket, wake: tuple[int, int],
-            sync: int) -> None:
-    """The fork's first process: the plain start's ``unshare`` (or, unsandboxed, the
-    harness itself); ``sync`` is closed once it is in its own session and cgroup (the
-    zygote answers then, as Popen returns once its ``preexec_fn`` ran). Never returns."""
-    code = 1
-    try:
-        sock.detach()  # the zygote's: closed below by number, never by this object
-        os.close(fds[3])  # the status pipe is the zygote's to write
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        _join(req.cgroup_dirs)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
-        os.close(sync)
-        _own_files(fds[0], fds[1], fds[2])
-        os.environ.clear()
-        os.environ.update(req.env)
-        if not req.isolated:
-            _run_harness(req)
-        code = _unshare_and_wait(req)
-    except BaseException:  # noqa: BLE001 -- a fork must never return to the zygote's loop
-        traceback.print_exc()
-        sys.stderr.flush()
-    os._exit(code)
-
-
-def _own_files(rfd: int, wfd: int, log: int) -> None:
-    """Stdin from /dev/null, stdout and stderr to the log, the pipe ends at 3 and 4, and
-    no other file open (the zygote's socket, other harnesses' status pipes)."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    hi = max(rfd, wfd, log, null) + 1
-    os.dup2(rfd, hi)
-    os.dup2(wfd, hi + 1)
-    os.dup2(hi, _FD_R)
-    os.dup2(hi + 1, _FD_W)
-    os.closerange(_FD_W + 1, os.sysconf("SC_OPEN_MAX"))
-
-
-def _join(dirs: tuple[str, ...]) -> None:
-    """Join the cgroup (a failed join is the starter's to see: workers.cgroup ``holds``)."""
-    for d in dirs:
-        try:
-            with open(os.path.join(d, "cgroup.procs"), "w") as f:
-                f.write("0")
-        except OSError:
-            pass
-
-
-def _unshare_and_wait(req: Request) -> int:
-    """Enter new namespaces, fork process 1 there and wait for it: its exit code, or the
-    signal that killed it raised here too (util-linux ``unshare --fork`` does the same)."""
-    from workers import jail
-
-    flags = 0
-    for v in _CLONE.values():
-        flags |= v
-    if _libc.unshare(flags) != 0:
-        print(f"kopt sandbox: unshare failed: {os.strerror(ctypes.get_errno())}",
-              file=sys.stderr, flush=True)
-        return jail.SETUP_FAILED
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    first = os.fork()
-    if first == 0:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # unshare --kill-child
-        os._exit(jail.first_process(os.path.realpath(req.scratch), req.keep, False, False,
-                                    functools.partial(_fork_harness, req)))
-    while True:
-        try:
-            _, status = os.waitpid(first, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    return os.waitstatus_to_exitcode(status) & 0xFF
-
-
-def _fork_harness(req: Request) -> int:
-    """Process 1's child: confined as workers.jail's ``_start`` confines it, then the
-    harness. Returns its pid (in process 1)."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            from workers import jail
-
-            jail.confine()
-            jail.clear_capabilities()
-        except BaseException as e:  # noqa: BLE001 -- a child must never return here
-            print(f"kopt sandbox: cannot start the harness: {e}", file=sys.stderr, flush=True)
-            os._exit(127)
-        _run_harness(req)
-    return pid
-
-
-def _run_harness(req: Request) -> None:
-    """Run workers.harness ``main`` on fds 3 and 4 with the harness's environment and exit
-    as ``python -m workers.harness`` would. Never returns."""
-    import workers.harness as harness
-
-    code = 0
-    try:
-        os.environ.clear()
-        os.environ.update(req.env)
-        tempfile.tempdir = None  # TMPDIR is the scratch folder now
-        random.seed()
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter
-        harness.main(_FD_R, _FD_W, "cpu")
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001 -- as the interpreter would: printed, exit 1
-        traceback.print_exc()
-        code = 1
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
-if __name__ == "__main__":  # python -m workers.zygote workers.harness FD
-    serve(int(sys.argv[2]))
