@@ -151,3 +151,34 @@ def test_kopt_env_says_how_harnesses_start(monkeypatch):
         "(python -m workers.harness in its sandbox)")
     monkeypatch.setenv("KOPT_ZYGOTE", "0")
     assert envinfo.collect()["harness_start"].startswith("CPU: plain (KOPT_ZYGOTE=0 is set)")
+
+
+def test_a_zygote_that_does_not_answer_is_dropped_and_the_harness_starts_the_plain_way(
+        monkeypatch, tmp_path):
+    """A zygote whose answer does not come in time (it could come late, as the answer to
+    the next request) is closed and never asked again; the harness then starts the plain
+    way, says why, and runs its job; the next start gets a zygote of its own again."""
+    from workers import zygote
+
+    monkeypatch.setenv("KOPT_ZYGOTE", "1")
+    real, asked = zygote.Zygote.fork, []
+
+    def silent(self, req, fds):
+        asked.append(self.proc.pid)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(zygote.Zygote, "fork", silent)
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1", "ZYGOTE_TEST_MARK": "silent"})
+    try:
+        sb.start()
+        assert sb.started == "plain: timed out" and len(asked) == 1
+        assert asked[0] not in zygote.pids() and not _alive(asked[0])
+        res = sb.run(job(artifact(tmp_path, SRC, 0), SRC, FIXTURES / "faulty" / "ref.py"),
+                     timeout_s=30)
+        assert res["status"] == "ok", res
+        monkeypatch.setattr(zygote.Zygote, "fork", real)
+        sb.kill()
+        sb.start()
+        assert sb.started == "forked" and asked[0] not in zygote.pids()
+    finally:
+        sb.close()

@@ -270,6 +270,7 @@ def spawn(req: Request, fds: tuple[int, int, int]) -> ForkedProcess | None:
     cannot be (the reason in :data:`WHY_NOT`): the caller then starts it the plain way."""
     global WHY_NOT
     key = tuple(sorted((k, v) for k, v in req.env.items() if k.startswith(IMPORT_ENV)))
+    z = None
     try:
         with _LOCK:
             z = _ZYGOTES.pop(key, None)
@@ -281,6 +282,11 @@ def spawn(req: Request, fds: tuple[int, int, int]) -> ForkedProcess | None:
         got = z.fork(req, fds)
     except (OSError, RuntimeError, ValueError) as e:
         WHY_NOT = f"{e}"[:300]
+        if z is not None:  # one that did not answer in time may answer late: never asked again
+            with _LOCK:
+                if _ZYGOTES.get(key) is z:
+                    del _ZYGOTES[key]
+            z.close()
         return None
     WHY_NOT = ""
     return got
