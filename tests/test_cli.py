@@ -211,6 +211,35 @@ def test_best_says_when_a_winner_ran_without_a_sandbox(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("cpu-x: found without a sandbox")
 
 
+def test_best_says_when_no_best_was_named(tmp_path):
+    """A class whose run never closed (no iteration state: the run was interrupted before
+    its closing) still shows its lowest median, with one line saying that no best was named
+    and that the figure was never checked again or timed by the outside clock (red-team
+    round 11 read a clock-patched candidate's 274x there as the best); a class whose loop
+    named its best gets no such line."""
+    import json
+
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
+    w.add("candidates", [
+        {"run_id": "r1", "sweep": "demo", "job_key": f"{k}-{dc}", "candidate_id": k,
+         "is_baseline": k == "a", "status": "ok", "median_ms": ms, "dims": "{}",
+         "device_class": dc, "params": "{}", "iteration": 1}
+        for k, ms in (("a", 2.0), ("b", 1.0)) for dc in ("cpu-x", "cpu-y")])
+    w.add("iterations", [{"run_id": "r1", "sweep": "demo", "iteration": 1,
+                          "device_class": "cpu-y",
+                          "state": json.dumps({"best": {"candidate_id": "a"}})}])
+    w.flush()
+    r = run("best", "demo", "--store", str(tmp_path), "--format", "json")
+    assert {(x["device_class"], x["candidate_id"], x["named"]) for x in json.loads(r.output)
+            } == {("cpu-x", "b", False), ("cpu-y", "a", True)}
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    lines = [x for x in " ".join(r.output.split("\n")).split("cpu-") if "no best named" in x]
+    assert len(lines) == 1 and lines[0].startswith(
+        "x: no best named in this run (the loop did not close with a winner)"), r.output
+
+
 def test_control_characters_in_stored_text_never_reach_the_terminal(tmp_path):
     """An ``#error`` line of a candidate's source is stored as its compile error; its ESC
     sequences (set the window title, write the clipboard with OSC 52, erase a line) were

@@ -43,6 +43,7 @@ from kopt.cli.console import (
     speedup_text,
     summary_line,
     tie_lines,
+    unnamed_lines,
 )
 from kopt.core.spec import SpecError, load_sweep
 from kopt.store.files import QueryError, complete_rows, default_root, resume_command
@@ -362,6 +363,8 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
     for dc, st in sorted(summary.states.items()):
         if st.closing:
             out.print(closing_line(dc, st.closing), highlight=False)
+    for line in unnamed_lines(rows):
+        out.print(escape(line), highlight=False)
     if summary.phases:
         out.print(phases_table(summary.phases))
     _exit_now(exit_code)
@@ -598,7 +601,7 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
                   "with kopt's own rights and could reach kopt's files and clock, so this "
                   "verdict holds only if the code is trusted (`kopt env` says why the "
                   "sandbox was off)", highlight=False)
-    for line in tie_lines(rows):
+    for line in tie_lines(rows) + unnamed_lines(rows):
         out.print(escape(line), highlight=False)
 
 
