@@ -74,14 +74,20 @@ def test_a_forked_harness_is_confined_as_a_plain_one(monkeypatch):
 def test_each_forked_harness_has_its_own_environment_and_random_state(tmp_path):
     """Two sandboxes whose environments differ only where no import reads (one zygote
     forks both): each harness's ref.py sees its own variable and its own scratch folder as
-    TMPDIR, and Python's ``random`` draws differently in each."""
+    TMPDIR, its /proc/self/environ holds neither sandbox's variable nor a scratch folder
+    (the zygote's own, import variables only), and Python's ``random`` and torch's default
+    generator draw differently in each (red-team round 13: torch's seed was the zygote's in
+    every fork)."""
     ref = tmp_path / "ref.py"
     ref.write_text(
-        "import os, random, sys, tempfile\n"
+        "import os, random, sys, tempfile, torch\n"
         "def reference(x, N):\n"
         "    assert tempfile.gettempdir() == os.environ['TMPDIR'], tempfile.gettempdir()\n"
+        "    block = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
+        "    shown = [v for v in block if v.startswith((b'ZYGOTE_TEST_MARK=', b'TMPDIR='))]\n"
         "    print('MARK', os.environ.get('ZYGOTE_TEST_MARK'), 'TMP', os.environ['TMPDIR'],\n"
-        "          'DRAW', random.getrandbits(64), file=sys.stderr, flush=True)\n"
+        "          'DRAW', random.getrandbits(64), 'TORCH', torch.initial_seed(),\n"
+        "          'SHOWN', b','.join(shown).decode(), file=sys.stderr, flush=True)\n"
         "    return 2 * x\n")
     art = artifact(tmp_path, SRC, 0)
     said = {}
@@ -90,11 +96,15 @@ def test_each_forked_harness_has_its_own_environment_and_random_state(tmp_path):
         try:
             res = sb.run(job(art, SRC, ref), timeout_s=30)
             assert res["status"] == "ok", res
-            said[mark] = re.findall(r"MARK (\S+) TMP (\S+) DRAW (\d+)", sb.tail())[0]
-            assert said[mark][:2] == (mark, sb.scratch)
+            said[mark] = re.findall(r"MARK (\S+) TMP (\S+) DRAW (\d+) TORCH (\d+) SHOWN (\S*)",
+                                    sb.tail())[0]
+            assert said[mark][:2] == (mark, sb.scratch) and sb.started == "forked"
+            # the fork's environment block is its zygote's: no sandbox's variable, nor a
+            # scratch folder (another harness's, red-team round 13), is in it
+            assert re.fullmatch(r"TMPDIR=\S*/kopt-zygote-\w+", said[mark][4]), said[mark]
         finally:
             sb.close()
-    assert said["one"][2] != said["two"][2]
+    assert said["one"][2] != said["two"][2] and said["one"][3] != said["two"][3]
 
 
 OWNER = """
@@ -182,3 +192,40 @@ def test_a_zygote_that_does_not_answer_is_dropped_and_the_harness_starts_the_pla
         assert sb.started == "forked" and asked[0] not in zygote.pids()
     finally:
         sb.close()
+
+
+def test_a_sandbox_with_writable_host_folders_starts_its_harness_the_plain_way():
+    """With ``KOPT_SANDBOX_WRITABLE`` a sandbox writes host folders, where a zygote (outside
+    every sandbox) could find files a candidate rewrote (red-team round 13 rewrote the
+    zygote's native.c between its copy and the compiler, under another sandbox's scratch on
+    the host's /tmp, and ran as root unconfined): such a harness is never forked."""
+    from workers.isolation import Isolation
+
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    sb.isolation = Isolation(ISOLATED.kind, ISOLATED.prefix, writable=("/var/tmp",))
+    try:
+        sb.start()
+        assert sb.started == ("plain: KOPT_SANDBOX_WRITABLE is set (a sandbox writes host "
+                              "folders; a zygote works outside any sandbox)")
+    finally:
+        sb.close()
+
+
+def test_a_zygote_with_a_running_harness_is_never_closed_to_make_room(monkeypatch, tmp_path):
+    """One owner keeps two zygotes; a third import environment closes the least recently
+    used one, but never one whose harness still runs (closing it killed that harness:
+    red-team round 13)."""
+    monkeypatch.setenv("KOPT_ZYGOTE", "1")
+    boxes = [Sandbox("cpu", {"OMP_NUM_THREADS": "1", "KOPT_ZYGOTE_TEST_KEY": str(i)})
+             for i in range(3)]
+    try:
+        for sb in boxes:
+            sb.start()
+            assert sb.started == "forked"
+        assert [sb.proc.poll() for sb in boxes] == [None, None, None]
+        res = boxes[0].run(job(artifact(tmp_path, SRC, 0), SRC, FIXTURES / "faulty" / "ref.py"),
+                           timeout_s=30)
+        assert res["status"] == "ok" and boxes[0].restarts == 0, res
+    finally:
+        for sb in boxes:
+            sb.close()

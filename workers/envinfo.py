@@ -162,7 +162,7 @@ def collect() -> dict[str, Any]:
         "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
         "isolation": isolation.available().describe(),
-        "harness_start": zygote.describe(isolation.available().kind),
+        "harness_start": zygote.describe(isolation.available()),
         "build_isolation": build_confine.describe(), "limits": cgroup.describe(),
         "notes": notes,
     }

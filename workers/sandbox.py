@@ -132,7 +132,7 @@ class Sandbox:
         sandbox, with ``env`` and ``fds`` (its pipe ends and log); None where this device or
         isolation starts it the plain way, or the zygote cannot fork it (then so does
         this one: :attr:`started` says which, and why)."""
-        why = zygote.why_not(self.device, self.isolation.kind)
+        why = zygote.why_not(self.device, self.isolation)
         proc = None if why else zygote.spawn(zygote.Request(
             env, self.scratch, self.isolation.isolated, self.isolation.writable,
             self.cgroup.dirs if self.cgroup is not None else ()), fds)

@@ -36,6 +36,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,9 +44,11 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from workers.isolation import WRITABLE_ENV, Isolation
 from workers.reap import PR_SET_PDEATHSIG
 
 ENV_SWITCH = "KOPT_ZYGOTE"  # "0": every harness starts the plain way
@@ -180,13 +183,24 @@ class Zygote:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = mine
         self.lock = threading.Lock()
+        self.forks: weakref.WeakSet[ForkedProcess] = weakref.WeakSet()
         # its own output (nothing, unless it fails), in a file only it and this object hold
         self.log = tempfile.TemporaryFile(prefix="kopt-zygote-")
+        # where it builds workers/native.c: a folder of its own, never a sandbox's scratch
+        # (a candidate whose sandbox could write the host's /tmp rewrote native.c there
+        # between the copy and the compiler, and ran as root outside any sandbox: red-team
+        # round 13; with no writable path the sandbox reaches no host folder at all)
+        self.tmp = tempfile.mkdtemp(prefix="kopt-zygote-")
+        # only the variables an import may read (the fork takes the harness's whole
+        # environment): a fork's /proc/self/environ is this one, which another sandbox's
+        # variables must not be in (round 13 read one there)
+        own = {k: v for k, v in env.items() if k.startswith(IMPORT_ENV)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workers.zygote_server", "workers.harness",
              str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self.log,
-            stderr=self.log, env=env, start_new_session=True, preexec_fn=_tie_to_starter())
+            stderr=self.log, env={**own, "TMPDIR": self.tmp}, start_new_session=True,
+            preexec_fn=_tie_to_starter())
         theirs.close()
         self.sock.settimeout(START_TIMEOUT_S)
         try:
@@ -218,7 +232,13 @@ class Zygote:
         if not isinstance(got.get("pid"), int):
             os.close(status_r)
             raise RuntimeError(f"the harness zygote did not fork: {got.get('error', got)}")
-        return ForkedProcess(got["pid"], status_r, req.isolated)
+        proc = ForkedProcess(got["pid"], status_r, req.isolated)
+        self.forks.add(proc)
+        return proc
+
+    def busy(self) -> bool:
+        """Whether a harness it forked still runs (closing it would kill that harness)."""
+        return any(p.poll() is None for p in list(self.forks))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -232,6 +252,7 @@ class Zygote:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 _ZYGOTES: dict[tuple, Zygote] = {}
@@ -245,22 +266,25 @@ def pids() -> set[int]:
         return {z.proc.pid for z in _ZYGOTES.values()}
 
 
-def describe(isolation_kind: str) -> str:
-    """How this host starts a harness, in one line (for ``kopt env``)."""
-    why = why_not("cpu", isolation_kind)
+def describe(iso: Isolation) -> str:
+    """How this host starts a harness under ``iso``, in one line (for ``kopt env``)."""
+    why = why_not("cpu", iso)
     cpu = f"plain ({why})" if why else "forked from a zygote that imported torch once"
     return f"CPU: {cpu}; GPU: plain (python -m workers.harness in its sandbox)"
 
 
-def why_not(device: str, isolation_kind: str) -> str:
-    """Why a harness of ``device`` under ``isolation_kind`` (workers.isolation) is not forked
-    from a zygote here; "" when it is."""
+def why_not(device: str, iso: Isolation) -> str:
+    """Why a harness of ``device`` under ``iso`` (workers.isolation) is not forked from a
+    zygote here; "" when it is."""
     if os.environ.get(ENV_SWITCH, "") == "0":
         return f"{ENV_SWITCH}=0 is set"
     if device != "cpu":
         return "a GPU harness starts the plain way (CUDA is set up after the start)"
-    if isolation_kind not in ("none", "namespaces"):
-        return f"a harness under {isolation_kind} starts the plain way"
+    if iso.kind not in ("none", "namespaces"):
+        return f"a harness under {iso.kind} starts the plain way"
+    if iso.writable:  # a zygote's files are the host's: none may be a sandbox's to write
+        return (f"{WRITABLE_ENV} is set (a sandbox writes host folders; a zygote works "
+                "outside any sandbox)")
     return ""
 
 
@@ -277,8 +301,7 @@ def spawn(req: Request, fds: tuple[int, int, int]) -> ForkedProcess | None:
             if z is None or not z.alive():
                 z = Zygote(req.env)
             _ZYGOTES[key] = z  # the last used last
-            while len(_ZYGOTES) > KEPT:
-                _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
+            _evict()
         got = z.fork(req, fds)
     except (OSError, RuntimeError, ValueError) as e:
         WHY_NOT = f"{e}"[:300]
@@ -290,6 +313,14 @@ def spawn(req: Request, fds: tuple[int, int, int]) -> ForkedProcess | None:
         return None
     WHY_NOT = ""
     return got
+
+
+def _evict() -> None:
+    """Close the least recently used zygotes past :data:`KEPT` whose harnesses have all
+    ended (one with a running harness is kept: closing it would kill that harness)."""
+    idle = [k for k, z in list(_ZYGOTES.items())[:-1] if not z.busy()]
+    for k in idle[:max(0, len(_ZYGOTES) - KEPT)]:
+        _ZYGOTES.pop(k).close()
 
 
 def _tie_to_starter() -> Any:

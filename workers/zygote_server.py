@@ -22,6 +22,8 @@ import sys
 import tempfile
 import traceback
 
+import torch
+
 import workers.harness as harness  # what the forks share: torch, kopt's harness
 from workers import jail, native
 from workers.reap import PR_SET_PDEATHSIG
@@ -203,7 +205,8 @@ def _unshare_and_wait(req: Request) -> int:
     first = os.fork()
     if first == 0:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # unshare --kill-child
-        os._exit(jail.first_process(os.path.realpath(req.scratch), req.keep, False, False,
+        keep = tuple(os.path.realpath(k) for k in req.keep)  # as workers.jail's main does
+        os._exit(jail.first_process(os.path.realpath(req.scratch), keep, False, False,
                                     functools.partial(_fork_harness, req)))
     while True:
         try:
@@ -240,7 +243,10 @@ def _run_harness(req: Request) -> None:
         os.environ.clear()
         os.environ.update(req.env)
         tempfile.tempdir = None  # TMPDIR is the scratch folder now
-        random.seed()
+        random.seed()  # each as a new interpreter's: the zygote's were the same in every fork
+        torch.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter
         harness.main(_FD_R, _FD_W, "cpu")
     except SystemExit as e:
