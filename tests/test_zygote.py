@@ -108,15 +108,31 @@ def test_each_forked_harness_has_its_own_environment_and_random_state(tmp_path):
 
 
 OWNER = """
-import json, sys, time
+import json, sys, threading, time
 sys.path.insert(0, {root!r})
+sys.path.insert(0, {tests!r})
+from test_harness import artifact, job
 from workers import zygote
 from workers.sandbox import Sandbox
-sb = Sandbox("cpu", {{"OMP_NUM_THREADS": "1"}})
-sb.start()
-print(json.dumps({{"started": sb.started, "zygotes": sorted(zygote.pids()),
-                  "sandbox": sb.proc.pid, "harness": sb.host_pid}}), flush=True)
-time.sleep(600)
+SRC = {src!r}
+art = artifact(__import__("pathlib").Path({tmp!r}), __import__("pathlib").Path(SRC), 3)
+plain_extend = Sandbox._extend
+def extend(msg, *a):  # says when the harness made its inputs: next, the endless solve()
+    print(json.dumps({{"stage": msg.get("stage")}}), flush=True)
+    return plain_extend(msg, *a)
+Sandbox._extend = staticmethod(extend)
+def run():
+    sb = Sandbox("cpu", {{"OMP_NUM_THREADS": "1"}})
+    sb.start()
+    print(json.dumps({{"started": sb.started, "zygotes": sorted(zygote.pids()),
+                      "sandbox": sb.proc.pid, "harness": sb.host_pid}}), flush=True)
+    sb.run(job(art, __import__("pathlib").Path(SRC), {ref!r}), timeout_s=600)
+if {main}:
+    run()
+else:
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
 """
 
 
@@ -127,21 +143,33 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_zygote_and_its_harnesses_die_with_their_owner():
-    """The process that owns a zygote (a device actor, ``kopt preflight``) is SIGKILLed:
-    its zygote and the harness it forked are gone soon after, as a plain start's harness
-    dies with its starter."""
-    p = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT))],
-                         stdout=subprocess.PIPE, text=True, env={**os.environ,
-                                                                 "KOPT_ZYGOTE": "1"})
+@pytest.mark.parametrize("how, main", [("forked", True), ("forked", False), ("plain", True),
+                                       ("plain", False)])
+def test_a_harness_in_an_endless_call_dies_with_its_owner(tmp_path, how, main):
+    """The process that owns a sandbox (a device actor, ``kopt preflight``) is SIGKILLed
+    while its harness spins in a candidate's endless ``solve()`` (faulty.cpp MODE 3): the
+    harness, its sandbox and its zygote are gone soon after, whether the sandbox was made
+    in the owner's main thread or another one. A plain start's harness made from another
+    thread spun on for ever (its parent-death signal follows the starting thread, which a
+    thread pool's end can take early; red-team round 13): every harness now also ends when
+    its job pipe's last writer is gone."""
+    script = OWNER.format(root=str(ROOT), tests=str(ROOT / "tests"), src=str(SRC),
+                          tmp=str(tmp_path), ref=str(FIXTURES / "faulty" / "ref.py"),
+                          main=main)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "KOPT_ZYGOTE": "1" if how == "forked" else "0"})
     try:
         got = json.loads(p.stdout.readline())
+        for line in p.stdout:  # its inputs are made: the endless call comes next
+            if json.loads(line).get("stage") == "prepared":
+                break
+        time.sleep(1.0)  # (the call starts within ms; a kill before it would prove less)
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
-    assert got["started"] == "forked" and len(got["zygotes"]) == 1
+    assert got["started"].split(":")[0] == how
     pids = [*got["zygotes"], got["sandbox"], got["harness"]]
-    assert all(isinstance(x, int) for x in pids)
+    assert all(isinstance(x, int) for x in pids) and len(got["zygotes"]) == (how == "forked")
     deadline = time.monotonic() + 60
     while any(map(_alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)

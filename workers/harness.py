@@ -2429,9 +2429,9 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
     if listen_fd is not None:
         with socket.socket(fileno=listen_fd) as listener:
             conn = prestart.accept_actor(listener, token)
-        _die_with(conn)
         rfd = conn.detach()
         wfd = os.dup(rfd)
+    _die_with(rfd)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     if h is not None and os.environ.get(seccomp.ENV) == "1":  # set up: now the filter
         why = seccomp.install(keep=() if device == "cpu" else seccomp.UNTRIED_ON_GPU)
@@ -2606,20 +2606,24 @@ def _plain(x: Any) -> Any:
     return x.item() if hasattr(x, "item") else str(x)
 
 
-def _die_with(conn: socket.socket) -> None:
-    """A prestarted harness's tie to the device actor that took it over (its parent is the
-    prestart's reaper, so the parent-death signal cannot do it): a watchdog thread kills
-    this process group -- a candidate's hung kernel and its children too -- once the
-    actor's end of ``conn`` is closed (the actor died), as a harness the actor started dies
-    with it. Watching the socket rather than the actor's pid works from inside a PID
-    namespace (workers.jail), where the actor's pid is not visible."""
-    threading.Thread(target=_watch, args=(conn.fileno(),), daemon=True,
-                     name="kopt-adopter-watch").start()
+def _die_with(fd: int) -> None:
+    """The harness's tie to its owner (the device actor, ``kopt preflight``, a prestarted
+    harness's adopter): a watchdog thread kills this process group -- a candidate's endless
+    call or hung kernel and its children too -- once the owner's end of ``fd`` (the job
+    pipe's read end, or a prestarted harness's socket) is closed: the owner died. The
+    parent-death signal alone did not do it for a prestarted harness (its parent is the
+    prestart's reaper) nor for one started from a thread other than the owner's main one
+    (the signal follows the starting thread: red-team round 13 left a harness spinning in
+    a candidate's endless loop after its owner was killed). Watching the file rather than
+    the owner's pid works from inside a PID namespace (workers.jail), where that pid is not
+    visible."""
+    threading.Thread(target=_watch, args=(fd,), daemon=True, name="kopt-owner-watch").start()
 
 
 def _watch(fd: int) -> None:
-    """:func:`_die_with`'s thread: SIGKILL this process group once the peer of socket
-    ``fd`` hung up (``POLLRDHUP``/``POLLHUP``) or ``fd`` is gone."""
+    """:func:`_die_with`'s thread: SIGKILL this process group once the peer of ``fd`` hung
+    up (``POLLRDHUP`` on a socket; ``POLLHUP`` on a socket, or on a pipe's read end once no
+    writer is left) or ``fd`` is gone."""
     import select
 
     p = select.poll()
