@@ -38,6 +38,18 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
+def tie_to_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a child that must die with the process starting it (``sig``
+    when it dies: a ``kopt preflight`` ended by SIGTERM left its harness spinning forever,
+    reparented to init), only when starting from the main thread (the parent-death signal
+    follows the starting thread, which must live as long as the process); else None."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return functools.partial(die_with_parent, sig)
+
+
 def cap_memory(cap_bytes: int, sig: int = signal.SIGTERM) -> None:
     """In a child process (``preexec_fn``): cap its address space at ``cap_bytes``
     (``RLIMIT_AS``), clamped to the hard limit it inherited (``ulimit -v`` on a shared

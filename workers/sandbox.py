@@ -11,7 +11,6 @@ error text; the process is restarted before the next job.
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
 import math
@@ -30,7 +29,7 @@ from typing import Any
 from workers import cgroup, hold, isolation, prestart, priority, zygote
 from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
-from workers.reap import NO_GPU, die_with_parent, package_env
+from workers.reap import NO_GPU, package_env, tie_to_parent
 from workers.records import RunJob
 from workers.status import Status
 
@@ -115,7 +114,7 @@ class Sandbox:
                     pass_fds=(r_child, w_child),
                     stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
                     start_new_session=True,
-                    preexec_fn=cgroup.preexec(self.cgroup, _tie_to_parent()))
+                    preexec_fn=cgroup.preexec(self.cgroup, tie_to_parent()))
         os.close(r_child)
         os.close(w_child)
         held = self.cgroup is not None and self.cgroup.holds(self.proc.pid)
@@ -674,18 +673,6 @@ def read_answer(conn: Connection) -> dict[str, Any]:
 class BadAnswer(EOFError):
     """A harness message that is not a JSON object: the harness is killed at once and the
     job is a crash (its candidate wrote to the answer pipe)."""
-
-
-def _tie_to_parent() -> Any:
-    """The harness's ``preexec_fn``: SIGKILL when the process that started it dies (a
-    ``kopt preflight`` ended by SIGTERM left its harness spinning forever, reparented to
-    init), set only when starting from the main thread (the parent-death signal follows
-    the starting thread, which must live as long as the process); else None."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return functools.partial(die_with_parent, signal.SIGKILL)
 
 
 def describe_exit(code: int | None) -> str:

@@ -32,7 +32,6 @@ start has not run on a GPU host) and a harness in a user namespace start the pla
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
@@ -46,10 +45,9 @@ import threading
 import time
 import weakref
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from workers.isolation import WRITABLE_ENV, Isolation
-from workers.reap import PR_SET_PDEATHSIG
+from workers.reap import tie_to_parent
 
 ENV_SWITCH = "KOPT_ZYGOTE"  # "0": every harness starts the plain way
 # the environment a zygote is kept for: what a library may read when it is imported (the
@@ -62,7 +60,6 @@ IMPORT_ENV = ("PATH", "HOME", "LANG", "LC_", "LD_", "PYTHON", "OMP_", "GOMP_", "
 START_TIMEOUT_S = 180.0  # for a zygote to import what it holds (as workers.sandbox's)
 ANSWER_S = 30.0  # for a zygote to answer a fork request
 KEPT = 2  # zygotes one owner keeps (the oldest is closed past it)
-_libc = ctypes.CDLL(None, use_errno=True)
 
 WHY_NOT = ""  # why the last start was not forked ("" when it was, or none was asked for)
 
@@ -200,7 +197,7 @@ class Zygote:
              str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self.log,
             stderr=self.log, env={**own, "TMPDIR": self.tmp}, start_new_session=True,
-            preexec_fn=_tie_to_starter())
+            preexec_fn=tie_to_parent())
         theirs.close()
         self.sock.settimeout(START_TIMEOUT_S)
         try:
@@ -323,14 +320,3 @@ def _evict() -> None:
         _ZYGOTES.pop(k).close()
 
 
-def _tie_to_starter() -> Any:
-    """The zygote's ``preexec_fn``: SIGKILL when the process that started it dies, set only
-    when starting from the main thread (the parent-death signal follows the starting
-    thread); it also ends once its socket closes or its parent changes."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return _die_with_parent
-
-
-def _die_with_parent() -> None:
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -25,8 +25,8 @@ import traceback
 import torch
 
 import workers.harness as harness  # what the forks share: torch, kopt's harness
-from workers import jail, native
-from workers.reap import PR_SET_PDEATHSIG
+from workers import cgroup, jail, native
+from workers.reap import die_with_parent
 from workers.zygote import Request
 
 _CLONE = {"pid": 0x20000000, "net": 0x40000000, "mount": 0x00020000, "ipc": 0x08000000,
@@ -150,8 +150,9 @@ def _forked(req: Request, fds: list[int], sock: socket.socket, wake: tuple[int, 
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
-        _join(req.cgroup_dirs)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+        if req.cgroup_dirs:  # a failed join is the starter's to see (Cgroup.holds)
+            cgroup.preexec(cgroup.Cgroup(req.cgroup_dirs, ""), None)()
+        die_with_parent(signal.SIGKILL)  # dies with the zygote
         os.close(sync)
         _own_files(fds[0], fds[1], fds[2])
         os.environ.clear()
@@ -180,16 +181,6 @@ def _own_files(rfd: int, wfd: int, log: int) -> None:
     os.closerange(_FD_W + 1, os.sysconf("SC_OPEN_MAX"))
 
 
-def _join(dirs: tuple[str, ...]) -> None:
-    """Join the cgroup (a failed join is the starter's to see: workers.cgroup ``holds``)."""
-    for d in dirs:
-        try:
-            with open(os.path.join(d, "cgroup.procs"), "w") as f:
-                f.write("0")
-        except OSError:
-            pass
-
-
 def _unshare_and_wait(req: Request) -> int:
     """Enter new namespaces, fork process 1 there and wait for it: its exit code, or the
     signal that killed it raised here too (util-linux ``unshare --fork`` does the same)."""
@@ -204,7 +195,7 @@ def _unshare_and_wait(req: Request) -> int:
         signal.signal(sig, signal.SIG_IGN)
     first = os.fork()
     if first == 0:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # unshare --kill-child
+        die_with_parent(signal.SIGKILL)  # unshare --kill-child
         keep = tuple(os.path.realpath(k) for k in req.keep)  # as workers.jail's main does
         os._exit(jail.first_process(os.path.realpath(req.scratch), keep, False, False,
                                     functools.partial(_fork_harness, req)))
