@@ -886,3 +886,42 @@ def test_a_clock_replaced_in_the_harness_times_no_later_job(tmp_path):
             "during a block of its calls", block["error"]), block
     finally:
         sb.close()
+
+
+def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():
+    """The GPU harness's watch (workers.harness ``watched("cuda")``: the time module's
+    clocks, ``torch.cuda.Event``'s methods, the harness's own functions) read again with
+    nothing changed finds nothing replaced, and finds ``Event.elapsed_time`` once it is
+    replaced. ``torch.cuda.Event.__new__`` is a ``staticmethod`` in its class's namespace,
+    which ``getattr`` unwraps: compared so, every GPU job found it replaced and was
+    answered ``crashed`` (all of ``pytest -m gpu`` on the H200 failed, 2026-12-05). The
+    class exists in torch's CPU build, so this runs without a GPU."""
+    import torch
+
+    from workers.harness import members, rewritten, watched
+
+    class Kinds:  # every kind of member a class's namespace holds
+        def plain(self):
+            return 1
+
+        @staticmethod
+        def static():
+            return 2
+
+        @classmethod
+        def bound(cls):
+            return 3
+
+    watch = watched("cuda")
+    names = {f"{getattr(o, '__name__', o)}.{n}" for o, n, _ in watch}
+    assert {"Event.__new__", "Event.elapsed_time", "time.perf_counter"} <= names, names
+    kinds = members(Kinds)
+    assert {n for _, n, _ in kinds} == {"plain", "static", "bound"}
+    assert rewritten(watch) == [] and rewritten(kinds) == []
+    real = torch.cuda.Event.elapsed_time
+    try:
+        torch.cuda.Event.elapsed_time = lambda self, end: 0.01
+        assert rewritten(watch) == ["Event.elapsed_time"]
+    finally:
+        torch.cuda.Event.elapsed_time = real
+    assert rewritten(watch) == []

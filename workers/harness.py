@@ -2465,18 +2465,28 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     out: list[tuple[Any, str, Any]] = [(time, n, getattr(time, n)) for n in CLOCK_NAMES
                                        if hasattr(time, n)]
     if device != "cpu":
-        out += [(torch.cuda.Event, n, v) for n, v in vars(torch.cuda.Event).items()
-                if callable(v)]
+        out += members(torch.cuda.Event)
     out += [(Harness, n, v) for n, v in vars(Harness).items() if inspect.isfunction(v)]
     out += [(me, n, v) for n, v in vars(me).items()
             if inspect.isfunction(v) and v.__module__ == me.__name__]
     return out
 
 
+def members(cls: type) -> list[tuple[Any, str, Any]]:
+    """``cls``'s own methods as its namespace holds them (owner, name, the object): plain
+    functions, ``staticmethod`` and ``classmethod`` objects, and other callables."""
+    return [(cls, n, v) for n, v in vars(cls).items()
+            if callable(v) or isinstance(v, (staticmethod, classmethod))]
+
+
 def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
-    """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken."""
+    """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken,
+    each read as its owner's namespace holds it (``inspect.getattr_static``), as
+    :func:`watched` took it: ``getattr`` unwraps a ``staticmethod`` (``Event.__new__``)
+    and binds a ``classmethod`` anew at every read, so that every GPU job found
+    ``Event.__new__`` replaced and was answered ``crashed`` (the H200, 2026-12-05)."""
     return [f"{getattr(o, '__name__', o)}.{n}" for o, n, v in watch
-            if getattr(o, n, None) is not v]
+            if inspect.getattr_static(o, n, None) is not v]
 
 
 def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
