@@ -1140,7 +1140,8 @@ class Harness:
         the observers called around each batch, batches one of them calls disturbed (NVML:
         throttled) set aside. ``call_ms``: the first checked call's time, which sizes the
         batches to the job's budget. Returns the samples' figures (ms), ``unseen_ms`` (the
-        calls on never-seen sets) and ``replay_state``. Raises _Wrong when a timed call's
+        calls on never-seen sets), ``replay_state``, and every timed call in order
+        (``calls_ms``) with the places of those on never-seen sets (``unseen_at``). Raises _Wrong when a timed call's
         output is wrong, _TooSlow when not even ``min_samples`` fit in the budget."""
         t = job["timing"]
         guarded = not (job.get(UNGUARDED) or isinstance(lib, RefCall)) and bool(d.unseen)
@@ -1150,9 +1151,10 @@ class Harness:
         clean: list[float] = []  # samples of batches no observer called disturbed
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
         unseen: list[float] = []  # the calls on never-seen sets
+        order: list[tuple[float, bool]] = []  # every timed call in order: (ms, never-seen)
         for o in self.observers:
             o.begin()
-        state, cut = self._batches(lib, job, d, call_ms, mix, (clean, held, unseen))
+        state, cut = self._batches(lib, job, d, call_ms, mix, (clean, held, unseen, order))
         self.check_cuda(lib, "timing")
         # too few clean samples: report them all, flagged, rather than nothing
         throttled = len(clean) < t["min_samples"] and bool(held)
@@ -1170,7 +1172,9 @@ class Harness:
                "warmup_runs": n_warm, "throttled_samples": len(held), "throttled": throttled,
                "timed_calls": len(clean) + len(held) + len(unseen)}
         if mix:
-            out.update(unseen_ms=unseen, seen_ms=clean + held, replay_state=state)
+            out.update(unseen_ms=unseen, seen_ms=clean + held, replay_state=state,
+                       calls_ms=[x for x, _ in order],
+                       unseen_at=[i for i, (_, new) in enumerate(order) if new])
         if after:
             out["split_at"] = mix.pre  # type: ignore[union-attr]
         for o in self.observers:
@@ -1182,15 +1186,17 @@ class Harness:
         return out
 
     def _batches(self, lib: Any, job: dict, d: Data, call_ms: float, mix: _Unseen | None,
-                 into: tuple[list[float], list[float], list[float]]) -> tuple[str, bool]:
+                 into: tuple[list[float], list[float], list[float], list[tuple[float, bool]]]
+                 ) -> tuple[str, bool]:
         """:meth:`time`'s batches, their calls added to ``into`` (clean samples, disturbed
-        ones, calls on never-seen sets; ms) until the median is stable and the replay verdict
+        ones, calls on never-seen sets, ms; and every call in order, (ms, on a never-seen
+        set)) until the median is stable and the replay verdict
         (:func:`workers.replay.replay_state`) is not ``open``, or it is ``replayed``, or the
         budget, the batch cap or ``mix``'s never-seen sets (``UNSEEN_MAX``) run out. Returns
         the verdict (``clear`` without ``mix``: bench/check_cost.py's unguarded jobs) and
         whether the budget cut the samples."""
         t = job["timing"]
-        clean, held, unseen = into
+        clean, held, unseen, order = into
         flush = t.get("flush", True)
         # re-measure at most 2x over; and while the verdict is open, room for UNSEEN_MAX calls
         max_batches = 3 * math.ceil(t["max_samples"] / 5)
@@ -1220,6 +1226,7 @@ class Harness:
                 raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
             batches += 1
             new = [k >= N_SETS for k in picks] if picks else [False] * batch
+            order += zip(xs, new)
             unseen += [x for x, n in zip(xs, new) if n]
             seen = [x for x, n in zip(xs, new) if not n]  # the batch's samples
             disturbed = [o.after_batch(seen) for o in self.observers]  # every one reads
