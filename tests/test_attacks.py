@@ -522,3 +522,47 @@ def test_answers_made_before_the_run_for_the_sweep_seeds_are_replayed(tmp_path):
     d = next(iter(h.data.values()))
     held = [s.seed for s in d.unseen + d.reserve]
     assert len(held) >= len(res["unseen_ms"]) and not set(held) & set(range(3, 43))
+
+
+def test_a_replayer_is_named_replayed_again_when_run_once_more(tmp_path):
+    """A job named ``replayed`` is run once more in its sandbox before the verdict is final
+    (workers.sandbox ``run_retrying``): beside two test suites at once an honest kernel
+    was named so once, its calls on new values slow by load the test assumes lands on
+    every call alike. A content replayer (MODE 1) is named so both times: the harness
+    served two jobs, and the answer is the second's, with no note of a retry."""
+    from workers.sandbox import Sandbox
+
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        res = sb.run_retrying(attack_job(tmp_path, 1), timeout_s=60)
+        served, restarts = sb.served, sb.restarts
+    finally:
+        sb.close()
+    assert res["status"] == "replayed" and (served, restarts) == (2, 0), (res, served)
+    assert res["error"].startswith("all ") and "retried" not in res["error"], res
+
+
+def test_a_replayed_verdict_that_the_run_again_clears_says_so(monkeypatch):
+    """The rule of ``run_retrying`` on the answers it gets (the harness's answers scripted:
+    which run of a real kernel load slows cannot be chosen): ``replayed`` then ``ok`` is
+    ``ok``, its error naming the first run's verdict; ``replayed`` twice is the second;
+    ``ok`` or ``wrong_result`` is never run again."""
+    from workers.sandbox import Sandbox
+
+    answers: list[dict] = []
+    monkeypatch.setattr(Sandbox, "run", lambda self, job, timeout_s: answers.pop(0))
+    sb = Sandbox("cpu")
+    first = {"status": "replayed", "error": "all 8 calls on input values it had never seen"}
+    answers += [dict(first), {"status": "ok", "median_ms": 0.7}]
+    got = sb.run_retrying({}, timeout_s=1)
+    assert got == {"status": "ok", "median_ms": 0.7, "error": (
+        "retried once: the first run was named replayed (all 8 calls on input values it "
+        "had never seen)")}
+    answers += [dict(first), {"status": "replayed", "error": "all 9 calls"}]
+    assert sb.run_retrying({}, timeout_s=1) == {"status": "replayed", "error": "all 9 calls"}
+    for status in ("ok", "wrong_result"):
+        answers += [{"status": status}, {"status": "never asked"}]
+        assert sb.run_retrying({}, timeout_s=1) == {"status": status}
+        assert answers == [{"status": "never asked"}]
+        answers.clear()
+    sb.close()

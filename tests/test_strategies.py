@@ -466,3 +466,47 @@ def test_a_batch_moves_through_the_in_process_builder_and_runner(tmp_path):
     bids = [jobs[-1].build_id, jobs[0].build_id]
     res = LocalBuilder().build([builds[b] for b in bids])
     assert [(r.build_id, r.ok) for r in res] == [(bids[0], False), (bids[1], True)]
+
+
+class Replays(ScriptedDevice):
+    """Contender ``b`` (build ``bb``) is named ``replayed`` by the contests of more than one
+    contender whose turn is in ``company`` (their count so far, from 1), and ``always``
+    also alone; the rest as :class:`ScriptedDevice`."""
+
+    def __init__(self, company: set[int], always: bool = False) -> None:
+        super().__init__({"ba": 1.0, "bb": 2.0, "bc": 3.0}, set(), names=True)
+        self.company, self.always, self.seen = company, always, 0
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        jobs = args[0]
+        b = [j for j in jobs if j["build_id"] == "bb"]
+        if len(jobs) > 1:
+            self.seen += 1
+        if b and ((len(jobs) > 1 and self.seen in self.company) or self.always):
+            self.calls.append([j["build_id"] for j in jobs])
+            return {"status": "replayed", "failed": [b[0]["job_key"]],
+                    "error": f"{b[0]['job_key']}: all 8 calls on input values it had never seen"}
+        return super().call(i, method, *args, timeout=timeout)
+
+
+@pytest.mark.parametrize("case", ["load", "replayer", "twice"])
+def test_a_contender_named_replayed_is_dropped_only_when_so_alone_too(tmp_path, case):
+    """A contest that names a contender ``replayed`` runs it alone first: cleared there
+    (load made it look so once: an honest kernel was named so beside two test suites at
+    once), it stays and the contest is run again; replayed alone too, or named so again
+    in company after being cleared alone, it is dropped."""
+    dev = {"load": Replays({1}), "replayer": Replays({1}, always=True),
+           "twice": Replays({1, 2})}[case]
+    faults = Faults()
+    results, dropped, error = side_by_side(tmp_path, dev, faults)
+    assert error == ""
+    first = [["ba", "bb", "bc"], ["bb"]]  # the size [16] first, b alone
+    if case == "load":
+        assert dropped == {} and sorted(results) == ["a", "b", "c"]
+        assert dev.calls == first + [["ba", "bb", "bc"], ["ba", "bb", "bc"]]
+        assert faults.seen == []
+    else:
+        assert dropped == {"b": "replayed: key2-b: all 8 calls on input values it had never "
+                                "seen"} and sorted(results) == ["a", "c"]
+        again = [] if case == "replayer" else [["ba", "bb", "bc"]]
+        assert dev.calls == first + again + [["ba", "bc"], ["ba", "bc"]]

@@ -48,6 +48,14 @@ sooner); with half of them padded, 14 are not enough on 20 (C(24, 14) / C(34, 14
 1.4e-3) nor on 80 (1.9e-4) and it is ``too_slow``, never ``ok``. What the rule allows:
 a figure up to ``REPLAY_FACTOR`` faster than the candidate's calls on new values (MODE 12
 at times `ok` at 0.13 ms against its 0.26 ms calls on new sets).
+
+A ``replayed`` verdict is final once a run again agrees: a job is run once more in its
+sandbox (workers.sandbox ``run_retrying``), a contender named so in a contest once more in
+a contest of its own (kopt.loop.contests). The test's premise, load landing on every call
+alike, failed once beside two test suites at once (an honest one-thread vector add, all 8
+calls on new values slow, 10 of its 46 samples: about 4e-5); beside CPU and memory hogs the
+calls on new values were as fast as the seen calls next to them in the median
+(bench/honest_under_load.py, 248 such calls). A replayer is named so each time.
 """
 
 from __future__ import annotations

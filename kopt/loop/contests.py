@@ -67,6 +67,9 @@ class SideBySide:
         # cleared alone (:meth:`_clock`)
         self.alone: dict[tuple[str, str], dict[str, Any]] = {}
         self.alive = list(by_cand)
+        # (candidate, dims) named `replayed` in a contest and cleared in a contest of its
+        # own: named so again, it is dropped (:meth:`_replayed`)
+        self.replay_cleared: set[tuple[str, str]] = set()
         self.results: Results = {}
         self.dropped: dict[str, str] = {}
 
@@ -244,13 +247,16 @@ class SideBySide:
                   ) -> tuple[dict[str, str], str]:
         """The contenders a failed contest names in ``failed`` (the job keys at fault, which
         the harness gives for a failed check: workers.harness ``contest``); when it names
-        none (a crash, a timeout), each one run alone that fails. Returns them and an error
-        when none can be found. Never the error's text: a crash's holds what the dying
+        none (a crash, a timeout), each one run alone that fails; those it names
+        ``replayed``, only where they are so alone too (:meth:`_replayed`). Returns them and
+        an error when none can be found. Never the error's text: a crash's holds what the dying
         process printed, and a contender that printed a rival's job key and aborted got
         that rival dropped and won (red-team round 10)."""
         keys = set(failed) if isinstance(failed, list) and all(
             isinstance(k, str) for k in failed) else set()
         named = [c for c in cids if self.by_cand[c][dims][0] in keys]
+        if named and why.startswith(f"{Status.REPLAYED}:"):
+            return self._replayed(named, dims, why)
         bad = {c: why for c in named} if len(cids) > 1 else {cids[0]: why}
         if bad:
             return bad, ""
@@ -262,6 +268,30 @@ class SideBySide:
                 bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
         if not bad:
             return {}, f"{why} (yet every contender passes alone; nothing was dropped)"
+        return bad, ""
+
+    def _replayed(self, named: list[str], dims: str, why: str
+                  ) -> tuple[dict[str, str], str]:
+        """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``
+        (``why``) and that are so again in a contest of their own (:data:`SOLO_ROUNDS`
+        rounds, their calls on new sets as many as the verdict needs), or that were cleared
+        so once already; returns them and an error when the device failed. One cleared
+        alone stays, and the contest is run again: as a job named ``replayed`` is run again
+        (workers.sandbox ``run_retrying``), since load that lands on a contender's calls on
+        new sets more than on its samples (seen beside two test suites at once) can make
+        an honest one look so once."""
+        bad: dict[str, str] = {}
+        for c in named:
+            if (c, dims) in self.replay_cleared:
+                bad[c] = why
+                continue
+            solo = self._contest([c], dims, SOLO_ROUNDS)
+            if solo.get("actor"):
+                return {}, f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+            if solo.get("status") != Status.OK:
+                bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
+            else:
+                self.replay_cleared.add((c, dims))
         return bad, ""
 
     def _drop(self, bad: dict[str, str]) -> None:
