@@ -1141,8 +1141,9 @@ class Harness:
         throttled) set aside. ``call_ms``: the first checked call's time, which sizes the
         batches to the job's budget. Returns the samples' figures (ms), ``unseen_ms`` (the
         calls on never-seen sets), ``replay_state``, and every timed call in order
-        (``calls_ms``) with the places of those on never-seen sets (``unseen_at``). Raises _Wrong when a timed call's
-        output is wrong, _TooSlow when not even ``min_samples`` fit in the budget."""
+        (``calls_ms``) with the places of those on never-seen sets (``unseen_at``). Raises
+        _Wrong when a timed call's output is wrong, _TooSlow when not even ``min_samples``
+        fit in the budget."""
         t = job["timing"]
         guarded = not (job.get(UNGUARDED) or isinstance(lib, RefCall)) and bool(d.unseen)
         mix = _Unseen(self, lib, job, d) if guarded else None
