@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Session of 2026-12-05 (afternoon) on one H200. PART=targets: the cold sweep against Kernel
+# Tuner (h200_targets.sh, cold only), the guards' cost (bench/check_cost.py, sgemm, 24
+# candidates), then the 4-candidate vector_add sweep twice: as shipped, and with the GPU
+# harness refusing every call the CPU harness refuses (workers.harness's
+# ``seccomp.install(keep=...)`` edited on the device's copy only; the ncu target keeps its
+# list), each with its phases. PART=gpu: `pytest -m gpu` whole, with durations.
+# Usage (repo root, GPU host, .devsite carried): PART=targets|gpu bash docs/verified/h200_session37.sh
+set -uo pipefail
+. docs/verified/device_env.sh
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+echo "code: $(cat .kopt_rev 2>/dev/null || echo unknown)" | tee "$out/code.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$out/code.txt"
+phases() {  # $1 store: the phases but builds and busy, and the busy jobs' sum
+  kopt query --store "$1" --format csv "select phase, round(start_s,2) s0, round(end_s,2) s1, round(end_s-start_s,2) len, detail from phases where phase not in ('build', 'busy') order by start_s"
+  kopt query --store "$1" --format csv "select count(*) busy_jobs, round(sum(end_s-start_s),2) busy_s from phases where phase = 'busy'"
+}
+sweep4() {  # $1 label: the 4-candidate vector_add sweep, cold cache, fresh store
+  rm -rf /tmp/c-$1 /tmp/st-$1; t0=$(date +%s.%N)
+  KOPT_CACHE=/tmp/c-$1 timeout 200 python3 -m kopt sweep sweeps/vector_add --backend cuda \
+    --max-candidates 4 --store /tmp/st-$1 > "$out/sweep-$1.txt" 2>&1
+  echo "$1: rc $? wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s" | tee -a "$out/sweep-$1.txt"
+  phases /tmp/st-$1 >> "$out/sweep-$1.txt" 2>&1
+  kopt query --store /tmp/st-$1 --format csv "select status, count(*) n from candidates group by status" >> "$out/sweep-$1.txt" 2>&1
+}
+if [ "${PART:-}" = targets ]; then
+  KOPT_RUNS=cold bash docs/verified/h200_targets.sh
+  timeout 200 python3 bench/check_cost.py sweeps/sgemm --n 24 --out /tmp/cc > "$out/check_cost.txt" 2>&1
+  echo "check_cost rc $?" >> "$out/check_cost.txt"; cp /tmp/cc/check_cost.json "$out/" 2>/dev/null
+  sweep4 shipped
+  cp workers/harness.py /tmp/harness.py.shipped
+  sed -i 's/seccomp.install(keep=() if device == "cpu" else seccomp.UNTRIED_ON_GPU)/seccomp.install(keep=())/' workers/harness.py
+  grep -n "seccomp.install(keep" workers/harness.py | tee "$out/patched.txt"
+  sweep4 refused
+  cp /tmp/harness.py.shipped workers/harness.py
+fi
+if [ "${PART:-}" = gpu ]; then
+  # GPU_S: pytest's time limit; GPU_K: a -k expression (a part, where device time is short)
+  timeout ${GPU_S:-560} python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/test_gpu.py \
+    tests/test_gpu_faults.py tests/test_kernel_mode.py --durations=20 ${GPU_K:+-k "$GPU_K"} \
+    > "$out/pytest-gpu.txt" 2>&1
+  tail -45 "$out/pytest-gpu.txt"
+fi
