@@ -99,18 +99,21 @@ def test_a_malformed_trace_is_one_line(tmp_path, events):
     assert "not a trace (or known-routes file) kopt can read" in r.output
 
 
-@pytest.mark.parametrize("value", ["abc", "nan", "inf", "-1"])
-def test_a_compile_env_var_kopt_cannot_use_is_one_line(value):
+@pytest.mark.parametrize("var,value,expected", [
+    *(("KOPT_COMPILE_TIMEOUT_S", v, "expected a number from 1 to 86400")
+      for v in ("abc", "nan", "inf", "-1")),
+    *(("KOPT_CACHE_MAX_GB", v, "expected a number of GB from 0 (no cap) to 1e+09")
+      for v in ("abc", "nan", "-1"))])
+def test_a_compile_env_var_kopt_cannot_use_is_one_line(var, value, expected):
     import os
     import subprocess
     import sys
 
     p = subprocess.run([sys.executable, "-m", "kopt.cli.main", "catalog"], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT,
-                       env={**os.environ, "KOPT_COMPILE_TIMEOUT_S": value})
+                       text=True, timeout=120, cwd=ROOT, env={**os.environ, var: value})
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert f"$KOPT_COMPILE_TIMEOUT_S={value!r}: expected a number from 1 to 86400" in p.stderr
+    assert f"${var}={value!r}: {expected}" in p.stderr
 
 
 def test_port_to_a_missing_or_untracked_file_is_refused(tmp_path):

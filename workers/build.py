@@ -36,7 +36,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from workers import build_confine, cgroup, deps, nvrtc
+from workers import build_cache, build_confine, cgroup, deps, nvrtc
 from workers.jail import SetupError, file_bytes, scratch_bytes
 from workers.ptxas import as_dicts, parse_ptxas, summarize
 from workers.reap import limited, package_env
@@ -139,11 +139,12 @@ def _limits_bad() -> str:
 
 
 def check_env(builds: bool = True) -> None:
-    """Raise EnvError naming each KOPT_COMPILE_* variable whose value is unusable, and a
+    """Raise EnvError naming each KOPT_COMPILE_* variable (and KOPT_CACHE_MAX_GB) whose
+    value is unusable, and a
     ``$KOPT_CACHE`` that is (or lies under) a file; with ``builds`` (a command that builds),
     also one whose build cache folder cannot be made or written (this creates it)."""
-    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, _limits_bad(), _cache_bad(builds))
-                    if x)
+    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, build_cache.cap()[1], _limits_bad(),
+                                _cache_bad(builds)) if x)
     if bad:
         raise EnvError(bad)
 
@@ -152,8 +153,9 @@ def check_env(builds: bool = True) -> None:
 # workers.reap kills the compiler's whole process group)
 _limit_memory = limited(int(COMPILE_MEM_GB * 2**30), signal.SIGTERM)
 # the largest file a compiler may write, solve.so included (bytes, ``RLIMIT_FSIZE``): a
-# source that defines a 1 GiB initialized array built a 1.1 GB solve.so into the cache, which
-# kopt never evicts (red-team round 10); CUTLASS builds stay far below it
+# source that defines a 1 GiB initialized array built a 1.1 GB solve.so into the cache (red-team
+# round 10), which keeps such builds until they are the least recently used past its cap;
+# CUTLASS builds stay far below it
 COMPILE_FILE_BYTES = 1 << 30
 
 
@@ -195,8 +197,7 @@ def _reaped(cmd: list[str], timeout_s: float, confine: dict[str, str] | None = N
 
 def cache_root() -> Path:
     """The build cache: ``$KOPT_CACHE/builds`` (default ``~/.cache/kopt/builds``)."""
-    base = os.environ.get("KOPT_CACHE") or os.path.join(Path.home(), ".cache", "kopt")
-    return Path(base) / "builds"
+    return build_cache.root()
 
 
 def compiler(backend: str) -> str:
@@ -388,6 +389,7 @@ def build(job: BuildJob, cache: Path | None = None) -> tuple[BuildResult, bytes 
     cache = cache or cache_root()
     hit, why = lookup(job, cache)
     if hit is not None:
+        build_cache.used(cache / job.build_id)
         return hit
     entry = cache / job.build_id
     bad = arch_flag(job.flags) if job.backend == "cuda" else None
@@ -530,6 +532,7 @@ def ensure_artifact(build_id: str, data: bytes, cache: Path | None = None) -> Pa
     for attempt in range(3):
         try:
             if art.stat().st_size == len(data) and art.read_bytes() == data:
+                build_cache.used(entry)
                 return art
         except FileNotFoundError:
             pass
@@ -551,7 +554,8 @@ def _store(entry: Path, data: bytes, res: BuildResult, name: str,
     (VERIFY): the artifact's size and sha256 and ``inputs``, the local files the build
     read. An entry already there (one that failed its check, one that a device wrote
     without a result, or the same build stored by another worker meanwhile) is moved aside
-    and removed first; when another worker stores one in between, that one stays."""
+    and removed first; when another worker stores one in between, that one stays. Then the
+    cache is kept within ``KOPT_CACHE_MAX_GB`` (workers.build_cache ``maybe_evict``)."""
     from dataclasses import asdict
 
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -572,6 +576,7 @@ def _store(entry: Path, data: bytes, res: BuildResult, name: str,
         os.replace(tmp, entry)
     except OSError:  # another worker stored one in between
         shutil.rmtree(tmp, ignore_errors=True)
+    build_cache.maybe_evict(entry.parent, build_cache.cap()[0])
 
 
 def _load_json(p: Path) -> dict:

@@ -723,7 +723,7 @@ def env(address: str | None, fmt: str) -> None:
         t.add_row("GPUs", escape("; ".join(_gpu_line(g) for g in info["gpus"]) or "none"))
         for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
                   "torch_cuda", "ray", "python", "isolation", "harness_start", "build_isolation",
-                  "limits"):
+                  "limits", "build_cache"):
             unset = "unknown" if k == "driver" and info["gpus"] else "not found"
             t.add_row(k, cell(info.get(k)) if info.get(k) is not None else unset)
         for note in info.get("notes") or []:
