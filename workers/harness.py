@@ -72,7 +72,10 @@ wrongly:
   workers spin ~10 ms after a region, and the first call after a pause and a draw was slow
   far more often than a sample); with the calls mixed among the samples, 0 of 256 in the
   same bench, back to back (docs/verified/2026-12-03-h200-replay-mixed.md). That bounds the
-  rate under about 1.2 %, not at 0, so the OpenMP kernels stay out of the CI test;
+  rate under about 1.2 %, not at 0, so the OpenMP kernels stay out of the CI test. A
+  ``replayed`` job is run once more before the verdict is final (workers.sandbox
+  ``run_retrying``): beside two test suites at once an honest one-thread vector add was
+  named so once (cause not found);
 
 - an honest kernel whose cost depends on the values so much that every held-back set
   costs more than ``REPLAY_FACTOR`` x its samples on the check's two sets is ``replayed``
