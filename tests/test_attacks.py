@@ -529,11 +529,13 @@ def test_answers_made_before_the_run_for_the_sweep_seeds_are_replayed(tmp_path):
 
 
 def test_a_replayer_is_named_replayed_again_when_run_once_more(tmp_path):
-    """A job named ``replayed`` is run once more in its sandbox before the verdict is final
-    (workers.sandbox ``run_retrying``): beside two test suites at once an honest kernel
-    was named so once, its calls on new values slow by load the test assumes lands on
-    every call alike. A content replayer (MODE 1) is named so both times: the harness
-    served two jobs, and the answer is the second's, with no note of a retry."""
+    """A job named ``replayed`` is run once more, in a fresh harness, before the verdict is
+    final (workers.sandbox ``run_retrying``): beside two test suites at once an honest
+    kernel was named so once, its calls on new values slow by load the test assumes lands
+    on every call alike, and a red-team candidate's thread left in the harness rewrote the
+    next candidate's code to look so. A content replayer (MODE 1) is named so both times:
+    the harness was restarted once and the new one served one job, and the answer is the
+    second's, with no note of a retry."""
     from workers.sandbox import Sandbox
 
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
@@ -542,7 +544,7 @@ def test_a_replayer_is_named_replayed_again_when_run_once_more(tmp_path):
         served, restarts = sb.served, sb.restarts
     finally:
         sb.close()
-    assert res["status"] == "replayed" and (served, restarts) == (2, 0), (res, served)
+    assert res["status"] == "replayed" and (served, restarts) == (1, 1), (res, served)
     assert res["error"].startswith("all ") and "retried" not in res["error"], res
 
 
@@ -560,8 +562,8 @@ def test_a_replayed_verdict_that_the_run_again_clears_says_so(monkeypatch):
     answers += [dict(first), {"status": "ok", "median_ms": 0.7}]
     got = sb.run_retrying({}, timeout_s=1)
     assert got == {"status": "ok", "median_ms": 0.7, "error": (
-        "retried once: the first run was named replayed (all 8 calls on input values it "
-        "had never seen)")}
+        "retried in a fresh harness: the first run was named replayed (all 8 calls on input "
+        "values it had never seen)")}
     answers += [dict(first), {"status": "replayed", "error": "all 9 calls"}]
     assert sb.run_retrying({}, timeout_s=1) == {"status": "replayed", "error": "all 9 calls"}
     for status in ("ok", "wrong_result"):
@@ -570,3 +572,34 @@ def test_a_replayed_verdict_that_the_run_again_clears_says_so(monkeypatch):
         assert answers == [{"status": "never asked"}]
         answers.clear()
     sb.close()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="the framer writes an x86-64 jump over the victim's solve")
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_framer_left_in_the_harness_cannot_get_the_next_candidate_named_replayed(
+        tmp_path, wrong):
+    """tests/fixtures/faultpack/framer.cpp (red-team round 14): honest itself, it leaves a
+    thread in the harness that rewrites every later candidate's ``solve`` to jump to a
+    wrapper that does the work but is slow on values it has not seen, so that an honest
+    victim looks like a replayer (with WRONG, also writes a wrong output). Its retry ran in
+    the same harness, where the patch stood: `replayed` twice, final; a `wrong_result` was
+    never run again. A failure in a harness that ran another artifact is run again in a
+    fresh harness (no framer there): the victim is `ok` at its own speed."""
+    from workers.sandbox import Sandbox
+
+    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+    framer = job(artifact(tmp_path, PACK / "framer.cpp", {"WRONG": 1} if wrong else {}),
+                 PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, args, job_key="framer")
+    victim = honest_job(tmp_path, job_key="victim")
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        assert sb.run_retrying(framer, timeout_s=60)["status"] == "ok"
+        got = sb.run_retrying(victim, timeout_s=60)
+    finally:
+        sb.close()
+    assert got["status"] == "ok", got
+    assert min(got["unseen_ms"]) <= REPLAY_FACTOR * got["median_ms"] + REPLAY_MS, got
+    if wrong:  # every call of the framed victim is wrong: its first run was wrong_result
+        assert ("retried in a fresh harness: the first run was wrong_result, after another "
+                "candidate's job") in got["error"], got

@@ -478,6 +478,9 @@ class Replays(ScriptedDevice):
         self.company, self.always, self.seen = company, always, 0
 
     def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if method == "fresh":  # the harness restarted: logged as a call of its own
+            self.calls.append(["fresh"])
+            return None
         jobs = args[0]
         b = [j for j in jobs if j["build_id"] == "bb"]
         if len(jobs) > 1:
@@ -491,16 +494,16 @@ class Replays(ScriptedDevice):
 
 @pytest.mark.parametrize("case", ["load", "replayer", "twice"])
 def test_a_contender_named_replayed_is_dropped_only_when_so_alone_too(tmp_path, case):
-    """A contest that names a contender ``replayed`` runs it alone first: cleared there
-    (load made it look so once: an honest kernel was named so beside two test suites at
-    once), it stays and the contest is run again; replayed alone too, or named so again
-    in company after being cleared alone, it is dropped."""
+    """A contest that names a contender ``replayed`` runs it alone in a fresh harness
+    first: cleared there (load made it look so once: an honest kernel was named so beside
+    two test suites at once), it stays and the contest is run again; replayed alone too,
+    or named so again in company after being cleared alone, it is dropped."""
     dev = {"load": Replays({1}), "replayer": Replays({1}, always=True),
            "twice": Replays({1, 2})}[case]
     faults = Faults()
     results, dropped, error = side_by_side(tmp_path, dev, faults)
     assert error == ""
-    first = [["ba", "bb", "bc"], ["bb"]]  # the size [16] first, b alone
+    first = [["ba", "bb", "bc"], ["fresh"], ["bb"]]  # the size [16] first, b alone
     if case == "load":
         assert dropped == {} and sorted(results) == ["a", "b", "c"]
         assert dev.calls == first + [["ba", "bb", "bc"], ["ba", "bb", "bc"]]

@@ -9,15 +9,18 @@ as ccache keeps its cache within ``max_size`` by removing the least recently use
 (ccache's manual, "Cache size management"). A folder used within :data:`KEEP_S` is never
 removed (a sweep on this node may be loading it), so a cache that one sweep filled within
 that time may stay over the cap until later. A folder is removed by renaming it aside first
-(a reader then finds no entry, a plain miss: workers.build ``lookup``), and folders left by
-a store that died midway (names starting with ``.``) are removed once as old as
-:data:`KEEP_S`. Only the standard library is used.
+(a reader then finds no entry, a plain miss: workers.build ``lookup``), its time read again
+after the rename (one used meanwhile is put back), and folders left by a store that died
+midway are removed once as old as :data:`KEEP_S`. Only folders named as kopt names them are
+counted or removed (:data:`BUILD_NAME`, :data:`LEFTOVER_NAME`). Only the standard library is
+used.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -28,6 +31,11 @@ from pathlib import Path
 CAP_GB = 10.0  # the cap when $KOPT_CACHE_MAX_GB is unset (GB, 1e9 bytes)
 KEEP_S = 600.0  # a build used within this many seconds is never removed
 SCAN_EVERY_S = 60.0  # a process looks at the cache's size at most this often
+# the folders kopt makes there: a build id (kopt.run.builder ``build_id``: 20 hex digits), and
+# a store's temporary or set-aside copy of one (workers.build ``_store``, :func:`remove`); any
+# other name is left alone (a red-team helper's $KOPT_CACHE/builds/.git and notes went)
+BUILD_NAME = re.compile(r"[0-9a-f]{20}")
+LEFTOVER_NAME = re.compile(r"\.[0-9a-f]{20}\.")
 _last_scan: dict[Path, float] = {}  # cache folder -> time.monotonic() of this process's last look
 _lock = threading.Lock()
 
@@ -87,8 +95,8 @@ def folder_bytes(path: Path) -> int:
 
 
 def entries(cache: Path) -> list[Entry]:
-    """The build folders of ``cache`` (names not starting with ``.``), least recently used
-    first; [] when the cache does not exist."""
+    """The build folders of ``cache`` (named as a build id, :data:`BUILD_NAME`), least
+    recently used first; [] when the cache does not exist."""
     out = []
     try:
         names = os.listdir(cache)
@@ -100,25 +108,47 @@ def entries(cache: Path) -> list[Entry]:
             st = os.lstat(p)
         except OSError:
             continue
-        if not name.startswith(".") and os.path.isdir(p) and not os.path.islink(p):
+        if BUILD_NAME.fullmatch(name) and os.path.isdir(p) and not os.path.islink(p):
             out.append(Entry(p, folder_bytes(p), st.st_mtime))
     return sorted(out, key=lambda e: e.used_at)
 
 
-def remove(path: Path) -> bool:
+def _used_at(path: Path) -> float:
+    """``path``'s modification time (seconds since the epoch); +inf when it cannot be read."""
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return math.inf
+
+
+def remove(path: Path, used_before: float = math.inf) -> bool:
     """Remove the folder ``path``, renamed aside first so that no reader finds it half
-    removed; False when it was already gone or could not be moved."""
+    removed, unless it was used at or after ``used_before`` (seconds since the epoch), read
+    right before the rename and again after it: one used in between (a device handed its
+    artifact to a job, :func:`used`) is put back. (Read once, while the whole cache was
+    walked, a use in between went unseen and a job's artifact went: red-team round 14.)
+    False when it was kept, already gone or could not be moved."""
+    if _used_at(path) >= used_before:
+        return False
     try:
         aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.evicted.", dir=path.parent))
     except OSError:
         return False
+    moved = aside / "entry"
     try:
-        os.replace(path, aside / "entry")
-        return True
+        os.replace(path, moved)
     except OSError:
-        return False
-    finally:
         shutil.rmtree(aside, ignore_errors=True)
+        return False
+    if _used_at(moved) >= used_before:
+        try:
+            os.replace(moved, path)  # back; unless a new one was stored there meanwhile
+            shutil.rmtree(aside, ignore_errors=True)
+            return False
+        except OSError:
+            pass
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
 
 
 def evict(cache: Path, max_bytes: int, keep_s: float | None = None,
@@ -126,8 +156,8 @@ def evict(cache: Path, max_bytes: int, keep_s: float | None = None,
     """Remove the least recently used build folders of ``cache`` until its folders hold no
     more than ``max_bytes`` (bytes; 0 or less: no cap), never one used within ``keep_s``
     seconds (default :data:`KEEP_S`) of ``now`` (default: the clock); also remove folders a
-    store left behind (``.``-named) that are as old. Returns the folders removed, least
-    recently used first."""
+    store left behind (:data:`LEFTOVER_NAME`) that are as old; no folder of another name.
+    Returns the folders removed, least recently used first."""
     now = time.time() if now is None else now
     keep_s = KEEP_S if keep_s is None else keep_s
     _sweep_leftovers(cache, now - keep_s)
@@ -139,7 +169,7 @@ def evict(cache: Path, max_bytes: int, keep_s: float | None = None,
     for e in found:
         if total <= max_bytes or e.used_at > now - keep_s:
             break
-        if remove(e.path):
+        if remove(e.path, now - keep_s):
             gone.append(e)
             total -= e.bytes
     return gone
@@ -159,10 +189,11 @@ def maybe_evict(cache: Path, max_bytes: int) -> list[Entry]:
 
 
 def _sweep_leftovers(cache: Path, before: float) -> None:
-    """Remove the ``.``-named folders of ``cache`` (a store's temporary or set-aside copy,
-    left when its process died) last changed before ``before`` (seconds since the epoch)."""
+    """Remove the folders of ``cache`` named as a store's temporary or set-aside copy of a
+    build (:data:`LEFTOVER_NAME`, left when its process died) last changed before
+    ``before`` (seconds since the epoch)."""
     try:
-        names = [n for n in os.listdir(cache) if n.startswith(".")]
+        names = [n for n in os.listdir(cache) if LEFTOVER_NAME.match(n)]
     except OSError:
         return
     for n in names:

@@ -129,6 +129,13 @@ wrongly:
   copy's time, but under load its thread still kept up in most jobs, and it would leave
   the calls on new sets with warm inputs, which weakens the replay check for memory-bound
   kernels: not done;
+- code of a candidate's that rewrites another candidate's code loaded in the same process
+  (a red-team framer's thread wrote a jump over each later ``solve`` to a wrapper slow on new
+  values, round 14): a job's ``replayed`` or ``crashed`` is run again in a fresh harness
+  (workers.sandbox ``run_retrying``) and a contender named ``replayed`` runs alone in one
+  (kopt.loop.contests), but a contest's contenders share a harness: there it can frame a
+  rival twice (dropped), or make it slower (`ok`, and beaten); a wrapper that writes wrong
+  outputs would make a job ``wrong_result``, which is not run again;
 - anything that reads or writes this process's memory or code: the expected outputs and
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and

@@ -77,6 +77,7 @@ class Sandbox:
         self.counted: cgroup.Cgroup | None = None
         self.limits = ""  # its task and memory limits in words, or "none: why"
         self.served = 0  # jobs the running harness answered (their code may still run there)
+        self.loaded: set[str] = set()  # the artifacts the running harness was sent
         # how the running harness was started: "forked" from a zygote (workers.zygote), or
         # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
         self.started = ""
@@ -103,7 +104,7 @@ class Sandbox:
         self._new_scratch()
         self._new_cgroup()
         self._trim_log()
-        self.served = 0
+        self.served, self.loaded = 0, set()
         cmd = [sys.executable, "-m", "workers.harness", str(r_child), str(w_child), self.device]
         env = {**self.env, "TMPDIR": self.scratch, **self.isolation.env()}
         with open(self.log, "ab") as logf:
@@ -148,7 +149,7 @@ class Sandbox:
         if conns is None:
             return False
         self.r, self.w = conns
-        self.served = 0
+        self.served, self.loaded = 0, set()
         self.proc = prestart.AdoptedProcess(pre)  # type: ignore[assignment]
         self.isolation = pre.isolation
         self.limits = pre.limits
@@ -229,6 +230,7 @@ class Sandbox:
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+        self.loaded |= _artifacts(job)
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
         # sweep.yaml timing.realtime: the harness's thread under SCHED_FIFO for this job
         with priority.realtime(self.rt_pid if timing.get("realtime") else None):
@@ -450,32 +452,40 @@ class Sandbox:
         return self.counted.cpu_ns()
 
     def run_retrying(self, job: RunJob, timeout_s: float) -> dict[str, Any]:
-        """:meth:`run`, with a job that ``crashed`` run once more in a fresh harness (the
-        crash killed the last one) before the crash is final: a candidate that leaves a
-        thread behind to crash the harness while the next candidate runs (``abort()``, a
-        fault) cannot frame it. A job named ``replayed`` is run once more too (in the same
-        harness: a replayer keeps what it kept, and meets input sets new to it again): the
-        verdict's permutation test (workers.replay) holds where load lands on every call
-        alike, and beside two test suites at once an honest one-thread vector add had all 8
-        of its calls on new values slow, 10 of its 46 samples (chance about 4e-5 where load
-        lands alike; cause not found: the same kernels beside CPU and memory hogs, 248 calls
-        on new values, were as fast as the samples beside them in the median,
-        bench/honest_under_load.py). A replayer is named so twice; an honest kernel is,
-        where load alone did it, once in about the square of that chance. The retried
-        job's outcome is the job's; when it differs its ``error`` says how the first run
+        """:meth:`run`, with a job run once more in a fresh harness before its verdict is
+        final when it ``crashed``, was named ``replayed``, or failed in any way in a harness
+        that had been sent another artifact's job (:attr:`loaded`): code a candidate left
+        there cannot frame the next one, whether it crashes the harness (``abort()`` from a
+        thread, a fault) or rewrites the next candidate's code (a red-team framer's thread
+        wrote a jump over each later ``solve`` to a wrapper slow on new values: `replayed`;
+        one that writes a wrong output would make it ``wrong_result``). A replayer keeps
+        nothing across the restart and is named so again. The replay verdict's permutation
+        test (workers.replay) also assumes load lands on every call alike: beside two test
+        suites at once an honest one-thread vector add had all 8 of its calls on new values
+        slow, 10 of its 46 samples (about 4e-5 where load lands alike; cause not found:
+        beside CPU and memory hogs the calls on new values were as fast as the seen calls
+        next to them, bench/honest_under_load.py). A failing candidate after another's then
+        costs a second run (and a harness start, with its inputs made again). The retried
+        job's outcome is the job's; when it differs, its ``error`` says how the first run
         ended. Never raises for a job."""
+        alive = self.proc is not None and self.proc.poll() is None
+        others = alive and bool(self.loaded - _artifacts(job))
         res = self.run(job, timeout_s)
         status = res.get("status")
-        if status not in (Status.CRASHED, Status.REPLAYED):
+        if status == Status.OK or (status not in (Status.CRASHED, Status.REPLAYED)
+                                   and not others):
             return res
         first = str(res.get("error") or "")[:300]
+        if self.proc is not None and self.proc.poll() is None:  # a crash's harness is gone
+            self.kill()
+            self.restarts += 1
         again = self.run(job, timeout_s)
         if again.get("status") != status:
-            how = ("the first run crashed" if status == Status.CRASHED else
-                   "the first run was named replayed")
-            where = "in a fresh harness" if status == Status.CRASHED else "once"
+            how = {Status.CRASHED: "the first run crashed",
+                   Status.REPLAYED: "the first run was named replayed"}.get(
+                       status, f"the first run was {status}, after another candidate's job")
             again["error"] = "; ".join(x for x in (again.get("error"), (
-                f"retried {where}: {how} ({first})")) if x)
+                f"retried in a fresh harness: {how} ({first})")) if x)
         return again
 
     def _wait(self, deadline: float) -> bool | None:
@@ -770,3 +780,11 @@ def _number(x: Any) -> bool:
 
 def _positive(x: Any) -> bool:
     return isinstance(x, (int, float)) and x > 0
+
+
+def _artifacts(job: RunJob | dict[str, Any]) -> set[str]:
+    """The artifact paths ``job`` loads: its own, or a contest's contenders'."""
+    if isinstance(job, RunJob):
+        return {job.artifact} if job.artifact else set()
+    out = {str(job["artifact"])} if job.get("artifact") else set()
+    return out | {str(e["artifact"]) for e in job.get("contest") or () if e.get("artifact")}

@@ -273,18 +273,24 @@ class SideBySide:
     def _replayed(self, named: list[str], dims: str, why: str
                   ) -> tuple[dict[str, str], str]:
         """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``
-        (``why``) and that are so again in a contest of their own (:data:`SOLO_ROUNDS`
-        rounds, their calls on new sets as many as the verdict needs), or that were cleared
-        so once already; returns them and an error when the device failed. One cleared
-        alone stays, and the contest is run again: as a job named ``replayed`` is run again
-        (workers.sandbox ``run_retrying``), since load that lands on a contender's calls on
-        new sets more than on its samples (seen beside two test suites at once) can make
-        an honest one look so once."""
+        (``why``) and that are so again in a contest of their own in a fresh harness
+        (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the verdict needs),
+        or that were cleared so once already; returns them and an error when the device
+        failed. One cleared alone stays, and the contest is run again: as a job named
+        ``replayed`` is run again (workers.sandbox ``run_retrying``), since load that lands
+        on a contender's calls on new sets more than on its samples (seen beside two test
+        suites at once) can make an honest one look so once. (A rival whose thread
+        rewrites its code in the shared harness can still frame it in company twice: a
+        red-team framer did; "What is not caught" in workers.harness.)"""
         bad: dict[str, str] = {}
         for c in named:
             if (c, dims) in self.replay_cleared:
                 bad[c] = why
                 continue
+            try:  # alone in a fresh harness: no rival's code (or thread) left there
+                self.ctx.runner.call(self.device, "fresh")
+            except DeviceError as e:
+                return {}, f"{Status.LOST}: {e}"
             solo = self._contest([c], dims, SOLO_ROUNDS)
             if solo.get("actor"):
                 return {}, f"{solo.get('status')}: {solo.get('error') or ''}".strip()
