@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workers import hold, ncu
+from workers import hold, ncu, turns
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted
@@ -107,20 +107,29 @@ class DeviceActor:
                 ) -> dict[str, Any]:
         """Time ``jobs`` (same problem size, different builds; ``artifacts`` in the same order,
         top-level arguments so that Ray resolves them) side by side: ``rounds`` interleaved
-        samples each (workers.harness ``contest``). Never raises.
+        samples each (workers.harness ``contest``), each contender in a fresh harness of its
+        own, the rounds in turns with every rival held still (workers.turns), and this
+        device's own harness, where earlier jobs' code may have left threads, held too.
+        Never raises.
 
         Returns ``status``, ``error`` and ``results``: per job in order, ``median_ms``,
-        ``iqr_ms``, ``n_samples``, ``samples_ms``.
+        ``iqr_ms``, ``n_samples``, ``samples_ms``; a failed contest names the job keys at
+        fault (``failed``) and each one's status (``failed_status``).
         """
         t0 = time.perf_counter()
+        boxes = [Sandbox(self.backend, self.env) for _ in jobs]
         try:
             paths = [str(ensure_artifact(j["build_id"], a)) for j, a in zip(jobs, artifacts)]
-            job = {**jobs[0], "contest": [{**j, "artifact": p} for j, p in zip(jobs, paths)],
-                   "rounds": rounds, "job_key": "contest"}
+            each = [{**j, "contest": [{**j, "artifact": p}], "rounds": rounds,
+                     "turns": len(jobs) > 1} for j, p in zip(jobs, paths)]
             timeout = sum(j["timing"]["timeout_s"] for j in jobs) * 2
-            res = self.sandbox.run(job, timeout)
+            res = turns.combined(jobs, turns.run_in_turns(boxes, each, timeout,
+                                                          self.sandbox.pause))
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
+        finally:
+            for box in boxes:
+                box.close()
         self.busy_s += time.perf_counter() - t0
         return res
 

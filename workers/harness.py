@@ -131,11 +131,11 @@ wrongly:
   kernels: not done;
 - code of a candidate's that rewrites another candidate's code loaded in the same process
   (a red-team framer's thread wrote a jump over each later ``solve`` to a wrapper slow on new
-  values, round 14): a job's ``replayed`` or ``crashed`` is run again in a fresh harness
-  (workers.sandbox ``run_retrying``) and a contender named ``replayed`` runs alone in one
-  (kopt.loop.contests), but a contest's contenders share a harness: there it can frame a
-  rival twice (dropped), or make it slower (`ok`, and beaten); a wrapper that writes wrong
-  outputs would make a job ``wrong_result``, which is not run again;
+  values, or wrong, round 14): a job that fails in a harness that ran another artifact is
+  run again in a fresh harness (workers.sandbox ``run_retrying``); a contest's contenders
+  each run in a fresh harness of their own, their samples in turns with every rival's
+  sandbox held still (workers.turns), so none of a rival's code shares, or runs beside,
+  the timed process. A GPU rival's kernels queued before its hold still run on the device;
 - anything that reads or writes this process's memory or code: the expected outputs and
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
@@ -1315,7 +1315,8 @@ class Harness:
             self.warm_up(lib, e, d)
         samples: list[list[float]] = [[] for _ in entries]
         unseen: list[list[float]] = [[] for _ in entries]
-        bad = self._rounds(libs, entries, d, int(job["rounds"]), (samples, unseen))
+        bad = self._rounds(libs, entries, d, int(job["rounds"]), (samples, unseen),
+                           bool(job.get("turns")))
         if bad:
             keys = sorted({b.split(":", 1)[0] for b in bad})
             return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
@@ -1634,14 +1635,19 @@ class Harness:
         return not bool(self.within(buf, made, job["tolerance"]))
 
     def _rounds(self, libs: list[Any], entries: list[dict], d: Data, rounds: int,
-                into: tuple[list[list[float]], list[list[float]]]) -> list[str]:
+                into: tuple[list[list[float]], list[list[float]]], turns: bool = False
+                ) -> list[str]:
         """A contest's rounds: each takes one sample of every contender (rotating who goes
         first), each of a candidate's calls with chance ``Q_UNSEEN`` on an input set new to it
         (:class:`_Unseen`, as in its own job: a candidate honest there that kept its results
         replayed the check's sets side by side and won, attack MODE 5), the samples and those
         calls added to ``into`` per contender (ms), until each has ``rounds`` samples, and
         more while a contender's replay verdict is open (workers.replay), up to its
-        ``UNSEEN_MAX`` calls. Returns what failed verification (empty: none)."""
+        ``UNSEEN_MAX`` calls. Returns what failed verification (empty: none).
+
+        ``turns`` (a contender in a harness of its own, workers.turns): before each round a
+        ``{"stage": "turn"}`` progress message, and the round starts once the sandbox
+        answers "go" (:attr:`await_go`), given while every rival's sandbox is held still."""
         samples, unseen = into
         flush = entries[0]["timing"].get("flush", True)
         mixes = [None if isinstance(lib, RefCall) or e.get(UNGUARDED) or not d.unseen
@@ -1654,6 +1660,9 @@ class Harness:
             picks = [mixes[i].picks(1, replay_state(samples[i][:rounds], unseen[i],
                                                     samples[i]) != "clear")[0]
                      if mixes[i] else self.rng.randrange(N_SETS) for i in order]
+            if turns:
+                self.progress({"stage": "turn"})
+                self.await_go()
             xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush, picks)
             if bad:
                 return bad

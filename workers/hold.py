@@ -44,6 +44,10 @@ from dataclasses import dataclass, field
 
 from workers.cgroup import Cgroup
 
+# CPU time (ms) a held sandbox may use before it counts as having escaped its hold: a frozen
+# or stopped process uses none; the slack is the reads' own granularity (kopt.core.clock's
+# outside clock, workers.turns' contests)
+HELD_CPU_MS = 2.0
 PASSES = 8  # of finding and stopping: processes forked, or continued, meanwhile are met next
 STOP_WAIT_S = 0.5  # for a signalled process to show as stopped (``T`` in /proc/PID/stat)
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -203,7 +204,8 @@ class Sandbox:
                                      "found under /proc")
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,
-            prepare_timeout_s: float = PREPARE_TIMEOUT_S) -> dict[str, Any]:
+            prepare_timeout_s: float = PREPARE_TIMEOUT_S,
+            turn: Callable[[], None] | None = None) -> dict[str, Any]:
         """Send ``job`` (a RunJob with its artifact's path, or the harness's job dict);
         return its outcome dict (``status``, ``error`` and figures). ``timeout_s``: the
         job's budget once its inputs and reference outputs are made; making them may take
@@ -227,6 +229,12 @@ class Sandbox:
         "called", and ``outside_calls_cpu_ms``, the CPU time the harness's threads used
         meanwhile, where it can be read (:meth:`_paced_mark`). A figure the answer carries
         under these names is dropped.
+
+        A contest job of a contender in a harness of its own (``turns``: workers.turns)
+        says ``{"stage": "turn"}`` before each round: ``turn`` is called (it returns once
+        this harness's turn comes, the rivals held still; it raises to abort the contest)
+        and the harness then gets "go"; the time spent waiting there is added to the job's
+        budgets. Without ``turn`` the "go" is sent at once.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -234,10 +242,11 @@ class Sandbox:
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
         # sweep.yaml timing.realtime: the harness's thread under SCHED_FIFO for this job
         with priority.realtime(self.rt_pid if timing.get("realtime") else None):
-            return self._exchange(job, timeout_s, prepare_timeout_s)
+            return self._exchange(job, timeout_s, prepare_timeout_s, turn)
 
     def _exchange(self, job: RunJob | dict[str, Any], timeout_s: float,
-                  prepare_timeout_s: float) -> dict[str, Any]:
+                  prepare_timeout_s: float, turn: Callable[[], None] | None = None
+                  ) -> dict[str, Any]:
         """The body of :meth:`run`: send ``job``, read the harness's messages until its
         answer, within the budgets."""
         pos = self.log.stat().st_size
@@ -251,10 +260,7 @@ class Sandbox:
         clock = _ClockMarks() if body.get("clock_calls") else None  # a clock job's
         timing_ref_job = bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
-        try:
-            self.w.send(("run", job))
-        except (BrokenPipeError, OSError):
-            pass
+        self._send(("run", job))
         while True:
             try:
                 ready = self._wait(deadline)
@@ -277,6 +283,10 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
+            if res.get("stage") == "turn":  # waiting for a rival's sample is not its time
+                waited = _waited(turn)
+                deadline, limit, base = deadline + waited, limit + waited, base + waited
+                self._go()
             if clock is not None:
                 self._clock_mark(clock, res.get("stage"))
             if timing_ref_job:
@@ -359,10 +369,14 @@ class Sandbox:
         self._go()
 
     def _go(self) -> None:
-        """Send the harness a clock job's "go"; a harness that died is left to its answer's
-        read to say so."""
+        """Send the harness a clock job's (or a contest's turn's) "go"."""
+        self._send(("go", None))
+
+    def _send(self, msg: tuple[str, Any]) -> None:
+        """Send the harness ``msg``; a harness that died is left to its answer's read to say
+        so."""
         try:
-            self.w.send(("go", None))
+            self.w.send(msg)
         except (BrokenPipeError, OSError):
             pass
 
@@ -664,6 +678,15 @@ class Sandbox:
         """Stop the harness and remove its log."""
         self.kill()
         self.log.unlink(missing_ok=True)
+
+
+def _waited(turn: Callable[[], None] | None) -> float:
+    """Seconds ``turn`` (a contest's, workers.turns) took to return: 0 without one."""
+    if turn is None:
+        return 0.0
+    t0 = time.perf_counter()
+    turn()
+    return time.perf_counter() - t0
 
 
 def _seconds(x: Any, cap: float) -> float:

@@ -42,6 +42,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from workers import hold
 from workers.status import Status
 
 CLOCK_BLOCK_MS = 50.0  # the block's length, ms, at the contender's claimed median
@@ -55,10 +56,10 @@ CLOCK_PACED_CALLS = 15  # a paced try's calls, each timed on its own (their medi
 # ms a paced call's figure may add to an honest call: its "go" and "called" messages handled
 # in two processes, beyond what the same messages take in the harness that makes no call
 CLOCK_PACED_SLACK_MS = 0.05
-# CPU time (ms) the contender's held sandbox may use during a preparations' block: a frozen
-# or stopped process uses none (workers.hold); what one that escaped the hold used is
-# taken from the preparations, and lengthens their block
-HELD_CPU_MS = 2.0
+# CPU time (ms) the contender's held sandbox may use during a preparations' block
+# (workers.hold: a frozen or stopped process uses none); what one that escaped the hold used
+# is taken from the preparations, and lengthens their block
+HELD_CPU_MS = hold.HELD_CPU_MS
 
 # one block of a contender's: (calls, loads_only[, paced]) -> the device actor's answer
 # (``status``, ``error``, ``outside_ms``; paced: ``outside_calls_ms``: workers.device_actor

@@ -67,8 +67,8 @@ class SideBySide:
         # cleared alone (:meth:`_clock`)
         self.alone: dict[tuple[str, str], dict[str, Any]] = {}
         self.alive = list(by_cand)
-        # (candidate, dims) named `replayed` in a contest and cleared in a contest of its
-        # own: named so again, it is dropped (:meth:`_replayed`)
+        # (candidate, dims) named `replayed` or `crashed` in a contest and cleared in a
+        # contest of its own: named so again, it is dropped (:meth:`_judged_alone`)
         self.replay_cleared: set[tuple[str, str]] = set()
         self.results: Results = {}
         self.dropped: dict[str, str] = {}
@@ -150,7 +150,7 @@ class SideBySide:
             why = f"{res.get('status')}: {res.get('error') or ''}".strip()
             if res.get("actor"):
                 return why
-            bad, error = self._culprits(cids, dims, why, res.get("failed"))
+            bad, error = self._culprits(cids, dims, why, res)
             if error:
                 return error
             self._drop(bad)
@@ -158,8 +158,9 @@ class SideBySide:
 
     def _clock(self, cids: list[str], dims: str) -> tuple[dict[str, str], str, bool]:
         """Each contender of a passed contest of size ``dims`` not yet cleared, re-timed by
-        a clock outside its process (:meth:`_clocked`). The contest ran every contender in
-        one harness process, so one contender's patched clock times the others too: each
+        a clock outside its process (:meth:`_clocked`). A contender's clock may behave
+        otherwise in company than alone (when contenders shared one harness process, one's
+        patched clock timed the others too; now each has its own: workers.turns): each
         one flagged there is judged again alone, in a fresh harness (a solo contest, then
         the clock), and only what it does alone counts; the harness is then replaced again,
         the contest's figures, from a harness whose clock disagreed, are not kept, and the
@@ -243,21 +244,26 @@ class SideBySide:
         ``clock``), each call timed on its own with ``paced``. Raises DeviceError."""
         return self.ctx.runner.call(self.device, "clock", job, n, art, loads_only, paced)
 
-    def _culprits(self, cids: list[str], dims: str, why: str, failed: Any
+    def _culprits(self, cids: list[str], dims: str, why: str, res: dict[str, Any]
                   ) -> tuple[dict[str, str], str]:
-        """The contenders a failed contest names in ``failed`` (the job keys at fault, which
-        the harness gives for a failed check: workers.harness ``contest``); when it names
-        none (a crash, a timeout), each one run alone that fails; those it names
-        ``replayed``, only where they are so alone too (:meth:`_replayed`). Returns them and
-        an error when none can be found. Never the error's text: a crash's holds what the dying
-        process printed, and a contender that printed a rival's job key and aborted got
-        that rival dropped and won (red-team round 10)."""
+        """The contenders a failed contest ``res`` names in ``failed`` (the job keys at
+        fault: workers.device_actor ``contest``); when it names none (a device's own
+        failure), each one run alone that fails; those named ``replayed`` or ``crashed``
+        (``failed_status``), only where they are so alone too (:meth:`_judged_alone`).
+        Returns them and an error when none can be found. Never the error's text: a
+        crash's holds what the dying process printed, and a contender that printed a
+        rival's job key and aborted got that rival dropped and won (red-team round 10)."""
+        failed, statuses = res.get("failed"), res.get("failed_status")
         keys = set(failed) if isinstance(failed, list) and all(
             isinstance(k, str) for k in failed) else set()
+        statuses = statuses if isinstance(statuses, dict) else {}
         named = [c for c in cids if self.by_cand[c][dims][0] in keys]
-        if named and why.startswith(f"{Status.REPLAYED}:"):
-            return self._replayed(named, dims, why)
-        bad = {c: why for c in named} if len(cids) > 1 else {cids[0]: why}
+        again = [c for c in named if statuses.get(self.by_cand[c][dims][0], res.get(
+            "status")) in (Status.REPLAYED, Status.CRASHED)]
+        bad = {c: why for c in named if c not in again} if len(cids) > 1 else {cids[0]: why}
+        if again and len(cids) > 1:
+            alone, error = self._judged_alone(again, dims, why)
+            return {**bad, **alone}, error
         if bad:
             return bad, ""
         for c in cids:  # the error names nobody: run each contender alone
@@ -270,24 +276,24 @@ class SideBySide:
             return {}, f"{why} (yet every contender passes alone; nothing was dropped)"
         return bad, ""
 
-    def _replayed(self, named: list[str], dims: str, why: str
-                  ) -> tuple[dict[str, str], str]:
-        """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``
-        (``why``) and that are so again in a contest of their own in a fresh harness
+    def _judged_alone(self, named: list[str], dims: str, why: str
+                      ) -> tuple[dict[str, str], str]:
+        """The contenders of ``named`` that a contest of size ``dims`` found ``replayed`` or
+        ``crashed`` (``why``) and that fail again in a contest of their own
         (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the verdict needs),
         or that were cleared so once already; returns them and an error when the device
-        failed. One cleared alone stays, and the contest is run again: as a job named
-        ``replayed`` is run again (workers.sandbox ``run_retrying``), since load that lands
-        on a contender's calls on new sets more than on its samples (seen beside two test
-        suites at once) can make an honest one look so once. (A rival whose thread
-        rewrites its code in the shared harness can still frame it in company twice: a
-        red-team framer did; "What is not caught" in workers.harness.)"""
+        failed. One cleared alone stays, and the contest is run again, as a job named so is
+        run again (workers.sandbox ``run_retrying``): load that lands on a contender's calls
+        on new sets more than on its samples (seen beside two test suites at once) can make
+        an honest one look ``replayed`` once. Every contender of a contest runs in a harness
+        of its own (workers.turns): a rival's code cannot rewrite it or run while it is
+        timed, as a red-team framer's thread did when contenders shared one harness."""
         bad: dict[str, str] = {}
         for c in named:
             if (c, dims) in self.replay_cleared:
                 bad[c] = why
                 continue
-            try:  # alone in a fresh harness: no rival's code (or thread) left there
+            try:  # the device's own harness afresh too (what earlier jobs left there)
                 self.ctx.runner.call(self.device, "fresh")
             except DeviceError as e:
                 return {}, f"{Status.LOST}: {e}"

@@ -1,0 +1,100 @@
+"""A contest's contenders each in a harness of its own, taking turns (workers.turns)."""
+
+import platform
+from pathlib import Path
+
+import pytest
+from test_faults import PACK, artifact, job
+
+from workers import turns
+from workers.device_actor import DeviceActor
+from workers.replay import REPLAY_FACTOR, REPLAY_MS
+from workers.sandbox import Sandbox
+
+ARGS = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+ROUNDS = 8
+
+
+def contender(tmp_path, src, defines, key):
+    """A contest job of the fault pack's ref.py (N=4096) for ``src`` built with
+    ``defines``, with its build id and artifact bytes as the device actor takes them."""
+    art = artifact(tmp_path, src, defines)
+    j = job(art, PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, ARGS, job_key=key)
+    return {**j, "build_id": Path(art).parent.name}, Path(art).read_bytes()
+
+
+def test_contenders_take_turns_each_in_a_harness_of_its_own(tmp_path, monkeypatch):
+    """Two honest contenders, each in its own sandbox: every round gives each one turn
+    (rotating who goes first), each harness takes its own samples, both `ok`."""
+    given: list[int] = []
+    give = turns.Turns.give
+    monkeypatch.setattr(turns.Turns, "give", lambda self, i: (given.append(i), give(self, i)))
+    jobs = [contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, k)[0] for k in ("a", "b")]
+    boxes = [Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in jobs]
+    try:
+        answers = turns.run_in_turns(
+            boxes, [{**j, "contest": [j], "rounds": ROUNDS, "turns": True} for j in jobs], 60)
+        pids = {b.host_pid for b in boxes}
+    finally:
+        for b in boxes:
+            b.close()
+    res = turns.combined(jobs, answers)
+    assert res["status"] == "ok", res
+    assert [r["n_samples"] for r in res["results"]] == [ROUNDS, ROUNDS]
+    assert len(pids) == 2 and None not in pids  # two harness processes
+    firsts = [set(given[2 * r:2 * r + 2]) for r in range(ROUNDS)]
+    assert firsts == [{0, 1}] * ROUNDS, given  # each round: one turn each
+    assert given[:4] == [0, 1, 1, 0], given  # who goes first rotates
+
+
+def test_a_contender_that_fails_is_named_and_its_rivals_are_not(tmp_path, monkeypatch):
+    """Fault pack MODE 3 (honest for two calls, then nothing) fails its samples' check in
+    its own harness: the contest names it alone (`wrong_result`); the honest rival, stopped
+    with the contest, is not named."""
+    a, art_a = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    b, art_b = contender(tmp_path, PACK / "faults.cpp", {"MODE": 3}, "lazy")
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    actor = DeviceActor("cpu")
+    try:
+        res = actor.contest([a, b], ROUNDS, art_a, art_b)
+    finally:
+        actor.shutdown()
+    assert res["status"] == "wrong_result", res
+    assert res["failed"] == ["lazy"] and res["failed_status"] == {"lazy": "wrong_result"}, res
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="the framer writes an x86-64 jump over the victim's solve")
+@pytest.mark.parametrize("slow", [False, True])
+def test_a_framer_cannot_reach_its_rival_in_a_contest(tmp_path, monkeypatch, slow):
+    """tests/fixtures/faultpack/framer.cpp (red-team round 14), honest itself, leaves a
+    thread that rewrites every other loaded ``solve`` to a wrapper slow on values it has
+    not seen (its rival named `replayed`, in company and again in company: dropped), or,
+    with SLOW_ALL, slow on every call (its rival 2.6x slower side by side, nothing named).
+    With each contender in a harness of its own, the framer's thread never sees its rival:
+    the rival is `ok`, as fast as the framer (both do the same work, timed in turns), and
+    fast on new values."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    defines = {"SLOW_ALL": 1, "PAD": 2} if slow else {}
+    f, art_f = contender(tmp_path, PACK / "framer.cpp", defines, "framer")
+    v, art_v = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "victim")
+    actor = DeviceActor("cpu")
+    try:
+        res = actor.contest([f, v], 20, art_f, art_v)
+    finally:
+        actor.shutdown()
+    assert res["status"] == "ok", res
+    framer, victim = res["results"]
+    assert victim["median_ms"] <= 1.5 * framer["median_ms"], res
+    assert min(victim["unseen_ms"]) <= REPLAY_FACTOR * victim["median_ms"] + REPLAY_MS, res
+
+
+def test_a_held_rival_that_used_cpu_escaped_its_hold():
+    """A contender whose sandbox used more than ESCAPED_CPU_MS of CPU while held for its
+    rivals' turns is `suspect`; at the bound, or failed already, its answer stands."""
+    ok = {"status": "ok", "results": [{}]}
+    assert turns._escaped(ok, turns.ESCAPED_CPU_MS) is ok
+    bad = turns._escaped(ok, turns.ESCAPED_CPU_MS + 1)
+    assert bad["status"] == "suspect" and "escaped the hold" in bad["error"]
+    wrong = {"status": "wrong_result", "error": "x"}
+    assert turns._escaped(wrong, 50.0) is wrong

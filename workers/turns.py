@@ -1,0 +1,206 @@
+"""A contest's contenders timed in harnesses of their own, taking turns.
+
+A contest (workers.harness ``contest``) once loaded every contender into one harness
+process. Code one contender left there could reach its rivals: a red-team framer's thread
+wrote a jump over each rival's ``solve`` to a wrapper slow on new input values (the rival
+named ``replayed``, in company and again in company after it was cleared alone: dropped),
+or padded every rival call (the rival 2.5x slower side by side, nothing named).
+
+Here each contender runs in a sandbox of its own (workers.sandbox: its own process, PID
+namespace and cgroup where the host has them) and is checked and warmed up there, all at
+once; then the samples take turns. A contender's harness says "turn" before each round
+and waits for "go"; :func:`run_in_turns` gives one harness its go at a time, once every
+harness still running waits for one, rotating who goes first, and holds every other
+contender's sandbox still (workers.hold: frozen, or stopped) until that harness says "turn"
+again or answers. So no rival's code shares the timed process, and none runs while it is
+timed; a held sandbox that used CPU anyway (what it left running escaped the hold) is
+``suspect``. Work a rival queued on a GPU before its hold still runs on the device (see
+workers.harness "What is not caught").
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from workers import hold
+from workers.sandbox import Sandbox
+from workers.status import Status
+
+# a held sandbox's CPU time beyond this (ms) escaped its hold: kopt.core.clock's rule for
+# the outside clock's holds, whose source it is (workers.hold ``used_ms``)
+ESCAPED_CPU_MS = hold.HELD_CPU_MS
+
+
+class Aborted(Exception):
+    """The contest stopped (a contender failed before its rounds): a waiting harness's
+    turn never comes."""
+
+
+class Turns:
+    """Whose turn it is among ``n`` contenders' sandboxes (indices ``0..n-1``).
+
+    A contender's thread calls :meth:`wait` at each "turn" of its harness (it returns when
+    :meth:`give` picks it) and :meth:`finished` once its job answered; :meth:`give` runs
+    in the caller's thread."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.cv = threading.Condition()
+        self.waiting: set[int] = set()
+        self.done: set[int] = set()
+        self.current: int | None = None
+        self.stopped = False
+
+    def wait(self, i: int) -> None:
+        """Contender ``i``'s harness asks for its next turn (its last one, if any, ended).
+        Raises Aborted when the contest stopped meanwhile."""
+        with self.cv:
+            if self.current == i:
+                self.current = None
+            self.waiting.add(i)
+            self.cv.notify_all()
+            while self.current != i and not self.stopped:
+                self.cv.wait()
+            if self.current != i:
+                raise Aborted()
+
+    def finished(self, i: int, failed: bool) -> None:
+        """Contender ``i``'s job answered; ``failed``: not ``ok``, which stops the contest
+        for every contender not yet past its checks (they are told by :class:`Aborted`)."""
+        with self.cv:
+            if self.current == i:
+                self.current = None
+            self.waiting.discard(i)
+            self.done.add(i)
+            self.stopped = self.stopped or failed
+            self.cv.notify_all()
+
+    def next_round(self, r: int) -> list[int] | None:
+        """Once every contender still running waits for its turn: those contenders, rotated
+        by ``r`` (who goes first changes every round); None when none runs or the contest
+        stopped."""
+        with self.cv:
+            self.cv.wait_for(lambda: self.stopped
+                             or len(self.waiting | self.done) == self.n)
+            live = [i for i in range(self.n) if i not in self.done]
+            if self.stopped or not live:
+                return None
+            k = r % len(live)
+            return live[k:] + live[:k]
+
+    def give(self, i: int) -> None:
+        """Contender ``i``'s turn (it waits for one: :meth:`next_round`); returns when that
+        turn ended (its harness asked for the next one, or answered)."""
+        with self.cv:
+            self.waiting.discard(i)
+            self.current = i
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: self.current != i)
+
+    def stop(self) -> None:
+        """Stop the contest: every waiting contender's :meth:`wait` raises Aborted."""
+        with self.cv:
+            self.stopped = True
+            self.cv.notify_all()
+
+
+def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: float,
+                 hold_also: Callable[[], hold.Held] | None = None) -> list[dict[str, Any]]:
+    """Run ``jobs[i]`` (a contest job of one contender, ``turns`` set: workers.harness
+    ``contest``) in ``boxes[i]``, each sandbox started if it is not, its rounds in turns
+    (module docstring); ``hold_also``: what else to hold still while any contender is timed
+    (the device's own sandbox, where earlier jobs' code may have left threads).
+
+    Returns each contender's answer, in order: the harness's (``results`` with one
+    contender's figures), ``{"status": "aborted"}`` for one stopped because a rival failed
+    before the rounds, or ``suspect`` for one whose sandbox used more than
+    :data:`ESCAPED_CPU_MS` of CPU while held for a rival's turn. Never raises."""
+    turns = Turns(len(boxes))
+    escaped = [0.0] * len(boxes)
+    with ThreadPoolExecutor(len(boxes)) as pool:
+        futures = [pool.submit(_one, turns, i, box, job, timeout_s)
+                   for i, (box, job) in enumerate(zip(boxes, jobs))]
+        try:
+            _schedule(turns, boxes, escaped, hold_also)
+        finally:
+            turns.stop()
+        answers = [f.result() for f in futures]
+    return [_escaped(a, ms) for a, ms in zip(answers, escaped)]
+
+
+def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: float
+         ) -> dict[str, Any]:
+    """Contender ``i``'s job in ``box`` (its thread of :func:`run_in_turns`)."""
+    res: dict[str, Any] = {"status": Status.ERROR, "error": "its harness did not answer"}
+    try:
+        if box.proc is None or box.proc.poll() is not None:
+            box.start()
+        res = box.run(job, timeout_s, turn=lambda: turns.wait(i))
+    except Aborted:
+        box.kill()  # it waits for a "go" that never comes
+        res = {"status": "aborted", "error": "a rival failed before the rounds"}
+    except Exception as e:  # noqa: BLE001 -- a start or run that failed is this one's answer
+        box.kill()
+        res = {"status": Status.ERROR, "error": f"its sandbox: {e!r}"}
+    finally:
+        turns.finished(i, res.get("status") not in (Status.OK, "aborted"))
+    return res
+
+
+def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float],
+              hold_also: Callable[[], hold.Held] | None) -> None:
+    """Give the turns, round after round, each with its rivals (and ``hold_also``'s) held
+    still; the CPU a held rival used meanwhile added to ``escaped`` (ms)."""
+    r = 0
+    while (order := turns.next_round(r)) is not None:
+        for i in order:
+            with turns.cv:
+                if i in turns.done or turns.stopped:
+                    continue
+            rivals = [j for j in range(len(boxes)) if j != i and j not in turns.done]
+            held = [(j, boxes[j].pause()) for j in rivals]
+            also = hold_also() if hold_also else None
+            try:
+                turns.give(i)
+            finally:
+                for j, h in held:
+                    used = hold.used_ms(h)
+                    escaped[j] += used or 0.0
+                    hold.release(h)
+                hold.release(also)
+        r += 1
+
+
+def _escaped(res: dict[str, Any], ms: float) -> dict[str, Any]:
+    """``res``, ``suspect`` when its sandbox used ``ms`` > :data:`ESCAPED_CPU_MS` of CPU
+    while held for rivals' turns."""
+    if ms <= ESCAPED_CPU_MS or res.get("status") not in (Status.OK, None):
+        return res
+    return {**res, "status": Status.SUSPECT, "error": (
+        f"its sandbox used {ms:.4g} ms of CPU while held still for rivals' samples (more "
+        f"than {ESCAPED_CPU_MS:g} ms): code it left running escaped the hold")}
+
+
+def combined(jobs: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One contest answer from each contender's (:func:`run_in_turns`), as a contest in one
+    harness answers: ``ok`` with ``results`` in order; else the first failure's status,
+    ``failed`` (the job keys at fault; an ``aborted`` one is not), ``failed_status`` (job
+    key -> its status) and each one's error."""
+    bad = [(j["job_key"], a) for j, a in zip(jobs, answers)
+           if a.get("status") not in (Status.OK, "aborted")]
+    if not bad:
+        if any(a.get("status") == "aborted" for a in answers):  # none failed: cannot be
+            return {"status": Status.ERROR, "error": "a contest stopped with no contender "
+                    "at fault"}
+        return {"status": Status.OK, "error": "",
+                "results": [a["results"][0] for a in answers]}
+    return {"status": bad[0][1].get("status"), "failed": [k for k, _ in bad],
+            "failed_status": {k: a.get("status") for k, a in bad},
+            "error": "; ".join(a.get("error") if a.get("failed") else
+                               f"{k}: {a.get('status')}: {a.get('error') or ''}"
+                               for k, a in bad)}
