@@ -107,7 +107,7 @@ def _persisting_l2_limit() -> int:
 
 
 def test_l2_set_aside_by_one_job_is_reset_before_the_next(tmp_path):
-    """Fault pack MODE 12 sets 32 MB of L2 aside for persisting accesses (and a window over
+    """Fault pack MODE 12 sets up to 32 MB of L2 aside for persisting accesses (and a window over
     its input) and leaves it so; the harness resets the limit and the persisting lines before
     every job: MODE 13, honest but wrong wherever it finds such L2 set aside when called, is
     `ok` right after it in the same process, and so is the honest kernel."""
