@@ -17,11 +17,13 @@ def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropp
     """As test_pipeline.py's closing-contest test, but at the closing the final winner
     (with C) computes correctly, at 4x its work, and has Python scale the harness's clock
     by 1/25 (attack MODE 10 at 1/25: tests/fixtures/steps/steps.cpp says why): at 1x its
-    work it was named best at about 25x. The contest ran every contender in one harness, so
-    every median there was scaled and every contender's outside clock disagreed; each was
-    judged again alone in a fresh harness, where only the patcher's did: it alone is
-    `suspect` and dropped, and the honest ones are measured again side by side in a fresh
-    harness, iteration 1's winner named best as before."""
+    work it was named best at about 25x. Every contender of the closing contest runs in a
+    harness of its own (workers.turns), where a clock replaced during the contest is the
+    contender's own doing: the patcher is `suspect` there and dropped; the honest ones,
+    measured side by side again without it and each re-timed by the clock outside its
+    process, are not, and iteration 1's winner is named best as before. (When contenders
+    shared one harness, every median there was scaled, and the outside clock found the
+    patcher only after judging each contender alone.)"""
     d = copy_fixture("steps")
     trigger = tmp_path / "closing-started"
     src = d / "steps.cpp"
@@ -53,16 +55,14 @@ def test_a_closing_contender_that_patches_the_harness_clock_is_suspect_and_dropp
     assert fin[base][0] > 8 * fin[w1][0]
     closing = st.closing
     assert closing["best"]["candidate_id"] == w1 and list(closing["dropped"]) == [w3]
-    assert closing["dropped"][w3].startswith("suspect: its contest median is ")
-    assert "by a clock outside its process" in closing["dropped"][w3]
+    assert closing["dropped"][w3].startswith("suspect: ")
+    assert ("code in its own harness's process replaced time.perf_counter_ns during a "
+            "contest") in closing["dropped"][w3]
     assert any(w3 in f and "suspect" in f for f in obs.faults), obs.faults
-    # each contender clocked in the shared harness, then the patcher (with each other one
-    # the shared harness flagged) alone: beside another test suite, one honest contender's
-    # block in the shared harness once read short enough to clear it there (the outside
-    # clock starts when the device actor reads the harness's "clock" message: workers/harness.py
-    # says why a late read shortens it), so it was not judged alone
+    # the honest three, each re-timed by the clock outside its process (at least a block
+    # each; more where a try's block was inconclusive)
     _, rows = query("select count(*) from phases where phase = 'clock'", store)
-    assert rows[0][0] >= 4 + 1
+    assert rows[0][0] >= 3
     # a CPU device times a call cheaper than its preparation one call at a time
     # (kopt.core.clock ``paced_blocks``)
     assert len(paced_args) == rows[0][0] and all(p is True for p in paced_args), paced_args

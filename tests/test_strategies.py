@@ -473,9 +473,10 @@ class Replays(ScriptedDevice):
     contender whose turn is in ``company`` (their count so far, from 1), and ``always``
     also alone; the rest as :class:`ScriptedDevice`."""
 
-    def __init__(self, company: set[int], always: bool = False) -> None:
+    def __init__(self, company: set[int], always: bool = False, status: str = "replayed"
+                 ) -> None:
         super().__init__({"ba": 1.0, "bb": 2.0, "bc": 3.0}, set(), names=True)
-        self.company, self.always, self.seen = company, always, 0
+        self.company, self.always, self.seen, self.status = company, always, 0, status
 
     def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
         if method == "fresh":  # the harness restarted: logged as a call of its own
@@ -487,24 +488,28 @@ class Replays(ScriptedDevice):
             self.seen += 1
         if b and ((len(jobs) > 1 and self.seen in self.company) or self.always):
             self.calls.append([j["build_id"] for j in jobs])
-            return {"status": "replayed", "failed": [b[0]["job_key"]],
-                    "error": f"{b[0]['job_key']}: all 8 calls on input values it had never seen"}
+            key = b[0]["job_key"]
+            return {"status": self.status, "failed": [key], "failed_status": {
+                        key: self.status}, "error": f"{key}: all 8 calls on input values "
+                    "it had never seen" if self.status == "replayed" else f"{key}: no answer"}
         return super().call(i, method, *args, timeout=timeout)
 
 
-@pytest.mark.parametrize("case", ["load", "replayer", "twice"])
+@pytest.mark.parametrize("case", ["load", "replayer", "twice", "starved"])
 def test_a_contender_named_replayed_is_dropped_only_when_so_alone_too(tmp_path, case):
     """A contest that names a contender ``replayed`` runs it alone in a fresh harness
     first: cleared there (load made it look so once: an honest kernel was named so beside
     two test suites at once), it stays and the contest is run again; replayed alone too,
-    or named so again in company after being cleared alone, it is dropped."""
+    or named so again in company after being cleared alone, it is dropped. A ``timeout``
+    in company is judged alone the same way (``starved``: a rival's processes starved a
+    red-team's honest contender during the checks, which run in every sandbox at once)."""
     dev = {"load": Replays({1}), "replayer": Replays({1}, always=True),
-           "twice": Replays({1, 2})}[case]
+           "twice": Replays({1, 2}), "starved": Replays({1}, status="timeout")}[case]
     faults = Faults()
     results, dropped, error = side_by_side(tmp_path, dev, faults)
     assert error == ""
     first = [["ba", "bb", "bc"], ["fresh"], ["bb"]]  # the size [16] first, b alone
-    if case == "load":
+    if case in ("load", "starved"):
         assert dropped == {} and sorted(results) == ["a", "b", "c"]
         assert dev.calls == first + [["ba", "bb", "bc"], ["ba", "bb", "bc"]]
         assert faults.seen == []

@@ -98,3 +98,28 @@ def test_a_held_rival_that_used_cpu_escaped_its_hold():
     assert bad["status"] == "suspect" and "escaped the hold" in bad["error"]
     wrong = {"status": "wrong_result", "error": "x"}
     assert turns._escaped(wrong, 50.0) is wrong
+
+
+@pytest.mark.parametrize("mode", [10, 11])
+def test_a_contender_that_patches_its_own_clock_is_suspect_in_company(tmp_path, monkeypatch,
+                                                                      mode):
+    """Attack MODE 10 (tests/fixtures/faultpack/attacks.cpp) scales its harness's
+    ``time.perf_counter_ns`` by 1/100 from its first call (MODE 11 also skips calls on
+    outputs not poisoned since its last). In one shared harness that clock timed every
+    contender alike; in a harness of its own it times only the patcher, which then won its
+    contest against an honest rival by the factor (red-team round 15, at 1/2: 2x). Its own
+    harness holds only its code: a clock replaced there is `suspect`, and the rival is not
+    named."""
+    from test_attacks import attack_job
+
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    a = {**attack_job(tmp_path, mode), "job_key": "patcher"}
+    a["build_id"] = Path(a["artifact"]).parent.name
+    actor = DeviceActor("cpu")
+    try:
+        res = actor.contest([h, a], ROUNDS, art_h, Path(a["artifact"]).read_bytes())
+    finally:
+        actor.shutdown()
+    assert res["failed"] == ["patcher"] and res["failed_status"] == {"patcher": "suspect"}, res
+    assert "replaced time.perf_counter_ns" in res["error"], res

@@ -108,9 +108,10 @@ class DeviceActor:
         """Time ``jobs`` (same problem size, different builds; ``artifacts`` in the same order,
         top-level arguments so that Ray resolves them) side by side: ``rounds`` interleaved
         samples each (workers.harness ``contest``), each contender in a fresh harness of its
-        own, the rounds in turns with every rival held still (workers.turns), and this
-        device's own harness, where earlier jobs' code may have left threads, held too.
-        Never raises.
+        own, the rounds in turns with every rival held still (workers.turns); with rivals,
+        this device's own harness, where earlier jobs' code may have left threads, is ended
+        first (the next job starts a new one: a red-team leftover escaped a hold held per
+        turn, unmeasured). Never raises.
 
         Returns ``status``, ``error`` and ``results``: per job in order, ``median_ms``,
         ``iqr_ms``, ``n_samples``, ``samples_ms``; a failed contest names the job keys at
@@ -123,8 +124,9 @@ class DeviceActor:
             each = [{**j, "contest": [{**j, "artifact": p}], "rounds": rounds,
                      "turns": len(jobs) > 1} for j, p in zip(jobs, paths)]
             timeout = sum(j["timing"]["timeout_s"] for j in jobs) * 2
-            res = turns.combined(jobs, turns.run_in_turns(boxes, each, timeout,
-                                                          self.sandbox.pause))
+            if len(jobs) > 1:  # nothing an earlier job left in its harness runs meanwhile
+                self.fresh()
+            res = turns.combined(jobs, turns.run_in_turns(boxes, each, timeout))
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         finally:

@@ -135,7 +135,19 @@ wrongly:
   run again in a fresh harness (workers.sandbox ``run_retrying``); a contest's contenders
   each run in a fresh harness of their own, their samples in turns with every rival's
   sandbox held still (workers.turns), so none of a rival's code shares, or runs beside,
-  the timed process. A GPU rival's kernels queued before its hold still run on the device;
+  the timed process. A GPU rival's kernels queued before its hold still run on the device.
+  What that design opens, and what is left (red-team round 15): each contender is timed by
+  its own harness's clock, so a patched clock no longer scales its rivals' figures too; a
+  clock of :func:`watched` found replaced before a round or after the contest makes the
+  contender ``suspect`` (:meth:`Harness._clock_intact`), but a patch below Python's objects
+  (the builtin's C function pointer, libc's ``clock_gettime``) or one undone between its
+  samples is judged only by the closing's outside clock, which flags 4x, not 2x (a fix:
+  the sandbox times each turn's call itself, "call"/"called" as ``_clock_paced`` does); the
+  checks and warm-ups run in every contender's sandbox at once, unheld (a rival's
+  processes can slow them: a ``timeout`` in company is judged alone before it is dropped,
+  kopt.loop.contests); a contender's forged "own" progress messages stretch its own turn,
+  with every rival held, up to the sandbox's job limit (the contest stalls; no verdict
+  changes);
 - anything that reads or writes this process's memory or code: the expected outputs and
   tolerance bands (``InputSet``), the pristine inputs, the flush buffer; Python's C API
   (``PyGILState_Ensure`` + ``PyRun_SimpleString`` reach ``Harness.verify`` and
@@ -385,6 +397,8 @@ class Harness:
         # a clock job's start: returns once the sandbox says "go" (its outside clock started
         # before it sent that); in-process use (tests) has no sandbox to wait for
         self.await_go: Callable[[], None] = lambda: None
+        # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`
+        self.watch: list[tuple[Any, str, Any]] = []
         # CPU: the candidate's own buffers evicted line by line before each sample, outputs
         # checked in one pass (workers.native); where its helpers cannot be built, and on
         # the GPU, a buffer of twice the last-level cache (L2) zeroed instead
@@ -1661,6 +1675,7 @@ class Harness:
                                                     samples[i]) != "clear")[0]
                      if mixes[i] else self.rng.randrange(N_SETS) for i in order]
             if turns:
+                self._clock_intact()
                 self.progress({"stage": "turn"})
                 self.await_go()
             xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush, picks)
@@ -1674,6 +1689,17 @@ class Harness:
                              replay_state(xs[:rounds], new, xs) != "clear")
             r += 1
         return []
+
+    def _clock_intact(self) -> None:
+        """In a contest of contenders each in a harness of its own (workers.turns), before
+        each round: raise JobError ``suspect`` (fatal) when a clock of :attr:`watch` (the
+        time module's, ``torch.cuda.Event``'s) is no longer the object taken at start. Only
+        this contender's code ran in this process, and its figures, unlike in a shared
+        harness, are compared with rivals timed by unpatched clocks: a red-team contender
+        that scaled ``time.perf_counter_ns`` by 1/2 from its first call won so at 2x."""
+        changed = [c for c in rewritten(self.watch) if c.startswith(CLOCKS)]
+        if changed:
+            raise JobError(Status.SUSPECT, _clock_replaced(changed), fatal=True)
 
     def _device_used(self) -> int | None:
         """Device memory this process holds outside torch's caching allocator (bytes): the
@@ -2476,6 +2502,9 @@ def main(rfd: int, wfd: int, device: str, listen_fd: int | None = None,
 # the time module's clocks the harness times with (and others a patch would hit alike)
 CLOCK_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time",
                "time_ns", "process_time", "process_time_ns", "thread_time", "thread_time_ns")
+# the names :func:`rewritten` gives the clocks of :func:`watched` (the time module's, and
+# ``torch.cuda.Event``'s methods on a GPU)
+CLOCKS = ("time.", "Event.")
 
 
 def watched(device: str) -> list[tuple[Any, str, Any]]:
@@ -2521,7 +2550,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     clock job waits for the sandbox's "go" on ``rconn`` (:func:`_await_go`); a "go" read
     here (none is sent outside a clock job's wait) is skipped."""
     h.await_go = lambda: _await_go(rconn)
-    watch = watched("cuda" if h.is_cuda else "cpu")
+    watch = h.watch = watched("cuda" if h.is_cuda else "cpu")
     while True:
         try:
             kind, job = rconn.recv()
@@ -2592,13 +2621,24 @@ def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
     contender's code ran there; a replaced clock is left to the outside clock)."""
     print(f"kopt harness: {', '.join(changed[:8])} replaced during a job; restarting",
           file=sys.stderr, flush=True)
-    own = [c for c in changed if not c.startswith(("time.", "Event."))]
+    own = [c for c in changed if not c.startswith(CLOCKS)]
     if own and isinstance(job, dict) and job.get("clock_calls") and not job.get(
             "clock_loads_only"):
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"code in the harness's process replaced its {', '.join(own[:4])} during a "
             "block of its calls")}
+    clocks = [c for c in changed if c.startswith(CLOCKS)]
+    if clocks and isinstance(job, dict) and job.get("turns") and res.get(
+            "status") == Status.OK:  # its own harness: see Harness._clock_intact
+        return {**res, "status": Status.SUSPECT, "fatal": True,
+                "error": _clock_replaced(clocks)}
     return {**res, "fatal": True}
+
+
+def _clock_replaced(changed: list[str]) -> str:
+    """The ``suspect`` line of a contender whose own harness's clocks ``changed``."""
+    return (f"code in its own harness's process replaced {', '.join(changed[:4])} during "
+            "a contest: its figures came from a clock it changed")
 
 
 def _pong(rconn: Connection, wconn: Connection) -> None:

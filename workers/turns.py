@@ -23,7 +23,6 @@ Stdlib only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -109,12 +108,11 @@ class Turns:
             self.cv.notify_all()
 
 
-def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: float,
-                 hold_also: Callable[[], hold.Held] | None = None) -> list[dict[str, Any]]:
+def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: float
+                 ) -> list[dict[str, Any]]:
     """Run ``jobs[i]`` (a contest job of one contender, ``turns`` set: workers.harness
     ``contest``) in ``boxes[i]``, each sandbox started if it is not, its rounds in turns
-    (module docstring); ``hold_also``: what else to hold still while any contender is timed
-    (the device's own sandbox, where earlier jobs' code may have left threads).
+    (module docstring).
 
     Returns each contender's answer, in order: the harness's (``results`` with one
     contender's figures), ``{"status": "aborted"}`` for one stopped because a rival failed
@@ -126,7 +124,7 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
         futures = [pool.submit(_one, turns, i, box, job, timeout_s)
                    for i, (box, job) in enumerate(zip(boxes, jobs))]
         try:
-            _schedule(turns, boxes, escaped, hold_also)
+            _schedule(turns, boxes, escaped)
         finally:
             turns.stop()
         answers = [f.result() for f in futures]
@@ -152,10 +150,9 @@ def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: flo
     return res
 
 
-def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float],
-              hold_also: Callable[[], hold.Held] | None) -> None:
-    """Give the turns, round after round, each with its rivals (and ``hold_also``'s) held
-    still; the CPU a held rival used meanwhile added to ``escaped`` (ms)."""
+def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float]) -> None:
+    """Give the turns, round after round, each with its rivals held still; the CPU a held
+    rival used meanwhile added to ``escaped`` (ms)."""
     r = 0
     while (order := turns.next_round(r)) is not None:
         for i in order:
@@ -164,7 +161,6 @@ def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float],
                     continue
             rivals = [j for j in range(len(boxes)) if j != i and j not in turns.done]
             held = [(j, boxes[j].pause()) for j in rivals]
-            also = hold_also() if hold_also else None
             try:
                 turns.give(i)
             finally:
@@ -172,7 +168,6 @@ def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float],
                     used = hold.used_ms(h)
                     escaped[j] += used or 0.0
                     hold.release(h)
-                hold.release(also)
         r += 1
 
 
@@ -201,6 +196,14 @@ def combined(jobs: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[
                 "results": [a["results"][0] for a in answers]}
     return {"status": bad[0][1].get("status"), "failed": [k for k, _ in bad],
             "failed_status": {k: a.get("status") for k, a in bad},
-            "error": "; ".join(a.get("error") if a.get("failed") else
-                               f"{k}: {a.get('status')}: {a.get('error') or ''}"
-                               for k, a in bad)}
+            "error": "; ".join(_said(k, a, bad[0][1].get("status")) for k, a in bad)}
+
+
+def _said(key: str, res: dict[str, Any], status: Any) -> str:
+    """Contender ``key``'s failed answer ``res`` in a contest's error whose status is
+    ``status``: the harness's own line where it names the contender, else the key, and
+    ``res``'s status where it is another."""
+    if res.get("failed"):
+        return str(res.get("error") or "")
+    said = "" if res.get("status") == status else f"{res.get('status')}: "
+    return f"{key}: {said}{res.get('error') or ''}"

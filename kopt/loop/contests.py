@@ -27,6 +27,11 @@ from workers.records import RunJob
 from workers.status import Status
 
 SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a contest
+# a contender named so in company is run alone in a fresh harness before it is dropped:
+# load (or, when contenders shared a harness, a rival's code) can make an honest one so;
+# a rival's processes starved a red-team's honest contender to a timeout during the
+# contest's checks, which run in every contender's sandbox at once (red-team round 15)
+JUDGED_ALONE = (Status.REPLAYED, Status.CRASHED, Status.TIMEOUT)
 
 # candidate id -> dims (JSON) -> (job_key, build_id, median_ms, iqr_ms)
 ByCand = dict[str, dict[str, tuple[str, str, float, float]]]
@@ -67,8 +72,8 @@ class SideBySide:
         # cleared alone (:meth:`_clock`)
         self.alone: dict[tuple[str, str], dict[str, Any]] = {}
         self.alive = list(by_cand)
-        # (candidate, dims) named `replayed` or `crashed` in a contest and cleared in a
-        # contest of its own: named so again, it is dropped (:meth:`_judged_alone`)
+        # (candidate, dims) named `replayed`, `crashed` or `timeout` in a contest and
+        # cleared in a contest of its own: named so again, it is dropped (:meth:`_judged_alone`)
         self.replay_cleared: set[tuple[str, str]] = set()
         self.results: Results = {}
         self.dropped: dict[str, str] = {}
@@ -248,8 +253,9 @@ class SideBySide:
                   ) -> tuple[dict[str, str], str]:
         """The contenders a failed contest ``res`` names in ``failed`` (the job keys at
         fault: workers.device_actor ``contest``); when it names none (a device's own
-        failure), each one run alone that fails; those named ``replayed`` or ``crashed``
-        (``failed_status``), only where they are so alone too (:meth:`_judged_alone`).
+        failure), each one run alone that fails; those named ``replayed``, ``crashed`` or
+        ``timeout`` (``failed_status``), only where they fail alone too
+        (:meth:`_judged_alone`).
         Returns them and an error when none can be found. Never the error's text: a
         crash's holds what the dying process printed, and a contender that printed a
         rival's job key and aborted got that rival dropped and won (red-team round 10)."""
@@ -259,7 +265,7 @@ class SideBySide:
         statuses = statuses if isinstance(statuses, dict) else {}
         named = [c for c in cids if self.by_cand[c][dims][0] in keys]
         again = [c for c in named if statuses.get(self.by_cand[c][dims][0], res.get(
-            "status")) in (Status.REPLAYED, Status.CRASHED)]
+            "status")) in JUDGED_ALONE]
         bad = {c: why for c in named if c not in again} if len(cids) > 1 else {cids[0]: why}
         if again and len(cids) > 1:
             alone, error = self._judged_alone(again, dims, why)
@@ -278,8 +284,8 @@ class SideBySide:
 
     def _judged_alone(self, named: list[str], dims: str, why: str
                       ) -> tuple[dict[str, str], str]:
-        """The contenders of ``named`` that a contest of size ``dims`` found ``replayed`` or
-        ``crashed`` (``why``) and that fail again in a contest of their own
+        """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``,
+        ``crashed`` or ``timeout`` (``why``) and that fail again in a contest of their own
         (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the verdict needs),
         or that were cleared so once already; returns them and an error when the device
         failed. One cleared alone stays, and the contest is run again, as a job named so is
