@@ -123,3 +123,33 @@ def test_a_contender_that_patches_its_own_clock_is_suspect_in_company(tmp_path, 
         actor.shutdown()
     assert res["failed"] == ["patcher"] and res["failed_status"] == {"patcher": "suspect"}, res
     assert "replaced time.perf_counter_ns" in res["error"], res
+
+
+def test_a_device_harness_that_ran_while_held_is_ended_and_the_contest_run_again(
+        tmp_path, monkeypatch):
+    """The device's own harness, where an earlier job's code may have left threads, is held
+    still through a contest of rivals; when it used CPU anyway (a red-team leftover's long
+    system calls escaped holds; the figure is scripted here), it is ended and the contest
+    run again without it: `ok`, its figures from the second run."""
+    from workers import hold
+
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    (a, art_a), (b, art_b) = (contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, k)
+                              for k in ("a", "b"))
+    actor = DeviceActor("cpu")
+    pid, real, seen = actor.sandbox.proc.pid, hold.used_ms, []
+
+    def used(h):
+        if h.leader == pid:
+            seen.append(pid)
+            return 5.0
+        return real(h)
+
+    monkeypatch.setattr(hold, "used_ms", used)
+    try:
+        res = actor.contest([a, b], ROUNDS, art_a, art_b)
+        ended = actor.sandbox.proc is None and actor.sandbox.restarts == 1
+    finally:
+        actor.shutdown()
+    assert res["status"] == "ok", res
+    assert seen == [pid] and ended

@@ -108,31 +108,45 @@ class DeviceActor:
         """Time ``jobs`` (same problem size, different builds; ``artifacts`` in the same order,
         top-level arguments so that Ray resolves them) side by side: ``rounds`` interleaved
         samples each (workers.harness ``contest``), each contender in a fresh harness of its
-        own, the rounds in turns with every rival held still (workers.turns); with rivals,
-        this device's own harness, where earlier jobs' code may have left threads, is ended
-        first (the next job starts a new one: a red-team leftover escaped a hold held per
-        turn, unmeasured). Never raises.
+        own, the rounds in turns with every rival held still (workers.turns) and, with
+        rivals, this device's own harness held still throughout (:meth:`_in_turns`). Never
+        raises.
 
         Returns ``status``, ``error`` and ``results``: per job in order, ``median_ms``,
         ``iqr_ms``, ``n_samples``, ``samples_ms``; a failed contest names the job keys at
         fault (``failed``) and each one's status (``failed_status``).
         """
         t0 = time.perf_counter()
-        boxes = [Sandbox(self.backend, self.env) for _ in jobs]
         try:
             paths = [str(ensure_artifact(j["build_id"], a)) for j, a in zip(jobs, artifacts)]
             each = [{**j, "contest": [{**j, "artifact": p}], "rounds": rounds,
                      "turns": len(jobs) > 1} for j, p in zip(jobs, paths)]
-            timeout = sum(j["timing"]["timeout_s"] for j in jobs) * 2
-            if len(jobs) > 1:  # nothing an earlier job left in its harness runs meanwhile
-                self.fresh()
-            res = turns.combined(jobs, turns.run_in_turns(boxes, each, timeout))
+            res = self._in_turns(jobs, each, sum(j["timing"]["timeout_s"] for j in jobs) * 2)
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
-        finally:
-            for box in boxes:
-                box.close()
         self.busy_s += time.perf_counter() - t0
+        return res
+
+    def _in_turns(self, jobs: list[dict[str, Any]], each: list[dict[str, Any]],
+                  timeout_s: float) -> dict[str, Any]:
+        """The contest of ``each`` (one job per contender) in fresh sandboxes, in turns
+        (workers.turns); with rivals, this device's own harness, where an earlier job's code
+        may have left threads, held still meanwhile, and what it used read: one that ran
+        anyway (a red-team leftover's long system calls escaped holds taken per turn) is
+        ended and the contest run again. Raises what the sandboxes raise."""
+        for _ in range(2):
+            boxes = [Sandbox(self.backend, self.env) for _ in jobs]
+            held = self.sandbox.pause() if len(jobs) > 1 else hold.Held()
+            try:
+                res = turns.combined(jobs, turns.run_in_turns(boxes, each, timeout_s))
+            finally:
+                used = hold.used_ms(held)
+                hold.release(held)
+                for box in boxes:
+                    box.close()
+            if used is None or used <= hold.HELD_CPU_MS:
+                break
+            self.fresh()  # what ran there ends with it
         return res
 
     def clock(self, job: dict[str, Any], calls: int, artifact: bytes,
