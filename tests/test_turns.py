@@ -24,8 +24,9 @@ def contender(tmp_path, src, defines, key):
 
 
 def test_contenders_take_turns_each_in_a_harness_of_its_own(tmp_path, monkeypatch):
-    """Two honest contenders, each in its own sandbox: every round gives each one turn
-    (rotating who goes first), each harness takes its own samples, both `ok`."""
+    """Two honest contenders, each in its own sandbox: a first turn each for its load,
+    checks and warm-up, then every round gives each one turn (rotating who goes first),
+    each harness takes its own samples, both `ok`."""
     given: list[int] = []
     give = turns.Turns.give
     monkeypatch.setattr(turns.Turns, "give", lambda self, i: (given.append(i), give(self, i)))
@@ -42,8 +43,8 @@ def test_contenders_take_turns_each_in_a_harness_of_its_own(tmp_path, monkeypatc
     assert res["status"] == "ok", res
     assert [r["n_samples"] for r in res["results"]] == [ROUNDS, ROUNDS]
     assert len(pids) == 2 and None not in pids  # two harness processes
-    firsts = [set(given[2 * r:2 * r + 2]) for r in range(ROUNDS)]
-    assert firsts == [{0, 1}] * ROUNDS, given  # each round: one turn each
+    firsts = [set(given[2 * r:2 * r + 2]) for r in range(ROUNDS + 1)]
+    assert firsts == [{0, 1}] * (ROUNDS + 1), given  # the checks' and each round's: one each
     assert given[:4] == [0, 1, 1, 0], given  # who goes first rotates
 
 

@@ -143,9 +143,9 @@ wrongly:
   (the builtin's C function pointer, libc's ``clock_gettime``) or one undone between its
   samples is judged only by the closing's outside clock, which flags 4x, not 2x (a fix:
   the sandbox times each turn's call itself, "call"/"called" as ``_clock_paced`` does); the
-  checks and warm-ups run in every contender's sandbox at once, unheld (a rival's
-  processes can slow them: a ``timeout`` in company is judged alone before it is dropped,
-  kopt.loop.contests); a contender's forged "own" progress messages stretch its own turn,
+  inputs of every contender are made at once, unheld (kopt's work, before any candidate
+  code loads; its load, checks and warm-up are a turn); a contender's forged "own" progress
+  messages stretch its own turn,
   with every rival held, up to the sandbox's job limit (the contest stalls; no verdict
   changes);
 - anything that reads or writes this process's memory or code: the expected outputs and
@@ -1309,10 +1309,18 @@ class Harness:
         Returns ``status`` and ``results``: per contender ``median_ms``, ``iqr_ms``,
         ``n_samples``, ``samples_ms``; a contender that fails its check or a timed call fails
         the contest (``wrong_result`` with the reason, ``failed``: the job keys at fault).
+
+        With ``job["turns"]`` (one contender in a harness of its own, workers.turns), its
+        artifact is loaded, checked and warmed up in a turn of its own once its inputs are
+        made, and every round is a turn: a rival's processes, held meanwhile, cannot starve
+        its checks (a red-team contender's spinners tried) or its samples.
         """
         entries = job["contest"]
         d = self.prepare(entries[0])
         self.progress({"stage": "prepared"})
+        if job.get("turns"):  # its code loads, is checked and warms up in a turn of its own
+            self.progress({"stage": "turn"})
+            self.await_go()
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
         self._deadline = math.inf
         failed = []

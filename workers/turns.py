@@ -7,9 +7,10 @@ named ``replayed``, in company and again in company after it was cleared alone: 
 or padded every rival call (the rival 2.5x slower side by side, nothing named).
 
 Here each contender runs in a sandbox of its own (workers.sandbox: its own process, PID
-namespace and cgroup where the host has them) and is checked and warmed up there, all at
-once; then the samples take turns. A contender's harness says "turn" before each round
-and waits for "go"; :func:`run_in_turns` gives one harness its go at a time, once every
+namespace and cgroup where the host has them), where its inputs are made, all at once;
+then its load, checks and warm-up take a turn, and each round of samples another. A
+contender's harness says "turn" before each and waits for "go" (workers.harness
+``contest``); :func:`run_in_turns` gives one harness its go at a time, once every
 harness still running waits for one, rotating who goes first, and holds every other
 contender's sandbox still (workers.hold: frozen, or stopped) until that harness says "turn"
 again or answers. So no rival's code shares the timed process, and none runs while it is
