@@ -154,3 +154,32 @@ def test_a_device_harness_that_ran_while_held_is_ended_and_the_contest_run_again
         actor.shutdown()
     assert res["status"] == "ok", res
     assert seen == [pid] and ended
+
+
+def test_a_clock_swapped_below_its_python_object_is_suspect_in_company(tmp_path, monkeypatch):
+    """tests/fixtures/faultpack/mlswap.cpp (red-team round 16) points the builtin
+    ``time.perf_counter_ns``'s method definition at one of its own (half the time) from
+    its first call: the object stays the same, and it won its contest in turns at 2x. The
+    harness reads the C pointers a call of each watched clock runs: `suspect`."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    m, art_m = contender(tmp_path, PACK / "mlswap.cpp", {"SCALE": 50}, "swapper")
+    actor = DeviceActor("cpu")
+    try:
+        res = actor.contest([h, m], ROUNDS, art_h, art_m)
+    finally:
+        actor.shutdown()
+    assert res["failed"] == ["swapper"] and res["failed_status"] == {"swapper": "suspect"}, res
+    assert "replaced time.perf_counter_ns" in res["error"], res
+
+
+def test_the_c_pointers_of_the_clocks_are_read_and_unchanged_in_an_untouched_process():
+    """workers.harness ``c_taken`` reads every clock of the time module the harness watches
+    (this interpreter's layout is the one it knows), and nothing has moved since."""
+    from workers.harness import CLOCK_NAMES, c_swapped, c_taken, watched
+
+    watch = watched("cpu")
+    taken = c_taken(watch)
+    assert {f"time.{n}" for n in CLOCK_NAMES} <= set(taken), sorted(taken)
+    assert all(None not in parts and parts[0] for parts in taken.values()), taken
+    assert c_swapped(watch, taken) == []

@@ -139,10 +139,13 @@ wrongly:
   What that design opens, and what is left (red-team round 15): each contender is timed by
   its own harness's clock, so a patched clock no longer scales its rivals' figures too; a
   clock of :func:`watched` found replaced before a round or after the contest makes the
-  contender ``suspect`` (:meth:`Harness._clock_intact`), but a patch below Python's objects
-  (the builtin's C function pointer, libc's ``clock_gettime``) or one undone between its
-  samples is judged only by the closing's outside clock, which flags 4x, not 2x (a fix:
-  the sandbox times each turn's call itself, "call"/"called" as ``_clock_paced`` does); the
+  contender ``suspect`` (:meth:`Harness._clock_intact`), and so does a builtin clock that
+  runs another C function (:func:`c_swapped`: red-team round 16 pointed its method
+  definition elsewhere), but a patch of the code itself (libpython's, libc's
+  ``clock_gettime``, the vDSO) or a replacement that undoes itself when first called
+  (round 16: only the sample's end read it) is judged only by the closing's outside clock,
+  which flags 4x, not 2x, and a candidate that forges its answers on the pipes (below)
+  passes that too; the fix is the check and the clock outside this process; the
   inputs of every contender are made at once, unheld (kopt's work, before any candidate
   code loads; its load, checks and warm-up are a turn); a contender's forged "own" progress
   messages stretch its own turn,
@@ -234,6 +237,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -397,8 +401,10 @@ class Harness:
         # a clock job's start: returns once the sandbox says "go" (its outside clock started
         # before it sent that); in-process use (tests) has no sandbox to wait for
         self.await_go: Callable[[], None] = lambda: None
-        # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`
+        # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`,
+        # and the C functions its builtins run (:func:`c_taken`)
         self.watch: list[tuple[Any, str, Any]] = []
+        self.c_watch: dict[str, tuple[int | None, ...]] = {}
         # CPU: the candidate's own buffers evicted line by line before each sample, outputs
         # checked in one pass (workers.native); where its helpers cannot be built, and on
         # the GPU, a buffer of twice the last-level cache (L2) zeroed instead
@@ -1705,7 +1711,8 @@ class Harness:
         this contender's code ran in this process, and its figures, unlike in a shared
         harness, are compared with rivals timed by unpatched clocks: a red-team contender
         that scaled ``time.perf_counter_ns`` by 1/2 from its first call won so at 2x."""
-        changed = [c for c in rewritten(self.watch) if c.startswith(CLOCKS)]
+        changed = [c for c in rewritten(self.watch) + c_swapped(self.watch, self.c_watch)
+                   if c.startswith(CLOCKS)]
         if changed:
             raise JobError(Status.SUSPECT, _clock_replaced(changed), fatal=True)
 
@@ -2543,6 +2550,53 @@ def members(cls: type) -> list[tuple[Any, str, Any]]:
             if callable(v) or isinstance(v, (staticmethod, classmethod))]
 
 
+# CPython's PyCFunctionObject (Include/cpython/methodobject.h, 3.11-3.13): after the
+# object's head, ``m_ml`` (its PyMethodDef: ``ml_name``, ``ml_meth``, ``ml_flags``),
+# ``m_self``, ``m_module``, ``m_weakreflist``, ``vectorcall``; byte offsets on 64-bit
+_CFUNC_M_ML, _CFUNC_M_SELF, _CFUNC_VECTORCALL = 16, 24, 48
+_METHODDEF_ML_METH, _METHODDEF_ML_FLAGS = 8, 16
+
+
+def c_parts(fn: Any) -> tuple[int | None, ...] | None:
+    """What a call of builtin ``fn`` (``time.perf_counter_ns``, a ``types.
+    BuiltinFunctionType``) runs: its ``m_ml``, ``m_self`` and ``vectorcall`` pointers and
+    its method definition's ``ml_meth`` and ``ml_flags``, read from the object's memory;
+    None for any other object, or where the layout is not the one above (the name at
+    ``m_ml`` is not ``fn``'s: another interpreter build). A red-team contender pointed the
+    clock's ``m_ml`` at a definition of its own, through Python's C API: the object stayed
+    the same (:func:`rewritten` saw nothing) and every reading of the clock was halved."""
+    if (not isinstance(fn, types.BuiltinFunctionType) or ctypes.sizeof(ctypes.c_void_p) != 8
+            or not (3, 11) <= sys.version_info[:2] <= (3, 13)
+            or hasattr(sys, "gettotalrefcount")):  # a debug build's object head is longer
+        return None
+    at = id(fn)
+    ml = ctypes.c_void_p.from_address(at + _CFUNC_M_ML).value
+    if not ml or ctypes.c_char_p.from_address(ml).value != fn.__name__.encode():
+        return None
+    return (ml, ctypes.c_void_p.from_address(at + _CFUNC_M_SELF).value,
+            ctypes.c_void_p.from_address(at + _CFUNC_VECTORCALL).value,
+            ctypes.c_void_p.from_address(ml + _METHODDEF_ML_METH).value,
+            ctypes.c_int.from_address(ml + _METHODDEF_ML_FLAGS).value)
+
+
+def c_taken(watch: list[tuple[Any, str, Any]]) -> dict[str, tuple[int | None, ...]]:
+    """:func:`c_parts` of each builtin in ``watch`` (:func:`watched`), by the name
+    :func:`rewritten` gives it; taken with the watch, before any job runs."""
+    out = {}
+    for o, n, v in watch:
+        if (parts := c_parts(v)) is not None:
+            out[f"{getattr(o, '__name__', o)}.{n}"] = parts
+    return out
+
+
+def c_swapped(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | None, ...]]
+              ) -> list[str]:
+    """The names in ``taken`` (:func:`c_taken`) whose builtin (the one ``watch`` holds)
+    now runs another C function than when taken."""
+    objs = {f"{getattr(o, '__name__', o)}.{n}": v for o, n, v in watch}
+    return [n for n, parts in taken.items() if c_parts(objs[n]) != parts]
+
+
 def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
     """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken,
     each read as its owner's namespace holds it (``inspect.getattr_static``), as
@@ -2559,6 +2613,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     here (none is sent outside a clock job's wait) is skipped."""
     h.await_go = lambda: _await_go(rconn)
     watch = h.watch = watched("cuda" if h.is_cuda else "cpu")
+    h.c_watch = c_taken(watch)
     while True:
         try:
             kind, job = rconn.recv()
@@ -2570,14 +2625,15 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             answer(wconn, {"pong": job})
             continue
         h.idle_s = time.perf_counter() - h.done_at
-        if unfit := _unfit(watch):  # left by an earlier job since its end: not this one's
+        # left by an earlier job since its end: not this one's
+        if unfit := _unfit(watch, h.c_watch):
             answer(wconn, unfit)
             return
         res = _run_one(h, job)
         h.done_at = time.perf_counter()
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
-        if changed := rewritten(watch):
+        if changed := rewritten(watch) + c_swapped(watch, h.c_watch):
             res = _rewritten(res, job, changed)
         answer(wconn, res)
         if res.get("fatal"):
@@ -2586,17 +2642,19 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             return
 
 
-def _unfit(watch: list[tuple[Any, str, Any]]) -> dict | None:
+def _unfit(watch: list[tuple[Any, str, Any]],
+           c_watch: dict[str, tuple[int | None, ...]] | None = None) -> dict | None:
     """The answer (``crashed``, fatal: the job is run again in a fresh harness) to a job
     that finds this process unfit for it: more than :data:`FILES_KEPT` files held, or a
-    function of ``watch`` replaced (:func:`rewritten`) since the last job's end, by code an
-    earlier candidate left here; None when fit."""
+    function of ``watch`` replaced (:func:`rewritten`; or a builtin of ``c_watch`` running
+    another C function, :func:`c_swapped`) since the last job's end, by code an earlier
+    candidate left here; None when fit."""
     held = open_files()
     if held > FILES_KEPT:
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
             "between jobs: code an earlier candidate left there opened them); restarted")}
-    if changed := rewritten(watch):
+    if changed := rewritten(watch) + c_swapped(watch, c_watch or {}):
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness's {', '.join(changed[:4])} had been replaced when the job came "
             "(code an earlier candidate left there); restarted")}
