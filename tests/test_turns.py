@@ -183,3 +183,26 @@ def test_the_c_pointers_of_the_clocks_are_read_and_unchanged_in_an_untouched_pro
     assert {f"time.{n}" for n in CLOCK_NAMES} <= set(taken), sorted(taken)
     assert all(None not in parts and parts[0] for parts in taken.values()), taken
     assert c_swapped(watch, taken) == []
+
+
+def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch):
+    """A contender's harness that cannot start (the device's fault: no memory for another
+    CUDA context, say) stops the contest as the device's failure (``actor``) and names no
+    contender; the rival that started is stopped, not named."""
+    jobs = [contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, k)[0] for k in ("a", "b")]
+    boxes = [Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in jobs]
+
+    def refuse():
+        raise RuntimeError("no harness today")
+
+    monkeypatch.setattr(boxes[1], "start", refuse)
+    try:
+        answers = turns.run_in_turns(
+            boxes, [{**j, "contest": [j], "rounds": ROUNDS, "turns": True} for j in jobs], 60)
+    finally:
+        for b in boxes:
+            b.close()
+    res = turns.combined(jobs, answers)
+    assert res["actor"] is True and "failed" not in res, res
+    assert res["error"] == "a contender's harness did not start: RuntimeError('no harness today')"
+    assert answers[0]["status"] == "aborted", answers

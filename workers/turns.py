@@ -138,7 +138,12 @@ def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: flo
     res: dict[str, Any] = {"status": Status.ERROR, "error": "its harness did not answer"}
     try:
         if box.proc is None or box.proc.poll() is not None:
-            box.start()
+            try:
+                box.start()
+            except Exception as e:  # noqa: BLE001 -- the device's fault, not the contender's
+                res = {"status": Status.ERROR, "unstarted": True,
+                       "error": f"a contender's harness did not start: {e!r}"}
+                return res
         res = box.run(job, timeout_s, turn=lambda: turns.wait(i))
     except Aborted:
         box.kill()  # it waits for a "go" that never comes
@@ -186,7 +191,10 @@ def combined(jobs: list[dict[str, Any]], answers: list[dict[str, Any]]) -> dict[
     """One contest answer from each contender's (:func:`run_in_turns`), as a contest in one
     harness answers: ``ok`` with ``results`` in order; else the first failure's status,
     ``failed`` (the job keys at fault; an ``aborted`` one is not), ``failed_status`` (job
-    key -> its status) and each one's error."""
+    key -> its status) and each one's error; ``error`` with ``actor`` (the device failed,
+    kopt.loop.contests stops the contest and names nobody) when a harness did not start."""
+    if down := [a for a in answers if a.get("unstarted")]:  # no contender's doing
+        return {"status": Status.ERROR, "error": down[0]["error"], "actor": True}
     bad = [(j["job_key"], a) for j, a in zip(jobs, answers)
            if a.get("status") not in (Status.OK, "aborted")]
     if not bad:
