@@ -37,8 +37,8 @@ ESCAPED_CPU_MS = hold.HELD_CPU_MS
 
 
 class Aborted(Exception):
-    """The contest stopped (a contender failed before its rounds): a waiting harness's
-    turn never comes."""
+    """The contest stopped (a contender failed, or its harness did not start): a waiting
+    harness's turn never comes."""
 
 
 class Turns:
@@ -71,7 +71,7 @@ class Turns:
 
     def finished(self, i: int, failed: bool) -> None:
         """Contender ``i``'s job answered; ``failed``: not ``ok``, which stops the contest
-        for every contender not yet past its checks (they are told by :class:`Aborted`)."""
+        for every other contender at its next turn (told by :class:`Aborted`)."""
         with self.cv:
             if self.current == i:
                 self.current = None
@@ -116,8 +116,8 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
     (module docstring).
 
     Returns each contender's answer, in order: the harness's (``results`` with one
-    contender's figures), ``{"status": "aborted"}`` for one stopped because a rival failed
-    before the rounds, or ``suspect`` for one whose sandbox used more than
+    contender's figures), ``{"status": "aborted"}`` for one stopped because a rival failed,
+    or ``suspect`` for one whose sandbox used more than
     :data:`ESCAPED_CPU_MS` of CPU while held for a rival's turn. Never raises."""
     turns = Turns(len(boxes))
     escaped = [0.0] * len(boxes)
@@ -147,7 +147,7 @@ def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: flo
         res = box.run(job, timeout_s, turn=lambda: turns.wait(i))
     except Aborted:
         box.kill()  # it waits for a "go" that never comes
-        res = {"status": "aborted", "error": "a rival failed before the rounds"}
+        res = {"status": "aborted", "error": "stopped: a rival failed"}
     except Exception as e:  # noqa: BLE001 -- a start or run that failed is this one's answer
         box.kill()
         res = {"status": Status.ERROR, "error": f"its sandbox: {e!r}"}
