@@ -489,17 +489,12 @@ def test_a_candidate_shares_the_harnesss_memory_with_no_process_outside_its_thre
     assert got == dict.fromkeys(modes, "ok" if isolated else "wrong_result")
 
 
-def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(tmp_path):
-    """The framer (MODE 25) leaves a thread that aborts while the next job's ref.py runs
-    (a file its reference() makes says when): the next job's harness died before its inputs
-    were made, which was blamed on ref.py (``error``, "fix them": red-team round 8 framed
-    an honest job so with a timer left armed). In a harness that had run jobs before, it is
-    ``crashed``, retried in a fresh harness, and ``ok`` there; a ref.py that ends a fresh
-    harness by itself is still ``error`` naming it."""
-    ref = FIXTURES / "escape" / "ref.py"
+def _marked_ref(tmp_path: Path) -> Path:
+    """The escape fixture's ref.py, saying when its reference() runs (a file
+    ``ref-running`` in the harness's scratch folder) and waiting there to be framed while a
+    framer says it is armed, up to 30 s, as MODE 7 does."""
     marked = tmp_path / "marked" / "ref.py"
     marked.parent.mkdir()
-    # (it waits to be framed while a framer says it is there, up to 30 s, as MODE 7 does)
     marked.write_text("import os, time\n\n\ndef reference(x, N):\n"
                       "    tmp = os.environ['TMPDIR']\n"
                       "    open(os.path.join(tmp, 'ref-running'), 'w').close()\n"
@@ -508,6 +503,18 @@ def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(t
                       "            break\n"
                       "        time.sleep(0.01)\n"
                       "    return 2 * x\n")
+    return marked
+
+
+def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(tmp_path):
+    """The framer (MODE 25) leaves a thread that aborts while the next job's ref.py runs
+    (a file its reference() makes says when): the next job's harness died before its inputs
+    were made, which was blamed on ref.py (``error``, "fix them": red-team round 8 framed
+    an honest job so with a timer left armed). In a harness that had run jobs before, it is
+    ``crashed``, retried in a fresh harness, and ``ok`` there; a ref.py that ends a fresh
+    harness by itself is still ``error`` naming it."""
+    ref = FIXTURES / "escape" / "ref.py"
+    marked = _marked_ref(tmp_path)
     ending = tmp_path / "ending" / "ref.py"
     ending.parent.mkdir()
     ending.write_text("import os\n\n\ndef reference(x, N):\n    os._exit(3)\n")
@@ -548,6 +555,36 @@ def test_a_candidate_that_uses_up_the_open_files_leaves_the_next_a_fresh_harness
     assert honest == ["ok", "ok"] and hog["status"] == "ok", hog
     assert restarts == 1
     assert after["status"] == "ok", after
+
+
+def test_a_clock_block_framed_by_an_earlier_candidate_is_run_again_in_a_fresh_harness(
+        tmp_path):
+    """The outside clock's block of the candidate's calls runs in the device's own harness
+    (workers.device_actor ``clock``), where earlier candidates ran: the framer (MODE 25)
+    leaves a thread that aborts while the next job's ref.py runs, and the honest contender's
+    block after it was ``crashed`` (red-team round 16: a rival's clock job, sent to a
+    harness a forger had ended, was blamed so). It is run once more in a fresh harness and
+    is ``ok`` there, its error saying how the first run ended."""
+    from workers.device_actor import DeviceActor
+
+    ref = FIXTURES / "escape" / "ref.py"
+    marked = _marked_ref(tmp_path)
+    framer = Path(artifact(tmp_path, SRC, 25, "escape.cpp"))
+    honest = Path(artifact(tmp_path, SRC, 0, "escape.cpp"))
+    dev = DeviceActor("cpu")
+    try:
+        first = dev.clock({**job(str(framer), SRC, ref), "build_id": framer.parent.name}, 3,
+                          framer.read_bytes())
+        restarts = dev.sandbox.restarts
+        got = dev.clock({**job(str(honest), SRC, marked), "build_id": honest.parent.name}, 3,
+                        honest.read_bytes())
+    finally:
+        dev.shutdown()
+    assert first["status"] == "ok", first
+    assert got["status"] == "ok" and got["outside_ms"] > 0, got
+    assert got["error"].startswith("retried in a fresh harness: the first run crashed "
+                                   "(harness died: killed by SIGABRT while "), got
+    assert dev.sandbox.restarts == restarts + 1
 
 
 def test_a_harness_stopped_by_the_last_candidate_is_not_the_next_ones_hang(tmp_path):

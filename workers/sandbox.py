@@ -465,7 +465,7 @@ class Sandbox:
             return None
         return self.counted.cpu_ns()
 
-    def run_retrying(self, job: RunJob, timeout_s: float) -> dict[str, Any]:
+    def run_retrying(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """:meth:`run`, with a job run once more in a fresh harness before its verdict is
         final when it ``crashed``, was named ``replayed``, or failed in any way in a harness
         that had been sent another artifact's job (:attr:`loaded`): code a candidate left
