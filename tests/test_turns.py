@@ -23,6 +23,19 @@ def contender(tmp_path, src, defines, key):
     return {**j, "build_id": Path(art).parent.name}, Path(art).read_bytes()
 
 
+def against_honest(tmp_path, src, defines, key):
+    """The device actor's contest (:data:`ROUNDS` rounds, in turns) of the fault pack's
+    honest MODE 0 ("honest") and tests/fixtures/faultpack/``src`` built with ``defines``
+    (``key``); returns its answer."""
+    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    o, art_o = contender(tmp_path, PACK / src, defines, key)
+    actor = DeviceActor("cpu")
+    try:
+        return actor.contest([h, o], ROUNDS, art_h, art_o)
+    finally:
+        actor.shutdown()
+
+
 def test_contenders_take_turns_each_in_a_harness_of_its_own(tmp_path, monkeypatch):
     """Two honest contenders, each in its own sandbox: a first turn each for its load,
     checks and warm-up, then every round gives each one turn (rotating who goes first),
@@ -162,13 +175,7 @@ def test_a_clock_swapped_below_its_python_object_is_suspect_in_company(tmp_path,
     its first call: the object stays the same, and it won its contest in turns at 2x. The
     harness reads the C pointers a call of each watched clock runs: `suspect`."""
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
-    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
-    m, art_m = contender(tmp_path, PACK / "mlswap.cpp", {"SCALE": 50}, "swapper")
-    actor = DeviceActor("cpu")
-    try:
-        res = actor.contest([h, m], ROUNDS, art_h, art_m)
-    finally:
-        actor.shutdown()
+    res = against_honest(tmp_path, "mlswap.cpp", {"SCALE": 50}, "swapper")
     assert res["failed"] == ["swapper"] and res["failed_status"] == {"swapper": "suspect"}, res
     assert "replaced time.perf_counter_ns" in res["error"], res
 
@@ -206,3 +213,40 @@ def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch)
     assert res["actor"] is True and "failed" not in res, res
     assert res["error"] == "a contender's harness did not start: RuntimeError('no harness today')"
     assert answers[0]["status"] == "aborted", answers
+
+
+def test_a_forged_contest_answer_is_suspect_by_its_turns(tmp_path, monkeypatch):
+    """tests/fixtures/faultpack/forge.cpp (red-team round 16) writes a complete `ok`
+    answer of 60 us samples to its harness's answer pipe in its first round, and the
+    ping's pong: it won at 2.7x against the honest 0.16 ms (0.060 ms). Its sandbox timed one turn of
+    rounds, not 20: `suspect`, named alone."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    res = against_honest(tmp_path, "forge.cpp", {"FAKE_US": 60}, "forger")
+    assert res["failed"] == ["forger"] and res["failed_status"] == {"forger": "suspect"}, res
+    # (its forged answer: its rounds' samples and 3 on held-back sets)
+    assert f"answered {ROUNDS + 3} samples after 1 turn of rounds" in res["error"], res
+
+
+def test_figures_that_no_turn_could_hold_are_suspect():
+    """workers.turns ``in_its_turns`` on answers as a harness (or code in its process)
+    writes them: the honest shape passes, its median taken from its samples, not its
+    word; more samples than turns, a sample longer than its turn, or samples that are not
+    its rounds' are `suspect`; a failed answer, or one of a job not in turns, is left as
+    it is."""
+    one = {"median_ms": 0.001, "iqr_ms": 0.0, "n_samples": 3, "samples_ms": [0.3, 0.1, 0.2],
+           "seen_ms": [0.3, 0.1, 0.2, 0.25], "unseen_ms": [0.4]}
+    ok = {"status": "ok", "error": "", "results": [one]}
+    turns_ms = [50.0, 0.35, 0.5, 0.3, 0.45, 0.3]  # the load turn, then five rounds
+    got = turns.in_its_turns(ok, turns_ms, 3)
+    assert got["status"] == "ok" and got["results"][0]["median_ms"] == 0.2, got
+    assert got["results"][0]["n_samples"] == 3
+    cases = {"after 4 turns": turns_ms[:-1],
+             "longer than the turn": [50.0, 0.35, 0.39, 0.3, 0.35, 0.3]}
+    for why, ts in cases.items():
+        bad = turns.in_its_turns(ok, ts, 3)
+        assert bad["status"] == "suspect" and why in bad["error"], (why, bad)
+    other = {**ok, "results": [{**one, "samples_ms": [0.1, 0.1, 0.1]}]}
+    assert "not the first 3" in turns.in_its_turns(other, turns_ms, 3)["error"]
+    assert turns.in_its_turns({"status": "wrong_result"}, turns_ms, 3) == {
+        "status": "wrong_result"}
+    assert turns.in_its_turns(ok, [], 3) is ok

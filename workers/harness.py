@@ -161,7 +161,10 @@ wrongly:
   also reads the input pipe can answer the ping itself; a clock job's answer written
   there, natively, mid-block, is ``suspect`` unless it comes with exactly one "clocked"
   and this process then answers the sandbox's ping, workers.sandbox ``_clock_answer``:
-  code that reads this process's input pipe and answers in its stead is not caught).
+  code that reads this process's input pipe and answers in its stead is not caught; a
+  contest answer in turns must match the turns its sandbox timed, one sample a round and
+  none longer than its turn, workers.turns ``in_its_turns``: a forger must then take every
+  turn and spend in each what it claims, though it need not do the work there).
   Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
   do that. What it does instead, at the loop's closing only: each contender of the closing

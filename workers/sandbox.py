@@ -79,6 +79,9 @@ class Sandbox:
         self.limits = ""  # its task and memory limits in words, or "none: why"
         self.served = 0  # jobs the running harness answered (their code may still run there)
         self.loaded: set[str] = set()  # the artifacts the running harness was sent
+        # the last job's turns (a contest in turns: workers.turns), each by this process's
+        # clock from its "go" to the harness's next "turn" or its answer (ms)
+        self.turn_ms: list[float] = []
         # how the running harness was started: "forked" from a zygote (workers.zygote), or
         # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
         self.started = ""
@@ -234,7 +237,9 @@ class Sandbox:
         says ``{"stage": "turn"}`` before each round: ``turn`` is called (it returns once
         this harness's turn comes, the rivals held still; it raises to abort the contest)
         and the harness then gets "go"; the time spent waiting there is added to the job's
-        budgets. Without ``turn`` the "go" is sent at once.
+        budgets. Without ``turn`` the "go" is sent at once. Each turn's length, from its
+        "go" to the harness's next "turn" or its answer, by this process's clock, is kept
+        in :attr:`turn_ms` (workers.turns checks the samples against them).
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -260,6 +265,7 @@ class Sandbox:
         clock = _ClockMarks() if body.get("clock_calls") else None  # a clock job's
         timing_ref_job = bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
+        self.turn_ms, turn_at = [], None
         self._send(("run", job))
         while True:
             try:
@@ -277,6 +283,7 @@ class Sandbox:
                 return {**self._died(job, pos, prepared, not isinstance(e, BadAnswer)),
                         "wall_s": time.perf_counter() - t0}
             if not res.get("progress"):
+                self._turn_ended(turn_at)  # the last turn ends with the answer
                 break
             # the harness's word cannot hold the device for ever: candidate code can write
             # progress messages too
@@ -284,9 +291,8 @@ class Sandbox:
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
             if res.get("stage") == "turn":  # waiting for a rival's sample is not its time
-                waited = _waited(turn)
+                waited, turn_at = self._turn(turn, turn_at)
                 deadline, limit, base = deadline + waited, limit + waited, base + waited
-                self._go()
             if clock is not None:
                 self._clock_mark(clock, res.get("stage"))
             if timing_ref_job:
@@ -298,12 +304,35 @@ class Sandbox:
         elif (res.get("status") == Status.OK or not res.get("fatal")) and not self._pinged():
             # (an `ok` answer that ends the harness is pinged too: candidate code could write
             # one with "fatal" to pass unpinged)
-            self.kill()
-            self.restarts += 1
-            res = {"status": Status.CRASHED, "error": (
-                "the harness did not answer a ping after its answer: the answer was not its "
-                "own (code in its process wrote it) or the harness ended right after it")}
+            res = self._unpinged()
         return self._answered(_clock_broken(res, job), t0, pos, clock)
+
+    def _unpinged(self) -> dict[str, Any]:
+        """The outcome of a job whose answer was not followed by the harness's pong
+        (:meth:`_pinged`): ``crashed``, the harness killed (the next job restarts it)."""
+        self.kill()
+        self.restarts += 1
+        return {"status": Status.CRASHED, "error": (
+            "the harness did not answer a ping after its answer: the answer was not its "
+            "own (code in its process wrote it) or the harness ended right after it")}
+
+    def _turn(self, turn: Callable[[], None] | None, turn_at: float | None
+              ) -> tuple[float, float]:
+        """A contest's "turn" message: the last turn's length kept (:meth:`_turn_ended`),
+        the wait for this harness's next turn (``turn``; none: at once), and its "go".
+        Returns the wait (s) and when the turn started (``time.perf_counter``, taken before
+        the "go": a sample starts after it)."""
+        self._turn_ended(turn_at)
+        waited = _waited(turn)
+        at = time.perf_counter()
+        self._go()
+        return waited, at
+
+    def _turn_ended(self, turn_at: float | None) -> None:
+        """The turn started at ``turn_at`` (none running: None) ends now: its ms kept in
+        :attr:`turn_ms`."""
+        if turn_at is not None:
+            self.turn_ms.append((time.perf_counter() - turn_at) * 1e3)
 
     def _pinged(self) -> bool:
         """Whether the harness answers a ping with a random value as its next message,

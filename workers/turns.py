@@ -18,7 +18,7 @@ timed; a held sandbox that used CPU anyway (what it left running escaped the hol
 ``suspect``. Work a rival queued on a GPU before its hold still runs on the device (see
 workers.harness "What is not caught").
 
-Stdlib only.
+Stdlib and workers only.
 """
 
 from __future__ import annotations
@@ -30,10 +30,16 @@ from typing import Any
 from workers import hold
 from workers.sandbox import Sandbox
 from workers.status import Status
+from workers.timing import summarize
 
 # a held sandbox's CPU time beyond this (ms) escaped its hold: kopt.core.clock's rule for
 # the outside clock's holds, whose source it is (workers.hold ``used_ms``)
 ESCAPED_CPU_MS = hold.HELD_CPU_MS
+# how far a sample may exceed the turn it was taken in (the sandbox's clock, the same
+# monotonic clock as the harness's CPU samples; a GPU's events tick in 0.5 us): ms, and a
+# fraction of the turn
+TURN_SLACK_MS = 0.002
+TURN_SLACK = 1e-3
 
 
 class Aborted(Exception):
@@ -145,6 +151,7 @@ def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: flo
                        "error": f"a contender's harness did not start: {e!r}"}
                 return res
         res = box.run(job, timeout_s, turn=lambda: turns.wait(i))
+        res = in_its_turns(res, box.turn_ms, int(job.get("rounds") or 0))
     except Aborted:
         box.kill()  # it waits for a "go" that never comes
         res = {"status": "aborted", "error": "stopped: a rival failed"}
@@ -175,6 +182,60 @@ def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float]) -> None:
                     escaped[j] += used or 0.0
                     hold.release(h)
         r += 1
+
+
+def in_its_turns(res: dict[str, Any], turn_ms: list[float], rounds: int) -> dict[str, Any]:
+    """A contender's contest answer ``res`` held against its turns as its sandbox timed them
+    (``turn_ms``, ms: its load turn, then one per round; workers.sandbox ``turn_ms``):
+    ``suspect`` when it says ``ok`` but its figures are not what its harness could have
+    measured in them, else with ``median_ms``, ``iqr_ms`` and ``n_samples`` computed here
+    from its ``samples_ms``. Each round is one turn and takes one sample, kept in
+    ``seen_ms`` (its first ``rounds`` are ``samples_ms``) or, on a held-back input set, in
+    ``unseen_ms``, and is timed inside its turn: so there are exactly as many samples as
+    turns of rounds, and, both sorted, none longer than its turn (each sample within its
+    own turn makes the k-th longest sample no longer than the k-th longest turn). Code in
+    the harness's process can write its answer pipe (red-team round 16: a complete `ok`
+    answer of 60 us samples, written in the contender's first round, and its ping's pong:
+    an all-zeros kernel won its contest); it must now take as many turns as samples and
+    spend the time it claims in each. (What a forger does in its turns is not seen: the
+    outputs' check and the clock stay in its process, see workers.harness.) Other answers,
+    and those of a job not in turns (no ``turn_ms``), are returned as they are."""
+    if res.get("status") != Status.OK or not turn_ms:
+        return res
+    why, one = _figures(res, turn_ms[1:], rounds)
+    if why:
+        return {"status": Status.SUSPECT, "error": f"{why}: its answer is not what its "
+                "harness measured (code in its process can write the answer)"}
+    st = summarize(one["samples_ms"])
+    return {**res, "results": [{**one, "median_ms": st.median_ms, "iqr_ms": st.iqr_ms,
+                                "n_samples": st.n_samples}]}
+
+
+def _figures(res: dict[str, Any], turns_ms: list[float], rounds: int
+             ) -> tuple[str, dict[str, Any]]:
+    """:func:`in_its_turns`' test of ``res``'s one contender's figures against its rounds'
+    turns ``turns_ms``: (why they cannot be, or "", the contender's figures)."""
+    got = res.get("results")
+    one = got[0] if isinstance(got, list) and len(got) == 1 else None
+    lists = [one.get(k) if isinstance(one, dict) else None
+             for k in ("samples_ms", "seen_ms", "unseen_ms")]
+    if one is None or not all(isinstance(xs, list) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and x == x for x in xs)
+            for xs in lists):
+        return "its answer's figures are not one contender's lists of samples", {}
+    samples, seen, unseen = lists
+    if not samples or len(samples) != rounds or samples != seen[:rounds]:
+        return (f"its samples are not the first {rounds} of its rounds' samples", one)
+    taken = seen + unseen
+    if len(taken) != len(turns_ms):
+        n = len(turns_ms)
+        return (f"its harness answered {len(taken)} samples after {n} turn{'s' * (n != 1)} "
+                "of rounds (one sample a round)", one)
+    for x, t in zip(sorted(taken, reverse=True), sorted(turns_ms, reverse=True)):
+        if x > t * (1 + TURN_SLACK) + TURN_SLACK_MS:
+            return (f"a sample of {x:.4g} ms, longer than the turn it was taken in "
+                    f"({t:.4g} ms by its sandbox's clock)", one)
+    return "", one
 
 
 def _escaped(res: dict[str, Any], ms: float) -> dict[str, Any]:
