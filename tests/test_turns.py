@@ -250,3 +250,18 @@ def test_figures_that_no_turn_could_hold_are_suspect():
     assert turns.in_its_turns({"status": "wrong_result"}, turns_ms, 3) == {
         "status": "wrong_result"}
     assert turns.in_its_turns(ok, [], 3) is ok
+
+
+def test_a_contender_judged_alone_is_held_to_its_turns_too(tmp_path, monkeypatch):
+    """A contender flagged in company is judged alone (kopt.loop.contests): its solo
+    contest was not in turns, and the forger (forge.cpp, ALWAYS=1) won it with its forged
+    60 us figures. A solo contest is in turns too (no rival to hold, its clocks left to
+    the outside clock): `suspect`."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    f, art_f = contender(tmp_path, PACK / "forge.cpp", {"FAKE_US": 60, "ALWAYS": 1}, "forger")
+    actor = DeviceActor("cpu")
+    try:
+        res = actor.contest([f], ROUNDS, art_f)
+    finally:
+        actor.shutdown()
+    assert res["failed"] == ["forger"] and res["failed_status"] == {"forger": "suspect"}, res

@@ -119,8 +119,10 @@ class DeviceActor:
         t0 = time.perf_counter()
         try:
             paths = [str(ensure_artifact(j["build_id"], a)) for j, a in zip(jobs, artifacts)]
-            each = [{**j, "contest": [{**j, "artifact": p}], "rounds": rounds,
-                     "turns": len(jobs) > 1} for j, p in zip(jobs, paths)]
+            # in turns alone too (each sample within a turn its sandbox times: workers.turns
+            # ``in_its_turns``), its clocks left to the outside clock then (``alone``)
+            each = [{**j, "contest": [{**j, "artifact": p}], "rounds": rounds, "turns": True,
+                     "alone": len(jobs) == 1} for j, p in zip(jobs, paths)]
             res = self._in_turns(jobs, each, sum(j["timing"]["timeout_s"] for j in jobs) * 2)
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}

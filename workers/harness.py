@@ -1347,7 +1347,7 @@ class Harness:
         samples: list[list[float]] = [[] for _ in entries]
         unseen: list[list[float]] = [[] for _ in entries]
         bad = self._rounds(libs, entries, d, int(job["rounds"]), (samples, unseen),
-                           bool(job.get("turns")))
+                           bool(job.get("turns")), not job.get("alone"))
         if bad:
             keys = sorted({b.split(":", 1)[0] for b in bad})
             return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
@@ -1666,8 +1666,8 @@ class Harness:
         return not bool(self.within(buf, made, job["tolerance"]))
 
     def _rounds(self, libs: list[Any], entries: list[dict], d: Data, rounds: int,
-                into: tuple[list[list[float]], list[list[float]]], turns: bool = False
-                ) -> list[str]:
+                into: tuple[list[list[float]], list[list[float]]], turns: bool = False,
+                watch: bool = True) -> list[str]:
         """A contest's rounds: each takes one sample of every contender (rotating who goes
         first), each of a candidate's calls with chance ``Q_UNSEEN`` on an input set new to it
         (:class:`_Unseen`, as in its own job: a candidate honest there that kept its results
@@ -1678,7 +1678,9 @@ class Harness:
 
         ``turns`` (a contender in a harness of its own, workers.turns): before each round a
         ``{"stage": "turn"}`` progress message, and the round starts once the sandbox
-        answers "go" (:attr:`await_go`), given while every rival's sandbox is held still."""
+        answers "go" (:attr:`await_go`), given while every rival's sandbox is held still;
+        with ``watch`` (rivals: not a contender judged alone, whose patched clock is left
+        to the closing's outside clock) its clocks looked at first (:meth:`_clock_intact`)."""
         samples, unseen = into
         flush = entries[0]["timing"].get("flush", True)
         mixes = [None if isinstance(lib, RefCall) or e.get(UNGUARDED) or not d.unseen
@@ -1692,7 +1694,8 @@ class Harness:
                                                     samples[i]) != "clear")[0]
                      if mixes[i] else self.rng.randrange(N_SETS) for i in order]
             if turns:
-                self._clock_intact()
+                if watch:
+                    self._clock_intact()
                 self.progress({"stage": "turn"})
                 self.await_go()
             xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush, picks)
@@ -2697,8 +2700,8 @@ def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
             f"code in the harness's process replaced its {', '.join(own[:4])} during a "
             "block of its calls")}
     clocks = [c for c in changed if c.startswith(CLOCKS)]
-    if clocks and isinstance(job, dict) and job.get("turns") and res.get(
-            "status") == Status.OK:  # its own harness: see Harness._clock_intact
+    if clocks and isinstance(job, dict) and job.get("turns") and not job.get("alone") and res.get(
+            "status") == Status.OK:  # its own harness, with rivals: Harness._clock_intact
         return {**res, "status": Status.SUSPECT, "fatal": True,
                 "error": _clock_replaced(clocks)}
     return {**res, "fatal": True}
