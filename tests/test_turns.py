@@ -216,12 +216,13 @@ def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch)
 
 
 def test_a_forged_contest_answer_is_suspect_by_its_turns(tmp_path, monkeypatch):
-    """tests/fixtures/faultpack/forge.cpp (red-team round 16) writes a complete `ok`
+    """tests/fixtures/faultpack/turnforge.cpp MODE 0 (red-team round 16) writes a complete `ok`
     answer of 60 us samples to its harness's answer pipe in its first round, and the
     ping's pong: it won at 2.7x against the honest 0.16 ms (0.060 ms). Its sandbox timed one turn of
     rounds, not 20: `suspect`, named alone."""
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
-    res = against_honest(tmp_path, "forge.cpp", {"FAKE_US": 60}, "forger")
+    res = against_honest(tmp_path, "turnforge.cpp", {"MODE": 0, "FAKE_US": 60, "WRONG": 0},
+                         "forger")
     assert res["failed"] == ["forger"] and res["failed_status"] == {"forger": "suspect"}, res
     # (its forged answer: its rounds' samples and 3 on held-back sets)
     assert f"answered {ROUNDS + 3} samples after 1 turn of rounds" in res["error"], res
@@ -247,6 +248,9 @@ def test_figures_that_no_turn_could_hold_are_suspect():
         assert bad["status"] == "suspect" and why in bad["error"], (why, bad)
     other = {**ok, "results": [{**one, "samples_ms": [0.1, 0.1, 0.1]}]}
     assert "not the first 3" in turns.in_its_turns(other, turns_ms, 3)["error"]
+    for bad_x in (-1.0, 0.0, float("inf"), float("nan")):
+        odd = {**ok, "results": [{**one, "unseen_ms": [bad_x]}]}
+        assert "not a positive finite time" in turns.in_its_turns(odd, turns_ms, 3)["error"]
     assert turns.in_its_turns({"status": "wrong_result"}, turns_ms, 3) == {
         "status": "wrong_result"}
     assert turns.in_its_turns(ok, [], 3) is ok
@@ -254,14 +258,37 @@ def test_figures_that_no_turn_could_hold_are_suspect():
 
 def test_a_contender_judged_alone_is_held_to_its_turns_too(tmp_path, monkeypatch):
     """A contender flagged in company is judged alone (kopt.loop.contests): its solo
-    contest was not in turns, and the forger (forge.cpp, ALWAYS=1) won it with its forged
+    contest was not in turns, and the forger (turnforge.cpp MODE 0, ALWAYS=1) won it with its forged
     60 us figures. A solo contest is in turns too (no rival to hold, its clocks left to
     the outside clock): `suspect`."""
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
-    f, art_f = contender(tmp_path, PACK / "forge.cpp", {"FAKE_US": 60, "ALWAYS": 1}, "forger")
+    f, art_f = contender(tmp_path, PACK / "turnforge.cpp",
+                         {"MODE": 0, "FAKE_US": 60, "WRONG": 0, "ALWAYS": 1}, "forger")
     actor = DeviceActor("cpu")
     try:
         res = actor.contest([f], ROUNDS, art_f)
     finally:
         actor.shutdown()
     assert res["failed"] == ["forger"] and res["failed_status"] == {"forger": "suspect"}, res
+
+
+@pytest.mark.parametrize("val", ["float('-inf')", "0.0"])
+def test_samples_that_are_no_positive_time_are_suspect(tmp_path, monkeypatch, val):
+    """tests/fixtures/faultpack/turnforge.cpp MODE 2 (red-team round 17) takes every turn
+    itself and claims samples of -inf (its median computed here was NaN, which won a
+    comparison) or 0 ms (the comparison raised): `suspect`."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    res = against_honest(tmp_path, "turnforge.cpp", {"MODE": 2, "VAL": val}, "forger")
+    assert res["failed"] == ["forger"] and res["failed_status"] == {"forger": "suspect"}, res
+    assert "not a positive finite time" in res["error"], res
+
+
+def test_a_contender_cannot_say_the_device_failed(tmp_path, monkeypatch):
+    """turnforge.cpp MODE 3 (red-team round 17) writes {"status": "error", "unstarted":
+    true} to its answer pipe: the contest stopped as the device's failure (``actor``),
+    nobody named, its honest rival never measured. Only the sandbox says a harness did not
+    start: the forger's answer is its own failure, and it is named."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    res = against_honest(tmp_path, "turnforge.cpp", {"MODE": 3}, "forger")
+    assert "actor" not in res and res["failed"] == ["forger"], res
+    assert res["failed_status"] == {"forger": "error"}, res

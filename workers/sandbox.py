@@ -436,8 +436,11 @@ class Sandbox:
         killed when it said ``fatal``."""
         res["wall_s"] = time.perf_counter() - t0
         self.served += 1
-        for k in PACED_KEYS + ("outside_ms", "outside_cpu_ms"):  # this process's figures
-            res.pop(k, None)                                       # alone, never the harness's
+        # this process's figures and words alone, never the harness's (red-team round 17: a
+        # contender wrote {"unstarted": true} to its answer pipe, and its contest stopped as
+        # the device's failure, its honest rival never measured)
+        for k in PACED_KEYS + ("outside_ms", "outside_cpu_ms", "unstarted", "actor"):
+            res.pop(k, None)
         if clock is not None and clock.calls:
             res["outside_calls_ms"] = [ms for ms, _ in clock.calls]
             if all(cpu is not None for _, cpu in clock.calls):

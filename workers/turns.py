@@ -23,6 +23,7 @@ Stdlib and workers only.
 
 from __future__ import annotations
 
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -193,7 +194,8 @@ def in_its_turns(res: dict[str, Any], turn_ms: list[float], rounds: int) -> dict
     ``seen_ms`` (its first ``rounds`` are ``samples_ms``) or, on a held-back input set, in
     ``unseen_ms``, and is timed inside its turn: so there are exactly as many samples as
     turns of rounds, and, both sorted, none longer than its turn (each sample within its
-    own turn makes the k-th longest sample no longer than the k-th longest turn). Code in
+    own turn makes the k-th longest sample no longer than the k-th longest turn), and
+    each a positive finite time (red-team round 17: -inf samples, a NaN median). Code in
     the harness's process can write its answer pipe (red-team round 16: a complete `ok`
     answer of 60 us samples, written in the contender's first round, and its ping's pong:
     an all-zeros kernel won its contest); it must now take as many turns as samples and
@@ -220,9 +222,12 @@ def _figures(res: dict[str, Any], turns_ms: list[float], rounds: int
     lists = [one.get(k) if isinstance(one, dict) else None
              for k in ("samples_ms", "seen_ms", "unseen_ms")]
     if one is None or not all(isinstance(xs, list) and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and x == x for x in xs)
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
             for xs in lists):
         return "its answer's figures are not one contender's lists of samples", {}
+    if not all(math.isfinite(x) and x > 0 for xs in lists for x in xs):
+        # (red-team round 17: -inf samples made its median NaN, which won a comparison)
+        return "a sample that is not a positive finite time", one
     samples, seen, unseen = lists
     if not samples or len(samples) != rounds or samples != seen[:rounds]:
         return (f"its samples are not the first {rounds} of its rounds' samples", one)
