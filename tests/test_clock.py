@@ -414,6 +414,8 @@ def test_a_median_not_above_zero_is_suspect_whatever_the_harness_said():
     con = _clock_broken({"status": "ok", "results": [figures(0.2), figures(0.0)]}, two)
     assert con["status"] == "suspect" and con["failed"] == ["b"]
     assert con["error"].startswith("b: a median of 0.0 ms")
+    for odd in (float("inf"), float("nan")):
+        assert _clock_broken({"status": "ok", "median_ms": odd}, {})["status"] == "suspect"
     fine = {"status": "ok", "median_ms": 0.2}
     assert _clock_broken(fine, {}) is fine
     passed = {"status": "ok", "results": [figures(0.2), figures(0.3)]}

@@ -785,6 +785,7 @@ class _ClockMarks:
 def _clock_broken(res: dict[str, Any], job: RunJob | dict[str, Any]) -> dict[str, Any]:
     """``res`` made ``suspect`` where a figure the harness reports cannot be a time: an
     ``ok`` job's ``median_ms``, or a contender's in a contest's ``results``, not above 0 ms
+    or not finite
     (a clock patched in the harness's process that runs backwards gave -61 ms, and a
     geometric mean of it stopped the sweep). A contest names the contenders at fault in
     ``failed``, as for a failed check."""
@@ -834,7 +835,9 @@ def _number(x: Any) -> bool:
 
 
 def _positive(x: Any) -> bool:
-    return isinstance(x, (int, float)) and x > 0
+    """Whether ``x`` is a positive finite number (a time a call can take; an infinite median
+    made a geometric mean infinite)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _artifacts(job: RunJob | dict[str, Any]) -> set[str]:
