@@ -132,6 +132,11 @@ class LocalCluster:
 
     def down(self) -> None:
         for p in self.procs.values():
+            # only a node whose process was not reaped yet: a reaped one's pid can be another
+            # process group's by now (pid_max is 32768 on the CI machine; a test of another
+            # worker had its stand-in process group killed so)
+            if p.poll() is not None:
+                continue
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:

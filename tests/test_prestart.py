@@ -499,3 +499,25 @@ def test_a_killed_driver_leaves_no_harness_and_no_folder(tmp_path):
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def test_closing_kills_no_process_group_that_is_no_longer_its_harness():
+    """A prestarted harness that ended was reaped by its reaper; its pid can then be
+    another process group's (pid_max is 32768 on the CI machine), and ``close`` killed that
+    group: a test of another xdist worker had its stand-in process killed. ``close`` kills a
+    harness only while it is its reaper's child."""
+    import subprocess
+
+    from workers.prestart import Prestarter
+
+    reaper = subprocess.Popen(["sleep", "0.1"])
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    pre = object.__new__(Prestarter)
+    pre._procs, pre._harnesses = [reaper], {reaper.pid: stranger.pid}
+    pre._threads, pre._folders, pre.started = [], [], {}
+    try:
+        pre.close()
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -24,6 +24,7 @@ import duckdb
 import pytest
 
 from conftest import FIXTURES, started
+from kopt.run.service import own_head
 
 pytestmark = pytest.mark.slow  # starts a kopt service (a Ray head)
 
@@ -148,7 +149,8 @@ def service(tmp_path_factory):
     finally:
         if state.exists():  # a test failed before `kopt serve stop`: stop its Ray head
             left = json.loads(state.read_text())
-            if left.get("pgid") and _alive(left["pgid"]):
+            # (its own head only: a pgid whose head died can be another program's by now)
+            if left.get("pgid") and _alive(left["pgid"]) and own_head(left):
                 os.killpg(left["pgid"], signal.SIGKILL)
             if left.get("temp_dir"):
                 shutil.rmtree(left["temp_dir"], ignore_errors=True)

@@ -104,6 +104,9 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:
             continue
+    # reaped: its pid may be another process's (group's) from now on, which the driver's
+    # death (SIGTERM: _driver_died) must not kill
+    _state["pid"] = 0
     if cg is not None:  # its sandbox's first process has exited: the namespace is empty
         cg.leave()
         cg.remove()
