@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from test_export import cand
 from test_propose_json import DC, SWEEP, store_with_a_profiled_winner
 
+from conftest import started
 from kopt.cli.main import main
 from kopt.store.files import dumps, now, write_table
 
@@ -121,9 +122,11 @@ def test_serve_stop_names_the_launchpad_it_stopped(tmp_path):
     sock = str(folder / "launch.sock")
     # stand-ins: the head kopt started (its command line names ray and its folder) and its
     # launchpad (its command line names kopt.cli.launchpad and the socket)
-    head = subprocess.Popen(["bash", "-c", "sleep 300; true", "ray", str(tmp)],
-                            start_new_session=True)
-    pad = subprocess.Popen(["bash", "-c", "sleep 300; true", "kopt.cli.launchpad", sock])
+    # (`started`: read at once, a loaded machine's /proc showed a command line empty)
+    head = started(subprocess.Popen(["bash", "-c", "sleep 300; true", "ray", str(tmp)],
+                                    start_new_session=True), str(tmp))
+    pad = started(subprocess.Popen(["bash", "-c", "sleep 300; true", "kopt.cli.launchpad",
+                                    sock]), sock)
     try:
         (tmp_path / "service.json").write_text(json.dumps(
             {"address": "127.0.0.1:1", "pgid": head.pid, "head_start": _start_ticks(head.pid),

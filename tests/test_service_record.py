@@ -159,8 +159,9 @@ def test_serve_stop_of_its_own_head_that_does_not_answer_says_it_stopped_it(tmp_
     tmp = Path(f"/tmp/kopt-ray-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     # a stand-in for the head kopt started: its command line names ray and its folder
-    head = subprocess.Popen(["bash", "-c", "sleep 300; true", "ray", str(tmp)],
-                            start_new_session=True)
+    # (`started`: read at once, a loaded machine's /proc showed its command line empty)
+    head = started(subprocess.Popen(["bash", "-c", "sleep 300; true", "ray", str(tmp)],
+                                    start_new_session=True), str(tmp))
     try:
         (tmp_path / "service.json").write_text(json.dumps(
             {"address": "127.0.0.1:1", "pgid": head.pid, "head_start": _start_ticks(head.pid),
