@@ -1717,8 +1717,7 @@ class Harness:
         this contender's code ran in this process, and its figures, unlike in a shared
         harness, are compared with rivals timed by unpatched clocks: a red-team contender
         that scaled ``time.perf_counter_ns`` by 1/2 from its first call won so at 2x."""
-        changed = [c for c in rewritten(self.watch) + c_swapped(self.watch, self.c_watch)
-                   if c.startswith(CLOCKS)]
+        changed = [c for c in replaced(self.watch, self.c_watch) if c.startswith(CLOCKS)]
         if changed:
             raise JobError(Status.SUSPECT, _clock_replaced(changed), fatal=True)
 
@@ -2591,7 +2590,7 @@ def c_taken(watch: list[tuple[Any, str, Any]]) -> dict[str, tuple[int | None, ..
     out = {}
     for o, n, v in watch:
         if (parts := c_parts(v)) is not None:
-            out[f"{getattr(o, '__name__', o)}.{n}"] = parts
+            out[_watch_name(o, n)] = parts
     return out
 
 
@@ -2599,8 +2598,21 @@ def c_swapped(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | No
               ) -> list[str]:
     """The names in ``taken`` (:func:`c_taken`) whose builtin (the one ``watch`` holds)
     now runs another C function than when taken."""
-    objs = {f"{getattr(o, '__name__', o)}.{n}": v for o, n, v in watch}
+    objs = {_watch_name(o, n): v for o, n, v in watch}
     return [n for n, parts in taken.items() if c_parts(objs[n]) != parts]
+
+
+def _watch_name(owner: Any, name: str) -> str:
+    """How :func:`rewritten` and :func:`c_swapped` name ``owner``'s member ``name``
+    (``time.perf_counter_ns``, ``Event.elapsed_time``)."""
+    return f"{getattr(owner, '__name__', owner)}.{name}"
+
+
+def replaced(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | None, ...]]
+             ) -> list[str]:
+    """The names in ``watch`` replaced since they were taken (:func:`rewritten`), then
+    those whose builtin runs another C function (:func:`c_swapped` against ``taken``)."""
+    return rewritten(watch) + c_swapped(watch, taken)
 
 
 def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
@@ -2609,7 +2621,7 @@ def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
     :func:`watched` took it: ``getattr`` unwraps a ``staticmethod`` (``Event.__new__``)
     and binds a ``classmethod`` anew at every read, so that every GPU job found
     ``Event.__new__`` replaced and was answered ``crashed`` (the H200, 2026-12-05)."""
-    return [f"{getattr(o, '__name__', o)}.{n}" for o, n, v in watch
+    return [_watch_name(o, n) for o, n, v in watch
             if inspect.getattr_static(o, n, None) is not v]
 
 
@@ -2639,7 +2651,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
         h.done_at = time.perf_counter()
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
-        if changed := rewritten(watch) + c_swapped(watch, h.c_watch):
+        if changed := replaced(watch, h.c_watch):
             res = _rewritten(res, job, changed)
         answer(wconn, res)
         if res.get("fatal"):
@@ -2648,8 +2660,8 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             return
 
 
-def _unfit(watch: list[tuple[Any, str, Any]],
-           c_watch: dict[str, tuple[int | None, ...]] | None = None) -> dict | None:
+def _unfit(watch: list[tuple[Any, str, Any]], c_watch: dict[str, tuple[int | None, ...]]
+           ) -> dict | None:
     """The answer (``crashed``, fatal: the job is run again in a fresh harness) to a job
     that finds this process unfit for it: more than :data:`FILES_KEPT` files held, or a
     function of ``watch`` replaced (:func:`rewritten`; or a builtin of ``c_watch`` running
@@ -2660,7 +2672,7 @@ def _unfit(watch: list[tuple[Any, str, Any]],
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
             "between jobs: code an earlier candidate left there opened them); restarted")}
-    if changed := rewritten(watch) + c_swapped(watch, c_watch or {}):
+    if changed := replaced(watch, c_watch):
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness's {', '.join(changed[:4])} had been replaced when the job came "
             "(code an earlier candidate left there); restarted")}

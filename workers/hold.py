@@ -86,6 +86,13 @@ def state(pid: int | None) -> str:
     return st[0] if st else ""
 
 
+def parent(pid: int) -> int | None:
+    """Process ``pid``'s parent's pid (``/proc/PID/stat``); None when it is gone or has
+    exited (a zombie, reaped or not, runs no more)."""
+    st = _stat(pid)
+    return None if st is None or st[0] in ("Z", "X") else st[1]
+
+
 def _pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from workers import cgroup, isolation
+from workers import cgroup, hold, isolation
 from workers.isolation import NONE, Isolation
 from workers.prestart_reaper import write_status
 from workers.reap import NO_GPU, die_with_parent, package_env, pid_alive
@@ -318,7 +318,7 @@ class Prestarter:
         for p in self._procs:
             harness = self._harnesses.get(p.pid)
             try:
-                if harness is not None and _parent(harness) == p.pid:
+                if harness is not None and hold.parent(harness) == p.pid:
                     # its reaper reaps it, writes its status and exits; a harness that
                     # ended was reaped already, and its pid may be another process
                     # group's by now (pid_max is 32768 on the CI machine)
@@ -338,17 +338,6 @@ class Prestarter:
             shutil.rmtree(folder, ignore_errors=True)
         self._procs, self._harnesses, self._folders, self.started = [], {}, [], {}
         self._threads = []
-
-
-def _parent(pid: int) -> int | None:
-    """Process ``pid``'s parent's pid (``/proc/PID/stat``), None when it is gone or a
-    zombie (reaped or not, it runs no more)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            after = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if not after or after[0] in ("Z", "X") else int(after[1])
 
 
 def _tie() -> object:
