@@ -130,3 +130,14 @@ def started(proc, text: str, timeout_s: float = 30.0):
             raise TimeoutError(f"pid {proc.pid}: {text!r} not on its command line")
         time.sleep(0.01)
     return proc
+
+
+@pytest.fixture
+def outside_clock_alone(monkeypatch):
+    """Contests with no witness turns (workers.witness ``TURNS`` = 0), so that the closing's
+    outside clock (kopt.core.clock), the second line, is what judges a contender: every
+    attacker those tests give it is already `suspect` or `wrong_result` in its contest with
+    witness turns (tests/test_witness.py)."""
+    import workers.witness
+
+    monkeypatch.setattr(workers.witness, "TURNS", 0)

@@ -277,6 +277,7 @@ def _judged(j, backend="cpu"):
         runner.close()
 
 
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_a_patched_clock_is_suspect_by_the_clock_outside_its_process(tmp_path):
     """Attack MODE 10 (tests/fixtures/faultpack/attacks.cpp) scales the harness's
     ``time.perf_counter_ns`` by 1/100 from its first call: its contest median, from that
@@ -444,6 +445,7 @@ def test_a_forged_contest_answer_is_a_crash_that_names_nobody(results, said):
     assert got == {"status": "crashed", "error": f"the harness answered {said}"}
 
 
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_the_preparations_alone_are_timed_where_no_candidates_code_runs(tmp_path):
     """Attack MODE 13 (tests/fixtures/faultpack/attacks.cpp): MODE 10's clock, scaled to a
     hundredth, and a thread of its own that holds Python's GIL 100 ms at a time whenever no
@@ -592,6 +594,7 @@ def test_a_contender_whose_code_escapes_the_hold_is_suspect(tmp_path, monkeypatc
         runner.close()
 
 
+@pytest.mark.usefixtures("outside_clock_alone")
 @pytest.mark.parametrize("fixture", ["cycle_replay.cpp", "hold_replay.cpp"])
 def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture):
     """Both fixtures (tests/fixtures/faultpack/) patch the clock (1/100, as MODE 10) and
@@ -611,6 +614,7 @@ def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture)
         f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
 
 
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_a_candidate_that_skips_calls_on_seen_sets_scaled_is_suspect(tmp_path):
     """tests/fixtures/faultpack/scaled_skip.cpp patches the clock (1/100) and, on calls
     whose inputs are a set it has seen scaled by one factor, does no work (SKIP=1; SKIP=2
@@ -626,6 +630,7 @@ def test_a_candidate_that_skips_calls_on_seen_sets_scaled_is_suspect(tmp_path):
         f"its contest median is {med:.4g} ms by its own process's clock"), (med, blocks)
 
 
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_a_candidate_that_says_clocked_early_is_suspect(tmp_path):
     """tests/fixtures/faultpack/forge_clocked.cpp computes honestly with its clock patched
     (1/100) and has the harness say "clocked" at the block's first call (through Python's

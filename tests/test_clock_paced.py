@@ -242,6 +242,7 @@ def _judged_paced(j):
         runner.close()
 
 
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_a_patched_clock_on_a_call_cheaper_than_its_preparation_is_suspect(tmp_path):
     """tests/fixtures/faultpack/clockadd.cpp on 1M elements, each in a sandbox of its own:
     ROLE 1's clock runs at 1/100, its contest median a hundredth of its calls' time, far

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workers import hold, ncu, turns
+from workers import hold, judge, ncu, turns, witness
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted
@@ -138,9 +138,14 @@ class DeviceActor:
         ended and the contest run again. Raises what the sandboxes raise."""
         for _ in range(2):
             boxes = [Sandbox(self.backend, self.env) for _ in jobs]
+            judging = self._judging(jobs, timeout_s)
             held = self.sandbox.pause() if len(jobs) > 1 else hold.Held()
             try:
-                res = turns.combined(jobs, turns.run_in_turns(boxes, each, timeout_s))
+                answers = turns.run_in_turns(
+                    boxes, [{**e, "witness": witness.TURNS if judging.plans else 0}
+                            for e in each], timeout_s, judging.plans)
+                answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
+                res = {**turns.combined(jobs, answers), "witness": judging.said}
             finally:
                 used = hold.used_ms(held)
                 hold.release(held)
@@ -150,6 +155,27 @@ class DeviceActor:
                 break
             self.fresh()  # what ran there ends with it
         return res
+
+    def _judging(self, jobs: list[dict[str, Any]], timeout_s: float) -> judge.Judging:
+        """A contest's witness turns (workers.witness), judged by the outside clock's
+        second harness (:meth:`judge`), which never loads candidate code: on a CPU device
+        only (a GPU's outputs are in device memory), and only where the device actor can
+        reach a harness's memory (else none, and why: the contest's ``witness``)."""
+        if self.backend != "cpu":
+            return judge.Judging(None, why="outputs in device memory: the GPU backend has "
+                                 "no witness turns")
+        if witness.TURNS <= 0:
+            return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
+        return judge.prepare(self.judge(), jobs, timeout_s)
+
+    def judge(self) -> Sandbox:
+        """This device's second harness, which never loads candidate code (the outside
+        clock's preparations, witness turns' judge): started in the background by
+        :meth:`clock_ready`, else on its first job."""
+        self._bare_started()
+        if self.bare is None:
+            self.bare = Sandbox(self.backend, self.env)
+        return self.bare
 
     def clock(self, job: dict[str, Any], calls: int, artifact: bytes,
               loads_only: bool = False, paced: bool = False) -> dict[str, Any]:
@@ -175,10 +201,7 @@ class DeviceActor:
             path = str(ensure_artifact(job["build_id"], artifact))
             sandbox, held = self.sandbox, None
             if loads_only:
-                self._bare_started()
-                if self.bare is None:
-                    self.bare = Sandbox(self.backend, self.env)
-                sandbox, held = self.bare, self.sandbox.pause()
+                sandbox, held = self.judge(), self.sandbox.pause()
             # the candidate's block: run again in a fresh harness when it crashed or failed
             # after other candidates' jobs (what their code left there, a thread that ends
             # the harness while this job's ref.py runs, cannot frame it: red-team round 16

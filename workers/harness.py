@@ -164,7 +164,12 @@ wrongly:
   code that reads this process's input pipe and answers in its stead is not caught; a
   contest answer in turns must match the turns its sandbox timed, one sample a round and
   none longer than its turn, workers.turns ``in_its_turns``: a forger must then take every
-  turn and spend in each what it claims, though it need not do the work there).
+  turn and spend in each what it claims, though it need not do the work there; on a CPU
+  device it must also pass witness turns, workers.witness: calls on input sets written
+  into its buffers by the device actor while it is frozen, their outputs read back and
+  checked by a harness that loads no candidate code, and its samples held to the CPU time
+  those calls used, within 2x + 0.05 ms on the calling thread and the cgroup's CPU over
+  its CPUs with 1 ms more; not on the GPU).
   Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
   do that. What it does instead, at the loop's closing only: each contender of the closing
@@ -443,6 +448,9 @@ class Harness:
         # job's sets are new to it; kept here, not with the Data, which may be dropped and
         # made again (MAX_DATA_ENTRIES) while the artifact stays loaded
         self.spent: dict[tuple, int] = {}
+        # the judge's witness input sets and buffers (:meth:`witness`): entry, sets, src, dst
+        self._witnessing: tuple[dict, list[InputSet], list[Buffers],
+                                list[list[Buffers]]] | None = None
         self.rel_err = self.worst_rel = 0.0  # of the last check / checked calls (see there)
         self.idle_s = math.inf  # seconds the device was idle before this job (main sets it)
         self.done_at = -math.inf  # perf_counter time the last job ended
@@ -1363,7 +1371,75 @@ class Harness:
         if failed:
             return {"status": status, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
+        if job.get("turns") and job.get("witness") and not self.is_cuda:
+            out[0]["witness_ms"] = self._witness_turns(
+                int(job["witness"]), d.bufs[0], lambda: self.call(libs[0], entries[0], d))
         return {"status": "ok", "error": "", "results": out}
+
+    # -- witness turns (workers.witness) -------------------------------------------------
+    def _witness_turns(self, n: int, buf: Buffers, call: Callable[[], None]) -> list[float]:
+        """``n`` witness turns (workers.witness): each names ``buf``'s inputs and outputs
+        (address, bytes), waits for "go" (the device actor wrote an input set there
+        meanwhile), runs ``call`` once and says "witnessed" with its time (ms, this
+        process's monotonic clock). Returns those times."""
+        said = {"stage": "witness", "inputs": _spans(buf.inputs), "outputs": _spans(buf.outputs)}
+        times = []
+        for _ in range(n):
+            self.progress(said)
+            self.await_go()
+            t0 = time.perf_counter_ns()
+            call()
+            times.append((time.perf_counter_ns() - t0) / 1e6)
+            self.progress({"stage": "witnessed", "ms": times[-1]})
+        return times
+
+    def witness(self, job: dict) -> dict:
+        """The judge's side of witness turns (workers.witness), in a harness that loads no
+        candidate code. ``job["witness_of"]``: ``"sets"``, ``job["n"]`` input sets of
+        ``job["entry"]`` (a contender's job) from seeds of ``os.urandom``, with expected
+        outputs and bands, laid out with poisoned outputs, and ``job["copies"]`` x ``n``
+        buffers for contenders' outputs, kept until the next ``"sets"``; answers their
+        addresses (``src``: per set ``inputs``/``outputs``; ``dst``: per copy, per set,
+        ``outputs``). ``"null"``: ``job["n"]`` witness turns with no call, on the sets'
+        own buffers. ``"check"``: every copy's outputs checked against its set's expected
+        ones and canaries (``verdicts``: per copy, per set, "" or what differs). Raises
+        JobError as :meth:`prepare` does, or ``error`` for a check with no sets."""
+        what = job["witness_of"]
+        if what == "sets":
+            return self._witness_sets(job["entry"], int(job["n"]), int(job["copies"]))
+        if self._witnessing is None:
+            raise JobError(Status.ERROR, "witness turns asked for before their input sets")
+        entry, sets, src, dst = self._witnessing
+        if what == "null":
+            for k in range(int(job["n"])):
+                self._witness_turns(1, src[k % len(src)], lambda: None)
+            return {"status": "ok", "error": ""}
+        tol, verdicts = entry["tolerance"], []
+        for bufs in dst:
+            d = Data({}, sets, bufs)
+            verdicts.append([self.check(d, k, k, tol)[2] or ("" if bool(self.within(
+                bufs[k], sets[k], tol)) else "an output's canary was overwritten")
+                for k in range(len(sets))])
+        return {"status": "ok", "error": "", "verdicts": verdicts}
+
+    def _witness_sets(self, entry: dict, n: int, copies: int) -> dict:
+        """:meth:`witness` ``"sets"``."""
+        d = self.prepare(entry)
+        ref = Path(entry["reference"]).name
+        seeds = [int.from_bytes(os.urandom(4), "little") >> 1 for _ in range(n)]
+        sets, _ = self._draw(self.ref_module(entry["reference"]), entry, d.scalars, d.shapes,
+                             ref, True, seeds)
+        sig = entry["signature"]
+        _bands(sets, [a for a in sig if a["kind"] == "output"], d.shape_of, entry["tolerance"])
+        src = [self._buffers(sig, sets[0], d.shape_of) for _ in sets]
+        dst = [[self._buffers(sig, sets[0], d.shape_of) for _ in sets] for _ in range(copies)]
+        for bufs in [src, *dst]:
+            for b, s in zip(bufs, sets):
+                self._load_set(b, s, False)
+        self._witnessing = (entry, sets, src, dst)
+        return {"status": "ok", "error": "",
+                "src": [{"inputs": _spans(b.inputs), "outputs": _spans(b.outputs)} for b in src],
+                "dst": [[_spans(b.outputs) for b in bufs] for bufs in dst]}
 
     def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
@@ -1771,7 +1847,8 @@ class Harness:
         if self.native is not None:  # a change since the last job's looks is not this job's
             native.handlers_changed()
         special = self.contest if job.get("contest") else self.clock if job.get(
-            "clock_calls") else self.time_reference if job.get("time_reference") else None
+            "clock_calls") else self.time_reference if job.get("time_reference") else \
+            self.witness if job.get("witness_of") else None
         if special is not None:
             return special(job)
         d = self.prepare(job, reference=not job.get("no_reference"), probe=bool(job.get(PROBE)))
@@ -2360,6 +2437,11 @@ def _not_dense(t) -> str:
     if t.is_nested:
         return "nested"
     return "" if t.layout == torch.strided else str(t.layout)
+
+
+def _spans(ts: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """Each tensor's first byte's address and size in bytes, by name."""
+    return {n: [t.data_ptr(), t.numel() * t.element_size()] for n, t in ts.items()}
 
 
 def _numel(shape: list[int]) -> int:

@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import cgroup, hold, isolation, prestart, priority, zygote
+from workers import cgroup, hold, isolation, prestart, priority, witness, zygote
 from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, package_env, tie_to_parent
@@ -82,6 +82,7 @@ class Sandbox:
         # the last job's turns (a contest in turns: workers.turns), each by this process's
         # clock from its "go" to the harness's next "turn" or its answer (ms)
         self.turn_ms: list[float] = []
+        self.taking: witness.Taking | None = None  # the last job's witness turns, if a plan
         # how the running harness was started: "forked" from a zygote (workers.zygote), or
         # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
         self.started = ""
@@ -208,7 +209,8 @@ class Sandbox:
 
     def run(self, job: RunJob | dict[str, Any], timeout_s: float,
             prepare_timeout_s: float = PREPARE_TIMEOUT_S,
-            turn: Callable[[], None] | None = None) -> dict[str, Any]:
+            turn: Callable[[], None] | None = None,
+            plan: witness.Plan | None = None) -> dict[str, Any]:
         """Send ``job`` (a RunJob with its artifact's path, or the harness's job dict);
         return its outcome dict (``status``, ``error`` and figures). ``timeout_s``: the
         job's budget once its inputs and reference outputs are made; making them may take
@@ -240,9 +242,14 @@ class Sandbox:
         budgets. Without ``turn`` the "go" is sent at once. Each turn's length, from its
         "go" to the harness's next "turn" or its answer, by this process's clock, is kept
         in :attr:`turn_ms` (workers.turns checks the samples against them).
+
+        Its witness turns (``{"stage": "witness"}``, workers.witness) are turns too, each
+        prepared by ``plan`` while the sandbox is held (:meth:`_witness`) and ended by the
+        harness's "witnessed" (:meth:`_witnessed`); what was seen is in :attr:`taking`.
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+        self.taking = witness.Taking(plan) if plan is not None else None
         self.loaded |= _artifacts(job)
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
         # sweep.yaml timing.realtime: the harness's thread under SCHED_FIFO for this job
@@ -290,9 +297,11 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
-            if res.get("stage") == "turn":  # waiting for a rival's sample is not its time
-                waited, turn_at = self._turn(turn, turn_at)
+            if res.get("stage") in ("turn", "witness"):  # a rival's sample is not its time
+                waited, turn_at = self._turn(turn, turn_at, res)
                 deadline, limit, base = deadline + waited, limit + waited, base + waited
+            elif res.get("stage") == "witnessed":
+                self._witnessed(res)
             if clock is not None:
                 self._clock_mark(clock, res.get("stage"))
             if timing_ref_job:
@@ -316,17 +325,53 @@ class Sandbox:
             "the harness did not answer a ping after its answer: the answer was not its "
             "own (code in its process wrote it) or the harness ended right after it")}
 
-    def _turn(self, turn: Callable[[], None] | None, turn_at: float | None
-              ) -> tuple[float, float]:
-        """A contest's "turn" message: the last turn's length kept (:meth:`_turn_ended`),
-        the wait for this harness's next turn (``turn``; none: at once), and its "go".
-        Returns the wait (s) and when the turn started (``time.perf_counter``, taken before
-        the "go": a sample starts after it)."""
+    def _turn(self, turn: Callable[[], None] | None, turn_at: float | None,
+              msg: dict[str, Any]) -> tuple[float, float | None]:
+        """A contest's "turn" (or "witness") message ``msg``: the last turn's length kept
+        (:meth:`_turn_ended`), the wait for this harness's next turn (``turn``; none: at
+        once), a witness turn's preparation (:meth:`_witness`), and its "go". Returns the
+        wait (s) and when the turn started (``time.perf_counter``, taken before the "go": a
+        sample starts after it; None for a witness turn, which is not a round's)."""
         self._turn_ended(turn_at)
         waited = _waited(turn)
         at = time.perf_counter()
+        if msg.get("stage") == "witness":
+            self._witness(msg)
         self._go()
-        return waited, at
+        return waited, None if msg.get("stage") == "witness" else at
+
+    def _witness(self, msg: dict[str, Any]) -> None:
+        """A witness turn begins (workers.witness): with the sandbox held, the plan's
+        input set copied into the buffers ``msg`` names and the CPU times read. One begun
+        while another is open counts as stray; without a plan nothing is copied."""
+        t = self.taking
+        if t is None:
+            return
+        if t.said is not None:
+            t.stray += 1
+        held = self.pause()
+        try:
+            k = len(t.records)
+            t.why = t.plan.put(self.host_pid or 0, msg, k) if self.host_pid else \
+                "the harness's host pid is not known"
+            t.said, t.cpu0 = msg, (witness.thread_cpu_ns(self.host_pid), self._cgroup_ns())
+        finally:
+            hold.release(held)
+
+    def _witnessed(self, msg: dict[str, Any]) -> None:
+        """A witness turn ends (the harness's "witnessed" ``msg``): with the sandbox held,
+        the CPU times read again and its outputs copied into the judge's memory."""
+        t = self.taking
+        if t is None:
+            return
+        held = self.pause()
+        try:
+            cpu1 = (witness.thread_cpu_ns(self.host_pid), self._cgroup_ns())
+            why = "" if t.said is None or t.why else t.plan.take(
+                self.host_pid or 0, t.said, len(t.records))
+            witness.ended(t, msg, cpu1, why)
+        finally:
+            hold.release(held)
 
     def _turn_ended(self, turn_at: float | None) -> None:
         """The turn started at ``turn_at`` (none running: None) ends now: its ms kept in
@@ -496,6 +541,11 @@ class Sandbox:
                 "OMP_NUM_THREADS") != "1":
             return None
         return self.counted.cpu_ns()
+
+    def _cgroup_ns(self) -> int | None:
+        """CPU time every process of this sandbox used so far (ns), from its cgroup, however
+        many threads it runs; None where it is not counted."""
+        return self.counted.cpu_ns() if self.counted is not None else None
 
     def run_retrying(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """:meth:`run`, with a job run once more in a fresh harness before its verdict is

@@ -32,6 +32,7 @@ from workers import hold
 from workers.sandbox import Sandbox
 from workers.status import Status
 from workers.timing import summarize
+from workers.witness import Plan
 
 # a held sandbox's CPU time beyond this (ms) escaped its hold: kopt.core.clock's rule for
 # the outside clock's holds, whose source it is (workers.hold ``used_ms``)
@@ -116,11 +117,12 @@ class Turns:
             self.cv.notify_all()
 
 
-def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: float
-                 ) -> list[dict[str, Any]]:
+def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: float,
+                 plans: list[Plan] | None = None) -> list[dict[str, Any]]:
     """Run ``jobs[i]`` (a contest job of one contender, ``turns`` set: workers.harness
     ``contest``) in ``boxes[i]``, each sandbox started if it is not, its rounds in turns
-    (module docstring).
+    (module docstring); ``plans[i]``: contender ``i``'s witness turns (workers.witness), the
+    job asking for them (``witness``).
 
     Returns each contender's answer, in order: the harness's (``results`` with one
     contender's figures), ``{"status": "aborted"}`` for one stopped because a rival failed,
@@ -129,7 +131,8 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
     turns = Turns(len(boxes))
     escaped = [0.0] * len(boxes)
     with ThreadPoolExecutor(len(boxes)) as pool:
-        futures = [pool.submit(_one, turns, i, box, job, timeout_s)
+        futures = [pool.submit(_one, turns, i, box, job, timeout_s,
+                               plans[i] if plans else None)
                    for i, (box, job) in enumerate(zip(boxes, jobs))]
         try:
             _schedule(turns, boxes, escaped)
@@ -139,8 +142,8 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
     return [_escaped(a, ms) for a, ms in zip(answers, escaped)]
 
 
-def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: float
-         ) -> dict[str, Any]:
+def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: float,
+         plan: Plan | None = None) -> dict[str, Any]:
     """Contender ``i``'s job in ``box`` (its thread of :func:`run_in_turns`)."""
     res: dict[str, Any] = {"status": Status.ERROR, "error": "its harness did not answer"}
     try:
@@ -151,7 +154,7 @@ def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: flo
                 res = {"status": Status.ERROR, "unstarted": True,
                        "error": f"a contender's harness did not start: {e!r}"}
                 return res
-        res = box.run(job, timeout_s, turn=lambda: turns.wait(i))
+        res = box.run(job, timeout_s, turn=lambda: turns.wait(i), plan=plan)
         res = in_its_turns(res, box.turn_ms, int(job.get("rounds") or 0))
     except Aborted:
         box.kill()  # it waits for a "go" that never comes

@@ -1,0 +1,85 @@
+"""A contest's witness turns (workers.witness) set up and judged by a harness of the device
+that loads no candidate code.
+
+Stdlib and workers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from workers import witness
+from workers.sandbox import Sandbox
+from workers.status import Status
+
+
+@dataclass
+class Judging:
+    """One contest's witness turns: ``plans`` (one per contender, in order; None when the
+    contest has none, ``why`` then says why) and ``null`` (workers.witness ``null_cost``)."""
+
+    plans: list[witness.Plan] | None
+    null: tuple[float, float | None] = (0.0, None)
+    why: str = ""
+
+    @property
+    def said(self) -> str:
+        """How this contest's contenders were judged, in words: ``witness turns`` or
+        ``none: why``."""
+        return f"none: {self.why}" if self.plans is None else (
+            f"{witness.TURNS} witness turns each")
+
+
+def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float) -> Judging:
+    """The input sets of ``jobs``' witness turns (one contender each, all of one problem
+    size) drawn in ``judge`` (a sandbox that never runs candidate code; started when it is
+    not), and its null turns taken. ``timeout_s``: each of its jobs' budget (s). A judge
+    that cannot draw the sets, or whose memory the device actor cannot reach (workers.witness
+    ``null_cost``), gives a Judging with no plans and why. Never raises."""
+    n = witness.TURNS
+    try:
+        got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n,
+                         "copies": len(jobs)}, timeout_s)
+        if got.get("status") != Status.OK:
+            return Judging(None, why=f"the judge did not draw input sets: {got.get('error')}")
+        pid = judge.host_pid
+        if pid is None:
+            return Judging(None, why="the judge's host pid is not known")
+        null = judge.run({"witness_of": "null", "n": n}, timeout_s,
+                         plan=witness.Plan(pid, got["src"]))
+        taking = judge.taking
+        cost = witness.null_cost(taking.records if taking else []) \
+            if null.get("status") == Status.OK else f"its null turns: {null.get('error')}"
+    except Exception as e:  # noqa: BLE001 -- the judge's failure: no witness turns, said so
+        return Judging(None, why=f"the judge failed: {e!r}")
+    if isinstance(cost, str):
+        return Judging(None, why=cost)
+    return Judging([witness.Plan(pid, got["src"], got["dst"][c]) for c in range(len(jobs))],
+                   cost)
+
+
+def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
+           answers: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
+    """Each contender's answer (``answers``, from ``boxes``, in order) held to its witness
+    turns (workers.witness ``judged``), once ``judge`` has checked the outputs they left in
+    its memory. Without plans, or when the judge's check fails (no contender's doing), the
+    answers as they are. Never raises."""
+    if judging.plans is None:
+        return answers
+    try:
+        check = judge.run({"witness_of": "check"}, timeout_s)
+    except Exception as e:  # noqa: BLE001 -- as a failed check
+        check = {"status": Status.ERROR, "error": repr(e)}
+    verdicts = check.get("verdicts")
+    if check.get("status") != Status.OK or not isinstance(verdicts, list) \
+            or len(verdicts) != len(boxes):
+        judging.plans, judging.why = None, f"the judge's check failed: {check.get('error')}"
+        return answers
+    out = []
+    for box, a, v in zip(boxes, answers, verdicts):
+        t = box.taking
+        out.append(a if t is None and a.get("status") != Status.OK else witness.judged(
+            a, t.records if t else [], t.stray if t else 0, v, judging.null,
+            witness.cpus_of(box.host_pid)))
+    return out
