@@ -49,8 +49,9 @@ def test_a_first_baseline_with_a_patched_clock_is_not_named_best(ray_local, tmp_
     """The only candidate, the first baseline, has Python scale the harness's clock by
     1/100 (attack MODE 10 of tests/fixtures/faultpack/attacks.cpp). Nothing beat it, so no
     closing contest ran, and it was the loop's best at 100x its honest time. Now it is
-    contested alone at the closing, where the clock outside its process finds it
-    ``suspect``: the loop names no best and ``kopt best`` shows none."""
+    contested alone at the closing, where its witness turns (workers.witness: the CPU its
+    calls on fresh inputs used, read from outside its process, against its samples) find
+    it ``suspect``: the loop names no best and ``kopt best`` shows none."""
     pack = FIXTURES / "faultpack"
     sweep = _sweep(tmp_path, "clock", {f: pack / f for f in (
         "attacks.cpp", "coef.h", "replay_common.h", "ref.py")}, f"""
@@ -67,7 +68,7 @@ def test_a_first_baseline_with_a_patched_clock_is_not_named_best(ray_local, tmp_
     closing = _closing(store)
     assert "best" not in closing and closing["note"].startswith(CLOSING_FAILED)
     (why,) = closing["dropped"].values()
-    assert why.startswith("suspect: ") and "outside its process" in why
+    assert why.startswith("suspect: ") and "its calls on fresh inputs used at least" in why
     assert any("could not name the first baseline" in f for f in faults.seen), faults.seen
     assert Database(store).best("patched_first") == []
 

@@ -166,7 +166,8 @@ class DeviceActor:
                                  "no witness turns")
         if witness.TURNS <= 0:
             return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
-        return judge.prepare(self.judge(), jobs, timeout_s)
+        return judge.prepare(self.judge(), jobs, timeout_s,
+                             bounded=self.env.get("OMP_NUM_THREADS") == "1")
 
     def judge(self) -> Sandbox:
         """This device's second harness, which never loads candidate code (the outside

@@ -409,6 +409,8 @@ class Harness:
         # a clock job's start: returns once the sandbox says "go" (its outside clock started
         # before it sent that); in-process use (tests) has no sandbox to wait for
         self.await_go: Callable[[], None] = lambda: None
+        # a witness turn's start: True on "go", False on "enough" (workers.witness)
+        self.await_turn: Callable[[], bool] = lambda: True
         # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`,
         # and the C functions its builtins run (:func:`c_taken`)
         self.watch: list[tuple[Any, str, Any]] = []
@@ -1373,20 +1375,25 @@ class Harness:
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         if job.get("turns") and job.get("witness") and not self.is_cuda:
             out[0]["witness_ms"] = self._witness_turns(
-                int(job["witness"]), d.bufs[0], lambda: self.call(libs[0], entries[0], d))
+                d.bufs[0], lambda: self.call(libs[0], entries[0], d), out[0]["median_ms"])
         return {"status": "ok", "error": "", "results": out}
 
     # -- witness turns (workers.witness) -------------------------------------------------
-    def _witness_turns(self, n: int, buf: Buffers, call: Callable[[], None]) -> list[float]:
-        """``n`` witness turns (workers.witness): each names ``buf``'s inputs and outputs
-        (address, bytes), waits for "go" (the device actor wrote an input set there
-        meanwhile), runs ``call`` once and says "witnessed" with its time (ms, this
-        process's monotonic clock). Returns those times."""
-        said = {"stage": "witness", "inputs": _spans(buf.inputs), "outputs": _spans(buf.outputs)}
-        times = []
-        for _ in range(n):
+    def _witness_turns(self, buf: Buffers, call: Callable[[], None], median_ms: float | None,
+                       n: int | None = None) -> list[float]:
+        """Witness turns (workers.witness), until the sandbox answers "enough" (or ``n``
+        are taken): each names ``buf``'s inputs and outputs (address, bytes) and
+        ``median_ms`` (its samples' median, which its answer must match), waits for "go"
+        (the device actor wrote an input set there meanwhile), runs ``call`` once and says
+        "witnessed" with its time (ms, this process's monotonic clock). Returns those
+        times."""
+        said = {"stage": "witness", "inputs": _spans(buf.inputs),
+                "outputs": _spans(buf.outputs), "median_ms": median_ms}
+        times: list[float] = []
+        while n is None or len(times) < n:
             self.progress(said)
-            self.await_go()
+            if not self.await_turn():
+                break
             t0 = time.perf_counter_ns()
             call()
             times.append((time.perf_counter_ns() - t0) / 1e6)
@@ -1401,7 +1408,8 @@ class Harness:
         buffers for contenders' outputs, kept until the next ``"sets"``; answers their
         addresses (``src``: per set ``inputs``/``outputs``; ``dst``: per copy, per set,
         ``outputs``). ``"null"``: ``job["n"]`` witness turns with no call, on the sets'
-        own buffers. ``"check"``: every copy's outputs checked against its set's expected
+        inputs and a contender's output buffers (rewritten by its outputs before any
+        check). ``"check"``: every copy's outputs checked against its set's expected
         ones and canaries (``verdicts``: per copy, per set, "" or what differs). Raises
         JobError as :meth:`prepare` does, or ``error`` for a check with no sets."""
         what = job["witness_of"]
@@ -1411,8 +1419,8 @@ class Harness:
             raise JobError(Status.ERROR, "witness turns asked for before their input sets")
         entry, sets, src, dst = self._witnessing
         if what == "null":
-            for k in range(int(job["n"])):
-                self._witness_turns(1, src[k % len(src)], lambda: None)
+            # on a contender's output buffers, rewritten by its outputs before any check
+            self._witness_turns(dst[0][0], lambda: None, None, int(job["n"]))
             return {"status": "ok", "error": ""}
         tol, verdicts = entry["tolerance"], []
         for bufs in dst:
@@ -1789,11 +1797,12 @@ class Harness:
     def _clock_intact(self) -> None:
         """In a contest of contenders each in a harness of its own (workers.turns), before
         each round: raise JobError ``suspect`` (fatal) when a clock of :attr:`watch` (the
-        time module's, ``torch.cuda.Event``'s) is no longer the object taken at start. Only
+        time module's, ``torch.cuda.Event``'s), or any other object it watches (this
+        module's globals, :class:`Harness`'s methods), is no longer the one taken at start. Only
         this contender's code ran in this process, and its figures, unlike in a shared
         harness, are compared with rivals timed by unpatched clocks: a red-team contender
         that scaled ``time.perf_counter_ns`` by 1/2 from its first call won so at 2x."""
-        changed = [c for c in replaced(self.watch, self.c_watch) if c.startswith(CLOCKS)]
+        changed = replaced(self.watch, self.c_watch)
         if changed:
             raise JobError(Status.SUSPECT, _clock_replaced(changed), fatal=True)
 
@@ -2612,7 +2621,8 @@ CLOCKS = ("time.", "Event.")
 def watched(device: str) -> list[tuple[Any, str, Any]]:
     """What candidate code must not replace in this process, taken before any runs: the
     time module's clocks, ``torch.cuda.Event``'s methods on a GPU, and every function of
-    this module and method of :class:`Harness` (owner, name, the object). A clock patched
+    this module, every module, function and class its globals name, and every method of
+    :class:`Harness` (owner, name, the object). A clock patched
     through Python's C API stayed for every candidate timed after its own in the same
     harness (each 100x faster: at the closing an honest first baseline's own row then
     disagreed with its figure side by side and it was dropped, and no best was named,
@@ -2625,8 +2635,11 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     if device != "cpu":
         out += members(torch.cuda.Event)
     out += [(Harness, n, v) for n, v in vars(Harness).items() if inspect.isfunction(v)]
+    # every module, function and class this module's code calls through a global: a
+    # red-team contender rebound its ``time`` to a module whose clocks ran at 1/100
     out += [(me, n, v) for n, v in vars(me).items()
-            if inspect.isfunction(v) and v.__module__ == me.__name__]
+            if isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                              type))]
     return out
 
 
@@ -2712,6 +2725,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     clock job waits for the sandbox's "go" on ``rconn`` (:func:`_await_go`); a "go" read
     here (none is sent outside a clock job's wait) is skipped."""
     h.await_go = lambda: _await_go(rconn)
+    h.await_turn = lambda: _await_turn(rconn)
     watch = h.watch = watched("cuda" if h.is_cuda else "cpu")
     h.c_watch = c_taken(watch)
     while True:
@@ -2836,6 +2850,15 @@ def _await_go(rconn: Connection) -> None:
     kind, _ = rconn.recv()
     if kind != "go":
         raise RuntimeError(f"a clock job waited for 'go' and read {kind!r}")
+
+
+def _await_turn(rconn: Connection) -> bool:
+    """Read ``rconn`` for the sandbox's answer to a witness turn: True on ``("go", None)``,
+    False on ``("enough", None)``. Raises as :func:`_await_go` does."""
+    kind, _ = rconn.recv()
+    if kind not in ("go", "enough"):
+        raise RuntimeError(f"a witness turn waited for 'go' and read {kind!r}")
+    return kind == "go"
 
 
 def answer(conn: Connection, msg: dict) -> None:

@@ -113,6 +113,12 @@ def sandbox_ns(leader: int) -> str | None:
     return None
 
 
+def members(dirs: tuple[str, ...]) -> list[int]:
+    """The pids in the cgroup of folders ``dirs`` (workers.cgroup); [] when it cannot be
+    read."""
+    return _in_cgroup(dirs)
+
+
 def _in_cgroup(dirs: tuple[str, ...]) -> list[int]:
     """The pids in the cgroup of folders ``dirs`` (workers.cgroup; ``cgroup.procs`` needs no
     access to the processes themselves); [] when it cannot be read."""

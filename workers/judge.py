@@ -17,27 +17,36 @@ from workers.status import Status
 @dataclass
 class Judging:
     """One contest's witness turns: ``plans`` (one per contender, in order; None when the
-    contest has none, ``why`` then says why) and ``null`` (workers.witness ``null_cost``)."""
+    contest has none, ``why`` then says why), ``null`` (workers.witness ``null_cost``) and
+    ``bounded`` (workers.witness ``Plan``)."""
 
     plans: list[witness.Plan] | None
     null: tuple[float, float | None] = (0.0, None)
     why: str = ""
+    bounded: bool = True
 
     @property
     def said(self) -> str:
-        """How this contest's contenders were judged, in words: ``witness turns`` or
-        ``none: why``."""
-        return f"none: {self.why}" if self.plans is None else (
-            f"{witness.TURNS} witness turns each")
+        """How this contest's contenders were judged, in words: ``4 to 12 witness turns
+        each``, ``4 witness turns each, their outputs checked (...)`` or ``none: why``."""
+        if self.plans is None:
+            return f"none: {self.why}"
+        if not self.bounded:
+            return (f"{witness.TURNS} witness turns each, their outputs checked (a device of "
+                    "several threads: CPU time is no bound on its samples)")
+        return f"{witness.TURNS} to {witness.MAX_TURNS} witness turns each"
 
 
-def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float) -> Judging:
+def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
+            bounded: bool = True) -> Judging:
     """The input sets of ``jobs``' witness turns (one contender each, all of one problem
     size) drawn in ``judge`` (a sandbox that never runs candidate code; started when it is
     not), and its null turns taken. ``timeout_s``: each of its jobs' budget (s). A judge
     that cannot draw the sets, or whose memory the device actor cannot reach (workers.witness
-    ``null_cost``), gives a Judging with no plans and why. Never raises."""
-    n = witness.TURNS
+    ``null_cost``), gives a Judging with no plans and why. ``bounded``: the contenders'
+    samples are held to their witness calls' CPU (workers.witness ``Plan``). Never
+    raises."""
+    n = witness.MAX_TURNS
     try:
         got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n,
                          "copies": len(jobs)}, timeout_s)
@@ -46,7 +55,7 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float) -> Jud
         pid = judge.host_pid
         if pid is None:
             return Judging(None, why="the judge's host pid is not known")
-        null = judge.run({"witness_of": "null", "n": n}, timeout_s,
+        null = judge.run({"witness_of": "null", "n": witness.TURNS}, timeout_s,
                          plan=witness.Plan(pid, got["src"]))
         taking = judge.taking
         cost = witness.null_cost(taking.records if taking else []) \
@@ -55,8 +64,8 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float) -> Jud
         return Judging(None, why=f"the judge failed: {e!r}")
     if isinstance(cost, str):
         return Judging(None, why=cost)
-    return Judging([witness.Plan(pid, got["src"], got["dst"][c]) for c in range(len(jobs))],
-                   cost)
+    return Judging([witness.Plan(pid, got["src"], got["dst"][c], cost, bounded=bounded)
+                    for c in range(len(jobs))], cost, bounded=bounded)
 
 
 def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
@@ -78,8 +87,5 @@ def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
         return answers
     out = []
     for box, a, v in zip(boxes, answers, verdicts):
-        t = box.taking
-        out.append(a if t is None and a.get("status") != Status.OK else witness.judged(
-            a, t.records if t else [], t.stray if t else 0, v, judging.null,
-            witness.cpus_of(box.host_pid)))
+        out.append(witness.judged(a, box.taking, v, witness.cpus_of(box.host_pid)))
     return out

@@ -83,6 +83,7 @@ class Sandbox:
         # clock from its "go" to the harness's next "turn" or its answer (ms)
         self.turn_ms: list[float] = []
         self.taking: witness.Taking | None = None  # the last job's witness turns, if a plan
+        self.infra: set[int] = set()  # the sandbox's own processes but the harness
         # how the running harness was started: "forked" from a zygote (workers.zygote), or
         # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
         self.started = ""
@@ -201,6 +202,10 @@ class Sandbox:
         # carry the same command line): for its state (_wait) and timing.realtime
         self.host_pid = (self.proc.harness_pid() if isinstance(self.proc, zygote.ForkedProcess)
                          else priority.harness_pid(self.proc.pid) if self.proc else None)
+        # the sandbox's own processes (its PID namespace's first, the zygote's child), known
+        # before any candidate code runs: not the candidate's in a witness turn's CPU
+        self.infra = set(hold.members(self.counted.dirs) if self.counted else ()) - {
+            self.host_pid}
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -249,6 +254,8 @@ class Sandbox:
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+        if plan is not None:
+            plan.cpus = witness.cpus_of(self.host_pid)
         self.taking = witness.Taking(plan) if plan is not None else None
         self.loaded |= _artifacts(job)
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
@@ -335,40 +342,50 @@ class Sandbox:
         self._turn_ended(turn_at)
         waited = _waited(turn)
         at = time.perf_counter()
-        if msg.get("stage") == "witness":
-            self._witness(msg)
-        self._go()
+        self._send((self._witness(msg) if msg.get("stage") == "witness" else "go", None))
         return waited, None if msg.get("stage") == "witness" else at
 
-    def _witness(self, msg: dict[str, Any]) -> None:
-        """A witness turn begins (workers.witness): with the sandbox held, the plan's
-        input set copied into the buffers ``msg`` names and the CPU times read. One begun
-        while another is open counts as stray; without a plan nothing is copied."""
+    def _witness(self, msg: dict[str, Any]) -> str:
+        """A witness turn asked for (workers.witness): "enough" when no more are to be
+        taken (``Taking.more``), else, with the sandbox held, the plan's input set copied
+        into the buffers ``msg`` names and the CPU times read, and "go". One asked for
+        while another is open counts as stray; without a plan: "go", nothing copied."""
         t = self.taking
         if t is None:
-            return
+            return "go"
         if t.said is not None:
             t.stray += 1
+            t.said = None
+        if not t.more(msg):
+            return "enough"
         held = self.pause()
         try:
             k = len(t.records)
             t.why = t.plan.put(self.host_pid or 0, msg, k) if self.host_pid else \
                 "the harness's host pid is not known"
-            t.said, t.cpu0 = msg, (witness.thread_cpu_ns(self.host_pid), self._cgroup_ns())
+            t.said, t.cpu0 = msg, self._cpu_snapshot()
         finally:
             hold.release(held)
+        return "go"
 
     def _witnessed(self, msg: dict[str, Any]) -> None:
-        """A witness turn ends (the harness's "witnessed" ``msg``): with the sandbox held,
-        the CPU times read again and its outputs copied into the judge's memory."""
+        """A witness turn ends (the harness's "witnessed" ``msg``): its CPU times and its
+        outputs read at once; then, with the sandbox held, its outputs, found unchanged,
+        copied into the judge's memory."""
         t = self.taking
         if t is None:
             return
+        # the outputs as the call left them, then the CPU, read before the hold (threads a
+        # parallel runtime leaves spinning after the call use more meanwhile): outputs
+        # still written after the first read change before the hold, and the CPU of any
+        # work done before it counts
+        early = b"" if t.said is None or t.why else witness.read_outputs(
+            self.host_pid or 0, t.said)
+        cpu1 = self._cpu_snapshot()
         held = self.pause()
         try:
-            cpu1 = (witness.thread_cpu_ns(self.host_pid), self._cgroup_ns())
             why = "" if t.said is None or t.why else t.plan.take(
-                self.host_pid or 0, t.said, len(t.records))
+                self.host_pid or 0, t.said, len(t.records), early)
             witness.ended(t, msg, cpu1, why)
         finally:
             hold.release(held)
@@ -542,10 +559,16 @@ class Sandbox:
             return None
         return self.counted.cpu_ns()
 
-    def _cgroup_ns(self) -> int | None:
-        """CPU time every process of this sandbox used so far (ns), from its cgroup, however
-        many threads it runs; None where it is not counted."""
-        return self.counted.cpu_ns() if self.counted is not None else None
+    def _cpu_snapshot(self) -> witness.Snapshot:
+        """The CPU times of this sandbox (workers.witness ``Snapshot``): every thread of the
+        harness and of the processes its candidates started (its cgroup's, less
+        :attr:`infra`), and its cgroup's total however many threads it runs (None where not
+        counted)."""
+        pids = set(hold.members(self.counted.dirs) if self.counted is not None else ())
+        main = self.host_pid or 0
+        pids -= self.infra
+        return witness.Snapshot(witness.threads_cpu_ns(sorted({main, *pids})), main,
+                                self.counted.cpu_ns() if self.counted is not None else None)
 
     def run_retrying(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """:meth:`run`, with a job run once more in a fresh harness before its verdict is
