@@ -87,5 +87,5 @@ def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
         return answers
     out = []
     for box, a, v in zip(boxes, answers, verdicts):
-        out.append(witness.judged(a, box.taking, v, witness.cpus_of(box.host_pid)))
+        out.append(witness.judged(a, box.taking, v))
     return out

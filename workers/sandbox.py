@@ -254,8 +254,6 @@ class Sandbox:
         """
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        if plan is not None:
-            plan.cpus = witness.cpus_of(self.host_pid)
         self.taking = witness.Taking(plan) if plan is not None else None
         self.loaded |= _artifacts(job)
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
@@ -369,21 +367,21 @@ class Sandbox:
         return "go"
 
     def _witnessed(self, msg: dict[str, Any]) -> None:
-        """A witness turn ends (the harness's "witnessed" ``msg``): its CPU times and its
-        outputs read at once; then, with the sandbox held, its outputs, found unchanged,
-        copied into the judge's memory."""
+        """A witness turn ends (the harness's "witnessed" ``msg``): its outputs read at
+        once; then, with the sandbox held, its CPU times read and its outputs, found
+        unchanged, copied into the judge's memory."""
         t = self.taking
         if t is None:
             return
-        # the outputs as the call left them, then the CPU, read before the hold (threads a
-        # parallel runtime leaves spinning after the call use more meanwhile): outputs
-        # still written after the first read change before the hold, and the CPU of any
-        # work done before it counts
+        # the outputs as the call left them, read before the hold: outputs still written
+        # after that change before it. The CPU times are read once held: a running
+        # thread's are brought up to date only at a tick or when it stops (red-team round
+        # 19: a helper kept spinning after its work hid 0.17 ms of it in most turns)
         early = b"" if t.said is None or t.why else witness.read_outputs(
             self.host_pid or 0, t.said)
-        cpu1 = self._cpu_snapshot()
         held = self.pause()
         try:
+            cpu1 = self._cpu_snapshot()
             why = "" if t.said is None or t.why else t.plan.take(
                 self.host_pid or 0, t.said, len(t.records), early)
             witness.ended(t, msg, cpu1, why)

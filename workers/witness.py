@@ -8,24 +8,26 @@ pipe, take every turn, spend in each the time it claims and compute nothing (red
 CPU device takes :data:`TURNS` witness turns, none of which its own process can judge:
 
 1. A judge, a harness of the device that never loads candidate code (workers.device_actor's
-   second harness, the outside clock's), draws :data:`TURNS` input sets from seeds of
+   second harness, the outside clock's), draws :data:`MAX_TURNS` input sets from seeds of
    ``os.urandom`` with their expected outputs and tolerance bands, and lays each out in
-   memory with its outputs poisoned (``Harness.witness_sets``).
-2. The contender's harness names its buffers' addresses ("witness"); while its sandbox is
-   held still (workers.hold: frozen), the device actor copies the judge's input set and
-   poisoned outputs there (``process_vm_readv(2)``/``process_vm_writev(2)``: no file or
-   descriptor shared with the sandbox) and reads the CPU time its harness's main thread
-   and its cgroup have used (:func:`thread_cpu_ns`, workers.cgroup).
+   memory with its outputs poisoned (``Harness.witness``).
+2. The contender's harness names its buffers' addresses and its samples' median
+   ("witness"); while its sandbox is held still (workers.hold: frozen), the device actor
+   copies the judge's input set and poisoned outputs there (``process_vm_readv(2)``/
+   ``process_vm_writev(2)``: no file or descriptor shared with the sandbox) and reads the
+   CPU time of every thread of the sandbox's processes and of its cgroup
+   (:func:`threads_cpu_ns`, workers.cgroup).
 3. "go": the harness calls ``solve`` once and says "witnessed" with its own time of the
-   call; the sandbox is held again, its CPU time read again, and its outputs copied back
-   into the judge's memory. The judge then checks every contender's outputs of every
-   witness turn (``Harness.witness_check``).
+   call; its outputs are read at once, the sandbox is held again, its CPU times read
+   again, and its outputs, found unchanged, copied into the judge's memory. The judge
+   checks every contender's outputs of every witness turn after the contest.
 
 So outputs are right only if they were computed, inside the turn, from values that existed
-nowhere in the contender's process before it; and the CPU time spent in the turn, by a
-clock no process in the sandbox can set back, bounds from below what the contender's
-samples may claim (:func:`judged`). The judge takes the same turns with no call first
-(``Harness.witness_null``): what the protocol itself costs its main thread.
+nowhere in the contender's process before it; and on a device of one thread the CPU time
+spent in the turn, by clocks no process in the sandbox can set back, bounds from below what
+the contender's samples may claim (:func:`cpu_why`): :data:`TURNS` turns are taken, and
+more, up to :data:`MAX_TURNS`, until one keeps within it. The judge takes the same turns
+with no call first (``null``): what the protocol itself costs a harness.
 
 Where the host does not let the device actor read another process's memory (``ptrace``
 access: Yama's ``ptrace_scope``, no ``CAP_SYS_PTRACE``), the judge's own null turns fail
@@ -115,15 +117,6 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
     return out
 
 
-def cpus_of(pid: int | None) -> int:
-    """How many CPUs process ``pid`` may run on (its affinity); this machine's count when it
-    cannot be read."""
-    try:
-        return len(os.sched_getaffinity(pid or 0))
-    except OSError:
-        return os.cpu_count() or 1
-
-
 Spans = dict[str, list[int]]  # buffer name -> [address, bytes]
 
 
@@ -133,18 +126,16 @@ class Plan:
     ``judge``, the judge harness's host pid; per witness turn ``k``, ``src[k]`` (``inputs``
     and ``outputs``: the input set's values, outputs poisoned) and ``dst[k]`` (outputs:
     where the contender's outputs are copied for the judge's check; None for the judge's
-    own null turns); ``null``, what a turn with no call costs (:func:`null_cost`) and
-    ``cpus``, those the contender may run on (:func:`cpus_of`), for :meth:`Taking.more`;
-    ``bounded``: its samples are held to the CPU its witness calls used (a device of one
-    thread; with several, threads that spin at a barrier while a peer is preempted used
-    1.75 ms of CPU in each of 12 turns of an honest 0.16 ms OpenMP kernel on a loaded
-    2-core machine, so its outputs alone are checked)."""
+    own null turns); ``null``, what a turn with no call costs (:func:`null_cost`), for
+    :meth:`Taking.more`; ``bounded``: its samples are held to the CPU its witness calls
+    used (a device of one thread; with several, threads that spin at a barrier while a
+    peer is preempted used 1.75 ms of CPU in each of 12 turns of an honest 0.16 ms OpenMP
+    kernel on a loaded 2-core machine, so its outputs alone are checked)."""
 
     judge: int
     src: list[dict[str, Spans]]
     dst: list[Spans] | None = None
     null: tuple[float, float | None] = (0.0, None)
-    cpus: int = 1
     bounded: bool = True
 
     def put(self, pid: int, said: dict[str, Any], k: int) -> str:
@@ -266,8 +257,7 @@ class Taking:
             return n < TURNS
         if n < TURNS or self.median_ms is None:
             return n < MAX_TURNS
-        return n < MAX_TURNS and bool(cpu_why(self.records, self.median_ms, self.plan.null,
-                                              self.plan.cpus))
+        return n < MAX_TURNS and bool(cpu_why(self.records, self.median_ms, self.plan.null))
 
 
 def _time(x: Any) -> bool:
@@ -307,12 +297,11 @@ def null_cost(records: list[Record]) -> tuple[float, float | None] | str:
         None if any(c is None for c in cg) else min(c for c in cg if c is not None))
 
 
-def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str], cpus: int
-           ) -> dict[str, Any]:
+def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[str, Any]:
     """A contender's contest answer ``res`` held to its witness turns (module docstring):
     ``t``, what its sandbox saw of them (:class:`Taking`, None: none), the judge's
-    ``verdicts`` on their outputs ("" per input set whose outputs passed, in turn order)
-    and ``cpus`` it may run on. ``wrong_result`` when an output read from its memory is
+    ``verdicts`` on their outputs ("" per input set whose outputs passed, in turn order).
+    ``wrong_result`` when an output read from its memory is
     wrong; ``suspect`` when it took too few turns or stray ones, said another median than
     its answer's, named buffers the actor could not write or read, or its samples claim
     less time than the CPU its witness calls used (:func:`cpu_why`, where its plan is
@@ -334,40 +323,39 @@ def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str], cpus: int
     if t.median_ms is None or abs(t.median_ms - median) > 1e-9 * max(median, 1.0):
         return _suspect(f"its harness said a median of {t.median_ms} ms before its witness "
                         f"turns, {median:.6g} ms after")
-    why = cpu_why(records, median, t.plan.null, cpus) if t.plan.bounded else ""
+    why = cpu_why(records, median, t.plan.null) if t.plan.bounded else ""
     return _suspect(why) if why else res
 
 
-def cpu_why(records: list[Record], median: float, null: tuple[float, float | None],
-            cpus: int) -> str:
+def cpu_why(records: list[Record], median: float, null: tuple[float, float | None]) -> str:
     """Why the CPU used in witness turns ``records`` says a contender's calls take more
     than its ``median`` sample (ms) claims, "" when it does not: so when no single turn
     keeps within :data:`CPU_FACTOR` x ``median`` + :data:`CPU_MARGIN_MS` on each of its
     main thread's CPU, less the judge's null turn (``null``: main thread, cgroup), its
-    busiest other thread's, and its cgroup's, less the null turn's, over its ``cpus``
-    (one turn for all three: a red-team contender kept each within it in a different
-    turn). The why given is the turn that came closest. Each is read when its harness
-    says "witnessed", before the hold: the threads a parallel runtime leaves spinning after
-    the call (libgomp: up to GOMP_SPINCOUNT, 300000 iterations) would use more CPU
-    meanwhile. A turn whose main thread could not be read fails."""
+    busiest other thread's, and its whole cgroup's, less the null turn's (one turn for all
+    three: a red-team contender kept each within it in a different turn; the cgroup's
+    counts threads and processes that ended within the turn too, red-team round 19). On a
+    device of one thread an honest call uses no other thread (``Plan.bounded``). The why
+    given is the turn that came closest. A turn whose main thread could not be read
+    fails."""
     allowed = CPU_FACTOR * median + CPU_MARGIN_MS
     if not records or any(r.main_cpu_ms is None for r in records):
         return "its harness's main thread was not the one that began its witness turns"
-    best = min((_over(r, null, cpus) for r in records), key=lambda x: max(x))
+    best = min((_over(r, null) for r in records), key=lambda x: max(x))
     if max(best) <= allowed:
         return ""
     where = ("the thread that called solve", "one of its other threads",
-             f"its CPUs ({cpus}), per CPU")[best.index(max(best))]
+             "its sandbox's processes together")[best.index(max(best))]
     return (f"its calls on fresh inputs used at least {max(best):.4g} ms of CPU on {where} "
             f"in each of {len(records)} witness turns, its samples' median is "
             f"{median:.4g} ms")
 
 
-def _over(r: Record, null: tuple[float, float | None], cpus: int) -> tuple[float, ...]:
+def _over(r: Record, null: tuple[float, float | None]) -> tuple[float, ...]:
     """One witness turn's CPU figures (ms) as :func:`cpu_why` bounds them: main thread
-    less the null turn's, busiest other thread, cgroup less the null turn's over ``cpus``
-    (0 where not counted)."""
-    cg = 0.0 if r.cpu_ms is None or null[1] is None else (r.cpu_ms - null[1]) / max(cpus, 1)
+    less the null turn's, busiest other thread, cgroup less the null turn's (0 where not
+    counted)."""
+    cg = 0.0 if r.cpu_ms is None or null[1] is None else r.cpu_ms - null[1]
     return ((r.main_cpu_ms or 0.0) - null[0], r.thread_cpu_ms, cg)
 
 
