@@ -167,9 +167,11 @@ wrongly:
   turn and spend in each what it claims, though it need not do the work there; on a CPU
   device it must also pass witness turns, workers.witness: calls on input sets written
   into its buffers by the device actor while it is frozen, their outputs read back and
-  checked by a harness that loads no candidate code, and its samples held to the CPU time
-  those calls used, within 2x + 0.05 ms on the calling thread and the cgroup's CPU over
-  its CPUs with 1 ms more; not on the GPU).
+  checked by a harness that loads no candidate code, and, on a device of one thread, its
+  samples held to the CPU time those calls used (the calling thread's, the busiest other
+  thread's and the whole cgroup's, within 2x + 0.05 ms in one of 4 to 12 turns); a lie
+  within that bound, any lie about time on a device of several threads, and the GPU are
+  not caught there).
   Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
   do that. What it does instead, at the loop's closing only: each contender of the closing
