@@ -43,35 +43,49 @@ def _ok(median):
     return {"status": "ok", "error": "", "results": [{"median_ms": median}]}
 
 
-def _taking(records, median, null=(0.05, 0.08), stray=0):
+def _taking(records, median, null=(0.05, 0.08, 0.1), stray=0):
     return witness.Taking(witness.Plan(0, [], null=null), list(records), stray=stray,
                           median_ms=median)
 
 
+def _turn(main, others=0.0, cg=None, wall=0.1):
+    """A witness turn of main-thread CPU ``main``, busiest other thread ``others``, cgroup
+    ``cg`` and wall ``wall`` (ms), each before the null turn's (0.05, 0.08, 0.1) is taken
+    off, where it is."""
+    return Record(0.2, main, cg, thread_cpu_ms=others, wall_ms=wall)
+
+
 def test_a_contender_is_held_to_the_cpu_its_witness_calls_used():
-    """The least main-thread CPU of its turns, less the judge's null turn, against its
-    median: at most CPU_FACTOR x median + CPU_MARGIN_MS (0.25 ms at 0.1 ms); its busiest
-    other thread's, and its whole cgroup's less the null turn's, likewise."""
+    """One turn must keep within CPU_FACTOR x median + CPU_MARGIN_MS (0.25 ms at 0.1 ms)
+    its main-thread CPU less the null turn's, and either its busiest other thread's and its
+    whole cgroup's CPU (less the null turn's), or its wall time less the null turn's."""
     assert witness.CPU_FACTOR * 0.1 + witness.CPU_MARGIN_MS == pytest.approx(0.25)
-    turns = [Record(0.2, 0.05 + 0.25, 0.08 + 0.25)] * 3 + [Record(0.2, 0.05 + 0.29, 0.4)]
     ok = ["", "", "", ""]
+    turns = [_turn(0.05 + 0.25, cg=0.08 + 0.25)] * 3 + [_turn(0.05 + 0.29, cg=0.4)]
     assert witness.judged(_ok(0.1), _taking(turns, 0.1), ok)["status"] == "ok"
     out = witness.judged(_ok(0.09), _taking(turns, 0.09), ok)
     assert out["status"] == "suspect" and out["error"].startswith(
         "its calls on fresh inputs used at least 0.25 ms of CPU on the thread that called "
         "solve in each of 4 witness turns, its samples' median is 0.09 ms"), out
-    # the work on a thread the calling one waits for (red-team round 18: 36x)
-    helper = [Record(0.2, 0.06, None, thread_cpu_ms=0.26)] * 4
+    # the work on a thread the calling one waits for (red-team round 18: 36x): the call
+    # lasts as long as the work
+    helper = [_turn(0.06, others=0.26, wall=0.1 + 0.35)] * 4
     out = witness.judged(_ok(0.1), _taking(helper, 0.1), ok)
-    assert out["status"] == "suspect" and "on one of its other threads" in out["error"], out
+    assert out["status"] == "suspect" and out["error"].startswith(
+        "its calls on fresh inputs used at least 0.26 ms of CPU on its other threads or its "
+        "sandbox's processes together, and 0.35 ms of wall time in each of 4"), out
     # threads that came and went in the turn (round 19): the cgroup's CPU, whole
-    gone = [Record(0.2, 0.06, 0.08 + 0.26)] * 4
-    out = witness.judged(_ok(0.1), _taking(gone, 0.1), ok)
-    assert out["status"] == "suspect" and "on its sandbox's processes together" in \
-        out["error"], out
-    # each figure within the bound in some turn, but no turn with all three (round 18)
-    split = [Record(0.2, 0.05 + 0.3, None, thread_cpu_ms=0.0),
-             Record(0.2, 0.05, None, thread_cpu_ms=0.3)] * 2
+    gone = [_turn(0.06, cg=0.08 + 0.26, wall=0.1 + 0.26)] * 4
+    assert witness.judged(_ok(0.1), _taking(gone, 0.1), ok)["status"] == "suspect"
+    # an honest kernel of several threads of its own: their CPU adds up, its wall does not
+    team = [_turn(0.05 + 0.12, others=0.2, cg=0.08 + 0.45, wall=0.1 + 0.13)] * 4
+    assert witness.judged(_ok(0.1), _taking(team, 0.1), ok)["status"] == "ok"
+    # a null turn timed on a loaded machine credits no more than its CPU + 0.1 ms of wall
+    # (taking off its whole 0.4 ms would leave 0.05 ms)
+    slow_null = _taking(helper, 0.1, null=(0.05, 0.08, 0.4))
+    assert witness.judged(_ok(0.1), slow_null, ok)["status"] == "suspect"
+    # each figure within the bound in some turn, but no turn with all (round 18)
+    split = [_turn(0.05 + 0.3), _turn(0.05, others=0.3, wall=0.4)] * 2
     out = witness.judged(_ok(0.1), _taking(split, 0.1), ok)
     assert out["status"] == "suspect" and "at least 0.3 ms" in out["error"], out
 
@@ -80,7 +94,7 @@ def test_more_witness_turns_are_taken_while_the_least_is_past_the_bounds():
     """At least TURNS; past them, more while the least CPU so far is past the bounds, up to
     MAX_TURNS: a quiet turn clears an honest contender, a liar has none."""
     said = {"median_ms": 0.1}
-    loud, quiet = Record(0.1, 0.9, None), Record(0.1, 0.2, None)
+    loud, quiet = _turn(0.9), _turn(0.2)
     t = _taking([quiet] * (witness.TURNS - 1), None)
     assert t.more(said) and t.median_ms == 0.1
     t.records.append(quiet)

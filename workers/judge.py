@@ -21,13 +21,13 @@ class Judging:
     ``bounded`` (workers.witness ``Plan``)."""
 
     plans: list[witness.Plan] | None
-    null: tuple[float, float | None] = (0.0, None)
+    null: tuple[float, float | None, float] = (0.0, None, 0.0)
     why: str = ""
     bounded: bool = True
 
     @property
     def said(self) -> str:
-        """How this contest's contenders were judged, in words: ``4 to 12 witness turns
+        """How this contest's contenders were judged, in words: ``4 to 8 witness turns
         each``, ``4 witness turns each, their outputs checked (...)`` or ``none: why``."""
         if self.plans is None:
             return f"none: {self.why}"

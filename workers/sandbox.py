@@ -364,6 +364,7 @@ class Sandbox:
             t.said, t.cpu0 = msg, self._cpu_snapshot()
         finally:
             hold.release(held)
+        t.go_at = time.perf_counter()
         return "go"
 
     def _witnessed(self, msg: dict[str, Any]) -> None:
@@ -373,6 +374,7 @@ class Sandbox:
         t = self.taking
         if t is None:
             return
+        wall_ms = (time.perf_counter() - t.go_at) * 1e3
         # the outputs as the call left them, read before the hold: outputs still written
         # after that change before it. The CPU times are read once held: a running
         # thread's are brought up to date only at a tick or when it stops (red-team round
@@ -384,7 +386,7 @@ class Sandbox:
             cpu1 = self._cpu_snapshot()
             why = "" if t.said is None or t.why else t.plan.take(
                 self.host_pid or 0, t.said, len(t.records), early)
-            witness.ended(t, msg, cpu1, why)
+            witness.ended(t, msg, cpu1, why, wall_ms)
         finally:
             hold.release(held)
 

@@ -53,7 +53,7 @@ from workers.status import Status
 # lengthened by what else the machine runs (a virtual machine's stolen time, reclaim), never
 # shortened, so an honest contender clears them in a quiet turn and a liar in none
 TURNS = 4
-MAX_TURNS = 12
+MAX_TURNS = 8
 # a contender is `suspect` when the least main-thread CPU time of its witness turns, less the
 # judge's least with no call, exceeds its median sample by more than this factor and margin
 # (ms): its samples claim less than the CPU its calls used. The factor covers a witness
@@ -62,6 +62,10 @@ MAX_TURNS = 12
 # other.
 CPU_FACTOR = 2.0
 CPU_MARGIN_MS = 0.05
+# the null turn's wall time taken off a turn's is at most its main-thread CPU + this (ms):
+# the messages' latency on a quiet machine; a null turn timed on a loaded one (0.38 ms, its
+# least of 4) let a helper's 0.17 ms of work through (red-team trial, this CI machine)
+NULL_WALL_SLACK_MS = 0.1
 
 
 class _IoVec(ctypes.Structure):
@@ -135,7 +139,7 @@ class Plan:
     judge: int
     src: list[dict[str, Spans]]
     dst: list[Spans] | None = None
-    null: tuple[float, float | None] = (0.0, None)
+    null: tuple[float, float | None, float] = (0.0, None, 0.0)
     bounded: bool = True
 
     def put(self, pid: int, said: dict[str, Any], k: int) -> str:
@@ -207,14 +211,16 @@ class Record:
     "witnessed" by its harness's main thread (``main_cpu_ms``, None where it cannot be
     read), by its busiest other thread (``thread_cpu_ms``: of every process in the
     sandbox; a thread born in the turn counts from 0), and by its sandbox's cgroup
-    (``cpu_ms``, None where not counted); and why its buffers could not be written or read
-    ("": they were)."""
+    (``cpu_ms``, None where not counted); why its buffers could not be written or read
+    ("": they were); and the turn's wall time by the device actor's clock, from its "go"
+    to the arrival of its "witnessed" (``wall_ms``)."""
 
     ms: float | None
     main_cpu_ms: float | None
     cpu_ms: float | None
     error: str = ""
     thread_cpu_ms: float = 0.0
+    wall_ms: float = 0.0
 
 
 @dataclass
@@ -242,6 +248,7 @@ class Taking:
     cpu0: Snapshot | None = None
     stray: int = 0
     median_ms: float | None = None
+    go_at: float = 0.0  # when its "go" was sent (time.perf_counter, s)
 
     def more(self, said: dict[str, Any]) -> bool:
         """Whether a witness turn begun by ``said`` (a "witness" message) is to be taken:
@@ -264,10 +271,12 @@ def _time(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
 
 
-def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str) -> None:
+def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str, wall_ms: float = 0.0
+          ) -> None:
     """The open witness turn of ``t`` ended with "witnessed" ``msg``; ``cpu1``: the CPU
-    times read once held; ``why``: its outputs could not be read. A "witnessed" with no
-    turn open is counted as stray."""
+    times read once held; ``why``: its outputs could not be read; ``wall_ms``: from its
+    "go" to the arrival of "witnessed". A "witnessed" with no turn open is counted as
+    stray."""
     if t.said is None or t.cpu0 is None:
         t.stray += 1
         return
@@ -277,14 +286,15 @@ def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str) -> None:
     t.records.append(Record(
         float(ms) if _time(ms) else None, None if main is None else main / 1e6,
         None if a.cgroup is None or cpu1.cgroup is None else (cpu1.cgroup - a.cgroup) / 1e6,
-        t.why or why, max(used.values(), default=0) / 1e6))
+        t.why or why, max(used.values(), default=0) / 1e6, wall_ms))
     t.said = None
 
 
-def null_cost(records: list[Record]) -> tuple[float, float | None] | str:
-    """The judge's null turns (no call): the least main-thread and cgroup CPU (ms) a witness
-    turn costs with nothing in it; or why witness turns cannot be had on this host (its
-    buffers could not be copied, its CPU time not read)."""
+def null_cost(records: list[Record]) -> tuple[float, float | None, float] | str:
+    """The judge's null turns (no call): the least main-thread CPU, cgroup CPU (None where
+    not counted) and wall time (ms) a witness turn costs with nothing in it; or why witness
+    turns cannot be had on this host (its buffers could not be copied, its CPU time not
+    read)."""
     if not records:
         return "the judge took no witness turn"
     if bad := [r.error for r in records if r.error]:
@@ -293,8 +303,9 @@ def null_cost(records: list[Record]) -> tuple[float, float | None] | str:
     if any(m is None for m in mains):
         return "a harness's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
     cg = [r.cpu_ms for r in records]
-    return min(m for m in mains if m is not None), (
-        None if any(c is None for c in cg) else min(c for c in cg if c is not None))
+    return (min(m for m in mains if m is not None),
+            None if any(c is None for c in cg) else min(c for c in cg if c is not None),
+            min(r.wall_ms for r in records))
 
 
 def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[str, Any]:
@@ -327,36 +338,46 @@ def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[s
     return _suspect(why) if why else res
 
 
-def cpu_why(records: list[Record], median: float, null: tuple[float, float | None]) -> str:
-    """Why the CPU used in witness turns ``records`` says a contender's calls take more
-    than its ``median`` sample (ms) claims, "" when it does not: so when no single turn
-    keeps within :data:`CPU_FACTOR` x ``median`` + :data:`CPU_MARGIN_MS` on each of its
-    main thread's CPU, less the judge's null turn (``null``: main thread, cgroup), its
-    busiest other thread's, and its whole cgroup's, less the null turn's (one turn for all
-    three: a red-team contender kept each within it in a different turn; the cgroup's
-    counts threads and processes that ended within the turn too, red-team round 19). On a
-    device of one thread an honest call uses no other thread (``Plan.bounded``). The why
+def cpu_why(records: list[Record], median: float,
+            null: tuple[float, float | None, float]) -> str:
+    """Why witness turns ``records`` say a contender's calls take more than its ``median``
+    sample (ms) claims, "" when they do not: so when no single turn keeps within
+    :data:`CPU_FACTOR` x ``median`` + :data:`CPU_MARGIN_MS` its main thread's CPU, less
+    the judge's null turn's (``null``: main-thread CPU, cgroup CPU, wall), and either both
+    its busiest other thread's CPU and its whole cgroup's, less the null turn's, or its
+    wall time, less the null turn's. One turn for all (a red-team contender kept each
+    figure within the bound in a different turn); the cgroup's counts threads and
+    processes that ended within the turn (red-team round 19). The wall time stands in for
+    the other threads' CPU where a kernel's own threads (an OpenMP ``num_threads``, the
+    README's vector_add sweep) share its work: their CPU adds up, the call's wall does not,
+    and a helper doing a call's work makes the call last as long as that work. The why
     given is the turn that came closest. A turn whose main thread could not be read
     fails."""
     allowed = CPU_FACTOR * median + CPU_MARGIN_MS
     if not records or any(r.main_cpu_ms is None for r in records):
         return "its harness's main thread was not the one that began its witness turns"
-    best = min((_over(r, null) for r in records), key=lambda x: max(x))
-    if max(best) <= allowed:
+    main, others, wall = min((_over(r, null) for r in records),
+                             key=lambda x: max(x[0], min(x[1], x[2])))
+    if max(main, min(others, wall)) <= allowed:
         return ""
-    where = ("the thread that called solve", "one of its other threads",
-             "its sandbox's processes together")[best.index(max(best))]
-    return (f"its calls on fresh inputs used at least {max(best):.4g} ms of CPU on {where} "
-            f"in each of {len(records)} witness turns, its samples' median is "
-            f"{median:.4g} ms")
+    n = len(records)
+    if main > allowed:
+        where = f"{main:.4g} ms of CPU on the thread that called solve"
+    else:
+        where = (f"{others:.4g} ms of CPU on its other threads or its sandbox's processes "
+                 f"together, and {wall:.4g} ms of wall time")
+    return (f"its calls on fresh inputs used at least {where} in each of {n} witness turns, "
+            f"its samples' median is {median:.4g} ms")
 
 
-def _over(r: Record, null: tuple[float, float | None]) -> tuple[float, ...]:
-    """One witness turn's CPU figures (ms) as :func:`cpu_why` bounds them: main thread
-    less the null turn's, busiest other thread, cgroup less the null turn's (0 where not
-    counted)."""
+def _over(r: Record, null: tuple[float, float | None, float]) -> tuple[float, float, float]:
+    """One witness turn's figures (ms) as :func:`cpu_why` bounds them: main-thread CPU less
+    the null turn's; the larger of its busiest other thread's CPU and its cgroup's less the
+    null turn's (0 where not counted); wall time less the null turn's, at most its
+    main-thread CPU + :data:`NULL_WALL_SLACK_MS`."""
     cg = 0.0 if r.cpu_ms is None or null[1] is None else r.cpu_ms - null[1]
-    return ((r.main_cpu_ms or 0.0) - null[0], r.thread_cpu_ms, cg)
+    wall = r.wall_ms - min(null[2], null[0] + NULL_WALL_SLACK_MS)
+    return ((r.main_cpu_ms or 0.0) - null[0], max(r.thread_cpu_ms, cg), wall)
 
 
 def _suspect(why: str) -> dict[str, Any]:
