@@ -43,7 +43,7 @@ def _ok(median):
     return {"status": "ok", "error": "", "results": [{"median_ms": median}]}
 
 
-def _taking(records, median, null=(0.05, 0.08, 0.1), stray=0):
+def _taking(records, median, null=(0.05, 0.08, 0.1, 0.01), stray=0):
     return witness.Taking(witness.Plan(0, [], null=null), list(records), stray=stray,
                           median_ms=median)
 
@@ -82,8 +82,14 @@ def test_a_contender_is_held_to_the_cpu_its_witness_calls_used():
     assert witness.judged(_ok(0.1), _taking(team, 0.1), ok)["status"] == "ok"
     # a null turn timed on a loaded machine credits no more than its CPU + 0.1 ms of wall
     # (taking off its whole 0.4 ms would leave 0.05 ms)
-    slow_null = _taking(helper, 0.1, null=(0.05, 0.08, 0.4))
+    slow_null = _taking(helper, 0.1, null=(0.05, 0.08, 0.4, 0.01))
     assert witness.judged(_ok(0.1), slow_null, ok)["status"] == "suspect"
+    # "witnessed" said early, the actor's read of its outputs held back until its helper
+    # was done (red-team round 21: 9x): the read's excess counts as the call's time
+    held_back = [Record(0.2, 0.06, None, thread_cpu_ms=1.3, wall_ms=0.1 + 0.08,
+                        read_ms=0.01 + 1.2)] * 4
+    out = witness.judged(_ok(0.1), _taking(held_back, 0.1), ok)
+    assert out["status"] == "suspect" and "1.28 ms of wall time" in out["error"], out
     # each figure within the bound in some turn, but no turn with all (round 18)
     split = [_turn(0.05 + 0.3), _turn(0.05, others=0.3, wall=0.4)] * 2
     out = witness.judged(_ok(0.1), _taking(split, 0.1), ok)

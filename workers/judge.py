@@ -21,7 +21,7 @@ class Judging:
     ``bounded`` (workers.witness ``Plan``)."""
 
     plans: list[witness.Plan] | None
-    null: tuple[float, float | None, float] = (0.0, None, 0.0)
+    null: tuple[float, float | None, float, float] = (0.0, None, 0.0, 0.0)
     why: str = ""
     bounded: bool = True
 

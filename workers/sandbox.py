@@ -379,14 +379,16 @@ class Sandbox:
         # after that change before it. The CPU times are read once held: a running
         # thread's are brought up to date only at a tick or when it stops (red-team round
         # 19: a helper kept spinning after its work hid 0.17 ms of it in most turns)
+        r0 = time.perf_counter()
         early = b"" if t.said is None or t.why else witness.read_outputs(
             self.host_pid or 0, t.said)
+        read_ms = (time.perf_counter() - r0) * 1e3
         held = self.pause()
         try:
             cpu1 = self._cpu_snapshot()
             why = "" if t.said is None or t.why else t.plan.take(
                 self.host_pid or 0, t.said, len(t.records), early)
-            witness.ended(t, msg, cpu1, why, wall_ms)
+            witness.ended(t, msg, cpu1, why, wall_ms, read_ms)
         finally:
             hold.release(held)
 
