@@ -44,7 +44,7 @@ def _ok(median):
 
 
 def _taking(records, median, null=(0.05, 0.08, 0.1, 0.01), stray=0):
-    return witness.Taking(witness.Plan(0, [], null=null), list(records), stray=stray,
+    return witness.Taking(witness.Plan(0, [], null=witness.Null(*null)), list(records), stray=stray,
                           median_ms=median)
 
 

@@ -281,6 +281,7 @@ from workers.replay import (
 )
 from workers.status import Status
 from workers.timing import should_stop, summarize
+from workers.witness import IoVec
 
 MAX_DATA_ENTRIES = 2
 GUARD = 4096  # canary elements after each output buffer
@@ -2138,10 +2139,6 @@ def abs_rel_error(got: torch.Tensor, exp: torch.Tensor) -> tuple[float, float]:
     return float(diff.max()), rel
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 class _OutputArena:
     """CPU: one call's outputs (with their canaries) side by side in pages of their own
@@ -2194,7 +2191,7 @@ def _page_iovecs(ptr: int, nbytes: int) -> list[Any]:
         pages[0] = ptr
         if len(_IOVECS) >= 64:
             _IOVECS.pop(next(iter(_IOVECS)))
-        _IOVECS[key] = [(_IoVec * len(c))(*[_IoVec(a, 1) for a in c])
+        _IOVECS[key] = [(IoVec * len(c))(*[IoVec(a, 1) for a in c])
                         for c in (pages[i:i + 1024] for i in range(0, len(pages), 1024))]
     return _IOVECS[key]
 
@@ -2215,7 +2212,7 @@ def _unreadable_at(ptr: int, nbytes: int) -> bool:
     fn = _VM_READ[0]
     if fn is None:
         return _unwritable_from(ptr, nbytes)
-    local = _IoVec(ctypes.addressof(_SCRATCH), len(_SCRATCH))
+    local = IoVec(ctypes.addressof(_SCRATCH), len(_SCRATCH))
     for remote in _page_iovecs(ptr, nbytes):
         got = fn(os.getpid(), ctypes.byref(local), 1, remote, len(remote), 0)
         if got == len(remote):

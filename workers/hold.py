@@ -113,13 +113,7 @@ def sandbox_ns(leader: int) -> str | None:
     return None
 
 
-def members(dirs: tuple[str, ...]) -> list[int]:
-    """The pids in the cgroup of folders ``dirs`` (workers.cgroup); [] when it cannot be
-    read."""
-    return _in_cgroup(dirs)
-
-
-def _in_cgroup(dirs: tuple[str, ...]) -> list[int]:
+def in_cgroup(dirs: tuple[str, ...]) -> list[int]:
     """The pids in the cgroup of folders ``dirs`` (workers.cgroup; ``cgroup.procs`` needs no
     access to the processes themselves); [] when it cannot be read."""
     for d in dirs:
@@ -234,7 +228,7 @@ def _ticks(pid: int) -> int | None:
 def _members(leader: int, ns: str | None, cgroup_dirs: tuple[str, ...]) -> list[int]:
     """The processes of the sandbox: those in its cgroup and in PID namespace ``ns``, or in
     process group ``leader`` where ``ns`` is None."""
-    return list(dict.fromkeys([*_in_cgroup(cgroup_dirs), *(
+    return list(dict.fromkeys([*in_cgroup(cgroup_dirs), *(
         q for q in _pids() if (_ns(q) == ns if ns is not None else (
             (st := _stat(q)) is not None and st[2] == leader)))]))
 
@@ -287,7 +281,7 @@ def release(held: Held | None) -> None:
         return
     if held.frozen is not None:
         held.frozen.thaw()
-    cgroup = set(_in_cgroup(held.dirs))
+    cgroup = set(in_cgroup(held.dirs))
     for p in held.pids:
         try:
             if p < 0:

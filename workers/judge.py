@@ -21,7 +21,7 @@ class Judging:
     ``bounded`` (workers.witness ``Plan``)."""
 
     plans: list[witness.Plan] | None
-    null: tuple[float, float | None, float, float] = (0.0, None, 0.0, 0.0)
+    null: witness.Null = witness.Null()
     why: str = ""
     bounded: bool = True
 
@@ -85,7 +85,4 @@ def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
             or len(verdicts) != len(boxes):
         judging.plans, judging.why = None, f"the judge's check failed: {check.get('error')}"
         return answers
-    out = []
-    for box, a, v in zip(boxes, answers, verdicts):
-        out.append(witness.judged(a, box.taking, v))
-    return out
+    return [witness.judged(a, box.taking, v) for box, a, v in zip(boxes, answers, verdicts)]

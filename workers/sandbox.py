@@ -204,7 +204,7 @@ class Sandbox:
                          else priority.harness_pid(self.proc.pid) if self.proc else None)
         # the sandbox's own processes (its PID namespace's first, the zygote's child), known
         # before any candidate code runs: not the candidate's in a witness turn's CPU
-        self.infra = set(hold.members(self.counted.dirs) if self.counted else ()) - {
+        self.infra = set(hold.in_cgroup(self.counted.dirs) if self.counted else ()) - {
             self.host_pid}
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
@@ -566,7 +566,7 @@ class Sandbox:
         harness and of the processes its candidates started (its cgroup's, less
         :attr:`infra`), and its cgroup's total however many threads it runs (None where not
         counted)."""
-        pids = set(hold.members(self.counted.dirs) if self.counted is not None else ())
+        pids = set(hold.in_cgroup(self.counted.dirs) if self.counted is not None else ())
         main = self.host_pid or 0
         pids -= self.infra
         return witness.Snapshot(witness.threads_cpu_ns(sorted({main, *pids})), main,

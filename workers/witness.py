@@ -44,7 +44,7 @@ import ctypes
 import ctypes.util
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from workers.status import Status
 
@@ -68,38 +68,54 @@ CPU_MARGIN_MS = 0.05
 NULL_WALL_SLACK_MS = 0.1
 
 
-class _IoVec(ctypes.Structure):
+class IoVec(ctypes.Structure):
+    """C's ``struct iovec``: an address and a length in bytes (``process_vm_readv(2)``)."""
+
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 for _f in ("process_vm_readv", "process_vm_writev"):
     getattr(_libc, _f).restype = ctypes.c_ssize_t
-    getattr(_libc, _f).argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                                   ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+    getattr(_libc, _f).argtypes = [ctypes.c_int, ctypes.POINTER(IoVec), ctypes.c_ulong,
+                                   ctypes.POINTER(IoVec), ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _vm(fn: Any, pid: int, addr: int, buf: Any, nbytes: int) -> str:
+    """``nbytes`` bytes moved between ``buf`` (a ctypes buffer of this process) and address
+    ``addr`` of process ``pid`` by ``fn`` (``process_vm_readv`` or ``process_vm_writev``),
+    short transfers continued; "" when all moved, else why not."""
+    done = 0
+    while done < nbytes:
+        local = IoVec(ctypes.addressof(buf) + done, nbytes - done)
+        remote = IoVec(addr + done, nbytes - done)
+        n = fn(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        if n <= 0:
+            err = ctypes.get_errno() if n < 0 else 0
+            what = "read" if fn is _libc.process_vm_readv else "write"
+            return (f"could not {what} {nbytes} bytes at {addr:#x} of process {pid} "
+                    f"({os.strerror(err) if err else 'nothing copied'})")
+        done += n
+    return ""
+
+
+def vm_read(pid: int, addr: int, nbytes: int) -> bytes | str:
+    """``nbytes`` bytes at address ``addr`` of process ``pid`` (a host pid), read through
+    ``process_vm_readv(2)``; or why not (the system call's error, or nothing read: a range
+    not mapped, or mapped without the access). Never raises."""
+    buf = ctypes.create_string_buffer(max(nbytes, 1))
+    why = _vm(_libc.process_vm_readv, pid, addr, buf, nbytes)
+    return why or buf.raw[:nbytes]
 
 
 def vm_copy(src_pid: int, src: int, dst_pid: int, dst: int, nbytes: int) -> str:
     """Copy ``nbytes`` bytes from address ``src`` of process ``src_pid`` to address ``dst``
-    of process ``dst_pid`` (host pids), through this process (``process_vm_readv(2)``, then
-    ``process_vm_writev(2)``). Returns "" when every byte was copied, else why not (the
-    system call's error, or a short copy: a range not mapped, or mapped without the
-    access). Never raises."""
+    of process ``dst_pid`` (host pids), through this process (:func:`vm_read`, then
+    ``process_vm_writev(2)``). Returns "" when every byte was copied, else why not. Never
+    raises."""
     buf = ctypes.create_string_buffer(max(nbytes, 1))
-    for fn, pid, addr in ((_libc.process_vm_readv, src_pid, src),
-                          (_libc.process_vm_writev, dst_pid, dst)):
-        done = 0
-        while done < nbytes:
-            local = _IoVec(ctypes.addressof(buf) + done, nbytes - done)
-            remote = _IoVec(addr + done, nbytes - done)
-            n = fn(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-            if n <= 0:
-                err = ctypes.get_errno() if n < 0 else 0
-                what = "read" if fn is _libc.process_vm_readv else "write"
-                return (f"could not {what} {nbytes} bytes at {addr:#x} of process {pid} "
-                        f"({os.strerror(err) if err else 'nothing copied'})")
-            done += n
-    return ""
+    return (_vm(_libc.process_vm_readv, src_pid, src, buf, nbytes)
+            or _vm(_libc.process_vm_writev, dst_pid, dst, buf, nbytes))
 
 
 def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
@@ -121,6 +137,17 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
     return out
 
 
+class Null(NamedTuple):
+    """What a witness turn with no call costs the judge (ms, the least of its null turns):
+    its main thread's CPU, its cgroup's CPU (None where not counted), the turn's wall time
+    and the first read of its outputs (:func:`null_cost`)."""
+
+    main_cpu_ms: float = 0.0
+    cpu_ms: float | None = None
+    wall_ms: float = 0.0
+    read_ms: float = 0.0
+
+
 Spans = dict[str, list[int]]  # buffer name -> [address, bytes]
 
 
@@ -139,7 +166,7 @@ class Plan:
     judge: int
     src: list[dict[str, Spans]]
     dst: list[Spans] | None = None
-    null: tuple[float, float | None, float, float] = (0.0, None, 0.0, 0.0)
+    null: Null = Null()
     bounded: bool = True
 
     def put(self, pid: int, said: dict[str, Any], k: int) -> str:
@@ -180,14 +207,10 @@ def read_outputs(pid: int, said: dict[str, Any]) -> bytes | str:
     out = []
     for name in sorted(said["outputs"]):
         addr, n = (int(v) for v in said["outputs"][name])
-        buf = ctypes.create_string_buffer(max(n, 1))
-        local, remote = _IoVec(ctypes.addressof(buf), n), _IoVec(addr, n)
-        got = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-        if got != n:
-            err = ctypes.get_errno() if got < 0 else 0
-            return (f"could not read {n} bytes at {addr:#x} of process {pid} "
-                    f"({os.strerror(err) if err else 'a short read'})")
-        out.append(buf.raw[:n])
+        got = vm_read(pid, addr, n)
+        if isinstance(got, str):
+            return got
+        out.append(got)
     return b"".join(out)
 
 
@@ -292,7 +315,7 @@ def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str, wall_ms: flo
     t.said = None
 
 
-def null_cost(records: list[Record]) -> tuple[float, float | None, float, float] | str:
+def null_cost(records: list[Record]) -> Null | str:
     """The judge's null turns (no call): the least main-thread CPU, cgroup CPU (None where
     not counted), wall time and first read of the outputs (ms) a witness turn costs with
     nothing in it; or why witness
@@ -306,9 +329,9 @@ def null_cost(records: list[Record]) -> tuple[float, float | None, float, float]
     if any(m is None for m in mains):
         return "a harness's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
     cg = [r.cpu_ms for r in records]
-    return (min(m for m in mains if m is not None),
-            None if any(c is None for c in cg) else min(c for c in cg if c is not None),
-            min(r.wall_ms for r in records), min(r.read_ms for r in records))
+    return Null(min(m for m in mains if m is not None),
+                None if any(c is None for c in cg) else min(c for c in cg if c is not None),
+                min(r.wall_ms for r in records), min(r.read_ms for r in records))
 
 
 def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[str, Any]:
@@ -341,12 +364,11 @@ def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[s
     return _suspect(why) if why else res
 
 
-def cpu_why(records: list[Record], median: float,
-            null: tuple[float, float | None, float, float]) -> str:
+def cpu_why(records: list[Record], median: float, null: Null) -> str:
     """Why witness turns ``records`` say a contender's calls take more than its ``median``
     sample (ms) claims, "" when they do not: so when no single turn keeps within
     :data:`CPU_FACTOR` x ``median`` + :data:`CPU_MARGIN_MS` its main thread's CPU, less
-    the judge's null turn's (``null``: main-thread CPU, cgroup CPU, wall), and either both
+    the judge's null turn's (``null``), and either both
     its busiest other thread's CPU and its whole cgroup's, less the null turn's, or its
     wall time, less the null turn's. One turn for all (a red-team contender kept each
     figure within the bound in a different turn); the cgroup's counts threads and
@@ -373,8 +395,7 @@ def cpu_why(records: list[Record], median: float,
             f"its samples' median is {median:.4g} ms")
 
 
-def _over(r: Record, null: tuple[float, float | None, float, float]
-          ) -> tuple[float, float, float]:
+def _over(r: Record, null: Null) -> tuple[float, float, float]:
     """One witness turn's figures (ms) as :func:`cpu_why` bounds them: main-thread CPU less
     the null turn's; the larger of its busiest other thread's CPU and its cgroup's less the
     null turn's (0 where not counted); wall time less the null turn's, at most its
@@ -382,10 +403,10 @@ def _over(r: Record, null: tuple[float, float | None, float, float]
     took beyond the null turn's (a red-team contender said "witnessed" before its work was
     done and held the read back on its memory map's lock with a long ``mprotect`` until
     its helper had finished: 9x, 3 of 13 runs)."""
-    cg = 0.0 if r.cpu_ms is None or null[1] is None else r.cpu_ms - null[1]
-    wall = (r.wall_ms - min(null[2], null[0] + NULL_WALL_SLACK_MS)
-            + max(0.0, r.read_ms - null[3]))
-    return ((r.main_cpu_ms or 0.0) - null[0], max(r.thread_cpu_ms, cg), wall)
+    cg = 0.0 if r.cpu_ms is None or null.cpu_ms is None else r.cpu_ms - null.cpu_ms
+    wall = (r.wall_ms - min(null.wall_ms, null.main_cpu_ms + NULL_WALL_SLACK_MS)
+            + max(0.0, r.read_ms - null.read_ms))
+    return ((r.main_cpu_ms or 0.0) - null.main_cpu_ms, max(r.thread_cpu_ms, cg), wall)
 
 
 def _suspect(why: str) -> dict[str, Any]:
