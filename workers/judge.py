@@ -27,14 +27,14 @@ class Judging:
 
     @property
     def said(self) -> str:
-        """How this contest's contenders were judged, in words: ``4 to 8 witness turns
-        each``, ``4 witness turns each, their outputs checked (...)`` or ``none: why``."""
+        """How this contest's contenders were judged, in words: ``8 witness turns each``,
+        ``4 witness turns each, their outputs checked (...)`` or ``none: why``."""
         if self.plans is None:
             return f"none: {self.why}"
         if not self.bounded:
             return (f"{witness.TURNS} witness turns each, their outputs checked (a device of "
                     "several threads: CPU time is no bound on its samples)")
-        return f"{witness.TURNS} to {witness.MAX_TURNS} witness turns each"
+        return f"{witness.MAX_TURNS} witness turns each"
 
 
 def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
@@ -55,7 +55,7 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
         pid = judge.host_pid
         if pid is None:
             return Judging(None, why="the judge's host pid is not known")
-        null = judge.run({"witness_of": "null", "n": witness.TURNS}, timeout_s,
+        null = judge.run({"witness_of": "null", "n": witness.MAX_TURNS}, timeout_s,
                          plan=witness.Plan(pid, got["src"]))
         taking = judge.taking
         cost = witness.null_cost(taking.records if taking else []) \
