@@ -56,8 +56,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
-    from workers.harness import Harness
-    from workers.witness import llc_bytes as _llc_bytes
+    from workers.harness import Harness, _llc_bytes
 
     sweep = load_sweep(a.sweep_dir)
     space = sweep.space("cpu")

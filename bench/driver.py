@@ -161,7 +161,7 @@ def flush_cost_ms(repeat: int = 20) -> float:
     actor's harness runs (OMP_NUM_THREADS=1)."""
     import torch
 
-    from workers.witness import llc_bytes as _llc_bytes
+    from workers.harness import _llc_bytes
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -324,8 +324,7 @@ def test_eviction_keeps_the_values_and_a_machine_without_a_compiler_zeroes_the_l
     import torch
 
     from workers import native
-    from workers.harness import Harness, device_info
-    from workers.witness import llc_bytes as _llc_bytes
+    from workers.harness import Harness, _llc_bytes, device_info
 
     x = torch.arange(1 << 20, dtype=torch.float32)
     x += 1  # dirty lines

@@ -281,7 +281,7 @@ from workers.replay import (
 )
 from workers.status import Status
 from workers.timing import should_stop, summarize
-from workers.witness import IoVec, llc_bytes
+from workers.witness import IoVec
 
 MAX_DATA_ENTRIES = 2
 GUARD = 4096  # canary elements after each output buffer
@@ -416,9 +416,7 @@ class Harness:
         self.await_go: Callable[[], None] = lambda: None
         # a witness turn's start: True on "go", False on "enough" (workers.witness)
         self.await_turn: Callable[[], bool] = lambda: True
-        # a message to the sandbox already encoded (:func:`answer`'s JSON), where there is
-        # one (:func:`_serve`): witness turns' messages, encoded once
-        self.post: Callable[[bytes], None] | None = None
+        self.post: Callable[[bytes], None] | None = None  # sends answer()'s bytes (_serve)
         # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`,
         # and the C functions its builtins run (:func:`c_taken`)
         self.watch: list[tuple[Any, str, Any]] = []
@@ -437,7 +435,7 @@ class Harness:
             torch.cuda.init()
             l2 = torch.cuda.get_device_properties(0).L2_cache_size
         else:
-            l2 = llc_bytes()
+            l2 = _llc_bytes()
         if self.native is None:
             self.flush_buf = torch.empty(max(2 * l2, 1 << 20), dtype=torch.int8,
                                          device=self.device)
@@ -2506,6 +2504,19 @@ def _scalar(a: dict, v: Any) -> Any:
     return float(v) if a["dtype"].startswith(("float", "bfloat")) else int(v)
 
 
+def _llc_bytes() -> int:
+    """Size of the last-level CPU cache in bytes (sysfs), 32 MiB when unknown."""
+    best = 0
+    for idx in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            s = (idx / "size").read_text().strip()
+            mult = {"K": 1 << 10, "M": 1 << 20}.get(s[-1], 1)
+            best = max(best, int(s.rstrip("KM")) * mult)
+        except (OSError, ValueError):
+            continue
+    return best or (32 << 20)
+
+
 def device_info(h: Harness) -> dict:
     """Name, SM arch, memory, L2, multiprocessors, platform and device class of this device."""
     import platform
@@ -2523,7 +2534,7 @@ def device_info(h: Harness) -> dict:
     name = _cpu_name()
     return {"backend": "cpu", "name": name, "sm": None, "arch": "host", "platform": machine,
             "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "l2_bytes": llc_bytes(), "multiprocessors": torch.get_num_threads(),
+            "l2_bytes": _llc_bytes(), "multiprocessors": torch.get_num_threads(),
             "cpu_flush": ("the candidate's buffers evicted by cache line" if h.native else
                           f"2x the last-level cache zeroed ({native.WHY_NOT})"),
             "device_class": f"cpu-{machine}", "torch": str(torch.__version__), "cuda": None,

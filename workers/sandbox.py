@@ -361,8 +361,6 @@ class Sandbox:
             k = len(t.records)
             t.why = t.plan.put(self.host_pid or 0, msg, k) if self.host_pid else \
                 "the harness's host pid is not known"
-            if t.plan.bounded:  # timed: its call reads them from memory, as its samples do
-                witness.evict_caches()
             t.said, t.cpu0 = msg, self._cpu_snapshot()
         finally:
             hold.release(held)

@@ -44,7 +44,6 @@ import ctypes
 import ctypes.util
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from workers.status import Status
@@ -136,35 +135,6 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
             except (OSError, ValueError, IndexError):
                 continue
     return out
-
-
-def llc_bytes() -> int:
-    """Size of the last-level CPU cache in bytes (sysfs), 32 MiB when unknown."""
-    best = 0
-    for idx in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            s = (idx / "size").read_text().strip()
-            mult = {"K": 1 << 10, "M": 1 << 20}.get(s[-1], 1)
-            best = max(best, int(s.rstrip("KM")) * mult)
-        except (OSError, ValueError):
-            continue
-    return best or (32 << 20)
-
-
-_SWEPT: list[Any] = []  # evict_caches's buffer, made at its first call
-
-
-def evict_caches() -> None:
-    """Write twice the last-level cache's bytes (:func:`llc_bytes`) from this process, so
-    that what it just wrote into a contender's memory (a witness turn's input set and
-    poisoned outputs, copied through this CPU's caches) is in memory, not in this CPU's
-    cache lines, when the contender's call reads it: as its flushed samples read theirs.
-    Without it an honest two-thread vector add (the README's sweep, ``NT=2``) took 2.4 ms
-    of wall in every witness turn against its samples' 0.91 ms on a 16-core Xeon host
-    (docs/verified/2026-12-05-session41.md) and was named `suspect`."""
-    if not _SWEPT:
-        _SWEPT.append(ctypes.create_string_buffer(2 * llc_bytes()))
-    ctypes.memset(ctypes.addressof(_SWEPT[0]), 0, len(_SWEPT[0]))
 
 
 class Null(NamedTuple):

@@ -2,7 +2,8 @@
 device of one thread, each alone in a contest with witness turns: per turn the harness's own
 time of its call (ms), the turn's wall time by the device actor's clock and the CPU figures;
 with the device actor's cache eviction after it writes an input set (workers.witness
-``evict_caches``, EVICT=1) and without it (EVICT=0).
+``evict_caches`` at d977d6d, EVICT=1) and without it (EVICT=0). The eviction changed no
+verdict there and was taken out after d977d6d: at later commits EVICT has no effect.
 Usage (repo root): EVICT=0|1 PYTHONPATH=.:tests python docs/verified/witness_team.py 16 17 18 19
 """
 import os
