@@ -140,7 +140,7 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
 class Null(NamedTuple):
     """What a witness turn with no call costs the judge (ms, the least of its null turns):
     its main thread's CPU, its cgroup's CPU (None where not counted), the turn's wall time
-    and the first read of its outputs (:func:`null_cost`)."""
+    and what the first read of its outputs waited (:func:`null_cost`)."""
 
     main_cpu_ms: float = 0.0
     cpu_ms: float | None = None
@@ -237,7 +237,7 @@ class Record:
     (``cpu_ms``, None where not counted); why its buffers could not be written or read
     ("": they were); the turn's wall time by the device actor's clock, from its "go" to the
     arrival of its "witnessed" (``wall_ms``); and how long the actor's first read of its
-    outputs took (``read_ms``)."""
+    outputs waited (``read_ms``: its wall time less the actor thread's CPU time in it)."""
 
     ms: float | None
     main_cpu_ms: float | None
@@ -313,10 +313,9 @@ def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str, wall_ms: flo
 
 def null_cost(records: list[Record]) -> Null | str:
     """The judge's null turns (no call): the least main-thread CPU, cgroup CPU (None where
-    not counted), wall time and first read of the outputs (ms) a witness turn costs with
-    nothing in it; or why witness
-    turns cannot be had on this host (its buffers could not be copied, its CPU time not
-    read)."""
+    not counted), wall time and wait of the first read of the outputs (ms) a witness turn
+    costs with nothing in it; or why witness turns cannot be had on this host (its buffers
+    could not be copied, its CPU time not read)."""
     if not records:
         return "the judge took no witness turn"
     if bad := [r.error for r in records if r.error]:
@@ -413,9 +412,11 @@ def _over(r: Record, null: Null) -> tuple[float, float, float]:
     the null turn's; the larger of its busiest other thread's CPU and its cgroup's less the
     null turn's (0 where not counted); wall time less the null turn's, at most its
     main-thread CPU + :data:`NULL_WALL_SLACK_MS`, plus what the first read of its outputs
-    took beyond the null turn's (a red-team contender said "witnessed" before its work was
-    done and held the read back on its memory map's lock with a long ``mprotect`` until
-    its helper had finished: 9x, 3 of 13 runs)."""
+    waited beyond the null turn's (a red-team contender said "witnessed" before its work
+    was done and held the read back on its memory map's lock with a long ``mprotect`` until
+    its helper had finished: 9x, 3 of 13 runs). Waited, not took: the read's own copying
+    is longer where a team of the contender's threads left its outputs dirty in their
+    caches (1-2 ms on 16 MB, an honest two-thread kernel on an H200 host)."""
     cg = 0.0 if r.cpu_ms is None or null.cpu_ms is None else r.cpu_ms - null.cpu_ms
     wall = (r.wall_ms - min(null.wall_ms, null.main_cpu_ms + NULL_WALL_SLACK_MS)
             + max(0.0, r.read_ms - null.read_ms))
