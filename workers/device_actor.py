@@ -19,7 +19,7 @@ import ray
 from workers import hold, judge, ncu, turns, witness
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
-from workers.prestart import Prestarted
+from workers.prestart import Prestarted, cpu_env
 from workers.records import RunJob, RunOutcome
 from workers.sandbox import Sandbox
 from workers.status import Status
@@ -43,7 +43,7 @@ class DeviceActor:
 
     def __init__(self, backend: str, threads: int = 1, device_class: str | None = None,
                  prestarted: dict[str, Prestarted] | None = None):
-        env = {"OMP_NUM_THREADS": str(threads)} if backend == "cpu" else {}
+        env = cpu_env(threads) if backend == "cpu" else {}
         self.backend, self.env = backend, env
         # the outside clock's harness of the preparations alone (:meth:`clock`), and its
         # start in the background (:meth:`clock_ready`)
