@@ -389,6 +389,10 @@ def sparse_job(tmp_path):
                {"param": ["V", "D"], "idx": ["K"], "g": ["K", "D"]}, job_key="sparse")
 
 
+# its contest without witness turns: its calls (microseconds) sit within their bound's 0.05 ms
+# margin, which the harness's own work around a call filled beside a loaded machine in 1 of
+# 26 runs (docs/verified/2026-12-05-session41.md); this test is the outside clock's
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_an_honest_kernel_on_a_few_rows_of_a_large_in_out_table_is_not_suspect(tmp_path):
     """A sparse update of 64 rows of a 16 MB in/out table (an SGD step on an embedding):
     each call needs the table reloaded, 1000x the kernel's own traffic. Timed outside with

@@ -262,6 +262,10 @@ def test_a_patched_clock_on_a_call_cheaper_than_its_preparation_is_suspect(tmp_p
     assert clock_suspect(*figures[0][:2]) == "", figures
 
 
+# its contest without witness turns: its calls (microseconds) sit within their bound's 0.05 ms
+# margin, which the harness's own work around a call filled beside a loaded machine in 1 of
+# 26 runs (docs/verified/2026-12-05-session41.md); this test is the outside clock's
+@pytest.mark.usefixtures("outside_clock_alone")
 def test_an_honest_sparse_update_of_a_large_table_clears_its_paced_tries(tmp_path):
     """tests/test_clock.py's sparse update (64 rows of a 16 MB in/out table: the table
     reloaded before each call is about 1000x the call's own traffic) timed one call at a

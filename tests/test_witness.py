@@ -327,3 +327,23 @@ def test_openmp_teams_wait_passively_on_a_device_of_one_thread():
     assert prestart.cpu_env(2) == {"OMP_NUM_THREADS": "2"}
     env = prestart.harness_env("cpu", "0")
     assert (env["OMP_NUM_THREADS"], env["OMP_WAIT_POLICY"]) == ("1", "passive")
+
+
+def test_outputs_split_into_many_mappings_are_named():
+    """An output buffer must lie in one memory mapping: split page by page (here with
+    ``madvise``, as a contender could with its own outputs) the device actor's read of it
+    runs slow on the actor's own CPU, which a witness turn does not count."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    m = mmap.mmap(-1, 16 * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    said = {"outputs": {"y": [addr, 16 * page]}}
+    assert witness.split_outputs(os.getpid(), said) == ""
+    for k in range(0, 16, 2):
+        m.madvise(mmap.MADV_DONTFORK, k * page, page)
+    assert witness.split_outputs(os.getpid(), said) == (
+        "its output y lies in 16 memory mappings, not one (a buffer split page by page is "
+        "slow to read)")
+    gone = {"outputs": {"y": [8, 16]}}
+    assert witness.split_outputs(os.getpid(), gone).startswith("its output y lies in 0 ")

@@ -55,7 +55,7 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
         pid = judge.host_pid
         if pid is None:
             return Judging(None, why="the judge's host pid is not known")
-        null = judge.run({"witness_of": "null", "n": witness.MAX_TURNS}, timeout_s,
+        null = judge.run({"witness_of": "null", "n": witness.TURNS}, timeout_s,
                          plan=witness.Plan(pid, got["src"]))
         taking = judge.taking
         cost = witness.null_cost(taking.records if taking else []) \

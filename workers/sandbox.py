@@ -379,14 +379,15 @@ class Sandbox:
         # after that change before it. The CPU times are read once held: a running
         # thread's are brought up to date only at a tick or when it stops (red-team round
         # 19: a helper kept spinning after its work hid 0.17 ms of it in most turns)
-        # how long the read waited (its wall less this thread's CPU in it): for a lock the
-        # contender holds (red-team round 21), not for memory a team of its threads left
-        # dirty in their caches (an honest two-thread kernel's 16 MB read took 1-2 ms
-        # more than the null turn's, all of it copying: suspect before)
-        r0, c0 = time.perf_counter(), time.thread_time()
+        # how long the read waited (workers.witness ``asleep``): for a lock the contender
+        # holds (red-team round 21), not for memory a team of its threads left dirty in
+        # their caches (an honest two-thread kernel's 16 MB read took 1-2 ms more than the
+        # null turn's, all of it copying: suspect before), nor for this thread's own wait
+        # for a CPU on a loaded machine
+        r0 = witness.asleep()
         early = b"" if t.said is None or t.why else witness.read_outputs(
             self.host_pid or 0, t.said)
-        read_ms = max(0.0, (time.perf_counter() - r0) - (time.thread_time() - c0)) * 1e3
+        read_ms = max(0.0, witness.asleep() - r0)
         held = self.pause()
         try:
             cpu1 = self._cpu_snapshot()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -51,7 +52,8 @@ from workers.status import Status
 # witness turns per contender: TURNS on a device of several threads (its outputs checked),
 # MAX_TURNS on one of one thread, whose CPU figures count (a turn's CPU time is lengthened by
 # what else the machine runs -- a virtual machine's stolen time, reclaim -- never shortened:
-# the least of more turns is the closer); the judge's null turns: MAX_TURNS too
+# the least of more turns is the closer); the judge's null turns: TURNS (the bound's margin
+# below was set with the least of 4)
 TURNS = 4
 MAX_TURNS = 8
 # a contender is `suspect` when the least main-thread CPU time of its witness turns, less the
@@ -137,6 +139,23 @@ def threads_cpu_ns(pids: list[int]) -> dict[int, int]:
     return out
 
 
+def asleep() -> float:
+    """How long this thread has been asleep so far (ms): the time since an arbitrary start
+    (``time.perf_counter``) less its CPU time (``time.thread_time``, exact when read) and
+    its time waiting for a CPU (``/proc/thread-self/schedstat``'s second field, ns: up to
+    date while the thread runs), so that the difference of two readings is what the thread
+    spent blocked between them -- on a lock, a page, another process -- and neither its
+    own work nor a loaded machine's run queue. Where schedstat cannot be read, only the CPU
+    time is taken off."""
+    now, cpu = time.perf_counter(), time.thread_time()
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            queued = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        queued = 0
+    return (now - cpu - queued / 1e9) * 1e3
+
+
 class Null(NamedTuple):
     """What a witness turn with no call costs the judge (ms, the least of its null turns):
     its main thread's CPU, its cgroup's CPU (None where not counted), the turn's wall time
@@ -189,6 +208,8 @@ class Plan:
             return ""
         if isinstance(early, str):
             return early
+        if split := split_outputs(pid, said):
+            return split
         now = read_outputs(pid, said)
         if isinstance(now, str):
             return now
@@ -199,6 +220,25 @@ class Plan:
         for name, (addr, n) in self.dst[k].items():
             why = why or vm_copy(pid, int(said["outputs"][name][0]), self.judge, addr, n)
         return why
+
+
+def split_outputs(pid: int, said: dict[str, Any]) -> str:
+    """Why the outputs process ``pid`` named (``said``) do not each lie in one memory
+    mapping (``/proc/PID/maps``), "" when they do. A buffer its harness allocated is one;
+    one split into many (``madvise``/``mprotect`` page by page) makes the device actor's
+    read of it slow on the actor's own CPU, which a turn does not count (only what the read
+    waited), so that a helper could finish the outputs ahead of that read."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            maps = [[int(x, 16) for x in ln.split(None, 1)[0].split("-")] for ln in f]
+    except (OSError, ValueError) as e:
+        return f"its memory map could not be read ({e})"
+    for name in sorted(said["outputs"]):
+        addr, n = (int(v) for v in said["outputs"][name])
+        if (k := sum(1 for lo, hi in maps if lo < addr + n and hi > addr)) != 1:
+            return (f"its output {name} lies in {k} memory mappings, not one (a buffer "
+                    "split page by page is slow to read)")
+    return ""
 
 
 def read_outputs(pid: int, said: dict[str, Any]) -> bytes | str:
