@@ -25,8 +25,8 @@ CPU device takes :data:`TURNS` witness turns, none of which its own process can 
 So outputs are right only if they were computed, inside the turn, from values that existed
 nowhere in the contender's process before it; and on a device of one thread the CPU time
 spent in the turn, by clocks no process in the sandbox can set back, bounds from below what
-the contender's samples may claim (:func:`cpu_why`): :data:`TURNS` turns are taken, and
-more, up to :data:`MAX_TURNS`, until one keeps within it. The judge takes the same turns
+the contender's samples may claim (:func:`cpu_why`): :data:`MAX_TURNS` turns are taken, and
+one must keep within it. The judge takes the same turns
 with no call first (``null``): what the protocol itself costs a harness.
 
 Where the host does not let the device actor read another process's memory (``ptrace``
@@ -277,7 +277,8 @@ class Record:
     (``cpu_ms``, None where not counted); why its buffers could not be written or read
     ("": they were); the turn's wall time by the device actor's clock, from its "go" to the
     arrival of its "witnessed" (``wall_ms``); and how long the actor's first read of its
-    outputs waited (``read_ms``: its wall time less the actor thread's CPU time in it)."""
+    outputs waited (``read_ms``: its wall time less the actor thread's CPU time and its
+    wait for a CPU in it, :func:`asleep`)."""
 
     ms: float | None
     main_cpu_ms: float | None
