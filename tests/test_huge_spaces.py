@@ -213,3 +213,17 @@ def test_kopt_sweep_measures_a_capped_sample_of_a_1e9_space(tmp_path):
     from kopt.store.database import Database
     _, rows = Database(store).query("select count(distinct candidate_id) from candidates")
     assert rows[0][0] == 5
+
+
+def test_a_refused_sweep_starts_no_background_import(tmp_path, monkeypatch):
+    """A run refused by its checks ends before kopt imports pandas in a thread of its own
+    (kopt.store.files ``warm_arrow``): a refused `kopt sweep` that exited while that thread
+    was still importing aborted the interpreter (SIGABRT, exit -6, in a loaded CI run)."""
+    import kopt.driver.sweep as ds
+
+    started: list[int] = []
+    monkeypatch.setattr(ds, "warm_arrow", lambda: started.append(1))
+    d = write_sweep(tmp_path / "h", huge_spec(9), {"k.cpp": KERNEL, "ref.py": VADD_REF})
+    with pytest.raises(Exception, match="--max-candidates") as e:
+        ds.run_sweep(load_sweep(d), tmp_path / "store", backend="cpu")
+    assert started == [], e.value

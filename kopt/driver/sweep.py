@@ -903,7 +903,6 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
     phases = PhaseRecorder()
     phases.span("startup", 0.0, phases.now())
     attach = {"address": address, "cluster": str(cluster) if cluster else None}
-    threading.Thread(target=warm_arrow, daemon=True).start()  # pandas, off the critical path
     phases.begin("checks")
     if resume:
         RunLock(store, resume).check()  # before Ray starts: one run has one writer
@@ -925,6 +924,9 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         wbuild.start_identity(sweep.space(pre.device).toolchain)
         if pre.device == "cuda" and sweep.ncu.top_k > 0:  # and its ncu's metric list
             wncu.start_query()
+    # pandas, off the critical path; after the checks and joined before the end: a refused
+    # run that exited mid-import aborted the interpreter (SIGABRT, a loaded CI run)
+    (warm := threading.Thread(target=warm_arrow, daemon=True, name="kopt-warm-arrow")).start()
     try:
         phases.begin("ray")
         start_ray(sweep, cluster, address, observers)
@@ -942,6 +944,7 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         if pre is not None:
             pre.close()
         ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
+        warm.join()
 
 
 
