@@ -347,3 +347,20 @@ def test_outputs_split_into_many_mappings_are_named():
         "slow to read)")
     gone = {"outputs": {"y": [8, 16]}}
     assert witness.split_outputs(os.getpid(), gone).startswith("its output y lies in 0 ")
+
+
+def test_a_read_counts_what_it_waited_not_its_work():
+    """``witness.asleep``: the difference of a start reading and a later one is the time
+    the thread was blocked between them (a sleep, a lock), less its CPU time and its wait
+    for a CPU: a 10 ms sleep counts whole, busy work (however loaded the machine) about
+    nothing."""
+    import time
+
+    a = witness.asleep(start=True)
+    time.sleep(0.01)
+    assert witness.asleep(start=False) - a >= 9.9
+    a = witness.asleep(start=True)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.02:
+        pass
+    assert witness.asleep(start=False) - a < 2.0

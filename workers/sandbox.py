@@ -384,10 +384,10 @@ class Sandbox:
         # their caches (an honest two-thread kernel's 16 MB read took 1-2 ms more than the
         # null turn's, all of it copying: suspect before), nor for this thread's own wait
         # for a CPU on a loaded machine
-        r0 = witness.asleep()
+        r0 = witness.asleep(start=True)
         early = b"" if t.said is None or t.why else witness.read_outputs(
             self.host_pid or 0, t.said)
-        read_ms = max(0.0, witness.asleep() - r0)
+        read_ms = max(0.0, witness.asleep(start=False) - r0)
         held = self.pause()
         try:
             cpu1 = self._cpu_snapshot()
