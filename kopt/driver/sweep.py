@@ -924,9 +924,10 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         wbuild.start_identity(sweep.space(pre.device).toolchain)
         if pre.device == "cuda" and sweep.ncu.top_k > 0:  # and its ncu's metric list
             wncu.start_query()
-    # pandas, off the critical path; after the checks and joined before the end: a refused
-    # run that exited mid-import aborted the interpreter (SIGABRT, a loaded CI run)
-    (warm := threading.Thread(target=warm_arrow, daemon=True, name="kopt-warm-arrow")).start()
+    # pandas, off the critical path, once the checks pass: a refused run that exited while
+    # this thread imported aborted the interpreter (SIGABRT, a loaded CI run). Not joined:
+    # a SIGTERM amid the main thread's own imports left the two waiting on each other
+    threading.Thread(target=warm_arrow, daemon=True, name="kopt-warm-arrow").start()
     try:
         phases.begin("ray")
         start_ray(sweep, cluster, address, observers)
@@ -944,7 +945,6 @@ def run_sweep(sweep: Sweep, store: Path, *, backend: str = "auto",
         if pre is not None:
             pre.close()
         ray_timeline(os.environ.get("KOPT_RAY_TIMELINE"))
-        warm.join()
 
 
 
