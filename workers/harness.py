@@ -838,15 +838,7 @@ class Harness:
         if isinstance(lib, RefCall):
             lib.run(buf, d.scalars)
             return
-        args = []
-        for a in job["signature"]:
-            n = a["name"]
-            if a["kind"] == "scalar":
-                args.append(d.scalars[n])
-            elif a["kind"] == "input":
-                args.append(buf.inputs[n].data_ptr())
-            else:
-                args.append(buf.outputs[n].data_ptr())
+        args = _solve_args(job, d, buf)
         if isinstance(lib, ctypes.CDLL):
             lib.solve(*args)
         else:
@@ -859,11 +851,7 @@ class Harness:
         bound once, so that calling it costs little beyond the call itself."""
         if not isinstance(lib, ctypes.CDLL):
             return lambda: self.call(lib, job, d, b)
-        buf = d.bufs[b]
-        args = [d.scalars[a["name"]] if a["kind"] == "scalar" else
-                (buf.inputs if a["kind"] == "input" else buf.outputs)[a["name"]].data_ptr()
-                for a in job["signature"]]
-        return functools.partial(lib.solve, *args)
+        return functools.partial(lib.solve, *_solve_args(job, d, d.bufs[b]))
 
     def check_cuda(self, lib: Any, where: str) -> None:
         """Raise JobError ``launch_error`` for a failed launch, ``crashed`` (fatal) for a
@@ -2478,6 +2466,14 @@ def _not_dense(t) -> str:
     if t.is_nested:
         return "nested"
     return "" if t.layout == torch.strided else str(t.layout)
+
+
+def _solve_args(job: dict, d: Data, buf: Buffers) -> list[Any]:
+    """``solve``'s arguments in ``job``'s signature order: scalars from ``d``, the addresses
+    of ``buf``'s inputs and outputs."""
+    return [d.scalars[a["name"]] if a["kind"] == "scalar" else
+            (buf.inputs if a["kind"] == "input" else buf.outputs)[a["name"]].data_ptr()
+            for a in job["signature"]]
 
 
 def _spans(ts: dict[str, torch.Tensor]) -> dict[str, list[int]]:

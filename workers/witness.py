@@ -199,6 +199,12 @@ class Plan:
     null: Null = Null()
     bounded: bool = True
 
+    @property
+    def turns(self) -> int:
+        """The witness turns asked for: :data:`MAX_TURNS` on a device of one thread,
+        :data:`TURNS` on one of several."""
+        return MAX_TURNS if self.bounded else TURNS
+
     def put(self, pid: int, said: dict[str, Any], k: int) -> str:
         """Witness turn ``k``'s inputs and poisoned outputs copied into process ``pid`` at
         the buffers it named (``said``: its "witness" message). Returns "" or why not."""
@@ -337,7 +343,7 @@ class Taking:
             self.median_ms = float(m)
         elif m != self.median_ms:
             self.stray += 1
-        return len(self.records) < (MAX_TURNS if self.plan.bounded else TURNS)
+        return len(self.records) < self.plan.turns
 
 
 def _time(x: Any) -> bool:
@@ -393,7 +399,7 @@ def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[s
     if res.get("status") != Status.OK:
         return res
     records = t.records if t else []
-    need = MAX_TURNS if t is None or t.plan.bounded else TURNS
+    need = t.plan.turns if t is not None else MAX_TURNS
     if len(records) < min(need, len(verdicts)) or t is None or t.stray:
         return _suspect(f"it took {len(records)} witness turns ({t.stray if t else 0} "
                         f"stray) of the {need} asked for")
