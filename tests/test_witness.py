@@ -352,15 +352,18 @@ def test_outputs_split_into_many_mappings_are_named():
 def test_a_read_counts_what_it_waited_not_its_work():
     """``witness.asleep``: the difference of a start reading and a later one is the time
     the thread was blocked between them (a sleep, a lock), less its CPU time and its wait
-    for a CPU: a 10 ms sleep counts whole, busy work (however loaded the machine) about
-    nothing."""
+    for a CPU: a 10 ms sleep counts whole; 20 ms of CPU work is taken off the wall time
+    whole (what is left is its waits for a CPU and, in a virtual machine, stolen time:
+    up to 8 ms of a 20 ms loop beside a loaded suite here, so no smaller bound)."""
     import time
 
     a = witness.asleep(start=True)
     time.sleep(0.01)
     assert witness.asleep(start=False) - a >= 9.9
-    a = witness.asleep(start=True)
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 0.02:
+    a = witness.asleep(start=True)
+    c0 = time.thread_time()
+    while time.thread_time() - c0 < 0.02:
         pass
-    assert witness.asleep(start=False) - a < 2.0
+    waited = witness.asleep(start=False) - a
+    assert waited <= (time.perf_counter() - t0) * 1e3 - 19.9
