@@ -44,9 +44,9 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
     not), and its null turns taken. ``timeout_s``: each of its jobs' budget (s). A judge
     that cannot draw the sets, or whose memory the device actor cannot reach (workers.witness
     ``null_cost``), gives a Judging with no plans and why. ``bounded``: the contenders'
-    samples are held to their witness calls' CPU (workers.witness ``Plan``). Never
-    raises."""
-    n = witness.MAX_TURNS
+    samples are held to their witness calls' CPU (workers.witness ``Plan``); as many input
+    sets are drawn as its contenders take turns (``Plan.turns``). Never raises."""
+    n = witness.Plan(0, [], bounded=bounded).turns
     try:
         got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n,
                          "copies": len(jobs)}, timeout_s)
