@@ -16,9 +16,9 @@ from workers.replay import REPLAY_ALPHA, REPLAY_FACTOR, REPLAY_MS, load_chance
 ATTACKS = PACK / "attacks.cpp"
 
 
-def attack_job(tmp_path, mode, **defines):
+def attack_job(tmp_path, mode, n=4096, **defines):
     return job(artifact(tmp_path, ATTACKS, {"MODE": mode, **defines}), ATTACKS, PACK / "ref.py",
-               {"N": 4096}, {"x": ["N"], "buf": ["N"], "y": ["N"]})
+               {"N": n}, {"x": ["N"], "buf": ["N"], "y": ["N"]})
 
 
 def honest_job(tmp_path, **kw):

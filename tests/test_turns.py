@@ -15,20 +15,20 @@ ARGS = {"x": ["N"], "buf": ["N"], "y": ["N"]}
 ROUNDS = 8
 
 
-def contender(tmp_path, src, defines, key):
-    """A contest job of the fault pack's ref.py (N=4096) for ``src`` built with
+def contender(tmp_path, src, defines, key, n=4096):
+    """A contest job of the fault pack's ref.py (N=``n``) for ``src`` built with
     ``defines``, with its build id and artifact bytes as the device actor takes them."""
     art = artifact(tmp_path, src, defines)
-    j = job(art, PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, ARGS, job_key=key)
+    j = job(art, PACK / "faults.cpp", PACK / "ref.py", {"N": n}, ARGS, job_key=key)
     return {**j, "build_id": Path(art).parent.name}, Path(art).read_bytes()
 
 
-def against_honest(tmp_path, src, defines, key):
+def against_honest(tmp_path, src, defines, key, n=4096):
     """The device actor's contest (:data:`ROUNDS` rounds, in turns) of the fault pack's
     honest MODE 0 ("honest") and tests/fixtures/faultpack/``src`` built with ``defines``
-    (``key``); returns its answer."""
-    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
-    o, art_o = contender(tmp_path, PACK / src, defines, key)
+    (``key``), at N=``n``; returns its answer."""
+    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest", n)
+    o, art_o = contender(tmp_path, PACK / src, defines, key, n)
     actor = DeviceActor("cpu")
     try:
         return actor.contest([h, o], ROUNDS, art_h, art_o)

@@ -19,6 +19,19 @@ ARGS = {"x": ["N"], "buf": ["N"], "y": ["N"]}
 SAID = f"{witness.MAX_TURNS} witness turns each"
 
 
+# the size of the fault pack's problem (tests/fixtures/faultpack/ref.py) the liars of the
+# CPU bound are caught at: their calls' work, about 1 ms of CPU on this project's CI machine,
+# far beyond the bound's allowance for their claims (under 0.1 ms), where at N=4096 (0.2 ms)
+# a loaded suite once brought a forger's least turn to 0.074 ms against 0.060 allowed
+N_LIE = 16384
+
+
+def retaken(said: str, key: str) -> str:
+    """A contest's ``witness`` once ``key`` was `suspect` by the CPU bound in its first take
+    (workers.device_actor ``_in_turns``)."""
+    return f"{said}; taken again, {key} having been suspect by the CPU bound in the first take"
+
+
 def test_bytes_are_copied_between_processes_and_an_unmapped_address_is_said():
     src = ctypes.create_string_buffer(b"witness turn bytes", 32)
     dst = ctypes.create_string_buffer(32)
@@ -178,17 +191,20 @@ def test_a_forger_that_takes_every_turn_and_computes_nothing_is_caught(tmp_path)
                           "after": {"MODE": 4, "WRONG": 0, "HELPER": 2},
                           "exiting": {"MODE": 4, "WRONG": 0, "HELPER": 3},
                           "spinning": {"MODE": 4, "WRONG": 0, "HELPER": 5}}.items():
-        res = against_honest(tmp_path, "turnforge.cpp", defines, "forger")
-        assert res["failed"] == ["forger"] and res["witness"] == SAID, res
-        out[name] = (res["failed_status"]["forger"], res["error"])
+        res = against_honest(tmp_path, "turnforge.cpp", defines, "forger", N_LIE)
+        assert res["failed"] == ["forger"], res
+        out[name] = (res["failed_status"]["forger"], res["error"], res["witness"])
     assert out["round17"][0] == "suspect" and out["round17"][1].startswith(
         "forger: it took 0 witness turns (0 stray) of the 8 asked for"), out
     assert out["taken"][0] == "wrong_result" and " calls on fresh input sets, written into " \
         "its memory and its outputs read back by the device actor, were wrong: " in \
         out["taken"][1], out
+    assert out["round17"][2] == out["taken"][2] == SAID, out
+    # suspect by the CPU bound in a second take too, on fresh input sets in fresh sandboxes
     for name in ("computed", "helper", "exiting", "spinning"):
         assert out[name][0] == "suspect" and out[name][1].startswith(
             "forger: its calls on fresh inputs used at least"), out
+        assert out[name][2] == retaken(SAID, "forger"), out
     # whichever way its helper's writes fall: after "witnessed" (changed before the hold),
     # before it (their CPU counted), or held mid-way (wrong)
     caught = ("forger: its witness turn's buffers: its outputs changed after its harness "
@@ -200,9 +216,9 @@ def test_a_forger_that_takes_every_turn_and_computes_nothing_is_caught(tmp_path)
 
 
 ATTACKERS = {  # the outside clock's (tests/test_clock.py): patched clocks, replays, skips
-    "m10": lambda tmp: attack_job(tmp, 10),
-    "m11": lambda tmp: attack_job(tmp, 11),
-    "m13": lambda tmp: attack_job(tmp, 13),
+    "m10": lambda tmp: attack_job(tmp, 10, N_LIE),
+    "m11": lambda tmp: attack_job(tmp, 11, N_LIE),
+    "m13": lambda tmp: attack_job(tmp, 13, N_LIE),
     "cycle_replay": lambda tmp: _pack(tmp, "cycle_replay.cpp", {}),
     "hold_replay": lambda tmp: _pack(tmp, "hold_replay.cpp", {}),
     "scaled_skip": lambda tmp: _pack(tmp, "scaled_skip.cpp", {"SKIP": 1}),
@@ -216,7 +232,7 @@ ATTACKERS = {  # the outside clock's (tests/test_clock.py): patched clocks, repl
 
 def _pack(tmp, name, defines):
     src = PACK / name
-    return job(artifact(tmp, src, defines), src, PACK / "ref.py", {"N": 4096}, ARGS)
+    return job(artifact(tmp, src, defines), src, PACK / "ref.py", {"N": N_LIE}, ARGS)
 
 
 @pytest.mark.parametrize("name", list(ATTACKERS))
@@ -233,6 +249,7 @@ def test_the_outside_clocks_attackers_are_caught_in_their_contest(tmp_path, name
         runner.close()
     assert con["status"] == "suspect" and con["error"].startswith(
         f"{name}: its calls on fresh inputs used at least "), con
+    assert con["witness"] == retaken(SAID, name), con
 
 
 @pytest.fixture(scope="module")
@@ -266,12 +283,15 @@ def test_honest_kernels_pass_their_witness_turns(honest_contests):
     ``cpu_env``), so their idle worker's CPU is no longer 3-7 ms of spinning a turn (the
     README's sweep named honest ``NT=2`` candidates `suspect` beside load). On two threads
     the OpenMP ones are held by their outputs alone (beside CPU hogs their threads spun at
-    barriers: 1.75 ms of CPU in each of 12 turns of a 0.16 ms kernel)."""
+    barriers: 1.75 ms of CPU in each of 12 turns of a 0.16 ms kernel). On one thread a
+    contest may have been taken a second time (a first take's turns lengthened by load), and
+    its second take's answer is what stands."""
     two = (f"{witness.TURNS} witness turns each, their outputs checked (a device of several "
            "threads: CPU time is no bound on its samples)")
     bad = {k: (r["status"], r.get("error", "")[:300], r.get("witness"))
            for k, r in honest_contests.items()
-           if r["status"] != "ok" or r.get("witness") != (SAID if k[0] == 1 else two)}
+           if r["status"] != "ok" or r.get("witness") not in (
+               (SAID, retaken(SAID, f"m{k[1]}")) if k[0] == 1 else (two,))}
     assert bad == {} and len(honest_contests) == 24
 
 

@@ -64,6 +64,14 @@ MAX_TURNS = 8
 # other.
 CPU_FACTOR = 2.0
 CPU_MARGIN_MS = 0.05
+# an answer :func:`judged` made `suspect` by the CPU bound (:func:`cpu_why`) carries this
+# key: its contest is taken once more, in fresh sandboxes (workers.device_actor), before
+# that verdict stands. Beside a loaded suite on this project's 2-core CI machine an honest
+# 0.018 ms kernel's 8 witness turns each cost 0.17-0.27 ms of main-thread CPU (its call
+# 0.035-0.043 ms by its own clock, the rest the protocol's wake, pipes and holds, run cold),
+# against the judge's null turns' least of 0.078 ms: `suspect` by 0.016 ms, in 1 of 12
+# sweeps; a lie's work is there in every turn of every take
+BOUND = "cpu_bound"
 # the memory mappings an output may lie in (split_outputs): a buffer split page by page is
 # slow to read; an honest one lay in 2 (the allocator's memory across two mappings)
 MAX_MAPPINGS = 4
@@ -424,7 +432,7 @@ def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[s
         return res
     why = cpu_why(records, median, t.plan.null)
     if why:
-        return _suspect(why)
+        return {**_suspect(why), BOUND: True}
     first = {**res["results"][0], "actor_ms": witnessed(records, t.plan.null)}
     return {**res, "results": [first, *res["results"][1:]]}
 
@@ -485,6 +493,13 @@ def _over(r: Record, null: Null) -> tuple[float, float, float]:
     wall = (r.wall_ms - min(null.wall_ms, null.main_cpu_ms + NULL_WALL_SLACK_MS)
             + max(0.0, r.read_ms - null.read_ms))
     return ((r.main_cpu_ms or 0.0) - null.main_cpu_ms, max(r.thread_cpu_ms, cg), wall)
+
+
+def bound_failed(answers: list[dict[str, Any]]) -> bool:
+    """Whether any of a contest's ``answers`` (:func:`judged`'s) is ``suspect`` by the CPU
+    bound alone (:func:`cpu_why`): its outputs right, its samples claiming less than the
+    CPU its witness calls used."""
+    return any(a.get(BOUND) for a in answers)
 
 
 def _suspect(why: str) -> dict[str, Any]:
