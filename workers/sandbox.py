@@ -569,13 +569,19 @@ class Sandbox:
     def _cpu_snapshot(self) -> witness.Snapshot:
         """The CPU times of this sandbox (workers.witness ``Snapshot``): every thread of the
         harness and of the processes its candidates started (its cgroup's, less
-        :attr:`infra`), and its cgroup's total however many threads it runs (None where not
-        counted)."""
+        :attr:`infra`), and its cgroup's total however many threads it runs; where no
+        cgroup counts it, the harness process's own total, threads that ended included
+        (:meth:`_thread_group_ns`): on a host without one (an H100 host, 2026-12-06) a
+        helper thread that did a witness call's work and ended before the call returned
+        was gone from ``/proc`` when its CPU was read, and the forger was `ok` (red-team
+        round 19's exiting helper). A process the candidate forks is counted only by a
+        cgroup (None where neither can be read)."""
         pids = set(hold.in_cgroup(self.counted.dirs) if self.counted is not None else ())
         main = self.host_pid or 0
         pids -= self.infra
         return witness.Snapshot(witness.threads_cpu_ns(sorted({main, *pids})), main,
-                                self.counted.cpu_ns() if self.counted is not None else None)
+                                self.counted.cpu_ns() if self.counted is not None
+                                else self._thread_group_ns())
 
     def run_retrying(self, job: RunJob | dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """:meth:`run`, with a job run once more in a fresh harness before its verdict is
