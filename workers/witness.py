@@ -305,7 +305,7 @@ class Record:
     "witnessed" by its harness's main thread (``main_cpu_ms``, None where it cannot be
     read), by its busiest other thread (``thread_cpu_ms``: of every process in the
     sandbox; a thread born in the turn counts from 0), and by its sandbox's cgroup
-    (``cpu_ms``, None where not counted); why its buffers could not be written or read
+    (``cpu_ms``: :class:`Snapshot`'s ``cgroup``); why its buffers could not be written or read
     ("": they were); the turn's wall time by the device actor's clock, from its "go" to the
     arrival of its "witnessed" (``wall_ms``); and how long the actor's first read of its
     outputs waited (``read_ms``: its wall time less the actor thread's CPU time and its
@@ -323,7 +323,8 @@ class Record:
 @dataclass
 class Snapshot:
     """The CPU times of a sandbox read while it is held (ns): per thread id, its harness's
-    main thread's id, and the cgroup's total (None where not counted)."""
+    main thread's id, and the cgroup's total (where no cgroup counts the sandbox, its
+    harness process's own, threads that ended included; None where neither is read)."""
 
     threads: dict[int, int]
     main: int
