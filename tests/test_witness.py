@@ -241,12 +241,18 @@ def test_the_outside_clocks_attackers_are_caught_in_their_contest(tmp_path, name
     1/100, replays that tell its block apart, skipped calls, a forged "clocked"), and round
     18's rebound ``time`` global, is judged alone in a contest, as the loop's closing judges
     it: its witness calls used far more CPU than its samples claim, so it is `suspect`
-    before any clock block."""
+    before any clock block, in both takes; a replay may be `replayed` by its rounds first."""
     runner, j, data, _ = _device({**ATTACKERS[name](tmp_path), "job_key": name})
     try:
         con = runner.call(0, "contest", [j], 12, data)
     finally:
         runner.close()
+    if name.endswith("_replay") and con["status"] == "replayed":
+        # a replay's rounds may catch it first: its calls on values it had never seen, made
+        # among its samples, far slower than its replays (beside a loaded second suite,
+        # hold_replay at N_LIE once)
+        assert " calls on input values it had never seen" in con["error"], con
+        return
     assert con["status"] == "suspect" and con["error"].startswith(
         f"{name}: its calls on fresh inputs used at least "), con
     assert con["witness"] == retaken(SAID, name), con
