@@ -6,9 +6,9 @@ the gpu-witness branch makes?
 
 Run on the GPU host, repo root: ``python3 docs/verified/ipc_probe.py [MB]`` (default 256).
 Prints one line per step; a failed step prints its error and the probe goes on.
-The child is started three ways: plainly, under ``unshare --pid --fork`` (a PID namespace of
-its own, as the harness's sandbox has), and under ``unshare --pid --fork --mount`` with a
-private /dev/shm (torch's CUDA IPC keeps a reference counter in a shared-memory file).
+The child is started three ways: plainly, under ``unshare --pid --fork --mount-proc`` (a PID
+namespace of its own, as the harness's sandbox has), and under
+``unshare --pid --fork --mount-proc`` with a private /dev/shm (torch's CUDA IPC keeps a reference counter in a shared-memory file).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def main() -> None:
     x = torch.zeros(n, dtype=torch.float32, device="cuda")
     _, args = reduce_tensor(x)
     blob = base64.b64encode(pickle.dumps(args)).decode()
-    ways = {"plain": [], "pid-ns": ["unshare", "--pid", "--fork"],
-            "pid-ns+private-shm": ["unshare", "--pid", "--fork", "--mount", "sh", "-c",
+    ways = {"plain": [], "pid-ns": ["unshare", "--pid", "--fork", "--mount-proc"],
+            "pid-ns+private-shm": ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
                                    "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\""]}
     for name, pre in ways.items():
         x.zero_()
