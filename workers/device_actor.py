@@ -152,7 +152,8 @@ class DeviceActor:
             else:
                 break
         if retaken:
-            res["witness"] += (f"; taken again, {retaken} having been suspect by the CPU "
+            bound = "CPU" if self.backend == "cpu" else "GPU"
+            res["witness"] += (f"; taken again, {retaken} having been suspect by the {bound} "
                                "bound in the first take")
         return res
 
@@ -171,6 +172,7 @@ class DeviceActor:
             answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
             res = {**turns.combined(jobs, answers), "witness": judging.said}
         finally:
+            judge.close(judging)
             used = hold.used_ms(held)
             hold.release(held)
             for box in boxes:
@@ -179,16 +181,14 @@ class DeviceActor:
 
     def _judging(self, jobs: list[dict[str, Any]], timeout_s: float) -> judge.Judging:
         """A contest's witness turns (workers.witness), judged by the outside clock's
-        second harness (:meth:`judge`), which never loads candidate code: on a CPU device
-        only (a GPU's outputs are in device memory), and only where the device actor can
-        reach a harness's memory (else none, and why: the contest's ``witness``)."""
-        if self.backend != "cpu":
-            return judge.Judging(None, why="outputs in device memory: the GPU backend has "
-                                 "no witness turns")
+        second harness (:meth:`judge`), which never loads candidate code, only where the
+        device actor can reach a harness's memory (else none, and why: the contest's
+        ``witness``): on a GPU its device memory (workers.witness_gpu)."""
         if witness.TURNS <= 0:
             return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
-        return judge.prepare(self.judge(), jobs, timeout_s,
-                             bounded=self.env.get("OMP_NUM_THREADS") == "1")
+        gpu = self.backend != "cpu"
+        return judge.prepare(self.judge(), jobs, timeout_s, gpu=gpu,
+                             bounded=gpu or self.env.get("OMP_NUM_THREADS") == "1")
 
     def judge(self) -> Sandbox:
         """This device's second harness, which never loads candidate code (the outside

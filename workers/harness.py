@@ -258,7 +258,7 @@ from typing import Any
 
 import torch
 
-from workers import native, nvrtc, prestart, seccomp
+from workers import devmem, native, nvrtc, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -451,14 +451,14 @@ class Harness:
         # the current job (ref.py's libraries): not the candidate's, so not a leak
         self._drawn = 0
         self._nvml: Nvml | None = None  # for this process's device memory (_device_used)
-        # (Data.key, artifact path) -> how many held-back sets (unseen, then reserve, in
-        # order) were spent on it: a loaded artifact keeps its state between jobs, so each
-        # job's sets are new to it; kept here, not with the Data, which may be dropped and
-        # made again (MAX_DATA_ENTRIES) while the artifact stays loaded
+        # (Data.key, artifact path) -> held-back sets (unseen, then reserve) spent on it: a
+        # loaded artifact keeps its state between jobs, so each job's sets are new to it;
+        # kept here, not with the Data, which may be made again (MAX_DATA_ENTRIES)
         self.spent: dict[tuple, int] = {}
-        # the judge's witness input sets and buffers (:meth:`witness`): entry, sets, src, dst
-        self._witnessing: tuple[dict, list[InputSet], list[Buffers],
-                                list[list[Buffers]]] | None = None
+        # the judge's witness sets and buffers (:meth:`witness`): entry, sets, src, dst, stage
+        self._witnessing: tuple[dict, list[InputSet], list[Buffers], list[list[Buffers]],
+                                Buffers | None] | None = None
+        self._exported: dict[int, devmem.Allocation] = {}  # a GPU's (:meth:`_export`)
         self.rel_err = self.worst_rel = 0.0  # of the last check / checked calls (see there)
         self.idle_s = math.inf  # seconds the device was idle before this job (main sets it)
         self.done_at = -math.inf  # perf_counter time the last job ended
@@ -672,25 +672,61 @@ class Harness:
         self.spent[(d.key, job["artifact"])] = first + n
         return [len(d.sets) + i for i in range(first, first + n)]
 
-    def _buffers(self, sig: list[dict], s: InputSet, shape_of: dict[str, list[int]]
-                 ) -> Buffers:
-        """Fresh device memory for one call: input copies, outputs with canaries."""
-        inputs = {n: torch.empty_like(t) for n, t in s.inputs.items()}
-        outputs, guards = {}, {}
+    def _buffers(self, sig: list[dict], s: InputSet, shape_of: dict[str, list[int]],
+                 export: bool = False, inputs: bool = True) -> Buffers:
+        """Fresh device memory for one call: input copies (none but in/out ones where not
+        ``inputs``), outputs with canaries; on a GPU with ``export``, each buffer device
+        memory another process may map (:meth:`_export`). Raises DevMemError."""
         outs = [a for a in sig if a["kind"] == "output"]
+        made = {n: self._export(t.numel(), t.dtype).view(t.shape) if export and self.is_cuda
+                else torch.empty_like(t) for n, t in s.inputs.items()
+                if inputs and n not in {a["name"] for a in outs}}
+        outputs, guards = {}, {}
         arena = None if self.is_cuda else _OutputArena(
             [(_numel(shape_of[a["name"]]) + GUARD, getattr(torch, a["dtype"])) for a in outs])
         for a in outs:
             n, shape = a["name"], shape_of[a["name"]]
             # GUARD elements of canary after each output catch writes past its end
-            flat = (arena.take() if arena is not None else
-                    torch.empty(_numel(shape) + GUARD, dtype=getattr(torch, a["dtype"]),
-                                device=self.device))
+            size, dtype = _numel(shape) + GUARD, getattr(torch, a["dtype"])
+            flat = (arena.take() if arena is not None else self._export(size, dtype)
+                    if export else torch.empty(size, dtype=dtype, device=self.device))
             outputs[n] = flat[: _numel(shape)].view(shape)
             guards[n] = flat[_numel(shape):]
-            if n in inputs:  # in/out: the output buffer is where its input values go
-                inputs[n] = outputs[n]
-        return Buffers(inputs, outputs, guards)
+            if n in s.inputs:  # in/out: the output buffer is where its input values go
+                made[n] = outputs[n]
+        return Buffers(made, outputs, guards)
+
+    def _export(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """``numel`` elements of ``dtype`` in device memory of their own that the device
+        actor may map (workers.devmem ``allocate``), kept in :attr:`_exported` until
+        :meth:`_unexport`. Raises DevMemError."""
+        torch.cuda.synchronize()  # torch's context current on this thread
+        a = devmem.allocate(max(numel, 1) * torch.empty(0, dtype=dtype).element_size(),
+                            self.device.index or 0)
+        self._exported[a.ptr] = a
+        raw = torch.as_tensor(devmem.CudaArray(a.ptr, a.size), device=self.device)
+        return raw.view(dtype)[:numel]
+
+    def _unexport(self, bufs: Iterable[Buffers]) -> None:
+        """The exported device memory of ``bufs`` freed (their tensors must not be used
+        again)."""
+        if not self._exported:
+            return
+        torch.cuda.synchronize()
+        for b in bufs:
+            for t in (*b.inputs.values(), *b.outputs.values()):
+                a = self._exported.pop(t.data_ptr(), None)
+                if a is not None:
+                    devmem.free(a)
+
+    def _spans(self, ts: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+        """Each buffer as witness turns name it (workers.witness): on a CPU its address and
+        size in bytes; on a GPU its exported memory's file descriptor, the buffer's size and
+        its allocation's (bytes: a mapping takes the whole allocation)."""
+        if not self.is_cuda:
+            return _spans(ts)
+        return {n: [(a := self._exported[t.data_ptr()]).fd, t.numel() * t.element_size(),
+                    a.size] for n, t in ts.items()}
 
     def _reference(self, mod: Any, job: dict, inputs: dict, scalars: dict,
                    shapes: dict, ref_name: str) -> tuple[dict[str, torch.Tensor], list[str]]:
@@ -1379,10 +1415,26 @@ class Harness:
         if failed:
             return {"status": status, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
-        if job.get("turns") and job.get("witness") and not self.is_cuda:
-            out[0]["witness_ms"] = self._witness_turns(
-                d.bufs[0], self.caller(libs[0], entries[0], d), out[0]["median_ms"])
+        if job.get("turns") and job.get("witness"):
+            out[0]["witness_ms"] = self._witness_calls(libs[0], entries[0], d,
+                                                       out[0]["median_ms"])
         return {"status": "ok", "error": "", "results": out}
+
+    def _witness_calls(self, lib: Any, entry: dict, d: Data, median_ms: float) -> list[float]:
+        """A contender's witness turns (:meth:`_witness_turns`) on buffer set 0 of ``d``; on
+        a GPU on exported device memory of their own (:meth:`_export`, freed after), each
+        call waited for on the device within its turn. Raises DevMemError."""
+        if not self.is_cuda:
+            return self._witness_turns(d.bufs[0], self.caller(lib, entry, d), median_ms)
+        wb = self._buffers(entry["signature"], d.sets[0], d.shape_of, export=True)
+        d.bufs.append(wb)
+        at = len(d.bufs) - 1
+        try:
+            call = functools.partial(_synced, self.caller(lib, entry, d, at))
+            return self._witness_turns(wb, call, median_ms)
+        finally:
+            del d.bufs[at]  # by place: Buffers compare their tensors
+            self._unexport([wb])
 
     # -- witness turns (workers.witness) -------------------------------------------------
     def _witness_turns(self, buf: Buffers, call: Callable[[], None], median_ms: float | None,
@@ -1399,8 +1451,8 @@ class Harness:
         nothing) are taken off every contender's, and a contender whose turns cost less
         than this loop's (a loop of its own in C) is credited the difference (red-team
         round 20: 0.03-0.07 ms a turn, 4.1x on a 0.18 ms kernel)."""
-        said = {"stage": "witness", "inputs": _spans(buf.inputs),
-                "outputs": _spans(buf.outputs), "median_ms": median_ms}
+        said = {"stage": "witness", "inputs": self._spans(buf.inputs),
+                "outputs": self._spans(buf.outputs), "median_ms": median_ms}
         post = self.post
         said_b = _encoded({"progress": True, **said})
         times: list[float] = []
@@ -1438,10 +1490,12 @@ class Harness:
             return self._witness_sets(job["entry"], int(job["n"]), int(job["copies"]))
         if self._witnessing is None:
             raise JobError(Status.ERROR, "witness turns asked for before their input sets")
-        entry, sets, src, dst = self._witnessing
+        entry, sets, src, dst, stage = self._witnessing
         if what == "null":
-            # on a contender's output buffers, rewritten by its outputs before any check
-            self._witness_turns(dst[0][0], lambda: None, None, int(job["n"]))
+            # on a contender's output buffers, rewritten by its outputs before any check (a
+            # GPU's: its outputs copied there from the stage's)
+            self._witness_turns(stage or dst[0][0], functools.partial(_synced, _nothing)
+                                if self.is_cuda else _nothing, None, int(job["n"]))
             return {"status": "ok", "error": ""}
         tol, verdicts = entry["tolerance"], []
         for bufs in dst:
@@ -1452,7 +1506,13 @@ class Harness:
         return {"status": "ok", "error": "", "verdicts": verdicts}
 
     def _witness_sets(self, entry: dict, n: int, copies: int) -> dict:
-        """:meth:`witness` ``"sets"``."""
+        """:meth:`witness` ``"sets"``; on a GPU in exported device memory (:meth:`_export`),
+        the last sets' freed first, and a stage for the null turns (``stage``: inputs and
+        outputs; dst's buffers hold outputs only there)."""
+        if self._witnessing is not None:
+            old, self._witnessing = self._witnessing, None
+            self._unexport([*old[2], *(b for bufs in old[3] for b in bufs),
+                            *([old[4]] if old[4] else [])])
         d = self.prepare(entry)
         ref = Path(entry["reference"]).name
         seeds = [int.from_bytes(os.urandom(4), "little") >> 1 for _ in range(n)]
@@ -1460,18 +1520,24 @@ class Harness:
                              ref, True, seeds)
         sig = entry["signature"]
         _bands(sets, [a for a in sig if a["kind"] == "output"], d.shape_of, entry["tolerance"])
-        src = [self._buffers(sig, sets[0], d.shape_of) for _ in sets]
+        gpu = self.is_cuda
+        src = [self._buffers(sig, sets[0], d.shape_of, gpu) for _ in sets]
         for b, s in zip(src, sets):
             self._load_set(b, s, False)
         # a contender's outputs land in dst: its input copies are never touched (no pages)
-        dst = [[self._buffers(sig, sets[0], d.shape_of) for _ in sets] for _ in range(copies)]
+        dst = [[self._buffers(sig, sets[0], d.shape_of, gpu, not gpu) for _ in sets]
+               for _ in range(copies)]
         for b in (b for bufs in dst for b in bufs):
             for g in b.guards.values():
                 g.view(torch.uint8).fill_(0xA5)
-        self._witnessing = (entry, sets, src, dst)
+        stage = self._buffers(sig, sets[0], d.shape_of, True) if gpu else None
+        self._witnessing = (entry, sets, src, dst, stage)
+        if gpu:
+            torch.cuda.synchronize()
         return {"status": "ok", "error": "",
-                "src": [{"inputs": _spans(b.inputs), "outputs": _spans(b.outputs)} for b in src],
-                "dst": [[_spans(b.outputs) for b in bufs] for bufs in dst]}
+                "src": [{"inputs": self._spans(b.inputs), "outputs": self._spans(b.outputs)}
+                        for b in src],
+                "dst": [[self._spans(b.outputs) for b in bufs] for bufs in dst]}
 
     def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
@@ -2474,6 +2540,16 @@ def _solve_args(job: dict, d: Data, buf: Buffers) -> list[Any]:
     return [d.scalars[a["name"]] if a["kind"] == "scalar" else
             (buf.inputs if a["kind"] == "input" else buf.outputs)[a["name"]].data_ptr()
             for a in job["signature"]]
+
+
+def _synced(call: Callable[[], None]) -> None:
+    """``call`` once, then a wait for everything it queued on the GPU."""
+    call()
+    torch.cuda.synchronize()
+
+
+def _nothing() -> None:
+    """A witness turn's call in the judge's null turns."""
 
 
 def _spans(ts: dict[str, torch.Tensor]) -> dict[str, list[int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workers import witness
+from workers import witness, witness_gpu
 from workers.sandbox import Sandbox
 from workers.status import Status
 
@@ -38,15 +38,17 @@ class Judging:
 
 
 def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
-            bounded: bool = True) -> Judging:
+            bounded: bool = True, gpu: bool = False) -> Judging:
     """The input sets of ``jobs``' witness turns (one contender each, all of one problem
     size) drawn in ``judge`` (a sandbox that never runs candidate code; started when it is
     not), and its null turns taken. ``timeout_s``: each of its jobs' budget (s). A judge
     that cannot draw the sets, or whose memory the device actor cannot reach (workers.witness
     ``null_cost``), gives a Judging with no plans and why. ``bounded``: the contenders'
     samples are held to their witness calls' CPU (workers.witness ``Plan``); as many input
-    sets are drawn as its contenders take turns (``Plan.turns``). Never raises."""
-    n = witness.Plan(0, [], bounded=bounded).turns
+    sets are drawn as its contenders take turns (``Plan.turns``). ``gpu``: in device memory
+    (workers.witness_gpu ``DevicePlan``). Never raises."""
+    plan = witness_gpu.DevicePlan if gpu else witness.Plan
+    n = plan(0, [], bounded=bounded).turns
     try:
         got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n,
                          "copies": len(jobs)}, timeout_s)
@@ -55,8 +57,14 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
         pid = judge.host_pid
         if pid is None:
             return Judging(None, why="the judge's host pid is not known")
-        null = judge.run({"witness_of": "null", "n": witness.TURNS}, timeout_s,
-                         plan=witness.Plan(pid, got["src"]))
+        # a GPU's null turns copy the stage's outputs into a contender's output buffers, as
+        # its turns do (rewritten by its own before any check)
+        null_plan = plan(pid, got["src"], got["dst"][0] if gpu else None)
+        try:
+            null = judge.run({"witness_of": "null", "n": witness.TURNS}, timeout_s,
+                             plan=null_plan)
+        finally:
+            null_plan.close()
         taking = judge.taking
         cost = witness.null_cost(taking.records if taking else []) \
             if null.get("status") == Status.OK else f"its null turns: {null.get('error')}"
@@ -64,8 +72,14 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
         return Judging(None, why=f"the judge failed: {e!r}")
     if isinstance(cost, str):
         return Judging(None, why=cost)
-    return Judging([witness.Plan(pid, got["src"], got["dst"][c], cost, bounded=bounded)
+    return Judging([plan(pid, got["src"], got["dst"][c], cost, bounded=bounded)
                     for c in range(len(jobs))], cost, bounded=bounded)
+
+
+def close(judging: Judging) -> None:
+    """What ``judging``'s plans hold let go (a GPU's mapped buffers). Never raises."""
+    for p in judging.plans or []:
+        p.close()
 
 
 def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],

@@ -358,9 +358,10 @@ class Sandbox:
             return "enough"
         held = self.pause()
         try:
-            k = len(t.records)
+            k, p0 = len(t.records), time.perf_counter()
             t.why = t.plan.put(self.host_pid or 0, msg, k) if self.host_pid else \
                 "the harness's host pid is not known"
+            t.put_ms = (time.perf_counter() - p0) * 1e3
             t.said, t.cpu0 = msg, self._cpu_snapshot()
         finally:
             hold.release(held)
@@ -379,15 +380,9 @@ class Sandbox:
         # after that change before it. The CPU times are read once held: a running
         # thread's are brought up to date only at a tick or when it stops (red-team round
         # 19: a helper kept spinning after its work hid 0.17 ms of it in most turns)
-        # how long the read waited (workers.witness ``asleep``): for a lock the contender
-        # holds (red-team round 21), not for memory a team of its threads left dirty in
-        # their caches (an honest two-thread kernel's 16 MB read took 1-2 ms more than the
-        # null turn's, all of it copying: suspect before), nor for this thread's own wait
-        # for a CPU on a loaded machine
-        r0 = witness.asleep(start=True)
-        early = b"" if t.said is None or t.why else witness.read_outputs(
-            self.host_pid or 0, t.said)
-        read_ms = max(0.0, witness.asleep(start=False) - r0)
+        # and how long the read waited (workers.witness ``Plan.early``)
+        early, read_ms = (b"", 0.0) if t.said is None or t.why else t.plan.early(
+            self.host_pid or 0, t.said, len(t.records))
         held = self.pause()
         try:
             cpu1 = self._cpu_snapshot()

@@ -180,13 +180,15 @@ def _queued_ns() -> int:
 
 class Null(NamedTuple):
     """What a witness turn with no call costs the judge (ms, the least of its null turns):
-    its main thread's CPU, its cgroup's CPU (None where not counted), the turn's wall time
-    and what the first read of its outputs waited (:func:`null_cost`)."""
+    its main thread's CPU, its cgroup's CPU (None where not counted), the turn's wall time,
+    what the first read of its outputs waited, and the writing of its input set while
+    held (:func:`null_cost`)."""
 
     main_cpu_ms: float = 0.0
     cpu_ms: float | None = None
     wall_ms: float = 0.0
     read_ms: float = 0.0
+    put_ms: float = 0.0
 
 
 Spans = dict[str, list[int]]  # buffer name -> [address, bytes]
@@ -221,11 +223,34 @@ class Plan:
         the buffers it named (``said``: its "witness" message). Returns "" or why not."""
         if k >= len(self.src):
             return f"a witness turn ({k + 1}) beyond the {len(self.src)} asked for"
-        why = _same_spans(said, self.src[k])
+        why = same_spans(said, self.src[k])
         for part in ("inputs", "outputs"):
             for name, (addr, n) in self.src[k][part].items():
                 why = why or vm_copy(self.judge, addr, pid, int(said[part][name][0]), n)
         return why
+
+    def early(self, pid: int, said: dict[str, Any], k: int) -> tuple[bytes | str, float]:
+        """The outputs process ``pid`` named (``said``) as its call left them, read as soon
+        as its harness said "witnessed", before it is held (:func:`read_outputs`), and how
+        long that read waited (ms, :func:`asleep`: for a lock the contender holds, red-team
+        round 21; not for memory a team of its threads left dirty in their caches -- an
+        honest two-thread kernel's 16 MB read took 1-2 ms more than the null turn's, all of
+        it copying -- nor for this thread's wait for a CPU on a loaded machine)."""
+        r0 = asleep(start=True)
+        got = read_outputs(pid, said)
+        return got, max(0.0, asleep(start=False) - r0)
+
+    def bound_why(self, records: list[Record], median: float) -> str:
+        """Why ``records`` say the contender's calls take more than its ``median`` sample
+        claims (:func:`cpu_why`), "" when they do not."""
+        return cpu_why(records, median, self.null)
+
+    def figure(self, records: list[Record]) -> float:
+        """The contender's witnessed figure (ms, :func:`witnessed`)."""
+        return witnessed(records, self.null)
+
+    def close(self) -> None:
+        """What the plan holds let go (nothing on a CPU device)."""
 
     def take(self, pid: int, said: dict[str, Any], k: int, early: bytes | str) -> str:
         """Witness turn ``k``'s outputs copied from process ``pid`` (the buffers it named)
@@ -285,13 +310,13 @@ def read_outputs(pid: int, said: dict[str, Any]) -> bytes | str:
     return b"".join(out)
 
 
-def _same_spans(said: dict[str, Any], want: dict[str, Spans]) -> str:
+def same_spans(said: dict[str, Any], want: dict[str, Spans]) -> str:
     """Why the buffers a harness named (``said``) are not those of the judge's input set
     ``want``: other names, or other sizes; "" when they are."""
     for part in ("inputs", "outputs"):
         got = said.get(part)
         if not isinstance(got, dict) or set(got) != set(want[part]) or any(
-                not isinstance(v, list) or len(v) != 2
+                not isinstance(v, list) or len(v) != len(want[part][n])
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)
                 or v[1] != want[part][n][1] for n, v in got.items()):
             return f"its harness named other {part} than its problem's: {str(got)[:200]}"
@@ -309,7 +334,8 @@ class Record:
     ("": they were); the turn's wall time by the device actor's clock, from its "go" to the
     arrival of its "witnessed" (``wall_ms``); and how long the actor's first read of its
     outputs waited (``read_ms``: its wall time less the actor thread's CPU time and its
-    wait for a CPU in it, :func:`asleep`)."""
+    wait for a CPU in it, :func:`asleep`; on a GPU its wall time, workers.witness_gpu);
+    and how long writing its input set took while it was held (``put_ms``)."""
 
     ms: float | None
     main_cpu_ms: float | None
@@ -318,6 +344,7 @@ class Record:
     thread_cpu_ms: float = 0.0
     wall_ms: float = 0.0
     read_ms: float = 0.0
+    put_ms: float = 0.0
 
 
 @dataclass
@@ -347,6 +374,7 @@ class Taking:
     stray: int = 0
     median_ms: float | None = None
     go_at: float = 0.0  # when its "go" was sent (time.perf_counter, s)
+    put_ms: float = 0.0  # how long the open turn's input set took to write (ms)
 
     def more(self, said: dict[str, Any]) -> bool:
         """Whether a witness turn begun by ``said`` (a "witness" message) is to be taken:
@@ -380,7 +408,7 @@ def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str, wall_ms: flo
     t.records.append(Record(
         float(ms) if _time(ms) else None, None if main is None else main / 1e6,
         None if a.cgroup is None or cpu1.cgroup is None else (cpu1.cgroup - a.cgroup) / 1e6,
-        t.why or why, max(used.values(), default=0) / 1e6, wall_ms, read_ms))
+        t.why or why, max(used.values(), default=0) / 1e6, wall_ms, read_ms, t.put_ms))
     t.said = None
 
 
@@ -399,7 +427,8 @@ def null_cost(records: list[Record]) -> Null | str:
     cg = [r.cpu_ms for r in records]
     return Null(min(m for m in mains if m is not None),
                 None if any(c is None for c in cg) else min(c for c in cg if c is not None),
-                min(r.wall_ms for r in records), min(r.read_ms for r in records))
+                min(r.wall_ms for r in records), min(r.read_ms for r in records),
+                min(r.put_ms for r in records))
 
 
 def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[str, Any]:
@@ -431,10 +460,10 @@ def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[s
                         f"turns, {median:.6g} ms after")
     if not t.plan.bounded:
         return res
-    why = cpu_why(records, median, t.plan.null)
+    why = t.plan.bound_why(records, median)
     if why:
         return {**_suspect(why), BOUND: True}
-    first = {**res["results"][0], "actor_ms": witnessed(records, t.plan.null)}
+    first = {**res["results"][0], "actor_ms": t.plan.figure(records)}
     return {**res, "results": [first, *res["results"][1:]]}
 
 

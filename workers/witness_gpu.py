@@ -1,0 +1,140 @@
+"""Witness turns on a GPU: a contender's outputs checked, and its claimed time bounded, from
+outside its process, through device memory (workers.devmem).
+
+The protocol is the CPU's (workers.witness), with the judge's input sets and the
+contender's buffers in device memory. Each harness allocates its witness buffers as
+exportable device memory and names them by file descriptor; the device actor maps them in
+a context of its own (``pidfd_getfd(2)``, ``cuMemImportFromShareableHandle``), and there:
+
+1. while the contender's sandbox is held still, copies a fresh input set of the judge (seeds
+   from ``os.urandom``, drawn by a harness that never loads candidate code) and poisoned
+   outputs into its buffers, timing the copy (``put_ms``);
+2. "go": the harness calls ``solve`` once, waits for the device, and says "witnessed";
+3. at once copies its outputs into the judge's memory (``read_ms``: the copy waits behind
+   any kernel of the contender still running) for the judge to check after the contest.
+
+So outputs are right only if they were computed from values that existed nowhere in the
+contender's memory before its turn, and the turn's wall time, from "go" to the outputs in
+the judge's hands, less the judge's own turns with no call, bounds from below what its
+samples may claim (:func:`gpu_why`). A contender's process is stopped while held, but its
+kernels are not: a kernel left running (to compute outputs the moment inputs land) shares
+the GPU with the actor's copies, which then wait for the device's time slice (a 4-byte copy
+took 2.1-2.4 ms beside such a kernel, 0.010 ms on an idle GPU; H100,
+docs/verified/2026-12-06-session44.md): a turn whose inputs took :data:`BUSY_MS` longer to
+write than the judge's is `suspect`.
+
+What it cannot see: lies within :data:`GPU_FACTOR` x median + :data:`GPU_MARGIN_MS` (a
+turn's wall time carries the messages' latency, tens of microseconds, and a launch and a
+synchronize the samples' CUDA events do not), and work on another GPU.
+
+Stdlib, workers and cuda-python's driver bindings.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from workers import devmem, witness
+from workers.witness import Record
+
+# a contender is `suspect` when its least witness turn's wall time, less the judge's, exceeds
+# its median sample by more than this factor and margin (ms). The margin covers what a turn
+# holds beyond the kernel: a launch, a synchronize and the messages' wake-ups (tens of
+# microseconds each on a quiet host); the factor a turn's L2 state (inputs just written by
+# the actor's copy) against flushed samples, as on the CPU (workers.witness ``CPU_FACTOR``)
+GPU_FACTOR = 2.0
+GPU_MARGIN_MS = 0.1
+# a turn whose input set took this much longer (ms) to write than the judge's null turns'
+# least: the GPU was busy with other work while the contender was held (the device's time
+# slice between contexts: 2.1-2.4 ms on an H100, against 0.010 ms idle)
+BUSY_MS = 1.0
+
+
+@dataclass
+class DevicePlan(witness.Plan):
+    """A :class:`workers.witness.Plan` whose spans name device memory: ``[file descriptor,
+    bytes, the allocation's bytes]`` in the judge's process (``judge``, its host pid) and in
+    the contender's. Every copy is the device actor's (workers.devmem ``importer``)."""
+
+    def put(self, pid: int, said: dict[str, Any], k: int) -> str:
+        """Witness turn ``k``'s inputs and poisoned outputs copied into the device buffers
+        process ``pid`` named (``said``), the copies waited for. Returns "" or why not."""
+        if k >= len(self.src):
+            return f"a witness turn ({k + 1}) beyond the {len(self.src)} asked for"
+        if why := witness.same_spans(said, self.src[k]):
+            return why
+        try:
+            imp = devmem.importer()
+            imp.current()
+            for part in ("inputs", "outputs"):
+                for name, (fd, n, size) in self.src[k][part].items():
+                    theirs = said[part][name]
+                    imp.copy(imp.address(pid, theirs[0], n, theirs[2]),
+                             imp.address(self.judge, fd, n, size), n)
+            imp.sync()
+        except devmem.DevMemError as e:
+            return str(e)
+        return ""
+
+    def early(self, pid: int, said: dict[str, Any], k: int) -> tuple[bytes | str, float]:
+        """Turn ``k``'s outputs copied from process ``pid``'s buffers into the judge's
+        (``dst[k]``) as soon as its harness said "witnessed", and the copy's wall time (ms,
+        a kernel of its own still running delays it). Returns (b"" or why not, ms)."""
+        t0 = time.perf_counter()
+        why = ""
+        if self.dst is not None:
+            try:
+                imp = devmem.importer()
+                imp.current()
+                for name, (fd, n, size) in self.dst[k].items():
+                    theirs = said["outputs"][name]
+                    imp.copy(imp.address(self.judge, fd, n, size),
+                             imp.address(pid, theirs[0], n, theirs[2]), n)
+                imp.sync()
+            except devmem.DevMemError as e:
+                why = str(e)
+        return why or b"", (time.perf_counter() - t0) * 1e3
+
+    def take(self, pid: int, said: dict[str, Any], k: int, early: bytes | str) -> str:
+        """Nothing more once held: :meth:`early` copied the outputs (its why, if any)."""
+        return early if isinstance(early, str) else ""
+
+    def bound_why(self, records: list[Record], median: float) -> str:
+        """:func:`gpu_why`."""
+        return gpu_why(records, median, self.null)
+
+    def figure(self, records: list[Record]) -> float:
+        """The least witness turn's figure (ms, :func:`over`)."""
+        return min(over(r, self.null) for r in records)
+
+    def close(self) -> None:
+        """Every buffer the device actor mapped let go (workers.devmem ``Importer.release``).
+        """
+        devmem.importer().release()
+
+
+def over(r: Record, null: witness.Null) -> float:
+    """One GPU witness turn's figure (ms): its wall time from "go" to "witnessed" less the
+    judge's null turn's, plus what the copy of its outputs took beyond the null turn's."""
+    return r.wall_ms - null.wall_ms + max(0.0, r.read_ms - null.read_ms)
+
+
+def gpu_why(records: list[Record], median: float, null: witness.Null) -> str:
+    """Why GPU witness turns ``records`` say a contender's calls take more than its
+    ``median`` sample (ms) claims, or that its own work ran on the device while it was held;
+    "" when neither. ``null``: the judge's turns with no call."""
+    if not records:
+        return "it took no witness turn"
+    busy = max(records, key=lambda r: r.put_ms)
+    if busy.put_ms - null.put_ms > BUSY_MS:
+        return (f"writing a witness turn's inputs while its sandbox was held took "
+                f"{busy.put_ms:.3g} ms, the judge's {null.put_ms:.3g} ms: the GPU was busy "
+                "meanwhile (a kernel of its own left running)")
+    least = min(over(r, null) for r in records)
+    if least <= GPU_FACTOR * median + GPU_MARGIN_MS:
+        return ""
+    return (f"its calls on fresh inputs took at least {least:.4g} ms of wall time (less the "
+            f"judge's turns with no call) in each of {len(records)} witness turns, its "
+            f"samples' median is {median:.4g} ms")
