@@ -7,12 +7,13 @@ import os
 import pytest
 from test_attacks import attack_job
 from test_clock import _device
-from test_faults import PACK, artifact, job
+from test_faults import PACK, artifact, job, pack_job
 from test_honest import ALL_SIZES, HONEST
 from test_turns import against_honest
 
 from workers import witness
 from workers.device_actor import DeviceActor
+from workers.harness import Harness
 from workers.witness import Record
 
 ARGS = {"x": ["N"], "buf": ["N"], "y": ["N"]}
@@ -322,7 +323,7 @@ def test_a_harness_says_its_witness_turns_as_answer_would_with_messages_encoded_
 
     import torch
 
-    from workers.harness import Buffers, Harness
+    from workers.harness import Buffers
 
     h = Harness("cpu")
     sent: list[bytes] = []
@@ -397,3 +398,23 @@ def test_a_read_counts_what_it_waited_not_its_work():
         pass
     waited = witness.asleep(start=False) - a
     assert waited <= (time.perf_counter() - t0) * 1e3 - 19.9
+
+
+def test_the_judge_keeps_its_sets_for_the_next_contest_and_draws_anew_for_a_retake(tmp_path):
+    """A judge's witness input sets are drawn once per problem (its values were only ever
+    written into contenders' sandboxes, each gone with its contest) and anew when a retake
+    asks for fresh ones, or when the contest has more contenders."""
+    from workers.harness import Harness
+
+    h = Harness("cpu")
+    entry = pack_job(tmp_path, 0)
+    ask = {"witness_of": "sets", "entry": entry, "n": 4, "copies": 2}
+    first = h.witness(ask)
+    sets = h._witnessing[1]
+    assert h.witness(ask) == first and h._witnessing[1] is sets
+    h.witness({**ask, "fresh": True})
+    assert h._witnessing[1] is not sets and len(h._witnessing[1]) == 4
+    anew = h._witnessing[1]
+    assert not all(bool((a.inputs["x"] == b.inputs["x"]).all()) for a, b in zip(sets, anew))
+    h.witness({**ask, "copies": 3})
+    assert h._witnessing[1] is not anew and len(h._witnessing[3]) == 3

@@ -142,7 +142,7 @@ class DeviceActor:
         names who was retaken. Raises what the sandboxes raise."""
         escaped, retaken = False, ""
         while True:
-            res, answers, used = self._take(jobs, each, timeout_s)
+            res, answers, used = self._take(jobs, each, timeout_s, bool(retaken))
             if used is not None and used > hold.HELD_CPU_MS and not escaped:
                 escaped = True
                 self.fresh()  # what ran there ends with it
@@ -158,12 +158,14 @@ class DeviceActor:
         return res
 
     def _take(self, jobs: list[dict[str, Any]], each: list[dict[str, Any]],
-              timeout_s: float) -> tuple[dict[str, Any], list[dict[str, Any]], float | None]:
+              timeout_s: float, fresh: bool = False
+              ) -> tuple[dict[str, Any], list[dict[str, Any]], float | None]:
         """One take of :meth:`_in_turns`' contest: its answer, each contender's answer
         (workers.judge ``judged``) and the CPU time (ms) this device's own held harness used
-        meanwhile (workers.hold ``used_ms``). Raises what the sandboxes raise."""
+        meanwhile (workers.hold ``used_ms``); ``fresh``: its witness turns on input sets
+        drawn anew. Raises what the sandboxes raise."""
         boxes = [Sandbox(self.backend, self.env) for _ in jobs]
-        judging = self._judging(jobs, timeout_s)
+        judging = self._judging(jobs, timeout_s, fresh)
         held = self.sandbox.pause() if len(jobs) > 1 else hold.Held()
         try:
             answers = turns.run_in_turns(
@@ -179,7 +181,8 @@ class DeviceActor:
                 box.close()
         return res, answers, used
 
-    def _judging(self, jobs: list[dict[str, Any]], timeout_s: float) -> judge.Judging:
+    def _judging(self, jobs: list[dict[str, Any]], timeout_s: float, fresh: bool = False
+                 ) -> judge.Judging:
         """A contest's witness turns (workers.witness), judged by the outside clock's
         second harness (:meth:`judge`), which never loads candidate code, only where the
         device actor can reach a harness's memory (else none, and why: the contest's
@@ -187,7 +190,7 @@ class DeviceActor:
         if witness.TURNS <= 0:
             return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
         gpu = self.backend != "cpu"
-        return judge.prepare(self.judge(), jobs, timeout_s, gpu=gpu,
+        return judge.prepare(self.judge(), jobs, timeout_s, gpu=gpu, fresh=fresh,
                              bounded=gpu or self.env.get("OMP_NUM_THREADS") == "1")
 
     def judge(self) -> Sandbox:

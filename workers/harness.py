@@ -404,6 +404,8 @@ class Harness:
     None where NVML cannot say); CPU: none, unless a plug-in measures CPUs.
     """
 
+    _witness_key: tuple = ()  # what the judge's kept witness sets are of (_witness_sets)
+
     def __init__(self, device: str, progress: Callable[[dict], None] | None = None):
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         self.is_cuda = device == "cuda"
@@ -1487,7 +1489,8 @@ class Harness:
         JobError as :meth:`prepare` does, or ``error`` for a check with no sets."""
         what = job["witness_of"]
         if what == "sets":
-            return self._witness_sets(job["entry"], int(job["n"]), int(job["copies"]))
+            return self._witness_sets(job["entry"], int(job["n"]), int(job["copies"]),
+                                      bool(job.get("fresh")))
         if self._witnessing is None:
             raise JobError(Status.ERROR, "witness turns asked for before their input sets")
         entry, sets, src, dst, stage = self._witnessing
@@ -1505,15 +1508,24 @@ class Harness:
                 for k in range(len(sets))])
         return {"status": "ok", "error": "", "verdicts": verdicts}
 
-    def _witness_sets(self, entry: dict, n: int, copies: int) -> dict:
+    def _witness_sets(self, entry: dict, n: int, copies: int, fresh: bool) -> dict:
         """:meth:`witness` ``"sets"``; on a GPU in exported device memory (:meth:`_export`),
         the last sets' freed first, and a stage for the null turns (``stage``: inputs and
-        outputs; dst's buffers hold outputs only there)."""
-        if self._witnessing is not None:
-            old, self._witnessing = self._witnessing, None
-            self._unexport([*old[2], *(b for bufs in old[3] for b in bufs),
-                            *([old[4]] if old[4] else [])])
+        outputs; dst's buffers hold outputs only there). The last contest's sets are kept
+        for the next of the same problem, signature, tolerance, sets and copies unless
+        ``fresh``: their values were only ever written into contenders' sandboxes, each
+        gone with its contest (a fresh one per contest), and drawing ``n`` sets of a GPU
+        problem (768 MB each, the README's sweep) took seconds per contest."""
         d = self.prepare(entry)
+        key = (d.key, json.dumps([entry["signature"], entry["tolerance"]], sort_keys=True))
+        w = self._witnessing
+        if w is not None and not fresh and self._witness_key == key and len(w[1]) == n \
+                and len(w[3]) == copies:
+            return _witness_spans(self, w[2], w[3])
+        if w is not None:
+            self._witnessing = None
+            self._unexport([*w[2], *(b for bufs in w[3] for b in bufs), *([w[4]] if w[4] else [])])
+        self._witness_key = key
         ref = Path(entry["reference"]).name
         seeds = [int.from_bytes(os.urandom(4), "little") >> 1 for _ in range(n)]
         sets, _ = self._draw(self.ref_module(entry["reference"]), entry, d.scalars, d.shapes,
@@ -1534,10 +1546,7 @@ class Harness:
         self._witnessing = (entry, sets, src, dst, stage)
         if gpu:
             torch.cuda.synchronize()
-        return {"status": "ok", "error": "",
-                "src": [{"inputs": self._spans(b.inputs), "outputs": self._spans(b.outputs)}
-                        for b in src],
-                "dst": [[self._spans(b.outputs) for b in bufs] for bufs in dst]}
+        return _witness_spans(self, src, dst)
 
     def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
@@ -2540,6 +2549,14 @@ def _solve_args(job: dict, d: Data, buf: Buffers) -> list[Any]:
     return [d.scalars[a["name"]] if a["kind"] == "scalar" else
             (buf.inputs if a["kind"] == "input" else buf.outputs)[a["name"]].data_ptr()
             for a in job["signature"]]
+
+
+def _witness_spans(h: Harness, src: list[Buffers], dst: list[list[Buffers]]) -> dict:
+    """The answer to a witness ``"sets"`` job: ``src`` and ``dst`` named as witness turns
+    name buffers (``Harness._spans``)."""
+    return {"status": "ok", "error": "",
+            "src": [{"inputs": h._spans(b.inputs), "outputs": h._spans(b.outputs)} for b in src],
+            "dst": [[h._spans(b.outputs) for b in bufs] for bufs in dst]}
 
 
 def _synced(call: Callable[[], None]) -> None:

@@ -38,7 +38,7 @@ class Judging:
 
 
 def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
-            bounded: bool = True, gpu: bool = False) -> Judging:
+            bounded: bool = True, gpu: bool = False, fresh: bool = False) -> Judging:
     """The input sets of ``jobs``' witness turns (one contender each, all of one problem
     size) drawn in ``judge`` (a sandbox that never runs candidate code; started when it is
     not), and its null turns taken. ``timeout_s``: each of its jobs' budget (s). A judge
@@ -46,12 +46,13 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
     ``null_cost``), gives a Judging with no plans and why. ``bounded``: the contenders'
     samples are held to their witness calls' CPU (workers.witness ``Plan``); as many input
     sets are drawn as its contenders take turns (``Plan.turns``). ``gpu``: in device memory
-    (workers.witness_gpu ``DevicePlan``). Never raises."""
+    (workers.witness_gpu ``DevicePlan``). ``fresh``: sets drawn anew, where the judge would
+    keep the last contest's (workers.harness ``Harness._witness_sets``). Never raises."""
     plan = witness_gpu.DevicePlan if gpu else witness.Plan
     n = plan(0, [], bounded=bounded).turns
     try:
         got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n,
-                         "copies": len(jobs)}, timeout_s)
+                         "copies": len(jobs), "fresh": fresh}, timeout_s)
         if got.get("status") != Status.OK:
             return Judging(None, why=f"the judge did not draw input sets: {got.get('error')}")
         pid = judge.host_pid

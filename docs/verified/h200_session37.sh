@@ -44,7 +44,7 @@ esac
 if [ "${PART:-}" = gpu ]; then
   # GPU_S: pytest's time limit (SIGINT: pytest still prints what failed); GPU_K: a -k expression (a part, where device time is short)
   timeout -s INT -k 20 ${GPU_S:-560} python3 -m pytest -v -rfE -m gpu -p no:cacheprovider tests/test_gpu.py \
-    tests/test_gpu_faults.py tests/test_kernel_mode.py --durations=20 ${GPU_K:+-k "$GPU_K"} \
+    tests/test_gpu_faults.py tests/test_kernel_mode.py tests/test_gpu_witness.py --durations=20 ${GPU_K:+-k "$GPU_K"} \
     > "$out/pytest-gpu.txt" 2>&1
   tail -45 "$out/pytest-gpu.txt"
 fi
