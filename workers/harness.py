@@ -164,15 +164,17 @@ wrongly:
   code that reads this process's input pipe and answers in its stead is not caught; a
   contest answer in turns must match the turns its sandbox timed, one sample a round and
   none longer than its turn, workers.turns ``in_its_turns``: a forger must then take every
-  turn and spend in each what it claims, though it need not do the work there; on a CPU
-  device it must also pass witness turns, workers.witness: calls on input sets written
+  turn and spend in each what it claims, though it need not do the work there; it must
+  also pass witness turns, workers.witness (a GPU's: workers.witness_gpu, through exported
+  device memory, each turn's wall time within 2x + 0.5 ms of its samples' median, and no
+  kernel of its own left running while it is held): calls on input sets written
   into its buffers by the device actor while it is frozen, their outputs read back and
   checked by a harness that loads no candidate code, and, on a device of one thread, its
   samples held to what those calls used (the calling thread's CPU, and the busiest other
   thread's and the whole cgroup's CPU or else the call's wall time, within 2x + 0.05 ms
   in one of 8 turns); a lie within that bound (red-team round 20: 2.2x claimed inside it,
-  177x for work under 0.05 ms), any lie about time on a device of several threads, and the
-  GPU are not caught there).
+  177x for work under 0.05 ms), any lie about time on a device of several threads, and a
+  GPU's within its bound are not caught there).
   Only a candidate run in a
   process of its own, with the clock and the check outside it, closes these; kopt does not
   do that. What it does instead, at the loop's closing only: each contender of the closing

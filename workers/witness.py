@@ -32,8 +32,8 @@ with no call first (``null``): what the protocol itself costs a harness.
 Where the host does not let the device actor read another process's memory (``ptrace``
 access: Yama's ``ptrace_scope``, no ``CAP_SYS_PTRACE``), the judge's own null turns fail
 to copy and no contender is held to witness turns: the contest's answer says so
-(``witness`` ``none: why``). The GPU backend has none: outputs in device memory (see
-docs/judge-outside.md).
+(``witness`` ``none: why``). A GPU's witness turns are the same protocol through device
+memory: workers.witness_gpu.
 
 Stdlib and workers only.
 """

@@ -178,7 +178,7 @@ def main() -> None:
             ok(cu.cuMemcpyDtoD(maps["B"], maps["A"], nbytes))
             ok(cu.cuCtxSynchronize())
             ms = (time.perf_counter() - t0) * 1e3
-            print(f"copy A->B {mb} MB #{i}: {ms:.3f} ms ({2 * nbytes / ms / 1e9:.0f} GB/s r+w)")
+            print(f"copy A->B {mb} MB #{i}: {ms:.3f} ms ({2 * nbytes / ms / 1e6:.0f} GB/s r+w)")
         print("B after the copy:", b.ask("check"), "(want 3.0)")
         ok(cu.cuMemsetD32(maps["A"], 0x40E00000, nbytes // 4))  # 7.0f
         ok(cu.cuCtxSynchronize())
