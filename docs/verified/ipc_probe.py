@@ -8,7 +8,8 @@ Run on the GPU host, repo root: ``python3 docs/verified/ipc_probe.py [MB]`` (def
 Prints one line per step; a failed step prints its error and the probe goes on.
 The child is started three ways: plainly, under ``unshare --pid --fork --mount-proc`` (a PID
 namespace of its own, as the harness's sandbox has), and under
-``unshare --pid --fork --mount-proc`` with a private /dev/shm (torch's CUDA IPC keeps a reference counter in a shared-memory file).
+``unshare --pid --fork --mount-proc`` with a private /dev/shm (torch's CUDA IPC keeps a
+reference counter in a shared-memory file).
 """
 
 from __future__ import annotations
