@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from workers import devmem, witness, witness_gpu
+from workers import devmem, judge, witness, witness_gpu
 from workers.witness import Null, Record
 
 OK = {"status": "ok", "error": "", "results": [{"median_ms": 0.5}]}
-NULL = Null(main_cpu_ms=0.05, wall_ms=0.08, read_ms=0.02, put_ms=0.03)
+NULL = Null(main_cpu_ms=0.05, wall_ms=0.08, read_ms=0.02, put_ms=0.03, after_ms=0.01)
 
 
 def _taking(records, median=0.5):
@@ -18,8 +18,8 @@ def _taking(records, median=0.5):
     return witness.Taking(plan, list(records), median_ms=median)
 
 
-def _turn(wall, read=0.02, put=0.03):
-    return Record(0.5, 0.1, None, wall_ms=wall, read_ms=read, put_ms=put)
+def _turn(wall, read=0.02, put=0.03, after=0.01):
+    return Record(0.5, 0.1, None, wall_ms=wall, read_ms=read, put_ms=put, after_ms=after)
 
 
 def test_a_gpu_contender_is_held_to_its_turns_wall_time():
@@ -41,18 +41,22 @@ def test_a_gpu_contender_is_held_to_its_turns_wall_time():
         "turns with no call) in each of 8 witness turns, its samples' median is 0.5 ms"), out
 
 
-def test_a_gpu_busy_while_its_contender_was_held_is_suspect():
-    """A turn whose input set took BUSY_MS longer to write than the judge's: a kernel of the
-    contender's still ran on the device while its process was stopped."""
+def test_a_kernel_left_running_after_its_turn_is_suspect():
+    """The device probed once the contender is held again after its turn: BUSY_MS more than
+    after the judge's turns means a kernel of its own still ran (a held rival's leftover
+    work was waited out before its turn, so it frames nobody)."""
     ok = [""] * witness.MAX_TURNS
-    fine = [_turn(0.6, put=0.03 + witness_gpu.BUSY_MS)] * 8
+    fine = [_turn(0.6, after=0.01 + witness_gpu.BUSY_MS)] * 8
     assert witness.judged(OK, _taking(fine), ok)["status"] == "ok"
-    busy = [_turn(0.6)] * 7 + [_turn(0.6, put=2.2)]
+    busy = [_turn(0.6)] * 7 + [_turn(0.6, after=2.2)]
     out = witness.judged(OK, _taking(busy), ok)
     assert out["status"] == "suspect" and out[witness.BOUND] is True, out
     assert out["error"].startswith(
-        "writing a witness turn's inputs while its sandbox was held took 2.2 ms, the "
-        "judge's 0.03 ms: the GPU was busy meanwhile (a kernel of its own left running)"), out
+        "a kernel of its own still ran on the device after a witness turn ended: a write of "
+        "the device actor's then took 2.2 ms, after the judge's turns 0.01 ms"), out
+    # a slow write of its inputs is no one's verdict: the GPU was waited for before it
+    slow_put = [_turn(0.6, put=5.0)] * 8
+    assert witness.judged(OK, _taking(slow_put), ok)["status"] == "ok"
 
 
 def test_wrong_outputs_and_missing_turns_are_judged_as_on_a_cpu():
@@ -73,6 +77,11 @@ def test_a_gpu_plan_checks_the_buffers_named_before_any_copy():
     cpu = {"inputs": {"x": [3, 4096]}, "outputs": {"y": [4, 4096]}}
     assert plan.put(os.getpid(), cpu, 0).startswith("its harness named other inputs than")
     assert plan.put(os.getpid(), src[0], 1) == "a witness turn (2) beyond the 1 asked for"
+    # descriptors: its own range, one per buffer
+    odd = {"inputs": {"x": [-3, 4096, 2 << 20]}, "outputs": {"y": [4, 4096, 2 << 20]}}
+    assert plan.put(os.getpid(), odd, 0) == "its harness named descriptor -3 for x"
+    same = {"inputs": {"x": [9, 4096, 2 << 20]}, "outputs": {"y": [9, 4096, 2 << 20]}}
+    assert plan.put(os.getpid(), same, 0) == "its harness named descriptor 9 for both x and y"
     with pytest.raises(devmem.DevMemError, match="^8192 bytes asked of an allocation of 4096$"):
         devmem.Importer().address(os.getpid(), 1, 8192, 4096)
     assert plan.take(os.getpid(), src[0], 0, "why") == "why"
@@ -103,3 +112,47 @@ def test_without_a_driver_a_gpu_plan_says_why_in_one_line():
     assert why.startswith("cuInit: ") and "\n" not in why, why
     with pytest.raises(devmem.DevMemError, match="^cuMemGetAllocationGranularity: "):
         devmem.allocate(4096, 0)
+
+
+class _FailingJudge:
+    """A judge whose check fails (as one out of device memory would)."""
+
+    def run(self, job, timeout_s):
+        return {"status": "error", "error": "CUDA out of memory"}
+
+
+def test_a_failed_check_sets_every_ok_answer_aside():
+    """No answer passes unchecked: when the judge's check fails (a contender can exhaust the
+    device's memory after its turns), each `ok` becomes `error`, marked for a new judge,
+    and the contest says its turns were not checked."""
+    judging = judge.Judging([witness.Plan(0, [])])
+    answers = [OK, {"status": "wrong_result", "error": "y differs"}]
+    out = judge.judged(_FailingJudge(), judging, [None, None], answers, 5.0)
+    assert out[0]["status"] == "error" and out[0][witness.UNCHECKED] is True, out
+    assert out[0]["error"] == ("its witness turns' outputs were not checked (the judge's "
+                               "check failed: CUDA out of memory): its answer is not taken")
+    assert out[1] == answers[1]
+    assert judging.said == (f"{witness.MAX_TURNS} witness turns each, not checked: the "
+                            "judge's check failed: CUDA out of memory")
+
+
+def test_a_contest_whose_check_failed_is_taken_again_with_a_new_judge(monkeypatch):
+    """Once, with a new judge (workers.device_actor ``clock_end``); that take stands."""
+    from workers.device_actor import DeviceActor
+
+    actor = DeviceActor("cpu")
+    takes, ended = [], []
+    unchecked = witness.unchecked(OK, "the judge's check failed: x")
+
+    def take(jobs, each, timeout_s, fresh=False):
+        takes.append(fresh)
+        answers = [unchecked] if len(takes) == 1 else [OK]
+        return {"status": answers[0]["status"], "witness": "w"}, answers, 0.0
+
+    monkeypatch.setattr(actor, "_take", take)
+    monkeypatch.setattr(actor, "clock_end", lambda: ended.append(1))
+    try:
+        res = actor._in_turns([{"job_key": "a"}], [{}], 5.0)
+        assert takes == [False, False] and ended == [1] and res["status"] == "ok", (takes, res)
+    finally:
+        actor.shutdown()

@@ -139,13 +139,17 @@ class DeviceActor:
         witness turns' CPU bound alone (workers.witness ``BOUND``: a loaded machine
         lengthens an honest microsecond kernel's turns) is taken once more, in fresh
         sandboxes on fresh input sets, and that take's answers stand; its ``witness`` then
-        names who was retaken. Raises what the sandboxes raise."""
-        escaped, retaken = False, ""
+        names who was retaken. One whose judge's check failed is taken once more with a new
+        judge. Raises what the sandboxes raise."""
+        escaped, retaken, rejudged = False, "", False
         while True:
             res, answers, used = self._take(jobs, each, timeout_s, bool(retaken))
             if used is not None and used > hold.HELD_CPU_MS and not escaped:
                 escaped = True
                 self.fresh()  # what ran there ends with it
+            elif any(a.get(witness.UNCHECKED) for a in answers) and not rejudged:
+                rejudged = True
+                self.clock_end()  # a new judge, on input sets of its own
             elif witness.bound_failed(answers) and not retaken:
                 retaken = ", ".join(j["job_key"] for j, a in zip(jobs, answers)
                                     if a.get(witness.BOUND))
@@ -165,9 +169,13 @@ class DeviceActor:
         meanwhile (workers.hold ``used_ms``); ``fresh``: its witness turns on input sets
         drawn anew. Raises what the sandboxes raise."""
         boxes = [Sandbox(self.backend, self.env) for _ in jobs]
-        judging = self._judging(jobs, timeout_s, fresh)
-        held = self.sandbox.pause() if len(jobs) > 1 else hold.Held()
+        # held from before the judge's null turns, alone too: code an earlier job left there
+        # slowed the null turns (a lower baseline for every contender) or, unheld, could
+        # carry the judge's kept input sets from one contest's contender to the next's
+        # (a red-team review)
+        held, judging = self.sandbox.pause(), judge.Judging(None, why="not prepared")
         try:
+            judging = self._judging(jobs, timeout_s, fresh)
             answers = turns.run_in_turns(
                 boxes, [{**e, "witness": witness.TURNS if judging.plans else 0}
                         for e in each], timeout_s, judging.plans)

@@ -1381,7 +1381,7 @@ class Harness:
         its checks (a red-team contender's spinners tried) or its samples.
         """
         entries = job["contest"]
-        d = self.prepare(entries[0])
+        d, wb = self._contest_data(job, entries[0])
         self.progress({"stage": "prepared"})
         if job.get("turns"):  # its code loads, is checked and warms up in a turn of its own
             self.progress({"stage": "turn"})
@@ -1421,16 +1421,33 @@ class Harness:
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
         if job.get("turns") and job.get("witness"):
             out[0]["witness_ms"] = self._witness_calls(libs[0], entries[0], d,
-                                                       out[0]["median_ms"])
+                                                       out[0]["median_ms"], wb)
         return {"status": "ok", "error": "", "results": out}
 
-    def _witness_calls(self, lib: Any, entry: dict, d: Data, median_ms: float) -> list[float]:
+    def _contest_data(self, job: dict, entry: dict) -> tuple[Data, Buffers | None]:
+        """A contest's prepared problem (:meth:`prepare`) and, on a GPU whose contest takes
+        witness turns, their buffers in exported device memory (:meth:`_export`), made now,
+        before any candidate code of the contest runs: a rival's code that took the
+        device's memory in its turn left the witness buffers of a contender that makes
+        them later none (a red-team review). Raises JobError ``error`` where they cannot
+        be made (no contender's doing)."""
+        d = self.prepare(entry)
+        if not (self.is_cuda and job.get("turns") and job.get("witness")):
+            return d, None
+        try:
+            return d, self._buffers(entry["signature"], d.sets[0], d.shape_of, export=True)
+        except devmem.DevMemError as e:
+            raise JobError(Status.ERROR, f"the device could not make witness buffers: {e}"
+                           ) from None
+
+    def _witness_calls(self, lib: Any, entry: dict, d: Data, median_ms: float,
+                       wb: Buffers | None = None) -> list[float]:
         """A contender's witness turns (:meth:`_witness_turns`) on buffer set 0 of ``d``; on
-        a GPU on exported device memory of their own (:meth:`_export`, freed after), each
-        call waited for on the device within its turn. Raises DevMemError."""
+        a GPU on ``wb``, exported device memory of their own (made now where None; freed
+        after), each call waited for on the device within its turn. Raises DevMemError."""
         if not self.is_cuda:
             return self._witness_turns(d.bufs[0], self.caller(lib, entry, d), median_ms)
-        wb = self._buffers(entry["signature"], d.sets[0], d.shape_of, export=True)
+        wb = wb or self._buffers(entry["signature"], d.sets[0], d.shape_of, export=True)
         d.bufs.append(wb)
         at = len(d.bufs) - 1
         try:
@@ -1499,7 +1516,7 @@ class Harness:
         if what == "null":
             # on a contender's output buffers, rewritten by its outputs before any check (a
             # GPU's: its outputs copied there from the stage's)
-            self._witness_turns(stage or dst[0][0], functools.partial(_synced, _nothing)
+            self._witness_turns(stage or dst[0][0], functools.partial(_synced, _launched)
                                 if self.is_cuda else _nothing, None, int(job["n"]))
             return {"status": "ok", "error": ""}
         tol, verdicts = entry["tolerance"], []
@@ -2569,6 +2586,12 @@ def _synced(call: Callable[[], None]) -> None:
 
 def _nothing() -> None:
     """A witness turn's call in the judge's null turns."""
+
+
+def _launched() -> None:
+    """A GPU witness turn's call in the judge's null turns: one empty kernel, so that its
+    launch and the device's switch to this process's context are in the null turn too."""
+    torch.cuda._sleep(1)
 
 
 def _spans(ts: dict[str, torch.Tensor]) -> dict[str, list[int]]:

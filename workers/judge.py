@@ -24,6 +24,7 @@ class Judging:
     null: witness.Null = witness.Null()
     why: str = ""
     bounded: bool = True
+    failed: str = ""  # why the judge's check of the turns failed ("": it did not)
 
     @property
     def said(self) -> str:
@@ -31,6 +32,8 @@ class Judging:
         ``4 witness turns each, their outputs checked (...)`` or ``none: why``."""
         if self.plans is None:
             return f"none: {self.why}"
+        if self.failed:
+            return f"{self.plans[0].turns} witness turns each, not checked: {self.failed}"
         if not self.bounded:
             return (f"{witness.TURNS} witness turns each, their outputs checked (a device of "
                     "several threads: CPU time is no bound on its samples)")
@@ -79,7 +82,7 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
 
 def close(judging: Judging) -> None:
     """What ``judging``'s plans hold let go (a GPU's mapped buffers). Never raises."""
-    for p in judging.plans or []:
+    for p in (judging.plans or [])[:1]:  # one importer holds every plan's mappings
         p.close()
 
 
@@ -87,8 +90,8 @@ def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
            answers: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
     """Each contender's answer (``answers``, from ``boxes``, in order) held to its witness
     turns (workers.witness ``judged``), once ``judge`` has checked the outputs they left in
-    its memory. Without plans, or when the judge's check fails (no contender's doing), the
-    answers as they are. Never raises."""
+    its memory. Without plans, the answers as they are; when the judge's check fails, each
+    ``ok`` set aside (workers.witness ``unchecked``). Never raises."""
     if judging.plans is None:
         return answers
     try:
@@ -98,6 +101,6 @@ def judged(judge: Sandbox, judging: Judging, boxes: list[Sandbox],
     verdicts = check.get("verdicts")
     if check.get("status") != Status.OK or not isinstance(verdicts, list) \
             or len(verdicts) != len(boxes):
-        judging.plans, judging.why = None, f"the judge's check failed: {check.get('error')}"
-        return answers
+        judging.failed = f"the judge's check failed: {check.get('error')}"
+        return [witness.unchecked(a, judging.failed) for a in answers]
     return [witness.judged(a, box.taking, v) for box, a, v in zip(boxes, answers, verdicts)]

@@ -365,7 +365,7 @@ class Sandbox:
             t.said, t.cpu0 = msg, self._cpu_snapshot()
         finally:
             hold.release(held)
-        t.go_at = time.perf_counter()
+        t.go_at = t.plan.started or time.perf_counter()
         return "go"
 
     def _witnessed(self, msg: dict[str, Any]) -> None:
@@ -388,7 +388,7 @@ class Sandbox:
             cpu1 = self._cpu_snapshot()
             why = "" if t.said is None or t.why else t.plan.take(
                 self.host_pid or 0, t.said, len(t.records), early)
-            witness.ended(t, msg, cpu1, why, wall_ms, read_ms)
+            witness.ended(t, msg, cpu1, why, wall_ms, read_ms, t.plan.after())
         finally:
             hold.release(held)
 

@@ -72,6 +72,8 @@ CPU_MARGIN_MS = 0.05
 # against the judge's null turns' least of 0.078 ms: `suspect` by 0.016 ms, in 1 of 12
 # sweeps; a lie's work is there in every turn of every take
 BOUND = "cpu_bound"
+# an answer :func:`unchecked` set aside (the judge's check failed) carries this key
+UNCHECKED = "unchecked"
 # the memory mappings an output may lie in (split_outputs): a buffer split page by page is
 # slow to read; an honest one lay in 2 (the allocator's memory across two mappings)
 MAX_MAPPINGS = 4
@@ -181,14 +183,15 @@ def _queued_ns() -> int:
 class Null(NamedTuple):
     """What a witness turn with no call costs the judge (ms, the least of its null turns):
     its main thread's CPU, its cgroup's CPU (None where not counted), the turn's wall time,
-    what the first read of its outputs waited, and the writing of its input set while
-    held (:func:`null_cost`)."""
+    what the first read of its outputs waited, the writing of its input set while held,
+    and a GPU's probe once it was held again (:func:`null_cost`)."""
 
     main_cpu_ms: float = 0.0
     cpu_ms: float | None = None
     wall_ms: float = 0.0
     read_ms: float = 0.0
     put_ms: float = 0.0
+    after_ms: float = 0.0
 
 
 Spans = dict[str, list[int]]  # buffer name -> [address, bytes]
@@ -228,6 +231,14 @@ class Plan:
             for name, (addr, n) in self.src[k][part].items():
                 why = why or vm_copy(self.judge, addr, pid, int(said[part][name][0]), n)
         return why
+
+    # when the last :meth:`put`'s clock started (time.perf_counter), where the turn's wall
+    # time counts from there and not from its "go" (a GPU's: workers.witness_gpu)
+    started: float | None = None
+
+    def after(self) -> float:
+        """A probe of the device once the turn's sandbox is held again (ms; 0.0 on a CPU)."""
+        return 0.0
 
     def early(self, pid: int, said: dict[str, Any], k: int) -> tuple[bytes | str, float]:
         """The outputs process ``pid`` named (``said``) as its call left them, read as soon
@@ -335,7 +346,9 @@ class Record:
     arrival of its "witnessed" (``wall_ms``); and how long the actor's first read of its
     outputs waited (``read_ms``: its wall time less the actor thread's CPU time and its
     wait for a CPU in it, :func:`asleep`; on a GPU its wall time, workers.witness_gpu);
-    and how long writing its input set took while it was held (``put_ms``)."""
+    how long writing its input set took while it was held (``put_ms``); and on a GPU how
+    long the device actor's probe of the device took once it was held again (``after_ms``,
+    workers.witness_gpu: work of its own still running)."""
 
     ms: float | None
     main_cpu_ms: float | None
@@ -345,6 +358,7 @@ class Record:
     wall_ms: float = 0.0
     read_ms: float = 0.0
     put_ms: float = 0.0
+    after_ms: float = 0.0
 
 
 @dataclass
@@ -394,7 +408,7 @@ def _time(x: Any) -> bool:
 
 
 def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str, wall_ms: float = 0.0,
-          read_ms: float = 0.0) -> None:
+          read_ms: float = 0.0, after_ms: float = 0.0) -> None:
     """The open witness turn of ``t`` ended with "witnessed" ``msg``; ``cpu1``: the CPU
     times read once held; ``why``: its outputs could not be read; ``wall_ms``: from its
     "go" to the arrival of "witnessed". A "witnessed" with no turn open is counted as
@@ -408,7 +422,8 @@ def ended(t: Taking, msg: dict[str, Any], cpu1: Snapshot, why: str, wall_ms: flo
     t.records.append(Record(
         float(ms) if _time(ms) else None, None if main is None else main / 1e6,
         None if a.cgroup is None or cpu1.cgroup is None else (cpu1.cgroup - a.cgroup) / 1e6,
-        t.why or why, max(used.values(), default=0) / 1e6, wall_ms, read_ms, t.put_ms))
+        t.why or why, max(used.values(), default=0) / 1e6, wall_ms, read_ms, t.put_ms,
+        after_ms))
     t.said = None
 
 
@@ -428,7 +443,7 @@ def null_cost(records: list[Record]) -> Null | str:
     return Null(min(m for m in mains if m is not None),
                 None if any(c is None for c in cg) else min(c for c in cg if c is not None),
                 min(r.wall_ms for r in records), min(r.read_ms for r in records),
-                min(r.put_ms for r in records))
+                min(r.put_ms for r in records), min(r.after_ms for r in records))
 
 
 def judged(res: dict[str, Any], t: Taking | None, verdicts: list[str]) -> dict[str, Any]:
@@ -523,6 +538,19 @@ def _over(r: Record, null: Null) -> tuple[float, float, float]:
     wall = (r.wall_ms - min(null.wall_ms, null.main_cpu_ms + NULL_WALL_SLACK_MS)
             + max(0.0, r.read_ms - null.read_ms))
     return ((r.main_cpu_ms or 0.0) - null.main_cpu_ms, max(r.thread_cpu_ms, cg), wall)
+
+
+def unchecked(res: dict[str, Any], why: str) -> dict[str, Any]:
+    """A contender's answer ``res`` when the judge's check of its witness turns' outputs
+    failed (``why``): an ``ok`` becomes ``error``, not taken, and marked :data:`UNCHECKED`
+    (its contest is taken again with a new judge, workers.device_actor); others as they
+    are. A failed check is no contender's verdict, and no answer passes without it: a
+    red-team review had one contender exhaust the GPU's memory after its turns so that the
+    judge's check failed and every answer stood unchecked."""
+    if res.get("status") != Status.OK:
+        return res
+    return {"status": Status.ERROR, "error": f"its witness turns' outputs were not checked "
+            f"({why}): its answer is not taken", UNCHECKED: True}
 
 
 def bound_failed(answers: list[dict[str, Any]]) -> bool:

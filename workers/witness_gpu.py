@@ -6,22 +6,25 @@ contender's buffers in device memory. Each harness allocates its witness buffers
 exportable device memory and names them by file descriptor; the device actor maps them in
 a context of its own (``pidfd_getfd(2)``, ``cuMemImportFromShareableHandle``), and there:
 
-1. while the contender's sandbox is held still, copies a fresh input set of the judge (seeds
-   from ``os.urandom``, drawn by a harness that never loads candidate code) and poisoned
-   outputs into its buffers, timing the copy (``put_ms``);
+1. while the contender's sandbox is held still, and once the GPU is idle (work a held rival
+   left queued ends first), copies a fresh input set of the judge (seeds from
+   ``os.urandom``, drawn by a harness that never loads candidate code) and poisoned outputs
+   into its buffers; the turn's clock starts with these copies;
 2. "go": the harness calls ``solve`` once, waits for the device, and says "witnessed";
 3. at once copies its outputs into the judge's memory (``read_ms``: the copy waits behind
-   any kernel of the contender still running) for the judge to check after the contest.
+   any kernel of the contender still running) for the judge to check after the contest,
+   and, the sandbox held again, probes the device (``after_ms``).
 
 So outputs are right only if they were computed from values that existed nowhere in the
-contender's memory before its turn, and the turn's wall time, from "go" to the outputs in
-the judge's hands, less the judge's own turns with no call, bounds from below what its
-samples may claim (:func:`gpu_why`). A contender's process is stopped while held, but its
-kernels are not: a kernel left running (to compute outputs the moment inputs land) shares
-the GPU with the actor's copies, which then wait for the device's time slice (a 4-byte copy
-took 2.1-2.4 ms beside such a kernel, 0.010 ms on an idle GPU; H100,
-docs/verified/2026-12-06-session44.md): a turn whose inputs took :data:`BUSY_MS` longer to
-write than the judge's is `suspect`.
+contender's memory before its turn, and the turn's wall time, from its inputs' copy to the
+outputs in the judge's hands, less the judge's own turns with no call, bounds from below
+what its samples may claim (:func:`gpu_why`). A contender's process is stopped while held,
+but its kernels are not: one still running when the device is probed after its turn
+shares the GPU with the actor's write, which then waits for the device's time slice (a
+4-byte copy took 2.1-2.4 ms beside such a kernel, 0.010 ms on an idle GPU; H100,
+docs/verified/2026-12-06-session44.md): :data:`BUSY_MS` more than after the judge's turns is
+`suspect`. Only the contender that just took its turn can have started work since the GPU
+was last found idle, so a rival's leftover work frames nobody.
 
 What it cannot see: lies within :data:`GPU_FACTOR` x median + :data:`GPU_MARGIN_MS` (a
 turn's wall time carries the messages' latency, a launch, a synchronize and a switch of
@@ -50,10 +53,15 @@ from workers.witness import Record
 # it on the smallest kernels. The factor is the CPU's (workers.witness ``CPU_FACTOR``)
 GPU_FACTOR = 2.0
 GPU_MARGIN_MS = 0.5
-# a turn whose input set took this much longer (ms) to write than the judge's null turns'
-# least: the GPU was busy with other work while the contender was held (the device's time
-# slice between contexts: 2.1-2.4 ms on an H100, against 0.010 ms idle)
+# a probe of the device (a 4-byte write of the actor's own, workers.devmem ``probe_ms``)
+# this much longer (ms) than after the judge's turns: another context's kernel ran (the
+# device's time slice between contexts: 2.1-2.4 ms on an H100, against 0.010 ms idle).
+# Before each turn's input set is written the GPU must be idle by that test, for at most
+# IDLE_LIMIT_MS (work a held rival left queued ends first)
 BUSY_MS = 1.0
+IDLE_LIMIT_MS = 1000.0
+# a descriptor a harness names is below this (its own; the kernel's default limit is 1024)
+MAX_FD = 1 << 20
 
 
 @dataclass
@@ -62,25 +70,46 @@ class DevicePlan(witness.Plan):
     bytes, the allocation's bytes]`` in the judge's process (``judge``, its host pid) and in
     the contender's. Every copy is the device actor's (workers.devmem ``importer``)."""
 
+    unsure: bool = False  # the GPU did not become idle before the last put
+
     def put(self, pid: int, said: dict[str, Any], k: int) -> str:
         """Witness turn ``k``'s inputs and poisoned outputs copied into the device buffers
-        process ``pid`` named (``said``), the copies waited for. Returns "" or why not."""
+        process ``pid`` named (``said``), the copies waited for, once the GPU is idle (work
+        a held rival left queued does not lengthen this turn; waited for up to
+        :data:`IDLE_LIMIT_MS`). The turn's clock starts with the copies (:attr:`started`):
+        work of the contender's own that its inputs' arrival sets off on the device, while
+        its process is still held, is inside it. Returns "" or why not."""
+        self.started = None
         if k >= len(self.src):
             return f"a witness turn ({k + 1}) beyond the {len(self.src)} asked for"
-        if why := witness.same_spans(said, self.src[k]):
+        if why := witness.same_spans(said, self.src[k]) or _bad_fds(said):
             return why
         try:
             imp = devmem.importer()
-            imp.current()
-            for part in ("inputs", "outputs"):
-                for name, (fd, n, size) in self.src[k][part].items():
-                    theirs = said[part][name]
-                    imp.copy(imp.address(pid, theirs[0], n, theirs[2]),
-                             imp.address(self.judge, fd, n, size), n)
+            self.unsure = not imp.idle(IDLE_LIMIT_MS, BUSY_MS)
+            pairs = [(imp.address(pid, said[part][name][0], n, said[part][name][2]),
+                      imp.address(self.judge, fd, n, size), n)
+                     for part in ("inputs", "outputs")
+                     for name, (fd, n, size) in self.src[k][part].items()]
+            self.started = time.perf_counter()
+            for dst, src, n in pairs:
+                imp.copy(dst, src, n)
             imp.sync()
         except devmem.DevMemError as e:
             return str(e)
         return ""
+
+    def after(self) -> float:
+        """The device probed once the turn's sandbox is held again (ms, workers.devmem
+        ``Importer.probe_ms``): a kernel of the contender's own still running then makes it
+        a time slice. 0.0 where the GPU was not idle before the turn (the work may be a
+        held rival's) or cannot be probed."""
+        if self.unsure:
+            return 0.0
+        try:
+            return devmem.importer().probe_ms()
+        except devmem.DevMemError:
+            return 0.0
 
     def early(self, pid: int, said: dict[str, Any], k: int) -> tuple[bytes | str, float]:
         """Turn ``k``'s outputs copied from process ``pid``'s buffers into the judge's
@@ -119,9 +148,24 @@ class DevicePlan(witness.Plan):
         devmem.importer().release()
 
 
+def _bad_fds(said: dict[str, Any]) -> str:
+    """Why the descriptors a harness named are not plausible ones of its own ("" when they
+    are): each in [0, :data:`MAX_FD`), and no two buffers but an in/out pair on one."""
+    seen: dict[int, str] = {}
+    for part in ("inputs", "outputs"):
+        for name, span in said[part].items():
+            fd = span[0]
+            if not 0 <= fd < MAX_FD:
+                return f"its harness named descriptor {fd} for {name}"
+            if seen.setdefault(fd, name) != name:
+                return f"its harness named descriptor {fd} for both {seen[fd]} and {name}"
+    return ""
+
+
 def over(r: Record, null: witness.Null) -> float:
-    """One GPU witness turn's figure (ms): its wall time from "go" to "witnessed" less the
-    judge's null turn's, plus what the copy of its outputs took beyond the null turn's."""
+    """One GPU witness turn's figure (ms): its wall time from the copy of its inputs to
+    "witnessed" less the judge's null turn's, plus what the copy of its outputs took beyond
+    the null turn's."""
     return r.wall_ms - null.wall_ms + max(0.0, r.read_ms - null.read_ms)
 
 
@@ -131,11 +175,11 @@ def gpu_why(records: list[Record], median: float, null: witness.Null) -> str:
     "" when neither. ``null``: the judge's turns with no call."""
     if not records:
         return "it took no witness turn"
-    busy = max(records, key=lambda r: r.put_ms)
-    if busy.put_ms - null.put_ms > BUSY_MS:
-        return (f"writing a witness turn's inputs while its sandbox was held took "
-                f"{busy.put_ms:.3g} ms, the judge's {null.put_ms:.3g} ms: the GPU was busy "
-                "meanwhile (a kernel of its own left running)")
+    busy = max(records, key=lambda r: r.after_ms)
+    if busy.after_ms - null.after_ms > BUSY_MS:
+        return (f"a kernel of its own still ran on the device after a witness turn ended: "
+                f"a write of the device actor's then took {busy.after_ms:.3g} ms, after the "
+                f"judge's turns {null.after_ms:.3g} ms")
     least = min(over(r, null) for r in records)
     if least <= GPU_FACTOR * median + GPU_MARGIN_MS:
         return ""
