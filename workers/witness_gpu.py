@@ -101,13 +101,15 @@ class DevicePlan(witness.Plan):
 
     def after(self) -> float:
         """The device probed once the turn's sandbox is held again (ms, workers.devmem
-        ``Importer.probe_ms``): a kernel of the contender's own still running then makes it
-        a time slice. 0.0 where the GPU was not idle before the turn (the work may be a
-        held rival's) or cannot be probed."""
+        ``Importer.probe_ms``, the lesser of two: a preemption of this thread lengthens one,
+        a kernel of the contender's own still running makes each a time slice). 0.0 where
+        the GPU was not idle before the turn (the work may be a held rival's) or cannot be
+        probed."""
         if self.unsure:
             return 0.0
         try:
-            return devmem.importer().probe_ms()
+            imp = devmem.importer()
+            return min(imp.probe_ms(), imp.probe_ms())
         except devmem.DevMemError:
             return 0.0
 
