@@ -146,7 +146,8 @@ class SideBySide:
             if res.get("status") == Status.OK:
                 for c, st in zip(cids, res["results"]):
                     self.results.setdefault(c, {})[dims] = {
-                        **st, "job_key": self.by_cand[c][dims][0]}
+                        **st, "job_key": self.by_cand[c][dims][0],
+                        "witness": res.get("witness") or ""}
                 bad, error, again = self._clock(cids, dims) if self.clock else ({}, "", False)
                 if error or not (bad or again):
                     return error
@@ -194,7 +195,8 @@ class SideBySide:
                 if solo.get("status") != Status.OK:
                     bad[c] = why
                     continue
-                alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0]}}}
+                alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0],
+                                    "witness": solo.get("witness") or ""}}}
                 at_fault, error = self._clocked([c], dims, alone)
                 if error:
                     return bad, error, False
@@ -328,14 +330,17 @@ class SideBySide:
 def contest_rows(ctx: RunContext, it: int, dc: str, results: Results,
                  dropped: dict[str, str], by_cand: ByCand, labels: dict[str, str],
                  winner: str | None) -> list[dict[str, Any]]:
-    """``contests`` rows: every re-measured sample set, and one row per dropped contender
-    and size with its status (``label``: e.g. ``wrong_result``) and no figure."""
+    """``contests`` rows: every re-measured sample set, with how its contest's contenders
+    were witnessed outside their processes (``witness``) and its witnessed figure
+    (``actor_ms``, ms), and one row per dropped contender and size with its status
+    (``label``: e.g. ``wrong_result``) and no figure."""
     base = {"run_id": ctx.run_id, "sweep": ctx.sweep.name, "iteration": it,
             "device_class": dc}
     out = [{**base, "dims": dims, "candidate_id": c, "job_key": st["job_key"],
             "median_ms": st["median_ms"], "iqr_ms": st["iqr_ms"],
             "n_samples": st["n_samples"], "samples_ms": st["samples_ms"],
-            "label": labels.get(c), "winner": c == winner, "created_at": now()}
+            "label": labels.get(c), "winner": c == winner, "created_at": now(),
+            "witness": st.get("witness"), "actor_ms": st.get("actor_ms")}
            for c, per in results.items() for dims, st in per.items()]
     out += [{**base, "dims": dims, "candidate_id": c, "job_key": e[0],
              "label": why.split(":", 1)[0], "winner": False, "created_at": now()}

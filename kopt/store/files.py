@@ -160,6 +160,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("job_key", pa.string()), ("median_ms", pa.float64()), ("iqr_ms", pa.float64()),
         ("n_samples", pa.int32()), ("samples_ms", pa.list_(pa.float64())),
         ("label", pa.string()), ("winner", pa.bool_()), ("created_at", TS),
+        # how the contest's contenders were witnessed outside their processes
+        # (workers.witness: "8 witness turns each", "none: why", ...) and this one's
+        # witnessed figure (ms; null where none)
+        ("witness", pa.string()), ("actor_ms", pa.float64()),
     ]),
     # kopt triage (kopt.tools.triage): partition sweep=triage, run=TRIAGE_ID
     "triage_kernels": pa.schema([
