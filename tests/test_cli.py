@@ -1,5 +1,7 @@
 """The command line as a user meets it: exit codes and one-line errors, no tracebacks."""
 
+import json
+
 from click.testing import CliRunner
 
 from conftest import ROOT, VADD_CPP, VADD_REF, write_sweep
@@ -212,6 +214,35 @@ def test_best_says_when_a_winner_ran_without_a_sandbox(tmp_path):
     assert r.exit_code == 0, r.output
     lines = [x for x in r.output.splitlines() if "without a sandbox" in x]
     assert len(lines) == 1 and lines[0].startswith("cpu-x: found without a sandbox")
+
+
+def test_best_says_when_a_winner_was_named_without_witness_turns(tmp_path):
+    """A named best whose closing contest took no witness turns (workers.witness: ``none:
+    why``) carries one line saying so; one named after witness turns, none."""
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
+    w.add("candidates", [
+        {"run_id": "r1", "sweep": "demo", "job_key": k, "candidate_id": k, "is_baseline": True,
+         "status": "ok", "median_ms": 2.0, "dims": "{}", "device_class": dc, "params": "{}",
+         "iteration": 1, "isolation": "namespaces"}
+        for k, dc in (("a", "cpu-x"), ("b", "cpu-y"))])
+    w.add("iterations", [
+        {"run_id": "r1", "sweep": "demo", "iteration": 1, "device_class": dc,
+         "state": json.dumps({"best": {"candidate_id": k}, "closing": {
+             "best": {"candidate_id": k}, "first_baseline": k}})}
+        for k, dc in (("a", "cpu-x"), ("b", "cpu-y"))])
+    w.add("contests", [
+        {"run_id": "r1", "sweep": "demo", "iteration": 0, "device_class": dc, "dims": "{}",
+         "candidate_id": k, "job_key": k, "median_ms": 2.0, "winner": True, "witness": wit}
+        for k, dc, wit in (("a", "cpu-x", "none: the judge failed: boom"),
+                           ("b", "cpu-y", "8 witness turns each"))])
+    w.flush()
+    r = run("best", "demo", "--store", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if "without witness turns" in x]
+    assert lines == ["cpu-x: named without witness turns (the judge failed: boom): its "
+                     "contest's samples and checks ran in its own process, where its code "
+                     "can write them"], r.output
 
 
 def test_best_says_when_no_best_was_named(tmp_path):

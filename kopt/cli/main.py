@@ -596,11 +596,24 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     for dc, note in dict.fromkeys((r["device_class"], r["loop_note"]) for r in rows
                                   if r["loop_note"]):
         out.print(f"{dc}: {note}", highlight=False)
+    _trust_lines(out, rows)
+
+
+def _trust_lines(out: Any, rows: list[dict[str, Any]]) -> None:
+    """`kopt best`'s lines on how far each best can be trusted: found without a sandbox,
+    named without witness turns, tied, or never named; printed to ``out`` (a rich
+    console)."""
     for dc in dict.fromkeys(r["device_class"] for r in rows if r["isolation"] == "none"):
         out.print(f"{escape(dc)}: found without a sandbox (isolation none): its code ran "
                   "with kopt's own rights and could reach kopt's files and clock, so this "
                   "verdict holds only if the code is trusted (`kopt env` says why the "
                   "sandbox was off)", highlight=False)
+    for r in rows:
+        if (r.get("witness") or "").startswith("none:"):
+            out.print(f"{escape(r['device_class'])}: named without witness turns "
+                      f"({escape(r['witness'][5:].strip())}): its contest's samples and "
+                      "checks ran in its own process, where its code can write them",
+                      highlight=False)
     for line in tie_lines(rows) + unnamed_lines(rows):
         out.print(escape(line), highlight=False)
 

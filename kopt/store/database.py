@@ -645,13 +645,13 @@ NAMED_CTE = """dropped as (
   from named0 n left join dropped d on d.run_id = n.run_id
     and d.device_class = n.device_class and d.candidate_id = n.named_id
 ), closing as (
-  select run_id, device_class, dims, candidate_id, median_ms as side_by_side_ms
+  select run_id, device_class, dims, candidate_id, median_ms as side_by_side_ms, witness
   from contests where iteration = 0 and median_ms is not null
   qualify row_number() over (partition by run_id, device_class, dims, candidate_id
                              order by created_at desc) = 1
 ), vs_first as (
   -- per problem size: the first baseline's side-by-side median over each contender's
-  select c.run_id, c.device_class, c.dims, c.candidate_id, c.side_by_side_ms,
+  select c.run_id, c.device_class, c.dims, c.candidate_id, c.side_by_side_ms, c.witness,
          f.side_by_side_ms / c.side_by_side_ms as vs_first_baseline
   from closing c join named n using (run_id, device_class)
   left join closing f on f.run_id = c.run_id and f.device_class = c.device_class
@@ -681,7 +681,8 @@ select device_class, dims, candidate_id, compute_method, memory_method, latency_
        coalesce(candidate_id = named_id, false) as named,
        case when candidate_id = named_id then tie_size else 0 end as tied_with,
        case when candidate_id = named_id then v.vs_first_baseline end as loop_speedup,
-       case when candidate_id = named_id then loop_note end as loop_note
+       case when candidate_id = named_id then loop_note end as loop_note,
+       case when candidate_id = named_id then v.witness end as witness
 from scope left join named using (run_id, device_class)
 left join vs_first v using (run_id, device_class, dims, candidate_id)
 left join dropped using (run_id, device_class, candidate_id)

@@ -36,6 +36,9 @@ def best(sweep: str, store: Path | str | None = None, run_id: str | None = None
         flops/bytes or the peak is not known: kopt.run.devices.peaks); ``max_abs_err`` and
         ``max_rel_err`` of its checked outputs against reference(); ``isolation``: the
         sandbox its code ran in (workers.isolation; None in stores written before it was
+        recorded); ``witness``: how the closing contest that named it checked and timed its
+        contenders outside their processes (workers.witness: ``8 witness turns each``, or
+        ``none: why``; None without a closing, or in stores written before it was
         recorded).
     """
     return Database(store).best(sweep, run_id)
