@@ -156,3 +156,12 @@ def test_a_contest_whose_check_failed_is_taken_again_with_a_new_judge(monkeypatc
         assert takes == [False, False] and ended == [1] and res["status"] == "ok", (takes, res)
     finally:
         actor.shutdown()
+
+
+def test_kopt_env_says_whether_witness_turns_can_be_taken(monkeypatch):
+    """workers.witness ``describe`` (``kopt env``'s ``witness``) tries a child as the device
+    actor tries a harness: here (root, cuda-python installed) both ways reach it."""
+    assert witness.describe() == ("yes: process_vm_readv and pidfd_getfd reach a child; GPU "
+                                  "buffers through cuda-python's driver bindings")
+    monkeypatch.setattr(witness, "vm_read", lambda pid, addr, n: "no ptrace access")
+    assert witness.describe() == "none: no ptrace access (contests run without witness turns)"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers import build_cache, build_confine, cgroup, isolation, ncu, zygote
+from workers import build_cache, build_confine, cgroup, isolation, ncu, witness, zygote
 
 
 def _first_line(cmd: list[str], pattern: str | None = None) -> str | None:
@@ -163,6 +163,7 @@ def collect() -> dict[str, Any]:
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
         "isolation": isolation.available().describe(),
         "harness_start": zygote.describe(isolation.available()),
+        "witness": witness.describe(),
         "build_isolation": build_confine.describe(), "limits": cgroup.describe(),
         "build_cache": build_cache.describe(build_cache.root(), build_cache.cap()[0]),
         "notes": notes,

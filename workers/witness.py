@@ -43,10 +43,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from workers import devmem
 from workers.status import Status
 
 # witness turns per contender: TURNS on a device of several threads (its outputs checked),
@@ -131,6 +133,45 @@ def vm_copy(src_pid: int, src: int, dst_pid: int, dst: int, nbytes: int) -> str:
     buf = ctypes.create_string_buffer(max(nbytes, 1))
     return (_vm(_libc.process_vm_readv, src_pid, src, buf, nbytes)
             or _vm(_libc.process_vm_writev, dst_pid, dst, buf, nbytes))
+
+
+def describe() -> str:
+    """``kopt env``'s ``witness``: whether this node's device actors can take witness turns,
+    tried on a child process as the actor does on a harness (its memory read with
+    ``process_vm_readv``, a descriptor taken with ``pidfd_getfd``: the GPU's buffers,
+    workers.devmem), and whether the GPU's driver bindings load; else ``none: why``."""
+    child = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE)
+    try:
+        why = _reach(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    if why:
+        return f"none: {why} (contests run without witness turns)"
+    try:
+        devmem._driver()
+        gpu = "GPU buffers through cuda-python's driver bindings"
+    except devmem.DevMemError as e:
+        gpu = f"no GPU witness turns: {e}"
+    return f"yes: process_vm_readv and pidfd_getfd reach a child; {gpu}"
+
+
+def _reach(pid: int) -> str:
+    """Why this process cannot read process ``pid``'s memory or take its descriptor 0 ("":
+    it can)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            addr = int(f.readline().split("-", 1)[0], 16)
+    except (OSError, ValueError) as e:
+        return f"a child's memory map cannot be read ({e})"
+    got = vm_read(pid, addr, 1)
+    if isinstance(got, str):
+        return got
+    try:
+        os.close(devmem.take_fd(pid, 0))
+    except devmem.DevMemError as e:
+        return str(e)
+    return ""
 
 
 def threads_cpu_ns(pids: list[int]) -> dict[int, int]:

@@ -735,8 +735,8 @@ def env(address: str | None, fmt: str) -> None:
         t = Table(title=escape(f"node {info['host']} ({info['platform']})"), show_header=False)
         t.add_row("GPUs", escape("; ".join(_gpu_line(g) for g in info["gpus"]) or "none"))
         for k in ("driver", "nvcc", "cxx", "ncu", "ncu_counters", "cutlass", "torch",
-                  "torch_cuda", "ray", "python", "isolation", "harness_start", "build_isolation",
-                  "limits", "build_cache"):
+                  "torch_cuda", "ray", "python", "isolation", "harness_start", "witness",
+                  "build_isolation", "limits", "build_cache"):
             unset = "unknown" if k == "driver" and info["gpus"] else "not found"
             t.add_row(k, cell(info.get(k)) if info.get(k) is not None else unset)
         for note in info.get("notes") or []:
