@@ -73,6 +73,9 @@ def test_a_gpu_plan_checks_the_buffers_named_before_any_copy():
     plan = witness_gpu.DevicePlan(os.getpid(), src)
     other = {"inputs": {"x": [3, 2048, 2 << 20]}, "outputs": {"y": [4, 4096, 2 << 20]}}
     assert plan.put(os.getpid(), other, 0).startswith("its harness named other inputs than")
+    # nor another allocation size (the actor would map and keep whatever size it named)
+    big = {"inputs": {"x": [3, 4096, 1 << 40]}, "outputs": {"y": [4, 4096, 2 << 20]}}
+    assert plan.put(os.getpid(), big, 0).startswith("its harness named other inputs than")
     # a CPU's span (address, bytes) is not a GPU's
     cpu = {"inputs": {"x": [3, 4096]}, "outputs": {"y": [4, 4096]}}
     assert plan.put(os.getpid(), cpu, 0).startswith("its harness named other inputs than")
@@ -137,7 +140,8 @@ def test_a_failed_check_sets_every_ok_answer_aside():
 
 
 def test_a_contest_whose_check_failed_is_taken_again_with_a_new_judge(monkeypatch):
-    """Once, with a new judge (workers.device_actor ``clock_end``); that take stands."""
+    """Once, with a new judge (workers.device_actor ``clock_end``); that take stands, and
+    where its check fails too the contest is the device's failure."""
     from workers.device_actor import DeviceActor
 
     actor = DeviceActor("cpu")
@@ -154,6 +158,13 @@ def test_a_contest_whose_check_failed_is_taken_again_with_a_new_judge(monkeypatc
     try:
         res = actor._in_turns([{"job_key": "a"}], [{}], 5.0)
         assert takes == [False, False] and ended == [1] and res["status"] == "ok", (takes, res)
+        # failed twice: the device's failure, no contender's (the loop names nobody)
+        monkeypatch.setattr(actor, "_take", lambda *a, **k: (
+            {"status": "error", "witness": "w"}, [unchecked], 0.0))
+        res = actor._in_turns([{"job_key": "a"}], [{}], 5.0)
+        assert res == {"status": "error", "actor": True, "witness": "w", "error": (
+            "the judge's check of the witness turns failed twice: its witness turns' outputs "
+            "were not checked (the judge's check failed: x): its answer is not taken")}, res
     finally:
         actor.shutdown()
 

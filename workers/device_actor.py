@@ -155,6 +155,10 @@ class DeviceActor:
                                     if a.get(witness.BOUND))
             else:
                 break
+        if unchecked := [a for a in answers if a.get(witness.UNCHECKED)]:  # twice: the
+            return {"status": Status.ERROR, "actor": True,  # device's failure, no one's
+                    "witness": res.get("witness"), "error": "the judge's check of the "
+                    f"witness turns failed twice: {unchecked[0].get('error')}"}
         if retaken:
             bound = "CPU" if self.backend == "cpu" else "GPU"
             res["witness"] += (f"; taken again, {retaken} having been suspect by the {bound} "
@@ -179,6 +183,12 @@ class DeviceActor:
             answers = turns.run_in_turns(
                 boxes, [{**e, "witness": witness.TURNS if judging.plans else 0}
                         for e in each], timeout_s, judging.plans)
+            # the contenders ended, and what the actor mapped of them let go, before the
+            # judge's check (their outputs are in the judge's memory): one that took the
+            # device's memory made the check fail (a red-team review)
+            for box in boxes:
+                box.kill()
+            judge.close(judging)
             answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
             res = {**turns.combined(jobs, answers), "witness": judging.said}
         finally:

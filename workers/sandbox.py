@@ -358,11 +358,14 @@ class Sandbox:
             return "enough"
         held = self.pause()
         try:
-            k, p0 = len(t.records), time.perf_counter()
+            # the CPU times first: a GPU turn's clock starts with the copies (its kernels
+            # are not held), and a snapshot's cost grows with the sandbox's threads
+            k, t.cpu0 = len(t.records), self._cpu_snapshot()
+            p0 = time.perf_counter()
             t.why = t.plan.put(self.host_pid or 0, msg, k) if self.host_pid else \
                 "the harness's host pid is not known"
             t.put_ms = (time.perf_counter() - p0) * 1e3
-            t.said, t.cpu0 = msg, self._cpu_snapshot()
+            t.said = msg
         finally:
             hold.release(held)
         t.go_at = t.plan.started or time.perf_counter()
