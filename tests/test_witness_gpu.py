@@ -132,8 +132,8 @@ def test_a_failed_check_sets_every_ok_answer_aside():
     answers = [OK, {"status": "wrong_result", "error": "y differs"}]
     out = judge.judged(_FailingJudge(), judging, [None, None], answers, 5.0)
     assert out[0]["status"] == "error" and out[0][witness.UNCHECKED] is True, out
-    assert out[0]["error"] == ("its witness turns' outputs were not checked (the judge's "
-                               "check failed: CUDA out of memory): its answer is not taken")
+    assert out[0]["error"] == ("its witness turns were not judged (the judge's check "
+                               "failed: CUDA out of memory): its answer is not taken")
     assert out[1] == answers[1]
     assert judging.said == (f"{witness.MAX_TURNS} witness turns each, not checked: the "
                             "judge's check failed: CUDA out of memory")
@@ -163,8 +163,8 @@ def test_a_contest_whose_check_failed_is_taken_again_with_a_new_judge(monkeypatc
             {"status": "error", "witness": "w"}, [unchecked], 0.0))
         res = actor._in_turns([{"job_key": "a"}], [{}], 5.0)
         assert res == {"status": "error", "actor": True, "witness": "w", "error": (
-            "the judge's check of the witness turns failed twice: its witness turns' outputs "
-            "were not checked (the judge's check failed: x): its answer is not taken")}, res
+            "the witness turns could not be judged twice: its witness turns were not judged "
+            "(the judge's check failed: x): its answer is not taken")}, res
     finally:
         actor.shutdown()
 
@@ -176,3 +176,54 @@ def test_kopt_env_says_whether_witness_turns_can_be_taken(monkeypatch):
                                   "buffers through cuda-python's driver bindings")
     monkeypatch.setattr(witness, "vm_read", lambda pid, addr, n: "no ptrace access")
     assert witness.describe() == "none: no ptrace access (contests run without witness turns)"
+
+
+class _Importer:
+    """workers.devmem's Importer as a DevicePlan uses it, in host memory terms: addresses
+    are descriptor x 1000, copies are listed, the device idle or not as told."""
+
+    def __init__(self, idle):
+        self.is_idle, self.copies = idle, []
+
+    def idle(self, limit_ms, busy_ms):
+        return self.is_idle
+
+    def current(self):
+        pass
+
+    def address(self, pid, fd, n, size):
+        return pid * 10**6 + fd * 1000
+
+    def copy(self, dst, src, n):
+        self.copies.append((dst, src, n))
+
+    def sync(self):
+        pass
+
+    def probe_ms(self):
+        return 0.02
+
+    def release(self):
+        pass
+
+
+def test_a_gpu_turn_is_written_once_the_device_is_idle_and_probed_after(monkeypatch):
+    """The inputs, then the poisoned outputs, copied from the judge's (pid 1) set into the
+    contender's (pid 2) buffers, the turn's clock started just before; the probe after the
+    turn read. A device that never became idle: the turn is taken, counted as stuck, and
+    its probe not held against it (the work may be a held rival's)."""
+    src = [{"inputs": {"x": [7, 4096, 2 << 20]}, "outputs": {"y": [8, 4096, 2 << 20]}}]
+    mine = {"inputs": {"x": [3, 4096, 2 << 20]}, "outputs": {"y": [4, 4096, 2 << 20]}}
+    imp = _Importer(idle=True)
+    monkeypatch.setattr(devmem, "importer", lambda: imp)
+    plan = witness_gpu.DevicePlan(1, src)
+    assert plan.put(2, mine, 0) == "" and plan.started is not None
+    assert imp.copies == [(2003000, 1007000, 4096), (2004000, 1008000, 4096)]
+    assert plan.stuck == 0 and plan.after() == 0.02
+    imp.is_idle = False
+    assert plan.put(2, mine, 0) == "" and plan.stuck == 1 and plan.after() == 0.0
+    # its outputs, as soon as it says "witnessed", into the judge's buffers for that turn
+    plan = witness_gpu.DevicePlan(1, src, [{"y": [9, 4096, 2 << 20]}])
+    got, ms = plan.early(2, mine, 0)
+    assert got == b"" and ms >= 0 and imp.copies[-1] == (1009000, 2004000, 4096)
+    assert plan.take(2, mine, 0, got) == ""

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workers import hold, judge, ncu, turns, witness
+from workers import hold, judge, ncu, turns, witness, witness_gpu
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted, cpu_env
@@ -139,8 +139,10 @@ class DeviceActor:
         witness turns' CPU bound alone (workers.witness ``BOUND``: a loaded machine
         lengthens an honest microsecond kernel's turns) is taken once more, in fresh
         sandboxes on fresh input sets, and that take's answers stand; its ``witness`` then
-        names who was retaken. One whose judge's check failed is taken once more with a new
-        judge. Raises what the sandboxes raise."""
+        names who was retaken. One whose turns could not be judged (the judge's check
+        failed; a GPU busy before a turn with no one to blame) is taken once more with a new
+        judge, and a second such take is the device's failure. Raises what the sandboxes
+        raise."""
         escaped, retaken, rejudged = False, "", False
         while True:
             res, answers, used = self._take(jobs, each, timeout_s, bool(retaken))
@@ -157,8 +159,8 @@ class DeviceActor:
                 break
         if unchecked := [a for a in answers if a.get(witness.UNCHECKED)]:  # twice: the
             return {"status": Status.ERROR, "actor": True,  # device's failure, no one's
-                    "witness": res.get("witness"), "error": "the judge's check of the "
-                    f"witness turns failed twice: {unchecked[0].get('error')}"}
+                    "witness": res.get("witness"), "error": "the witness turns could not be "
+                    f"judged twice: {unchecked[0].get('error')}"}
         if retaken:
             bound = "CPU" if self.backend == "cpu" else "GPU"
             res["witness"] += (f"; taken again, {retaken} having been suspect by the {bound} "
@@ -190,6 +192,12 @@ class DeviceActor:
                 box.kill()
             judge.close(judging)
             answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
+            if stuck := sum(p.stuck for p in judging.plans or []):
+                answers = [witness.unchecked(a, f"the GPU stayed busy for over "
+                                             f"{witness_gpu.IDLE_LIMIT_MS:.0f} ms before "
+                                             f"{stuck} witness turns while every contender "
+                                             "was held: whose work it was is not known")
+                           for a in answers]
             res = {**turns.combined(jobs, answers), "witness": judging.said}
         finally:
             judge.close(judging)

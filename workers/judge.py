@@ -69,6 +69,9 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
                              plan=null_plan)
         finally:
             null_plan.close()
+        if null_plan.stuck:
+            return Judging(None, why="the GPU stayed busy before the judge's null turns "
+                           "(work of a held process): no baseline for witness turns")
         taking = judge.taking
         cost = witness.null_cost(taking.records if taking else []) \
             if null.get("status") == Status.OK else f"its null turns: {null.get('error')}"

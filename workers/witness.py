@@ -276,6 +276,9 @@ class Plan:
     # when the last :meth:`put`'s clock started (time.perf_counter), where the turn's wall
     # time counts from there and not from its "go" (a GPU's: workers.witness_gpu)
     started: float | None = None
+    # turns before which the device never became idle (a GPU's: work of a held process
+    # went on, whose no one can say)
+    stuck: int = 0
 
     def after(self) -> float:
         """A probe of the device once the turn's sandbox is held again (ms; 0.0 on a CPU)."""
@@ -582,16 +585,17 @@ def _over(r: Record, null: Null) -> tuple[float, float, float]:
 
 
 def unchecked(res: dict[str, Any], why: str) -> dict[str, Any]:
-    """A contender's answer ``res`` when the judge's check of its witness turns' outputs
-    failed (``why``): an ``ok`` becomes ``error``, not taken, and marked :data:`UNCHECKED`
-    (its contest is taken again with a new judge, workers.device_actor); others as they
-    are. A failed check is no contender's verdict, and no answer passes without it: a
-    red-team review had one contender exhaust the GPU's memory after its turns so that the
-    judge's check failed and every answer stood unchecked."""
+    """A contender's answer ``res`` when its contest's witness turns could not be judged
+    (``why``: the judge's check of their outputs failed, or the GPU stayed busy before a
+    turn with work no one can be blamed for): an ``ok`` becomes ``error``, not taken, and
+    marked :data:`UNCHECKED` (its contest is taken again with a new judge, and a second such
+    take is the device's failure: workers.device_actor); others as they are. No answer
+    passes unjudged: a red-team review had one contender exhaust the GPU's memory after
+    its turns so that the judge's check failed and every answer stood unchecked."""
     if res.get("status") != Status.OK:
         return res
-    return {"status": Status.ERROR, "error": f"its witness turns' outputs were not checked "
-            f"({why}): its answer is not taken", UNCHECKED: True}
+    return {"status": Status.ERROR, "error": f"its witness turns were not judged ({why}): "
+            "its answer is not taken", UNCHECKED: True}
 
 
 def bound_failed(answers: list[dict[str, Any]]) -> bool:

@@ -87,6 +87,7 @@ class DevicePlan(witness.Plan):
         try:
             imp = devmem.importer()
             self.unsure = not imp.idle(IDLE_LIMIT_MS, BUSY_MS)
+            self.stuck += self.unsure
             pairs = [(imp.address(pid, said[part][name][0], n, said[part][name][2]),
                       imp.address(self.judge, fd, n, size), n)
                      for part in ("inputs", "outputs")
