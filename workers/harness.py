@@ -682,9 +682,10 @@ class Harness:
         ``inputs``), outputs with canaries; on a GPU with ``export``, each buffer device
         memory another process may map (:meth:`_export`). Raises DevMemError."""
         outs = [a for a in sig if a["kind"] == "output"]
+        out_names = {a["name"] for a in outs}  # in/out ones are their output's buffer
         made = {n: self._export(t.numel(), t.dtype).view(t.shape) if export and self.is_cuda
                 else torch.empty_like(t) for n, t in s.inputs.items()
-                if inputs and n not in {a["name"] for a in outs}}
+                if inputs and n not in out_names}
         outputs, guards = {}, {}
         arena = None if self.is_cuda else _OutputArena(
             [(_numel(shape_of[a["name"]]) + GUARD, getattr(torch, a["dtype"])) for a in outs])
