@@ -5,7 +5,9 @@
 # harness refusing every call the CPU harness refuses (workers.harness's
 # ``seccomp.install(keep=...)`` edited on the device's copy only; the ncu target keeps its
 # list), each with its phases. PART=gpu: `pytest -m gpu` whole, with durations.
-# Usage (repo root, GPU host, .devsite carried): PART=targets|gpu|gpu-a|gpu-b bash docs/verified/h200_session37.sh
+# PART=sweep: the 4-candidate vector_add sweep alone, with its contests' witness figures.
+# Usage (repo root, GPU host, .devsite carried): PART=targets|gpu|gpu-a|gpu-b|sweep bash docs/verified/h200_session37.sh
+# (PART=sweep runs after the pytest part when SWEEP=1 is set beside another PART)
 set -uo pipefail
 . docs/verified/device_env.sh
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
@@ -22,6 +24,7 @@ sweep4() {  # $1 label: the 4-candidate vector_add sweep, cold cache, fresh stor
   echo "$1: rc $? wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s" | tee -a "$out/sweep-$1.txt"
   phases /tmp/st-$1 >> "$out/sweep-$1.txt" 2>&1
   kopt query --store /tmp/st-$1 --format csv "select status, count(*) n from candidates group by status" >> "$out/sweep-$1.txt" 2>&1
+  kopt query --store /tmp/st-$1 --format csv "select * from contests" >> "$out/sweep-$1.txt" 2>&1
 }
 if [ "${PART:-}" = targets ]; then
   KOPT_RUNS=cold bash docs/verified/h200_targets.sh
@@ -47,4 +50,7 @@ if [ "${PART:-}" = gpu ]; then
     tests/test_gpu_faults.py tests/test_kernel_mode.py tests/test_gpu_witness.py --durations=20 ${GPU_K:+-k "$GPU_K"} \
     > "$out/pytest-gpu.txt" 2>&1
   tail -45 "$out/pytest-gpu.txt"
+fi
+if [ "${PART:-}" = sweep ] || [ -n "${SWEEP:-}" ]; then
+  sweep4 kept; tail -30 "$out/sweep-kept.txt"
 fi
