@@ -400,6 +400,37 @@ def test_a_read_counts_what_it_waited_not_its_work():
     assert waited <= (time.perf_counter() - t0) * 1e3 - 19.9
 
 
+def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch):
+    """A GPU judge's witness sets take at most WITNESS_SHARE of the device's free memory
+    (its own cached blocks counted free): each set's inputs and outputs, its expected
+    outputs and each contender's copy of them, the null turns' stage beside. Fewer sets
+    where more do not fit; a clear error, naming the sizes, where not even the least do."""
+    import torch
+
+    from workers.harness import WITNESS_SHARE, Harness, InputSet, JobError
+
+    h = Harness("cpu")
+    h.is_cuda = True  # the sizing alone: no device memory is touched
+    mib = 1 << 20
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (200 * mib, 1000 * mib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 30 * mib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 22 * mib)
+    s = InputSet(1, {"x": torch.empty(mib // 4)}, {"y": torch.empty(mib // 4)})  # 1 MiB each
+    # free 200 + 8 cached + this set's 2 = 210 MiB; a quarter 52.5, less the stage's 2:
+    # 50.5 MiB for sets of 1 + 1 + 1 + 2 x 1 = 5 MiB each (two contenders)
+    assert WITNESS_SHARE == 0.25
+    assert h._witness_fit((8, 4), 2, s, {"N": 1}) == 8
+    s = InputSet(1, {"x": torch.empty(4 * mib // 4)}, {"y": torch.empty(4 * mib // 4)})
+    # 200 + 8 + 8 = 216 MiB; 54 less 8: 46 MiB for sets of 4 + 4 + 4 + 8 = 20 MiB: 2
+    assert h._witness_fit((8, 1), 2, s, {"N": 4}) == 2
+    with pytest.raises(JobError, match=r"input sets of dims \{'N': 4\} \(0\.02 GiB each, "
+                       r"with 2 contenders' outputs\) do not fit in 25% of the device's free "
+                       r"memory \(0\.2 GiB\): even 4 would leave too little"):
+        h._witness_fit((8, 4), 2, s, {"N": 4})
+    h.is_cuda = False
+    assert h._witness_fit((8, 4), 2, s, {"N": 4}) == 8  # a CPU judge: all, as asked
+
+
 def test_the_judge_keeps_its_sets_for_the_next_contest_and_draws_anew_for_a_retake(tmp_path):
     """A judge's witness input sets are drawn once per problem (its values were only ever
     written into contenders' sandboxes, each gone with its contest) and anew when a retake
@@ -410,11 +441,15 @@ def test_the_judge_keeps_its_sets_for_the_next_contest_and_draws_anew_for_a_reta
     entry = pack_job(tmp_path, 0)
     ask = {"witness_of": "sets", "entry": entry, "n": 4, "copies": 2}
     first = h.witness(ask)
-    sets = h._witnessing[1]
-    assert h.witness(ask) == first and h._witnessing[1] is sets
+    sets, first_src = h._witnessing.sets, h._witnessing.src
+    assert h.witness(ask) == first and h._witnessing.sets is sets
     h.witness({**ask, "fresh": True})
-    assert h._witnessing[1] is not sets and len(h._witnessing[1]) == 4
-    anew = h._witnessing[1]
-    assert not all(bool((a.inputs["x"] == b.inputs["x"]).all()) for a, b in zip(sets, anew))
+    assert h._witnessing.sets is not sets and len(h._witnessing.sets) == 4
+    anew = h._witnessing
+    assert [s.seed for s in anew.sets] != [s.seed for s in sets]
+    assert not all(bool((a.inputs["x"] == b.inputs["x"]).all())
+                   for a, b in zip(first_src, anew.src))
+    # each set's inputs are held once, in its src buffers (the expected outputs beside)
+    assert all(not s.inputs and s.expected for s in anew.sets)
     h.witness({**ask, "copies": 3})
-    assert h._witnessing[1] is not anew and len(h._witnessing[3]) == 3
+    assert h._witnessing.sets is not anew.sets and len(h._witnessing.dst) == 3

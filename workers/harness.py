@@ -286,6 +286,12 @@ from workers.timing import should_stop, summarize
 from workers.witness import IoVec
 
 MAX_DATA_ENTRIES = 2
+# of a GPU's free device memory, the most a judge's witness sets take (Harness._witness_fit):
+# the contenders' harnesses need the rest. On an H100 (docs/verified/2026-12-06-session45.md)
+# the README's sweep's judge held about 28 GB (by its sets' sizes: 8 sets drawn, their copies,
+# 2 contenders' outputs, its own prepared problem) beside the device's own harness and two
+# contenders' (one said 17 GB in use), and that honest contender ran out of memory
+WITNESS_SHARE = 0.25
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
 # input sets (random seeds) held back and made with the check's: the first never-seen sets a
@@ -391,6 +397,28 @@ class Data:
         return self.unseen[k] if k < len(self.unseen) else self.reserve[k - len(self.unseen)]
 
 
+@dataclass
+class Witnessing:
+    """The judge's witness sets and buffers (:meth:`Harness.witness`), kept for the next
+    contest of the same ``key`` (problem, signature, tolerance). ``entry``: the contender's
+    job they are of; ``sets``: each set's expected outputs (its inputs were copied into
+    ``src`` and dropped: a GPU judge held every value twice); ``src``: per set, its inputs
+    and poisoned outputs; ``dst``: per copy (contender), per set, a contender's outputs;
+    ``stage``: a GPU's null turns' buffers (inputs and outputs), else None."""
+
+    entry: dict
+    key: tuple  # also the sets and copies asked for
+    sets: list[InputSet]
+    src: list[Buffers]
+    dst: list[list[Buffers]]
+    stage: Buffers | None = None
+
+    def buffers(self) -> list[Buffers]:
+        """Every buffer set held, ``src``, ``dst`` and ``stage``."""
+        return [*self.src, *(b for bufs in self.dst for b in bufs),
+                *([self.stage] if self.stage else [])]
+
+
 class Harness:
     """State of one sandbox process on one device (``cuda`` or ``cpu``).
 
@@ -406,7 +434,6 @@ class Harness:
     None where NVML cannot say); CPU: none, unless a plug-in measures CPUs.
     """
 
-    _witness_key: tuple = ()  # what the judge's kept witness sets are of (_witness_sets)
 
     def __init__(self, device: str, progress: Callable[[dict], None] | None = None):
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
@@ -459,9 +486,7 @@ class Harness:
         # loaded artifact keeps its state between jobs, so each job's sets are new to it;
         # kept here, not with the Data, which may be made again (MAX_DATA_ENTRIES)
         self.spent: dict[tuple, int] = {}
-        # the judge's witness sets and buffers (:meth:`witness`): entry, sets, src, dst, stage
-        self._witnessing: tuple[dict, list[InputSet], list[Buffers], list[list[Buffers]],
-                                Buffers | None] | None = None
+        self._witnessing: Witnessing | None = None  # the judge's (:meth:`witness`)
         self._exported: dict[int, devmem.Allocation] = {}  # a GPU's (:meth:`_export`)
         self.rel_err = self.worst_rel = 0.0  # of the last check / checked calls (see there)
         self.idle_s = math.inf  # seconds the device was idle before this job (main sets it)
@@ -538,9 +563,7 @@ class Harness:
         Raises JobError (``error``) naming ref.py for a bad inputs() / reference().
         """
         _same_reference(job)
-        key = (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
-               tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference,
-               job.get(INPUTS_FN, "inputs"))
+        key = _data_key(job, reference)
         if key in self.data:
             return self.data[key]
         while not probe and len(self.data) >= MAX_DATA_ENTRIES:
@@ -548,14 +571,8 @@ class Harness:
             if self.is_cuda:
                 torch.cuda.empty_cache()
         mod = self.ref_module(job["reference"])
-        dims, sig = job["dims"], job["signature"]
-        env = {**job["scalars"], **dims}
-        scalars = {a["name"]: _scalar(a, env[a["name"]]) for a in sig if a["kind"] == "scalar"}
-        shapes = {n: [parse(e)(env) if isinstance(e, str) else e for e in s]
-                  for n, s in job["args"].items()}
+        scalars, shapes, reference = _problem(job, reference)
         ref_name = Path(job["reference"]).name
-        unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
-        reference = reference or bool(unsized)  # their shapes come from the reference
         n_sets = 1 if not reference else N_SETS if probe else N_SETS + N_UNSEEN
         try:
             d = self._prepare(job, key, mod, scalars, shapes, ref_name, reference, n_sets)
@@ -563,15 +580,15 @@ class Harness:
                 self.data[key] = d
             return d
         except (torch.OutOfMemoryError, MemoryError) as e:
-            raise JobError("error", f"the inputs and outputs of dims {dims} do not fit in "
+            raise JobError("error", f"the inputs and outputs of dims {job['dims']} do not fit in "
                            f"memory ({str(e).splitlines()[0][:200]}); check the sizes in "
                            "sweep.yaml `args:` / `dims:`") from None
         except RuntimeError as e:
             if "alloc" not in str(e).lower():
                 raise
-            raise JobError("error", f"the inputs and outputs of dims {dims} cannot be allocated "
-                           f"({str(e).splitlines()[0][:200]}); check the sizes in sweep.yaml "
-                           "`args:` / `dims:`") from None
+            raise JobError("error", f"the inputs and outputs of dims {job['dims']} cannot be "
+                           f"allocated ({str(e).splitlines()[0][:200]}); check the sizes in "
+                           "sweep.yaml `args:` / `dims:`") from None
 
     def _prepare(self, job: dict, key: tuple, mod: Any, scalars: dict, shapes: dict,
                  ref_name: str, reference: bool, n_sets: int) -> Data:
@@ -593,10 +610,7 @@ class Harness:
                            "kernel that replays a stored result from one that computes): "
                            "draw the inputs from the seed")
         outs = [a for a in sig if a["kind"] == "output"]
-        shape_of = {a["name"]: (shapes.get(a["name"])
-                                or list(sets[0].expected.get(a["name"],
-                                                             sets[0].inputs.get(a["name"])
-                                                             ).shape)) for a in outs}
+        shape_of = _shape_of(outs, shapes, sets[0])
         tol = job["tolerance"]
         _bands(sets, outs, shape_of, tol)  # the unseen ones too
         for a in outs if reference else []:
@@ -1509,64 +1523,102 @@ class Harness:
         JobError as :meth:`prepare` does, or ``error`` for a check with no sets."""
         what = job["witness_of"]
         if what == "sets":
-            return self._witness_sets(job["entry"], int(job["n"]), int(job["copies"]),
-                                      bool(job.get("fresh")))
-        if self._witnessing is None:
+            return self._witness_sets(job["entry"], (int(job["n"]), int(job.get("least") or 1)),
+                                      int(job["copies"]), bool(job.get("fresh")))
+        w = self._witnessing
+        if w is None:
             raise JobError(Status.ERROR, "witness turns asked for before their input sets")
-        entry, sets, src, dst, stage = self._witnessing
         if what == "null":
             # on a contender's output buffers, rewritten by its outputs before any check (a
             # GPU's: its outputs copied there from the stage's)
-            self._witness_turns(stage or dst[0][0], functools.partial(_synced, _launched)
+            self._witness_turns(w.stage or w.dst[0][0], functools.partial(_synced, _launched)
                                 if self.is_cuda else _nothing, None, int(job["n"]))
             return {"status": "ok", "error": ""}
-        tol, verdicts = entry["tolerance"], []
-        for bufs in dst:
-            d = Data({}, sets, bufs)
-            verdicts.append([self.check(d, k, k, tol)[2] or ("" if bool(self.within(
-                bufs[k], sets[k], tol)) else "an output's canary was overwritten")
-                for k in range(len(sets))])
+        tol, verdicts = w.entry["tolerance"], []
+        for bufs in w.dst:
+            d = Data({}, w.sets, bufs)
+            verdicts.append([self.check(d, k, k, tol)[2] or (
+                "" if _canaries_kept(bufs[k]) else "an output's canary was overwritten")
+                for k in range(len(w.sets))])
         return {"status": "ok", "error": "", "verdicts": verdicts}
 
-    def _witness_sets(self, entry: dict, n: int, copies: int, fresh: bool) -> dict:
+    def _witness_sets(self, entry: dict, n: tuple[int, int], copies: int, fresh: bool) -> dict:
         """:meth:`witness` ``"sets"``; on a GPU in exported device memory (:meth:`_export`),
         the last sets' freed first, and a stage for the null turns (``stage``: inputs and
         outputs; dst's buffers hold outputs only there). The last contest's sets are kept
         for the next of the same problem, signature, tolerance, sets and copies unless
         ``fresh``: their values were only ever written into contenders' sandboxes, each
         gone with its contest (a fresh one per contest), and drawing ``n`` sets of a GPU
-        problem (768 MB each, the README's sweep) took seconds per contest."""
-        d = self.prepare(entry)
-        key = (d.key, json.dumps([entry["signature"], entry["tolerance"]], sort_keys=True))
+        problem (768 MB each, the README's sweep) took seconds per contest. ``n``: the sets
+        asked for and the least taken (on a GPU as many as fit, :meth:`_witness_fit`).
+
+        Lean in device memory, which the contenders' harnesses need in the same contest (an
+        honest winner's ran out of it on an H100, the judge holding about 28 GB of the
+        README's sweep by its sets' sizes): no prepared problem of its own
+        (:meth:`prepare`), sets drawn one at a time, each set's inputs dropped once copied
+        into its ``src`` buffers, and no tolerance bands (the check compares every
+        element)."""
+        _same_reference(entry)
+        key = (_data_key(entry, True), json.dumps([entry["signature"], entry["tolerance"]],
+                                                  sort_keys=True), n, copies)
         w = self._witnessing
-        if w is not None and not fresh and self._witness_key == key and len(w[1]) == n \
-                and len(w[3]) == copies:
-            return _witness_spans(self, w[2], w[3])
+        if w is not None and not fresh and w.key == key:
+            return _witness_spans(self, w.src, w.dst)
         if w is not None:
             self._witnessing = None
-            self._unexport([*w[2], *(b for bufs in w[3] for b in bufs), *([w[4]] if w[4] else [])])
-        self._witness_key = key
-        ref = Path(entry["reference"]).name
-        seeds = [int.from_bytes(os.urandom(4), "little") >> 1 for _ in range(n)]
-        sets, _ = self._draw(self.ref_module(entry["reference"]), entry, d.scalars, d.shapes,
-                             ref, True, seeds)
-        sig = entry["signature"]
-        _bands(sets, [a for a in sig if a["kind"] == "output"], d.shape_of, entry["tolerance"])
-        gpu = self.is_cuda
-        src = [self._buffers(sig, sets[0], d.shape_of, gpu) for _ in sets]
-        for b, s in zip(src, sets):
-            self._load_set(b, s, False)
+            self._unexport(w.buffers())
+        mod, ref = self.ref_module(entry["reference"]), Path(entry["reference"]).name
+        scalars, shapes, _ = _problem(entry, True)
+        sig, gpu = entry["signature"], self.is_cuda
+        outs = [a for a in sig if a["kind"] == "output"]
+        sets: list[InputSet] = []
+        src: list[Buffers] = []
+        want = n[0]
+        while len(sets) < want:
+            seed = int.from_bytes(os.urandom(4), "little") >> 1
+            s = self._draw(mod, entry, scalars, shapes, ref, True, [seed])[0][0]
+            want = want if sets else self._witness_fit(n, copies, s, entry["dims"])
+            shape_of = _shape_of(outs, shapes, sets[0] if sets else s)
+            s.expected = {k: v.reshape(shape_of[k]) for k, v in s.expected.items()}
+            src.append(self._buffers(sig, s, shape_of, gpu))
+            self._load_set(src[-1], s, False)
+            sets.append(s)
+            if len(sets) > 1:
+                s.inputs = {}
         # a contender's outputs land in dst: its input copies are never touched (no pages)
-        dst = [[self._buffers(sig, sets[0], d.shape_of, gpu, not gpu) for _ in sets]
+        dst = [[self._buffers(sig, sets[0], shape_of, gpu, not gpu) for _ in sets]
                for _ in range(copies)]
         for b in (b for bufs in dst for b in bufs):
             for g in b.guards.values():
                 g.view(torch.uint8).fill_(0xA5)
-        stage = self._buffers(sig, sets[0], d.shape_of, True) if gpu else None
-        self._witnessing = (entry, sets, src, dst, stage)
+        stage = self._buffers(sig, sets[0], shape_of, True) if gpu else None
+        sets[0].inputs = {}
+        self._witnessing = Witnessing(entry, key, sets, src, dst, stage)
         if gpu:
             torch.cuda.synchronize()
         return _witness_spans(self, src, dst)
+
+    def _witness_fit(self, n: tuple[int, int], copies: int, s: InputSet, dims: dict) -> int:
+        """How many witness sets like ``s`` (its inputs and expected outputs, drawn) a judge
+        holds, of ``n`` (asked for, least): on a GPU as many as fit, with ``copies``
+        contenders' outputs each and the null turns' stage, in :data:`WITNESS_SHARE` of the
+        device's free memory (this process's cached blocks counted free); all on a CPU.
+        Raises JobError ``error`` where not even the least fit."""
+        if not self.is_cuda:
+            return n[0]
+        ins = sum(t.numel() * t.element_size() for t in s.inputs.values())
+        outs = sum(t.numel() * t.element_size() for t in s.expected.values())
+        per = ins + outs * (2 + copies)  # src's inputs and outputs, expected, dst's copies
+        free = torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved() \
+            - torch.cuda.memory_allocated() + ins + outs
+        fit = int((WITNESS_SHARE * free - ins - outs) // per)  # less the stage
+        if fit < n[1]:
+            raise JobError(Status.ERROR, f"the witness turns' input sets of dims {dims} "
+                           f"({per / 2**30:.2f} GiB each, with {copies} contenders' outputs) "
+                           f"do not fit in {WITNESS_SHARE:.0%} of the device's free memory "
+                           f"({free / 2**30:.1f} GiB): even {n[1]} would leave too little for "
+                           "the contenders' harnesses")
+        return min(n[0], fit)
 
     def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
@@ -3072,9 +3124,44 @@ def _prepare_ahead(h: Harness, path: str) -> None:
         h.progress = progress
 
 
+def _data_key(job: dict, reference: bool) -> tuple:
+    """``job``'s problem as the key of :attr:`Harness.data`: ref.py's stamp, dims, seed,
+    argument shapes, ``reference`` and the inputs function."""
+    return (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
+            tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference,
+            job.get(INPUTS_FN, "inputs"))
+
+
+def _problem(job: dict, reference: bool) -> tuple[dict[str, Any], dict[str, list[int]], bool]:
+    """``job``'s scalar values (by name, as ``solve`` takes them), its arguments' shapes
+    from sweep.yaml ``args:`` (by name) and whether its reference runs: ``reference``, or
+    an output whose shape only the reference's result gives."""
+    sig = job["signature"]
+    env = {**job["scalars"], **job["dims"]}
+    scalars = {a["name"]: _scalar(a, env[a["name"]]) for a in sig if a["kind"] == "scalar"}
+    shapes = {n: [parse(e)(env) if isinstance(e, str) else e for e in s]
+              for n, s in job["args"].items()}
+    unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
+    return scalars, shapes, reference or bool(unsized)
+
+
+def _shape_of(outs: list[dict], shapes: dict[str, list[int]], s: InputSet
+              ) -> dict[str, list[int]]:
+    """Each output's shape (``outs``: signature entries): sweep.yaml's, else that of the
+    reference's result in input set ``s``, else of its in/out input there."""
+    return {a["name"]: (shapes.get(a["name"]) or list(s.expected.get(
+        a["name"], s.inputs.get(a["name"])).shape)) for a in outs}
+
+
+def _canaries_kept(buf: Buffers) -> bool:
+    """Whether every canary after ``buf``'s outputs still holds its 0xA5 bytes."""
+    return all(bool((g.view(torch.uint8) == 0xA5).all()) for g in buf.guards.values())
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--listen":  # python -m workers.harness --listen FD DEVICE [PREPARE]
         main(-1, -1, sys.argv[3], listen_fd=int(sys.argv[2]),
              prepare=sys.argv[4] if len(sys.argv) > 4 else None)
     else:  # python -m workers.harness RFD WFD DEVICE
         main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+

@@ -37,7 +37,7 @@ class Judging:
         if not self.bounded:
             return (f"{witness.TURNS} witness turns each, their outputs checked (a device of "
                     "several threads: CPU time is no bound on its samples)")
-        return f"{witness.MAX_TURNS} witness turns each"
+        return f"{self.plans[0].turns} witness turns each"
 
 
 def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
@@ -54,7 +54,7 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
     plan = witness_gpu.DevicePlan if gpu else witness.Plan
     n = plan(0, [], bounded=bounded).turns
     try:
-        got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n,
+        got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n, "least": witness.TURNS,
                          "copies": len(jobs), "fresh": fresh}, timeout_s)
         if got.get("status") != Status.OK:
             return Judging(None, why=f"the judge did not draw input sets: {got.get('error')}")

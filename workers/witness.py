@@ -258,9 +258,11 @@ class Plan:
 
     @property
     def turns(self) -> int:
-        """The witness turns asked for: :data:`MAX_TURNS` on a device of one thread,
-        :data:`TURNS` on one of several."""
-        return MAX_TURNS if self.bounded else TURNS
+        """The witness turns asked for: one per input set drawn (``src``); before any is
+        drawn, :data:`MAX_TURNS` on a device of one thread, :data:`TURNS` on one of several
+        (a GPU judge may draw fewer where more would not fit: workers.harness
+        ``WITNESS_SHARE``)."""
+        return len(self.src) if self.src else MAX_TURNS if self.bounded else TURNS
 
     def put(self, pid: int, said: dict[str, Any], k: int) -> str:
         """Witness turn ``k``'s inputs and poisoned outputs copied into process ``pid`` at
