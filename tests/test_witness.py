@@ -402,9 +402,10 @@ def test_a_read_counts_what_it_waited_not_its_work():
 
 def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch):
     """A GPU judge's witness sets take at most WITNESS_SHARE of the device's free memory
-    (its own cached blocks counted free): each set's inputs and outputs, its expected
-    outputs and each contender's copy of them, the null turns' stage beside. Fewer sets
-    where more do not fit; a clear error, naming the sizes, where not even the least do."""
+    (its own cached blocks counted free), and no more than the contenders' harnesses leave
+    of it: each set's inputs and outputs, its expected outputs and each contender's copy of
+    them, the null turns' stage beside. Fewer sets where more do not fit; a clear error,
+    naming the sizes, where not even the least do."""
     import torch
 
     from workers.harness import WITNESS_SHARE, Harness, InputSet, JobError
@@ -416,19 +417,21 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 30 * mib)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 22 * mib)
     s = InputSet(1, {"x": torch.empty(mib // 4)}, {"y": torch.empty(mib // 4)})  # 1 MiB each
-    # free 200 + 8 cached + this set's 2 = 210 MiB; a quarter 52.5, less the stage's 2:
-    # 50.5 MiB for sets of 1 + 1 + 1 + 2 x 1 = 5 MiB each (two contenders)
+    # free: 200 + 8 cached + this set's 2 = 210 MiB. Two contenders: sets of 1 + 1 + 1 +
+    # 2 x 1 = 5 MiB; their harnesses about 2 x (6 sets x 4 + 3 buffer sets x 2) = 60 MiB.
+    # A quarter of 210 (52.5, less the stage's 2) holds 10
     assert WITNESS_SHARE == 0.25
     assert h._witness_fit((8, 4), 2, s, {"N": 1}) == 8
-    s = InputSet(1, {"x": torch.empty(4 * mib // 4)}, {"y": torch.empty(4 * mib // 4)})
-    # 200 + 8 + 8 = 216 MiB; 54 less 8: 46 MiB for sets of 4 + 4 + 4 + 8 = 20 MiB: 2
-    assert h._witness_fit((8, 1), 2, s, {"N": 4}) == 2
-    with pytest.raises(JobError, match=r"input sets of dims \{'N': 4\} \(0\.02 GiB each, "
-                       r"with 2 contenders' outputs\) do not fit in 25% of the device's free "
-                       r"memory \(0\.2 GiB\): even 4 would leave too little"):
-        h._witness_fit((8, 4), 2, s, {"N": 4})
+    assert h._witness_fit((16, 4), 2, s, {"N": 1}) == 10
+    # six contenders: sets of 9 MiB; their harnesses about 180, leaving 30 (less 2): 3
+    assert h._witness_fit((8, 1), 6, s, {"N": 1}) == 3
+    with pytest.raises(JobError, match=r"input sets of dims \{'N': 1\} \(0\.01 GiB each, "
+                       r"with 6 contenders' outputs\) do not fit in 25% of the device's free "
+                       r"memory \(0\.2 GiB\) beside the contenders' harnesses \(about 0\.2 "
+                       r"GiB\): not even 4"):
+        h._witness_fit((8, 4), 6, s, {"N": 1})
     h.is_cuda = False
-    assert h._witness_fit((8, 4), 2, s, {"N": 4}) == 8  # a CPU judge: all, as asked
+    assert h._witness_fit((8, 4), 6, s, {"N": 1}) == 8  # a CPU judge: all, as asked
 
 
 def test_the_judge_keeps_its_sets_for_the_next_contest_and_draws_anew_for_a_retake(tmp_path):

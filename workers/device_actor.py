@@ -175,6 +175,8 @@ class DeviceActor:
         meanwhile (workers.hold ``used_ms``); ``fresh``: its witness turns on input sets
         drawn anew. Raises what the sandboxes raise."""
         boxes = [Sandbox(self.backend, self.env) for _ in jobs]
+        if self.backend != "cpu":  # its device memory to the contest (what ran there ends):
+            self.fresh()  # beside it and the judge, an honest contender ran out (an H100)
         # held from before the judge's null turns, alone too: code an earlier job left there
         # slowed the null turns (a lower baseline for every contender) or, unheld, could
         # carry the judge's kept input sets from one contest's contender to the next's
