@@ -30,8 +30,11 @@ def test_cuda_faults_are_rows(ray_local, copy_fixture, tmp_path):
 
 
 def test_cuda_vector_add_sweep(ray_local, tmp_path):
+    from test_closing_alone import Faults
+
+    faults = Faults()
     s = run_sweep(load_sweep(ROOT / "sweeps" / "vector_add"), tmp_path / "st", backend="cuda",
-                  max_candidates=12)
+                  max_candidates=12, observers=[faults])
     assert s.status_counts == {"ok": 12}
     b = best("vector_add", tmp_path / "st")
     assert len(b) == 1 and b[0]["device_class"].endswith("-sm90")
@@ -41,5 +44,5 @@ def test_cuda_vector_add_sweep(ray_local, tmp_path):
     # memory beside the judge's witness sets, was a false verdict), each with witness turns
     _, rows = query("select candidate_id, label, median_ms, witness from contests",
                     tmp_path / "st")
-    assert rows and all(r[2] is not None for r in rows), rows
+    assert rows and all(r[2] is not None for r in rows), (rows, faults.seen)
     assert all(re.match(r"\d+ witness turns each", r[3] or "") for r in rows), rows
