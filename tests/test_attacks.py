@@ -591,7 +591,11 @@ def test_a_framer_left_in_the_harness_cannot_get_the_next_candidate_named_replay
     args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
     framer = job(artifact(tmp_path, PACK / "framer.cpp", {"WRONG": 1} if wrong else {}),
                  PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, args, job_key="framer")
-    victim = honest_job(tmp_path, job_key="victim")
+    # its job long enough (2000 samples, about 0.7 s here) that the framer's thread, polling
+    # every 0.5 ms at normal priority, patches it within the job however loaded the
+    # machine: the 14-sample job (11 ms) ended unframed once beside another suite
+    victim = honest_job(tmp_path, job_key="victim", timing={
+        **TIMING, "min_samples": 2000, "max_samples": 2000, "max_time_ms": 5000})
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
     try:
         assert sb.run_retrying(framer, timeout_s=60)["status"] == "ok"
