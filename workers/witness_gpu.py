@@ -28,8 +28,9 @@ was last found idle, so a rival's leftover work frames nobody.
 
 What it cannot see: lies within :data:`GPU_FACTOR` x median + :data:`GPU_MARGIN_MS` (a
 turn's wall time carries the messages' latency, a launch, a synchronize and a switch of
-contexts the samples' CUDA events do not: a claim of a tenth of a 1.5 ms kernel is caught, a
-claim of half of a 0.4 ms kernel is not), and work on another GPU.
+contexts the samples' CUDA events do not: on an H100 a claim of a tenth of a 1.53 ms kernel
+is caught, one of 0.65 ms passes; an honest 0.29 ms kernel was witnessed at 0.51 ms, under the
+margin, so any claim for it passes), and work on another GPU.
 
 Stdlib, workers and cuda-python's driver bindings.
 """
@@ -50,7 +51,9 @@ from workers.witness import Record
 # host: an honest 1.53 ms kernel (flushed samples) was witnessed at 1.79-1.82 ms, its own
 # process timing each witness call at 1.70-1.75 ms; 0.26-0.29 ms more, of which how much is
 # fixed and how much grows with the kernel was not measured, so the margin leaves room for
-# it on the smallest kernels. The factor is the CPU's (workers.witness ``CPU_FACTOR``)
+# it on the smallest kernels; a 0.29 ms kernel of the README's sweep was witnessed 0.22 ms
+# above its median (docs/verified/2026-12-06-session45.md). The factor is the CPU's
+# (workers.witness ``CPU_FACTOR``)
 GPU_FACTOR = 2.0
 GPU_MARGIN_MS = 0.5
 # a probe of the device (a 4-byte write of the actor's own, workers.devmem ``probe_ms``)
