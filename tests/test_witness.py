@@ -3,6 +3,7 @@ bounded, from outside its process, on a CPU device."""
 
 import ctypes
 import os
+import re
 
 import pytest
 from test_attacks import attack_job
@@ -402,36 +403,76 @@ def test_a_read_counts_what_it_waited_not_its_work():
 
 def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch):
     """A GPU judge's witness sets take at most WITNESS_SHARE of the device's free memory
-    (its own cached blocks counted free), and no more than the contenders' harnesses leave
-    of it: each set's inputs and outputs, its expected outputs and each contender's copy of
-    them, the null turns' stage beside. Fewer sets where more do not fit; a clear error,
-    naming the sizes, where not even the least do."""
+    (its own cached blocks counted free) and no more than the contenders' harnesses leave:
+    each set's inputs and outputs, its expected outputs and each contender's copy of them,
+    the null turns' stage beside; the least where only the share is short. Where the sizes
+    alone do not fit the device, an error (no witness turns, said); where memory other
+    processes hold keeps them out, _Short (the contest's answers are set aside)."""
     import torch
 
+    from workers import harness
     from workers.harness import WITNESS_SHARE, Harness, InputSet, JobError
 
     h = Harness("cpu")
     h.is_cuda = True  # the sizing alone: no device memory is touched
-    mib = 1 << 20
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (200 * mib, 1000 * mib))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 30 * mib)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 22 * mib)
-    s = InputSet(1, {"x": torch.empty(mib // 4)}, {"y": torch.empty(mib // 4)})  # 1 MiB each
-    # free: 200 + 8 cached + this set's 2 = 210 MiB. Two contenders: sets of 1 + 1 + 1 +
-    # 2 x 1 = 5 MiB; their harnesses about 2 x (6 sets x 4 + 3 buffer sets x 2) = 60 MiB.
-    # A quarter of 210 (52.5, less the stage's 2) holds 10
-    assert WITNESS_SHARE == 0.25
-    assert h._witness_fit((8, 4), 2, s, {"N": 1}) == 8
-    assert h._witness_fit((16, 4), 2, s, {"N": 1}) == 10
-    # six contenders: sets of 9 MiB; their harnesses about 180, leaving 30 (less 2): 3
-    assert h._witness_fit((8, 1), 6, s, {"N": 1}) == 3
-    with pytest.raises(JobError, match=r"input sets of dims \{'N': 1\} \(0\.01 GiB each, "
-                       r"with 6 contenders' outputs\) do not fit in 25% of the device's free "
-                       r"memory \(0\.2 GiB\) beside the contenders' harnesses \(about 0\.2 "
-                       r"GiB\): not even 4"):
-        h._witness_fit((8, 4), 6, s, {"N": 1})
+    gib = 1 << 30
+    free = [76 * gib]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (free[0], 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: gib)
+    sig = [{"name": "x", "kind": "input", "dtype": "float32"},
+           {"name": "y", "kind": "output", "dtype": "float32"}]
+
+    def fit(n, copies, u):  # u GiB inputs, outputs and expected outputs; lazily allocated
+        s = InputSet(1, {"x": torch.empty(u * gib // 4)}, {"y": torch.empty(u * gib // 4)})
+        return h._witness_fit(n, copies, s, sig, {"y": [u * gib // 4]}, {"N": u})
+
+    assert WITNESS_SHARE == 0.25 and harness.CONTEXT_BYTES == gib // 2
+    # 1 GiB of each, one contender: sets of 1 + 2 x 1 + 1 = 4 GiB, a stage of 2; its harness
+    # 8 sets x (1 + 2 + 2 of bands) + 3 buffer sets x 2 + 0.5 = 46.5 GiB. Free: 76 + the set
+    # drawn (2) = 78: a quarter (19.5, less the stage) holds 4
+    assert fit((8, 4), 1, 1) == 4
+    # asked for at least 5: what the contender leaves (78 - 46.5 - 2) holds 7, so 5
+    assert fit((8, 5), 1, 1) == 5
+    # other processes hold 36 GiB more: the sets would fit the device, not its free memory
+    free[0] = 40 * gib
+    with pytest.raises(harness._Short, match=re.escape(
+            "the witness turns' input sets of dims {'N': 1} (4.00 GiB each, with the outputs "
+            "of 1 contender; not even 4) do not fit in its free memory (42.0 GiB of 80.0) "
+            "beside the contenders' harnesses (about 46.5 GiB): other processes hold the "
+            "rest")):
+        fit((8, 4), 1, 1)
+    # 4 GiB of each: the contender's harness alone (184.5 GiB) is beyond the device
+    with pytest.raises(JobError, match=re.escape(
+            "(16.00 GiB each, with the outputs of 1 contender; not even 4) do not fit in the "
+            "device's memory (80.0 GiB) beside the contenders' harnesses (about 184.5 GiB)")):
+        fit((8, 4), 1, 4)
     h.is_cuda = False
-    assert h._witness_fit((8, 4), 6, s, {"N": 1}) == 8  # a CPU judge: all, as asked
+    assert fit((8, 4), 6, 4) == 8  # a CPU judge: all, as asked
+
+
+def test_a_judge_whose_draw_fails_frees_what_it_made(tmp_path, monkeypatch):
+    """A judge's draw that fails at its third set (ref.py's inputs() raising for a seed)
+    gives back the buffers of the first two: on a GPU exported memory no Python object
+    frees, which each later contest's sizing would have found missing."""
+    from workers.harness import Harness, JobError
+
+    h = Harness("cpu")
+    draw, freed = h._draw, []
+
+    def failing(*a, **k):
+        if len(freed) == 0 and failing.calls == 2:
+            raise JobError("error", "ref.py: inputs() failed for seed 5")
+        failing.calls += 1
+        return draw(*a, **k)
+
+    failing.calls = 0
+    monkeypatch.setattr(h, "_draw", failing)
+    monkeypatch.setattr(h, "_unexport", lambda bufs: freed.append(list(bufs)))
+    with pytest.raises(JobError, match="inputs\\(\\) failed for seed 5"):
+        h.witness({"witness_of": "sets", "entry": pack_job(tmp_path, 0), "n": 4,
+                   "copies": 2})
+    assert [len(f) for f in freed] == [2] and h._witnessing is None
 
 
 def test_the_judge_keeps_its_sets_for_the_next_contest_and_draws_anew_for_a_retake(tmp_path):

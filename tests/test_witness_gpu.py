@@ -169,6 +169,60 @@ def test_a_contest_whose_check_failed_is_taken_again_with_a_new_judge(monkeypatc
         actor.shutdown()
 
 
+class _DrawingJudge:
+    """A judge that answers its "sets" job as told (and would take no null turns)."""
+
+    host_pid = 1
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def run(self, job, timeout_s, plan=None):
+        return self.answer
+
+
+def test_a_judge_kept_out_by_other_processes_memory_sets_the_answers_aside():
+    """A GPU judge that only memory other processes hold keeps from its sets (one a
+    co-tenant could take on purpose) gives no witness turns and marks the contest
+    unjudged, whose answers are then set aside as for a failed check; one whose problem
+    is too large for the device gives none, said, and the answers stand."""
+    short = judge.prepare(_DrawingJudge({"status": "error", "error": "other processes hold "
+                                         "the rest", "unjudged": True}), [{}], 5.0, gpu=True)
+    assert short.plans is None and short.unjudged
+    assert short.said == "none: the judge did not draw input sets: other processes hold the rest"
+    large = judge.prepare(_DrawingJudge({"status": "error", "error": "do not fit in the "
+                                         "device's memory"}), [{}], 5.0, gpu=True)
+    assert large.plans is None and not large.unjudged
+
+
+def test_a_retake_without_witness_turns_leaves_the_first_take_standing(monkeypatch):
+    """A contender `suspect` by the bound is taken again; where that take has no witness
+    turns (its judge could not draw its sets), the first take's answer stands, not the
+    unwitnessed one."""
+    from workers.device_actor import DeviceActor
+
+    actor = DeviceActor("cpu")
+    takes = []
+    bound = {"status": "suspect", "error": "its calls took longer", witness.BOUND: True}
+
+    def take(jobs, each, timeout_s, fresh=False):
+        takes.append(fresh)
+        if len(takes) == 1:
+            return ({"status": "suspect", "failed": ["a"], "witness": "8 witness turns each"},
+                    [bound], 0.0)
+        return {"status": "ok", "witness": "none: the judge failed: x"}, [OK], 0.0
+
+    monkeypatch.setattr(actor, "_take", take)
+    try:
+        res = actor._in_turns([{"job_key": "a"}], [{}], 5.0)
+    finally:
+        actor.shutdown()
+    assert takes == [False, True]
+    assert res == {"status": "suspect", "failed": ["a"], "witness": (
+        "8 witness turns each; its retake had no witness turns (none: the judge failed: x): "
+        "the first take stands")}, res
+
+
 def test_kopt_env_says_whether_witness_turns_can_be_taken(monkeypatch):
     """workers.witness ``describe`` (``kopt env``'s ``witness``) tries a child as the device
     actor tries a harness: here (root, cuda-python installed) both ways reach it."""

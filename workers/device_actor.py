@@ -139,11 +139,13 @@ class DeviceActor:
         witness turns' CPU bound alone (workers.witness ``BOUND``: a loaded machine
         lengthens an honest microsecond kernel's turns) is taken once more, in fresh
         sandboxes on fresh input sets, and that take's answers stand; its ``witness`` then
-        names who was retaken. One whose turns could not be judged (the judge's check
-        failed; a GPU busy before a turn with no one to blame) is taken once more with a new
-        judge, and a second such take is the device's failure. Raises what the sandboxes
-        raise."""
-        escaped, retaken, rejudged = False, "", False
+        names who was retaken (where that take had no witness turns, the first take's
+        answers stand: a judge kept from its sets must not clear a suspect). One whose
+        turns could not be judged (the judge's check failed; a GPU busy before a turn with
+        no one to blame; a GPU judge kept from its sets by other processes' memory) is
+        taken once more with a new judge, and a second such take is the device's failure.
+        Raises what the sandboxes raise."""
+        escaped, retaken, rejudged, first = False, "", False, None
         while True:
             res, answers, used = self._take(jobs, each, timeout_s, bool(retaken))
             if used is not None and used > hold.HELD_CPU_MS and not escaped:
@@ -153,10 +155,13 @@ class DeviceActor:
                 rejudged = True
                 self.clock_end()  # a new judge, on input sets of its own
             elif witness.bound_failed(answers) and not retaken:
-                retaken = ", ".join(j["job_key"] for j, a in zip(jobs, answers)
-                                    if a.get(witness.BOUND))
+                retaken, first = ", ".join(j["job_key"] for j, a in zip(jobs, answers)
+                                           if a.get(witness.BOUND)), res
             else:
                 break
+        if first is not None and str(res.get("witness") or "").startswith("none:"):
+            return {**first, "witness": f"{first['witness']}; its retake had no witness turns "
+                    f"({res['witness']}): the first take stands"}
         if unchecked := [a for a in answers if a.get(witness.UNCHECKED)]:  # twice: the
             return {"status": Status.ERROR, "actor": True,  # device's failure, no one's
                     "witness": res.get("witness"), "error": "the witness turns could not be "
@@ -194,6 +199,8 @@ class DeviceActor:
                 box.kill()
             judge.close(judging)
             answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
+            if judging.unjudged:  # memory taken on purpose must not turn witness turns off
+                answers = [witness.unchecked(a, judging.why) for a in answers]
             if stuck := sum(p.stuck for p in judging.plans or []):
                 answers = [witness.unchecked(a, f"the GPU stayed busy for over "
                                              f"{witness_gpu.IDLE_LIMIT_MS:.0f} ms before "

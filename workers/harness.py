@@ -292,6 +292,7 @@ MAX_DATA_ENTRIES = 2
 # 2 contenders' outputs, its own prepared problem) beside the device's own harness and two
 # contenders' (one said 17 GB in use), and that honest contender ran out of memory
 WITNESS_SHARE = 0.25
+CONTEXT_BYTES = 512 << 20  # allowed for a process's CUDA context and modules (not measured)
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
 # input sets (random seeds) held back and made with the check's: the first never-seen sets a
@@ -1540,6 +1541,8 @@ class Harness:
             verdicts.append([self.check(d, k, k, tol)[2] or (
                 "" if _canaries_kept(bufs[k]) else "an output's canary was overwritten")
                 for k in range(len(w.sets))])
+        if self.is_cuda:
+            torch.cuda.empty_cache()  # the check's float64 copies: not kept from contenders
         return {"status": "ok", "error": "", "verdicts": verdicts}
 
     def _witness_sets(self, entry: dict, n: tuple[int, int], copies: int, fresh: bool) -> dict:
@@ -1557,74 +1560,108 @@ class Harness:
         README's sweep by its sets' sizes): no prepared problem of its own
         (:meth:`prepare`), sets drawn one at a time, each set's inputs dropped once copied
         into its ``src`` buffers, and no tolerance bands (the check compares every
-        element)."""
+        element); its cached blocks given back. Answers ``unjudged`` with the ``error``
+        where only other processes' memory keeps the sets out (:meth:`_witness_fit`);
+        what it made is freed when a draw fails."""
         _same_reference(entry)
         key = (_data_key(entry, True), json.dumps([entry["signature"], entry["tolerance"]],
                                                   sort_keys=True), n, copies)
         w = self._witnessing
-        if w is not None and not fresh and w.key == key:
+        if w is not None and not fresh and w.key == key and len(w.sets) == n[0]:
             return _witness_spans(self, w.src, w.dst)
         if w is not None:
             self._witnessing = None
             self._unexport(w.buffers())
+        if self.is_cuda:
+            torch.cuda.empty_cache()  # its blocks to the contenders (exported memory is not)
+        made: list[Buffers] = []
+        try:
+            self._witnessing = self._witness_draw(entry, key, n, copies, made)
+        except _Short as e:
+            self._unexport(made)
+            return {"status": Status.ERROR, "error": str(e), "unjudged": True}
+        except BaseException:
+            self._unexport(made)  # exported memory is no Python object's to free
+            raise
+        finally:
+            if self.is_cuda:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()  # the dropped inputs, the reference's temporaries
+        return _witness_spans(self, self._witnessing.src, self._witnessing.dst)
+
+    def _witness_draw(self, entry: dict, key: tuple, n: tuple[int, int], copies: int,
+                      made: list[Buffers]) -> Witnessing:
+        """:meth:`_witness_sets`' sets and buffers, drawn and made; each buffer set is put in
+        ``made`` as it is made (freed by the caller on failure). Raises JobError, _Short."""
         mod, ref = self.ref_module(entry["reference"]), Path(entry["reference"]).name
         scalars, shapes, _ = _problem(entry, True)
         sig, gpu = entry["signature"], self.is_cuda
         outs = [a for a in sig if a["kind"] == "output"]
         sets: list[InputSet] = []
-        src: list[Buffers] = []
         want = n[0]
         while len(sets) < want:
             seed = int.from_bytes(os.urandom(4), "little") >> 1
             s = self._draw(mod, entry, scalars, shapes, ref, True, [seed])[0][0]
-            want = want if sets else self._witness_fit(n, copies, s, entry["dims"])
             shape_of = _shape_of(outs, shapes, sets[0] if sets else s)
+            want = want if sets else self._witness_fit(n, copies, s, sig, shape_of,
+                                                       entry["dims"])
             s.expected = {k: v.reshape(shape_of[k]) for k, v in s.expected.items()}
-            src.append(self._buffers(sig, s, shape_of, gpu))
-            self._load_set(src[-1], s, False)
+            made.append(self._buffers(sig, s, shape_of, gpu))
+            self._load_set(made[-1], s, False)
             sets.append(s)
             if len(sets) > 1:
                 s.inputs = {}
+        src = list(made)
         # a contender's outputs land in dst: its input copies are never touched (no pages)
         dst = [[self._buffers(sig, sets[0], shape_of, gpu, not gpu) for _ in sets]
                for _ in range(copies)]
+        made += [b for bufs in dst for b in bufs]
         for b in (b for bufs in dst for b in bufs):
             for g in b.guards.values():
                 g.view(torch.uint8).fill_(0xA5)
         stage = self._buffers(sig, sets[0], shape_of, True) if gpu else None
         sets[0].inputs = {}
-        self._witnessing = Witnessing(entry, key, sets, src, dst, stage)
-        if gpu:
-            torch.cuda.synchronize()
-        return _witness_spans(self, src, dst)
+        return Witnessing(entry, key, sets, src, dst, stage)
 
-    def _witness_fit(self, n: tuple[int, int], copies: int, s: InputSet, dims: dict) -> int:
+    def _witness_fit(self, n: tuple[int, int], copies: int, s: InputSet, sig: list[dict],
+                     shape_of: dict[str, list[int]], dims: dict) -> int:
         """How many witness sets like ``s`` (its inputs and expected outputs, drawn) a judge
-        holds, of ``n`` (asked for, least): on a GPU as many as fit, with ``copies``
-        contenders' outputs each and the null turns' stage, in :data:`WITNESS_SHARE` of the
-        device's free memory (this process's cached blocks counted free) and in what the
-        contenders' harnesses leave of it (each about ``N_SETS + N_UNSEEN + UNSEEN_READY``
-        sets and ``N_SETS + 1`` buffer sets of the problem); all on a CPU. Raises JobError
-        ``error`` where not even the least fit."""
+        holds, of ``n`` (asked for, least): all on a CPU. On a GPU as many as fit in
+        :data:`WITNESS_SHARE` of the device's free memory (this process's cached blocks
+        counted free) and in what ``copies`` contenders' harnesses leave of it (:func:`_rivals`),
+        each set with the contenders' outputs and the null turns' stage beside; else the
+        least, where they fit in what the contenders leave. Raises JobError ``error`` where
+        the least would not fit in the device's whole memory beside the contenders (the
+        problem's sizes: no witness turns, said), and :class:`_Short` where only memory
+        held by other processes keeps them out (a contest then has no verdict: memory taken
+        on purpose must not turn witness turns off)."""
         if not self.is_cuda:
             return n[0]
         ins = sum(t.numel() * t.element_size() for t in s.inputs.values())
-        outs = sum(t.numel() * t.element_size() for t in s.expected.values())
-        per = ins + outs * (2 + copies)  # src's inputs and outputs, expected, dst's copies
-        free = torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved() \
-            - torch.cuda.memory_allocated() + ins + outs
-        # a contender's harness: its problem's sets (inputs, expected outputs, bands), those
-        # kept ready for calls on new values, and buffer sets (its witness buffers too)
-        rivals = copies * ((N_SETS + N_UNSEEN + UNSEEN_READY) * (ins + 3 * outs)
-                           + (N_SETS + 1) * (ins + outs))
-        fit = int((min(WITNESS_SHARE * free, free - rivals) - ins - outs) // per)  # a stage
-        if fit < n[1]:
-            raise JobError(Status.ERROR, f"the witness turns' input sets of dims {dims} "
-                           f"({per / 2**30:.2f} GiB each, with {copies} contenders' outputs) "
-                           f"do not fit in {WITNESS_SHARE:.0%} of the device's free memory "
-                           f"({free / 2**30:.1f} GiB) beside the contenders' harnesses (about "
-                           f"{rivals / 2**30:.1f} GiB): not even {n[1]}")
-        return min(n[0], fit)
+        outs = sum(_numel(shape_of[a["name"]]) * getattr(torch, a["dtype"]).itemsize
+                   for a in sig if a["kind"] == "output")
+        per = ins + outs * (1 + copies) + sum(t.numel() * t.element_size()
+                                              for t in s.expected.values())
+        stage = ins + outs
+        free_b, total = torch.cuda.mem_get_info()
+        free = free_b + torch.cuda.memory_reserved() - torch.cuda.memory_allocated() + per - \
+            outs * (1 + copies)  # this set's inputs and expected outputs, drawn already
+        rivals = _rivals(sig, shape_of, ins, copies)
+        fit = int((min(WITNESS_SHARE * free, free - rivals) - stage) // per)
+        if fit >= n[1]:
+            return min(n[0], fit)
+        if int((free - rivals - stage) // per) >= n[1]:
+            return n[1]
+        said = (f"the witness turns' input sets of dims {dims} ({per / 2**30:.2f} GiB each, "
+                f"with the outputs of {copies} contender{'s' if copies != 1 else ''}; not "
+                f"even {n[1]})")
+        if (total - rivals - stage) // per < n[1]:
+            raise JobError(Status.ERROR, f"{said} do not fit in the device's memory "
+                           f"({total / 2**30:.1f} GiB) beside the contenders' harnesses (about "
+                           f"{rivals / 2**30:.1f} GiB)")
+        raise _Short(f"{said} do not fit in its free memory ({free / 2**30:.1f} GiB of "
+                     f"{total / 2**30:.1f}) beside the contenders' harnesses (about "
+                     f"{rivals / 2**30:.1f} GiB): other processes hold the rest")
 
     def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
@@ -3134,10 +3171,11 @@ def _prepare_ahead(h: Harness, path: str) -> None:
 
 def _data_key(job: dict, reference: bool) -> tuple:
     """``job``'s problem as the key of :attr:`Harness.data`: ref.py's stamp, dims, seed,
-    argument shapes, ``reference`` and the inputs function."""
+    argument shapes, scalars (``reference()`` is given them), ``reference`` and the inputs
+    function."""
     return (ref_stamp(job["reference"]), tuple(sorted(job["dims"].items())), job["seed"],
-            tuple(sorted((k, tuple(v)) for k, v in job["args"].items())), reference,
-            job.get(INPUTS_FN, "inputs"))
+            tuple(sorted((k, tuple(v)) for k, v in job["args"].items())),
+            json.dumps(job["scalars"], sort_keys=True), reference, job.get(INPUTS_FN, "inputs"))
 
 
 def _problem(job: dict, reference: bool) -> tuple[dict[str, Any], dict[str, list[int]], bool]:
@@ -3159,6 +3197,27 @@ def _shape_of(outs: list[dict], shapes: dict[str, list[int]], s: InputSet
     reference's result in input set ``s``, else of its in/out input there."""
     return {a["name"]: (shapes.get(a["name"]) or list(s.expected.get(
         a["name"], s.inputs.get(a["name"])).shape)) for a in outs}
+
+
+def _rivals(sig: list[dict], shape_of: dict[str, list[int]], ins: int, copies: int) -> int:
+    """What ``copies`` contenders' harnesses of one problem hold on a GPU (bytes), about:
+    each its check's, held-back and stress sets (``ins`` bytes of inputs, the outputs, their
+    expected values and tolerance bands: float32 for 16-bit outputs, :func:`_band`), sets
+    kept ready for calls on new values, buffer sets (its witness buffers among them) and
+    its CUDA context (:data:`CONTEXT_BYTES`)."""
+    outs = bands = 0
+    for a in (a for a in sig if a["kind"] == "output"):
+        k, t = _numel(shape_of[a["name"]]), getattr(torch, a["dtype"])
+        outs += k * t.itemsize
+        bands += 2 * k * max(t.itemsize, 4) if t.is_floating_point else k * t.itemsize
+    sets = 2 * N_SETS + N_UNSEEN + UNSEEN_READY
+    return copies * (sets * (ins + 2 * outs + bands) + (N_SETS + 1) * (ins + outs)
+                     + CONTEXT_BYTES)
+
+
+class _Short(Exception):
+    """A GPU judge's witness sets that only other processes' memory keeps out
+    (:meth:`Harness._witness_fit`)."""
 
 
 def _release(s: InputSet) -> None:

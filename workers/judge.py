@@ -25,6 +25,9 @@ class Judging:
     why: str = ""
     bounded: bool = True
     failed: str = ""  # why the judge's check of the turns failed ("": it did not)
+    # the judge could not hold its sets for want of memory other processes hold: the
+    # contest's answers are set aside (workers.device_actor), never taken unwitnessed
+    unjudged: bool = False
 
     @property
     def said(self) -> str:
@@ -57,7 +60,8 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
         got = judge.run({"witness_of": "sets", "entry": jobs[0], "n": n, "least": witness.TURNS,
                          "copies": len(jobs), "fresh": fresh}, timeout_s)
         if got.get("status") != Status.OK:
-            return Judging(None, why=f"the judge did not draw input sets: {got.get('error')}")
+            return Judging(None, why=f"the judge did not draw input sets: {got.get('error')}",
+                           unjudged=bool(got.get("unjudged")))
         pid = judge.host_pid
         if pid is None:
             return Judging(None, why="the judge's host pid is not known")
