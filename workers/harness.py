@@ -1572,7 +1572,8 @@ class Harness:
         if w is not None:
             self._witnessing = None
             self._unexport(w.buffers())
-        if self.is_cuda:
+        if self.is_cuda:  # the outside clock's prepared problems too (made again when
+            self.data.clear()  # it next asks): memory of its own is no one else's to blame
             torch.cuda.empty_cache()  # its blocks to the contenders (exported memory is not)
         made: list[Buffers] = []
         try:
