@@ -435,6 +435,9 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     # asked for at least 5: what the contender leaves (78 - 46.5 - 2) holds 7, so 5
     assert fit((8, 5), 1, 1) == 5
     # other processes hold 36 GiB more: the sets would fit the device, not its free memory
+    # (looked at again for SHORT_WAIT_S: a harness just killed may still be giving it back)
+    monkeypatch.setattr(harness, "SHORT_WAIT_S", 0.05)
+    monkeypatch.setattr(harness, "SHORT_POLL_S", 0.01)
     free[0] = 40 * gib
     with pytest.raises(harness._Short, match=re.escape(
             "the witness turns' input sets of dims {'N': 1} (4.00 GiB each, with the outputs "
@@ -442,6 +445,15 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
             "beside the contenders' harnesses (about 46.5 GiB): other processes hold the "
             "rest")):
         fit((8, 4), 1, 1)
+    seen = []
+
+    def given_back():  # the third look finds it back
+        seen.append(1)
+        return ((40 if len(seen) < 3 else 76) * gib, 80 * gib)
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", given_back)
+    monkeypatch.setattr(harness, "SHORT_WAIT_S", 5.0)
+    assert fit((8, 4), 1, 1) == 4 and len(seen) == 3
     # 4 GiB of each: the contender's harness alone (184.5 GiB) is beyond the device
     with pytest.raises(JobError, match=re.escape(
             "(16.00 GiB each, with the outputs of 1 contender; not even 4) do not fit in the "

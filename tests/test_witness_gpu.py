@@ -223,6 +223,36 @@ def test_a_retake_without_witness_turns_leaves_the_first_take_standing(monkeypat
         "the first take stands")}, res
 
 
+def test_a_retake_unjudged_twice_is_the_devices_failure_not_the_first_takes(monkeypatch):
+    """Suspect by the bound (a verdict load can bring), then two takes whose judge was kept
+    from its sets: the device's failure, naming nobody; the first take's `suspect` would
+    have let memory taken on purpose, with load, drop an honest contender."""
+    from workers.device_actor import DeviceActor
+
+    actor = DeviceActor("cpu")
+    takes = []
+    bound = {"status": "suspect", "error": "its calls took longer", witness.BOUND: True}
+    unjudged = witness.unchecked(OK, "other processes hold the rest")
+
+    def take(jobs, each, timeout_s, fresh=False):
+        takes.append(fresh)
+        if len(takes) == 1:
+            return ({"status": "suspect", "failed": ["a"], "witness": "8 witness turns each"},
+                    [bound], 0.0)
+        return ({"status": "error", "witness": "none: the judge did not draw input sets: y"},
+                [unjudged], 0.0)
+
+    monkeypatch.setattr(actor, "_take", take)
+    monkeypatch.setattr(actor, "clock_end", lambda: None)
+    try:
+        res = actor._in_turns([{"job_key": "a"}], [{}], 5.0)
+    finally:
+        actor.shutdown()
+    assert takes == [False, True, True]
+    assert res["status"] == "error" and res["actor"] is True, res
+    assert res["error"].startswith("the witness turns could not be judged twice"), res
+
+
 def test_kopt_env_says_whether_witness_turns_can_be_taken(monkeypatch):
     """workers.witness ``describe`` (``kopt env``'s ``witness``) tries a child as the device
     actor tries a harness: here (root, cuda-python installed) both ways reach it."""

@@ -159,7 +159,8 @@ class DeviceActor:
                                            if a.get(witness.BOUND)), res
             else:
                 break
-        if first is not None and str(res.get("witness") or "").startswith("none:"):
+        if first is not None and str(res.get("witness") or "").startswith("none:") and not any(
+                a.get(witness.UNCHECKED) for a in answers):  # unjudged twice: the device's
             return {**first, "witness": f"{first['witness']}; its retake had no witness turns "
                     f"({res['witness']}): the first take stands"}
         if unchecked := [a for a in answers if a.get(witness.UNCHECKED)]:  # twice: the

@@ -292,6 +292,10 @@ MAX_DATA_ENTRIES = 2
 # 2 contenders' outputs, its own prepared problem) beside the device's own harness and two
 # contenders' (one said 17 GB in use), and that honest contender ran out of memory
 WITNESS_SHARE = 0.25
+# how long a GPU judge short of memory others hold looks again (every SHORT_POLL_S) before
+# it gives up: a harness just killed gives its device memory back after its sandbox's first
+# process is gone
+SHORT_WAIT_S, SHORT_POLL_S = 2.0, 0.1
 CONTEXT_BYTES = 512 << 20  # allowed for a process's CUDA context and modules (not measured)
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
@@ -738,6 +742,15 @@ class Harness:
                 a = self._exported.pop(t.data_ptr(), None)
                 if a is not None:
                     devmem.free(a)
+
+    def _free_exported(self) -> None:
+        """Every exported allocation this process holds freed (a judge's, when a draw of its
+        witness sets failed with no sets held: what a buffer set cut short had made too)."""
+        if self._exported:
+            torch.cuda.synchronize()
+        for a in self._exported.values():
+            devmem.free(a)
+        self._exported.clear()
 
     def _spans(self, ts: dict[str, torch.Tensor]) -> dict[str, list[int]]:
         """Each buffer as witness turns name it (workers.witness): on a CPU its address and
@@ -1581,8 +1594,9 @@ class Harness:
         except _Short as e:
             self._unexport(made)
             return {"status": Status.ERROR, "error": str(e), "unjudged": True}
-        except BaseException:
-            self._unexport(made)  # exported memory is no Python object's to free
+        except BaseException:  # exported memory is no Python object's to free: all of it
+            self._unexport(made)  # (none is held while no sets are; a buffer set cut short
+            self._free_exported()  # is in no list)
             raise
         finally:
             if self.is_cuda:
@@ -1625,7 +1639,8 @@ class Harness:
         return Witnessing(entry, key, sets, src, dst, stage)
 
     def _witness_fit(self, n: tuple[int, int], copies: int, s: InputSet, sig: list[dict],
-                     shape_of: dict[str, list[int]], dims: dict) -> int:
+                     shape_of: dict[str, list[int]], dims: dict,
+                     deadline: float | None = None) -> int:
         """How many witness sets like ``s`` (its inputs and expected outputs, drawn) a judge
         holds, of ``n`` (asked for, least): all on a CPU. On a GPU as many as fit in
         :data:`WITNESS_SHARE` of the device's free memory (this process's cached blocks
@@ -1634,10 +1649,11 @@ class Harness:
         least, where they fit in what the contenders leave. Raises JobError ``error`` where
         the least would not fit in the device's whole memory beside the contenders (the
         problem's sizes: no witness turns, said), and :class:`_Short` where only memory
-        held by other processes keeps them out (a contest then has no verdict: memory taken
-        on purpose must not turn witness turns off)."""
+        held by other processes keeps them out for :data:`SHORT_WAIT_S` (a contest then has
+        no verdict: memory taken on purpose must not turn witness turns off)."""
         if not self.is_cuda:
             return n[0]
+        deadline = time.perf_counter() + SHORT_WAIT_S if deadline is None else deadline
         ins = sum(t.numel() * t.element_size() for t in s.inputs.values())
         outs = sum(_numel(shape_of[a["name"]]) * getattr(torch, a["dtype"]).itemsize
                    for a in sig if a["kind"] == "output")
@@ -1656,10 +1672,17 @@ class Harness:
         said = (f"the witness turns' input sets of dims {dims} ({per / 2**30:.2f} GiB each, "
                 f"with the outputs of {copies} contender{'s' if copies != 1 else ''}; not "
                 f"even {n[1]})")
-        if (total - rivals - stage) // per < n[1]:
+        # the device less what is never the contenders' or the sets' to have: this judge's
+        # and the device actor's contexts, this judge's L2 flush buffer
+        whole = total - 2 * CONTEXT_BYTES - (self.flush_buf.nbytes if self.flush_buf is not None
+                                            else 0)
+        if (whole - rivals - stage) // per < n[1]:
             raise JobError(Status.ERROR, f"{said} do not fit in the device's memory "
                            f"({total / 2**30:.1f} GiB) beside the contenders' harnesses (about "
                            f"{rivals / 2**30:.1f} GiB)")
+        if time.perf_counter() < deadline:  # a harness just ended may still be giving its
+            time.sleep(SHORT_POLL_S)  # memory back (a sandbox's kill waits for its first
+            return self._witness_fit(n, copies, s, sig, shape_of, dims, deadline)  # process)
         raise _Short(f"{said} do not fit in its free memory ({free / 2**30:.1f} GiB of "
                      f"{total / 2**30:.1f}) beside the contenders' harnesses (about "
                      f"{rivals / 2**30:.1f} GiB): other processes hold the rest")
