@@ -429,10 +429,11 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
 
     assert WITNESS_SHARE == 0.25 and harness.CONTEXT_BYTES == gib // 2
     # 1 GiB of each, one contender: sets of 1 + 2 x 1 + 1 = 4 GiB, a stage of 2; its harness
-    # 8 sets x (1 + 2 + 2 of bands) + 3 buffer sets x 2 + 0.5 = 46.5 GiB. Free: 76 + the set
-    # drawn (2) = 78: a quarter (19.5, less the stage) holds 4
+    # 8 sets x (1 + 1 + 2 of bands) + 3 buffer sets x 2 + its check's 33 bytes x 2^28 + 0.5
+    # = 46.75 GiB. Free: 76 + the set drawn (2) = 78: a quarter (19.5, less the stage)
+    # holds 4
     assert fit((8, 4), 1, 1) == 4
-    # asked for at least 5: what the contender leaves (78 - 46.5 - 2) holds 7, so 5
+    # asked for at least 5: what the contender leaves (78 - 46.75 - 2 - 0.5) holds 7, so 5
     assert fit((8, 5), 1, 1) == 5
     # other processes hold 36 GiB more: the sets would fit the device, not its free memory
     # (looked at again for SHORT_WAIT_S: a harness just killed may still be giving it back)
@@ -442,7 +443,7 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     with pytest.raises(harness._Short, match=re.escape(
             "the witness turns' input sets of dims {'N': 1} (4.00 GiB each, with the outputs "
             "of 1 contender; not even 4) do not fit in its free memory (42.0 GiB of 80.0) "
-            "beside the contenders' harnesses (about 46.5 GiB): other processes hold the "
+            "beside the contenders' harnesses (about 46.8 GiB): other processes hold the "
             "rest")):
         fit((8, 4), 1, 1)
     seen = []
@@ -454,10 +455,10 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     monkeypatch.setattr(torch.cuda, "mem_get_info", given_back)
     monkeypatch.setattr(harness, "SHORT_WAIT_S", 5.0)
     assert fit((8, 4), 1, 1) == 4 and len(seen) == 3
-    # 4 GiB of each: the contender's harness alone (184.5 GiB) is beyond the device
+    # 4 GiB of each: the contender's harness alone (185.5 GiB) is beyond the device
     with pytest.raises(JobError, match=re.escape(
             "(16.00 GiB each, with the outputs of 1 contender; not even 4) do not fit in the "
-            "device's memory (80.0 GiB) beside the contenders' harnesses (about 184.5 GiB)")):
+            "device's memory (80.0 GiB) beside the contenders' harnesses (about 185.5 GiB)")):
         fit((8, 4), 1, 4)
     h.is_cuda = False
     assert fit((8, 4), 6, 4) == 8  # a CPU judge: all, as asked

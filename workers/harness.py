@@ -296,6 +296,9 @@ WITNESS_SHARE = 0.25
 # it gives up: a harness just killed gives its device memory back after its sandbox's first
 # process is gone
 SHORT_WAIT_S, SHORT_POLL_S = 2.0, 0.1
+# Harness.check on a GPU, per element of an output: float64 copies of it and its expected
+# values (8 + 8), their difference (8) and relative error (8), a bool mask (1)
+CHECK_BYTES = 33
 CONTEXT_BYTES = 512 << 20  # allowed for a process's CUDA context and modules (not measured)
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
@@ -1663,11 +1666,12 @@ class Harness:
         free_b, total = torch.cuda.mem_get_info()
         free = free_b + torch.cuda.memory_reserved() - torch.cuda.memory_allocated() + per - \
             outs * (1 + copies)  # this set's inputs and expected outputs, drawn already
-        rivals = _rivals(sig, shape_of, ins, copies)
+        exp = sum(t.numel() * t.element_size() for t in s.expected.values())
+        rivals = _rivals(sig, shape_of, ins, exp, copies)
         fit = int((min(WITNESS_SHARE * free, free - rivals) - stage) // per)
         if fit >= n[1]:
             return min(n[0], fit)
-        if int((free - rivals - stage) // per) >= n[1]:
+        if int((free - rivals - stage - CONTEXT_BYTES) // per) >= n[1]:  # a context's margin
             return n[1]
         said = (f"the witness turns' input sets of dims {dims} ({per / 2**30:.2f} GiB each, "
                 f"with the outputs of {copies} contender{'s' if copies != 1 else ''}; not "
@@ -3223,20 +3227,23 @@ def _shape_of(outs: list[dict], shapes: dict[str, list[int]], s: InputSet
         a["name"], s.inputs.get(a["name"])).shape)) for a in outs}
 
 
-def _rivals(sig: list[dict], shape_of: dict[str, list[int]], ins: int, copies: int) -> int:
+def _rivals(sig: list[dict], shape_of: dict[str, list[int]], ins: int, exp: int,
+            copies: int) -> int:
     """What ``copies`` contenders' harnesses of one problem hold on a GPU (bytes), about:
-    each its check's, held-back and stress sets (``ins`` bytes of inputs, the outputs, their
-    expected values and tolerance bands: float32 for 16-bit outputs, :func:`_band`), sets
-    kept ready for calls on new values, buffer sets (its witness buffers among them) and
-    its CUDA context (:data:`CONTEXT_BYTES`)."""
-    outs = bands = 0
+    each its check's, held-back and stress sets (``ins`` bytes of inputs, ``exp`` of
+    expected outputs in the reference's dtype, tolerance bands: float32 for 16-bit outputs,
+    :func:`_band`), sets kept ready for calls on new values, buffer sets (its witness buffers
+    among them), its check's float64 temporaries (:data:`CHECK_BYTES` an element of its
+    largest output) and its CUDA context (:data:`CONTEXT_BYTES`)."""
+    outs = bands = most = 0
     for a in (a for a in sig if a["kind"] == "output"):
         k, t = _numel(shape_of[a["name"]]), getattr(torch, a["dtype"])
         outs += k * t.itemsize
         bands += 2 * k * max(t.itemsize, 4) if t.is_floating_point else k * t.itemsize
+        most = max(most, k)
     sets = 2 * N_SETS + N_UNSEEN + UNSEEN_READY
-    return copies * (sets * (ins + 2 * outs + bands) + (N_SETS + 1) * (ins + outs)
-                     + CONTEXT_BYTES)
+    return copies * (sets * (ins + exp + bands) + (N_SETS + 1) * (ins + outs)
+                     + CHECK_BYTES * most + CONTEXT_BYTES)
 
 
 class _Short(Exception):
