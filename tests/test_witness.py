@@ -488,6 +488,35 @@ def test_a_judge_whose_draw_fails_frees_what_it_made(tmp_path, monkeypatch):
     assert [len(f) for f in freed] == [2] and h._witnessing is None
 
 
+def test_a_gpu_judge_out_of_memory_before_its_sizing_answers_unjudged(tmp_path, monkeypatch):
+    """A GPU judge whose first draw runs out of device memory (another process holding all
+    of it) cannot tell whose memory it is: it answers `unjudged` (the contest's answers set
+    aside), never an error that lets the contest go without witness turns. Other failures
+    stay errors."""
+    import torch
+
+    from workers.harness import Harness, JobError
+
+    h = Harness("cpu")
+    h.is_cuda = True  # the branch alone: no device memory is touched
+    for f in ("synchronize", "empty_cache"):
+        monkeypatch.setattr(torch.cuda, f, lambda: None)
+    ask = {"witness_of": "sets", "entry": pack_job(tmp_path, 0), "n": 4, "copies": 2}
+    failures = [JobError("error", "ref.py: reference() raised OutOfMemoryError('CUDA out of "
+                         "memory. Tried to allocate 512.00 MiB')"),
+                torch.OutOfMemoryError("CUDA out of memory")]
+    for e in failures:
+        monkeypatch.setattr(h, "_draw", lambda *a, e=e, **k: (_ for _ in ()).throw(e))
+        got = h.witness(ask)
+        assert got["status"] == "error" and got["unjudged"] is True, got
+        assert got["error"].startswith("the judge ran out of device memory drawing its "
+                                       "witness sets ("), got
+    monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(
+        JobError("error", "ref.py: inputs() raised ValueError('bad seed')")))
+    with pytest.raises(JobError, match="bad seed"):
+        h.witness(ask)
+
+
 def test_the_judge_keeps_its_sets_for_the_next_contest_and_draws_anew_for_a_retake(tmp_path):
     """A judge's witness input sets are drawn once per problem (its values were only ever
     written into contenders' sandboxes, each gone with its contest) and anew when a retake

@@ -1577,7 +1577,8 @@ class Harness:
         (:meth:`prepare`), sets drawn one at a time, each set's inputs dropped once copied
         into its ``src`` buffers, and no tolerance bands (the check compares every
         element); its cached blocks given back. Answers ``unjudged`` with the ``error``
-        where only other processes' memory keeps the sets out (:meth:`_witness_fit`);
+        where only other processes' memory keeps the sets out (:meth:`_witness_fit`), or a
+        GPU's memory ran out before the sizing could tell (a co-tenant holding all of it);
         what it made is freed when a draw fails."""
         _same_reference(entry)
         key = (_data_key(entry, True), json.dumps([entry["signature"], entry["tolerance"]],
@@ -1597,9 +1598,12 @@ class Harness:
         except _Short as e:
             self._unexport(made)
             return {"status": Status.ERROR, "error": str(e), "unjudged": True}
-        except BaseException:  # exported memory is no Python object's to free: all of it
-            self._unexport(made)  # (none is held while no sets are; a buffer set cut short
-            self._free_exported()  # is in no list)
+        except BaseException as e:  # exported memory is no Python object's to free: all of
+            self._unexport(made)  # it (none is held while no sets are; a buffer set cut
+            self._free_exported()  # short is in no list)
+            if self.is_cuda and _out_of_memory(e):  # before its sizing could say whose
+                return {"status": Status.ERROR, "unjudged": True, "error": "the judge ran "
+                        f"out of device memory drawing its witness sets ({str(e)[:200]})"}
             raise
         finally:
             if self.is_cuda:
@@ -3244,6 +3248,15 @@ def _rivals(sig: list[dict], shape_of: dict[str, list[int]], ins: int, exp: int,
     sets = 2 * N_SETS + N_UNSEEN + UNSEEN_READY
     return copies * (sets * (ins + exp + bands) + (N_SETS + 1) * (ins + outs)
                      + CHECK_BYTES * most + CONTEXT_BYTES)
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` says the device's memory ran out: torch's error, an exported
+    allocation's (workers.devmem), or ref.py's function raising torch's (as :class:`JobError`
+    names it)."""
+    return isinstance(e, torch.OutOfMemoryError) or (
+        isinstance(e, (devmem.DevMemError, JobError)) and any(
+            w in str(e) for w in ("OUT_OF_MEMORY", "OutOfMemoryError")))
 
 
 class _Short(Exception):
