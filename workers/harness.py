@@ -1624,9 +1624,9 @@ class Harness:
         while len(sets) < want:
             seed = int.from_bytes(os.urandom(4), "little") >> 1
             s = self._draw(mod, entry, scalars, shapes, ref, True, [seed])[0][0]
-            shape_of = _shape_of(outs, shapes, sets[0] if sets else s)
-            want = want if sets else self._witness_fit(n, copies, s, sig, shape_of,
-                                                       entry["dims"])
+            if not sets:  # the first set's sizes are every set's
+                shape_of = _shape_of(outs, shapes, s)
+                want = self._witness_fit(n, copies, s, sig, shape_of, entry["dims"])
             s.expected = {k: v.reshape(shape_of[k]) for k, v in s.expected.items()}
             made.append(self._buffers(sig, s, shape_of, gpu))
             self._load_set(made[-1], s, False)
@@ -1646,8 +1646,7 @@ class Harness:
         return Witnessing(entry, key, sets, src, dst, stage)
 
     def _witness_fit(self, n: tuple[int, int], copies: int, s: InputSet, sig: list[dict],
-                     shape_of: dict[str, list[int]], dims: dict,
-                     deadline: float | None = None) -> int:
+                     shape_of: dict[str, list[int]], dims: dict) -> int:
         """How many witness sets like ``s`` (its inputs and expected outputs, drawn) a judge
         holds, of ``n`` (asked for, least): all on a CPU. On a GPU as many as fit in
         :data:`WITNESS_SHARE` of the device's free memory (this process's cached blocks
@@ -1660,40 +1659,39 @@ class Harness:
         no verdict: memory taken on purpose must not turn witness turns off)."""
         if not self.is_cuda:
             return n[0]
-        deadline = time.perf_counter() + SHORT_WAIT_S if deadline is None else deadline
         ins = sum(t.numel() * t.element_size() for t in s.inputs.values())
+        exp = sum(t.numel() * t.element_size() for t in s.expected.values())
         outs = sum(_numel(shape_of[a["name"]]) * getattr(torch, a["dtype"]).itemsize
                    for a in sig if a["kind"] == "output")
-        per = ins + outs * (1 + copies) + sum(t.numel() * t.element_size()
-                                              for t in s.expected.values())
+        per = ins + outs * (1 + copies) + exp  # src, dst's copies, expected outputs
         stage = ins + outs
-        free_b, total = torch.cuda.mem_get_info()
-        free = free_b + torch.cuda.memory_reserved() - torch.cuda.memory_allocated() + per - \
-            outs * (1 + copies)  # this set's inputs and expected outputs, drawn already
-        exp = sum(t.numel() * t.element_size() for t in s.expected.values())
         rivals = _rivals(sig, shape_of, ins, exp, copies)
-        fit = int((min(WITNESS_SHARE * free, free - rivals) - stage) // per)
-        if fit >= n[1]:
-            return min(n[0], fit)
-        if int((free - rivals - stage - CONTEXT_BYTES) // per) >= n[1]:  # a context's margin
-            return n[1]
+        # the device less what is never the contenders' or the sets' to have: this judge's
+        # and the device actor's contexts, this judge's L2 flush buffer
+        whole = mem_total = torch.cuda.mem_get_info()[1]
+        whole -= 2 * CONTEXT_BYTES + (self.flush_buf.nbytes if self.flush_buf is not None else 0)
         said = (f"the witness turns' input sets of dims {dims} ({per / 2**30:.2f} GiB each, "
                 f"with the outputs of {copies} contender{'s' if copies != 1 else ''}; not "
                 f"even {n[1]})")
-        # the device less what is never the contenders' or the sets' to have: this judge's
-        # and the device actor's contexts, this judge's L2 flush buffer
-        whole = total - 2 * CONTEXT_BYTES - (self.flush_buf.nbytes if self.flush_buf is not None
-                                            else 0)
-        if (whole - rivals - stage) // per < n[1]:
-            raise JobError(Status.ERROR, f"{said} do not fit in the device's memory "
-                           f"({total / 2**30:.1f} GiB) beside the contenders' harnesses (about "
-                           f"{rivals / 2**30:.1f} GiB)")
-        if time.perf_counter() < deadline:  # a harness just ended may still be giving its
-            time.sleep(SHORT_POLL_S)  # memory back (a sandbox's kill waits for its first
-            return self._witness_fit(n, copies, s, sig, shape_of, dims, deadline)  # process)
-        raise _Short(f"{said} do not fit in its free memory ({free / 2**30:.1f} GiB of "
-                     f"{total / 2**30:.1f}) beside the contenders' harnesses (about "
-                     f"{rivals / 2**30:.1f} GiB): other processes hold the rest")
+        deadline = time.perf_counter() + SHORT_WAIT_S
+        while True:  # a harness just ended may still be giving its memory back (a sandbox's
+            # kill waits for its first process only)
+            free = torch.cuda.mem_get_info()[0] + torch.cuda.memory_reserved() \
+                - torch.cuda.memory_allocated() + ins + exp  # this set's, drawn already
+            fit = int((min(WITNESS_SHARE * free, free - rivals) - stage) // per)
+            if fit >= n[1]:
+                return min(n[0], fit)
+            if int((free - rivals - stage - CONTEXT_BYTES) // per) >= n[1]:  # a margin
+                return n[1]
+            if (whole - rivals - stage) // per < n[1]:
+                raise JobError(Status.ERROR, f"{said} do not fit in the device's memory "
+                               f"({mem_total / 2**30:.1f} GiB) beside the contenders' "
+                               f"harnesses (about {rivals / 2**30:.1f} GiB)")
+            if time.perf_counter() >= deadline:
+                raise _Short(f"{said} do not fit in its free memory ({free / 2**30:.1f} GiB "
+                             f"of {mem_total / 2**30:.1f}) beside the contenders' harnesses "
+                             f"(about {rivals / 2**30:.1f} GiB): other processes hold the rest")
+            time.sleep(SHORT_POLL_S)
 
     def _stress_check(self, entries: list[dict], libs: list[Any]) -> list[tuple[str, str]]:
         """Before contenders are timed side by side: each checked again (:meth:`checked_calls`)
