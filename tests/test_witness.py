@@ -482,17 +482,19 @@ def test_a_judge_whose_draw_fails_frees_what_it_made(tmp_path, monkeypatch):
     failing.calls = 0
     monkeypatch.setattr(h, "_draw", failing)
     monkeypatch.setattr(h, "_unexport", lambda bufs: freed.append(list(bufs)))
-    with pytest.raises(JobError, match="inputs\\(\\) failed for seed 5"):
-        h.witness({"witness_of": "sets", "entry": pack_job(tmp_path, 0), "n": 4,
-                   "copies": 2})
+    got = h.witness({"witness_of": "sets", "entry": pack_job(tmp_path, 0), "n": 4,
+                     "copies": 2})
+    assert got == {"status": "error", "error": "ref.py: inputs() failed for seed 5",
+                   "witnessless": True}, got  # ref.py's own: no witness turns, said
     assert [len(f) for f in freed] == [2] and h._witnessing is None
 
 
 def test_a_gpu_judge_out_of_memory_before_its_sizing_answers_unjudged(tmp_path, monkeypatch):
     """A GPU judge whose first draw runs out of device memory (another process holding all
     of it) cannot tell whose memory it is: it answers `unjudged` (the contest's answers set
-    aside), never an error that lets the contest go without witness turns. Other failures
-    stay errors."""
+    aside), never an error that lets the contest go without witness turns. A failure of
+    ref.py's own is answered `witnessless` (the contest goes without witness turns, said
+    so); any other is raised (the judge's failure: unjudged, workers.judge)."""
     import torch
 
     from workers.harness import Harness, JobError
@@ -513,7 +515,12 @@ def test_a_gpu_judge_out_of_memory_before_its_sizing_answers_unjudged(tmp_path, 
                                        "witness sets ("), got
     monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(
         JobError("error", "ref.py: inputs() raised ValueError('bad seed')")))
-    with pytest.raises(JobError, match="bad seed"):
+    got = h.witness(ask)
+    assert got == {"status": "error", "witnessless": True,
+                   "error": "ref.py: inputs() raised ValueError('bad seed')"}, got
+    monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("CUDA error: an illegal memory access was encountered")))
+    with pytest.raises(RuntimeError, match="illegal memory access"):
         h.witness(ask)
 
 

@@ -191,8 +191,83 @@ def test_a_judge_kept_out_by_other_processes_memory_sets_the_answers_aside():
     assert short.plans is None and short.unjudged
     assert short.said == "none: the judge did not draw input sets: other processes hold the rest"
     large = judge.prepare(_DrawingJudge({"status": "error", "error": "do not fit in the "
-                                         "device's memory"}), [{}], 5.0, gpu=True)
+                                         "device's memory", "witnessless": True}), [{}], 5.0,
+                          gpu=True)
     assert large.plans is None and not large.unjudged
+    assert large.said == ("none: the judge did not draw input sets: do not fit in the "
+                          "device's memory")
+
+
+class _NullJudge(_DrawingJudge):
+    """A judge that draws its sets, then answers its null turns as told (or raises it);
+    with ``stuck``, its plan finds the GPU busy before a turn."""
+
+    taking = None
+
+    def __init__(self, null, stuck=0):
+        super().__init__({"status": "ok", "src": [], "dst": [[]]})
+        self.null, self.stuck = null, stuck
+
+    def run(self, job, timeout_s, plan=None):
+        if job["witness_of"] == "sets":
+            return self.answer
+        plan.stuck = self.stuck
+        if isinstance(self.null, Exception):
+            raise self.null
+        return self.null
+
+
+def test_any_other_failure_of_a_gpu_judge_leaves_the_contest_unjudged(monkeypatch):
+    """On a GPU every failure of the judge but the problem's own (``witnessless``) marks
+    the contest unjudged: a failed draw, its null turns refused, stuck behind a busy GPU or
+    raising, its host pid unknown (another process can bring each about: every GPU of a
+    host is reachable from every sandbox). On a CPU the same failures give no witness
+    turns, said (the answers stand), as before."""
+    monkeypatch.setattr(witness_gpu.DevicePlan, "close", lambda self: None)
+    failed_draw = _DrawingJudge({"status": "error", "error": "CUDA error: out of resources"})
+    cases = {
+        "the judge did not draw input sets: CUDA error: out of resources": failed_draw,
+        "its null turns: the device actor could not map it": _NullJudge(
+            {"status": "error", "error": "the device actor could not map it"}),
+        "the GPU stayed busy before the judge's null turns (work of a held process): no "
+        "baseline for witness turns": _NullJudge({"status": "ok"}, stuck=1),
+        "the judge failed: OSError('gone')": _NullJudge(OSError("gone")),
+        "the judge took no witness turn": _NullJudge({"status": "ok"}),
+    }
+    for why, j in cases.items():
+        got = judge.prepare(j, [{}], 5.0, gpu=True)
+        assert (got.plans, got.why, got.unjudged) == (None, why, True), (why, got)
+    nopid = _NullJudge({"status": "ok"})
+    nopid.host_pid = None
+    got = judge.prepare(nopid, [{}], 5.0, gpu=True)
+    assert (got.why, got.unjudged) == ("the judge's host pid is not known", True), got
+    got = judge.prepare(failed_draw, [{}], 5.0, gpu=False)
+    assert (got.plans, got.unjudged) == (None, False), got
+
+
+def test_a_host_that_cannot_take_gpu_witness_turns_says_so_once(monkeypatch):
+    """A GPU device actor on a host that cannot take witness turns (workers.witness
+    ``host_why``: no ptrace access, no schedstat, no driver bindings: nothing a candidate
+    can change) runs its contests without them, said, asking the host once; where the host
+    can, the judge is asked."""
+    from workers.device_actor import DeviceActor
+
+    actor = DeviceActor("cpu")
+    actor.backend = "cuda"  # the GPU's branch alone: no GPU is touched
+    asked = []
+    monkeypatch.setattr(witness, "host_why", lambda gpu=False: asked.append(gpu) or "no ptrace")
+    monkeypatch.setattr(judge, "prepare", lambda *a, **k: judge.Judging(None, why="asked"))
+    try:
+        for _ in range(2):
+            got = actor._judging([{}], 5.0)
+            assert (got.said, got.unjudged) == (
+                "none: this host cannot take them: no ptrace", False), got
+        assert asked == [True]
+        actor.host_why = ""
+        assert actor._judging([{}], 5.0).why == "asked"
+    finally:
+        actor.backend = "cpu"
+        actor.shutdown()
 
 
 def test_a_retake_without_witness_turns_leaves_the_first_take_standing(monkeypatch):

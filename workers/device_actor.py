@@ -50,6 +50,8 @@ class DeviceActor:
         self.bare: Sandbox | None = None
         self._bare_start: Future[None] | None = None
         self.device_class = device_class
+        # why this host cannot take GPU witness turns ("": it can; None: not yet asked)
+        self.host_why: str | None = None
         self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
         self.sandbox = Sandbox(backend, env)
         pre = _mine(backend, prestarted or {})
@@ -222,10 +224,16 @@ class DeviceActor:
         """A contest's witness turns (workers.witness), judged by the outside clock's
         second harness (:meth:`judge`), which never loads candidate code, only where the
         device actor can reach a harness's memory (else none, and why: the contest's
-        ``witness``): on a GPU its device memory (workers.witness_gpu)."""
+        ``witness``): on a GPU its device memory (workers.witness_gpu), where a judge that
+        fails on a host that can take witness turns (workers.witness ``host_why``) leaves
+        the contest unjudged (workers.judge ``prepare``)."""
         if witness.TURNS <= 0:
             return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
         gpu = self.backend != "cpu"
+        if gpu and self.host_why is None:  # once: what no candidate's process can change
+            self.host_why = witness.host_why(gpu=True)
+        if gpu and self.host_why:
+            return judge.Judging(None, why=f"this host cannot take them: {self.host_why}")
         return judge.prepare(self.judge(), jobs, timeout_s, gpu=gpu, fresh=fresh,
                              bounded=gpu or self.env.get("OMP_NUM_THREADS") == "1")
 

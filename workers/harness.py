@@ -1579,7 +1579,10 @@ class Harness:
         element); its cached blocks given back. Answers ``unjudged`` with the ``error``
         where only other processes' memory keeps the sets out (:meth:`_witness_fit`), or a
         GPU's memory ran out before the sizing could tell (a co-tenant holding all of it);
-        what it made is freed when a draw fails."""
+        what it made is freed when a draw fails. Only a failure that is the problem's own
+        (ref.py's, or sets too large for the device beside the contenders: a JobError) is
+        answered ``witnessless``; any other leaves the contest unjudged
+        (workers.judge ``prepare``)."""
         _same_reference(entry)
         key = (_data_key(entry, True), json.dumps([entry["signature"], entry["tolerance"]],
                                                   sort_keys=True), n, copies)
@@ -1604,6 +1607,9 @@ class Harness:
             if self.is_cuda and _out_of_memory(e):  # before its sizing could say whose
                 return {"status": Status.ERROR, "unjudged": True, "error": "the judge ran "
                         f"out of device memory drawing its witness sets ({str(e)[:200]})"}
+            if isinstance(e, JobError):  # the problem's own (ref.py's, or sets too large
+                # for the device): the contest goes without witness turns, said so
+                return {"status": e.status, "error": str(e), "witnessless": True}
             raise
         finally:
             if self.is_cuda:

@@ -136,17 +136,9 @@ def vm_copy(src_pid: int, src: int, dst_pid: int, dst: int, nbytes: int) -> str:
 
 
 def describe() -> str:
-    """``kopt env``'s ``witness``: whether this node's device actors can take witness turns,
-    tried on a child process as the actor does on a harness (its memory read with
-    ``process_vm_readv``, a descriptor taken with ``pidfd_getfd``: the GPU's buffers,
-    workers.devmem), and whether the GPU's driver bindings load; else ``none: why``."""
-    child = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE)
-    try:
-        why = _reach(child.pid)
-    finally:
-        child.kill()
-        child.wait()
-    if why:
+    """``kopt env``'s ``witness``: whether this node's device actors can take witness turns
+    (:func:`host_why`, and whether the GPU's driver bindings load); else ``none: why``."""
+    if why := host_why():
         return f"none: {why} (contests run without witness turns)"
     try:
         devmem._driver()
@@ -154,6 +146,30 @@ def describe() -> str:
     except devmem.DevMemError as e:
         gpu = f"no GPU witness turns: {e}"
     return f"yes: process_vm_readv and pidfd_getfd reach a child; {gpu}"
+
+
+def host_why(gpu: bool = False) -> str:
+    """Why this host cannot take witness turns ("" when it can), tried on a child process
+    as the device actor tries a harness: its memory read with ``process_vm_readv``, a
+    descriptor taken with ``pidfd_getfd`` (the GPU's buffers, workers.devmem), its thread's
+    CPU time read (``schedstat``); with ``gpu``, the GPU's driver bindings loaded too. What
+    no candidate's process can change: where this says "", a GPU judge's failure in a
+    contest is another process's doing (workers.judge ``prepare``)."""
+    child = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE)
+    try:
+        why = _reach(child.pid)
+        if not why and not threads_cpu_ns([child.pid]):
+            why = "a child's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
+    finally:
+        child.kill()
+        child.wait()
+    if why or not gpu:
+        return why
+    try:
+        devmem._driver()
+    except devmem.DevMemError as e:
+        return str(e)
+    return ""
 
 
 def _reach(pid: int) -> str:
