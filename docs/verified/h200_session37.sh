@@ -6,7 +6,9 @@
 # ``seccomp.install(keep=...)`` edited on the device's copy only; the ncu target keeps its
 # list), each with its phases. PART=gpu: `pytest -m gpu` whole, with durations.
 # PART=sweep: the 4-candidate vector_add sweep alone, with its contests' witness figures.
-# Usage (repo root, GPU host, .devsite carried): PART=targets|gpu|gpu-a|gpu-b|sweep bash docs/verified/h200_session37.sh
+# PART=cold: the cold sweep against Kernel Tuner and the guards' cost alone (targets' first two).
+# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|gpu|gpu-a|gpu-b|gpu-c|sweep
+# bash docs/verified/h200_session37.sh; PART may name several, comma-separated, run in order
 # (PART=sweep runs after the pytest part when SWEEP=1 is set beside another PART)
 set -uo pipefail
 . docs/verified/device_env.sh
@@ -26,10 +28,14 @@ sweep4() {  # $1 label: the 4-candidate vector_add sweep, cold cache, fresh stor
   kopt query --store /tmp/st-$1 --format csv "select status, count(*) n from candidates group by status" >> "$out/sweep-$1.txt" 2>&1
   kopt query --store /tmp/st-$1 --format csv "select * from contests" >> "$out/sweep-$1.txt" 2>&1
 }
-if [ "${PART:-}" = targets ]; then
+one_part() {
+if [ "${PART:-}" = targets ] || [ "${PART:-}" = cold ]; then
   KOPT_RUNS=cold bash docs/verified/h200_targets.sh
   timeout 200 python3 bench/check_cost.py sweeps/sgemm --n 24 --out /tmp/cc > "$out/check_cost.txt" 2>&1
   echo "check_cost rc $?" >> "$out/check_cost.txt"; cp /tmp/cc/check_cost.json "$out/" 2>/dev/null
+  tail -12 "$out/targets.txt"; grep -E "per candidate|extra|wall" "$out/check_cost.txt" | head
+fi
+if [ "${PART:-}" = targets ]; then
   sweep4 shipped
   cp workers/harness.py /tmp/harness.py.shipped
   sed -i 's/seccomp.install(keep=() if device == "cpu" else seccomp.UNTRIED_ON_GPU)/seccomp.install(keep=())/' workers/harness.py
@@ -37,20 +43,26 @@ if [ "${PART:-}" = targets ]; then
   sweep4 refused
   cp /tmp/harness.py.shipped workers/harness.py
 fi
-# PART=gpu-a / gpu-b: the GPU tests in two halves (about 320 and 260 s of tests on an H100; the whole
-# set took 580 s there at 5b2d5c7 and no longer fits in one 600 s device call)
-HALF_A="ncu_loop or vector_add_sweep or faults_are_rows or kernel_mode"
+# PART=gpu-a / gpu-b / gpu-c: the GPU tests in three parts (about 460, 250 and 300 s of tests
+# on an H100 at 7947577/64389ce; the whole set took 580 s there at 5b2d5c7, before witness
+# turns, and no longer fits in one 600 s device call)
+THIRD_A="ncu_loop or vector_add_sweep or faults_are_rows or kernel_mode or twenty_honest"
+THIRD_C="plausibility_gate or patched_gpu_clock or gpu_forgers or honest_gpu_contenders"
+local label=$PART GPU_K=${GPU_K:-}
 case "${PART:-}" in
-  gpu-a) PART=gpu GPU_K="$HALF_A" ;;
-  gpu-b) PART=gpu GPU_K="not ($HALF_A)" ;;
+  gpu-a) PART=gpu GPU_K="$THIRD_A" ;;
+  gpu-b) PART=gpu GPU_K="not ($THIRD_A) and not ($THIRD_C)" ;;
+  gpu-c) PART=gpu GPU_K="$THIRD_C" ;;
 esac
 if [ "${PART:-}" = gpu ]; then
   # GPU_S: pytest's time limit (SIGINT: pytest still prints what failed); GPU_K: a -k expression (a part, where device time is short)
   timeout -s INT -k 20 ${GPU_S:-560} python3 -m pytest -v -rfE -m gpu -p no:cacheprovider tests/test_gpu.py \
     tests/test_gpu_faults.py tests/test_kernel_mode.py tests/test_gpu_witness.py --durations=20 ${GPU_K:+-k "$GPU_K"} \
-    > "$out/pytest-gpu.txt" 2>&1
-  tail -45 "$out/pytest-gpu.txt"
+    > "$out/pytest-$label.txt" 2>&1
+  tail -45 "$out/pytest-$label.txt"
 fi
 if [ "${PART:-}" = sweep ] || [ -n "${SWEEP:-}" ]; then
   sweep4 kept; tail -30 "$out/sweep-kept.txt"
 fi
+}
+for PART in ${PART//,/ }; do one_part; done
