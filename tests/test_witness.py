@@ -411,7 +411,7 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     import torch
 
     from workers import harness
-    from workers.harness import WITNESS_SHARE, Harness, InputSet, JobError
+    from workers.harness import WITNESS_SHARE, Harness, InputSet
 
     h = Harness("cpu")
     h.is_cuda = True  # the sizing alone: no device memory is touched
@@ -456,7 +456,7 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     monkeypatch.setattr(harness, "SHORT_WAIT_S", 5.0)
     assert fit((8, 4), 1, 1) == 4 and len(seen) == 3
     # 4 GiB of each: the contender's harness alone (185.5 GiB) is beyond the device
-    with pytest.raises(JobError, match=re.escape(
+    with pytest.raises(harness._TooLarge, match=re.escape(
             "(16.00 GiB each, with the outputs of 1 contender; not even 4) do not fit in the "
             "device's memory (80.0 GiB) beside the contenders' harnesses (about 185.5 GiB)")):
         fit((8, 4), 1, 4)
@@ -492,11 +492,13 @@ def test_a_judge_whose_draw_fails_frees_what_it_made(tmp_path, monkeypatch):
 def test_a_gpu_judge_out_of_memory_before_its_sizing_answers_unjudged(tmp_path, monkeypatch):
     """A GPU judge whose first draw runs out of device memory (another process holding all
     of it) cannot tell whose memory it is: it answers `unjudged` (the contest's answers set
-    aside), never an error that lets the contest go without witness turns. A failure of
-    ref.py's own is answered `witnessless` (the contest goes without witness turns, said
-    so); any other is raised (the judge's failure: unjudged, workers.judge)."""
+    aside), never an error that lets the contest go without witness turns. On a GPU ref.py's
+    errors are raised too (the judge's failure: unjudged, workers.judge; a cuBLAS handle
+    refused for want of memory reads as ref.py's); on a CPU they are answered
+    `witnessless` (the contest goes without witness turns, said so)."""
     import torch
 
+    from workers import harness
     from workers.harness import Harness, JobError
 
     h = Harness("cpu")
@@ -513,6 +515,16 @@ def test_a_gpu_judge_out_of_memory_before_its_sizing_answers_unjudged(tmp_path, 
         assert got["status"] == "error" and got["unjudged"] is True, got
         assert got["error"].startswith("the judge ran out of device memory drawing its "
                                        "witness sets ("), got
+    refused = JobError("error", "ref.py: reference() raised RuntimeError('CUDA error: "
+                       "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`')")
+    monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(refused))
+    with pytest.raises(JobError, match="CUBLAS_STATUS_ALLOC_FAILED"):
+        h.witness(ask)  # a GPU judge's: ref.py's errors are raised (unjudged, workers.judge)
+    large = harness._TooLarge("error", "the witness turns' input sets do not fit")
+    monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(large))
+    assert h.witness(ask) == {"status": "error", "witnessless": True,  # the problem's own
+                              "error": "the witness turns' input sets do not fit"}
+    h.is_cuda = False  # a CPU judge's: ref.py's own
     monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(
         JobError("error", "ref.py: inputs() raised ValueError('bad seed')")))
     got = h.witness(ask)

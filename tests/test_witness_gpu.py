@@ -246,23 +246,25 @@ def test_any_other_failure_of_a_gpu_judge_leaves_the_contest_unjudged(monkeypatc
 
 
 def test_a_host_that_cannot_take_gpu_witness_turns_says_so_once(monkeypatch):
-    """A GPU device actor on a host that cannot take witness turns (workers.witness
-    ``host_why``: no ptrace access, no schedstat, no driver bindings: nothing a candidate
-    can change) runs its contests without them, said, asking the host once; where the host
-    can, the judge is asked."""
+    """A GPU device actor on a host that cannot take witness turns (workers.witness_gpu
+    ``host_why``: no ptrace access, no schedstat, the driver refusing exportable memory:
+    nothing a candidate can change) runs its contests without them, said, asking the host
+    once; where the host can, or cannot tell now, the judge is asked."""
     from workers.device_actor import DeviceActor
 
     actor = DeviceActor("cpu")
     actor.backend = "cuda"  # the GPU's branch alone: no GPU is touched
-    asked = []
-    monkeypatch.setattr(witness, "host_why", lambda gpu=False: asked.append(gpu) or "no ptrace")
+    answers = [None, "no ptrace", "never asked"]
+    monkeypatch.setattr(witness_gpu, "host_why", lambda: answers.pop(0))
     monkeypatch.setattr(judge, "prepare", lambda *a, **k: judge.Judging(None, why="asked"))
     try:
+        # not known now (the driver out of memory): the judge is asked, the host again later
+        assert actor._judging([{}], 5.0).why == "asked"
         for _ in range(2):
             got = actor._judging([{}], 5.0)
             assert (got.said, got.unjudged) == (
                 "none: this host cannot take them: no ptrace", False), got
-        assert asked == [True]
+        assert answers == ["never asked"]
         actor.host_why = ""
         assert actor._judging([{}], 5.0).why == "asked"
     finally:
@@ -386,3 +388,33 @@ def test_a_gpu_turn_is_written_once_the_device_is_idle_and_probed_after(monkeypa
     got, ms = plan.early(2, mine, 0)
     assert got == b"" and ms >= 0 and imp.copies[-1] == (1009000, 2004000, 4096)
     assert plan.take(2, mine, 0, got) == ""
+
+
+def test_the_host_is_asked_what_no_candidate_can_change(monkeypatch):
+    """workers.witness_gpu ``host_why``: "" where the host can take GPU witness turns; the
+    driver's refusal of exportable memory is the host's (said); its running out of memory
+    is not known now (None: another process can bring it about); so is a check that cannot
+    start. workers.witness ``host_why`` tries a child for real: here (root) it is reached,
+    and a host whose schedstat or children cannot be read is said."""
+    assert witness.host_why(gpu=True) == ""
+    monkeypatch.setattr(devmem, "self_check", lambda: None)
+    assert witness_gpu.host_why() == ""
+    refusals = {"cuMemCreate: CUDA_ERROR_NOT_SUPPORTED":
+                "the driver: cuMemCreate: CUDA_ERROR_NOT_SUPPORTED",
+                "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY": None,
+                "cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY": None}
+    for msg, said in refusals.items():
+        def refused(msg=msg):
+            raise devmem.DevMemError(msg)
+        monkeypatch.setattr(devmem, "self_check", refused)
+        assert witness_gpu.host_why() == said, msg
+    monkeypatch.setattr(witness, "host_why", lambda gpu=False: (_ for _ in ()).throw(
+        BlockingIOError(11, "Resource temporarily unavailable")))
+    assert witness_gpu.host_why() is None
+    monkeypatch.undo()
+    monkeypatch.setattr(witness, "threads_cpu_ns", lambda pids: {})
+    assert witness.host_why(gpu=True) == ("a child's thread CPU time cannot be read "
+                                          "(/proc/PID/task/PID/schedstat)")
+    monkeypatch.undo()
+    monkeypatch.setattr(witness, "_children", lambda pid: [])
+    assert witness.host_why().startswith("a process's children cannot be read")

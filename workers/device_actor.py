@@ -50,7 +50,8 @@ class DeviceActor:
         self.bare: Sandbox | None = None
         self._bare_start: Future[None] | None = None
         self.device_class = device_class
-        # why this host cannot take GPU witness turns ("": it can; None: not yet asked)
+        # why this host cannot take GPU witness turns ("": it can; None: not yet known,
+        # workers.witness_gpu ``host_why``)
         self.host_why: str | None = None
         self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
         self.sandbox = Sandbox(backend, env)
@@ -225,13 +226,13 @@ class DeviceActor:
         second harness (:meth:`judge`), which never loads candidate code, only where the
         device actor can reach a harness's memory (else none, and why: the contest's
         ``witness``): on a GPU its device memory (workers.witness_gpu), where a judge that
-        fails on a host that can take witness turns (workers.witness ``host_why``) leaves
-        the contest unjudged (workers.judge ``prepare``)."""
+        fails on a host not known to be unable to take witness turns (workers.witness_gpu
+        ``host_why``) leaves the contest unjudged (workers.judge ``prepare``)."""
         if witness.TURNS <= 0:
             return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
         gpu = self.backend != "cpu"
         if gpu and self.host_why is None:  # once: what no candidate's process can change
-            self.host_why = witness.host_why(gpu=True)
+            self.host_why = witness_gpu.host_why()  # (None: not known now; asked again)
         if gpu and self.host_why:
             return judge.Judging(None, why=f"this host cannot take them: {self.host_why}")
         return judge.prepare(self.judge(), jobs, timeout_s, gpu=gpu, fresh=fresh,

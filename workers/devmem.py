@@ -287,6 +287,16 @@ class Importer:
         self.maps.clear()
 
 
+def self_check(device: int = 0) -> None:
+    """What a GPU's witness turns need of the driver first, tried within this process: a
+    page of exportable device memory made on ``device`` (in the :func:`importer`'s
+    context) and exported as a file descriptor, then let go (a driver that refuses it,
+    under WSL or some virtual GPUs, refuses every harness's). Its import elsewhere is not
+    tried here. Raises DevMemError naming the call the driver refused."""
+    importer().current()
+    free(allocate(1, device))
+
+
 _IMPORTER: Importer | None = None
 
 

@@ -1579,10 +1579,10 @@ class Harness:
         element); its cached blocks given back. Answers ``unjudged`` with the ``error``
         where only other processes' memory keeps the sets out (:meth:`_witness_fit`), or a
         GPU's memory ran out before the sizing could tell (a co-tenant holding all of it);
-        what it made is freed when a draw fails. Only a failure that is the problem's own
-        (ref.py's, or sets too large for the device beside the contenders: a JobError) is
-        answered ``witnessless``; any other leaves the contest unjudged
-        (workers.judge ``prepare``)."""
+        what it made is freed when a draw fails. Only a failure that is the problem's own is
+        answered ``witnessless``: sets too large for the device beside the contenders, and
+        on a CPU ref.py's errors; any other leaves a GPU's contest unjudged (workers.judge
+        ``prepare``)."""
         _same_reference(entry)
         key = (_data_key(entry, True), json.dumps([entry["signature"], entry["tolerance"]],
                                                   sort_keys=True), n, copies)
@@ -1607,8 +1607,10 @@ class Harness:
             if self.is_cuda and _out_of_memory(e):  # before its sizing could say whose
                 return {"status": Status.ERROR, "unjudged": True, "error": "the judge ran "
                         f"out of device memory drawing its witness sets ({str(e)[:200]})"}
-            if isinstance(e, JobError):  # the problem's own (ref.py's, or sets too large
-                # for the device): the contest goes without witness turns, said so
+            if isinstance(e, _TooLarge) or isinstance(e, JobError) and not self.is_cuda:
+                # the problem's own: the contest goes without witness turns, said so. On a
+                # GPU ref.py's errors are not (a cuBLAS handle or a module load refused for
+                # want of memory another process holds reads as ref.py's: a red-team review)
                 return {"status": e.status, "error": str(e), "witnessless": True}
             raise
         finally:
@@ -1658,7 +1660,7 @@ class Harness:
         :data:`WITNESS_SHARE` of the device's free memory (this process's cached blocks
         counted free) and in what ``copies`` contenders' harnesses leave of it (:func:`_rivals`),
         each set with the contenders' outputs and the null turns' stage beside; else the
-        least, where they fit in what the contenders leave. Raises JobError ``error`` where
+        least, where they fit in what the contenders leave. Raises :class:`_TooLarge` where
         the least would not fit in the device's whole memory beside the contenders (the
         problem's sizes: no witness turns, said), and :class:`_Short` where only memory
         held by other processes keeps them out for :data:`SHORT_WAIT_S` (a contest then has
@@ -1690,7 +1692,7 @@ class Harness:
             if int((free - rivals - stage - CONTEXT_BYTES) // per) >= n[1]:  # a margin
                 return n[1]
             if (whole - rivals - stage) // per < n[1]:
-                raise JobError(Status.ERROR, f"{said} do not fit in the device's memory "
+                raise _TooLarge(Status.ERROR, f"{said} do not fit in the device's memory "
                                f"({mem_total / 2**30:.1f} GiB) beside the contenders' "
                                f"harnesses (about {rivals / 2**30:.1f} GiB)")
             if time.perf_counter() >= deadline:
@@ -3261,6 +3263,12 @@ def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or (
         isinstance(e, (devmem.DevMemError, JobError)) and any(
             w in str(e) for w in ("OUT_OF_MEMORY", "OutOfMemoryError")))
+
+
+class _TooLarge(JobError):
+    """A GPU judge's least witness sets that would not fit in the device's whole memory
+    beside the contenders' harnesses: the problem's sizes, no one's doing
+    (:meth:`Harness._witness_fit`)."""
 
 
 class _Short(Exception):

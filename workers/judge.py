@@ -54,9 +54,9 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
     samples are held to their witness calls' CPU (workers.witness ``Plan``); as many input
     sets are drawn as its contenders take turns (``Plan.turns``). ``gpu``: in device memory
     (workers.witness_gpu ``DevicePlan``); there every failure but one that is the problem's
-    own (the judge's answer ``witnessless``: ref.py's, sets too large for the device) is
+    own (the judge's answer ``witnessless``: sets too large for the device) is
     ``unjudged``, the contest's answers set aside: on a host whose device actor can reach
-    a harness (workers.witness ``host_why``, checked first by the device actor), a refused
+    a harness (workers.witness_gpu ``host_why``, asked first by the device actor), a refused
     context, mapping or busy GPU is another process's doing (every GPU of a host is
     reachable from every sandbox), and must not let a contest go without witness turns.
     ``fresh``: sets drawn anew, where the judge would keep the last contest's

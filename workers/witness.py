@@ -160,6 +160,9 @@ def host_why(gpu: bool = False) -> str:
         why = _reach(child.pid)
         if not why and not threads_cpu_ns([child.pid]):
             why = "a child's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
+        if not why and str(child.pid) not in _children(os.getpid()):
+            why = ("a process's children cannot be read (/proc/PID/task/PID/children, "
+                   "CONFIG_PROC_CHILDREN): a sandbox's harness cannot be found")
     finally:
         child.kill()
         child.wait()
@@ -170,6 +173,19 @@ def host_why(gpu: bool = False) -> str:
     except devmem.DevMemError as e:
         return str(e)
     return ""
+
+
+def _children(pid: int) -> list[str]:
+    """The child pids of every thread of process ``pid`` (``/proc/PID/task/TID/children``);
+    [] where they cannot be read."""
+    out: list[str] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += f.read().split()
+    except OSError:
+        return []
+    return out
 
 
 def _reach(pid: int) -> str:
