@@ -7,7 +7,7 @@
 # list), each with its phases. PART=gpu: `pytest -m gpu` whole, with durations.
 # PART=sweep: the 4-candidate vector_add sweep alone, with its contests' witness figures.
 # PART=cold: the cold sweep against Kernel Tuner and the guards' cost alone (targets' first two).
-# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|gpu|gpu-a|gpu-b|gpu-c|sweep
+# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|gpu|gpu-a|gpu-b|gpu-c|gpu-x|gpu-y|sweep
 # bash docs/verified/h200_session37.sh; PART may name several, comma-separated, run in order
 # (PART=sweep runs after the pytest part when SWEEP=1 is set beside another PART)
 set -uo pipefail
@@ -48,8 +48,13 @@ fi
 # turns, and no longer fits in one 600 s device call)
 THIRD_A="ncu_loop or vector_add_sweep or faults_are_rows or kernel_mode or twenty_honest"
 THIRD_C="plausibility_gate or patched_gpu_clock or gpu_forgers or honest_gpu_contenders"
+# gpu-x / gpu-y: the same in two parts of about 490 and 450 s of tests (H100, the same
+# commits), for a session whose device time allows only two calls
+HALF_X="$THIRD_A or l2_set_aside or real_ncu_capture or preflight_on or prestarted or nvml or leak_measure"
 local label=$PART GPU_K=${GPU_K:-}
 case "${PART:-}" in
+  gpu-x) PART=gpu GPU_K="$HALF_X" ;;
+  gpu-y) PART=gpu GPU_K="not ($HALF_X)" ;;
   gpu-a) PART=gpu GPU_K="$THIRD_A" ;;
   gpu-b) PART=gpu GPU_K="not ($THIRD_A) and not ($THIRD_C)" ;;
   gpu-c) PART=gpu GPU_K="$THIRD_C" ;;
