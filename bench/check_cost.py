@@ -18,7 +18,9 @@ Both use the sweep's timing (warm-up, L2 flush, samples until the median is stab
 candidate it reports the job's wall seconds (the harness's answer time, sandbox round trip
 included) and the median; the summary gives the extra seconds per candidate (mean, median) and
 how many honest medians differ beyond noise (kopt.core.compare.label, NVBench's rule) between the
-two procedures. Prints one JSON report; writes check_cost.json under --out.
+two procedures, the per-candidate ratio of walls (median), and where each procedure's wall
+went (each part's median, workers.harness ``Harness.lap``). Prints one JSON report; writes
+check_cost.json under --out.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def main() -> None:
                 got[kind] = sb.run(jj, space.timing.timeout_s)
             rows.append({"candidate_id": c.candidate_id, "params": c.params,
                          **{f"{k}_{f}": got[k].get(f) for k in got
-                            for f in ("status", "median_ms", "iqr_ms", "n_samples", "wall_s")}})
+                            for f in ("status", "median_ms", "iqr_ms", "n_samples", "wall_s",
+                                      "parts_ms")}})
     finally:
         sb.close()
     both = [r for r in rows if r["guarded_status"] == r["unguarded_status"] == "ok"]
@@ -117,8 +120,26 @@ def main() -> None:
             "median": statistics.median(ratio) if ratio else None,
             "min": min(ratio, default=None), "max": max(ratio, default=None)},
         "labels": {k: labels.count(k) for k in ("TIED", "FASTER", "SLOWER")},
+        # per candidate: the mean is set by any one whose samples do not settle (hundreds
+        # of samples on one side: docs/verified/2026-12-06-session46.md)
+        "wall_ratio_per_candidate": {
+            "median": statistics.median(wall) if (wall := [
+                r["guarded_wall_s"] / r["unguarded_wall_s"] for r in both]) else None},
+        "parts_ms_median": parts_medians(both),
         "rows": rows}
     write_report(a.out, "check_cost", report)
+
+
+def parts_medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per procedure (guarded, unguarded) and part of a job's wall time (workers.harness
+    ``Harness.lap``: prepare, check, warm_up, time, draws, own, probe), the median over
+    ``rows`` (ms; a part a job did not have counts 0)."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in ("guarded", "unguarded"):
+        got = [r.get(f"{kind}_parts_ms") or {} for r in rows]
+        names = sorted({k for g in got for k in g})
+        out[kind] = {k: statistics.median(g.get(k, 0.0) for g in got) for k in names}
+    return out
 
 
 if __name__ == "__main__":

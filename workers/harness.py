@@ -450,6 +450,9 @@ class Harness:
         self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
+        # where a timed job's wall time went (ms, :meth:`lap`): bench/check_cost.py's
+        # breakdown; a figure of this process, which candidate code shares: never a verdict
+        self.parts: dict[str, float] = {}
         # a clock job's start: returns once the sandbox says "go" (its outside clock started
         # before it sent that); in-process use (tests) has no sandbox to wait for
         self.await_go: Callable[[], None] = lambda: None
@@ -692,6 +695,7 @@ class Harness:
                    job["tolerance"])
             d.reserve += sets
             self.own(time.perf_counter() - t0)
+            self.lap("draws", t0)
             if used is not None:
                 torch.cuda.synchronize()
                 self._drawn += (self._device_used() or 0) - used
@@ -1069,6 +1073,8 @@ class Harness:
         job's budget, here and in the sandbox's wait (a ``{"stage": "own"}`` progress
         message). Counted in it, a memory-bound honest kernel of 33 ms with 128 MB arrays
         was `too_slow` on a loaded 2-core machine (two checks took 16-60 s of its 60 s)."""
+        if seconds > 0:
+            self.parts["own"] = self.parts.get("own", 0.0) + seconds * 1e3
         if seconds > 0 and math.isfinite(self._deadline):
             self._deadline += seconds
             self.progress({"stage": "own", "s": seconds})
@@ -1081,6 +1087,18 @@ class Harness:
             return True
         self._cut = (now, need)  # what the too_slow line states (:meth:`slow_text`)
         return False
+
+    def lap(self, part: str, t0: float) -> float:
+        """The wall time since ``t0`` (``time.perf_counter``, s) added to ``part`` of this
+        job's :attr:`parts` (ms); returns the time now. Parts: ``prepare`` (the problem's
+        input sets and expected outputs), ``check`` (the checked calls), ``time`` (warm-up
+        and samples, with the calls on never-seen sets), ``probe`` (work left running,
+        guarded jobs only), and within them ``warm_up``, ``draws`` (never-seen sets drawn,
+        ref.py run on them) and ``own`` (:meth:`own`: the harness's own work, draws and
+        checks of outputs)."""
+        now = time.perf_counter()
+        self.parts[part] = self.parts.get(part, 0.0) + (now - t0) * 1e3
+        return now
 
     def warm_up(self, lib: Any, job: dict, d: Data, call_ms: float = 0.0) -> int:
         """Call ``solve`` at least twice, input sets alternating as in the samples, and for
@@ -1268,7 +1286,9 @@ class Harness:
         t = job["timing"]
         guarded = not (job.get(UNGUARDED) or isinstance(lib, RefCall)) and bool(d.unseen)
         mix = _Unseen(self, lib, job, d) if guarded else None
+        t0 = time.perf_counter()
         n_warm = self.warm_up(lib, job, d, call_ms)
+        self.lap("warm_up", t0)
         self.check_cuda(lib, "warm-up")
         clean: list[float] = []  # samples of batches no observer called disturbed
         held: list[float] = []  # samples of disturbed (throttled) batches, set aside
@@ -2114,7 +2134,9 @@ class Harness:
             self.witness if job.get("witness_of") else None
         if special is not None:
             return special(job)
+        self.parts, t = {}, time.perf_counter()
         d = self.prepare(job, reference=not job.get("no_reference"), probe=bool(job.get(PROBE)))
+        t = self.lap("prepare", t)
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0
         self.progress({"stage": "prepared"})
@@ -2126,7 +2148,9 @@ class Harness:
         used0 = self._device_used()
         out: dict[str, Any] = {"input_sets": len(d.sets)}
         try:
+            t = time.perf_counter()
             err, call_ms, msg = self.checked_calls(lib, job, d)
+            t = self.lap("check", t)
             out["max_abs_err"], out["max_rel_err"] = err, self.worst_rel
             if msg:
                 return {**out, "status": "escaped" if self.lazy else "wrong_result",
@@ -2134,12 +2158,15 @@ class Harness:
             if job.get("check_only"):
                 return {**out, "status": "ok", "error": ""}
             used1 = self._device_used()
+            t = time.perf_counter()
             out.update(self.time(lib, job, d, call_ms))
+            t = self.lap("time", t)
             bad = self.tampered(d, 0, self.last_set)
             if bad:  # the next candidate still gets clean inputs: they are copied per call
                 return {**out, "status": "wrong_result", "error": bad + " (during timing)"}
             if not job.get(UNGUARDED):
                 out.update(self.full_time(lib, job, d))
+                self.lap("probe", t)
         except _Wrong as e:
             return {**out, "status": "escaped" if self.lazy else "wrong_result",
                     "error": f"{e} (during timing)"}
@@ -3061,8 +3088,11 @@ def _unfit(watch: list[tuple[Any, str, Any]], c_watch: dict[str, tuple[int | Non
 def _run_one(h: Harness, job: Any) -> dict:
     """``job`` run (:meth:`Harness.run`), its outcome with ``fatal``; never raises."""
     try:
+        h.parts = {}
         res = h.run(job.payload() if isinstance(job, RunJob) else job)
         res.setdefault("fatal", False)
+        if h.parts:  # where its wall time went (Harness.lap): a benchmark's breakdown
+            res["parts_ms"] = {k: round(v, 3) for k, v in h.parts.items()}
         if h.signal_escapes:  # what such code left in this process: gone with it
             res["fatal"] = True
     except JobError as e:
