@@ -28,3 +28,52 @@ def test_a_jobs_answer_says_where_its_wall_time_went(tmp_path):
     assert plain["status"] == "ok" and "probe" not in plain["parts_ms"], plain["parts_ms"]
     assert _run_one(h, {**honest_job(tmp_path), "witness_of": "nothing"}).get(
         "parts_ms") is None  # a special job: none
+
+
+def test_a_contests_answer_says_where_its_wall_time_went(tmp_path):
+    """The device actor's contest of two honest contenders answers ``parts_ms`` (its
+    harness ended, the judge's sets and null turns, the contenders in turns with the
+    slowest one's own parts, the judge's check) and ``takes``; the loop's phase detail
+    says them in seconds (kopt.loop.contests ``parts_text``)."""
+    from test_faults import PACK
+    from test_turns import ROUNDS, contender
+
+    from kopt.loop.contests import parts_text
+    from kopt.util.words import counted
+    from workers.device_actor import DeviceActor
+
+    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    o, art_o = contender(tmp_path / "o", PACK / "faults.cpp", {"MODE": 0}, "other")
+    actor = DeviceActor("cpu")
+    t0 = time.perf_counter()
+    try:
+        res = actor.contest([h, o], ROUNDS, art_h, art_o)
+    finally:
+        actor.shutdown()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    assert res["status"] == "ok", res
+    parts, takes = res["parts_ms"], res["takes"]
+    assert takes >= 1
+    assert {"fresh", "judge", "turns", "check", "contender_prepare", "contender_check",
+            "contender_warm_up", "contender_rounds", "contender_witness"} <= set(parts), parts
+    assert parts["judge"] > 0 and parts["turns"] > parts["contender_rounds"] > 0, parts
+    assert sum(parts[k] for k in ("fresh", "judge", "turns", "check")) <= wall_ms
+    said = parts_text(res)
+    assert said.startswith(f"; {counted(takes, 'take')}: "), said
+    for k, v in parts.items():  # each part of 0.05 s or more, in seconds; none below
+        shown = f"{k.removeprefix('contender_')} {v / 1e3:.1f} s"
+        assert (shown in said) == (v >= 50), (k, v, said)
+
+
+def test_a_contests_parts_are_said_in_seconds():
+    """kopt.loop.contests ``parts_text``: the device actor's parts first, then the slowest
+    contender's; parts under 0.05 s left out; nothing for an answer without parts."""
+    from kopt.loop.contests import parts_text
+
+    res = {"takes": 2, "parts_ms": {"fresh": 3.0, "judge": 4100.0, "turns": 20349.0,
+                                    "contender_prepare": 6200.0, "contender_rounds": 9000.0,
+                                    "contender_wait": 12.0, "check": 800.0}}
+    assert parts_text(res) == ("; 2 takes: judge 4.1 s, turns 20.3 s, check 0.8 s, the "
+                               "slowest contender's prepare 6.2 s, rounds 9.0 s")
+    assert parts_text({"status": "error", "error": "lost"}) == ""
+    assert parts_text({"takes": 0, "parts_ms": {}}) == ""

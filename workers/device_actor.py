@@ -50,6 +50,8 @@ class DeviceActor:
         self.bare: Sandbox | None = None
         self._bare_start: Future[None] | None = None
         self.device_class = device_class
+        # where the last contest's wall time went (ms, :meth:`_take`)
+        self.parts: dict[str, float] = {"takes": 0}
         # why this host cannot take GPU witness turns ("": it can; None: not yet known,
         # workers.witness_gpu ``host_why``)
         self.host_why: str | None = None
@@ -117,9 +119,10 @@ class DeviceActor:
 
         Returns ``status``, ``error`` and ``results``: per job in order, ``median_ms``,
         ``iqr_ms``, ``n_samples``, ``samples_ms``; a failed contest names the job keys at
-        fault (``failed``) and each one's status (``failed_status``).
+        fault (``failed``) and each one's status (``failed_status``); ``parts_ms``, where
+        its wall time went (:meth:`_take`, summed over its takes), and ``takes``.
         """
-        t0 = time.perf_counter()
+        t0, self.parts = time.perf_counter(), {"takes": 0}
         try:
             paths = [str(ensure_artifact(j["build_id"], a)) for j, a in zip(jobs, artifacts)]
             # in turns alone too (each sample within a turn its sandbox times: workers.turns
@@ -129,6 +132,8 @@ class DeviceActor:
             res = self._in_turns(jobs, each, sum(j["timing"]["timeout_s"] for j in jobs) * 2)
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
+        takes = int(self.parts.pop("takes"))
+        res.update(parts_ms={k: round(v, 3) for k, v in self.parts.items()}, takes=takes)
         self.busy_s += time.perf_counter() - t0
         return res
 
@@ -182,10 +187,16 @@ class DeviceActor:
         """One take of :meth:`_in_turns`' contest: its answer, each contender's answer
         (workers.judge ``judged``) and the CPU time (ms) this device's own held harness used
         meanwhile (workers.hold ``used_ms``); ``fresh``: its witness turns on input sets
-        drawn anew. Raises what the sandboxes raise."""
+        drawn anew. Adds to :attr:`parts` (ms) the device's harness ended (``fresh``), the
+        judge's sets and null turns (``judge``), the contenders' sandboxes in turns
+        (``turns``; within it, the slowest contender's harness parts, workers.harness
+        ``Harness.lap``, as ``contender_PART``) and the judge's check (``check``). Raises
+        what the sandboxes raise."""
         boxes = [Sandbox(self.backend, self.env) for _ in jobs]
+        t, self.parts["takes"] = time.perf_counter(), self.parts.get("takes", 0) + 1
         if self.backend != "cpu":  # its device memory to the contest (what ran there ends):
             self.fresh()  # beside it and the judge, an honest contender ran out (an H100)
+        t = self._lap("fresh", t)
         # held from before the judge's null turns, alone too: code an earlier job left there
         # slowed the null turns (a lower baseline for every contender) or, unheld, could
         # carry the judge's kept input sets from one contest's contender to the next's
@@ -193,9 +204,12 @@ class DeviceActor:
         held, judging = self.sandbox.pause(), judge.Judging(None, why="not prepared")
         try:
             judging = self._judging(jobs, timeout_s, fresh)
+            t = self._lap("judge", t)
             answers = turns.run_in_turns(
                 boxes, [{**e, "witness": witness.TURNS if judging.plans else 0}
                         for e in each], timeout_s, judging.plans)
+            t = self._lap("turns", t)
+            self._slowest([a.get("parts_ms") for a in answers])
             # the contenders ended, and what the actor mapped of them let go, before the
             # judge's check (their outputs are in the judge's memory): one that took the
             # device's memory made the check fail (a red-team review)
@@ -203,6 +217,7 @@ class DeviceActor:
                 box.kill()
             judge.close(judging)
             answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
+            self._lap("check", t)
             if judging.unjudged:  # memory taken on purpose must not turn witness turns off
                 answers = [witness.unchecked(a, judging.why) for a in answers]
             if stuck := sum(p.stuck for p in judging.plans or []):
@@ -219,6 +234,22 @@ class DeviceActor:
             for box in boxes:
                 box.close()
         return res, answers, used
+
+    def _lap(self, part: str, t0: float) -> float:
+        """The wall time since ``t0`` (``time.perf_counter``, s) added to ``part`` of
+        :attr:`parts` (ms); returns the time now."""
+        now = time.perf_counter()
+        self.parts[part] = self.parts.get(part, 0.0) + (now - t0) * 1e3
+        return now
+
+    def _slowest(self, parts: list[Any]) -> None:
+        """The harness parts (workers.harness ``Harness.lap``) of the contender whose
+        parts sum the most, of ``parts`` (one per contender; not a dict where a harness
+        said none), added to :attr:`parts` as ``contender_PART`` (ms)."""
+        said = [p for p in parts if isinstance(p, dict) and all(
+            isinstance(v, (int, float)) for v in p.values())]
+        for k, v in max(said, key=lambda p: sum(p.values()), default={}).items():
+            self.parts[f"contender_{k}"] = self.parts.get(f"contender_{k}", 0.0) + float(v)
 
     def _judging(self, jobs: list[dict[str, Any]], timeout_s: float, fresh: bool = False
                  ) -> judge.Judging:

@@ -450,9 +450,7 @@ class Harness:
         self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
-        # where a timed job's wall time went (ms, :meth:`lap`): bench/check_cost.py's
-        # breakdown; a figure of this process, which candidate code shares: never a verdict
-        self.parts: dict[str, float] = {}
+        self.parts: dict[str, float] = {}  # :meth:`lap`'s (never a verdict: see there)
         # a clock job's start: returns once the sandbox says "go" (its outside clock started
         # before it sent that); in-process use (tests) has no sandbox to wait for
         self.await_go: Callable[[], None] = lambda: None
@@ -1090,12 +1088,16 @@ class Harness:
 
     def lap(self, part: str, t0: float) -> float:
         """The wall time since ``t0`` (``time.perf_counter``, s) added to ``part`` of this
-        job's :attr:`parts` (ms); returns the time now. Parts: ``prepare`` (the problem's
-        input sets and expected outputs), ``check`` (the checked calls), ``time`` (warm-up
+        job's :attr:`parts` (ms); returns the time now. A figure of the harness's process,
+        which candidate code shares: bench/check_cost.py's breakdown, never a verdict.
+        Parts: ``prepare`` (the problem's input sets and expected outputs, the artifact's
+        load), ``check`` (the checked calls), ``time`` (warm-up
         and samples, with the calls on never-seen sets), ``probe`` (work left running,
         guarded jobs only), and within them ``warm_up``, ``draws`` (never-seen sets drawn,
         ref.py run on them) and ``own`` (:meth:`own`: the harness's own work, draws and
-        checks of outputs)."""
+        checks of outputs). A contest's (:meth:`contest`): ``prepare``, ``wait`` (for its
+        first turn), ``check`` (its checked calls, the stress check, the other sizes),
+        ``warm_up``, ``rounds`` and ``witness`` (its witness turns)."""
         now = time.perf_counter()
         self.parts[part] = self.parts.get(part, 0.0) + (now - t0) * 1e3
         return now
@@ -1432,21 +1434,18 @@ class Harness:
         made, and every round is a turn: a rival's processes, held meanwhile, cannot starve
         its checks (a red-team contender's spinners tried) or its samples.
         """
-        entries = job["contest"]
+        entries, t = job["contest"], time.perf_counter()
         d, wb = self._contest_data(job, entries[0])
+        t = self.lap("prepare", t)
         self.progress({"stage": "prepared"})
         if job.get("turns"):  # its code loads, is checked and warms up in a turn of its own
             self.progress({"stage": "turn"})
             self.await_go()
+        t = self.lap("wait", t)
         libs = [self.lib(e["artifact"], e["signature"]) for e in entries]
         self._deadline = math.inf
-        failed = []
-        for e, lib in zip(entries, libs):
-            _, _, msg = self.checked_calls(lib, e, d)
-            if msg:
-                failed.append((e["job_key"], msg))
-        failed += self._stress_check(entries, libs) if not failed else []
-        failed += self._check_dims(entries, libs) if not failed else []
+        failed = self._contest_checks(entries, libs, d)
+        t = self.lap("check", t)
         if failed:
             return {"status": Status.WRONG_RESULT, "failed": [k for k, _ in failed],
                     "error": "; ".join(f"{k}: {m}" for k, m in failed)}
@@ -1454,8 +1453,10 @@ class Harness:
             self.warm_up(lib, e, d)
         samples: list[list[float]] = [[] for _ in entries]
         unseen: list[list[float]] = [[] for _ in entries]
+        t = self.lap("warm_up", t)
         bad = self._rounds(libs, entries, d, int(job["rounds"]), (samples, unseen),
                            bool(job.get("turns")), not job.get("alone"))
+        t = self.lap("rounds", t)
         if bad:
             keys = sorted({b.split(":", 1)[0] for b in bad})
             return {"status": "wrong_result", "failed": keys, "error": "; ".join(bad)}
@@ -1474,7 +1475,21 @@ class Harness:
         if job.get("turns") and job.get("witness"):
             out[0]["witness_ms"] = self._witness_calls(libs[0], entries[0], d,
                                                        out[0]["median_ms"], wb)
+            self.lap("witness", t)
         return {"status": "ok", "error": "", "results": out}
+
+    def _contest_checks(self, entries: list[dict], libs: list[Any], d: Data
+                        ) -> list[tuple[str, str]]:
+        """:meth:`contest`'s checks before its rounds: each contender's checked calls, then
+        (none failing) the stress check and the other problem sizes; the failures, as
+        (job key, why)."""
+        failed = []
+        for e, lib in zip(entries, libs):
+            _, _, msg = self.checked_calls(lib, e, d)
+            if msg:
+                failed.append((e["job_key"], msg))
+        failed += self._stress_check(entries, libs) if not failed else []
+        return failed + (self._check_dims(entries, libs) if not failed else [])
 
     def _contest_data(self, job: dict, entry: dict) -> tuple[Data, Buffers | None]:
         """A contest's prepared problem (:meth:`prepare`) and, on a GPU whose contest takes
@@ -2129,14 +2144,10 @@ class Harness:
         self.reset_persisting_l2()
         if self.native is not None:  # a change since the last job's looks is not this job's
             native.handlers_changed()
-        special = self.contest if job.get("contest") else self.clock if job.get(
-            "clock_calls") else self.time_reference if job.get("time_reference") else \
-            self.witness if job.get("witness_of") else None
-        if special is not None:
+        if (special := self._special(job)) is not None:
             return special(job)
-        self.parts, t = {}, time.perf_counter()
+        self.parts, t0 = {}, time.perf_counter()
         d = self.prepare(job, reference=not job.get("no_reference"), probe=bool(job.get(PROBE)))
-        t = self.lap("prepare", t)
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0
         self.progress({"stage": "prepared"})
@@ -2148,7 +2159,7 @@ class Harness:
         used0 = self._device_used()
         out: dict[str, Any] = {"input_sets": len(d.sets)}
         try:
-            t = time.perf_counter()
+            t = self.lap("prepare", t0)  # with the artifact's load
             err, call_ms, msg = self.checked_calls(lib, job, d)
             t = self.lap("check", t)
             out["max_abs_err"], out["max_rel_err"] = err, self.worst_rel
@@ -2158,7 +2169,6 @@ class Harness:
             if job.get("check_only"):
                 return {**out, "status": "ok", "error": ""}
             used1 = self._device_used()
-            t = time.perf_counter()
             out.update(self.time(lib, job, d, call_ms))
             t = self.lap("time", t)
             bad = self.tampered(d, 0, self.last_set)
@@ -2179,6 +2189,13 @@ class Harness:
                         "error": f"{e} after leaking {leak / 2**20:.0f} MiB of device memory"}
             raise
         return self._verdict(out, job, call_ms, self._leak(used1))
+
+    def _special(self, job: dict) -> Callable[[dict], dict] | None:
+        """The method that runs ``job`` when it is not a timed candidate's: a contest, a
+        clock block, ref.py's timing or a witness job (None for a timed candidate)."""
+        return self.contest if job.get("contest") else self.clock if job.get(
+            "clock_calls") else self.time_reference if job.get("time_reference") else \
+            self.witness if job.get("witness_of") else None
 
     def _verdict(self, out: dict[str, Any], job: dict, call_ms: float, leak: int
                  ) -> dict[str, Any]:

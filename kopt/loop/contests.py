@@ -128,13 +128,15 @@ class SideBySide:
         arts = [self.ctx.builder.artifacts[e[1]] for e in entries]
         info = self.ctx.runner.infos[self.device]
         self.ctx.phases.begin("contest", info)
+        res: dict[str, Any] = {}
         try:
-            return self.ctx.runner.call(self.device, "contest", jobs, rounds, *arts)
+            res = self.ctx.runner.call(self.device, "contest", jobs, rounds, *arts)
+            return res
         except DeviceError as e:
             return {"status": Status.LOST, "error": str(e), "actor": True}
         finally:
             self.ctx.phases.end("contest", info, detail=f"{counted(len(cids), 'contender')}, "
-                                f"{counted(rounds, 'round')}")
+                                f"{counted(rounds, 'round')}{parts_text(res)}")
 
     def _size(self, dims: str) -> str:
         """Contest one problem size until it passes; returns an error that stops it all."""
@@ -325,6 +327,23 @@ class SideBySide:
             why = textwrap.shorten(w.splitlines()[0], 800, placeholder=" ...")
             self.ctx.fault(f"contest on {self.dc}: candidate {c} failed its check ({why}); "
                            "dropped: it cannot win")
+
+
+def parts_text(res: dict[str, Any]) -> str:
+    """Where a contest's wall time went, from its ``parts_ms`` and ``takes``
+    (workers.device_actor ``DeviceActor._take``), for its phase's detail: ``"; 1 take:
+    judge 4.1 s, turns 20.3 s (the slowest contender's prepare 6.2 s, ...), check 0.8 s"``
+    (seconds, one decimal; parts under 0.05 s left out); "" where it has none."""
+    parts, takes = res.get("parts_ms"), res.get("takes")
+    if not isinstance(parts, dict) or not isinstance(takes, int) or not takes:
+        return ""
+    secs = {k: v / 1e3 for k, v in parts.items() if isinstance(v, (int, float)) and v >= 50}
+    own = [f"{k} {v:.1f} s" for k, v in secs.items() if not k.startswith("contender_")]
+    theirs = [f"{k.removeprefix('contender_')} {v:.1f} s" for k, v in secs.items()
+              if k.startswith("contender_")]
+    if theirs:
+        own.append(f"the slowest contender's {', '.join(theirs)}")
+    return f"; {counted(takes, 'take')}: {', '.join(own)}"
 
 
 def contest_rows(ctx: RunContext, it: int, dc: str, results: Results,
