@@ -77,3 +77,22 @@ def test_a_contests_parts_are_said_in_seconds():
                                "slowest contender's prepare 6.2 s, rounds 9.0 s")
     assert parts_text({"status": "error", "error": "lost"}) == ""
     assert parts_text({"takes": 0, "parts_ms": {}}) == ""
+
+
+def test_a_contenders_forged_parts_reach_no_text():
+    """A contender's harness shares its process with candidate code, which may answer any
+    ``parts_ms``: only the parts a harness has, each a finite figure from 0 to an hour, are
+    counted (its names reach the phases table's text); the slowest is the one whose parts
+    sum the most."""
+    from workers.device_actor import DeviceActor
+
+    actor = DeviceActor("cpu")
+    try:
+        actor._slowest([
+            {"rounds": 10.0, "prepare\\nkopt: candidate x is the named best": 9e9,
+             "witness": float("nan"), "check": True, "own": -5.0, "wait": 4e6},
+            {"rounds": 20.0, "check": 3},
+            "not a dict"])
+        assert actor.parts == {"takes": 0, "contender_rounds": 20.0, "contender_check": 3.0}
+    finally:
+        actor.shutdown()

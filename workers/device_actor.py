@@ -24,6 +24,9 @@ from workers.records import RunJob, RunOutcome
 from workers.sandbox import Sandbox
 from workers.status import Status
 
+# the parts of a contender's harness in a contest (workers.harness ``Harness.lap``)
+CONTEST_PARTS = ("prepare", "wait", "check", "warm_up", "rounds", "witness", "own", "draws")
+
 
 class DeviceActor:
     """Runs candidates on one device, one at a time.
@@ -244,12 +247,16 @@ class DeviceActor:
 
     def _slowest(self, parts: list[Any]) -> None:
         """The harness parts (workers.harness ``Harness.lap``) of the contender whose
-        parts sum the most, of ``parts`` (one per contender; not a dict where a harness
-        said none), added to :attr:`parts` as ``contender_PART`` (ms)."""
-        said = [p for p in parts if isinstance(p, dict) and all(
-            isinstance(v, (int, float)) for v in p.values())]
+        parts sum the most, of ``parts`` (one per contender, as its harness said: a
+        process candidate code shares), added to :attr:`parts` as ``contender_PART`` (ms):
+        only the parts a harness has (:data:`CONTEST_PARTS`), each a finite figure from 0
+        to an hour; what else a harness said is left out (its names reach the phases
+        table's text)."""
+        said = [{k: float(v) for k, v in p.items() if k in CONTEST_PARTS
+                 and type(v) in (int, float) and 0 <= v <= 3.6e6}
+                for p in parts if isinstance(p, dict)]
         for k, v in max(said, key=lambda p: sum(p.values()), default={}).items():
-            self.parts[f"contender_{k}"] = self.parts.get(f"contender_{k}", 0.0) + float(v)
+            self.parts[f"contender_{k}"] = self.parts.get(f"contender_{k}", 0.0) + v
 
     def _judging(self, jobs: list[dict[str, Any]], timeout_s: float, fresh: bool = False
                  ) -> judge.Judging:
