@@ -7,7 +7,7 @@
 # list), each with its phases. PART=gpu: `pytest -m gpu` whole, with durations.
 # PART=sweep: the 4-candidate vector_add sweep alone, with its contests' witness figures.
 # PART=cold: the cold sweep against Kernel Tuner and the guards' cost alone (targets' first two).
-# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|gpu|gpu-a|gpu-b|gpu-c|gpu-x|gpu-y|sweep
+# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|cost29|gpu|gpu-a|gpu-b|gpu-c|gpu-x|gpu-y|sweep
 # bash docs/verified/h200_session37.sh; PART may name several, comma-separated, run in order
 # (PART=sweep runs after the pytest part when SWEEP=1 is set beside another PART)
 set -uo pipefail
@@ -34,6 +34,20 @@ if [ "${PART:-}" = targets ] || [ "${PART:-}" = cold ]; then
   timeout 200 python3 bench/check_cost.py sweeps/sgemm --n 24 --out /tmp/cc > "$out/check_cost.txt" 2>&1
   echo "check_cost rc $?" >> "$out/check_cost.txt"; cp /tmp/cc/check_cost.json "$out/" 2>/dev/null
   tail -12 "$out/targets.txt"; grep -E "per candidate|extra|wall" "$out/check_cost.txt" | head
+fi
+# PART=cost29: bench/check_cost.py at eac0941 (the judge-outside issue's filing: its target is
+# the guards' device time per candidate within 15 % of that commit's) and here, back to back on
+# one device. The old tree: `git archive eac0941 workers kopt bench sweeps/sgemm catalog
+# pyproject.toml | xz -9 > .old/eac0941-min.tar.xz`, carried (.old)
+if [ "${PART:-}" = cost29 ]; then
+  rm -rf /tmp/old29 && mkdir -p /tmp/old29 && tar -xJf .old/eac0941-min.tar.xz -C /tmp/old29
+  old_path=${PYTHONPATH/$PWD//tmp/old29}  # the packed site kept, this checkout not
+  (cd /tmp/old29 && PYTHONPATH=$old_path timeout 280 python3 bench/check_cost.py \
+    sweeps/sgemm --n 24 --out /tmp/cc-old > "$out/check_cost-eac0941.txt" 2>&1; echo "rc $?" >> "$out/check_cost-eac0941.txt")
+  cp /tmp/cc-old/check_cost.json "$out/check_cost-eac0941.json" 2>/dev/null
+  timeout 280 python3 bench/check_cost.py sweeps/sgemm --n 24 --out /tmp/cc > "$out/check_cost.txt" 2>&1
+  echo "rc $?" >> "$out/check_cost.txt"; cp /tmp/cc/check_cost.json "$out/" 2>/dev/null
+  grep -A3 wall_s_per_candidate "$out/check_cost-eac0941.txt" "$out/check_cost.txt"
 fi
 if [ "${PART:-}" = targets ]; then
   sweep4 shipped
