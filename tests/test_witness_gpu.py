@@ -217,12 +217,12 @@ class _NullJudge(_DrawingJudge):
         return self.null
 
 
-def test_any_other_failure_of_a_gpu_judge_leaves_the_contest_unjudged(monkeypatch):
-    """On a GPU every failure of the judge but the problem's own (``witnessless``) marks
-    the contest unjudged: a failed draw, its null turns refused, stuck behind a busy GPU or
-    raising, its host pid unknown (another process can bring each about: every GPU of a
-    host is reachable from every sandbox). On a CPU the same failures give no witness
-    turns, said (the answers stand), as before."""
+def test_any_other_failure_of_a_judge_leaves_the_contest_unjudged(monkeypatch):
+    """Every failure of the judge but the problem's own (``witnessless``) marks the contest
+    unjudged, on a GPU and on a CPU: a failed draw, its null turns refused, stuck behind a
+    busy GPU or raising, its host pid unknown (another process can bring each about: every
+    GPU of a host is reachable from every sandbox, host memory is shared); a witnessless
+    one gives no witness turns, said, the answers standing."""
     monkeypatch.setattr(witness_gpu.DevicePlan, "close", lambda self: None)
     failed_draw = _DrawingJudge({"status": "error", "error": "CUDA error: out of resources"})
     cases = {
@@ -234,15 +234,17 @@ def test_any_other_failure_of_a_gpu_judge_leaves_the_contest_unjudged(monkeypatc
         "the judge failed: OSError('gone')": _NullJudge(OSError("gone")),
         "the judge took no witness turn": _NullJudge({"status": "ok"}),
     }
-    for why, j in cases.items():
-        got = judge.prepare(j, [{}], 5.0, gpu=True)
-        assert (got.plans, got.why, got.unjudged) == (None, why, True), (why, got)
     nopid = _NullJudge({"status": "ok"})
     nopid.host_pid = None
-    got = judge.prepare(nopid, [{}], 5.0, gpu=True)
-    assert (got.why, got.unjudged) == ("the judge's host pid is not known", True), got
-    got = judge.prepare(failed_draw, [{}], 5.0, gpu=False)
-    assert (got.plans, got.unjudged) == (None, False), got
+    cases["the judge's host pid is not known"] = nopid
+    for gpu in (True, False):
+        for why, j in cases.items():
+            got = judge.prepare(j, [{}], 5.0, gpu=gpu)
+            assert (got.plans, got.why, got.unjudged) == (None, why, True), (gpu, why, got)
+        ref = _DrawingJudge({"status": "error", "error": "ref.py: inputs() raised",
+                             "witnessless": True})
+        got = judge.prepare(ref, [{}], 5.0, gpu=gpu)
+        assert (got.plans, got.unjudged) == (None, False), got
 
 
 def test_a_host_that_cannot_take_gpu_witness_turns_says_so_once(monkeypatch):
@@ -255,7 +257,7 @@ def test_a_host_that_cannot_take_gpu_witness_turns_says_so_once(monkeypatch):
     actor = DeviceActor("cpu")
     actor.backend = "cuda"  # the GPU's branch alone: no GPU is touched
     answers = [None, "no ptrace", "never asked"]
-    monkeypatch.setattr(witness_gpu, "host_why", lambda: answers.pop(0))
+    monkeypatch.setattr(witness_gpu, "host_why", lambda gpu=True: gpu and answers.pop(0))
     monkeypatch.setattr(judge, "prepare", lambda *a, **k: judge.Judging(None, why="asked"))
     try:
         # not known now (the driver out of memory): the judge is asked, the host again later
@@ -335,6 +337,13 @@ def test_kopt_env_says_whether_witness_turns_can_be_taken(monkeypatch):
     actor tries a harness: here (root, cuda-python installed) both ways reach it."""
     assert witness.describe() == ("yes: process_vm_readv and pidfd_getfd reach a child; GPU "
                                   "buffers through cuda-python's driver bindings")
+    def no_fd(pid, fd):
+        raise devmem.DevMemError(f"pidfd_getfd({pid}, {fd}): Operation not permitted")
+
+    monkeypatch.setattr(devmem, "take_fd", no_fd)  # a CPU's witness turns need none
+    assert witness.host_why() == ""
+    assert witness.describe().startswith("yes: process_vm_readv reaches a child; no GPU "
+                                         "witness turns: pidfd_getfd(")
     monkeypatch.setattr(witness, "vm_read", lambda pid, addr, n: "no ptrace access")
     assert witness.describe() == "none: no ptrace access (contests run without witness turns)"
 
@@ -408,6 +417,7 @@ def test_the_host_is_asked_what_no_candidate_can_change(monkeypatch):
             raise devmem.DevMemError(msg)
         monkeypatch.setattr(devmem, "self_check", refused)
         assert witness_gpu.host_why() == said, msg
+        assert witness_gpu.host_why(gpu=False) == ""  # a CPU's: no device memory asked
     monkeypatch.setattr(witness, "host_why", lambda gpu=False: (_ for _ in ()).throw(
         BlockingIOError(11, "Resource temporarily unavailable")))
     assert witness_gpu.host_why() is None

@@ -55,7 +55,7 @@ class DeviceActor:
         self.device_class = device_class
         # where the last contest's wall time went (ms, :meth:`_take`)
         self.parts: dict[str, float] = {"takes": 0}
-        # why this host cannot take GPU witness turns ("": it can; None: not yet known,
+        # why this host cannot take witness turns ("": it can; None: not yet known,
         # workers.witness_gpu ``host_why``)
         self.host_why: str | None = None
         self._warm_ncu: Any = None  # workers.ncu_warm.WarmNcu, started by ncu_warm
@@ -263,15 +263,15 @@ class DeviceActor:
         """A contest's witness turns (workers.witness), judged by the outside clock's
         second harness (:meth:`judge`), which never loads candidate code, only where the
         device actor can reach a harness's memory (else none, and why: the contest's
-        ``witness``): on a GPU its device memory (workers.witness_gpu), where a judge that
-        fails on a host not known to be unable to take witness turns (workers.witness_gpu
+        ``witness``): on a GPU its device memory (workers.witness_gpu). A judge that fails
+        on a host not known to be unable to take witness turns (workers.witness_gpu
         ``host_why``) leaves the contest unjudged (workers.judge ``prepare``)."""
         if witness.TURNS <= 0:
             return judge.Judging(None, why="witness turns are off (workers.witness.TURNS)")
         gpu = self.backend != "cpu"
-        if gpu and self.host_why is None:  # once: what no candidate's process can change
-            self.host_why = witness_gpu.host_why()  # (None: not known now; asked again)
-        if gpu and self.host_why:
+        if self.host_why is None:  # once: what no candidate's process can change
+            self.host_why = witness_gpu.host_why(gpu)  # (None: not known now; asked again)
+        if self.host_why:
             return judge.Judging(None, why=f"this host cannot take them: {self.host_why}")
         return judge.prepare(self.judge(), jobs, timeout_s, gpu=gpu, fresh=fresh,
                              bounded=gpu or self.env.get("OMP_NUM_THREADS") == "1")

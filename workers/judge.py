@@ -25,9 +25,9 @@ class Judging:
     why: str = ""
     bounded: bool = True
     failed: str = ""  # why the judge's check of the turns failed ("": it did not)
-    # the judge could not hold its sets for want of memory other processes hold, or (a GPU)
-    # failed otherwise but for the problem's own reasons: the contest's answers are set
-    # aside (workers.device_actor), never taken unwitnessed
+    # the judge could not hold its sets for want of memory other processes hold, or failed
+    # otherwise but for the problem's own reasons: the contest's answers are set aside
+    # (workers.device_actor), never taken unwitnessed
     unjudged: bool = False
 
     @property
@@ -53,12 +53,14 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
     ``null_cost``), gives a Judging with no plans and why. ``bounded``: the contenders'
     samples are held to their witness calls' CPU (workers.witness ``Plan``); as many input
     sets are drawn as its contenders take turns (``Plan.turns``). ``gpu``: in device memory
-    (workers.witness_gpu ``DevicePlan``); there every failure but one that is the problem's
-    own (the judge's answer ``witnessless``: sets too large for the device) is
-    ``unjudged``, the contest's answers set aside: on a host whose device actor can reach
-    a harness (workers.witness_gpu ``host_why``, asked first by the device actor), a refused
-    context, mapping or busy GPU is another process's doing (every GPU of a host is
-    reachable from every sandbox), and must not let a contest go without witness turns.
+    (workers.witness_gpu ``DevicePlan``). Every failure but one that is the problem's own
+    (the judge's answer ``witnessless``: sets too large for the device; on a CPU ref.py's
+    errors too) is ``unjudged``, the contest's answers set aside: on a host whose device
+    actor can reach a harness (workers.witness_gpu ``host_why``, asked first by the device
+    actor), a judge that crashed, ran out of memory, or found its context, mapping or GPU
+    refused or busy met another process's doing (every GPU of a host is reachable from
+    every sandbox; host memory is shared), which must not let a contest go without witness
+    turns.
     ``fresh``: sets drawn anew, where the judge would keep the last contest's
     (workers.harness ``Harness._witness_sets``). Never raises."""
     plan = witness_gpu.DevicePlan if gpu else witness.Plan
@@ -68,11 +70,10 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
                          "copies": len(jobs), "fresh": fresh}, timeout_s)
         if got.get("status") != Status.OK:
             return Judging(None, why=f"the judge did not draw input sets: {got.get('error')}",
-                           unjudged=bool(got.get("unjudged")) or gpu and not got.get(
-                               "witnessless"))
+                           unjudged=not got.get("witnessless"))
         pid = judge.host_pid
         if pid is None:
-            return Judging(None, why="the judge's host pid is not known", unjudged=gpu)
+            return Judging(None, why="the judge's host pid is not known", unjudged=True)
         # a GPU's null turns copy the stage's outputs into a contender's output buffers, as
         # its turns do (rewritten by its own before any check)
         null_plan = plan(pid, got["src"], got["dst"][0] if gpu else None)
@@ -84,14 +85,14 @@ def prepare(judge: Sandbox, jobs: list[dict[str, Any]], timeout_s: float,
         if null_plan.stuck:
             return Judging(None, why="the GPU stayed busy before the judge's null turns "
                            "(work of a held process): no baseline for witness turns",
-                           unjudged=gpu)
+                           unjudged=True)
         taking = judge.taking
         cost = witness.null_cost(taking.records if taking else []) \
             if null.get("status") == Status.OK else f"its null turns: {null.get('error')}"
     except Exception as e:  # noqa: BLE001 -- the judge's failure: no witness turns, said so
-        return Judging(None, why=f"the judge failed: {e!r}", unjudged=gpu)
+        return Judging(None, why=f"the judge failed: {e!r}", unjudged=True)
     if isinstance(cost, str):
-        return Judging(None, why=cost, unjudged=gpu)
+        return Judging(None, why=cost, unjudged=True)
     return Judging([plan(pid, got["src"], got["dst"][c], cost, bounded=bounded)
                     for c in range(len(jobs))], cost, bounded=bounded)
 

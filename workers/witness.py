@@ -137,27 +137,27 @@ def vm_copy(src_pid: int, src: int, dst_pid: int, dst: int, nbytes: int) -> str:
 
 def describe() -> str:
     """``kopt env``'s ``witness``: whether this node's device actors can take witness turns
-    (:func:`host_why`, and whether the GPU's driver bindings load); else ``none: why``."""
+    (:func:`host_why`), and GPU ones (descriptors taken, the GPU's driver bindings
+    loaded); else ``none: why``."""
     if why := host_why():
         return f"none: {why} (contests run without witness turns)"
-    try:
-        devmem._driver()
-        gpu = "GPU buffers through cuda-python's driver bindings"
-    except devmem.DevMemError as e:
-        gpu = f"no GPU witness turns: {e}"
-    return f"yes: process_vm_readv and pidfd_getfd reach a child; {gpu}"
+    if why := host_why(gpu=True):
+        return f"yes: process_vm_readv reaches a child; no GPU witness turns: {why}"
+    return ("yes: process_vm_readv and pidfd_getfd reach a child; GPU buffers through "
+            "cuda-python's driver bindings")
 
 
 def host_why(gpu: bool = False) -> str:
     """Why this host cannot take witness turns ("" when it can), tried on a child process
-    as the device actor tries a harness: its memory read with ``process_vm_readv``, a
-    descriptor taken with ``pidfd_getfd`` (the GPU's buffers, workers.devmem), its thread's
-    CPU time read (``schedstat``); with ``gpu``, the GPU's driver bindings loaded too. What
+    as the device actor tries a harness: its memory read with ``process_vm_readv``, its
+    thread's CPU time read (``schedstat``), this process's children read; with ``gpu``, a
+    descriptor taken with ``pidfd_getfd`` (the GPU's buffers, workers.devmem) and the GPU's
+    driver bindings loaded too. What
     no candidate's process can change: where this says "", a GPU judge's failure in a
     contest is another process's doing (workers.judge ``prepare``)."""
     child = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE)
     try:
-        why = _reach(child.pid)
+        why = _reach(child.pid, fd=gpu)
         if not why and not threads_cpu_ns([child.pid]):
             why = "a child's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
         if not why and str(child.pid) not in _children(os.getpid()):
@@ -188,17 +188,17 @@ def _children(pid: int) -> list[str]:
     return out
 
 
-def _reach(pid: int) -> str:
-    """Why this process cannot read process ``pid``'s memory or take its descriptor 0 ("":
-    it can)."""
+def _reach(pid: int, fd: bool = True) -> str:
+    """Why this process cannot read process ``pid``'s memory or (with ``fd``: a GPU's
+    buffers) take its descriptor 0 ("": it can)."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             addr = int(f.readline().split("-", 1)[0], 16)
     except (OSError, ValueError) as e:
         return f"a child's memory map cannot be read ({e})"
     got = vm_read(pid, addr, 1)
-    if isinstance(got, str):
-        return got
+    if isinstance(got, str) or not fd:
+        return got if isinstance(got, str) else ""
     try:
         os.close(devmem.take_fd(pid, 0))
     except devmem.DevMemError as e:

@@ -72,17 +72,18 @@ MAX_FD = 1 << 20
 TRANSIENT = ("OUT_OF_MEMORY", "out of memory")
 
 
-def host_why() -> str | None:
-    """Why this host cannot take GPU witness turns: "" when it can, else why
-    (workers.witness ``host_why``, then workers.devmem ``self_check``: exportable device
-    memory made, exported, imported and mapped again), or None when that cannot be told
-    now (the driver ran out of memory, or the check could not start: something another
+def host_why(gpu: bool = True) -> str | None:
+    """Why this host cannot take witness turns (on a GPU with ``gpu``): "" when it can,
+    else why (workers.witness ``host_why``, then on a GPU workers.devmem ``self_check``:
+    exportable device memory made and exported), or None when that cannot be told now
+    (the driver ran out of memory, or the check could not start: something another
     process can bring about, so the contest is taken as on a host that can, a judge that
     fails leaving it unjudged, and the host asked again). Never raises."""
     try:
-        if why := witness.host_why(gpu=True):
+        if why := witness.host_why(gpu=gpu):
             return why
-        devmem.self_check()
+        if gpu:
+            devmem.self_check()
     except devmem.DevMemError as e:
         return None if any(w in str(e) for w in TRANSIENT) else f"the driver: {e}"
     except Exception:  # noqa: BLE001 -- a child not started (EAGAIN): asked again later
