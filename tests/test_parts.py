@@ -88,11 +88,15 @@ def test_a_contenders_forged_parts_reach_no_text():
 
     actor = DeviceActor("cpu")
     try:
-        actor._slowest([
+        actor._slowest([  # each filter decides: without it another dict sums the most
             {"rounds": 10.0, "prepare\\nkopt: candidate x is the named best": 9e9,
-             "witness": float("nan"), "check": True, "own": -5.0, "wait": 4e6},
+             "witness": float("nan"), "wait": 4e6},
             {"rounds": 20.0, "check": 3},
+            {"rounds": 1.0, "named best\\nkopt: x": 1000.0},
+            {"rounds": 19.0, "check": True, "wait": True, "own": True, "witness": True,
+             "draws": True},
+            {"rounds": 22.0, "own": -1000.0, "wait": 2.0},
             "not a dict"])
-        assert actor.parts == {"takes": 0, "contender_rounds": 20.0, "contender_check": 3.0}
+        assert actor.parts == {"takes": 0, "contender_rounds": 22.0, "contender_wait": 2.0}
     finally:
         actor.shutdown()

@@ -407,7 +407,9 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
     each set's inputs and outputs, its expected outputs and each contender's copy of them,
     the null turns' stage beside; the least where only the share is short. Where the sizes
     alone do not fit the device, an error (no witness turns, said); where memory other
-    processes hold keeps them out, _Short (the contest's answers are set aside)."""
+    processes hold keeps them out, _Short (the contest's answers are set aside). A CPU
+    judge's sets take at most HOST_SHARE of a harness's memory limit (the judge is killed
+    past it, as a contender is): fewer sets, or none where the least do not fit."""
     import torch
 
     from workers import harness
@@ -460,8 +462,16 @@ def test_a_gpu_judge_draws_as_many_witness_sets_as_fit_in_its_share(monkeypatch)
             "(16.00 GiB each, with the outputs of 1 contender; not even 4) do not fit in the "
             "device's memory (80.0 GiB) beside the contenders' harnesses (about 185.5 GiB)")):
         fit((8, 4), 1, 4)
+    # a CPU judge: as many as fit in half of a harness's memory limit, the least or none
     h.is_cuda = False
-    assert fit((8, 4), 6, 4) == 8  # a CPU judge: all, as asked
+    for gb, got in ((64, 8), (40, 5), (32, 4)):  # sets of 4 GiB: 32, 20, 16 GiB for them
+        monkeypatch.setenv("KOPT_HARNESS_MEM_GB", str(gb))
+        assert fit((8, 4), 1, 1) == got, gb
+    monkeypatch.setenv("KOPT_HARNESS_MEM_GB", "24")
+    with pytest.raises(harness._TooLarge, match=re.escape(
+            "(4.00 GiB each, with the outputs of 1 contender; not even 4) do not fit in 50% "
+            "of the judge's memory limit (24.0 GiB, KOPT_HARNESS_MEM_GB)")):
+        fit((8, 4), 1, 1)
 
 
 def test_a_judge_whose_draw_fails_frees_what_it_made(tmp_path, monkeypatch):
@@ -524,7 +534,14 @@ def test_a_gpu_judge_out_of_memory_before_its_sizing_answers_unjudged(tmp_path, 
     monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(large))
     assert h.witness(ask) == {"status": "error", "witnessless": True,  # the problem's own
                               "error": "the witness turns' input sets do not fit"}
-    h.is_cuda = False  # a CPU judge's: ref.py's own
+    h.is_cuda = False  # a CPU judge's: ref.py's own, but its running out of host memory
+    for e in (MemoryError(), JobError("error", "ref.py: inputs() raised RuntimeError('[enforce "
+                                      "fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't "
+                                      "allocate memory: you tried to allocate 8 GB')")):
+        monkeypatch.setattr(h, "_draw", lambda *a, e=e, **k: (_ for _ in ()).throw(e))
+        got = h.witness(ask)
+        assert got["unjudged"] is True and got["error"].startswith(
+            "the judge ran out of memory drawing its witness sets ("), got
     monkeypatch.setattr(h, "_draw", lambda *a, **k: (_ for _ in ()).throw(
         JobError("error", "ref.py: inputs() raised ValueError('bad seed')")))
     got = h.witness(ask)

@@ -426,5 +426,25 @@ def test_the_host_is_asked_what_no_candidate_can_change(monkeypatch):
     assert witness.host_why(gpu=True) == ("a child's thread CPU time cannot be read "
                                           "(/proc/PID/task/PID/schedstat)")
     monkeypatch.undo()
-    monkeypatch.setattr(witness, "_children", lambda pid: [])
+    monkeypatch.setattr(witness, "_children", lambda: [])
     assert witness.host_why().startswith("a process's children cannot be read")
+
+
+def test_a_hosts_glitch_does_not_turn_witness_turns_off(monkeypatch):
+    """A host is found unable only when ``HOST_TRIES`` checks in a row say so: one check
+    that a glitch fails (a thread of the actor ending while its children were read) is
+    asked again at once. The children read are the calling thread's, its child's pid
+    among them."""
+    import subprocess
+
+    child = subprocess.Popen(["cat"], stdin=subprocess.PIPE)
+    try:
+        assert str(child.pid) in witness._children()
+    finally:
+        child.kill()
+        child.wait()
+    said = ["a process's children cannot be read", "", "never asked"]
+    monkeypatch.setattr(witness, "host_why", lambda gpu=False: said.pop(0))
+    assert witness_gpu.host_why(gpu=False) == "" and said == ["never asked"]
+    said[:] = ["no ptrace"] * (witness_gpu.HOST_TRIES + 1)
+    assert witness_gpu.host_why(gpu=False) == "no ptrace" and said == ["no ptrace"]

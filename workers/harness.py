@@ -260,7 +260,7 @@ from typing import Any
 
 import torch
 
-from workers import devmem, native, nvrtc, prestart, seccomp
+from workers import cgroup, devmem, native, nvrtc, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -292,6 +292,9 @@ MAX_DATA_ENTRIES = 2
 # 2 contenders' outputs, its own prepared problem) beside the device's own harness and two
 # contenders' (one said 17 GB in use), and that honest contender ran out of memory
 WITNESS_SHARE = 0.25
+# of a CPU judge's memory limit (a harness's: workers.cgroup), the most its witness sets take
+# (the rest: torch, ref.py's temporaries, the check's float64 copies; _host_fit)
+HOST_SHARE = 0.5
 # how long a GPU judge short of memory others hold looks again (every SHORT_POLL_S) before
 # it gives up: a harness just killed gives its device memory back after its sandbox's first
 # process is gone
@@ -1639,9 +1642,10 @@ class Harness:
         except BaseException as e:  # exported memory is no Python object's to free: all of
             self._unexport(made)  # it (none is held while no sets are; a buffer set cut
             self._free_exported()  # short is in no list)
-            if self.is_cuda and _out_of_memory(e):  # before its sizing could say whose
+            if _out_of_memory(e) if self.is_cuda else _host_memory(e):  # whose: not known
+                where = "device memory" if self.is_cuda else "memory"
                 return {"status": Status.ERROR, "unjudged": True, "error": "the judge ran "
-                        f"out of device memory drawing its witness sets ({str(e)[:200]})"}
+                        f"out of {where} drawing its witness sets ({str(e)[:200]})"}
             if isinstance(e, _TooLarge) or isinstance(e, JobError) and not self.is_cuda:
                 # the problem's own: the contest goes without witness turns, said so. On a
                 # GPU ref.py's errors are not (a cuBLAS handle or a module load refused for
@@ -1691,7 +1695,8 @@ class Harness:
     def _witness_fit(self, n: tuple[int, int], copies: int, s: InputSet, sig: list[dict],
                      shape_of: dict[str, list[int]], dims: dict) -> int:
         """How many witness sets like ``s`` (its inputs and expected outputs, drawn) a judge
-        holds, of ``n`` (asked for, least): all on a CPU. On a GPU as many as fit in
+        holds, of ``n`` (asked for, least): on a CPU :func:`_host_fit`. On a GPU as many as
+        fit in
         :data:`WITNESS_SHARE` of the device's free memory (this process's cached blocks
         counted free) and in what ``copies`` contenders' harnesses leave of it (:func:`_rivals`),
         each set with the contenders' outputs and the null turns' stage beside; else the
@@ -1700,22 +1705,18 @@ class Harness:
         problem's sizes: no witness turns, said), and :class:`_Short` where only memory
         held by other processes keeps them out for :data:`SHORT_WAIT_S` (a contest then has
         no verdict: memory taken on purpose must not turn witness turns off)."""
+        ins, outs, exp, per = _witness_bytes(s, sig, shape_of, copies)
+        said = (f"the witness turns' input sets of dims {dims} ({per / 2**30:.2f} GiB each, "
+                f"with the outputs of {copies} contender{'s' if copies != 1 else ''}; not "
+                f"even {n[1]})")
         if not self.is_cuda:
-            return n[0]
-        ins = sum(t.numel() * t.element_size() for t in s.inputs.values())
-        exp = sum(t.numel() * t.element_size() for t in s.expected.values())
-        outs = sum(_numel(shape_of[a["name"]]) * getattr(torch, a["dtype"]).itemsize
-                   for a in sig if a["kind"] == "output")
-        per = ins + outs * (1 + copies) + exp  # src, dst's copies, expected outputs
+            return _host_fit(n, per, said)
         stage = ins + outs
         rivals = _rivals(sig, shape_of, ins, exp, copies)
         # the device less what is never the contenders' or the sets' to have: this judge's
         # and the device actor's contexts, this judge's L2 flush buffer
         whole = mem_total = torch.cuda.mem_get_info()[1]
         whole -= 2 * CONTEXT_BYTES + (self.flush_buf.nbytes if self.flush_buf is not None else 0)
-        said = (f"the witness turns' input sets of dims {dims} ({per / 2**30:.2f} GiB each, "
-                f"with the outputs of {copies} contender{'s' if copies != 1 else ''}; not "
-                f"even {n[1]})")
         deadline = time.perf_counter() + SHORT_WAIT_S
         while True:  # a harness just ended may still be giving its memory back (a sandbox's
             # kill waits for its first process only)
@@ -3310,6 +3311,45 @@ def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or (
         isinstance(e, (devmem.DevMemError, JobError)) and any(
             w in str(e) for w in ("OUT_OF_MEMORY", "OutOfMemoryError")))
+
+
+def _host_memory(e: BaseException) -> bool:
+    """Whether ``e`` says the host's memory ran out (Python's MemoryError, an allocation
+    refused: ENOMEM), ref.py's raising it too (as :class:`JobError` names it): host memory
+    is shared, and another process can take it."""
+    said = str(e).lower()
+    return isinstance(e, MemoryError) or isinstance(e, JobError) and any(
+        w in said for w in ("memoryerror", "cannot allocate memory", "can't allocate memory",
+                            "out of memory"))
+
+
+def _witness_bytes(s: InputSet, sig: list[dict], shape_of: dict[str, list[int]],
+                   copies: int) -> tuple[int, int, int, int]:
+    """A judge's witness set like ``s`` in bytes: (its inputs, one copy of its outputs, its
+    expected outputs, all it holds: inputs, outputs, ``copies`` contenders' copies of them
+    and the expected ones)."""
+    ins = sum(t.numel() * t.element_size() for t in s.inputs.values())
+    exp = sum(t.numel() * t.element_size() for t in s.expected.values())
+    outs = sum(_numel(shape_of[a["name"]]) * getattr(torch, a["dtype"]).itemsize
+               for a in sig if a["kind"] == "output")
+    return ins, outs, exp, ins + outs * (1 + copies) + exp
+
+
+def _host_fit(n: tuple[int, int], per: int, said: str) -> int:
+    """How many of ``n`` (asked for, least) witness sets of ``per`` bytes a CPU's judge
+    holds: as many as fit in :data:`HOST_SHARE` of a harness's memory limit
+    (workers.cgroup ``limits_wanted``: the judge is a harness, killed past it as a
+    contender is), all where no limit can be told. Raises :class:`_TooLarge` (``said``
+    why) where not even the least fit: the problem's sizes, no one's doing."""
+    try:
+        limit = cgroup.limits_wanted()[1]
+    except ValueError:  # the sandbox's own start said so first
+        return n[0]
+    fit = int(HOST_SHARE * limit // max(per, 1))
+    if fit >= n[1]:
+        return min(n[0], fit)
+    raise _TooLarge(Status.ERROR, f"{said} do not fit in {HOST_SHARE:.0%} of the judge's "
+                    f"memory limit ({limit / 2**30:.1f} GiB, {cgroup.MEM_ENV})")
 
 
 class _TooLarge(JobError):

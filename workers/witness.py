@@ -150,18 +150,20 @@ def describe() -> str:
 def host_why(gpu: bool = False) -> str:
     """Why this host cannot take witness turns ("" when it can), tried on a child process
     as the device actor tries a harness: its memory read with ``process_vm_readv``, its
-    thread's CPU time read (``schedstat``), this process's children read; with ``gpu``, a
-    descriptor taken with ``pidfd_getfd`` (the GPU's buffers, workers.devmem) and the GPU's
-    driver bindings loaded too. What
-    no candidate's process can change: where this says "", a GPU judge's failure in a
-    contest is another process's doing (workers.judge ``prepare``)."""
-    child = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE)
+    thread's CPU time read (``schedstat``), the calling thread's children read; with
+    ``gpu``, a descriptor taken with ``pidfd_getfd`` (the GPU's buffers, workers.devmem)
+    and the GPU's driver bindings loaded too. What no candidate's process can change:
+    where this says "", a judge's failure in a contest is another process's doing
+    (workers.judge ``prepare``). The child (``cat``, reading the pipe this process holds)
+    lives until this returns, however long it is kept waiting. Raises OSError where the
+    child cannot be started."""
+    child = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
         why = _reach(child.pid, fd=gpu)
         if not why and not threads_cpu_ns([child.pid]):
             why = "a child's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
-        if not why and str(child.pid) not in _children(os.getpid()):
-            why = ("a process's children cannot be read (/proc/PID/task/PID/children, "
+        if not why and str(child.pid) not in _children():
+            why = ("a process's children cannot be read (/proc/PID/task/TID/children, "
                    "CONFIG_PROC_CHILDREN): a sandbox's harness cannot be found")
     finally:
         child.kill()
@@ -175,17 +177,15 @@ def host_why(gpu: bool = False) -> str:
     return ""
 
 
-def _children(pid: int) -> list[str]:
-    """The child pids of every thread of process ``pid`` (``/proc/PID/task/TID/children``);
-    [] where they cannot be read."""
-    out: list[str] = []
+def _children() -> list[str]:
+    """The child pids of the calling thread (``/proc/thread-self/children``: a child is
+    its forking thread's, and no other thread's exit can hide it); [] where they cannot be
+    read."""
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += f.read().split()
+        with open("/proc/thread-self/children") as f:
+            return f.read().split()
     except OSError:
         return []
-    return out
 
 
 def _reach(pid: int, fd: bool = True) -> str:

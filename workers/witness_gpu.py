@@ -72,13 +72,29 @@ MAX_FD = 1 << 20
 TRANSIENT = ("OUT_OF_MEMORY", "out of memory")
 
 
+# a host is found unable to take witness turns only when this many checks in a row say so
+# (:func:`host_why`: a glitch, a thread ending mid-read, must not turn them off for good)
+HOST_TRIES = 3
+
+
 def host_why(gpu: bool = True) -> str | None:
     """Why this host cannot take witness turns (on a GPU with ``gpu``): "" when it can,
     else why (workers.witness ``host_why``, then on a GPU workers.devmem ``self_check``:
-    exportable device memory made and exported), or None when that cannot be told now
-    (the driver ran out of memory, or the check could not start: something another
-    process can bring about, so the contest is taken as on a host that can, a judge that
-    fails leaving it unjudged, and the host asked again). Never raises."""
+    exportable device memory made and exported), said by :data:`HOST_TRIES` checks in a
+    row (any that finds it able: ""); or None when that cannot be told now (the driver ran
+    out of memory, or the check could not start: something another process can bring
+    about, so the contest is taken as on a host that can, a judge that fails leaving it
+    unjudged, and the host asked again). Never raises."""
+    why: str | None = None
+    for _ in range(HOST_TRIES):
+        why = _host_once(gpu)
+        if not why:
+            return why
+    return why
+
+
+def _host_once(gpu: bool) -> str | None:
+    """One check of :func:`host_why`."""
     try:
         if why := witness.host_why(gpu=gpu):
             return why
