@@ -23,6 +23,7 @@ from workers.prestart import Prestarted, cpu_env
 from workers.records import RunJob, RunOutcome
 from workers.sandbox import Sandbox
 from workers.status import Status
+from workers.timing import lap
 
 # the parts of a contender's harness in a contest (workers.harness ``Harness.lap``)
 CONTEST_PARTS = ("prepare", "wait", "check", "warm_up", "rounds", "witness", "own", "draws")
@@ -199,7 +200,7 @@ class DeviceActor:
         t, self.parts["takes"] = time.perf_counter(), self.parts.get("takes", 0) + 1
         if self.backend != "cpu":  # its device memory to the contest (what ran there ends):
             self.fresh()  # beside it and the judge, an honest contender ran out (an H100)
-        t = self._lap("fresh", t)
+        t = lap(self.parts, "fresh", t)
         # held from before the judge's null turns, alone too: code an earlier job left there
         # slowed the null turns (a lower baseline for every contender) or, unheld, could
         # carry the judge's kept input sets from one contest's contender to the next's
@@ -207,11 +208,11 @@ class DeviceActor:
         held, judging = self.sandbox.pause(), judge.Judging(None, why="not prepared")
         try:
             judging = self._judging(jobs, timeout_s, fresh)
-            t = self._lap("judge", t)
+            t = lap(self.parts, "judge", t)
             answers = turns.run_in_turns(
                 boxes, [{**e, "witness": witness.TURNS if judging.plans else 0}
                         for e in each], timeout_s, judging.plans)
-            t = self._lap("turns", t)
+            t = lap(self.parts, "turns", t)
             self._slowest([a.get("parts_ms") for a in answers])
             # the contenders ended, and what the actor mapped of them let go, before the
             # judge's check (their outputs are in the judge's memory): one that took the
@@ -220,7 +221,7 @@ class DeviceActor:
                 box.kill()
             judge.close(judging)
             answers = judge.judged(self.judge(), judging, boxes, answers, timeout_s)
-            self._lap("check", t)
+            lap(self.parts, "check", t)
             if judging.unjudged:  # memory taken on purpose must not turn witness turns off
                 answers = [witness.unchecked(a, judging.why) for a in answers]
             if stuck := sum(p.stuck for p in judging.plans or []):
@@ -237,13 +238,6 @@ class DeviceActor:
             for box in boxes:
                 box.close()
         return res, answers, used
-
-    def _lap(self, part: str, t0: float) -> float:
-        """The wall time since ``t0`` (``time.perf_counter``, s) added to ``part`` of
-        :attr:`parts` (ms); returns the time now."""
-        now = time.perf_counter()
-        self.parts[part] = self.parts.get(part, 0.0) + (now - t0) * 1e3
-        return now
 
     def _slowest(self, parts: list[Any]) -> None:
         """The harness parts (workers.harness ``Harness.lap``) of the contender whose

@@ -282,7 +282,7 @@ from workers.replay import (
     split_after,
 )
 from workers.status import Status
-from workers.timing import should_stop, summarize
+from workers.timing import lap, should_stop, summarize
 from workers.witness import IoVec
 
 MAX_DATA_ENTRIES = 2
@@ -1101,9 +1101,7 @@ class Harness:
         checks of outputs). A contest's (:meth:`contest`): ``prepare``, ``wait`` (for its
         first turn), ``check`` (its checked calls, the stress check, the other sizes),
         ``warm_up``, ``rounds`` and ``witness`` (its witness turns)."""
-        now = time.perf_counter()
-        self.parts[part] = self.parts.get(part, 0.0) + (now - t0) * 1e3
-        return now
+        return lap(self.parts, part, t0)
 
     def warm_up(self, lib: Any, job: dict, d: Data, call_ms: float = 0.0) -> int:
         """Call ``solve`` at least twice, input sets alternating as in the samples, and for

@@ -12,6 +12,7 @@ spent. NVBench stops on a similar relative-noise criterion.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,3 +66,13 @@ def should_stop(samples_ms: Sequence[float], min_samples: int, max_samples: int,
     if sum(samples_ms) >= max_time_ms:
         return True
     return summarize(samples_ms).rel_se_median <= target_rel_error
+
+
+def lap(parts: dict[str, float], part: str, t0: float) -> float:
+    """The wall time since ``t0`` (``time.perf_counter``, s) added to ``parts[part]`` (ms);
+    returns the time now (the next part's ``t0``). Where a job's or a contest's wall time
+    went (workers.harness ``Harness.lap``, workers.device_actor): a breakdown, never a
+    verdict."""
+    now = time.perf_counter()
+    parts[part] = parts.get(part, 0.0) + (now - t0) * 1e3
+    return now
