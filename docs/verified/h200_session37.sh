@@ -9,7 +9,7 @@
 # PART=cold: the cold sweep against Kernel Tuner and the guards' cost alone (targets' first two).
 # Usage (repo root, GPU host, .devsite carried): PART=targets|cold|cost29|gpu|gpu-a|gpu-b|gpu-c|gpu-x|gpu-y|sweep
 # bash docs/verified/h200_session37.sh; PART may name several, comma-separated, run in order
-# (PART=sweep runs after the pytest part when SWEEP=1 is set beside another PART)
+# (with SWEEP=1 beside other PARTs, the sweep runs after each of them: its file keeps the last)
 set -uo pipefail
 . docs/verified/device_env.sh
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
