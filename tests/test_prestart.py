@@ -5,6 +5,7 @@ start-up costs measured on an H200 host 2026-12-01."""
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -148,6 +149,70 @@ def test_an_actor_does_not_adopt_a_socket_that_cannot_prove_the_token(tmp_path):
     finally:
         sb.close()
         listener.close()
+
+
+def test_a_prestarted_judge_is_the_devices_judge_and_makes_nothing_ahead(tmp_path):
+    """A GPU run's prestarter starts each device's judge too (workers.prestart
+    ``judges``, key ``judge_key``): a harness that makes none of the sweep's reference jobs
+    ahead (no ``prepare.pkl`` beside it, where its device's harness has one). The device
+    actor takes it over as its judge (in the background: its first contest waits for it)
+    and judges a contest of two honest contenders with it, witness turns taken; the two
+    harnesses are the prestarted two, and a prestarter without ``judges`` starts none."""
+    from test_faults import PACK
+    from test_turns import ROUNDS, contender
+
+    from workers.device_actor import DeviceActor
+    from workers.prestart import PREPARE, judge_key
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    ahead = [{**job(artifact(tmp_path, src, 0), src, ref), "kind": "reference"}]
+    pre = Prestarter("cpu", ["0"], ahead, judges=True)
+    try:
+        assert set(pre.started) == {"0", judge_key("0")} == {"0", "0/judge"}
+        main, judge = pre.started["0"], pre.started[judge_key("0")]
+        assert (Path(main.folder) / PREPARE).is_file()
+        assert not (Path(judge.folder) / PREPARE).exists()
+        assert main.pid != judge.pid and pid_alive(judge.pid)
+        h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+        o, art_o = contender(tmp_path / "o", PACK / "faults.cpp", {"MODE": 0}, "other")
+        dev = DeviceActor("cpu", 1, None, {"cpu": main, judge_key("cpu"): judge})
+        try:
+            assert dev.sandbox.adopted and dev.sandbox.pid == main.pid
+            res = dev.contest([h, o], ROUNDS, art_h, art_o)
+            assert dev.judge().adopted and dev.judge().pid == judge.pid
+            assert res["status"] == "ok", res
+            assert re.fullmatch(r"\d+ witness turns each", res["witness"]), res["witness"]
+        finally:
+            dev.shutdown()
+        assert not pid_alive(judge.pid)  # closed with the actor, as a judge it started
+    finally:
+        pre.close()
+    plain = Prestarter("cpu", ["0"])
+    try:
+        assert set(plain.started) == {"0"}
+    finally:
+        plain.close()
+
+
+def test_a_gpu_run_prestarts_each_devices_judge_a_cpu_run_none(monkeypatch):
+    """kopt.run.cluster ``prestart_sandboxes``: a CUDA run asks the prestarter for each
+    GPU's judge too (``judges``), unless ``KOPT_PRESTART_JUDGE=0``; a CPU run does not (its
+    judge forks from a zygote on demand). Each GPU Ray will see gets its harness."""
+    from kopt.run import cluster
+
+    asked = []
+    monkeypatch.setattr(cluster, "Prestarter", lambda device, keys, prepare, judges: (
+        asked.append((device, keys, judges))))
+    monkeypatch.setattr(cluster, "local_gpu_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    sweep = load_sweep(ROOT / "sweeps" / "vector_add")
+    cluster.prestart_sandboxes(sweep, "cuda", 1)
+    monkeypatch.setenv(cluster.JUDGE_ENV, "0")
+    cluster.prestart_sandboxes(sweep, "cuda", 1)
+    monkeypatch.delenv(cluster.JUDGE_ENV)
+    cluster.prestart_sandboxes(sweep, "cpu", 2)
+    assert asked == [("cuda", ["0", "1"], True), ("cuda", ["0", "1"], False),
+                     ("cpu", ["0", "1"], False)]
 
 
 def test_a_harness_nobody_takes_over_is_killed_and_its_folder_removed(prestarted):
@@ -452,10 +517,10 @@ def test_an_interrupted_prestart_leaves_no_harness_and_no_folder(monkeypatch):
     driver exited and its /tmp/kopt-prestart-* folder stayed. Both are gone now."""
     real, started = Prestarter._start, []
 
-    def start_then_interrupt(self, key):
+    def start_then_interrupt(self, key, ahead=True):
         if key == "1":
             raise KeyboardInterrupt
-        started.append(real(self, key))
+        started.append(real(self, key, ahead))
         return started[-1]
 
     monkeypatch.setattr(Prestarter, "_start", start_then_interrupt)

@@ -19,7 +19,7 @@ import ray
 from workers import hold, judge, ncu, turns, witness, witness_gpu
 from workers.build import ensure_artifact
 from workers.observers import ProfileTarget, profiling_observers
-from workers.prestart import Prestarted, cpu_env
+from workers.prestart import Prestarted, cpu_env, judge_key
 from workers.records import RunJob, RunOutcome
 from workers.sandbox import Sandbox
 from workers.status import Status
@@ -71,6 +71,9 @@ class DeviceActor:
             if backend == "cuda" and not adopted else None)
         if not adopted:
             self.sandbox.start()
+        if (judge_pre := _mine(backend, prestarted or {}, judge=True)) is not None:
+            # taken over in the background, as :meth:`clock_ready` starts one
+            self._bare_start = ThreadPoolExecutor(1).submit(self._adopt_judge, judge_pre)
         self.busy_s = 0.0
         self.jobs = 0
 
@@ -334,6 +337,14 @@ class DeviceActor:
             self.bare = Sandbox(self.backend, self.env)
             self._bare_start = ThreadPoolExecutor(1).submit(self.bare.start)
 
+    def _adopt_judge(self, pre: Prestarted) -> None:
+        """Take over ``pre``, the judge the driver started before Ray (workers.prestart
+        ``judge_key``), as this device's second harness (:meth:`judge`); where it cannot be
+        taken over, the judge starts on its first job, as before."""
+        bare = Sandbox(self.backend, self.env)
+        if bare.adopt(pre):
+            self.bare = bare
+
     def _bare_started(self) -> None:
         """Wait for :meth:`clock_ready`'s start, if one runs; a failed one leaves the
         second harness to start on its first job (workers.sandbox)."""
@@ -453,13 +464,16 @@ class DeviceActor:
 
 
 
-def _mine(backend: str, prestarted: dict[str, Prestarted]) -> Prestarted | None:
-    """The prestarted harness of this actor's device: by the GPU id Ray gave the actor, or
-    the ``cpu`` one; None when there is none (or the actor holds several GPUs)."""
+def _mine(backend: str, prestarted: dict[str, Prestarted], judge: bool = False
+          ) -> Prestarted | None:
+    """The prestarted harness of this actor's device (``judge``: its judge,
+    workers.prestart ``judge_key``): by the GPU id Ray gave the actor, or the ``cpu`` one;
+    None when there is none (or the actor holds several GPUs)."""
+    name = judge_key if judge else str
     if backend != "cuda" or not prestarted:  # (no Ray call: a LocalRunner's has no Ray)
-        return prestarted.get("cpu")
+        return prestarted.get(name("cpu"))
     gpus = ray.get_runtime_context().get_accelerator_ids().get("GPU") or []
-    return prestarted.get(str(gpus[0])) if len(gpus) == 1 else None
+    return prestarted.get(name(str(gpus[0]))) if len(gpus) == 1 else None
 
 
 def remote_actor(backend: str, threads: int = 1, resources: dict[str, float] | None = None):

@@ -49,6 +49,13 @@ LOG = "harness.log"
 SCRATCH = "scratch"  # the sandbox's one writable folder (workers.jail)
 PREPARE = "prepare.pkl"  # the jobs whose inputs and reference outputs are made ahead
 STATUS_WAIT_S = 2.0  # for the reaper's status file once the harness is gone
+JUDGE = "/judge"  # a device's second harness's key: its device's key and this
+
+
+def judge_key(key: str) -> str:
+    """The key of device ``key``'s second harness (the outside clock's and witness turns'
+    judge, workers.device_actor ``DeviceActor.judge``) in :attr:`Prestarter.started`."""
+    return key + JUDGE
 
 
 @dataclass(frozen=True)
@@ -236,12 +243,19 @@ class Prestarter:
         prepare: harness job dicts (the sweep's reference checks, one per dims) whose
             inputs and reference outputs each harness makes before it is taken over
             (workers.harness ``main``), while Ray still starts.
+        judges: a second harness per key too (:func:`judge_key`), making nothing ahead:
+            the device's judge (workers.device_actor ``DeviceActor.judge``), which never
+            loads candidate code. Started on demand, it was 2.5 s of the first contest of
+            a cold 140-candidate sweep on an H100 (torch's import, a CUDA context, its
+            sets; docs/verified/2026-12-06-session47.md); started here it overlaps Ray's
+            start.
 
     Starting never raises: a harness that cannot start is simply not offered (its device
     actor starts its own).
     """
 
-    def __init__(self, device: str, keys: list[str], prepare: list[dict] | None = None):
+    def __init__(self, device: str, keys: list[str], prepare: list[dict] | None = None,
+                 judges: bool = False):
         self.device = device
         self.prepare = list(prepare or [])
         self.isolation = isolation.available()
@@ -252,14 +266,18 @@ class Prestarter:
         self._threads: list[threading.Thread] = []  # _reap's: done before a folder goes
         try:
             for key in keys:
-                pre = self._start(key)
-                if pre is not None:
-                    self.started[key] = pre
+                both = [(key, True), (judge_key(key), False)]
+                for name, ahead in both if judges else both[:1]:
+                    pre = self._start(key, ahead)
+                    if pre is not None:
+                        self.started[name] = pre
         except BaseException:  # Ctrl-C, SIGTERM (kopt.driver.sweep.Terminated): none left behind
             self.close()
             raise
 
-    def _start(self, key: str) -> Prestarted | None:
+    def _start(self, key: str, ahead: bool = True) -> Prestarted | None:
+        """The harness of device ``key`` (``ahead``: making :attr:`prepare`'s jobs before
+        it is taken over), or None where it could not start."""
         folder = tempfile.mkdtemp(prefix="kopt-prestart-")
         self._folders.append(folder)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -271,7 +289,7 @@ class Prestarter:
         try:
             listener.bind(str(Path(folder) / SOCKET))
             listener.listen(1)
-            harness, scratch = self._harness_cmd(folder, listener.fileno())
+            harness, scratch = self._harness_cmd(folder, listener.fileno(), ahead)
             cg, why = cgroup.make() if self.isolation.isolated else (None, "not sandboxed")
             limits = cg.limits if cg is not None else f"none: {why}"
             dirs = {cgroup.DIRS_ENV: ":".join(cg.dirs)} if cg is not None else {}
@@ -313,12 +331,13 @@ class Prestarter:
         return Prestarted(folder, int(pid), self.device, self.isolation, limits, token,
                           cg.dirs if cg is not None and held else ())
 
-    def _harness_cmd(self, folder: str, listen_fd: int) -> tuple[list[str], Path]:
+    def _harness_cmd(self, folder: str, listen_fd: int, ahead: bool = True
+                     ) -> tuple[list[str], Path]:
         """The harness's command line (in its sandbox, listening on ``listen_fd``, making
-        the prepared jobs ahead) and its scratch folder, made in ``folder``. Raises
-        OSError."""
+        the prepared jobs ahead where ``ahead``) and its scratch folder, made in ``folder``.
+        Raises OSError."""
         extra = []
-        if self.prepare:
+        if self.prepare and ahead:
             (Path(folder) / PREPARE).write_bytes(pickle.dumps(self.prepare))
             extra = [str(Path(folder) / PREPARE)]
         scratch = Path(folder) / SCRATCH

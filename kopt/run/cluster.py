@@ -111,6 +111,9 @@ def cluster_address(path: str | Path) -> str:
 # files larger than this stay behind when a sweep folder travels to a cluster: Ray's
 # upload limit is 512 MiB for the whole (zipped) folder, and a sweep needs its sources
 UPLOAD_FILE_LIMIT = 100 * 2**20
+# "0": no judge prestarted beside a GPU's harness (workers.prestart ``judges``; a side by
+# side measurement's other arm)
+JUDGE_ENV = "KOPT_PRESTART_JUDGE"
 
 
 UPLOAD_EXCLUDES = ["kopt-store", "report-*", "__pycache__", "*.parquet", ".git"]
@@ -200,8 +203,11 @@ def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestart
     (workers.prestart: torch's import and the CUDA context then overlap Ray's start, issue
     14.2): one per GPU that Ray will see (the same ids: ``CUDA_VISIBLE_DEVICES``'s entries,
     else 0..n-1) for a CUDA run, one per CPU device for a CPU run, each making the inputs and
-    reference outputs of the sweep's reference checks ahead. None when the backend cannot
-    be known before Ray, or with ``KOPT_PRESTART=0``."""
+    reference outputs of the sweep's reference checks ahead; for a CUDA run, each GPU's
+    judge too (the witness turns' and outside clock's second harness; not for a CPU run,
+    whose judge forks from a zygote on demand, workers.zygote; not with
+    ``KOPT_PRESTART_JUDGE=0``). None when the backend cannot be known before Ray, or with
+    ``KOPT_PRESTART=0``."""
     if os.environ.get("KOPT_PRESTART", "1") == "0":
         return None
     gpus = local_gpu_count()
@@ -221,7 +227,8 @@ def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestart
     # the reference checks' inputs and outputs (Driver._check_reference), made ahead
     base = job_base(sweep, sweep.space(backend))
     return Prestarter(backend, keys, [RunJob("reference", "", d, base).payload()
-                                      for d in sweep.space(backend).dims])
+                                      for d in sweep.space(backend).dims],
+                      judges=backend == "cuda" and os.environ.get(JUDGE_ENV, "1") != "0")
 
 
 def start_ray(sweep: Sweep, cluster: str | None, address: str | None,
