@@ -194,6 +194,36 @@ def test_a_prestarted_judge_is_the_devices_judge_and_makes_nothing_ahead(tmp_pat
         plain.close()
 
 
+def test_a_prestarted_judge_out_of_the_actors_reach_is_closed_not_its_judge(monkeypatch):
+    """Witness turns read the judge's memory (workers.witness ``reach``: ptrace access).
+    A prestarted judge is not the actor's descendant, which Yama's ``ptrace_scope`` 1
+    forbids: taken over anyway, every contest's first take would be unjudged. One the
+    actor cannot reach is closed, and the actor's judge is one of its own."""
+    from workers import witness
+    from workers.device_actor import DeviceActor
+    from workers.prestart import judge_key
+
+    asked = []
+    monkeypatch.setattr(witness, "reach", lambda pid, fd=True: (
+        asked.append((pid, fd)) or "ptrace: Operation not permitted"))
+    pre = Prestarter("cpu", ["0"], judges=True)
+    try:
+        judge = pre.started[judge_key("0")]
+        dev = DeviceActor("cpu", 1, None, {judge_key("cpu"): judge})
+        try:
+            own = dev.judge()
+            assert asked and asked[0][1] is False  # a CPU judge: its memory, no descriptor
+            assert not own.adopted and own.pid != judge.pid
+            deadline = time.monotonic() + 30
+            while pid_alive(judge.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not pid_alive(judge.pid), _tree(judge.pid)
+        finally:
+            dev.shutdown()
+    finally:
+        pre.close()
+
+
 def test_a_gpu_run_prestarts_each_devices_judge_a_cpu_run_none(monkeypatch):
     """kopt.run.cluster ``prestart_sandboxes``: a CUDA run asks the prestarter for each
     GPU's judge too (``judges``), unless ``KOPT_PRESTART_JUDGE=0``; a CPU run does not (its

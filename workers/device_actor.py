@@ -339,11 +339,18 @@ class DeviceActor:
 
     def _adopt_judge(self, pre: Prestarted) -> None:
         """Take over ``pre``, the judge the driver started before Ray (workers.prestart
-        ``judge_key``), as this device's second harness (:meth:`judge`); where it cannot be
-        taken over, the judge starts on its first job, as before."""
+        ``judge_key``), as this device's second harness (:meth:`judge`), where this process
+        can reach its memory as witness turns do (workers.witness ``reach``: not this
+        process's descendant, a prestarted harness is out of its reach under Yama's
+        ``ptrace_scope`` 1, and every contest's first take would be unjudged); else it is
+        closed, and the judge starts on its first job, as before."""
         bare = Sandbox(self.backend, self.env)
-        if bare.adopt(pre):
+        if not bare.adopt(pre):
+            return
+        if bare.host_pid and not witness.reach(bare.host_pid, fd=self.backend != "cpu"):
             self.bare = bare
+        else:
+            bare.close()
 
     def _bare_started(self) -> None:
         """Wait for :meth:`clock_ready`'s start, if one runs; a failed one leaves the

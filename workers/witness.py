@@ -159,7 +159,7 @@ def host_why(gpu: bool = False) -> str:
     child cannot be started."""
     child = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
-        why = _reach(child.pid, fd=gpu)
+        why = reach(child.pid, fd=gpu)
         if not why and not threads_cpu_ns([child.pid]):
             why = "a child's thread CPU time cannot be read (/proc/PID/task/PID/schedstat)"
         if not why and str(child.pid) not in _children():
@@ -188,14 +188,16 @@ def _children() -> list[str]:
         return []
 
 
-def _reach(pid: int, fd: bool = True) -> str:
+def reach(pid: int, fd: bool = True) -> str:
     """Why this process cannot read process ``pid``'s memory or (with ``fd``: a GPU's
-    buffers) take its descriptor 0 ("": it can)."""
+    buffers) take its descriptor 0 ("": it can). Both need ptrace access to ``pid``: under
+    Yama's ``ptrace_scope`` 1 (Ubuntu's default) only to a descendant, without
+    ``CAP_SYS_PTRACE`` (Documentation/admin-guide/LSM/Yama.rst)."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             addr = int(f.readline().split("-", 1)[0], 16)
     except (OSError, ValueError) as e:
-        return f"a child's memory map cannot be read ({e})"
+        return f"process {pid}'s memory map cannot be read ({e})"
     got = vm_read(pid, addr, 1)
     if isinstance(got, str) or not fd:
         return got if isinstance(got, str) else ""
