@@ -3,7 +3,9 @@ on the H200 (docs/verified/) and skip cleanly elsewhere."""
 
 import dataclasses
 import json
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -163,23 +165,26 @@ def test_preflight_on_a_gpu():
     assert "cuda" in r.output and "ok" in r.output
 
 
+def vector_add_at(tmp_path: Path, n: int) -> Path:
+    """A copy of sweeps/vector_add in ``tmp_path`` whose one problem size is ``N = n``."""
+    d = shutil.copytree(ROOT / "sweeps" / "vector_add", tmp_path / "vector_add")
+    text = (d / "sweep.yaml").read_text()
+    assert "{N: 67108864}" in text
+    (d / "sweep.yaml").write_text(text.replace("{N: 67108864}", f"{{N: {n}}}", 1))
+    return d
+
+
 def test_a_two_iteration_ncu_loop(ray_local, tmp_path):
     """The NCU-guided loop's two iterations on the vector_add sweep at N = 2^24 (64 MB
     arrays, past an H100's or H200's L2): at the sweep's 2^26 the test took 212 s and over
     270 s on H100 hosts, much of it (by the code) ref.py's input sets drawn on the host
     (docs/verified/2026-12-06-session47.md); what it checks does not depend on the size."""
-    import shutil
-
     from kopt.core.spec import load_sweep
     from kopt.driver.sweep import run_sweep
     from kopt.store.database import query
 
-    d = shutil.copytree(ROOT / "sweeps" / "vector_add", tmp_path / "vector_add")
-    text = (d / "sweep.yaml").read_text()
-    assert "{N: 67108864}" in text
-    (d / "sweep.yaml").write_text(text.replace("{N: 67108864}", "{N: 16777216}", 1))
-    s = run_sweep(load_sweep(d), tmp_path / "st", backend="cuda",
-                  iterations=2, max_candidates=8)
+    s = run_sweep(load_sweep(vector_add_at(tmp_path, 1 << 24)), tmp_path / "st",
+                  backend="cuda", iterations=2, max_candidates=8)
     assert s.status_counts.get("ok", 0) >= 8
     _, its = query("select iteration, state from iterations order by iteration", tmp_path / "st")
     assert [i for i, _ in its][:1] == [1]
@@ -358,12 +363,14 @@ def test_the_plausibility_gate_is_armed_on_the_gpu(ray_local, tmp_path, monkeypa
     """The DRAM peak kopt judges a GPU row against is found for the real device (its NVML
     name in kopt.run.devices.PEAKS: 4800 GB/s on an H200), and honest vector_add rows stay
     under it; with the peak said to be 1 GB/s, every row of the same sweep is `suspect` with
-    the gate's line and none is named best."""
+    the gate's line and none is named best. At N = 2^24 (64 MB arrays, past the L2: every
+    row's figure is DRAM's; the sweep's 2^26 took 148 s on an H100 host,
+    docs/verified/2026-12-06-session47.md)."""
     from kopt.core.spec import load_sweep
     from kopt.driver import sweep as driver
     from kopt.store.database import query
 
-    sw = load_sweep(ROOT / "sweeps" / "vector_add")
+    sw = load_sweep(vector_add_at(tmp_path, 1 << 24))
     honest = tmp_path / "honest"
     s = driver.run_sweep(sw, honest, backend="cuda", max_candidates=2)
     assert s.status_counts == {"ok": 2}
