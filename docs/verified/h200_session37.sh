@@ -7,7 +7,7 @@
 # list), each with its phases. PART=gpu: `pytest -m gpu` whole, with durations.
 # PART=sweep: the 4-candidate vector_add sweep alone, with its contests' witness figures.
 # PART=cold: the cold sweep against Kernel Tuner and the guards' cost alone (targets' first two).
-# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|cost29|gpu|gpu-a|gpu-b|gpu-c|gpu-x|gpu-y|sweep
+# Usage (repo root, GPU host, .devsite carried): PART=targets|cold|judge-ab|cost29|gpu|gpu-a|gpu-b|gpu-c|gpu-x|gpu-y|sweep
 # bash docs/verified/h200_session37.sh; PART may name several, comma-separated, run in order
 # (with SWEEP=1 beside other PARTs, the sweep runs after each of them: its file keeps the last)
 set -uo pipefail
@@ -29,8 +29,18 @@ sweep4() {  # $1 label: the 4-candidate vector_add sweep, cold cache, fresh stor
   kopt query --store /tmp/st-$1 --format csv "select * from contests" >> "$out/sweep-$1.txt" 2>&1
 }
 one_part() {
+# PART=judge-ab: the cold sweep against Kernel Tuner, then the same sweep with
+# KOPT_PRESTART_JUDGE=0 (no judge started before Ray: the prestarted judge's other arm),
+# fresh store and cache each, back to back; then the guards' cost as PART=cold
+if [ "${PART:-}" = judge-ab ]; then
+  KOPT_RUNS=cold AB=1 AB_VARS=KOPT_PRESTART_JUDGE AB_SWEEPS=sgemm_kt bash docs/verified/h200_targets.sh
+  PART=cold_cost
+fi
 if [ "${PART:-}" = targets ] || [ "${PART:-}" = cold ]; then
   KOPT_RUNS=cold bash docs/verified/h200_targets.sh
+  PART=${PART/cold/cold_cost}
+fi
+if [ "${PART:-}" = targets ] || [ "${PART:-}" = cold_cost ]; then
   timeout 200 python3 bench/check_cost.py sweeps/sgemm --n 24 --out /tmp/cc > "$out/check_cost.txt" 2>&1
   echo "check_cost rc $?" >> "$out/check_cost.txt"; cp /tmp/cc/check_cost.json "$out/" 2>/dev/null
   tail -12 "$out/targets.txt"; grep -E "per candidate|extra|wall" "$out/check_cost.txt" | head
