@@ -598,6 +598,17 @@ def test_a_contender_whose_code_escapes_the_hold_is_suspect(tmp_path, monkeypatc
         runner.close()
 
 
+# The size of the replaying and skipping candidates judged by blocks of calls: the block's
+# limit allows half the preparations' time a call (kopt.core.clock CLOCK_PREP_NOISE). At N =
+# 4096 their work, about 0.2 ms a call, came within it once the preparations took 0.3 ms a
+# call (0.075 ms idle): a fresh clone's suite beside other work read a block of 55 calls at
+# no more than its preparations alone, and the replay cleared the clock. At 16384 a call's
+# work is 0.8 ms, its preparation (mostly the cache flush) 0.11 ms, idle. (The loop judges
+# so small a claimed median on a CPU by paced calls instead: kopt.core.clock
+# ``needs_paced``; tests/test_clock_paced.py.)
+BLOCK_N = 16384
+
+
 @pytest.mark.usefixtures("outside_clock_alone")
 @pytest.mark.parametrize("fixture", ["cycle_replay.cpp", "hold_replay.cpp"])
 def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture):
@@ -609,9 +620,9 @@ def test_a_replay_that_tells_the_clock_block_apart_is_suspect(tmp_path, fixture)
     thread's 1 ms sleep that wakes far late): with the block's calls on the check's sets it
     cleared the clock (4 of 4). With the sets picked at random, as samples pick them, and
     no call on inputs seen before (rescaled, a fresh held-back set last), both compute
-    there too and are suspect."""
+    there too and are suspect. At N = 16384 (:data:`BLOCK_N`)."""
     src = PACK / fixture
-    j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": 4096},
+    j = job(artifact(tmp_path, src, {}), src, PACK / "ref.py", {"N": BLOCK_N},
             {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key=fixture)
     med, blocks = _judged(j)
     assert clock_suspect(med, blocks).startswith(
@@ -625,9 +636,10 @@ def test_a_candidate_that_skips_calls_on_seen_sets_scaled_is_suspect(tmp_path):
     replays the outputs it computed for the unscaled set). When the block's calls
     were the check's sets scaled by a factor near 1 and only the last was verified, SKIP=1
     cleared the clock (a red-team trial, 6 of 6). Every call of the block is on a set drawn
-    for it now: it finds nothing to skip, computes, and its clock is suspect."""
+    for it now: it finds nothing to skip, computes, and its clock is suspect. At N = 16384
+    (:data:`BLOCK_N`)."""
     src = PACK / "scaled_skip.cpp"
-    j = job(artifact(tmp_path, src, {"SKIP": 1}), src, PACK / "ref.py", {"N": 4096},
+    j = job(artifact(tmp_path, src, {"SKIP": 1}), src, PACK / "ref.py", {"N": BLOCK_N},
             {"x": ["N"], "buf": ["N"], "y": ["N"]}, job_key="skip")
     med, blocks = _judged(j)
     assert clock_suspect(med, blocks).startswith(
