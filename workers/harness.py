@@ -2143,9 +2143,9 @@ class Harness:
         self.reset_persisting_l2()
         if self.native is not None:  # a change since the last job's looks is not this job's
             native.handlers_changed()
+        self.parts, t0 = {}, time.perf_counter()
         if (special := self._special(job)) is not None:
             return special(job)
-        self.parts, t0 = {}, time.perf_counter()
         d = self.prepare(job, reference=not job.get("no_reference"), probe=bool(job.get(PROBE)))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0
@@ -3104,7 +3104,6 @@ def _unfit(watch: list[tuple[Any, str, Any]], c_watch: dict[str, tuple[int | Non
 def _run_one(h: Harness, job: Any) -> dict:
     """``job`` run (:meth:`Harness.run`), its outcome with ``fatal``; never raises."""
     try:
-        h.parts = {}
         res = h.run(job.payload() if isinstance(job, RunJob) else job)
         res.setdefault("fatal", False)
         if h.parts:  # where its wall time went (Harness.lap): a benchmark's breakdown

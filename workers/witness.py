@@ -139,12 +139,12 @@ def describe() -> str:
     """``kopt env``'s ``witness``: whether this node's device actors can take witness turns
     (:func:`host_why`), and GPU ones (descriptors taken, the GPU's driver bindings
     loaded); else ``none: why``."""
+    if not (gpu_why := host_why(gpu=True)):  # what the CPU's check asks, and more
+        return ("yes: process_vm_readv and pidfd_getfd reach a child; GPU buffers through "
+                "cuda-python's driver bindings")
     if why := host_why():
         return f"none: {why} (contests run without witness turns)"
-    if why := host_why(gpu=True):
-        return f"yes: process_vm_readv reaches a child; no GPU witness turns: {why}"
-    return ("yes: process_vm_readv and pidfd_getfd reach a child; GPU buffers through "
-            "cuda-python's driver bindings")
+    return f"yes: process_vm_readv reaches a child; no GPU witness turns: {gpu_why}"
 
 
 def host_why(gpu: bool = False) -> str:
@@ -199,8 +199,10 @@ def reach(pid: int, fd: bool = True) -> str:
     except (OSError, ValueError) as e:
         return f"process {pid}'s memory map cannot be read ({e})"
     got = vm_read(pid, addr, 1)
-    if isinstance(got, str) or not fd:
-        return got if isinstance(got, str) else ""
+    if isinstance(got, str):
+        return got
+    if not fd:
+        return ""
     try:
         os.close(devmem.take_fd(pid, 0))
     except devmem.DevMemError as e:

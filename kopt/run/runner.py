@@ -19,7 +19,7 @@ import ray
 from kopt.run.devices import Node, Slot, actor_options, alive_nodes, plan_slots
 from kopt.util.phases import PhaseRecorder
 from workers.device_actor import DeviceActor, remote_actor
-from workers.prestart import Prestarted, judge_key
+from workers.prestart import Prestarted
 from workers.records import RunJob, RunOutcome
 from workers.status import Status
 
@@ -203,9 +203,8 @@ class RayRunner(Runner):
                else remote_actor("cpu", threads=1))
         offer = dict(prestarted or {})
         if self.backend != "cuda":  # a CPU device's own, by ordinal (embedded instance only)
-            n = str(slot.ordinal) if slot.node_id is None else None  # and its judge's
-            offer = {} if n is None else {k: offer[o] for k, o in (
-                ("cpu", n), (judge_key("cpu"), judge_key(n))) if o in offer}
+            mine = offer.get(str(slot.ordinal)) if slot.node_id is None else None
+            offer = {"cpu": mine} if mine is not None else {}
         return cls.options(**actor_options(slot), **self._more_options(slot)).remote(
             self.backend, 1, slot.device_class, offer or None)
 
