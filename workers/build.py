@@ -138,13 +138,25 @@ def _limits_bad() -> str:
     return ""
 
 
+def spares_wanted() -> tuple[int, str]:
+    """How many fresh harnesses a GPU's device actor keeps started for its contests
+    (workers.spares; each holds a CUDA context, about 0.5 GiB of device memory):
+    ``$KOPT_SPARES``, a whole number from 0 (each started on demand) to 8, default 3; and
+    "" or why the value was refused (the default then stands)."""
+    n, bad = env_number("KOPT_SPARES", 3.0, 0.0, 8.0)
+    if not bad and n != int(n):
+        raw = os.environ["KOPT_SPARES"]
+        n, bad = 3.0, f"$KOPT_SPARES={raw!r}: expected a whole number from 0 to 8"
+    return int(n), bad
+
+
 def check_env(builds: bool = True) -> None:
-    """Raise EnvError naming each KOPT_COMPILE_* variable (and KOPT_CACHE_MAX_GB) whose
-    value is unusable, and a
+    """Raise EnvError naming each KOPT_COMPILE_* variable (and KOPT_CACHE_MAX_GB,
+    KOPT_SPARES) whose value is unusable, and a
     ``$KOPT_CACHE`` that is (or lies under) a file; with ``builds`` (a command that builds),
     also one whose build cache folder cannot be made or written (this creates it)."""
-    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, build_cache.cap()[1], _limits_bad(),
-                                _cache_bad(builds)) if x)
+    bad = "; ".join(x for x in (_TIMEOUT_BAD, _MEM_BAD, spares_wanted()[1], build_cache.cap()[1],
+                                _limits_bad(), _cache_bad(builds)) if x)
     if bad:
         raise EnvError(bad)
 

@@ -17,11 +17,12 @@ from typing import Any
 import ray
 
 from workers import hold, judge, ncu, turns, witness, witness_gpu
-from workers.build import ensure_artifact
+from workers.build import ensure_artifact, spares_wanted
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted, cpu_env, judge_key
 from workers.records import RunJob, RunOutcome
 from workers.sandbox import Sandbox
+from workers.spares import Spares
 from workers.status import Status
 from workers.timing import lap
 
@@ -46,7 +47,7 @@ class DeviceActor:
     """
 
     def __init__(self, backend: str, threads: int = 1, device_class: str | None = None,
-                 prestarted: dict[str, Prestarted] | None = None):
+                 prestarted: dict[str, Prestarted] | None = None, spares: int | None = None):
         env = cpu_env(threads) if backend == "cpu" else {}
         self.backend, self.env = backend, env
         # the outside clock's harness of the preparations alone (:meth:`clock`), and its
@@ -74,6 +75,10 @@ class DeviceActor:
         if (judge_pre := _mine(backend, prestarted or {}, judge=True)) is not None:
             # taken over in the background, as :meth:`clock_ready` starts one
             self._bare_start = ThreadPoolExecutor(1).submit(self._adopt_judge, judge_pre)
+        if spares is None:
+            spares = spares_wanted()[0] if backend == "cuda" else 0
+        self.spares = Spares(backend, env, spares)
+        self.spares.fill()  # while the first jobs run: the device's first contest takes them
         self.busy_s = 0.0
         self.jobs = 0
 
@@ -106,7 +111,7 @@ class DeviceActor:
         t0, started = time.perf_counter(), time.time()
         try:
             path = str(ensure_artifact(job.build_id, artifact))
-            res = RunOutcome.from_dict(self.sandbox.run_retrying(replace(job, artifact=path),
+            res = RunOutcome.from_dict(self._own().run_retrying(replace(job, artifact=path),
                                                                  job.timeout_s))
         except Exception as e:  # the harness could not even be restarted
             res = RunOutcome.fault(Status.ERROR, f"device actor: {e!r}")
@@ -199,7 +204,8 @@ class DeviceActor:
         (``turns``; within it, the slowest contender's harness parts, workers.harness
         ``Harness.lap``, as ``contender_PART``) and the judge's check (``check``). Raises
         what the sandboxes raise."""
-        boxes = [Sandbox(self.backend, self.env) for _ in jobs]
+        boxes = [self.spares.take() for _ in jobs]  # each started ahead where one was
+        self.spares.settle()  # no harness starts while the contest times
         t, self.parts["takes"] = time.perf_counter(), self.parts.get("takes", 0) + 1
         if self.backend != "cpu":  # its device memory to the contest (what ran there ends):
             self.fresh()  # beside it and the judge, an honest contender ran out (an H100)
@@ -304,7 +310,8 @@ class DeviceActor:
         t0 = time.perf_counter()
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
-            sandbox, held = self.sandbox, None
+            sandbox, held = self._own(), None
+            self.spares.settle()  # no harness starts while the clock times
             if loads_only:
                 sandbox, held = self.judge(), self.sandbox.pause()
             # the candidate's block: run again in a fresh harness when it crashed or failed
@@ -332,7 +339,9 @@ class DeviceActor:
         and a CUDA context: 2.1 s of a cold 140-candidate sweep's 18.8 s on an H200,
         docs/verified/2026-12-04-outside-clock-hold.md). The loop casts it while the device
         profiles, before its closing; :meth:`clock` waits for the start. A start that fails
-        here is tried again there. Never raises."""
+        here is tried again there. The closing's contenders' harnesses, and the one its
+        clock times candidates in, start meanwhile too (workers.spares). Never raises."""
+        self.spares.fill()
         if self.bare is None and self._bare_start is None:
             self.bare = Sandbox(self.backend, self.env)
             self._bare_start = ThreadPoolExecutor(1).submit(self.bare.start)
@@ -368,6 +377,19 @@ class DeviceActor:
         if self.bare is not None:
             self.bare.close()
             self.bare = None
+
+    def _own(self) -> Sandbox:
+        """This device's own harness; one a contest ended (:meth:`fresh`) replaced by a spare
+        (workers.spares) where one is started or starting, so that the next job, or the
+        outside clock's first block, does not wait for a harness to start (3.5 s of a cold
+        sweep's clock on an H100, docs/verified/2026-12-06-session47.md)."""
+        box = self.sandbox
+        if box.proc is None and self.spares.ready():
+            spare = self.spares.take()
+            spare.restarts = box.restarts
+            box.close()
+            self.sandbox = spare
+        return self.sandbox
 
     def fresh(self) -> None:
         """End the harness process; the next job starts a new one (state a candidate left
@@ -441,7 +463,7 @@ class DeviceActor:
     def prepare(self, job: dict[str, Any]) -> dict[str, Any]:
         """Make the inputs and reference outputs of ``job``'s dims on this device (no kernel):
         checks ref.py once before anything is built. Returns an outcome dict."""
-        return self.sandbox.run({**job, "prepare_only": True}, job["timing"]["timeout_s"])
+        return self._own().run({**job, "prepare_only": True}, job["timing"]["timeout_s"])
 
     def time_reference(self, job: dict[str, Any]) -> dict[str, Any]:
         """Time ref.py's ``contender`` (else ``reference``) at ``job``'s dims on this device,
@@ -450,7 +472,7 @@ class DeviceActor:
         ``max_abs_err``, ``max_rel_err``)."""
         t0 = time.perf_counter()
         try:
-            res = self.sandbox.run({**job, "time_reference": True}, job["timing"]["timeout_s"])
+            res = self._own().run({**job, "time_reference": True}, job["timing"]["timeout_s"])
         except Exception as e:  # the harness could not even be restarted
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         self.busy_s += time.perf_counter() - t0
@@ -467,6 +489,7 @@ class DeviceActor:
             self._warm_ncu.close()
             self._warm_ncu = None
         self.clock_end()
+        self.spares.close()
         self.sandbox.close()
 
 

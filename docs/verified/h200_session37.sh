@@ -30,10 +30,12 @@ sweep4() {  # $1 label: the 4-candidate vector_add sweep, cold cache, fresh stor
 }
 one_part() {
 # PART=judge-ab: the cold sweep against Kernel Tuner, then the same sweep with
-# KOPT_PRESTART_JUDGE=0 (no judge started before Ray: the prestarted judge's other arm),
-# fresh store and cache each, back to back; then the guards' cost as PART=cold
+# KOPT_PRESTART_JUDGE=0 (no judge started before Ray: the prestarted judge's other arm) and
+# with KOPT_SPARES=0 (no contender harness started ahead: workers.spares' other arm), fresh
+# store and cache each, back to back, each with its phases; then the guards' cost as PART=cold
 if [ "${PART:-}" = judge-ab ]; then
-  KOPT_RUNS=cold AB=1 AB_VARS=KOPT_PRESTART_JUDGE AB_SWEEPS=sgemm_kt bash docs/verified/h200_targets.sh
+  KOPT_RUNS=cold AB=1 AB_VARS="${AB_VARS:-KOPT_PRESTART_JUDGE KOPT_SPARES}" AB_SWEEPS=sgemm_kt \
+    bash docs/verified/h200_targets.sh
   PART=cold_cost
 fi
 if [ "${PART:-}" = targets ] || [ "${PART:-}" = cold ]; then

@@ -16,14 +16,15 @@ timeout 560 python3 bench/vs_kernel_tuner.py --size 2048 --out /tmp/vskt \
   --kopt "${KOPT_RUNS:-cold,cold-noncu,warm,warm-noncu}" ${KOPT_BENCH_ARGS:-} 2>&1 | tail -30 | tee -a "$out/targets.txt"
 cp /tmp/vskt/vs_kernel_tuner.json "$out/" 2>/dev/null
 cp /tmp/vskt/ray-timeline-cold.json "$out/" 2>/dev/null  # with KOPT_BENCH_ARGS=--timeline
-for s in /tmp/vskt/store-*; do
-  n=$(basename "$s")
-  { echo "== $n"; tail -4 /tmp/vskt/kopt-${n#store-}.log
-    kopt query --store "$s" --format csv "select phase, device, round(start_s,2) s0, round(end_s,2) s1, detail from phases where phase not in ('build', 'busy') order by start_s"
-    kopt query --store "$s" --format csv "select count(*) busy_jobs, round(sum(end_s-start_s),2) busy_s, round(min(start_s),2) first, round(max(end_s),2) last from phases where phase = 'busy'"
-    kopt query --store "$s" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'"
+phases_of() {  # $1 store, $2 its log: the phases but builds and busy, busy jobs, builds
+  n=$(basename "$1")
+  { echo "== $n"; tail -4 "$2"
+    kopt query --store "$1" --format csv "select phase, device, round(start_s,2) s0, round(end_s,2) s1, detail from phases where phase not in ('build', 'busy') order by start_s"
+    kopt query --store "$1" --format csv "select count(*) busy_jobs, round(sum(end_s-start_s),2) busy_s, round(min(start_s),2) first, round(max(end_s),2) last from phases where phase = 'busy'"
+    kopt query --store "$1" --format csv "select count(*) builds, round(sum(end_s-start_s),1) cpu_s, round(min(start_s),2) first_start, round(min(end_s),2) first_end, round(max(end_s),2) last_end from phases where phase='build'"
   } >> "$out/phases.txt" 2>&1
-done
+}
+for s in /tmp/vskt/store-*; do phases_of "$s" "/tmp/vskt/kopt-$(basename "${s#*/store-}").log"; done
 # AB=1: the cold runs again with a start-up overlap switched off (KOPT_PRESTART=0: no
 # harness before Ray; run 10 also had KOPT_PREBUILD, since reverted), fresh store and cache
 if [ -n "${AB:-}" ]; then
@@ -31,7 +32,9 @@ if [ -n "${AB:-}" ]; then
     for s in ${AB_SWEEPS:-sgemm_kt_noncu}; do
       rm -rf /tmp/ab-cache /tmp/ab-store; t0=$(date +%s.%N)
       env $v=0 KOPT_CACHE=/tmp/ab-cache python3 -m kopt.cli sweep /tmp/vskt/$s --store /tmp/ab-store --backend cuda > /tmp/ab.log 2>&1
-      echo "$v=0 $s: rc $? process wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s; first result $(kopt query --store /tmp/ab-store --format csv "select round(end_s,2) from phases where phase='first_result'" | tail -1) s" | tee -a "$out/targets.txt"
+      rc=$?
+      echo "$v=0 $s: rc $rc process wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s; first result $(kopt query --store /tmp/ab-store --format csv "select round(end_s,2) from phases where phase='first_result'" | tail -1) s" | tee -a "$out/targets.txt"
+      rm -rf "/tmp/ab-store-$v" && mv /tmp/ab-store "/tmp/ab-store-$v" && phases_of "/tmp/ab-store-$v" /tmp/ab.log
     done
   done
 fi

@@ -1,0 +1,96 @@
+"""Fresh harnesses kept started for a device's contests.
+
+Every contender of a contest runs in a harness of its own that has loaded no other code
+(workers.device_actor ``contest``), and on a GPU each harness's start is torch's import
+and a CUDA context: 1.4-1.8 s of each contest of a cold 140-candidate sweep on an H100,
+and the 3.5 s of the outside clock's first block, whose candidate harness a contest had
+ended (docs/verified/2026-12-06-session47.md, section 2). :class:`Spares` starts such
+harnesses in the background, at moments where no timing runs on the device but a job's,
+and hands each out once: a spare runs one contender's job (or becomes the device's own
+harness, once a contest ended that) and is never put back.
+
+A spare is the same sandbox a contest would start on demand (workers.sandbox: its own
+scratch folder, cgroup, namespaces and seccomp filter; a child of the device actor, whose
+witness turns reach it as they reach one started on demand); starting it earlier changes
+what the contenders' processes are only in when they began.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+
+from workers.sandbox import Sandbox
+
+
+class Spares:
+    """Up to ``n`` started harnesses of ``backend`` with environment ``env`` (as
+    workers.sandbox ``Sandbox(backend, env)``), each started in a background thread.
+
+    Args:
+        backend: ``"cuda"`` or ``"cpu"``.
+        env: the harnesses' extra environment (the device actor's).
+        n: how many to keep started (0: none; :meth:`take` then returns new, unstarted
+            sandboxes, which their user starts).
+    """
+
+    def __init__(self, backend: str, env: dict[str, str], n: int):
+        self.backend, self.env, self.n = backend, env, max(0, int(n))
+        self._pool: ThreadPoolExecutor | None = None
+        self._starting: list[Future[Sandbox]] = []
+        self.taken = 0  # spares handed out started (a start the device did not wait for)
+
+    def fill(self) -> None:
+        """Start, in the background, as many harnesses as make :attr:`n` started or
+        starting; returns at once. Never raises (a start that fails is found by
+        :meth:`take`, which then hands out an unstarted sandbox)."""
+        if self.n and self._pool is None:
+            self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="kopt-spare")
+        while self._pool is not None and len(self._starting) < self.n:
+            self._starting.append(self._pool.submit(self._started))
+
+    def _started(self) -> Sandbox:
+        box = Sandbox(self.backend, self.env)
+        try:
+            box.start()
+        except BaseException:
+            box.close()
+            raise
+        return box
+
+    def ready(self) -> bool:
+        """Whether a spare is started or starting (:meth:`take` then waits for no new
+        start)."""
+        return bool(self._starting)
+
+    def settle(self) -> None:
+        """Wait until no spare is starting (a contest's timing, or the outside clock's,
+        must not share the host and the device with harnesses that import torch and make
+        CUDA contexts)."""
+        wait(self._starting)
+
+    def take(self) -> Sandbox:
+        """A harness that has loaded nothing: the oldest spare, waited for when it is still
+        starting and live when its start succeeded, else a new sandbox, not started.
+        Never raises."""
+        while self._starting:
+            f = self._starting.pop(0)
+            try:
+                box = f.result()
+            except Exception:  # noqa: BLE001 -- its user's own start says why
+                continue
+            if box.served == 0 and box.proc is not None and box.proc.poll() is None:
+                self.taken += 1
+                return box
+            box.close()
+        return Sandbox(self.backend, self.env)
+
+    def close(self) -> None:
+        """Close every spare (each waited for first) and the threads that start them."""
+        self.settle()
+        for f in self._starting:
+            if f.exception() is None:
+                f.result().close()
+        self._starting = []
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
