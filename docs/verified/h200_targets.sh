@@ -31,7 +31,7 @@ if [ -n "${AB:-}" ]; then
   for v in ${AB_VARS:-KOPT_PRESTART}; do
     for s in ${AB_SWEEPS:-sgemm_kt_noncu}; do
       rm -rf /tmp/ab-cache /tmp/ab-store; t0=$(date +%s.%N)
-      env $v=0 KOPT_CACHE=/tmp/ab-cache python3 -m kopt.cli sweep /tmp/vskt/$s --store /tmp/ab-store --backend cuda > /tmp/ab.log 2>&1
+      env $v=0 KOPT_CACHE=/tmp/ab-cache python3 -m kopt sweep /tmp/vskt/$s --store /tmp/ab-store --backend cuda > /tmp/ab.log 2>&1
       rc=$?
       echo "$v=0 $s: rc $rc process wall $(python3 -c "print(round($(date +%s.%N)-$t0,1))") s; first result $(kopt query --store /tmp/ab-store --format csv "select round(end_s,2) from phases where phase='first_result'" | tail -1) s" | tee -a "$out/targets.txt"
       rm -rf "/tmp/ab-store-$v" && mv /tmp/ab-store "/tmp/ab-store-$v" && phases_of "/tmp/ab-store-$v" /tmp/ab.log
