@@ -1,12 +1,18 @@
 """Fresh harnesses kept started for a device's contests (workers.spares)."""
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 from test_faults import PACK
 from test_turns import ROUNDS, contender
 
+from workers import isolation
 from workers.build import spares_wanted
 from workers.device_actor import DeviceActor
 from workers.sandbox import Sandbox
@@ -75,25 +81,75 @@ def test_the_own_harness_a_contest_ended_is_a_spare_and_keeps_its_count(tmp_path
     assert stats["restarts"] == 1 and stats["harness_pid"] == pid is not None
 
 
-def test_a_spare_that_did_not_start_gives_way_to_a_harness_started_on_demand(
-        tmp_path, monkeypatch):
-    """A spare whose start raised is not handed out: the contender gets a new sandbox,
-    which the contest starts, and the contest is `ok`."""
+def test_a_spare_that_did_not_start_in_its_sandbox_is_not_handed_out(tmp_path, monkeypatch):
+    """A spare whose harness did not set up (a candidate that took the device's memory
+    while it started, say) is neither handed out nor started again outside the sandbox:
+    the contender gets a new sandbox, not started, of the host's isolation, which the
+    contest starts itself, and the contest is `ok`."""
     def refused(self):
-        raise RuntimeError("no harness today")
+        self.kill()
+        raise RuntimeError("harness did not start: CUDA out of memory")
 
-    monkeypatch.setattr(Spares, "_started", refused)
+    monkeypatch.setattr(Sandbox, "ready", refused)  # a spare's wait alone: start() waits so
     taken = _recording(monkeypatch)
     h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "a")
     actor = DeviceActor("cpu", spares=1)
     try:
         res = actor.contest([h], 3, art_h)
         n_taken = actor.spares.taken
+        kind = taken[0][0].isolation.kind if taken else None
     finally:
         actor.shutdown()
     assert res["status"] == "ok", res
     assert n_taken == 0
     assert [(pid, ran) for _, pid, _, ran in taken] == [(None, False)]  # not started
+    assert kind == isolation.available().kind
+
+
+_DIES = """
+import os, signal, sys
+from workers.spares import Spares
+sp = Spares("cpu", {"OMP_NUM_THREADS": "1"}, 1)
+sp.fill()
+sp.settle()
+box = sp.take()
+print(box.proc.pid, box.host_pid, flush=True)
+os.kill(box.host_pid, signal.SIGSTOP)  # reads no end of file: as a harness a candidate keeps
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie counts: it runs no more)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("zygote", ["1", "0"])
+def test_a_spare_dies_with_the_process_that_started_it(zygote):
+    """A spare's harness is started from the device actor's thread, not the thread that
+    waits for it: the actor killed (SIGKILL), the spare's processes end too, whether forked
+    from the zygote or started the plain way, even a harness that does not read the end of
+    its pipe (stopped here; a candidate's code that loops at exit, say). Started from a pool
+    thread the plain way, a spare outlived the actor: the parent-death signal follows the
+    starting thread, and workers.reap gives none off the main thread."""
+    env = {**os.environ, "KOPT_ZYGOTE": zygote}
+    out = subprocess.run([sys.executable, "-c", _DIES], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, env=env)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pids = [int(x) for x in out.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 60  # a condition waited for, not a timing
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if not _gone(p)]
+    for p in left:  # none should be; a regression must not leave them running
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    assert left == []
 
 
 def test_spares_are_closed_with_the_device():

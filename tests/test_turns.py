@@ -202,7 +202,12 @@ def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch)
     def refuse():
         raise RuntimeError("no harness today")
 
-    monkeypatch.setattr(boxes[1], "start", refuse)
+    def not_ready():
+        boxes[1].kill()
+        raise RuntimeError("harness did not start: no memory for its context")
+
+    monkeypatch.setattr(boxes[1], "ready", not_ready)  # its process started, not set up,
+    monkeypatch.setattr(boxes[1], "start", refuse)  # then not started the whole way either
     try:
         answers = turns.run_in_turns(
             boxes, [{**j, "contest": [j], "rounds": ROUNDS, "turns": True} for j in jobs], 60)

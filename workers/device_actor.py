@@ -472,7 +472,9 @@ class DeviceActor:
         ``max_abs_err``, ``max_rel_err``)."""
         t0 = time.perf_counter()
         try:
-            res = self._own().run({**job, "time_reference": True}, job["timing"]["timeout_s"])
+            box = self._own()
+            self.spares.settle()  # no harness starts while the reference is timed
+            res = box.run({**job, "time_reference": True}, job["timing"]["timeout_s"])
         except Exception as e:  # the harness could not even be restarted
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         self.busy_s += time.perf_counter() - t0

@@ -105,6 +105,15 @@ class Sandbox:
             self._start()
 
     def _start(self) -> None:
+        self.launch()
+        self._hello()
+
+    def launch(self) -> None:
+        """Start the harness's process in the sandbox without waiting for it (:meth:`ready`
+        waits): started from the process's main thread, it dies with the process that
+        started it (workers.reap ``tie_to_parent``) or with its zygote (workers.zygote).
+        No fallback outside the sandbox here (:meth:`start` has one). Raises OSError where
+        the process cannot be started."""
         r_child, w_parent = os.pipe()
         r_parent, w_child = os.pipe()
         self._new_scratch()
@@ -130,6 +139,11 @@ class Sandbox:
         self.counted = self.cgroup if held else None
         self.w = Connection(w_parent, readable=False)
         self.r = Connection(r_parent, writable=False)
+
+    def ready(self) -> None:
+        """Wait until the harness :meth:`launch` started has set up the device (any
+        thread may wait). Raises RuntimeError when it died, said it failed or did not answer
+        in ``START_TIMEOUT_S``; it is then killed."""
         self._hello()
 
     def _forked(self, env: dict[str, str], fds: tuple[int, int, int]

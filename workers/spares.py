@@ -12,7 +12,9 @@ harness, once a contest ended that) and is never put back.
 A spare is the same sandbox a contest would start on demand (workers.sandbox: its own
 scratch folder, cgroup, namespaces and seccomp filter; a child of the device actor, whose
 witness turns reach it as they reach one started on demand); starting it earlier changes
-what the contenders' processes are only in when they began.
+what the contenders' processes are only in when they began. Each holds a CUDA context
+(about 0.5 GiB of device memory) while it waits: ``KOPT_SPARES=0`` for a problem that
+needs the whole device.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from workers.sandbox import Sandbox
 
 class Spares:
     """Up to ``n`` started harnesses of ``backend`` with environment ``env`` (as
-    workers.sandbox ``Sandbox(backend, env)``), each started in a background thread.
+    workers.sandbox ``Sandbox(backend, env)``), each set up in a background thread.
 
     Args:
         backend: ``"cuda"`` or ``"cpu"``.
@@ -40,18 +42,29 @@ class Spares:
         self.taken = 0  # spares handed out started (a start the device did not wait for)
 
     def fill(self) -> None:
-        """Start, in the background, as many harnesses as make :attr:`n` started or
-        starting; returns at once. Never raises (a start that fails is found by
-        :meth:`take`, which then hands out an unstarted sandbox)."""
+        """Start as many harnesses as make :attr:`n` started or starting: each process is
+        started here, in the calling thread (the device actor's: a harness started from a
+        pool thread would not die with the actor, workers.reap ``tie_to_parent``), and its
+        setting up (torch's import, the device) waited for in the background; returns
+        without waiting. Never raises: a spare that cannot start, or starts only outside
+        the sandbox (workers.sandbox ``start`` falls back so; a spare never does: a
+        candidate that took the device's memory while it started must not make the next
+        contender's harness an unsandboxed one), is not handed out (:meth:`take`)."""
         if self.n and self._pool is None:
             self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="kopt-spare")
         while self._pool is not None and len(self._starting) < self.n:
-            self._starting.append(self._pool.submit(self._started))
+            box = Sandbox(self.backend, self.env)
+            try:
+                box.launch()
+            except Exception:  # noqa: BLE001 -- none now; the contest starts its own
+                box.close()
+                return
+            self._starting.append(self._pool.submit(self._ready, box))
 
-    def _started(self) -> Sandbox:
-        box = Sandbox(self.backend, self.env)
+    @staticmethod
+    def _ready(box: Sandbox) -> Sandbox:
         try:
-            box.start()
+            box.ready()
         except BaseException:
             box.close()
             raise

@@ -130,9 +130,10 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
     :data:`ESCAPED_CPU_MS` of CPU while held for a rival's turn. Never raises."""
     turns = Turns(len(boxes))
     escaped = [0.0] * len(boxes)
+    launched = [_launched(box) for box in boxes]
     with ThreadPoolExecutor(len(boxes)) as pool:
         futures = [pool.submit(_one, turns, i, box, job, timeout_s,
-                               plans[i] if plans else None)
+                               plans[i] if plans else None, launched[i])
                    for i, (box, job) in enumerate(zip(boxes, jobs))]
         try:
             _schedule(turns, boxes, escaped)
@@ -142,11 +143,32 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
     return [_escaped(a, ms) for a, ms in zip(answers, escaped)]
 
 
+def _launched(box: Sandbox) -> bool:
+    """Start ``box``'s harness process in this thread where it runs none (workers.sandbox
+    ``launch``; the device actor's: started from a pool thread, it would not die with the
+    actor, workers.reap ``tie_to_parent``); whether it was started so. Never raises."""
+    if box.proc is not None and box.proc.poll() is None:
+        return False
+    try:
+        box.launch()
+    except Exception:  # noqa: BLE001 -- its thread starts it the whole way and says why
+        box.kill()
+        return False
+    return True
+
+
 def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: float,
-         plan: Plan | None = None) -> dict[str, Any]:
-    """Contender ``i``'s job in ``box`` (its thread of :func:`run_in_turns`)."""
+         plan: Plan | None = None, launched: bool = False) -> dict[str, Any]:
+    """Contender ``i``'s job in ``box`` (its thread of :func:`run_in_turns`); ``launched``:
+    its harness's process was started by :func:`_launched`, and is waited for here (one
+    that does not set up is started again the whole way: workers.sandbox ``start``)."""
     res: dict[str, Any] = {"status": Status.ERROR, "error": "its harness did not answer"}
     try:
+        if launched:
+            try:
+                box.ready()
+            except RuntimeError:
+                pass  # killed: started again below, with start()'s own fallback
         if box.proc is None or box.proc.poll() is not None:
             try:
                 box.start()
