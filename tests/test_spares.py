@@ -85,25 +85,30 @@ def test_a_spare_that_did_not_start_in_its_sandbox_is_not_handed_out(tmp_path, m
     """A spare whose harness did not set up (a candidate that took the device's memory
     while it started, say) is neither handed out nor started again outside the sandbox:
     the contender gets a new sandbox, not started, of the host's isolation, which the
-    contest starts itself, and the contest is `ok`."""
-    def refused(self):
-        self.kill()
+    contest starts itself, and the contest is `ok`; no spare is started after that."""
+    def refused(box):
+        box.kill()
         raise RuntimeError("harness did not start: CUDA out of memory")
 
-    monkeypatch.setattr(Sandbox, "ready", refused)  # a spare's wait alone: start() waits so
+    monkeypatch.setattr(Spares, "_ready", staticmethod(refused))  # the spares' wait alone
+    kinds: list[str] = []
+    take = Spares.take
+    monkeypatch.setattr(Spares, "take", lambda self: (b := take(self),
+                                                      kinds.append(b.isolation.kind))[0])
     taken = _recording(monkeypatch)
     h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "a")
     actor = DeviceActor("cpu", spares=1)
     try:
         res = actor.contest([h], 3, art_h)
-        n_taken = actor.spares.taken
-        kind = taken[0][0].isolation.kind if taken else None
+        n_taken, broken = actor.spares.taken, actor.spares.broken
+        actor.spares.fill()
+        refilled = actor.spares.ready()
     finally:
         actor.shutdown()
     assert res["status"] == "ok", res
-    assert n_taken == 0
+    assert n_taken == 0 and broken and not refilled
     assert [(pid, ran) for _, pid, _, ran in taken] == [(None, False)]  # not started
-    assert kind == isolation.available().kind
+    assert kinds == [isolation.available().kind]
 
 
 _DIES = """
@@ -113,19 +118,23 @@ sp = Spares("cpu", {"OMP_NUM_THREADS": "1"}, 1)
 sp.fill()
 sp.settle()
 box = sp.take()
-print(box.proc.pid, box.host_pid, flush=True)
+start = [open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[19]
+         for p in (box.proc.pid, box.host_pid)]
+print(box.proc.pid, box.host_pid, *start, flush=True)
 os.kill(box.host_pid, signal.SIGSTOP)  # reads no end of file: as a harness a candidate keeps
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has exited (a zombie counts: it runs no more)."""
+def _gone(pid: int, start: str) -> bool:
+    """Whether process ``pid``, started at ``start`` (clock ticks after boot, field 22 of
+    ``/proc/PID/stat``), has exited (a zombie counts: it runs no more; a pid reused by a
+    process started later is not it)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        after = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return True
-    return state in ("Z", "X")
+    return after[0] in ("Z", "X") or after[19] != start
 
 
 @pytest.mark.parametrize("zygote", ["1", "0"])
@@ -140,12 +149,13 @@ def test_a_spare_dies_with_the_process_that_started_it(zygote):
     out = subprocess.run([sys.executable, "-c", _DIES], capture_output=True, text=True,
                          cwd=ROOT, timeout=300, env=env)
     assert out.returncode == -signal.SIGKILL, out.stderr
-    pids = [int(x) for x in out.stdout.split()]
-    assert len(pids) == 2
+    said = out.stdout.split()
+    assert len(said) == 4
+    procs = list(zip(map(int, said[:2]), said[2:]))
     deadline = time.monotonic() + 60  # a condition waited for, not a timing
-    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+    while not all(_gone(*p) for p in procs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = [p for p in pids if not _gone(p)]
+    left = [pid for pid, start in procs if not _gone(pid, start)]
     for p in left:  # none should be; a regression must not leave them running
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)

@@ -199,7 +199,7 @@ def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch)
     jobs = [contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, k)[0] for k in ("a", "b")]
     boxes = [Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in jobs]
 
-    def refuse():
+    def refuse(e):
         raise RuntimeError("no harness today")
 
     def not_ready():
@@ -207,7 +207,7 @@ def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch)
         raise RuntimeError("harness did not start: no memory for its context")
 
     monkeypatch.setattr(boxes[1], "ready", not_ready)  # its process started, not set up,
-    monkeypatch.setattr(boxes[1], "start", refuse)  # then not started the whole way either
+    monkeypatch.setattr(boxes[1], "fall_back", refuse)  # nor started outside the sandbox
     try:
         answers = turns.run_in_turns(
             boxes, [{**j, "contest": [j], "rounds": ROUNDS, "turns": True} for j in jobs], 60)

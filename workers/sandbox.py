@@ -11,6 +11,7 @@ error text; the process is restarted before the next job.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import math
@@ -97,12 +98,19 @@ class Sandbox:
         try:
             self._start()
         except RuntimeError as e:
-            if not self.isolation.isolated:
-                raise
-            why = str(e).splitlines()[0][:300]
-            self.isolation = isolation.Isolation(
-                isolation.NONE, why=f"the harness did not start in the sandbox ({why})")
-            self._start()
+            self.fall_back(e)
+
+    def fall_back(self, e: RuntimeError) -> None:
+        """:meth:`start`'s second try, once a start in the sandbox failed with ``e``: the
+        harness started without the sandbox, :attr:`isolation` saying why. Raises ``e``
+        where this host has no sandbox to leave, and RuntimeError when this start fails
+        too."""
+        if not self.isolation.isolated:
+            raise e
+        why = str(e).splitlines()[0][:300]
+        self.isolation = isolation.Isolation(
+            isolation.NONE, why=f"the harness did not start in the sandbox ({why})")
+        self._start()
 
     def _start(self) -> None:
         self.launch()
@@ -112,10 +120,35 @@ class Sandbox:
         """Start the harness's process in the sandbox without waiting for it (:meth:`ready`
         waits): started from the process's main thread, it dies with the process that
         started it (workers.reap ``tie_to_parent``) or with its zygote (workers.zygote).
-        No fallback outside the sandbox here (:meth:`start` has one). Raises OSError where
-        the process cannot be started."""
+        No fallback outside the sandbox here (:meth:`start` has one). Raises what starting
+        the process raises (OSError, subprocess.SubprocessError), once what it made (pipes,
+        scratch folder, cgroup) is let go."""
         r_child, w_parent = os.pipe()
         r_parent, w_child = os.pipe()
+        try:
+            self._spawn(r_child, w_child)
+        except BaseException:
+            for fd in (r_child, w_parent, r_parent, w_child):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._drop_scratch()
+            if self.cgroup is not None:
+                self.cgroup.remove()
+                self.cgroup = None
+            raise
+        os.close(r_child)
+        os.close(w_child)
+        held = self.cgroup is not None and self.cgroup.holds(self.proc.pid)
+        if self.cgroup is not None and not held:
+            self.limits = "none: the harness could not join its cgroup"
+        self.counted = self.cgroup if held else None
+        self.w = Connection(w_parent, readable=False)
+        self.r = Connection(r_parent, writable=False)
+
+    def _spawn(self, r_child: int, w_child: int) -> None:
+        """:meth:`launch`'s process: a new scratch folder and cgroup, then the harness forked
+        from the zygote or started the plain way, given the pipe ends ``r_child`` (jobs in)
+        and ``w_child`` (answers out)."""
         self._new_scratch()
         self._new_cgroup()
         self._trim_log()
@@ -131,14 +164,6 @@ class Sandbox:
                     stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
                     start_new_session=True,
                     preexec_fn=cgroup.preexec(self.cgroup, tie_to_parent()))
-        os.close(r_child)
-        os.close(w_child)
-        held = self.cgroup is not None and self.cgroup.holds(self.proc.pid)
-        if self.cgroup is not None and not held:
-            self.limits = "none: the harness could not join its cgroup"
-        self.counted = self.cgroup if held else None
-        self.w = Connection(w_parent, readable=False)
-        self.r = Connection(r_parent, writable=False)
 
     def ready(self) -> None:
         """Wait until the harness :meth:`launch` started has set up the device (any

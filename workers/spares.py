@@ -40,26 +40,35 @@ class Spares:
         self._pool: ThreadPoolExecutor | None = None
         self._starting: list[Future[Sandbox]] = []
         self.taken = 0  # spares handed out started (a start the device did not wait for)
+        # a spare did not set up in its sandbox: none is started again (on a host where
+        # the sandbox never works, each would import torch beside the jobs for nothing)
+        self.broken = False
 
     def fill(self) -> None:
         """Start as many harnesses as make :attr:`n` started or starting: each process is
         started here, in the calling thread (the device actor's: a harness started from a
         pool thread would not die with the actor, workers.reap ``tie_to_parent``), and its
         setting up (torch's import, the device) waited for in the background; returns
-        without waiting. Never raises: a spare that cannot start, or starts only outside
-        the sandbox (workers.sandbox ``start`` falls back so; a spare never does: a
-        candidate that took the device's memory while it started must not make the next
-        contender's harness an unsandboxed one), is not handed out (:meth:`take`)."""
-        if self.n and self._pool is None:
-            self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="kopt-spare")
-        while self._pool is not None and len(self._starting) < self.n:
-            box = Sandbox(self.backend, self.env)
+        without waiting (but for a CPU device's first, which starts its zygote). Never
+        raises: a spare that cannot start, or starts only outside the sandbox
+        (workers.sandbox ``start`` falls back so; a spare never does: a candidate that took
+        the device's memory while it started must not make the next contender's harness an
+        unsandboxed one), is not handed out (:meth:`take`), and once one did not set up,
+        none is started again (:attr:`broken`)."""
+        if self.broken:
+            return
+        while len(self._starting) < self.n:
+            box = None
             try:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="kopt-spare")
+                box = Sandbox(self.backend, self.env)
                 box.launch()
+                self._starting.append(self._pool.submit(self._ready, box))
             except Exception:  # noqa: BLE001 -- none now; the contest starts its own
-                box.close()
+                if box is not None:
+                    box.close()
                 return
-            self._starting.append(self._pool.submit(self._ready, box))
 
     @staticmethod
     def _ready(box: Sandbox) -> Sandbox:
@@ -90,6 +99,7 @@ class Spares:
             try:
                 box = f.result()
             except Exception:  # noqa: BLE001 -- its user's own start says why
+                self.broken = True
                 continue
             if box.served == 0 and box.proc is not None and box.proc.poll() is None:
                 self.taken += 1

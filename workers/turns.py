@@ -149,6 +149,7 @@ def _launched(box: Sandbox) -> bool:
     actor, workers.reap ``tie_to_parent``); whether it was started so. Never raises."""
     if box.proc is not None and box.proc.poll() is None:
         return False
+    box.kill()  # a harness that ended: its connection and cgroup let go first
     try:
         box.launch()
     except Exception:  # noqa: BLE001 -- its thread starts it the whole way and says why
@@ -160,22 +161,13 @@ def _launched(box: Sandbox) -> bool:
 def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: float,
          plan: Plan | None = None, launched: bool = False) -> dict[str, Any]:
     """Contender ``i``'s job in ``box`` (its thread of :func:`run_in_turns`); ``launched``:
-    its harness's process was started by :func:`_launched`, and is waited for here (one
-    that does not set up is started again the whole way: workers.sandbox ``start``)."""
+    its harness's process was started by :func:`_launched`, and is waited for here."""
     res: dict[str, Any] = {"status": Status.ERROR, "error": "its harness did not answer"}
     try:
-        if launched:
-            try:
-                box.ready()
-            except RuntimeError:
-                pass  # killed: started again below, with start()'s own fallback
-        if box.proc is None or box.proc.poll() is not None:
-            try:
-                box.start()
-            except Exception as e:  # noqa: BLE001 -- the device's fault, not the contender's
-                res = {"status": Status.ERROR, "unstarted": True,
-                       "error": f"a contender's harness did not start: {e!r}"}
-                return res
+        if why := _unstarted(box, launched):
+            res = {"status": Status.ERROR, "unstarted": True,
+                   "error": f"a contender's harness did not start: {why}"}
+            return res
         res = box.run(job, timeout_s, turn=lambda: turns.wait(i), plan=plan)
         res = in_its_turns(res, box.turn_ms, int(job.get("rounds") or 0))
     except Aborted:
@@ -187,6 +179,25 @@ def _one(turns: Turns, i: int, box: Sandbox, job: dict[str, Any], timeout_s: flo
     finally:
         turns.finished(i, res.get("status") not in (Status.OK, "aborted"))
     return res
+
+
+def _unstarted(box: Sandbox, launched: bool) -> str:
+    """Start ``box``'s harness where it does not run, as workers.sandbox ``start`` does
+    (in its sandbox, else once without it), the process already started when ``launched``
+    (:func:`_launched`): "" once it runs, else why not (the device's fault, not the
+    contender's). Never raises."""
+    try:
+        if launched:
+            try:
+                box.ready()
+            except RuntimeError as e:  # killed: start()'s second try
+                box.fall_back(e)
+        elif box.proc is None or box.proc.poll() is not None:
+            box.start()
+    except Exception as e:  # noqa: BLE001 -- the device's fault, not the contender's
+        box.kill()
+        return repr(e)
+    return ""
 
 
 def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float]) -> None:
