@@ -151,6 +151,64 @@ def test_an_actor_does_not_adopt_a_socket_that_cannot_prove_the_token(tmp_path):
         listener.close()
 
 
+_IMPOSTOR = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+print("ready", flush=True)
+s.settimeout(60)
+conn, _ = s.accept()
+conn.settimeout(10)
+try:
+    print(repr(conn.recv(64)), flush=True)
+except OSError as e:
+    print(type(e).__name__, flush=True)
+"""
+
+
+def test_the_token_goes_only_to_the_socket_the_driver_made():
+    """A process that replaced the harness's socket with one of its own (the folder is the
+    driver's, 0700, so a process of the driver's user) is sent nothing: the kernel names
+    the process that made a socket listen (SO_PEERCRED), and the actor sends the token only
+    where that is the driver that started the harness (``listener_pid``); before, it sent
+    the token to whoever listened there, who could then prove it. The real socket's peer is
+    the driver, and the actor takes that harness over."""
+    import socket
+    import subprocess
+    import sys
+
+    from workers import prestart
+
+    pre_r = Prestarter("cpu", ["0"])
+    try:
+        pre = pre_r.started["0"]
+        assert pre.listener_pid == os.getpid()
+        path = str(Path(pre.folder) / "sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        assert prestart.peer_pid(s) == os.getpid()  # the harness's socket: the driver's
+        s.close()
+        os.rename(path, path + ".real")
+        imp = subprocess.Popen([sys.executable, "-c", _IMPOSTOR, path], stdout=subprocess.PIPE,
+                               text=True)
+        try:
+            assert imp.stdout.readline().strip() == "ready"
+            assert prestart.connect(pre) is None
+            assert imp.stdout.readline().strip() == "b''"  # closed, nothing sent
+        finally:
+            imp.kill()
+            imp.wait(timeout=30)
+        os.replace(path + ".real", path)
+        sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+        try:
+            assert sb.adopt(pre) and sb.adopted
+        finally:
+            sb.close()
+    finally:
+        pre_r.close()
+
+
 def test_a_prestarted_judge_is_the_devices_judge_and_makes_nothing_ahead(tmp_path):
     """A GPU run's prestarter starts each device's judge too (workers.prestart
     ``judges``, key ``judge_key``): a harness that makes none of the sweep's reference jobs

@@ -26,6 +26,7 @@ import pickle
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,10 @@ class Prestarted:
     # the cgroup the harness is in (checked: Cgroup.holds), one folder per hierarchy, for
     # the adopter to read its CPU time (workers.sandbox); its reaper removes it; () if none
     cgroup_dirs: tuple[str, ...] = ()
+    # the process that made the socket listen (the driver), which the kernel names as the
+    # peer of every connection to it (SO_PEERCRED): the actor sends the token only to a
+    # socket of that process's making; 0: not checked
+    listener_pid: int = 0
 
     @property
     def log(self) -> Path:
@@ -187,14 +192,32 @@ def accept_actor(listener: socket.socket, token: str, tries: int = 16) -> socket
     raise OSError(f"{tries} connections to the harness's socket sent no valid token")
 
 
+def peer_pid(s: socket.socket) -> int:
+    """The pid of the process at the other end of connected Unix socket ``s`` as the
+    kernel recorded it (``SO_PEERCRED``; for a connection to a listening socket, the process
+    that made it listen), 0 where it cannot be read (or lies in another PID namespace)."""
+    try:
+        pid, _uid, _gid = struct.unpack("3i", s.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except (OSError, AttributeError):  # AttributeError: no SO_PEERCRED on this platform
+        return 0
+    return pid
+
+
 def connect(pre: Prestarted) -> tuple[Connection, Connection] | None:
     """Connect to a prestarted harness: (reader, writer) connections over its socket, or
     None when it cannot be reached (it died, or its folder is gone). The connection starts
     with the harness's token (:func:`accept_actor`); the harness's hello then carries its
-    :func:`proof`, which workers.sandbox.Sandbox.adopt checks."""
+    :func:`proof`, which workers.sandbox.Sandbox.adopt checks. The token is sent only
+    where the socket's listener is the process that made the harness's
+    (``pre.listener_pid``, the kernel's ``SO_PEERCRED``: socket(7)): a process that put a
+    socket of its own at that path gets nothing, not the token it could then prove."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(str(Path(pre.folder) / SOCKET))
+        if pre.listener_pid and peer_pid(s) != pre.listener_pid:
+            s.close()
+            return None
         if pre.token:
             s.sendall(pre.token.encode() + b"\n")
     except OSError:
@@ -329,7 +352,7 @@ class Prestarter:
         if cg is not None and not held:
             limits = "none: the harness could not join its cgroup"
         return Prestarted(folder, int(pid), self.device, self.isolation, limits, token,
-                          cg.dirs if cg is not None and held else ())
+                          cg.dirs if cg is not None and held else (), os.getpid())
 
     def _harness_cmd(self, folder: str, listen_fd: int, ahead: bool = True
                      ) -> tuple[list[str], Path]:
