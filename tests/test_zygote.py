@@ -260,3 +260,43 @@ def test_a_zygote_with_a_running_harness_is_never_closed_to_make_room(monkeypatc
     finally:
         for sb in boxes:
             sb.close()
+
+
+_DRIVER = """
+import os, signal
+from workers import zygote
+from workers.sandbox import Sandbox
+box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+box.start()
+z = next(iter(zygote._ZYGOTES.values()))
+print(z.tmp, z.proc.pid, box.host_pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not isolation.available().isolated, reason="forks need the sandbox")
+def test_a_zygote_whose_process_died_removes_its_folder_and_ends_its_forks():
+    """The process that started a zygote killed (SIGKILL: a device actor that Ray ends):
+    the zygote, told by its parent-death signal (SIGTERM), kills its forked harnesses and
+    removes its own folder (a new user found an empty ``/tmp/kopt-zygote-*`` after every
+    sweep), then ends."""
+    out = subprocess.run([sys.executable, "-c", _DRIVER], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, env={**os.environ, "KOPT_ZYGOTE": "1"})
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    folder, zpid, hpid = out.stdout.split()
+    deadline = time.monotonic() + 60  # a condition waited for, not a timing
+    while time.monotonic() < deadline and (
+            os.path.exists(folder) or _runs(int(zpid)) or _runs(int(hpid))):
+        time.sleep(0.1)
+    left = {"folder": os.listdir(folder) if os.path.exists(folder) else None,
+            "zygote": _runs(int(zpid)), "harness": _runs(int(hpid))}
+    assert left == {"folder": None, "zygote": False, "harness": False}
+
+
+def _runs(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

@@ -197,7 +197,8 @@ class Zygote:
              str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self.log,
             stderr=self.log, env={**own, "TMPDIR": self.tmp}, start_new_session=True,
-            preexec_fn=tie_to_parent())
+            # SIGTERM, not SIGKILL: it kills its forks and removes self.tmp on the way out
+            preexec_fn=tie_to_parent(signal.SIGTERM))
         theirs.close()
         self.sock.settimeout(START_TIMEOUT_S)
         try:

@@ -16,6 +16,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -49,20 +50,50 @@ def serve(fd: int) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _ignore)
     children: dict[int, int] = {}  # pid -> its status pipe's write end
-    sock.sendall(b"ready")
-    while os.getppid() == parent:
-        ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
-        if sock in ready and not _one_request(sock, children, (wake_r, wake_w)):
-            break
-        if wake_r in ready:
-            _drain(wake_r)
-        _reap(children, block=False)
-    for pid in children:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    _reap(children, block=True)
+    # its parent's death reaches it as SIGTERM (workers.zygote): it ends as when its
+    # socket closes, its children killed and its own folder removed
+    signal.signal(signal.SIGTERM, _ended)
+    try:
+        sock.sendall(b"ready")
+        while os.getppid() == parent:
+            ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
+            if sock in ready and not _one_request(sock, children, (wake_r, wake_w)):
+                break
+            if wake_r in ready:
+                _drain(wake_r)
+            _reap(children, block=False)
+    finally:
+        # ending already (its socket closed, or the signal came): a SIGTERM now must not cut
+        # this short (the socket's end and the signal both come of the parent's death); the
+        # flag first, a store no signal handler runs before (the call after it may be one)
+        _ENDING[0] = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for pid in children:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap(children, block=True)
+        _remove_own_folder()
+
+
+_ENDING = [False]  # serve's loop has ended: its last steps run whatever comes
+
+
+def _ended(_sig: int, _frame: object) -> None:
+    """SIGTERM (its parent died: workers.zygote ties it so): end :func:`serve`'s loop,
+    unless it has ended already."""
+    if not _ENDING[0]:
+        raise SystemExit(0)
+
+
+def _remove_own_folder() -> None:
+    """Remove the folder workers.zygote made for this zygote (its ``TMPDIR``, where it
+    built workers/native.c), a ``kopt-zygote-`` folder: left behind, one was found in /tmp
+    after every sweep."""
+    tmp = os.environ.get("TMPDIR", "")
+    if os.path.basename(tmp).startswith("kopt-zygote-"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _ignore(_sig: int, _frame: object) -> None:
@@ -149,6 +180,7 @@ def _forked(req: Request, fds: list[int], sock: socket.socket, wake: tuple[int, 
         os.close(fds[3])  # the status pipe is the zygote's to write
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the zygote's own ending is not its
         os.setsid()
         if req.cgroup_dirs:  # a failed join is the starter's to see (Cgroup.holds)
             cgroup.preexec(cgroup.Cgroup(req.cgroup_dirs, ""), None)()

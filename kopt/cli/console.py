@@ -525,8 +525,10 @@ def tie_lines(rows: list[dict[str, Any]]) -> list[str]:
     in a tie within noise; with several rows (problem sizes), each line names its size."""
     return [f"{r['device_class']}{' at ' + kv_text(r['dims'], False) if len(rows) > 1 else ''}"
             f": a tie within noise between {r['tied_with']} candidates, re-measured side by "
-            "side; the one with the fewest methods is named (`kopt query \"select * from "
-            "contests\"` lists them)" for r in rows if r["tied_with"] > 1]
+            "side; the simplest is named: the fewest methods, then the lowest median "
+            "(`kopt query \"select candidate_id, label, round(median_ms, 4) median_ms, "
+            "winner from contests order by iteration, median_ms\"` lists them)"
+            for r in rows if r["tied_with"] > 1]
 
 
 def unnamed_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -291,9 +291,9 @@ def _contest_lines(dc: str, st: IterState, cand: list[dict[str, Any]]) -> list[s
             + " " + _kv(stored_json(x["params"], "params"))
             for x in cand if x["iteration"] == st.iteration and x["device_class"] == dc}
     won = (st.best or {}).get("candidate_id")
-    verdict = (f"a **tie** within noise between {len(st.tie)} candidates; the one "
-               "with the fewest methods was named, since a method that buys "
-               "nothing measurable is not worth carrying on" if st.tie
+    verdict = (f"a **tie** within noise between {len(st.tie)} candidates; the simplest "
+               "was named (the fewest methods, then the lowest median), since a method "
+               "that buys nothing measurable is not worth carrying on" if st.tie
                else "a clear winner")
     if won not in c:  # the review gate rejected the contest's pick: the parent stays best
         verdict += (f"; the review gate then rejected it (the `reviews` table and `kopt wait` "
