@@ -286,17 +286,9 @@ def test_a_zygote_whose_process_died_removes_its_folder_and_ends_its_forks():
     folder, zpid, hpid = out.stdout.split()
     deadline = time.monotonic() + 60  # a condition waited for, not a timing
     while time.monotonic() < deadline and (
-            os.path.exists(folder) or _runs(int(zpid)) or _runs(int(hpid))):
+            os.path.exists(folder) or _alive(int(zpid)) or _alive(int(hpid))):
         time.sleep(0.1)
     left = {"folder": os.listdir(folder) if os.path.exists(folder) else None,
-            "zygote": _runs(int(zpid)), "harness": _runs(int(hpid))}
+            "zygote": _alive(int(zpid)), "harness": _alive(int(hpid))}
     assert left == {"folder": None, "zygote": False, "harness": False}
 
-
-def _runs(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")

@@ -89,6 +89,11 @@ class Sandbox:
         # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
         self.started = ""
 
+    @property
+    def running(self) -> bool:
+        """Whether the harness's process was started and has not ended."""
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self) -> None:
         """Start the harness and wait until it has set up the device, in the sandbox
         (workers.isolation) when this host has one. A harness that does not start in the
@@ -291,7 +296,7 @@ class Sandbox:
         prepared by ``plan`` while the sandbox is held (:meth:`_witness`) and ended by the
         harness's "witnessed" (:meth:`_witnessed`); what was seen is in :attr:`taking`.
         """
-        if self.proc is None or self.proc.poll() is not None:
+        if not self.running:
             self.start()
         self.taking = witness.Taking(plan) if plan is not None else None
         self.loaded |= _artifacts(job)
@@ -571,7 +576,7 @@ class Sandbox:
         threads and what a candidate left in its namespace or cgroup; its cgroup frozen
         where the host has a freezer) while another harness is timed; give the result to
         workers.hold ``release``. Nothing held when no harness runs. Never raises."""
-        if self.proc is None or self.proc.poll() is not None:
+        if not self.running:
             return hold.Held()
         return hold.hold(self.proc.pid, self.counted.dirs if self.counted else ())
 
@@ -637,15 +642,14 @@ class Sandbox:
         costs a second run (and a harness start, with its inputs made again). The retried
         job's outcome is the job's; when it differs, its ``error`` says how the first run
         ended. Never raises for a job."""
-        alive = self.proc is not None and self.proc.poll() is None
-        others = alive and bool(self.loaded - _artifacts(job))
+        others = self.running and bool(self.loaded - _artifacts(job))
         res = self.run(job, timeout_s)
         status = res.get("status")
         if status == Status.OK or (status not in (Status.CRASHED, Status.REPLAYED)
                                    and not others):
             return res
         first = str(res.get("error") or "")[:300]
-        if self.proc is not None and self.proc.poll() is None:  # a crash's harness is gone
+        if self.running:  # a crash's harness is gone
             self.kill()
             self.restarts += 1
         again = self.run(job, timeout_s)

@@ -101,7 +101,7 @@ class Spares:
             except Exception:  # noqa: BLE001 -- its user's own start says why
                 self.broken = True
                 continue
-            if box.served == 0 and box.proc is not None and box.proc.poll() is None:
+            if box.served == 0 and box.running:
                 self.taken += 1
                 return box
             box.close()

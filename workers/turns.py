@@ -147,7 +147,7 @@ def _launched(box: Sandbox) -> bool:
     """Start ``box``'s harness process in this thread where it runs none (workers.sandbox
     ``launch``; the device actor's: started from a pool thread, it would not die with the
     actor, workers.reap ``tie_to_parent``); whether it was started so. Never raises."""
-    if box.proc is not None and box.proc.poll() is None:
+    if box.running:
         return False
     box.kill()  # a harness that ended: its connection and cgroup let go first
     try:
@@ -192,7 +192,7 @@ def _unstarted(box: Sandbox, launched: bool) -> str:
                 box.ready()
             except RuntimeError as e:  # killed: start()'s second try
                 box.fall_back(e)
-        elif box.proc is None or box.proc.poll() is not None:
+        elif not box.running:
             box.start()
     except Exception as e:  # noqa: BLE001 -- the device's fault, not the contender's
         box.kill()
