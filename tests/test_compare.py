@@ -161,3 +161,13 @@ def test_a_long_drop_reason_is_cut_at_a_word_with_an_ellipsis():
     quoted = c["note"].split("failed the closing contest (")[1].rsplit(") and cannot", 1)[0]
     assert quoted.endswith(" ...") and len(quoted) <= 300
     assert why.startswith(quoted[:-4]) and why[len(quoted) - 4] == " "
+
+
+def test_contests_rows_say_fastest_for_a_clear_winner_and_tied_for_a_tie():
+    from kopt.loop.contests import row_labels
+
+    # labels against the reference, whose own is TIED (kopt.core.winner.decide)
+    assert row_labels({"a": "TIED", "b": "SLOWER"}) == {"a": "FASTEST", "b": "SLOWER"}
+    assert row_labels({"a": "TIED", "b": "TIED", "c": "SLOWER"}) == {
+        "a": "TIED", "b": "TIED", "c": "SLOWER"}
+    assert row_labels({}) == {}

@@ -224,7 +224,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     fin = _closing_rows(store)
     assert set(fin) == {base, w1, w2} and {n for _, n, _, _ in fin.values()} == {30}
     assert [c for c, x in fin.items() if x[3]] == [w2]
-    assert fin[w1][2] == fin[base][2] == "SLOWER" and fin[w2][2] == "TIED"
+    assert fin[w1][2] == fin[base][2] == "SLOWER" and fin[w2][2] == "FASTEST"
     # each closing row says how its contenders were witnessed outside their processes (a
     # device of one thread: 8 turns each, the samples held to them) and the figure witnessed
     _, wit = query("select witness, actor_ms from contests where iteration = 0", store)

@@ -346,13 +346,25 @@ def parts_text(res: dict[str, Any]) -> str:
     return f"; {counted(takes, 'take')}: {', '.join(own)}"
 
 
+def row_labels(labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` (candidate id -> FASTER / SLOWER / TIED against a contest's reference,
+    kopt.core.winner) as the ``contests`` table shows them: the reference's own TIED reads
+    FASTEST when it is the only TIED one (every other contender SLOWER beyond noise: a
+    clear winner, not a tie); in a tie every member stays TIED."""
+    tied = [c for c, v in labels.items() if v == "TIED"]
+    return {**labels, tied[0]: "FASTEST"} if len(tied) == 1 else dict(labels)
+
+
 def contest_rows(ctx: RunContext, it: int, dc: str, results: Results,
                  dropped: dict[str, str], by_cand: ByCand, labels: dict[str, str],
                  winner: str | None) -> list[dict[str, Any]]:
     """``contests`` rows: every re-measured sample set, with how its contest's contenders
     were witnessed outside their processes (``witness``) and its witnessed figure
     (``actor_ms``, ms), and one row per dropped contender and size with its status
-    (``label``: e.g. ``wrong_result``) and no figure."""
+    (``label``: e.g. ``wrong_result``) and no figure. ``labels`` are against the contest's
+    reference (its fastest, or the closing's best), whose own label is TIED: the rows say
+    FASTEST for it instead when no other contender is TIED (:func:`row_labels`)."""
+    labels = row_labels(labels)
     base = {"run_id": ctx.run_id, "sweep": ctx.sweep.name, "iteration": it,
             "device_class": dc}
     out = [{**base, "dims": dims, "candidate_id": c, "job_key": st["job_key"],
