@@ -993,3 +993,43 @@ def test_an_answer_candidate_code_wrote_mid_job_is_not_the_jobs(tmp_path):
     assert forged["error"].startswith("the harness did not answer a ping after its answer")
     assert restarts == 1
     assert honest["status"] == "ok" and 0 < honest["n_samples"] <= 30  # test_faults.TIMING
+
+
+def test_once_a_harness_ran_in_the_sandbox_no_start_leaves_it(monkeypatch):
+    """A start that fails in the sandbox is tried once outside it only while no harness of
+    this process has run in the sandbox (a driver that needs what the sandbox withholds);
+    after one has, a failed start (a device's restart, a contender's harness, perhaps a
+    candidate's doing) is that start's failure: it never buys the next candidate a harness
+    outside the sandbox."""
+    from workers import sandbox as sbmod
+
+    real = Sandbox._start
+
+    def refused_in_the_sandbox(self: Sandbox) -> None:
+        if self.isolation.isolated:
+            raise RuntimeError("harness died at start (made to fail by the test)")
+        real(self)
+
+    monkeypatch.setattr(sbmod, "_SANDBOX_WORKED", [])
+    first = _sandbox(True, {})
+    monkeypatch.setattr(Sandbox, "_start", refused_in_the_sandbox)
+    try:
+        first.start()  # nothing has run in the sandbox yet: the second try, outside it
+        assert first.running and first.isolation.kind == "none"
+        assert "made to fail by the test" in first.isolation.why
+    finally:
+        first.close()
+    assert sbmod._SANDBOX_WORKED == []  # an unsandboxed start proves nothing
+    monkeypatch.setattr(Sandbox, "_start", real)
+    ok = _sandbox(True, {})
+    try:
+        ok.start()
+        assert ok.running and ok.isolation.isolated and sbmod._SANDBOX_WORKED == [True]
+    finally:
+        ok.close()
+    monkeypatch.setattr(Sandbox, "_start", refused_in_the_sandbox)
+    later = _sandbox(True, {})
+    with pytest.raises(RuntimeError, match=r"made to fail by the test\); not started "
+                       "outside the sandbox"):
+        later.start()
+    assert not later.running and later.isolation.isolated

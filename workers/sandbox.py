@@ -47,6 +47,10 @@ STOP_CHECK_S = 0.5  # while a job runs, how often the harness is looked at for b
 # a paced clock job's figures (:meth:`Sandbox._paced_mark`): each call's ms by this process's
 # clock, and the CPU ms of the harness's thread group where it can be read
 PACED_KEYS = ("outside_calls_ms", "outside_calls_cpu_ms")
+# set once a harness of this process has started (or been adopted) in its sandbox: from then
+# on a start that fails in the sandbox is that start's failure, never a reason to start one
+# outside it (:meth:`Sandbox.fall_back`)
+_SANDBOX_WORKED: list[bool] = []
 
 
 class Sandbox:
@@ -99,7 +103,8 @@ class Sandbox:
         (workers.isolation) when this host has one. A harness that does not start in the
         sandbox (a device or driver that needs what the sandbox withholds) is started once
         more without it, and :attr:`isolation` says so with the reason: its rows then
-        record ``none``. Raises RuntimeError when it does not start either way."""
+        record ``none``; only while no harness of this process has started in the sandbox
+        (:meth:`fall_back`). Raises RuntimeError when it does not start either way."""
         try:
             self._start()
         except RuntimeError as e:
@@ -109,10 +114,16 @@ class Sandbox:
         """:meth:`start`'s second try, once a start in the sandbox failed with ``e``: the
         harness started without the sandbox, :attr:`isolation` saying why. Raises ``e``
         where this host has no sandbox to leave, and RuntimeError when this start fails
-        too."""
+        too, or when a harness of this process has already started in the sandbox: the
+        sandbox works on this host, and a start that fails there after candidate code has
+        run may be that code's doing (a device's restart, a contender's harness), which
+        must not buy the next candidate a harness outside it."""
         if not self.isolation.isolated:
             raise e
-        why = str(e).splitlines()[0][:300]
+        why = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        if _SANDBOX_WORKED:
+            raise RuntimeError(f"{why}; not started outside the sandbox, in which a harness "
+                               "of this device has run") from None
         self.isolation = isolation.Isolation(
             isolation.NONE, why=f"the harness did not start in the sandbox ({why})")
         self._start()
@@ -120,6 +131,12 @@ class Sandbox:
     def _start(self) -> None:
         self.launch()
         self._hello()
+        self._worked()
+
+    def _worked(self) -> None:
+        """Note that a harness of this process runs in its sandbox (:meth:`fall_back`)."""
+        if self.isolation.isolated and not _SANDBOX_WORKED:
+            _SANDBOX_WORKED.append(True)
 
     def launch(self) -> None:
         """Start the harness's process in the sandbox without waiting for it (:meth:`ready`
@@ -175,6 +192,7 @@ class Sandbox:
         thread may wait). Raises RuntimeError when it died, said it failed or did not answer
         in ``START_TIMEOUT_S``; it is then killed."""
         self._hello()
+        self._worked()
 
     def _forked(self, env: dict[str, str], fds: tuple[int, int, int]
                 ) -> zygote.ForkedProcess | None:
@@ -219,6 +237,7 @@ class Sandbox:
         old_log.unlink(missing_ok=True)
         self.adopted = True
         self.started = "adopted"
+        self._worked()
         self.counted = cgroup.Cgroup(pre.cgroup_dirs, pre.limits) if pre.cgroup_dirs else None
         return True
 
