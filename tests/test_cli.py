@@ -289,3 +289,16 @@ def test_control_characters_in_stored_text_never_reach_the_terminal(tmp_path):
     assert r.exit_code == 0
     assert "\x1b" not in r.output and "\x07" not in r.output
     assert "\\x1b]52;c;ZWNobyBwd25lZA==" in "".join(r.output.split())
+
+
+def test_the_progress_lines_say_a_contest_runs():
+    """Without a terminal the heartbeat's line repeats the same counts while a contest
+    runs (a new user read it as stuck): it also says what each device class does now."""
+    from kopt.cli.console import ConsoleProgress
+
+    p = ConsoleProgress()
+    assert p.stage_text() == ""
+    p.on_stage("cpu-x86_64", "contest: 4 contenders re-measured side by side")
+    assert p.stage_text() == "; cpu-x86_64: contest: 4 contenders re-measured side by side"
+    p.on_stage("cpu-x86_64", "")
+    assert p.stage_text() == ""

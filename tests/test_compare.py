@@ -171,3 +171,36 @@ def test_contests_rows_say_fastest_for_a_clear_winner_and_tied_for_a_tie():
     assert row_labels({"a": "TIED", "b": "TIED", "c": "SLOWER"}) == {
         "a": "TIED", "b": "TIED", "c": "SLOWER"}
     assert row_labels({}) == {}
+    # a lone contender (the rest dropped), or one beside a FASTER rival: no FASTEST
+    assert row_labels({"a": "TIED"}) == {"a": "TIED"}
+    assert row_labels({"a": "TIED", "b": "FASTER", "c": "SLOWER"}) == {
+        "a": "TIED", "b": "FASTER", "c": "SLOWER"}
+
+
+def test_the_closing_names_none_a_rival_is_faster_than_beyond_noise():
+    """NVBench's rule (the smaller of two noises) is not transitive: B (quiet) is FASTER
+    than the final winner F, Z (noisy) is TIED with F but FASTER than B. The closing does
+    not stop at B: it names Z, which no contender is faster than beyond noise (red-team
+    review: B was named, its row FASTEST beside Z's FASTER)."""
+    from kopt.core.winner import close_loop
+
+    got = close_loop("b0", "f", {"b0": 0, "b": 1, "z": 2, "f": 3},
+                     {"b0": [(2.0, 0.02)], "b": [(0.8, 0.008)], "z": [(0.78, 0.4)],
+                      "f": [(1.0, 0.3)]})
+    assert got["best_id"] == "z", got
+    assert {c: v for c, v in got["labels"].items() if v == "FASTER"} == {}, got
+
+
+def test_a_closing_best_within_noise_of_the_first_baseline_says_so():
+    """A loop whose named best is TIED with the first baseline side by side says its
+    speedup is no gain beyond noise (a new user's 6-candidate first look printed 1.01x the
+    first baseline and nothing else); a clear gain says nothing of the kind."""
+    from kopt.core.winner import close_loop
+
+    tied = close_loop("b0", "w", {"b0": 0, "w": 1}, {"b0": [(1.817, 0.79)],
+                                                    "w": [(1.799, 0.79)]})
+    assert tied["best_id"] == "w" and tied["labels"] == {"b0": "TIED", "w": "TIED"}
+    assert "within noise of the first baseline (TIED)" in tied["note"], tied
+    clear = close_loop("b0", "w", {"b0": 0, "w": 1}, {"b0": [(2.0, 0.01)],
+                                                     "w": [(1.0, 0.01)]})
+    assert clear["labels"]["b0"] == "SLOWER" and "within noise" not in clear["note"], clear

@@ -366,6 +366,8 @@ def test_kopt_best_names_the_size_of_each_tie(db, tmp_path):
     assert res.exit_code == 0 and len(ties) == 2, res.output
     assert ties[0].startswith(f"{DC} at N=1: a tie within noise between 2 candidates")
     assert ties[1].startswith(f"{DC} at N=2: a tie within noise between 2 candidates")
+    # the query it suggests lists this run's rows only (the output is wrapped)
+    assert "from contests where run_id = 'r1' order by" in " ".join(res.output.split())
 
 
 def test_a_value_no_column_holds_is_stored_as_null_with_a_note(tmp_path):

@@ -1033,3 +1033,67 @@ def test_once_a_harness_ran_in_the_sandbox_no_start_leaves_it(monkeypatch):
                        "outside the sandbox"):
         later.start()
     assert not later.running and later.isolation.isolated
+
+
+def test_a_harness_that_does_not_start_is_the_devices_failure_not_the_candidates(
+        tmp_path, monkeypatch):
+    """A job whose harness does not start (after one ran in the sandbox: never tried
+    outside it) raises StartError from Sandbox.run, and the device actor answers `lost`:
+    no verdict on the candidate (a red-team helper's processes on another device used up
+    the host's open files, a rival's restart failed there, and its row said `error`)."""
+    from workers import sandbox as sbmod
+    from workers.device_actor import DeviceActor
+    from workers.records import RunJob
+
+    def refused(self: Sandbox) -> None:
+        raise RuntimeError("harness died at start (Too many open files in system)")
+
+    monkeypatch.setattr(sbmod, "_SANDBOX_WORKED", [True])  # one ran in the sandbox here
+    box = _sandbox(True, {})
+    monkeypatch.setattr(Sandbox, "_start", refused)
+    with pytest.raises(sbmod.StartError, match="its harness did not start: harness died at "
+                       r"start \(Too many open files in system\); not started outside"):
+        box.run({"job_key": "k"}, 10)
+    assert not box.running
+    monkeypatch.undo()  # the actor's own harness starts
+    monkeypatch.setattr(sbmod, "_SANDBOX_WORKED", [True])
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    actor = DeviceActor("cpu", spares=0)
+    try:
+        actor.sandbox.kill()  # what the next job finds after a crash
+        monkeypatch.setattr(Sandbox, "_start", refused)
+        job = RunJob("k1", "b1", {"N": 8}, {"reference": "ref.py",
+                                            "timing": {"timeout_s": 30.0}})
+        out = actor.run(job, b"not run")
+    finally:
+        actor.shutdown()
+    assert out.status == "lost" and out.job_key == "k1", out
+    assert "its harness did not start" in out.error and "no verdict" in out.error, out
+
+
+def test_a_probe_that_fails_for_want_of_a_host_resource_never_means_no_sandbox(monkeypatch):
+    """A sandbox probe that failed because another process held the host's open files (a
+    red-team helper's candidate did so for 10-20 s; a device actor started then ran every
+    later candidate unsandboxed, its rows blaming user namespaces) is tried again, and
+    still failing so it raises Unsettled (not cached) instead of meaning `none`; a probe
+    that fails for another reason is `none` with that reason, at once."""
+    monkeypatch.delenv("KOPT_ISOLATION", raising=False)
+    monkeypatch.setattr(isolation, "PROBE_RETRY_S", (0.0, 0.0))
+    full = ("unshare failed (true: error while loading shared libraries: libc.so.6: cannot "
+            "open shared object file: Too many open files in system); ...")
+    said: list[str] = []
+    monkeypatch.setattr(isolation, "_probe", lambda iso: said.pop(0))
+    try:
+        isolation.available.cache_clear()
+        said[:] = [full, full, ""]  # the files back before the last retry
+        assert isolation.available().isolated and said == []
+        isolation.available.cache_clear()
+        said[:] = [full, full, full]
+        with pytest.raises(isolation.Unsettled, match="Too many open files in system.*not "
+                           "started outside it"):
+            isolation.available()
+        said[:] = ["unshare failed (Operation not permitted); candidates run unsandboxed"]
+        off = isolation.available()  # probed again: the failure was not cached
+        assert off.kind == "none" and "Operation not permitted" in off.why and said == []
+    finally:
+        isolation.available.cache_clear()

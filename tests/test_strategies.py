@@ -231,6 +231,10 @@ class ScriptedDevice(Runner):
 class Faults:
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.stages: list[tuple[str, str]] = []
+
+    def on_stage(self, device_class: str, stage: str) -> None:
+        self.stages.append((device_class, stage))
 
     def on_fault(self, message: str) -> None:
         self.seen.append(message)
@@ -259,6 +263,9 @@ def test_a_contender_named_by_the_error_is_dropped_and_the_rest_measured(tmp_pat
     assert dev.calls == [["ba", "bb", "bc"], ["ba", "bc"], ["ba", "bc"]]
     assert faults.seen == ["contest on cpu-a: candidate b failed its check (wrong_result: "
                            "key2-b: out[3] off); dropped: it cannot win"]
+    # what the progress lines say meanwhile (kopt.cli.console ConsoleProgress.on_stage)
+    assert faults.stages == [("cpu-a", "contest: 3 contenders re-measured side by side"),
+                             ("cpu-a", "")]
 
 
 def test_an_unnamed_failure_is_found_by_running_each_contender_alone(tmp_path):
@@ -495,21 +502,24 @@ class Replays(ScriptedDevice):
         return super().call(i, method, *args, timeout=timeout)
 
 
-@pytest.mark.parametrize("case", ["load", "replayer", "twice", "starved"])
+@pytest.mark.parametrize("case", ["load", "replayer", "twice", "starved", "framed"])
 def test_a_contender_named_replayed_is_dropped_only_when_so_alone_too(tmp_path, case):
     """A contest that names a contender ``replayed`` runs it alone in a fresh harness
     first: cleared there (load made it look so once: an honest kernel was named so beside
     two test suites at once), it stays and the contest is run again; replayed alone too,
     or named so again in company after being cleared alone, it is dropped. A ``timeout``
     in company is judged alone the same way (``starved``: a rival's processes starved a
-    red-team's honest contender during the checks, which run in every sandbox at once)."""
+    red-team's honest contender during the checks, which run in every sandbox at once), and
+    so is an ``error`` (``framed``: a red-team helper's processes used up the host's open
+    files, and its honest rival's load failed in company)."""
     dev = {"load": Replays({1}), "replayer": Replays({1}, always=True),
-           "twice": Replays({1, 2}), "starved": Replays({1}, status="timeout")}[case]
+           "twice": Replays({1, 2}), "starved": Replays({1}, status="timeout"),
+           "framed": Replays({1}, status="error")}[case]
     faults = Faults()
     results, dropped, error = side_by_side(tmp_path, dev, faults)
     assert error == ""
     first = [["ba", "bb", "bc"], ["fresh"], ["bb"]]  # the size [16] first, b alone
-    if case in ("load", "starved"):
+    if case in ("load", "starved", "framed"):
         assert dropped == {} and sorted(results) == ["a", "b", "c"]
         assert dev.calls == first + [["ba", "bb", "bc"], ["ba", "bb", "bc"]]
         assert faults.seen == []

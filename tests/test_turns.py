@@ -36,6 +36,17 @@ def against_honest(tmp_path, src, defines, key, n=4096):
         actor.shutdown()
 
 
+def in_turns(boxes: list[Sandbox], jobs: list[dict]) -> list[dict]:
+    """workers.turns ``run_in_turns`` of contest jobs ``jobs`` (:data:`ROUNDS` rounds) in
+    ``boxes``, every sandbox closed after."""
+    try:
+        return turns.run_in_turns(
+            boxes, [{**j, "contest": [j], "rounds": ROUNDS, "turns": True} for j in jobs], 60)
+    finally:
+        for b in boxes:
+            b.close()
+
+
 def test_contenders_take_turns_each_in_a_harness_of_its_own(tmp_path, monkeypatch):
     """Two honest contenders, each in its own sandbox: a first turn each for its load,
     checks and warm-up, then every round gives each one turn (rotating who goes first),
@@ -208,12 +219,7 @@ def test_a_harness_that_does_not_start_names_no_contender(tmp_path, monkeypatch)
 
     monkeypatch.setattr(boxes[1], "ready", not_ready)  # its process started, not set up,
     monkeypatch.setattr(boxes[1], "fall_back", refuse)  # nor started outside the sandbox
-    try:
-        answers = turns.run_in_turns(
-            boxes, [{**j, "contest": [j], "rounds": ROUNDS, "turns": True} for j in jobs], 60)
-    finally:
-        for b in boxes:
-            b.close()
+    answers = in_turns(boxes, jobs)
     res = turns.combined(jobs, answers)
     assert res["actor"] is True and "failed" not in res, res
     assert res["error"] == "a contender's harness did not start: RuntimeError('no harness today')"
@@ -297,3 +303,35 @@ def test_a_contender_cannot_say_the_device_failed(tmp_path, monkeypatch):
     res = against_honest(tmp_path, "turnforge.cpp", {"MODE": 3}, "forger")
     assert "actor" not in res and res["failed"] == ["forger"], res
     assert res["failed_status"] == {"forger": "error"}, res
+
+
+def test_a_contender_that_leaves_a_process_running_is_escaped_before_its_rivals_turn(
+        tmp_path, monkeypatch):
+    """tests/fixtures/faultpack/leaver.cpp, honest work, leaves a process of its own in its
+    sandbox from its load: held still, such processes still hold what they took (a red-team
+    helper's used up the host's open files and its honest rival's load failed, dropping the
+    rival). The contest stops before the rival's next turn: the leaver is `escaped`, its
+    rival not named, and nothing of the leaver's is left running."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    given: list[int] = []
+    give = turns.Turns.give
+    monkeypatch.setattr(turns.Turns, "give", lambda self, i: (given.append(i), give(self, i)))
+    lv, _ = contender(tmp_path, PACK / "leaver.cpp", {}, "leaver")
+    h, _ = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    boxes = [Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in range(2)]
+    left: list[int] = []
+    real = Sandbox.left_running
+
+    def seen(self: Sandbox) -> list[int]:
+        pids = real(self)
+        left.extend(p for p in pids if p not in left)
+        return pids
+
+    monkeypatch.setattr(Sandbox, "left_running", seen)
+    jobs = [lv, h]
+    answers = in_turns(boxes, jobs)
+    res = turns.combined(jobs, answers)
+    assert res["failed"] == ["leaver"] and res["failed_status"] == {"leaver": "escaped"}, res
+    assert "1 process(es) besides its harness" in res["error"], res
+    assert given == [0], given  # the leaver's load turn; none of its rival's after it
+    assert left and not any(Path(f"/proc/{p}").exists() for p in left), left

@@ -21,7 +21,7 @@ from workers.build import ensure_artifact, spares_wanted
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted, cpu_env, judge_key
 from workers.records import RunJob, RunOutcome
-from workers.sandbox import Sandbox
+from workers.sandbox import Sandbox, StartError
 from workers.spares import Spares
 from workers.status import Status
 from workers.timing import lap
@@ -113,6 +113,9 @@ class DeviceActor:
             path = str(ensure_artifact(job.build_id, artifact))
             res = RunOutcome.from_dict(self._own().run_retrying(replace(job, artifact=path),
                                                                  job.timeout_s))
+        except StartError as e:  # the device's failure: no verdict on this candidate
+            res = RunOutcome.fault(Status.LOST, f"device actor: {e}; the job was not run "
+                                   "(no verdict on this candidate)")
         except Exception as e:  # the harness could not even be restarted
             res = RunOutcome.fault(Status.ERROR, f"device actor: {e!r}")
         self.busy_s += time.perf_counter() - t0

@@ -142,6 +142,15 @@ def torch_versions() -> tuple[str | None, str | None]:
             str(cuda) if cuda is not None else None)
 
 
+def _isolation(describe: Any) -> str:
+    """``describe(isolation.available())``, or why the sandbox could not be tried now
+    (workers.isolation ``Unsettled``)."""
+    try:
+        return describe(isolation.available())
+    except isolation.Unsettled as e:
+        return f"unknown: {e}"
+
+
 def collect() -> dict[str, Any]:
     """This node's environment as a dict (strings; None where a tool is missing or a
     figure cannot be read; ``notes``: the reads that failed)."""
@@ -161,8 +170,8 @@ def collect() -> dict[str, Any]:
         "cxx": _cxx_version(),
         "ncu": ncu.ncu_version(), "ncu_counters": counters_readable() if gpu_list else "no GPU",
         "cutlass": cutlass_headers(), "torch": torch_v, "torch_cuda": torch_cuda, "ray": ray_v,
-        "isolation": isolation.available().describe(),
-        "harness_start": zygote.describe(isolation.available()),
+        "isolation": _isolation(lambda iso: iso.describe()),
+        "harness_start": _isolation(zygote.describe),
         "witness": witness.describe(),
         "build_isolation": build_confine.describe(), "limits": cgroup.describe(),
         "build_cache": build_cache.describe(build_cache.root(), build_cache.cap()[0]),

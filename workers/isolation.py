@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 
 from workers import seccomp
@@ -38,6 +39,18 @@ NONE = "none"
 ENV_SWITCH = "KOPT_ISOLATION"  # "none": no sandbox on purpose
 WRITABLE_ENV = "KOPT_SANDBOX_WRITABLE"  # colon-separated paths the sandbox leaves writable
 PROBE_TIMEOUT_S = 60.0
+# a probe that failed for want of a host resource is tried again after these waits (s): a
+# red-team helper's candidate used up the host's open files for 10-20 s at a time, and a
+# device actor that started then ran every later candidate unsandboxed
+PROBE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+# what such a failure says (strerror of ENFILE, EMFILE, ENOMEM, EAGAIN, ENOSPC)
+PASSING = ("Too many open files", "Cannot allocate memory", "Resource temporarily unavailable",
+           "No space left on device")
+
+
+class Unsettled(RuntimeError):
+    """The sandbox could not be tried on this host for want of a resource that a process
+    may be holding for now (:data:`PASSING`): neither working nor known not to."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,14 @@ def available() -> Isolation:
     """The isolation this host gives a harness, found once per process by starting the
     sandbox around ``true``: ``none`` with the reason when ``KOPT_ISOLATION=none`` is set,
     ``unshare`` is not on the PATH, or the sandbox cannot be set up (its first line of
-    error). Never raises."""
+    error). A probe that fails for want of a host resource (:data:`PASSING`: another
+    process may hold the host's open files for now) is tried again after each wait of
+    :data:`PROBE_RETRY_S`, never taken as a host without a sandbox.
+
+    Raises:
+        Unsettled: it still failed so after the last wait (not cached: the next call
+            probes again).
+    """
     if os.environ.get(ENV_SWITCH, "").lower() == NONE:
         return Isolation(NONE, why=f"{ENV_SWITCH}=none is set in kopt's environment")
     unshare = shutil.which("unshare")
@@ -121,16 +141,32 @@ def available() -> Isolation:
     keep = tuple(p for p in os.environ.get(WRITABLE_ENV, "").split(":") if p)
     iso = Isolation("namespaces" if root else "user-namespaces", _prefix(unshare, root),
                     writable=keep)
-    with tempfile.TemporaryDirectory(prefix="kopt-probe-") as scratch:
-        try:
+    for wait in (*PROBE_RETRY_S, None):
+        why = _probe(iso)
+        if not why or not any(x in why for x in PASSING):
+            break
+        if wait is None:
+            raise Unsettled(f"the sandbox could not be tried ({why}) after "
+                            f"{sum(PROBE_RETRY_S):g} s of retries: not started outside it; "
+                            "run again once the host has its resources back (or set "
+                            f"{ENV_SWITCH}=none to run candidates unsandboxed)")
+        time.sleep(wait)
+    return Isolation(NONE, why=why) if why else iso
+
+
+def _probe(iso: Isolation) -> str:
+    """Start ``iso``'s sandbox around ``true``: "" when it works, else why not (one line,
+    with the fix)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="kopt-probe-") as scratch:
             p = subprocess.run(iso.wrap(["true"], scratch), capture_output=True, text=True,
                                env=package_env(), timeout=PROBE_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return Isolation(NONE, why=f"the sandbox did not start: {e}")
-    if p.returncode != 0:
-        said = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
-        what = "its set-up failed" if p.returncode == SETUP_FAILED else "unshare failed"
-        return Isolation(NONE, why=f"{what} ({said}); candidates run unsandboxed (allow "
-                         "unprivileged user namespaces, e.g. sysctl "
-                         "kernel.unprivileged_userns_clone=1, or run kopt as root)")
-    return iso
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"the sandbox did not start: {e}"
+    if p.returncode == 0:
+        return ""
+    said = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
+    what = "its set-up failed" if p.returncode == SETUP_FAILED else "unshare failed"
+    return (f"{what} ({said}); candidates run unsandboxed (allow unprivileged user "
+            "namespaces, e.g. sysctl kernel.unprivileged_userns_clone=1, or run kopt as "
+            "root)")

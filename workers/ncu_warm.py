@@ -96,7 +96,10 @@ def start(metrics: list[str], sections: list[str] | None = None,
         cmd += ["--section", s]
     # in a sandbox the target cannot see this process (its own PID namespace): 0, and ncu
     # is tied to this process instead (workers.ncu.tied)
-    iso = isolation.available().isolated
+    try:
+        iso = isolation.available().isolated
+    except isolation.Unsettled:  # profiled cold later, or not at all, never unsandboxed
+        return None
     cmd += [sys.executable, "-m", "workers.ncu_target", "--wait", str(tmp / "jobs.json"),
             "0" if iso else str(os.getpid())]
     run, extra = confined(cmd, tmp)

@@ -53,6 +53,13 @@ PACED_KEYS = ("outside_calls_ms", "outside_calls_cpu_ms")
 _SANDBOX_WORKED: list[bool] = []
 
 
+class StartError(RuntimeError):
+    """A job's harness did not start (:meth:`Sandbox.run`): the device's failure, not a
+    verdict on the job's candidate (a red-team helper's processes, run on another device,
+    used up the host's open files, and a rival's restart there failed: its row said
+    ``error``)."""
+
+
 class Sandbox:
     """One harness subprocess for one device.
 
@@ -285,7 +292,9 @@ class Sandbox:
         ``prepare_timeout_s`` (at least ``timeout_s``), in seconds.
 
         A timeout or a dead process gives ``status`` ``timeout`` / ``crashed``
-        and restarts the harness on the next call. Never raises for a job.
+        and restarts the harness on the next call. Never raises for a job; raises
+        :class:`StartError` when its harness, not running, does not start (the device's
+        failure).
 
         A clock job (workers.harness ``clock``) also gets ``outside_ms``: on the harness's
         first ``{"stage": "clock"}`` message this process sends ``("go", None)``, which
@@ -316,7 +325,10 @@ class Sandbox:
         harness's "witnessed" (:meth:`_witnessed`); what was seen is in :attr:`taking`.
         """
         if not self.running:
-            self.start()
+            try:
+                self.start()
+            except Exception as e:  # noqa: BLE001 -- launch: OSError, SubprocessError too
+                raise StartError(f"its harness did not start: {e}") from e
         self.taking = witness.Taking(plan) if plan is not None else None
         self.loaded |= _artifacts(job)
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
@@ -598,6 +610,16 @@ class Sandbox:
         if not self.running:
             return hold.Held()
         return hold.hold(self.proc.pid, self.counted.dirs if self.counted else ())
+
+    def left_running(self) -> list[int]:
+        """The processes in this sandbox's cgroup besides its harness and the sandbox's own
+        (:attr:`infra`): what candidate code started and left running (threads are not
+        processes: an honest kernel's OpenMP team is none of these). [] when no harness
+        runs or no cgroup counts it. Never raises."""
+        if not self.running or self.counted is None:
+            return []
+        return sorted(set(hold.in_cgroup(self.counted.dirs)) - self.infra
+                      - {self.host_pid or 0})
 
     def _thread_group_ns(self) -> int | None:
         """CPU time (ns) every thread of the harness's process has used, exited ones too,

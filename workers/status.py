@@ -21,7 +21,7 @@ class Status(str, enum.Enum):
     REPLAYED = "replayed"  # results reused across calls with the same inputs
     LEAKED = "leaked"  # device memory grew over the job
     SUSPECT = "suspect"  # a clock outside its process disagreed with its own figures
-    LOST = "lost"  # no live device of its class was left to run it
+    LOST = "lost"  # no live device of its class was left to run it, or its harness did not start
     ERROR = "error"  # anything else (the error text says what)
     NOT_PROFILED = "not_profiled"  # profile_status: NCU was not run for this candidate
 

@@ -15,8 +15,13 @@ harness still running waits for one, rotating who goes first, and holds every ot
 contender's sandbox still (workers.hold: frozen, or stopped) until that harness says "turn"
 again or answers. So no rival's code shares the timed process, and none runs while it is
 timed; a held sandbox that used CPU anyway (what it left running escaped the hold) is
-``suspect``. Work a rival queued on a GPU before its hold still runs on the device (see
-workers.harness "What is not caught").
+``suspect``, and one that holds a process besides its harness when its turn ended is
+``escaped`` and the contest stopped before any other contender's turn: held still, such
+processes still hold what they took (a red-team helper's children each kept 64 000
+mappings of one file open, about 40 of them used up the host's open files, and the next
+contender's load failed: that honest rival was dropped; where no cgroup counts a sandbox,
+as on a GPU host without one, this is not looked at). Work a rival queued on a GPU before
+its hold still runs on the device (see workers.harness "What is not caught").
 
 Stdlib and workers only.
 """
@@ -126,21 +131,35 @@ def run_in_turns(boxes: list[Sandbox], jobs: list[dict[str, Any]], timeout_s: fl
 
     Returns each contender's answer, in order: the harness's (``results`` with one
     contender's figures), ``{"status": "aborted"}`` for one stopped because a rival failed,
-    or ``suspect`` for one whose sandbox used more than
-    :data:`ESCAPED_CPU_MS` of CPU while held for a rival's turn. Never raises."""
+    ``suspect`` for one whose sandbox used more than :data:`ESCAPED_CPU_MS` of CPU while
+    held for a rival's turn, or ``escaped`` for one whose sandbox held processes besides
+    its harness before a rival's turn (the contest stopped there). Never raises."""
     turns = Turns(len(boxes))
     escaped = [0.0] * len(boxes)
+    left: dict[int, list[int]] = {}
     launched = [_launched(box) for box in boxes]
     with ThreadPoolExecutor(len(boxes)) as pool:
         futures = [pool.submit(_one, turns, i, box, job, timeout_s,
                                plans[i] if plans else None, launched[i])
                    for i, (box, job) in enumerate(zip(boxes, jobs))]
         try:
-            _schedule(turns, boxes, escaped)
+            _schedule(turns, boxes, escaped, left)
         finally:
             turns.stop()
         answers = [f.result() for f in futures]
-    return [_escaped(a, ms) for a, ms in zip(answers, escaped)]
+    for i in left:  # one that had answered keeps its harness until now
+        boxes[i].kill()
+    return [_left(a, left[i]) if i in left else _escaped(a, ms)
+            for i, (a, ms) in enumerate(zip(answers, escaped))]
+
+
+def _left(res: dict[str, Any], pids: list[int]) -> dict[str, Any]:
+    """A contender's answer once its sandbox was found holding processes ``pids`` besides
+    its harness at a rival's turn (:func:`_schedule`): ``escaped``, whatever it said."""
+    return {"status": Status.ESCAPED, "error": (
+        f"its sandbox held {len(pids)} process(es) besides its harness when a rival's turn "
+        "came (code it loaded or called left them running): the contest stopped there; a "
+        "kernel's work must end within its calls")}
 
 
 def _launched(box: Sandbox) -> bool:
@@ -200,9 +219,14 @@ def _unstarted(box: Sandbox, launched: bool) -> str:
     return ""
 
 
-def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float]) -> None:
+def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float],
+              left: dict[int, list[int]]) -> None:
     """Give the turns, round after round, each with its rivals held still; the CPU a held
-    rival used meanwhile added to ``escaped`` (ms)."""
+    rival used meanwhile added to ``escaped`` (ms). Before a turn, every other contender's
+    sandbox (answered ones too) is looked at for processes besides its harness
+    (workers.sandbox ``left_running``): any found go into ``left`` (index -> pids) and no
+    turn is given after that (the caller stops the contest, and each contender's sandbox
+    ends with its harness)."""
     r = 0
     while (order := turns.next_round(r)) is not None:
         for i in order:
@@ -212,6 +236,10 @@ def _schedule(turns: Turns, boxes: list[Sandbox], escaped: list[float]) -> None:
             rivals = [j for j in range(len(boxes)) if j != i and j not in turns.done]
             held = [(j, boxes[j].pause()) for j in rivals]
             try:
+                left.update({j: pids for j in range(len(boxes))
+                             if j != i and (pids := boxes[j].left_running())})
+                if left:
+                    return
                 turns.give(i)
             finally:
                 for j, h in held:

@@ -207,6 +207,7 @@ class ConsoleProgress(ProgressCallback):
         self.compile_errors = 0  # jobs left without a build, over every iteration
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
+        self.stages: dict[str, str] = {}  # device class -> what it does now (on_stage)
 
     def on_run(self, run_id: str, store: Path) -> None:
         self.run_id, self.store = run_id, store
@@ -214,6 +215,18 @@ class ConsoleProgress(ProgressCallback):
 
     def on_phase(self, label: str) -> None:
         self.label = label
+
+    def on_stage(self, device_class: str, stage: str) -> None:
+        """Said by the heartbeat's lines while it lasts (a contest runs long with every
+        count already full: a new user read the repeated lines as stuck)."""
+        if stage:
+            self.stages[device_class] = stage
+        else:
+            self.stages.pop(device_class, None)
+
+    def stage_text(self) -> str:
+        """What the heartbeat's line adds: ``; CLASS: STAGE`` per device class in a stage."""
+        return "".join(f"; {dc}: {st}" for dc, st in list(self.stages.items()))
 
     def on_start(self, n_builds: int, n_jobs: int, devices: list[dict]) -> None:
         self.iteration += 1
@@ -311,9 +324,11 @@ class ConsoleProgress(ProgressCallback):
             b, r = tasks.get(self.tb), tasks.get(self.tr)
             if b is None or r is None:  # between iterations
                 continue
-            console.print(f"{self.label or f'it {self.iteration}'}: built {b.completed:.0f}/"
-                          f"{b.total:.0f}, ran {r.completed:.0f}/{r.total:.0f}, failed "
-                          f"{self.failed} ({time.monotonic() - t0:.0f} s)", highlight=False)
+            console.print(escape(f"{self.label or f'it {self.iteration}'}: built "
+                                 f"{b.completed:.0f}/{b.total:.0f}, ran {r.completed:.0f}/"
+                                 f"{r.total:.0f}, failed {self.failed} "
+                                 f"({time.monotonic() - t0:.0f} s){self.stage_text()}"),
+                          highlight=False)
 
     def on_finish(self, summary: Any) -> None:
         self.stop()
@@ -526,8 +541,9 @@ def tie_lines(rows: list[dict[str, Any]]) -> list[str]:
     return [f"{r['device_class']}{' at ' + kv_text(r['dims'], False) if len(rows) > 1 else ''}"
             f": a tie within noise between {r['tied_with']} candidates, re-measured side by "
             "side; the simplest is named: the fewest methods, then the lowest median "
-            "(`kopt query \"select candidate_id, label, round(median_ms, 4) median_ms, "
-            "winner from contests order by iteration, median_ms\"` lists them)"
+            "(`kopt query \"select iteration, candidate_id, label, round(median_ms, 4) "
+            f"median_ms, winner from contests where run_id = '{r['run_id']}' order by "
+            "iteration, median_ms\"` lists them)"
             for r in rows if r["tied_with"] > 1]
 
 

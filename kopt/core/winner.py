@@ -117,7 +117,8 @@ def close_loop(first: str, final: str, winner_of: dict[str, int],
     (kopt.core.compare.label, NVBench's rule): then the fastest of those is named, and the note
     says the later iterations did not improve on it. A contender that failed a check
     (``dropped``, absent from ``remeasured``) is never named: when the final winner failed,
-    the latest winner that passed takes its place (and the note says so). The total speedup
+    the latest winner that passed takes its place (and the note says so); a best within
+    noise of the first baseline is said so in the note too. The total speedup
     is the first baseline's geometric-mean median over the best's, both from this one
     measurement; never a product of ratios from separate timing runs.
 
@@ -145,6 +146,9 @@ def close_loop(first: str, final: str, winner_of: dict[str, int],
     ms = {c: s[0] for c, s in summ.items()}
     labels: dict[str, Label] = {c: label(summ[best], summ[c]) for c in summ}
     labels[best] = "TIED"
+    if first != best and labels.get(first) == "TIED":  # the loop's gain is not beyond noise
+        notes.append("side by side it is within noise of the first baseline (TIED): the "
+                     "loop's speedup is not a gain beyond noise")
     return {"best_id": best, "first_baseline": first,
             "first_baseline_ms": ms.get(first), "best_ms": ms[best],
             "speedup": ms[first] / ms[best] if first in ms else None,
@@ -162,7 +166,10 @@ def _closing_best(final: str, winner_of: dict[str, int],
                   summ: dict[str, tuple[float, float]], dropped: dict[str, str]
                   ) -> tuple[str, list[str]]:
     """:func:`close_loop`'s pick and its notes: the final winner (or, when it failed, the
-    latest that passed), unless an earlier contender is FASTER beyond noise."""
+    latest that passed), unless an earlier contender is FASTER beyond noise: then the
+    fastest of those, and again while another is FASTER than that one (NVBench's rule, the
+    smaller of two noises, is not transitive: a noisy contender TIED with the final winner
+    was FASTER than a quiet one picked over it, red-team review of the contests' labels)."""
     notes = []
     ref = final  # the final winner; when it failed, the latest winner that passed
     if final not in summ:
@@ -172,9 +179,9 @@ def _closing_best(final: str, winner_of: dict[str, int],
         notes.append(f"the final winner, {_iteration_name(final, winner_of)}, failed the "
                      f"closing contest ({why}) and cannot be named")
     best = ref
-    faster = [c for c in summ if c != ref and label(summ[ref], summ[c]) == "FASTER"]
-    if faster:
-        best = min(faster, key=lambda c: (summ[c][0], c))
+    while faster := [c for c in summ if c != best and label(summ[best], summ[c]) == "FASTER"]:
+        best = min(faster, key=lambda c: (summ[c][0], c))  # its median lower: this ends
+    if best != ref:
         notes.append(f"side by side, {_iteration_name(best, winner_of)} ({summ[best][0]:.4g} "
                      f"ms) is faster beyond noise than {_iteration_name(ref, winner_of)} "
                      f"({summ[ref][0]:.4g} ms): "

@@ -30,8 +30,10 @@ SOLO_ROUNDS = 3  # samples of a contender run alone to find which one failed a c
 # a contender named so in company is run alone in a fresh harness before it is dropped:
 # load (or, when contenders shared a harness, a rival's code) can make an honest one so;
 # a rival's processes starved a red-team's honest contender to a timeout during the
-# contest's checks, which run in every contender's sandbox at once (red-team round 15)
-JUDGED_ALONE = (Status.REPLAYED, Status.CRASHED, Status.TIMEOUT)
+# contest's checks, which run in every contender's sandbox at once (red-team round 15);
+# and an `error` (a red-team helper's processes used up the host's open files, and its
+# rival's load failed in company: an honest one passes alone)
+JUDGED_ALONE = (Status.REPLAYED, Status.CRASHED, Status.TIMEOUT, Status.ERROR)
 
 # candidate id -> dims (JSON) -> (job_key, build_id, median_ms, iqr_ms)
 ByCand = dict[str, dict[str, tuple[str, str, float, float]]]
@@ -72,7 +74,7 @@ class SideBySide:
         # cleared alone (:meth:`_clock`)
         self.alone: dict[tuple[str, str], dict[str, Any]] = {}
         self.alive = list(by_cand)
-        # (candidate, dims) named `replayed`, `crashed` or `timeout` in a contest and
+        # (candidate, dims) named `replayed`, `crashed`, `timeout` or `error` in a contest and
         # cleared in a contest of its own: named so again, it is dropped (:meth:`_judged_alone`)
         self.replay_cleared: set[tuple[str, str]] = set()
         self.results: Results = {}
@@ -92,15 +94,26 @@ class SideBySide:
                        "re-measured side by side"
                     for c, rows in self.by_cand.items() for _k, b, *_ in rows.values()
                     if b not in self.ctx.builder.artifacts})
+        self._stage(f"{'closing ' if self.clock else ''}contest: {len(self.alive)} "
+                    "contenders re-measured side by side"
+                    + (", then timed by a clock outside their processes" if self.clock else ""))
         try:
             for dims in sorted({d for rows in self.by_cand.values() for d in rows}):
                 error = self._size(dims)
                 if error:
                     return self.results, self.dropped, error
         finally:
+            self._stage("")
             if self.clock:  # the harness of the clock's preparations (workers.device_actor)
                 self.ctx.runner.cast(self.device, "clock_end")
         return self.results, self.dropped, ""
+
+    def _stage(self, stage: str) -> None:
+        """Tell the observers what this device class does now ("": done); one without
+        ``on_stage`` (an observer written before it) is skipped."""
+        for o in self.ctx.observers:
+            if (tell := getattr(o, "on_stage", None)) is not None:
+                tell(self.dc, stage)
 
     def own_figures(self, c: str) -> str:
         """Why contender ``c``'s own job's median (its ``candidates`` row, which ``kopt
@@ -257,8 +270,8 @@ class SideBySide:
                   ) -> tuple[dict[str, str], str]:
         """The contenders a failed contest ``res`` names in ``failed`` (the job keys at
         fault: workers.device_actor ``contest``); when it names none (a device's own
-        failure), each one run alone that fails; those named ``replayed``, ``crashed`` or
-        ``timeout`` (``failed_status``), only where they fail alone too
+        failure), each one run alone that fails; those named ``replayed``, ``crashed``,
+        ``timeout`` or ``error`` (``failed_status``), only where they fail alone too
         (:meth:`_judged_alone`).
         Returns them and an error when none can be found. Never the error's text: a
         crash's holds what the dying process printed, and a contender that printed a
@@ -289,8 +302,9 @@ class SideBySide:
     def _judged_alone(self, named: list[str], dims: str, why: str
                       ) -> tuple[dict[str, str], str]:
         """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``,
-        ``crashed`` or ``timeout`` (``why``) and that fail again in a contest of their own
-        (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the verdict needs),
+        ``crashed``, ``timeout`` or ``error`` (``why``) and that fail again in a contest of
+        their own (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the
+        verdict needs),
         or that were cleared so once already; returns them and an error when the device
         failed. One cleared alone stays, and the contest is run again, as a job named so is
         run again (workers.sandbox ``run_retrying``): load that lands on a contender's calls
@@ -348,11 +362,14 @@ def parts_text(res: dict[str, Any]) -> str:
 
 def row_labels(labels: dict[str, str]) -> dict[str, str]:
     """``labels`` (candidate id -> FASTER / SLOWER / TIED against a contest's reference,
-    kopt.core.winner) as the ``contests`` table shows them: the reference's own TIED reads
-    FASTEST when it is the only TIED one (every other contender SLOWER beyond noise: a
-    clear winner, not a tie); in a tie every member stays TIED."""
+    kopt.core.winner; across its problem sizes) as the ``contests`` table shows them: the
+    reference's own TIED reads FASTEST when every other contender is SLOWER beyond noise
+    (a clear winner, not a tie), at least one; otherwise every label stays (a lone
+    contender, a tie's members, one beside a FASTER rival)."""
     tied = [c for c, v in labels.items() if v == "TIED"]
-    return {**labels, tied[0]: "FASTEST"} if len(tied) == 1 else dict(labels)
+    clear = (len(tied) == 1 and len(labels) > 1
+             and all(v == "SLOWER" for c, v in labels.items() if c != tied[0]))
+    return {**labels, tied[0]: "FASTEST"} if clear else dict(labels)
 
 
 def contest_rows(ctx: RunContext, it: int, dc: str, results: Results,

@@ -28,6 +28,7 @@ from kopt.run.devices import local_gpu_count
 from kopt.run.probe import NOT_RAY, head_problem
 from kopt.run.runner import SweepError
 from kopt.run.signals import Terminated, received, terminate
+from workers import isolation
 from workers.prestart import Prestarter
 from workers.records import RunJob
 
@@ -206,8 +207,9 @@ def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestart
     reference outputs of the sweep's reference checks ahead; for a CUDA run, each GPU's
     judge too (the witness turns' and outside clock's second harness; not for a CPU run,
     whose judge forks from a zygote on demand, workers.zygote; not with
-    ``KOPT_PRESTART_JUDGE=0``). None when the backend cannot be known before Ray, or with
-    ``KOPT_PRESTART=0``."""
+    ``KOPT_PRESTART_JUDGE=0``). None when the backend cannot be known before Ray, with
+    ``KOPT_PRESTART=0``, or when the sandbox could not be tried now (workers.isolation
+    ``Unsettled``: each device actor then tries its own)."""
     if os.environ.get("KOPT_PRESTART", "1") == "0":
         return None
     gpus = local_gpu_count()
@@ -226,9 +228,12 @@ def prestart_sandboxes(sweep: Sweep, backend: str, cpu_devices: int) -> Prestart
         return None
     # the reference checks' inputs and outputs (Driver._check_reference), made ahead
     base = job_base(sweep, sweep.space(backend))
-    return Prestarter(backend, keys, [RunJob("reference", "", d, base).payload()
-                                      for d in sweep.space(backend).dims],
-                      judges=backend == "cuda" and os.environ.get(JUDGE_ENV, "1") != "0")
+    try:
+        return Prestarter(backend, keys, [RunJob("reference", "", d, base).payload()
+                                          for d in sweep.space(backend).dims],
+                          judges=backend == "cuda" and os.environ.get(JUDGE_ENV, "1") != "0")
+    except isolation.Unsettled:  # none ahead: each device actor tries its own sandbox
+        return None
 
 
 def start_ray(sweep: Sweep, cluster: str | None, address: str | None,
