@@ -164,6 +164,28 @@ def test_spec_warnings_are_notes(tmp_path):
             ) in " ".join(r.output.split())
 
 
+def test_a_misspelt_ref_py_function_is_a_note(tmp_path):
+    """ref.py with ``make_inputs`` and no ``inputs`` (a new user's rename: the sweep ran on
+    kopt's own random inputs, nothing said): loading the sweep says so in one line; a
+    ref.py that defines ``inputs`` beside a helper of a like name gets no such note."""
+    from kopt.core.spec import load_sweep
+
+    yaml_text = """
+        kernel: k.cpp
+        dims: [{N: 1024}]
+        args: {x: [N], y: [N]}
+    """
+    helper = "\n    def make_inputs(seed, N):\n        return {}\n"
+    d = write_sweep(tmp_path / "s", yaml_text, {"k.cpp": VADD_CPP, "ref.py": VADD_REF + helper})
+    notes = load_sweep(d).warnings
+    assert notes == [f"{d / 'ref.py'}: `make_inputs` is not a function kopt calls; did you "
+                     "mean `inputs`? (define `def inputs(seed, **dims)` returning the input "
+                     "tensors by name, or remove it (kopt then draws random inputs))"], notes
+    with_inputs = VADD_REF + helper + "\n    def inputs(seed, N):\n        return {}\n"
+    d2 = write_sweep(tmp_path / "s2", yaml_text, {"k.cpp": VADD_CPP, "ref.py": with_inputs})
+    assert load_sweep(d2).warnings == []
+
+
 LEAVE_RAY = """
 import sys
 import ray

@@ -571,7 +571,7 @@ def _resolve(sf: SweepFile, raw: dict[str, Any], spec_path: Path, root: Path,
     shared = _check_derived(sf.derived, _scope(top, sf.dims, sf.scalars), "", err)
     work = {fname: _work(fname, getattr(sf, fname), sf, shared, err)
             for fname in ("flops", "bytes")}
-    spaces, notes = {}, []
+    spaces, notes = {}, ref_name_notes(ref)
     for backend, (prefix, blk) in blocks.items():
         spaces[backend] = _space(backend, prefix, blk, sf, root, catalog, err, shared,
                                  spec_path)
@@ -805,6 +805,29 @@ def _check_ref(ref: Path, err: Any) -> None:
             raise err("reference", f"{ref}: `{name}` (line {node.lineno}) is "
                                    f"{ast.unparse(value)[:40]}, not a function; "
                                    f"{REF_FUNCTIONS[name]}")
+
+
+def ref_name_notes(ref: Path) -> list[str]:
+    """Notes on ref.py's top-level functions whose names look like an optional function of
+    :data:`REF_FUNCTIONS` that it does not define (``make_inputs`` or ``input`` with no
+    ``inputs``: kopt then draws its own random inputs, and a new user's misspelt
+    ``inputs()`` ran a whole sweep unnoticed). [] for a file that cannot be read or
+    parsed (load_sweep refuses those)."""
+    import difflib
+
+    try:
+        bound = _bindings(ast.parse(read_text(ref, ContractError, python=True), str(ref)))
+    except (ContractError, SyntaxError, RecursionError, MemoryError):
+        return []
+    funcs = [n for n, node in bound.items() if isinstance(node, ast.FunctionDef)
+             and not n.startswith("_") and n not in REF_FUNCTIONS]
+    out = []
+    for want in (w for w in ("inputs", "contender", "stress_inputs") if w not in bound):
+        for f in funcs:
+            if f.endswith(want) or difflib.SequenceMatcher(None, f, want).ratio() >= 0.8:
+                out.append(f"{ref}: `{f}` is not a function kopt calls; did you mean "
+                           f"`{want}`? ({REF_FUNCTIONS[want]})")
+    return out
 
 
 def ref_functions(ref: Path) -> set[str]:
