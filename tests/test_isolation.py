@@ -997,8 +997,9 @@ def test_an_answer_candidate_code_wrote_mid_job_is_not_the_jobs(tmp_path):
 
 def test_once_a_harness_ran_in_the_sandbox_no_start_leaves_it(monkeypatch):
     """A start that fails in the sandbox is tried once outside it only while no harness of
-    this process has run in the sandbox (a driver that needs what the sandbox withholds);
-    after one has, a failed start (a device's restart, a contender's harness, perhaps a
+    this process has run in the sandbox (a driver that needs what the sandbox withholds),
+    and never for want of a host resource (another device's candidate may hold the host's
+    open files); after one has, a failed start (a device's restart, a contender's harness, perhaps a
     candidate's doing) is that start's failure: it never buys the next candidate a harness
     outside the sandbox."""
     from workers import sandbox as sbmod
@@ -1010,7 +1011,17 @@ def test_once_a_harness_ran_in_the_sandbox_no_start_leaves_it(monkeypatch):
             raise RuntimeError("harness died at start (made to fail by the test)")
         real(self)
 
+    def short_of_files(self: Sandbox) -> None:
+        raise RuntimeError("harness died at start (OSError(23, 'Too many open files in "
+                           "system'))")
+
     monkeypatch.setattr(sbmod, "_SANDBOX_WORKED", [])
+    monkeypatch.setattr(Sandbox, "_start", short_of_files)
+    short = _sandbox(True, {})  # the host short of files (a red-team helper's candidate
+    with pytest.raises(RuntimeError, match="not started outside the sandbox: the host was "
+                       "short of a resource"):  # held them): no second try outside it
+        short.start()
+    assert short.isolation.isolated and not short.running
     first = _sandbox(True, {})
     monkeypatch.setattr(Sandbox, "_start", refused_in_the_sandbox)
     try:
@@ -1095,5 +1106,32 @@ def test_a_probe_that_fails_for_want_of_a_host_resource_never_means_no_sandbox(m
         said[:] = ["unshare failed (Operation not permitted); candidates run unsandboxed"]
         off = isolation.available()  # probed again: the failure was not cached
         assert off.kind == "none" and "Operation not permitted" in off.why and said == []
+        isolation.available.cache_clear()  # user.max_user_namespaces 0: a host setting
+        said[:] = ["unshare failed (unshare: unshare failed: No space left on device); ..."]
+        assert isolation.available().kind == "none" and said == []
     finally:
         isolation.available.cache_clear()
+
+
+def test_a_thread_with_a_file_table_of_its_own_is_refused():
+    """workers.seccomp: ``clone`` with ``CLONE_THREAD`` but not ``CLONE_FILES`` is refused
+    (EPERM): such threads held 1 000 files each beyond the harness's open-file limit, no
+    process a contest's look for leftovers finds (a red-team helper's 16, 16 122 files);
+    a thread of the C library (``pthread_create``: ``CLONE_FILES`` among its flags) and
+    OpenMP's threads still start."""
+    code = (
+        "import ctypes, os, threading\n"
+        "from workers import seccomp\n"
+        "assert seccomp.install() == ''\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "nr = {'x86_64': 56, 'aarch64': 220}[os.uname().machine]\n"
+        "flags = 0x100 | 0x800 | 0x10000\n"  # CLONE_VM | CLONE_SIGHAND | CLONE_THREAD
+        "out = [(libc.syscall(nr, flags, 0, 0, 0, 0), ctypes.get_errno())]\n"
+        "t = threading.Thread(target=lambda: out.append('thread')); t.start(); t.join()\n"
+        "import torch; torch.set_num_threads(2)\n"
+        "out.append(float(torch.ones(1 << 22).sum()))\n"  # OpenMP's team at work
+        "print(out)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[(-1, 1), 'thread', 4194304.0]"

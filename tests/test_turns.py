@@ -335,3 +335,33 @@ def test_a_contender_that_leaves_a_process_running_is_escaped_before_its_rivals_
     assert "1 process(es) besides its harness" in res["error"], res
     assert given == [0], given  # the leaver's load turn; none of its rival's after it
     assert left and not any(Path(f"/proc/{p}").exists() for p in left), left
+
+
+def test_processes_a_job_left_running_end_with_its_harness(tmp_path):
+    """tests/fixtures/faultpack/leaver.cpp's job in a device's harness (run_retrying, then
+    end_leftovers, as the device actor runs jobs) leaves a process in the sandbox: the
+    harness ends after the job, the process with it, and the next candidate's job runs in
+    a fresh harness (a red-team helper's spinning children made the next honest job 2.6x
+    slower, both `ok`); an honest job's harness is kept."""
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    src, honest = PACK / "leaver.cpp", PACK / "faults.cpp"
+    box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        box.start()
+        first = box.host_pid
+        left = box.run_retrying(pack_job(built(tmp_path, src, {}), src, PACK / "ref.py",
+                                         {"N": 4096}, ARGS), 30)
+        ended = box.end_leftovers()
+        gone = not box.running
+        after = box.run_retrying(pack_job(built(tmp_path, honest, {"MODE": 0}), honest,
+                                          PACK / "ref.py", {"N": 4096}, ARGS), 30)
+        kept = not box.end_leftovers() and box.running
+        left_now = box.left_running()
+        second = box.host_pid
+    finally:
+        box.close()
+    assert left["status"] == "ok" and after["status"] == "ok", (left, after)
+    assert ended and gone and second != first and left_now == [], (first, second, left_now)
+    assert kept

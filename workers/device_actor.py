@@ -111,8 +111,10 @@ class DeviceActor:
         t0, started = time.perf_counter(), time.time()
         try:
             path = str(ensure_artifact(job.build_id, artifact))
-            res = RunOutcome.from_dict(self._own().run_retrying(replace(job, artifact=path),
-                                                                 job.timeout_s))
+            box = self._own()
+            res = RunOutcome.from_dict(box.run_retrying(replace(job, artifact=path),
+                                                        job.timeout_s))
+            box.end_leftovers()  # what its code left running: not beside the next job
         except StartError as e:  # the device's failure: no verdict on this candidate
             res = RunOutcome.fault(Status.LOST, f"device actor: {e}; the job was not run "
                                    "(no verdict on this candidate)")

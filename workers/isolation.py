@@ -43,9 +43,9 @@ PROBE_TIMEOUT_S = 60.0
 # red-team helper's candidate used up the host's open files for 10-20 s at a time, and a
 # device actor that started then ran every later candidate unsandboxed
 PROBE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0)
-# what such a failure says (strerror of ENFILE, EMFILE, ENOMEM, EAGAIN, ENOSPC)
-PASSING = ("Too many open files", "Cannot allocate memory", "Resource temporarily unavailable",
-           "No space left on device")
+# what such a failure says (strerror of ENFILE and EMFILE, ENOMEM, EAGAIN); not ENOSPC,
+# which `unshare --user` answers where user.max_user_namespaces is 0: a host setting
+PASSING = ("Too many open files", "Cannot allocate memory", "Resource temporarily unavailable")
 
 
 class Unsettled(RuntimeError):
@@ -124,7 +124,7 @@ def available() -> Isolation:
     sandbox around ``true``: ``none`` with the reason when ``KOPT_ISOLATION=none`` is set,
     ``unshare`` is not on the PATH, or the sandbox cannot be set up (its first line of
     error). A probe that fails for want of a host resource (:data:`PASSING`: another
-    process may hold the host's open files for now) is tried again after each wait of
+    process may hold the host's open files or memory for now) is tried again after each wait of
     :data:`PROBE_RETRY_S`, never taken as a host without a sandbox.
 
     Raises:

@@ -65,8 +65,11 @@ runs), with ``EPERM``:
   (:data:`UNTRIED_ON_GPU`) until they are run so with the CUDA driver on a GPU host;
 - ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``, ``bpf``, and ``clone``
   with ``CLONE_NEWUSER``;
-- ``vfork``, and ``clone`` with ``CLONE_VM`` but not ``CLONE_THREAD``: a process that
-  shares the harness's memory outside its thread group could do a call's work while the
+- ``vfork``, ``clone`` with ``CLONE_THREAD`` but not ``CLONE_FILES`` (a thread with a file
+  table of its own holds files beyond the harness's limit, and is no process a look for
+  leftover processes finds), and ``clone`` with ``CLONE_VM`` but not ``CLONE_THREAD``: a
+  process that shares the harness's memory outside its thread group could do a call's
+  work while the
   harness's threads wait, and the paced outside clock counts the CPU time of the
   harness's thread group (workers.sandbox ``_paced_mark``). Threads (``CLONE_THREAD``)
   and processes of their own memory (``fork``) are allowed; so that such a process cannot
@@ -117,6 +120,10 @@ F_HOST, FCNTL_HOST = (6, 7, 37, 38, 1031), "fcntl_host"
 # outside its thread group, whose CPU time the paced outside clock does not count, refused
 # unless ``keep`` names CLONE_SHARED
 CLONE_VM, CLONE_THREAD, CLONE_SHARED = 0x100, 0x10000, "clone_shared"
+# a thread (CLONE_THREAD) must share the harness's file table: one with a table of its own
+# held 1 000 files beyond the harness's open-file limit each, unseen by workers.turns' look
+# for processes a contender left (a red-team helper: 16 such threads, 16 122 files)
+CLONE_FILES = 0x400
 # a shared mapping laid over memory already mapped (mmap's MAP_SHARED with MAP_FIXED,
 # mremap's MREMAP_FIXED, shmat): a forked child writing the harness's buffers through it did
 # a call's work outside the thread group (red-team round 12), refused unless ``keep`` names
@@ -188,8 +195,9 @@ def program(machine: str, keep: tuple[str, ...] = ()) -> list[tuple[int, int, in
     asm += [(JEQ_K, "clone", "allow", nr["clone"]),
             "clone", (LD_ABS_W, None, None, 16),  # seccomp_data.args[0], its low 32 bits
             (JSET_K, "deny", "allow" if shared else None, CLONE_NEWUSER)]
-    if not shared:  # CLONE_VM: allowed with CLONE_THREAD (a thread) only
-        asm += [(JSET_K, None, "allow", CLONE_VM), (JSET_K, "allow", "deny", CLONE_THREAD)]
+    if not shared:  # CLONE_VM: allowed with CLONE_THREAD and CLONE_FILES (a thread) only
+        asm += [(JSET_K, None, "allow", CLONE_VM), (JSET_K, None, "deny", CLONE_THREAD),
+                (JSET_K, "allow", "deny", CLONE_FILES)]
     asm += ["ioctl", (LD_ABS_W, None, None, 24),  # args[1], low 32 bits
             (JEQ_K, "deny", "allow", USERFAULTFD_IOC_NEW),
             "prctl", (LD_ABS_W, None, None, 16),
