@@ -292,3 +292,23 @@ def test_a_zygote_whose_process_died_removes_its_folder_and_ends_its_forks():
             "zygote": _alive(int(zpid)), "harness": _alive(int(hpid))}
     assert left == {"folder": None, "zygote": False, "harness": False}
 
+
+
+def test_a_device_actor_closes_its_idle_zygotes_when_it_shuts_down():
+    """A device actor's zygote, left to its parent's death, got SIGKILL in a Ray worker
+    (Ray kills a worker's child processes when it exits) and left its empty
+    ``kopt-zygote-`` folder in /tmp after every sweep: the actor's shutdown closes its
+    idle zygotes, folders and all."""
+    code = (
+        "import os\n"
+        "from workers import zygote\n"
+        "from workers.device_actor import DeviceActor\n"
+        "a = DeviceActor('cpu', spares=0)\n"
+        "tmps = [z.tmp for z in zygote._ZYGOTES.values()]\n"
+        "assert a.sandbox.started == 'forked' and tmps and all(map(os.path.isdir, tmps))\n"
+        "a.shutdown()\n"
+        "print([os.path.exists(t) for t in tmps], len(zygote._ZYGOTES))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[False] 0", p.stdout

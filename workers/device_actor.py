@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workers import hold, judge, ncu, turns, witness, witness_gpu
+from workers import hold, judge, ncu, turns, witness, witness_gpu, zygote
 from workers.build import ensure_artifact, spares_wanted
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted, cpu_env, judge_key
@@ -491,13 +491,15 @@ class DeviceActor:
                 "harness_pid": self.sandbox.pid}
 
     def shutdown(self) -> None:
-        """Close the sandboxes and any warm ncu process."""
+        """Close the sandboxes, any warm ncu process and this process's idle harness
+        zygotes (workers.zygote ``close_idle``)."""
         if self._warm_ncu is not None:
             self._warm_ncu.close()
             self._warm_ncu = None
         self.clock_end()
         self.spares.close()
         self.sandbox.close()
+        zygote.close_idle()
 
 
 

@@ -313,6 +313,20 @@ def spawn(req: Request, fds: tuple[int, int, int]) -> ForkedProcess | None:
     return got
 
 
+def close_idle() -> None:
+    """Close every zygote of this process whose harnesses have all ended, and remove their
+    folders: a device actor's, once its sandboxes are closed. Left to its parent's death, a
+    Ray worker's zygote got SIGKILL (Ray kills a worker's child processes when it exits),
+    ran none of its last steps, and its empty ``kopt-zygote-`` folder stayed in /tmp after
+    every sweep. A zygote with a running harness is kept (closing it would kill that
+    harness: another sandbox of the same process)."""
+    with _LOCK:
+        idle = [k for k, z in _ZYGOTES.items() if not z.busy()]
+        zs = [_ZYGOTES.pop(k) for k in idle]
+    for z in zs:
+        z.close()
+
+
 def _evict() -> None:
     """Close the least recently used zygotes past :data:`KEPT` whose harnesses have all
     ended (one with a running harness is kept: closing it would kill that harness)."""
