@@ -702,7 +702,8 @@ class Sandbox:
         next to them, bench/honest_under_load.py). A failing candidate after another's then
         costs a second run (and a harness start, with its inputs made again). The retried
         job's outcome is the job's; when it differs, its ``error`` says how the first run
-        ended. Never raises for a job."""
+        ended. Never raises for a job; raises :class:`StartError` (from :meth:`run`) when
+        a harness does not start, the device's failure."""
         others = self.running and bool(self.loaded - _artifacts(job))
         res = self.run(job, timeout_s)
         status = res.get("status")
