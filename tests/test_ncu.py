@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import torch
 
 from kopt.core.bottleneck import (
     aggregate,
@@ -312,8 +313,9 @@ def test_a_warm_ncu_waits_for_its_jobs_then_profiles_them_like_a_cold_one(tmp_pa
     monkeypatch.setenv("FAKE_PROF", "1")
     monkeypatch.setattr(ncu, "LOCK_PATH", tmp_path / "lock")
     metrics = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
-    warm = ncu_warm.start(metrics)
+    warm = ncu_warm.start(metrics, device="cpu")  # the fake ncu's jobs are a CPU's
     assert warm is not None and warm.key == (tuple(metrics), ())
+    assert warm.command.split()[-4] == "--wait" and warm.command.endswith(" cpu")
     assert "--nvtx --nvtx-include kopt/" in warm.command and "--wait" in warm.command
     time.sleep(3)
     assert warm.alive()  # waiting for its jobs
@@ -322,6 +324,13 @@ def test_a_warm_ncu_waits_for_its_jobs_then_profiles_them_like_a_cold_one(tmp_pa
     assert [(r.kernel, r.metric, r.value) for r in res[1].rows][0] == (
         "matmul_kernel", "gpu__time_duration.sum", 935424.0)
     assert not warm.alive() and not warm.tmp.exists()
+    # the side-by-side measurement's other arm: the harness made once the jobs come
+    monkeypatch.setenv(ncu_warm.AHEAD_ENV, "0")
+    late = ncu_warm.start(metrics, device="cpu")
+    try:
+        assert late is not None and late.command.split()[-3] == "--wait"  # no device
+    finally:
+        late.close()
 
 
 def test_a_warm_ncu_target_leaves_when_its_device_actor_is_gone(tmp_path):
@@ -332,9 +341,28 @@ def test_a_warm_ncu_target_leaves_when_its_device_actor_is_gone(tmp_path):
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
+    for device in ([], ["cpu"]):  # its harness made before the wait, or not
+        p = subprocess.run([sys.executable, "-m", "workers.ncu_target", "--wait",
+                            str(tmp_path / "never.json"), str(dead.pid), *device],
+                           timeout=120)
+        assert p.returncode == 4
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine with no CUDA GPU")
+def test_a_warm_ncu_target_makes_its_harness_before_its_jobs_come(tmp_path):
+    """With a device, the waiting target makes its harness (on a GPU its CUDA context,
+    which ncu connects to) before the jobs come, not after the hand-over: asked for a CUDA
+    harness where there is none, it fails at once with the driver's error though no jobs
+    file ever comes and the actor that started it lives."""
+    import os
+    import subprocess
+    import sys
+
     p = subprocess.run([sys.executable, "-m", "workers.ncu_target", "--wait",
-                        str(tmp_path / "never.json"), str(dead.pid)], timeout=120)
-    assert p.returncode == 4
+                        str(tmp_path / "never.json"), str(os.getpid()), "cuda"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "Traceback" in p.stderr, p.stderr[-2000:]
+    assert not (tmp_path / "never.json").exists()
 
 
 def _query_ncu(tmp_path, monkeypatch):

@@ -3,9 +3,11 @@
 ``python -m workers.ncu_target JOB.json``: one job; exit code 0 when ``solve`` ran and the
 CUDA runtime reported no error.
 
-``python -m workers.ncu_target --wait JOBS.json ACTOR_PID``: a warm ncu's target
+``python -m workers.ncu_target --wait JOBS.json ACTOR_PID [DEVICE]``: a warm ncu's target
 (workers.ncu_warm): the same as ``--many`` once JOBS.json exists, each call inside the NVTX
-range ``kopt``.
+range ``kopt``; with DEVICE (``cuda`` or ``cpu``), its harness is made before the wait (on a
+GPU: the CUDA context, and ncu's connection to it, made while the device still times
+candidates, not after the hand-over).
 
 ``python -m workers.ncu_target --many JOBS.json``: a list of jobs, one ``solve`` call each,
 in order, in one process (one ncu start, one CUDA context for the whole top-k). Each call
@@ -76,24 +78,36 @@ def filtered(h: Harness) -> None:
         print(f"kopt ncu target: no system-call filter: {why}", file=sys.stderr)
 
 
-def main_wait(path: str, actor_pid: int, poll_s: float = 0.005) -> int:
-    """A warm ncu's target (workers.ncu_warm): modules imported, wait until ``path`` exists,
-    then as :func:`main_many` with each call inside the NVTX range. Exits 4 without running
-    anything when process ``actor_pid`` (the device actor that started it) is gone; 0: not
-    checked (a sandboxed target, which cannot see it: its ncu dies with the actor)."""
+def main_wait(path: str, actor_pid: int, device: str | None = None,
+              poll_s: float = 0.005) -> int:
+    """A warm ncu's target (workers.ncu_warm): modules imported and, with ``device``, its
+    harness made (a GPU's CUDA context: 1.2 s between the hand-over and ncu's "Connected"
+    line on an H100 when it was made after, docs/verified/2026-12-06-session49.md), wait
+    until ``path`` exists, then as :func:`main_many` with each call inside the NVTX range.
+    Exits 4 without running anything when process ``actor_pid`` (the device actor that
+    started it) is gone; 0: not checked (a sandboxed target, which cannot see it: its ncu
+    dies with the actor)."""
+    h = None
+    if device is not None:
+        h = Harness(device)
+        filtered(h)
     n = 0
     while not os.path.exists(path):
         n += 1
         if actor_pid and n % 200 == 0 and not pid_alive(actor_pid):
             return 4
         time.sleep(poll_s)
-    return main_many(path, nvtx=True)
+    return main_many(path, nvtx=True, h=h)
 
 
-def main_many(path: str, nvtx: bool = False) -> int:
+def main_many(path: str, nvtx: bool = False, h: Harness | None = None) -> int:
+    """The jobs of ``path`` in order, one ``solve`` call each, bracketed on stdout (see the
+    module docstring), in harness ``h`` (made here, for the first job's device, when None).
+    Returns 0, or 3 when every job failed or a fatal CUDA error ended the run."""
     jobs = json.loads(open(path).read())
-    h = Harness(jobs[0].get("device", "cuda") if jobs else "cuda")
-    filtered(h)
+    if h is None:
+        h = Harness(jobs[0].get("device", "cuda") if jobs else "cuda")
+        filtered(h)
     failed = 0
     for i, job in enumerate(jobs):
         print(f"KOPT_NCU_BEGIN {i}", flush=True)
@@ -112,5 +126,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "--many":
         sys.exit(main_many(sys.argv[2]))
     if sys.argv[1] == "--wait":
-        sys.exit(main_wait(sys.argv[2], int(sys.argv[3])))
+        sys.exit(main_wait(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5]))
     sys.exit(main(sys.argv[1]))

@@ -4,8 +4,10 @@ an H200 spent profiling four sgemm candidates, 2026-12-01), so a device actor st
 next one as soon as it knows the metrics, while its device is still timing candidates.
 
 The warm process is ``ncu --nvtx --nvtx-include kopt/ ... python -m workers.ncu_target
---wait JOBS.json ACTOR_PID``: the target imports its modules (torch among them: CPU work,
-no CUDA context, nothing on the GPU) and waits for ``JOBS.json``. The candidates to profile
+--wait JOBS.json ACTOR_PID DEVICE``: the target imports its modules (torch among them) and
+makes its harness, on a GPU its CUDA context (which ncu connects to; no kernel is launched,
+as a spare harness, workers.spares, holds a context while candidates are timed), then
+waits for ``JOBS.json``. The candidates to profile
 are known only then, so ncu is told no kernel names: it profiles the kernels launched inside
 the target's NVTX range ``kopt``, which brackets each candidate's ``solve`` call (the
 kernels ``solve`` launches, a library's included; not the input copies around it). The
@@ -76,6 +78,9 @@ class WarmNcu:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+AHEAD_ENV = "KOPT_NCU_AHEAD"  # "0": the target's harness made once its jobs come
+
+
 def key_of(metrics: list[str], sections: list[str] | None) -> tuple[tuple[str, ...],
                                                                     tuple[str, ...]]:
     """What a warm process collects, as :attr:`WarmNcu.key`."""
@@ -83,8 +88,11 @@ def key_of(metrics: list[str], sections: list[str] | None) -> tuple[tuple[str, .
 
 
 def start(metrics: list[str], sections: list[str] | None = None,
-          env: dict[str, str] | None = None) -> WarmNcu | None:
-    """Start ncu on a target that waits for its jobs; None without ncu or metrics."""
+          env: dict[str, str] | None = None, device: str = "cuda") -> WarmNcu | None:
+    """Start ncu on a target that waits for its jobs, its harness for ``device`` (``cuda``
+    or ``cpu``: the jobs' device) made before it waits (workers.ncu_target ``main_wait``;
+    made after the hand-over instead with ``KOPT_NCU_AHEAD=0``, :data:`AHEAD_ENV`, the
+    side-by-side measurement's other arm); None without ncu or metrics."""
     exe = ncu_exe()
     if exe is None or not metrics:
         return None
@@ -102,6 +110,8 @@ def start(metrics: list[str], sections: list[str] | None = None,
         return None
     cmd += [sys.executable, "-m", "workers.ncu_target", "--wait", str(tmp / "jobs.json"),
             "0" if iso else str(os.getpid())]
+    if os.environ.get(AHEAD_ENV, "1") != "0":
+        cmd.append(device)
     run, extra = confined(cmd, tmp)
     penv = {**package_env(), **(env or {}), **extra}
     proc = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
