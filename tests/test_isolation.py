@@ -1052,6 +1052,7 @@ def test_a_harness_that_does_not_start_is_the_devices_failure_not_the_candidates
     outside it) raises StartError from Sandbox.run, and the device actor answers `lost`:
     no verdict on the candidate (a red-team helper's processes on another device used up
     the host's open files, a rival's restart failed there, and its row said `error`)."""
+    from workers import device_actor
     from workers import sandbox as sbmod
     from workers.device_actor import DeviceActor
     from workers.records import RunJob
@@ -1068,6 +1069,7 @@ def test_a_harness_that_does_not_start_is_the_devices_failure_not_the_candidates
     assert not box.running
     monkeypatch.undo()  # the actor's own harness starts
     monkeypatch.setattr(sbmod, "_SANDBOX_WORKED", [True])
+    monkeypatch.setattr(device_actor, "SHORTAGE_RETRY_S", (0.0,))  # short: run again once
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
     actor = DeviceActor("cpu", spares=0)
     try:
@@ -1080,6 +1082,56 @@ def test_a_harness_that_does_not_start_is_the_devices_failure_not_the_candidates
         actor.shutdown()
     assert out.status == "lost" and out.job_key == "k1", out
     assert "its harness did not start" in out.error and "no verdict" in out.error, out
+
+
+def test_a_job_short_of_the_hosts_open_files_is_run_again_then_lost_never_an_error(
+        tmp_path, monkeypatch):
+    """A job whose harness does not start for want of a host resource, or that ends in
+    `error` because the host's open files ran out (ENFILE: a red-team helper's candidate on
+    another device held them for 10-20 s), is run again after each wait, and gets the
+    verdict of the run that had the resources; still short after every wait it is `lost`
+    (no verdict), never the candidate's `error`. An `error` of the job's own (EMFILE, its
+    own limit) and a start refused for another reason are not waited for."""
+    from workers import device_actor as da
+    from workers.device_actor import DeviceActor
+    from workers.records import RunJob
+    from workers.sandbox import StartError
+
+    enfile = {"status": "error", "error": "OSError('/x/solve.so: cannot open shared object "
+              "file: Too many open files in system')"}
+    answers: list = []
+
+    def scripted(self: Sandbox, job, timeout_s):
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return dict(a)
+
+    monkeypatch.setattr(da, "SHORTAGE_RETRY_S", (0.0, 0.0, 0.0))
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    actor = DeviceActor("cpu", spares=0)
+    monkeypatch.setattr(Sandbox, "run_retrying", scripted)
+    job = RunJob("k1", "b1", {"N": 8}, {"reference": "ref.py", "timing": {"timeout_s": 30.0}})
+    short_start = StartError(
+        "its harness did not start: harness died at start (Too many open files in system)")
+    try:
+        answers[:] = [short_start, enfile, {"status": "ok", "error": "", "median_ms": 1.5}]
+        ok = actor.run(job, b"not run")
+        answers[:] = [enfile] * 4
+        lost = actor.run(job, b"not run")
+        own = {"status": "error", "error": "OSError(24, 'Too many open files')"}
+        answers[:] = [own]
+        mine = actor.run(job, b"not run")
+        answers[:] = [StartError("its harness did not start: unshare: bad option")]
+        refused = actor.run(job, b"not run")
+    finally:
+        actor.shutdown()
+    assert (ok.status, ok.median_ms) == ("ok", 1.5), ok
+    assert lost.status == "lost" and "short of a resource" in lost.error, lost
+    assert "Too many open files in system" in lost.error and "no verdict" in lost.error, lost
+    assert (mine.status, mine.error) == ("error", own["error"]), mine
+    assert refused.status == "lost" and "bad option" in refused.error, refused
+    assert answers == []  # every scripted answer was asked for, none more
 
 
 def test_a_probe_that_fails_for_want_of_a_host_resource_never_means_no_sandbox(monkeypatch):

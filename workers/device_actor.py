@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from workers import hold, judge, ncu, turns, witness, witness_gpu, zygote
+from workers import hold, isolation, judge, ncu, turns, witness, witness_gpu, zygote
 from workers.build import ensure_artifact, spares_wanted
 from workers.observers import ProfileTarget, profiling_observers
 from workers.prestart import Prestarted, cpu_env, judge_key
@@ -27,6 +27,9 @@ from workers.status import Status
 from workers.timing import lap
 
 # the parts of a contender's harness in a contest (workers.harness ``Harness.lap``)
+# waits (s) before a job short of a host resource is run again (:meth:`DeviceActor.run`):
+# workers.isolation's probe's, whose shortage a red-team helper's candidate made
+SHORTAGE_RETRY_S = isolation.PROBE_RETRY_S
 CONTEST_PARTS = ("prepare", "wait", "check", "warm_up", "rounds", "witness", "own", "draws")
 
 
@@ -110,11 +113,7 @@ class DeviceActor:
         """Run one job (see workers.harness) and return its outcome; never raises."""
         t0, started = time.perf_counter(), time.time()
         try:
-            path = str(ensure_artifact(job.build_id, artifact))
-            box = self._own()
-            res = RunOutcome.from_dict(box.run_retrying(replace(job, artifact=path),
-                                                        job.timeout_s))
-            box.end_leftovers()  # what its code left running: not beside the next job
+            res = self._through_shortage(job, artifact)
         except StartError as e:  # the device's failure: no verdict on this candidate
             res = RunOutcome.fault(Status.LOST, f"device actor: {e}; the job was not run "
                                    "(no verdict on this candidate)")
@@ -124,6 +123,37 @@ class DeviceActor:
         self.jobs += 1
         res.job_key, res.started_at, res.ended_at = job.job_key, started, time.time()
         return res
+
+    def _through_shortage(self, job: RunJob, artifact: bytes) -> RunOutcome:
+        """:meth:`run`'s job in this device's harness (workers.sandbox ``run_retrying``),
+        run again after each wait of :data:`SHORTAGE_RETRY_S` while its harness does not
+        start for want of a host resource (workers.isolation ``PASSING``: open files,
+        memory, processes), or the job ends in ``error`` because the host's open files
+        ran out (``ENFILE``, workers.isolation ``HOST_WIDE``; not the job's own limits,
+        which a fork bomb reaches): a candidate on another device that holds them (a
+        red-team helper's children held the host's 2.47 M open files for 10-20 s through
+        file mappings) must not cost an honest job here its verdict. Still short after
+        the waits: ``lost`` (no verdict on this candidate), never ``error``. Raises
+        StartError when a harness does not start for another reason."""
+        path = str(ensure_artifact(job.build_id, artifact))
+        box, why = self._own(), ""
+        for wait in (*SHORTAGE_RETRY_S, None):
+            try:
+                res = RunOutcome.from_dict(box.run_retrying(replace(job, artifact=path),
+                                                            job.timeout_s))
+                box.end_leftovers()  # what its code left running: not beside the next job
+                if res.status != Status.ERROR or isolation.HOST_WIDE not in res.error:
+                    return res
+                why = res.error
+            except StartError as e:
+                if not isolation.short_of_host(str(e)):
+                    raise
+                why = str(e)
+            if wait is not None:
+                time.sleep(wait)
+        return RunOutcome.fault(Status.LOST, f"device actor: the host was short of a "
+                                f"resource through {sum(SHORTAGE_RETRY_S):g} s of retries "
+                                f"({why[:300]}); no verdict on this candidate")
 
     def contest(self, jobs: list[dict[str, Any]], rounds: int, *artifacts: bytes
                 ) -> dict[str, Any]:

@@ -46,6 +46,13 @@ PROBE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 # what such a failure says (strerror of ENFILE and EMFILE, ENOMEM, EAGAIN); not ENOSPC,
 # which `unshare --user` answers where user.max_user_namespaces is 0: a host setting
 PASSING = ("Too many open files", "Cannot allocate memory", "Resource temporarily unavailable")
+HOST_WIDE = "Too many open files in system"  # ENFILE: the host's count, not a process's
+
+
+def short_of_host(error: str | None) -> bool:
+    """Whether ``error`` (a failed start's or job's text) says the host was short of a
+    resource another process may be holding for now (:data:`PASSING`)."""
+    return bool(error) and any(x in error for x in PASSING)
 
 
 class Unsettled(RuntimeError):
@@ -143,7 +150,7 @@ def available() -> Isolation:
                     writable=keep)
     for wait in (*PROBE_RETRY_S, None):
         why = _probe(iso)
-        if not why or not any(x in why for x in PASSING):
+        if not short_of_host(why):
             break
         if wait is None:
             raise Unsettled(f"the sandbox could not be tried ({why}) after "
