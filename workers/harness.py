@@ -989,9 +989,10 @@ class Harness:
     def verify(self, d: Data, b: int, k: int, tol: dict) -> torch.Tensor:
         """A 0-dim bool tensor, computed on the device without waiting: True when every output
         of buffer set ``b`` lies in input set ``k``'s tolerance band and no canary was
-        touched. Enqueued after each timed call, outside the timed interval. CPU float32 /
-        float64 outputs: every element close to the expected one by the check's own test
-        (``tol``: atol, rtol; workers.native ``all_close``), in one pass."""
+        touched. Enqueued after each timed call, outside the timed interval. CPU float32,
+        float64, bfloat16 and float16 outputs: every element close to the expected one by
+        the check's own test (``tol``: atol, rtol; workers.native ``all_close``), in one
+        pass."""
         return self.within(d.bufs[b], d.input_set(k), tol)
 
     def within(self, buf: Buffers, s: InputSet, tol: dict) -> torch.Tensor:

@@ -106,24 +106,64 @@ void kopt_stream_fill(void *d, const void *pat, size_t n) {
     stream_body((unsigned char *)d, NULL, p, n);
 }
 
+/* 16-bit floats widened exactly: bfloat16 is float32's upper half; IEEE half (binary16) by
+ * its fields, subnormals normalized. */
+static inline double bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return (double)f;
+}
+static inline double f16_value(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13); /* infinity, NaN */
+    } else if (exp) {
+        u = sign | ((exp + 112u) << 23) | (man << 13); /* normal: the bias 15 -> 127 */
+    } else if (!man) {
+        u = sign; /* zero */
+    } else { /* subnormal: man * 2^-24, normalized */
+        uint32_t k = 0;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            k++;
+        }
+        u = sign | ((113u - k) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return (double)f;
+}
+#define AS_DOUBLE(x) ((double)(x))
+
 /* 1 when every g[i] is close to e[i] (as COMPARE below decides), else 0: the test after
  * every timed call, reading two arrays where a band test reads three. Blocks of 4096
  * elements without a branch inside, so that the compiler can vectorize them: first the
  * bits (a block whose elements all equal their expected ones bit for bit, none a NaN, is
  * close: what an exact kernel gives, at the speed of the memory), then, for a block that
  * differs, the float64 test. */
-#define ALL_CLOSE(T, U, ABS, EXP, NAME)                                               \
-    int NAME(const T *g, const T *e, size_t n, double atol, double rtol) {            \
-        const U *gb = (const U *)g, *eb = (const U *)e;                               \
+/* SAME(g, e, i): element i of g equals element i of e bit for bit and is no NaN (U: the
+ * unsigned type of the element's width; NAN_ABOVE: its largest non-NaN magnitude, an
+ * infinity's bits). Across two types (outputs against float64 expected values): never. */
+#define SAME_BITS(U, NAN_ABOVE, g, e, i)                                              \
+    ((((const U *)(g))[i] == ((const U *)(e))[i]) &                                   \
+     ((((const U *)(e))[i] & (U)~((U)1 << (8 * sizeof(U) - 1))) <= (NAN_ABOVE)))
+#define SAME_F32(g, e, i) SAME_BITS(uint32_t, 0x7f800000u, g, e, i)
+#define SAME_F64(g, e, i) SAME_BITS(uint64_t, 0x7ff0000000000000ull, g, e, i)
+#define SAME_BF16(g, e, i) SAME_BITS(uint16_t, 0x7f80u, g, e, i)
+#define SAME_F16(g, e, i) SAME_BITS(uint16_t, 0x7c00u, g, e, i)
+#define NEVER_SAME(g, e, i) 0
+#define ALL_CLOSE(T, V, E, W, SAME, NAME)                                             \
+    int NAME(const T *g, const E *e, size_t n, double atol, double rtol) {            \
         for (size_t i0 = 0; i0 < n; i0 += 4096) {                                     \
             size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;                                \
             int same = 1;                                                             \
             for (size_t i = i0; i < i1; i++)                                          \
-                same &= (gb[i] == eb[i]) & ((eb[i] & ABS) <= EXP);                    \
+                same &= SAME(g, e, i);                                                \
             if (same) continue;                                                       \
             int ok = 1;                                                               \
             for (size_t i = i0; i < i1; i++) {                                        \
-                double a = (double)g[i], b = (double)e[i];                            \
+                double a = V(g[i]), b = W(e[i]);                                      \
                 ok &= (a == b) | ((fabs(a - b) <= atol + rtol * fabs(b)) &            \
                                   (fabs(b) <= DBL_MAX) & (fabs(a) <= DBL_MAX));       \
             }                                                                         \
@@ -131,8 +171,15 @@ void kopt_stream_fill(void *d, const void *pat, size_t n) {
         }                                                                             \
         return 1;                                                                     \
     }
-ALL_CLOSE(float, uint32_t, 0x7fffffffu, 0x7f800000u, kopt_all_close_f32)
-ALL_CLOSE(double, uint64_t, 0x7fffffffffffffffull, 0x7ff0000000000000ull, kopt_all_close_f64)
+ALL_CLOSE(float, AS_DOUBLE, float, AS_DOUBLE, SAME_F32, kopt_all_close_f32)
+ALL_CLOSE(double, AS_DOUBLE, double, AS_DOUBLE, SAME_F64, kopt_all_close_f64)
+ALL_CLOSE(uint16_t, bf16_value, uint16_t, bf16_value, SAME_BF16, kopt_all_close_bf16)
+ALL_CLOSE(uint16_t, f16_value, uint16_t, f16_value, SAME_F16, kopt_all_close_f16)
+/* outputs against expected values in float64 (a reference computed in float64, the common
+ * case for 16-bit outputs) */
+ALL_CLOSE(float, AS_DOUBLE, double, AS_DOUBLE, NEVER_SAME, kopt_all_close_f32_f64)
+ALL_CLOSE(uint16_t, bf16_value, double, AS_DOUBLE, NEVER_SAME, kopt_all_close_bf16_f64)
+ALL_CLOSE(uint16_t, f16_value, double, AS_DOUBLE, NEVER_SAME, kopt_all_close_f16_f64)
 
 typedef struct {
     int64_t bad;    /* elements that are not close */
@@ -143,13 +190,13 @@ typedef struct {
 
 /* torch.isclose(g, e, rtol, atol, equal_nan=False) in float64, element by element:
  * g == e, or both finite and |g - e| <= atol + rtol * |e|; with the errors above. */
-#define COMPARE(T, NAME)                                                          \
-    void NAME(const T *g, const T *e, size_t n, double atol, double rtol,         \
+#define COMPARE(T, V, E, W, NAME)                                                 \
+    void NAME(const T *g, const E *e, size_t n, double atol, double rtol,         \
               kopt_cmp *out) {                                                    \
         int64_t bad = 0, first = -1;                                              \
         double max_abs = 0.0, max_rel = 0.0;                                      \
         for (size_t i = 0; i < n; i++) {                                          \
-            double a = (double)g[i], b = (double)e[i], d;                         \
+            double a = V(g[i]), b = W(e[i]), d;                                   \
             int close;                                                            \
             if (a == b) {                                                         \
                 d = 0.0;                                                          \
@@ -172,8 +219,13 @@ typedef struct {
         out->max_abs = max_abs;                                                   \
         out->max_rel = max_rel;                                                   \
     }
-COMPARE(float, kopt_compare_f32)
-COMPARE(double, kopt_compare_f64)
+COMPARE(float, AS_DOUBLE, float, AS_DOUBLE, kopt_compare_f32)
+COMPARE(double, AS_DOUBLE, double, AS_DOUBLE, kopt_compare_f64)
+COMPARE(uint16_t, bf16_value, uint16_t, bf16_value, kopt_compare_bf16)
+COMPARE(uint16_t, f16_value, uint16_t, f16_value, kopt_compare_f16)
+COMPARE(float, AS_DOUBLE, double, AS_DOUBLE, kopt_compare_f32_f64)
+COMPARE(uint16_t, bf16_value, double, AS_DOUBLE, kopt_compare_bf16_f64)
+COMPARE(uint16_t, f16_value, double, AS_DOUBLE, kopt_compare_f16_f64)
 
 /* Make every page of [p, p + n) readable and writable again, whatever the candidate did to
  * it, so that the verification's reads cannot fault into a handler of the candidate's

@@ -104,7 +104,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.kopt_stream_fill.argtypes, lib.kopt_stream_fill.restype = [_P, _P, _N], None
     lib.kopt_restore_rw.argtypes, lib.kopt_restore_rw.restype = [_P, _N], ctypes.c_int
     lib.kopt_handlers_changed.argtypes, lib.kopt_handlers_changed.restype = [], ctypes.c_int
-    for t in ("f32", "f64"):
+    for t in (*_SUFFIX.values(), "f32_f64", "bf16_f64", "f16_f64"):
         f = getattr(lib, f"kopt_all_close_{t}")
         f.argtypes = [_P, _P, _N, ctypes.c_double, ctypes.c_double]
         f.restype = ctypes.c_int
@@ -207,30 +207,37 @@ def _streamable(dst: torch.Tensor, src: torch.Tensor) -> None:
         raise ValueError("stream_copy/stream_fill need contiguous CPU tensors of one size")
 
 
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16",
+           torch.float16: "f16"}
 
 
-def native_dtype(*ts: torch.Tensor) -> str | None:
-    """``"f32"`` / ``"f64"`` when the helper can take every tensor of ``ts`` as one flat
-    array (CPU, contiguous, one dtype of float32 or float64) and the library loaded; else
-    None (the caller uses torch)."""
-    if not ts or library() is None:
+def native_dtype(got: torch.Tensor, exp: torch.Tensor) -> str | None:
+    """The helper's name for comparing ``got`` (outputs) with ``exp`` (expected values):
+    ``"f32"``, ``"f64"``, ``"bf16"`` or ``"f16"`` for two tensors of that dtype, and
+    ``"f32_f64"``, ``"bf16_f64"`` or ``"f16_f64"`` for outputs of float32, bfloat16 or
+    float16 against float64 expected values (a reference computed in float64); both CPU
+    and contiguous, the library loaded. 16-bit values are widened exactly, as
+    ``Tensor.double`` does. None otherwise (the caller uses torch)."""
+    if library() is None or any(t.device.type != "cpu" or not t.is_contiguous()
+                                for t in (got, exp)):
         return None
-    dt = ts[0].dtype
-    if dt not in _SUFFIX or any(t.dtype != dt or t.device.type != "cpu" or
-                                not t.is_contiguous() for t in ts):
+    if got.dtype not in _SUFFIX:
         return None
-    return _SUFFIX[dt]
+    if exp.dtype == got.dtype:
+        return _SUFFIX[got.dtype]
+    return f"{_SUFFIX[got.dtype]}_f64" if exp.dtype == torch.float64 else None
 
 
 def all_close(got: torch.Tensor, exp: torch.Tensor, atol: float, rtol: float) -> bool:
     """Whether every element of ``got`` is close to ``exp`` as :func:`compare` decides
     (``torch.isclose(..., equal_nan=False)`` in float64), reading each array once and
     stopping at the first block of 4096 elements with one that is not; tensors of one size
-    and one dtype that :func:`native_dtype` accepts. Raises ValueError otherwise."""
+    that :func:`native_dtype` accepts. Raises ValueError otherwise."""
     t = native_dtype(got, exp)
     if t is None or got.numel() != exp.numel():
-        raise ValueError("all_close needs contiguous CPU float32/float64 tensors of one size")
+        raise ValueError("all_close needs contiguous CPU tensors of one size: float32, float64, "
+                         "bfloat16 or float16 outputs, expected values of their dtype or "
+                         "float64")
     return bool(getattr(library(), f"kopt_all_close_{t}")(
         got.data_ptr(), exp.data_ptr(), got.numel(), float(atol), float(rtol)))
 
@@ -238,10 +245,12 @@ def all_close(got: torch.Tensor, exp: torch.Tensor, atol: float, rtol: float) ->
 def compare(got: torch.Tensor, exp: torch.Tensor, atol: float, rtol: float) -> Comparison:
     """``torch.isclose(got, exp, rtol, atol, equal_nan=False)`` in float64, counted, with
     the largest absolute and relative errors (:class:`Comparison`), in one pass; tensors of
-    one size and one dtype that :func:`native_dtype` accepts. Raises ValueError otherwise."""
+    one size that :func:`native_dtype` accepts. Raises ValueError otherwise."""
     t = native_dtype(got, exp)
     if t is None or got.numel() != exp.numel():
-        raise ValueError("compare needs contiguous CPU float32/float64 tensors of one size")
+        raise ValueError("compare needs contiguous CPU tensors of one size: float32, float64, "
+                         "bfloat16 or float16 outputs, expected values of their dtype or "
+                         "float64")
     out = Comparison()
     getattr(library(), f"kopt_compare_{t}")(got.data_ptr(), exp.data_ptr(), got.numel(),
                                             float(atol), float(rtol), ctypes.byref(out))
