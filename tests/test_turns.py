@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from test_faults import PACK, artifact, job
 
-from workers import turns
+from workers import hold, turns
 from workers.device_actor import DeviceActor
 from workers.replay import REPLAY_FACTOR, REPLAY_MS
 from workers.sandbox import Sandbox
@@ -305,14 +305,17 @@ def test_a_contender_cannot_say_the_device_failed(tmp_path, monkeypatch):
     assert res["failed_status"] == {"forger": "error"}, res
 
 
+@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
 def test_a_contender_that_leaves_a_process_running_is_escaped_before_its_rivals_turn(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, counted):
     """tests/fixtures/faultpack/leaver.cpp, honest work, leaves a process of its own in its
     sandbox from its load: held still, such processes still hold what they took (a red-team
     helper's used up the host's open files and its honest rival's load failed, dropping the
     rival). The contest stops before the rival's next turn: the leaver is `escaped`, its
-    rival not named, and nothing of the leaver's is left running."""
+    rival not named, and nothing of the leaver's is left running. Where no cgroup counts
+    the sandboxes (the H100 hosts lent none), their PID namespaces tell the same."""
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    _counted_by(counted, monkeypatch)
     given: list[int] = []
     give = turns.Turns.give
     monkeypatch.setattr(turns.Turns, "give", lambda self, i: (given.append(i), give(self, i)))
@@ -334,17 +337,33 @@ def test_a_contender_that_leaves_a_process_running_is_escaped_before_its_rivals_
     assert res["failed"] == ["leaver"] and res["failed_status"] == {"leaver": "escaped"}, res
     assert "1 process(es) besides its harness" in res["error"], res
     assert given == [0], given  # the leaver's load turn; none of its rival's after it
-    assert left and not any(Path(f"/proc/{p}").exists() for p in left), left
+    # each gone, or dead with nothing held (a zombie its namespace's reaper has not reaped)
+    assert left and all(hold.state(p) in ("", "Z", "X") for p in left), left
 
 
-def test_processes_a_job_left_running_end_with_its_harness(tmp_path):
+def _counted_by(how: str, monkeypatch) -> None:
+    """Sandboxes whose processes a cgroup counts (``"cgroup"``, where the host lends one:
+    asserted) or none does (``"namespace"``: their PID namespaces tell them)."""
+    from workers import cgroup
+
+    if how == "namespace":
+        monkeypatch.setattr(cgroup, "make", lambda: (None, "none made in this test"))
+    else:
+        assert cgroup.make()[0] is not None, "this host lends kopt no cgroup"
+
+
+@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
+def test_processes_a_job_left_running_end_with_its_harness(tmp_path, monkeypatch, counted):
     """tests/fixtures/faultpack/leaver.cpp's job in a device's harness (run_retrying, then
     end_leftovers, as the device actor runs jobs) leaves a process in the sandbox: the
     harness ends after the job, the process with it, and the next candidate's job runs in
     a fresh harness (a red-team helper's spinning children made the next honest job 2.6x
-    slower, both `ok`); an honest job's harness is kept."""
+    slower, both `ok`); an honest job's harness is kept. Where no cgroup counts the
+    sandbox, its PID namespace tells the same."""
     from test_faults import artifact as built
     from test_faults import job as pack_job
+
+    _counted_by(counted, monkeypatch)
 
     src, honest = PACK / "leaver.cpp", PACK / "faults.cpp"
     box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
@@ -359,9 +378,9 @@ def test_processes_a_job_left_running_end_with_its_harness(tmp_path):
                                           PACK / "ref.py", {"N": 4096}, ARGS), 30)
         kept = not box.end_leftovers() and box.running
         left_now = box.left_running()
-        second = box.host_pid
+        second, by_cgroup = box.host_pid, box.counted is not None
     finally:
         box.close()
     assert left["status"] == "ok" and after["status"] == "ok", (left, after)
     assert ended and gone and second != first and left_now == [], (first, second, left_now)
-    assert kept
+    assert kept and by_cgroup == (counted == "cgroup"), box.limits

@@ -52,6 +52,11 @@ PASSES = 8  # of finding and stopping: processes forked, or continued, meanwhile
 STOP_WAIT_S = 0.5  # for a signalled process to show as stopped (``T`` in /proc/PID/stat)
 
 
+def pid_namespace(pid: int) -> str | None:
+    """Process ``pid``'s PID namespace as ``pid:[INODE]``; None when it cannot be read."""
+    return _ns(pid)
+
+
 def _ns(pid: int) -> str | None:
     try:
         return os.readlink(f"/proc/{pid}/ns/pid")
@@ -111,6 +116,47 @@ def sandbox_ns(leader: int) -> str | None:
             if ns is not None and ns != own:
                 return ns
     return None
+
+
+def _live(pid: int) -> tuple[bool, int]:
+    """(whether process ``pid`` still holds what it took: not a zombie, and its memory not
+    yet let go in its exit, its ``vsize`` 0; its parent's pid)."""
+    after = _fields(f"/proc/{pid}/stat")
+    try:
+        return (after is not None and after[0] not in ("Z", "X") and int(after[20]) > 0,
+                int(after[1]) if after is not None else 0)
+    except (IndexError, ValueError):
+        return False, 0
+
+
+def in_namespace(ns: str, roots: set[int]) -> list[int]:
+    """The live pids (:func:`_live`: a process in its exit, or a zombie, holds nothing and
+    is not one; a cgroup no longer lists it either) in PID namespace ``ns`` (``pid:[INODE]``,
+    :func:`sandbox_ns`), and those whose namespace cannot be read (a process that made
+    itself non-dumpable hides it from a caller without the capability) whose parent is one
+    of them or of ``roots`` (the sandbox's processes known: an orphan's parent is its
+    namespace's first process). For a sandbox no cgroup counts (a host that lends kopt
+    none). Never raises."""
+    found, hidden = set(), {}
+    for q in _pids():
+        n = _ns(q)
+        if n is not None and n != ns:
+            continue
+        live, ppid = _live(q)
+        if live and n == ns:
+            found.add(q)
+        elif live:
+            hidden[q] = ppid
+    known, grew = found | roots, True
+    while grew:  # the hidden ones' parents, to a fixed point
+        grew = False
+        for q, ppid in list(hidden.items()):
+            if ppid in known:
+                found.add(q)
+                known.add(q)
+                del hidden[q]
+                grew = True
+    return sorted(found)
 
 
 def in_cgroup(dirs: tuple[str, ...]) -> list[int]:

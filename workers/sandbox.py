@@ -39,6 +39,8 @@ START_TIMEOUT_S = 180.0
 _STATUSES = {st.value for st in Status}
 ANSWER_BYTES = 64 << 20  # the largest message a harness may send (samples, error text)
 EXIT_WAIT_S = 30.0  # for a harness whose connection closed to exit by itself
+# for the processes of a killed harness's PID namespace to be gone (Sandbox._namespace_ended)
+NS_EXIT_WAIT_S = 5.0
 PING_S = 10.0  # a harness answers the ping after its answer within this (s)
 GRACE_S = 10.0  # past the budget, before a job with a known call time is a hang
 OWN_LIMIT = 10  # a job's wall past preparation: at most this many x its budget, + GRACE_S
@@ -96,6 +98,9 @@ class Sandbox:
         self.turn_ms: list[float] = []
         self.taking: witness.Taking | None = None  # the last job's witness turns, if a plan
         self.infra: set[int] = set()  # the sandbox's own processes but the harness
+        # the harness's PID namespace where it has one of its own (found at its start): its
+        # processes where no cgroup counts them (:meth:`members`)
+        self.pid_ns: str | None = None
         # how the running harness was started: "forked" from a zygote (workers.zygote), or
         # "plain: why" (python -m workers.harness), "adopted" (workers.prestart)
         self.started = ""
@@ -253,8 +258,7 @@ class Sandbox:
         self.counted = cgroup.Cgroup(pre.cgroup_dirs, pre.limits) if pre.cgroup_dirs else None
         # the sandbox's own processes, known now that its cgroup is (no candidate code has
         # run in it): not what a job left running (:meth:`left_running`)
-        self.infra = set(hold.in_cgroup(self.counted.dirs) if self.counted else ()) - {
-            self.host_pid}
+        self.infra = self.members() - {self.host_pid}
         return True
 
     def _hello(self) -> None:
@@ -281,10 +285,11 @@ class Sandbox:
         # carry the same command line): for its state (_wait) and timing.realtime
         self.host_pid = (self.proc.harness_pid() if isinstance(self.proc, zygote.ForkedProcess)
                          else priority.harness_pid(self.proc.pid) if self.proc else None)
+        ns = hold.pid_namespace(self.host_pid) if self.host_pid else None
+        self.pid_ns = ns if ns is not None and ns != hold.pid_namespace(os.getpid()) else None
         # the sandbox's own processes (its PID namespace's first, the zygote's child), known
         # before any candidate code runs: not the candidate's in a witness turn's CPU
-        self.infra = set(hold.in_cgroup(self.counted.dirs) if self.counted else ()) - {
-            self.host_pid}
+        self.infra = self.members() - {self.host_pid}
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -620,15 +625,26 @@ class Sandbox:
             return hold.Held()
         return hold.hold(self.proc.pid, self.counted.dirs if self.counted else ())
 
+    def members(self) -> set[int]:
+        """This sandbox's processes (host pids): its cgroup's (:attr:`counted`), else, where
+        no cgroup counts them (the H100 hosts lent kopt none), those in its harness's PID
+        namespace (:attr:`pid_ns`, workers.hold ``in_namespace``: a scan of ``/proc``);
+        empty where neither is known (no namespaces). Never raises."""
+        if self.counted is not None:
+            return set(hold.in_cgroup(self.counted.dirs))
+        if self.pid_ns is not None:
+            return set(hold.in_namespace(self.pid_ns, self.infra | {self.host_pid or 0}))
+        return set()
+
     def left_running(self) -> list[int]:
-        """The processes in this sandbox's cgroup besides its harness and the sandbox's own
-        (:attr:`infra`): what candidate code started and left running (threads are not
-        processes: an honest kernel's OpenMP team is none of these). [] when no harness
-        runs or no cgroup counts it. Never raises."""
-        if not self.running or self.counted is None:
+        """The processes of this sandbox (:meth:`members`) besides its harness and the
+        sandbox's own (:attr:`infra`): what candidate code started and left running
+        (threads are not processes: an honest kernel's OpenMP team is none of these). []
+        when no harness runs or neither a cgroup nor a PID namespace tells its processes.
+        Never raises."""
+        if not self.running:
             return []
-        return sorted(set(hold.in_cgroup(self.counted.dirs)) - self.infra
-                      - {self.host_pid or 0})
+        return sorted(self.members() - self.infra - {self.host_pid or 0})
 
     def end_leftovers(self) -> bool:
         """End the harness (the next job starts a fresh one) where the last job's code left
@@ -857,8 +873,10 @@ class Sandbox:
             code = isolation.decode_exit(p.wait(timeout=30), self.isolation)
         except subprocess.TimeoutExpired:
             code = None
+        if self.counted is None and self.pid_ns is not None:
+            self._namespace_ended()
         self._drop_scratch()
-        self.counted = None
+        self.counted, self.pid_ns = None, None
         if self.cgroup is not None:  # its processes are gone with its sandbox's first
             self.cgroup.remove()
             self.cgroup = None
@@ -868,6 +886,16 @@ class Sandbox:
                 conn.close()
                 setattr(self, c, None)
         return code
+
+    def _namespace_ended(self) -> None:
+        """Wait (up to :data:`NS_EXIT_WAIT_S`) until no process is left in the killed
+        harness's PID namespace, where no cgroup counts its sandbox: the kernel kills every
+        process of a namespace whose first one died, but a killed process stays under
+        ``/proc``, with what it held, until it is reaped; one left over must not be beside
+        the next job or turn."""
+        end = time.perf_counter() + NS_EXIT_WAIT_S
+        while hold.in_namespace(self.pid_ns or "", set()) and time.perf_counter() < end:
+            time.sleep(0.01)
 
     def _new_scratch(self) -> None:
         """A fresh scratch folder for the next harness (the last one's removed)."""
