@@ -348,8 +348,10 @@ def _counted_by(how: str, monkeypatch) -> None:
 
     if how == "namespace":
         monkeypatch.setattr(cgroup, "make", lambda: (None, "none made in this test"))
-    else:
-        assert cgroup.make()[0] is not None, "this host lends kopt no cgroup"
+        return
+    made, why = cgroup.make()
+    assert made is not None, f"this host lends kopt no cgroup: {why}"
+    made.remove()
 
 
 @pytest.mark.parametrize("counted", ["cgroup", "namespace"])
