@@ -1088,10 +1088,14 @@ def test_a_job_short_of_the_hosts_open_files_is_run_again_then_lost_never_an_err
         tmp_path, monkeypatch):
     """A job whose harness does not start for want of a host resource, or that ends in
     `error` because the host's open files ran out (ENFILE: a red-team helper's candidate on
-    another device held them for 10-20 s), is run again after each wait, and gets the
-    verdict of the run that had the resources; still short after every wait it is `lost`
-    (no verdict), never the candidate's `error`. An `error` of the job's own (EMFILE, its
-    own limit) and a start refused for another reason are not waited for."""
+    another device held them for 10-20 s) while the host's count says so, is run again
+    after each wait, and gets the verdict of the run that had the resources; still short
+    after every wait it is `lost` (no verdict), never the candidate's `error`. A start whose
+    error was cut before its cause is waited for while the host's files are short. The
+    error's text alone is not trusted (a red-team candidate raised it through Python's C
+    API and its wrong outputs became `lost`): with the host's files free the job is run
+    once more and that outcome is its own. An `error` of the job's own (EMFILE, its own
+    limit) and a start refused for another reason are not waited for."""
     from workers import device_actor as da
     from workers.device_actor import DeviceActor
     from workers.records import RunJob
@@ -1100,6 +1104,7 @@ def test_a_job_short_of_the_hosts_open_files_is_run_again_then_lost_never_an_err
     enfile = {"status": "error", "error": "OSError('/x/solve.so: cannot open shared object "
               "file: Too many open files in system')"}
     answers: list = []
+    short: list[bool] = []  # the host's count, each time it is read
 
     def scripted(self: Sandbox, job, timeout_s):
         a = answers.pop(0)
@@ -1111,27 +1116,33 @@ def test_a_job_short_of_the_hosts_open_files_is_run_again_then_lost_never_an_err
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
     actor = DeviceActor("cpu", spares=0)
     monkeypatch.setattr(Sandbox, "run_retrying", scripted)
+    monkeypatch.setattr(isolation, "host_files_short", lambda: short.pop(0))
     job = RunJob("k1", "b1", {"N": 8}, {"reference": "ref.py", "timing": {"timeout_s": 30.0}})
-    short_start = StartError(
-        "its harness did not start: harness died at start (Too many open files in system)")
+    good = {"status": "ok", "error": "", "median_ms": 1.5}
+    outs = []
     try:
-        answers[:] = [short_start, enfile, {"status": "ok", "error": "", "median_ms": 1.5}]
-        ok = actor.run(job, b"not run")
-        answers[:] = [enfile] * 4
-        lost = actor.run(job, b"not run")
-        own = {"status": "error", "error": "OSError(24, 'Too many open files')"}
-        answers[:] = [own]
-        mine = actor.run(job, b"not run")
-        answers[:] = [StartError("its harness did not start: unshare: bad option")]
-        refused = actor.run(job, b"not run")
+        for said, host in (
+                ([StartError("its harness did not start: harness died at start (Too many "
+                             "open files in system)"), enfile, good], [True]),
+                ([StartError("its harness did not start: harness died at start (exit "
+                             "code 1): Traceback (most recent call last):"), good], [True]),
+                ([enfile] * 4, [True] * 4),
+                ([enfile, enfile], [False, False]),
+                ([enfile, good], [False]),
+                ([{"status": "error", "error": "OSError(24, 'Too many open files')"}], []),
+                ([StartError("its harness did not start: unshare: bad option")], [False])):
+            answers[:], short[:] = said, host
+            outs.append(actor.run(job, b"not run"))
+            assert answers == [] and short == [], (said, answers, short)  # all asked, no more
     finally:
         actor.shutdown()
-    assert (ok.status, ok.median_ms) == ("ok", 1.5), ok
+    ok, cut, lost, faked, passed, mine, refused = outs
+    assert (ok.status, ok.median_ms) == (cut.status, cut.median_ms) == ("ok", 1.5), (ok, cut)
     assert lost.status == "lost" and "short of a resource" in lost.error, lost
     assert "Too many open files in system" in lost.error and "no verdict" in lost.error, lost
-    assert (mine.status, mine.error) == ("error", own["error"]), mine
+    assert (faked.status, faked.error) == ("error", enfile["error"]), faked
+    assert (passed.status, mine.status) == ("ok", "error"), (passed, mine)
     assert refused.status == "lost" and "bad option" in refused.error, refused
-    assert answers == []  # every scripted answer was asked for, none more
 
 
 def test_a_probe_that_fails_for_want_of_a_host_resource_never_means_no_sandbox(monkeypatch):

@@ -305,21 +305,25 @@ def test_a_contender_cannot_say_the_device_failed(tmp_path, monkeypatch):
     assert res["failed_status"] == {"forger": "error"}, res
 
 
-@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
+@pytest.mark.parametrize("counted,leader_exits", [("cgroup", 0), ("namespace", 0),
+                                                  ("namespace", 1)])
 def test_a_contender_that_leaves_a_process_running_is_escaped_before_its_rivals_turn(
-        tmp_path, monkeypatch, counted):
+        tmp_path, monkeypatch, counted, leader_exits):
     """tests/fixtures/faultpack/leaver.cpp, honest work, leaves a process of its own in its
     sandbox from its load: held still, such processes still hold what they took (a red-team
     helper's used up the host's open files and its honest rival's load failed, dropping the
     rival). The contest stops before the rival's next turn: the leaver is `escaped`, its
     rival not named, and nothing of the leaver's is left running. Where no cgroup counts
-    the sandboxes (the H100 hosts lent none), their PID namespaces tell the same."""
+    the sandboxes (the H100 hosts lent none), their PID namespaces tell the same, a process
+    whose first thread exited while another runs on included (a red-team helper's hiding:
+    its /proc/PID/stat said "Z")."""
     monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
     _counted_by(counted, monkeypatch)
     given: list[int] = []
     give = turns.Turns.give
     monkeypatch.setattr(turns.Turns, "give", lambda self, i: (given.append(i), give(self, i)))
-    lv, _ = contender(tmp_path, PACK / "leaver.cpp", {}, "leaver")
+    lv, _ = contender(tmp_path, PACK / "leaver.cpp", {"LEADER_EXITS": leader_exits},
+                      "leaver")
     h, _ = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
     boxes = [Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in range(2)]
     left: list[int] = []
@@ -354,14 +358,17 @@ def _counted_by(how: str, monkeypatch) -> None:
     made.remove()
 
 
-@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
-def test_processes_a_job_left_running_end_with_its_harness(tmp_path, monkeypatch, counted):
+@pytest.mark.parametrize("counted,leader_exits", [("cgroup", 0), ("namespace", 0),
+                                                  ("cgroup", 1)])
+def test_processes_a_job_left_running_end_with_its_harness(tmp_path, monkeypatch, counted,
+                                                           leader_exits):
     """tests/fixtures/faultpack/leaver.cpp's job in a device's harness (run_retrying, then
     end_leftovers, as the device actor runs jobs) leaves a process in the sandbox: the
     harness ends after the job, the process with it, and the next candidate's job runs in
     a fresh harness (a red-team helper's spinning children made the next honest job 2.6x
     slower, both `ok`); an honest job's harness is kept. Where no cgroup counts the
-    sandbox, its PID namespace tells the same."""
+    sandbox, its PID namespace tells the same; a process whose first thread exited while
+    another runs on is one too."""
     from test_faults import artifact as built
     from test_faults import job as pack_job
 
@@ -372,7 +379,8 @@ def test_processes_a_job_left_running_end_with_its_harness(tmp_path, monkeypatch
     try:
         box.start()
         first = box.host_pid
-        left = box.run_retrying(pack_job(built(tmp_path, src, {}), src, PACK / "ref.py",
+        left = box.run_retrying(pack_job(built(tmp_path, src, {"LEADER_EXITS": leader_exits}),
+                                         src, PACK / "ref.py",
                                          {"N": 4096}, ARGS), 30)
         ended = box.end_leftovers()
         gone = not box.running

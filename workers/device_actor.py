@@ -127,16 +127,20 @@ class DeviceActor:
     def _through_shortage(self, job: RunJob, artifact: bytes) -> RunOutcome:
         """:meth:`run`'s job in this device's harness (workers.sandbox ``run_retrying``),
         run again after each wait of :data:`SHORTAGE_RETRY_S` while its harness does not
-        start for want of a host resource (workers.isolation ``PASSING``: open files,
-        memory, processes), or the job ends in ``error`` because the host's open files
-        ran out (``ENFILE``, workers.isolation ``HOST_WIDE``; not the job's own limits,
-        which a fork bomb reaches): a candidate on another device that holds them (a
-        red-team helper's children held the host's 2.47 M open files for 10-20 s through
-        file mappings) must not cost an honest job here its verdict. Still short after
-        the waits: ``lost`` (no verdict on this candidate), never ``error``. Raises
-        StartError when a harness does not start for another reason."""
+        start for want of a host resource (workers.isolation ``PASSING``, or the host's
+        open files found nearly used up, ``host_files_short``: a start's error can be cut
+        before its cause), or the job ends in ``error`` because the host's open files ran
+        out (``ENFILE``, workers.isolation ``HOST_WIDE``) while the host's count says so:
+        a candidate on another device that holds them (a red-team helper's children held
+        the host's 2.47 M open files for 10-20 s through file mappings) must not cost an
+        honest job here its verdict. The error's text alone is not trusted (a red-team
+        candidate raised it through Python's C API, its wrong outputs then `lost`): with
+        the host's files free, a job that says so is run once more, and that run's outcome
+        is its own. Still short after the waits: ``lost`` (no verdict on this candidate),
+        never ``error``. Raises StartError when a harness does not start for another
+        reason."""
         path = str(ensure_artifact(job.build_id, artifact))
-        box, why = self._own(), ""
+        box, why, said = self._own(), "", 0
         for wait in (*SHORTAGE_RETRY_S, None):
             try:
                 res = RunOutcome.from_dict(box.run_retrying(replace(job, artifact=path),
@@ -144,9 +148,13 @@ class DeviceActor:
                 box.end_leftovers()  # what its code left running: not beside the next job
                 if res.status != Status.ERROR or isolation.HOST_WIDE not in res.error:
                     return res
+                if not isolation.host_files_short():
+                    said += 1  # the host has its files: once more, then the job's own
+                    if said > 1:
+                        return res
                 why = res.error
             except StartError as e:
-                if not isolation.short_of_host(str(e)):
+                if not (isolation.short_of_host(str(e)) or isolation.host_files_short()):
                     raise
                 why = str(e)
             if wait is not None:

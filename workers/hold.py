@@ -119,14 +119,28 @@ def sandbox_ns(leader: int) -> str | None:
 
 
 def _live(pid: int) -> tuple[bool, int]:
-    """(whether process ``pid`` still holds what it took: not a zombie, and its memory not
-    yet let go in its exit, its ``vsize`` 0; its parent's pid)."""
+    """(whether process ``pid`` still holds what it took: one of its threads is neither a
+    zombie nor in its exit with its memory let go (``vsize`` 0), its parent's pid). The
+    process's first thread alone does not tell: a red-team helper's leader called
+    ``pthread_exit``, its ``/proc/PID/stat`` said "Z" with ``vsize`` 0, and its other
+    threads ran on, holding the process's memory and files."""
     after = _fields(f"/proc/{pid}/stat")
     try:
-        return (after is not None and after[0] not in ("Z", "X") and int(after[20]) > 0,
-                int(after[1]) if after is not None else 0)
+        ppid = int(after[1]) if after is not None else 0
     except (IndexError, ValueError):
         return False, 0
+    try:
+        tids = [pid, *(int(t) for t in os.listdir(f"/proc/{pid}/task") if t != str(pid))]
+    except (OSError, ValueError):
+        tids = [pid]
+    for tid in tids:
+        st = after if tid == pid else _fields(f"/proc/{pid}/task/{tid}/stat")
+        try:
+            if st is not None and st[0] not in ("Z", "X") and int(st[20]) > 0:
+                return True, ppid
+        except (IndexError, ValueError):
+            continue
+    return False, ppid
 
 
 def in_namespace(ns: str, roots: set[int]) -> list[int]:

@@ -55,6 +55,22 @@ def short_of_host(error: str | None) -> bool:
     return bool(error) and any(x in error for x in PASSING)
 
 
+FILES_SHORT = 0.9  # share of fs.file-max in use from which the host's open files are short
+
+
+def host_files_short(path: str = "/proc/sys/fs/file-nr") -> bool:
+    """Whether the host's open files are nearly used up: the kernel's count of allocated
+    file handles (``/proc/sys/fs/file-nr``'s first field; proc(5)) at :data:`FILES_SHORT`
+    of ``fs.file-max`` (its third) or more. An unprivileged process's ``open`` fails with
+    ENFILE at ``fs.file-max``. False where the count cannot be read."""
+    try:
+        with open(path) as f:
+            used, _, most = (int(x) for x in f.read().split()[:3])
+    except (OSError, ValueError):
+        return False
+    return most > 0 and used >= FILES_SHORT * most
+
+
 class Unsettled(RuntimeError):
     """The sandbox could not be tried on this host for want of a resource that a process
     may be holding for now (:data:`PASSING`): neither working nor known not to."""
