@@ -206,6 +206,44 @@ def test_a_key_inputs_returns_that_no_argument_has_is_refused(tmp_path, keys, sh
         Harness("cpu").run(job)
 
 
+SAXPY = ('extern "C" void solve(const float* x, float* y, float a, int N) '
+         '{ for (int i = 0; i < N; ++i) y[i] += a * x[i]; }\n')
+SAXPY_INPUTS = ("import torch\ndef inputs(seed, N):\n"
+                "    g = torch.Generator().manual_seed(seed)\n"
+                "    return {'x': torch.randn(N, generator=g), 'y': torch.randn(N, generator=g)}\n")
+
+
+@pytest.mark.parametrize("returned, shown", [("{'out': a * x + y}", "['out']"),
+                                             ("{'y': a * x + y, 'z': x}", "['z']"),
+                                             ("{}", "")],
+                         ids=["misnamed", "extra", "empty"])
+def test_a_reference_key_that_is_no_output_is_refused(tmp_path, returned, shown):
+    """reference() keying its result by a name solve does not write: a new user's
+    {"out": ...} for saxpy's in/out output `y` left `y` out, which made its unchanged input
+    the expected output: every correct kernel was `wrong_result` and one that did nothing
+    was `ok` and named best. Now one line names the keys, the outputs and the fix; so does
+    an empty dict."""
+    from kopt.core.contract import parse_signature_file
+    from workers.harness import Harness, JobError
+
+    d = write_sweep(tmp_path / "s", "kernel: saxpy.cpp\ndims: [{N: 64}]\nscalars: {a: 2.5}\n"
+                    "args: {x: [N], y: [N]}\n",
+                    {"saxpy.cpp": SAXPY, "ref.py": SAXPY_INPUTS + "def reference(x, y, a, N):\n"
+                     f"    return {returned}\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "saxpy.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0,
+           "args": {"x": [64], "y": [64]}, "scalars": {"a": 2.5}, "signature": sig,
+           "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "timing": {"timeout_s": 10},
+           "prepare_only": True}
+    with pytest.raises(JobError) as e:
+        Harness("cpu").run(job)
+    assert str(e.value) == (f"ref.py: reference() returned {shown}, which solve does not write "
+                            "(its outputs: ['y']); key each output by its argument's name in "
+                            "solve, or return one tensor" if shown else
+                            "ref.py: reference() returned an empty dict; return solve's "
+                            "outputs (['y']) keyed by name, or one tensor")
+
+
 def test_a_reference_that_never_returns_is_named_within_timeout_s(tmp_path):
     """`kopt preflight` waited 600 s in silence whatever timing.timeout_s said."""
     import subprocess
@@ -328,3 +366,31 @@ def test_a_probe_leaves_the_harness_cached_sets_alone(tmp_path):
     assert float(probe.sets[0].inputs["x"][0]) == 1e6
     assert list(h.data.values()) == kept  # both still cached, the probe not
     assert len(kept[0].unseen) > 0
+
+
+def test_a_timed_ref_py_function_missing_an_output_says_what_it_returned():
+    """ref.py's timed function (contender, else reference) that does not return an output:
+    the line says what it returned instead (it read "reference() must return output 'y'
+    ... as reference() does" about reference() itself, naming neither the key it found nor
+    the fix)."""
+    import torch
+
+    from workers.harness import JobError, RefCall
+
+    def reference(x, y, a, N):
+        return {"out": x}
+
+    def contender(x, y, a, N):
+        return x[:3]
+
+    expected = {"y": torch.zeros(8)}
+    said = []
+    for fn in (reference, contender):
+        with pytest.raises(JobError) as e:
+            RefCall(fn, [], "ref.py").errors(fn(torch.zeros(8), None, 1.0, 8), expected)
+        said.append(str(e.value))
+    assert said == [
+        "ref.py: reference() must return output 'y' as a tensor of 8 elements; it returned a "
+        "dict with keys ['out']",
+        "ref.py: contender() must return output 'y' as a tensor of 8 elements, as reference() "
+        "does; it returned a tensor of 3 elements"]

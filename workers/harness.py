@@ -790,6 +790,17 @@ class Harness:
             ref = {outs[0]["name"]: ref}
         if not isinstance(ref, dict):
             raise JobError("error", f"{ref_name}: reference() must return a tensor or a dict")
+        names = [a["name"] for a in outs]
+        if unknown := sorted(str(k) for k in ref if k not in names):
+            # an in/out output left out is expected unchanged: a misnamed key (a new user's
+            # {"out": ...} for output `y`) made the unchanged input the expected output,
+            # every correct kernel `wrong_result` and one that did nothing `ok`
+            raise JobError("error", f"{ref_name}: reference() returned {unknown}, which "
+                           f"solve does not write (its outputs: {names}); key each output "
+                           "by its argument's name in solve, or return one tensor")
+        if not ref:
+            raise JobError("error", f"{ref_name}: reference() returned an empty dict; return "
+                           f"solve's outputs ({names}) keyed by name, or one tensor")
         expected, notes = {}, []
         for a in outs:
             n = a["name"]
@@ -2380,15 +2391,17 @@ class RefCall:
         """``max_abs_err`` and ``max_rel_err`` (:func:`abs_rel_error`) of the result ``got``
         (a tensor, or a dict by output name) against ``expected``, worst over the outputs.
         Raises JobError when an output is missing or not a tensor of the expected size."""
+        returned = got
         if isinstance(got, torch.Tensor) and len(expected) == 1:
             got = {next(iter(expected)): got}
         worst_abs, worst_rel = 0.0, 0.0
         for n, exp in expected.items():
             g = got.get(n) if isinstance(got, dict) else None
             if not isinstance(g, torch.Tensor) or g.numel() != exp.numel():
+                like = ", as reference() does" if self.fn.__name__ != "reference" else ""
                 raise JobError("error", f"{self.ref_name}: {self.fn.__name__}() must return "
-                               f"output {n!r} as a tensor of {exp.numel()} elements, as "
-                               "reference() does")
+                               f"output {n!r} as a tensor of {exp.numel()} elements{like}; "
+                               f"it returned {_described(returned)}")
             a, r = abs_rel_error(g.reshape(exp.shape).to(exp.device), exp)
             worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
         return {"max_abs_err": worst_abs, "max_rel_err": worst_rel}
@@ -2730,6 +2743,15 @@ def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -
                 f"({want}): the check compares against rounded values; compute the "
                 "reference in the output's precision or higher")
     return ""
+
+
+def _described(got: Any) -> str:
+    """What a ref.py function returned, in a few words for an error line."""
+    if isinstance(got, torch.Tensor):
+        return f"a tensor of {got.numel()} elements"
+    if isinstance(got, dict):
+        return f"a dict with keys {sorted(str(k) for k in got)}"
+    return f"a {type(got).__name__}"
 
 
 def _not_dense(t) -> str:
