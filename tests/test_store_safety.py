@@ -518,3 +518,19 @@ def test_a_store_deleted_mid_run_is_written_again(tmp_path):
         assert other.returncode == 3
         w.flush()  # nothing removed since: no second note, nothing written twice
         assert query("select count(*) from reference", root)[1] == [(2,)]
+
+
+def test_tables_order_problem_sizes_as_numbers():
+    """kopt.store.select ``by_size``: rows by device class, then by each dim's value as a
+    number (a new user's sweep showed N=1000, N=1048576, N=65536: the JSON text's order),
+    each size's rows in the order they came."""
+    from kopt.store.select import by_size
+
+    rows = [{"device_class": "cpu", "dims": '{"N": 1048576}', "i": 0},
+            {"device_class": "cpu", "dims": '{"N": 65536}', "i": 1},
+            {"device_class": "cpu", "dims": '{"N": 1000}', "i": 2},
+            {"device_class": "cpu", "dims": '{"N": 65536}', "i": 3},
+            {"device_class": "a-gpu", "dims": '{"N": 70000}', "i": 4},
+            {"device_class": "cpu", "dims": '{"ROWS": 16, "H": 4096}', "i": 5},
+            {"device_class": "cpu", "dims": '{"ROWS": 1, "H": 4096}', "i": 6}]
+    assert [r["i"] for r in by_size(rows)] == [4, 2, 1, 3, 0, 6, 5]

@@ -342,7 +342,8 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
         exit_code = 1
     else:
         exit_code = 0
-    t = Table(title=f"{escape(sw.name)}: fastest correct candidates ({summary.backend}); "
+    t = Table(title=f"{escape(sw.name)}: fastest correct candidates ({summary.backend}), at "
+                    f"most {top_k} per problem size (--top); "
                     "* = the loop's named best; speedup over the row's own iteration's "
                     "baseline; side by side: the closing contest (first baseline and "
                     "iteration winners re-measured together); " + REF_NOTE)

@@ -3,6 +3,7 @@ the Database (kopt.store.database holds the SQL)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,30 @@ def best(sweep: str, store: Path | str | None = None, run_id: str | None = None
         ``none: why``; None without a closing, or in stores written before it was
         recorded).
     """
-    return Database(store).best(sweep, run_id)
+    return by_size(Database(store).best(sweep, run_id))
+
+
+def by_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` ordered by device class, then by their problem size's values as numbers
+    (``{"N": 65536}`` before ``{"N": 1048576}``: the store orders the JSON text, a new user
+    saw sizes as strings), each group's own order kept."""
+    return sorted(rows, key=_size_key)
+
+
+def _size_key(r: dict[str, Any]) -> tuple:
+    """:func:`by_size`'s key of one row: its device class, then each dim as a number."""
+    try:
+        dims = json.loads(r.get("dims") or "{}")
+    except (TypeError, ValueError):
+        dims = {}
+    return str(r.get("device_class")), tuple(
+        (k, float(v), "") if isinstance(v, (int, float)) else (k, 0.0, str(v))
+        for k, v in (dims.items() if isinstance(dims, dict) else ()))
 
 
 def top(run_id: str, k: int = 5, store: Path | str | None = None) -> list[dict[str, Any]]:
     """The ``k`` candidates of a run per device class and dims with the best speedup over
-    their own iteration's baseline, the loop's named best first.
+    their own iteration's baseline, the loop's named best first; sizes as :func:`by_size`.
 
     A candidate measured in several iterations (a winner is the next iteration's baseline)
     is one row, from the iteration that found it. Medians of different iterations come from
@@ -59,4 +78,4 @@ def top(run_id: str, k: int = 5, store: Path | str | None = None) -> list[dict[s
     params, median_ms, iqr_ms, speedup, side_by_side_ms, vs_first_baseline, ``named`` and,
     as :func:`best`, reference_ms, vs_reference, pct_peak_flops, pct_peak_bw, max_abs_err and
     max_rel_err."""
-    return Database(store).top_k(run_id, k)
+    return by_size(Database(store).top_k(run_id, k))
