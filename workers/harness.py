@@ -783,24 +783,7 @@ class Harness:
             raise JobError("error", f"{ref_name}: reference() raised {e!r}"
                            + raised_at(e, getattr(mod, "__file__", None), ref_name)) from None
         outs = [a for a in sig if a["kind"] == "output"]
-        if isinstance(ref, torch.Tensor):
-            if len(outs) != 1:
-                raise JobError("error", f"{ref_name}: reference() returned one tensor but solve "
-                               f"has outputs {[a['name'] for a in outs]}; return a dict")
-            ref = {outs[0]["name"]: ref}
-        if not isinstance(ref, dict):
-            raise JobError("error", f"{ref_name}: reference() must return a tensor or a dict")
-        names = [a["name"] for a in outs]
-        if unknown := sorted(str(k) for k in ref if k not in names):
-            # an in/out output left out is expected unchanged: a misnamed key (a new user's
-            # {"out": ...} for output `y`) made the unchanged input the expected output,
-            # every correct kernel `wrong_result` and one that did nothing `ok`
-            raise JobError("error", f"{ref_name}: reference() returned {unknown}, which "
-                           f"solve does not write (its outputs: {names}); key each output "
-                           "by its argument's name in solve, or return one tensor")
-        if not ref:
-            raise JobError("error", f"{ref_name}: reference() returned an empty dict; return "
-                           f"solve's outputs ({names}) keyed by name, or one tensor")
+        ref = _by_output(ref, [a["name"] for a in outs], ref_name)
         expected, notes = {}, []
         for a in outs:
             n = a["name"]
@@ -2743,6 +2726,30 @@ def _dtype_problem(got: torch.dtype, want: torch.dtype, name: str, ctype: str) -
                 f"({want}): the check compares against rounded values; compute the "
                 "reference in the output's precision or higher")
     return ""
+
+
+def _by_output(ref: Any, names: list[str], ref_name: str) -> dict:
+    """What ``reference()`` returned (``ref``), as a dict by output name: one tensor is
+    solve's one output (of ``names``). Raises JobError for anything else, for a key that is
+    no output and for an empty dict: an in/out output left out is expected unchanged, and
+    a misnamed key (a new user's ``{"out": ...}`` for output ``y``) made the unchanged
+    input the expected output, every correct kernel `wrong_result` and one that did
+    nothing `ok`."""
+    if isinstance(ref, torch.Tensor):
+        if len(names) != 1:
+            raise JobError("error", f"{ref_name}: reference() returned one tensor but solve "
+                           f"has outputs {names}; return a dict")
+        return {names[0]: ref}
+    if not isinstance(ref, dict):
+        raise JobError("error", f"{ref_name}: reference() must return a tensor or a dict")
+    if unknown := sorted(str(k) for k in ref if k not in names):
+        raise JobError("error", f"{ref_name}: reference() returned {unknown}, which solve "
+                       f"does not write (its outputs: {names}); key each output by its "
+                       "argument's name in solve, or return one tensor")
+    if not ref:
+        raise JobError("error", f"{ref_name}: reference() returned an empty dict; return "
+                       f"solve's outputs ({names}) keyed by name, or one tensor")
+    return ref
 
 
 def _described(got: Any) -> str:
