@@ -118,6 +118,12 @@ def sandbox_ns(leader: int) -> str | None:
     return None
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still holds what it took (:func:`_live`): False once it is
+    gone, a zombie, or in its exit with its memory let go."""
+    return _live(pid)[0]
+
+
 def _live(pid: int) -> tuple[bool, int]:
     """(whether process ``pid`` still holds what it took: one of its threads is neither a
     zombie nor in its exit with its memory let go (``vsize`` 0), its parent's pid). The

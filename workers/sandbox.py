@@ -855,6 +855,8 @@ class Sandbox:
         that killed the harness."""
         if self.proc is None:
             return None
+        # where no cgroup counts the sandbox, its processes now, to wait for once killed
+        ns_pids = self.members() if self.counted is None and self.pid_ns is not None else set()
         p, self.proc, self.pid = self.proc, None, None
         if ended:
             try:
@@ -873,8 +875,8 @@ class Sandbox:
             code = isolation.decode_exit(p.wait(timeout=30), self.isolation)
         except subprocess.TimeoutExpired:
             code = None
-        if self.counted is None and self.pid_ns is not None:
-            self._namespace_ended()
+        self._namespace_ended(ns_pids | (set(hold.in_namespace(self.pid_ns, set()))
+                                         if ns_pids else set()))
         self._drop_scratch()
         self.counted, self.pid_ns = None, None
         if self.cgroup is not None:  # its processes are gone with its sandbox's first
@@ -887,14 +889,15 @@ class Sandbox:
                 setattr(self, c, None)
         return code
 
-    def _namespace_ended(self) -> None:
-        """Wait (up to :data:`NS_EXIT_WAIT_S`) until no process is left in the killed
-        harness's PID namespace, where no cgroup counts its sandbox: the kernel kills every
-        process of a namespace whose first one died, but a killed process stays under
-        ``/proc``, with what it held, until it is reaped; one left over must not be beside
-        the next job or turn."""
+    def _namespace_ended(self, pids: set[int]) -> None:
+        """Wait (up to :data:`NS_EXIT_WAIT_S`) until none of ``pids``, the killed harness's
+        sandbox's processes where no cgroup counts them (found before the kill, and after
+        it by its PID namespace), holds anything (workers.hold ``alive``): the kernel kills
+        every process of a namespace whose first one died, but a killed process keeps what
+        it held until its exit is done, and its namespace cannot be read meanwhile; one left
+        over must not be beside the next job or turn."""
         end = time.perf_counter() + NS_EXIT_WAIT_S
-        while hold.in_namespace(self.pid_ns or "", set()) and time.perf_counter() < end:
+        while any(hold.alive(q) for q in pids) and time.perf_counter() < end:
             time.sleep(0.01)
 
     def _new_scratch(self) -> None:
