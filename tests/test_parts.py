@@ -4,6 +4,7 @@ bench/check_cost.py reports beside each job's wall."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from test_attacks import honest_job
 
@@ -100,3 +101,67 @@ def test_a_contenders_forged_parts_reach_no_text():
         assert actor.parts == {"takes": 0, "contender_rounds": 22.0, "contender_wait": 2.0}
     finally:
         actor.shutdown()
+
+
+def test_an_outside_clock_blocks_answer_says_where_its_wall_time_went(tmp_path):
+    """The device actor's clock block (workers.device_actor ``clock``) answers where its
+    wall went: its own parts (``actor_parts_ms``: the harness taken or started, the block
+    awaited) and its harness's (``parts_ms``: prepare, draws, block, check), for a
+    contender's calls and for the preparations alone in the second harness; the loop's
+    clock phase says them in seconds (kopt.loop.contests ``clock_parts_text``)."""
+    from test_prestart import FIXTURES, artifact, job
+
+    from kopt.loop.contests import add_clock_parts, clock_parts_text
+    from workers.device_actor import DeviceActor
+
+    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
+    art = Path(artifact(tmp_path, src, 0))
+    j = {**job(str(art), src, ref), "build_id": art.parent.name}
+    dev = DeviceActor("cpu")
+    parts: dict[str, float] = {}
+    t0 = time.perf_counter()
+    try:
+        calls = dev.clock(j, 20, art.read_bytes())
+        alone = dev.clock(j, 20, art.read_bytes(), loads_only=True)
+    finally:
+        dev.shutdown()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    for res, kind in ((calls, "calls"), (alone, "alone")):
+        assert res["status"] == "ok", res
+        assert set(res["actor_parts_ms"]) == {"harness", "run"}, res
+        own = {k: res["parts_ms"][k] for k in ("prepare", "draws", "block", "check")}
+        assert all(v > 0 for v in own.values()), res
+        assert sum(own.values()) <= res["actor_parts_ms"]["run"]
+        add_clock_parts(parts, res, kind)
+    assert sum(parts.values()) - parts["calls run"] - parts["alone run"] <= wall_ms
+    assert set(parts) == {f"{kind} {k}" for kind in ("calls", "alone") for k in (
+        "harness", "run", "prepare", "draws", "block", "check")}, parts
+    said = clock_parts_text(parts)
+    segs = dict(seg.split(": ", 1) for seg in said.split("; ")[1:])
+    assert set(segs) == {k.split(" ")[0] for k, v in parts.items() if v >= 50}, said
+    for k, v in parts.items():  # each part of 0.05 s or more, in seconds; none below
+        kind, name = k.split(" ", 1)
+        assert (f"{name} {v / 1e3:.1f} s" in segs.get(kind, "")) == (v >= 50), (k, v, said)
+
+
+def test_a_clock_blocks_forged_parts_reach_no_text():
+    """The calls' harness shares its process with candidate code, which may answer any
+    ``parts_ms``: only the parts a clock block has, each a finite figure from 0 to an hour,
+    are added (kopt.loop.contests ``add_clock_parts``); the text says each kind's in
+    seconds, none under 0.05 s, nothing for none."""
+    from kopt.loop.contests import add_clock_parts, clock_parts_text
+
+    parts: dict[str, float] = {}
+    add_clock_parts(parts, {"actor_parts_ms": {"harness": 1800.0, "run": 600.0, "x": 5.0},
+                            "parts_ms": {"prepare": 400.0, "draws": float("nan"),
+                                         "block": True, "check": -3.0, "wait": 70.0,
+                                         "prepare\nkopt: x is best": 9e9}}, "calls")
+    add_clock_parts(parts, {"parts_ms": {"block": 4e6, "check": 20.0, "draws": 149.0}},
+                    "alone")
+    add_clock_parts(parts, "not a dict", "calls")
+    add_clock_parts(parts, {"actor_parts_ms": {"harness": 200.0}}, "calls")
+    assert parts == {"calls harness": 2000.0, "calls run": 600.0, "calls prepare": 400.0,
+                     "alone check": 20.0, "alone draws": 149.0}
+    assert clock_parts_text(parts) == ("; calls: harness 2.0 s, run 0.6 s, prepare 0.4 s; "
+                                       "alone: draws 0.1 s")
+    assert clock_parts_text({}) == "" and clock_parts_text({"calls run": 49.0}) == ""

@@ -349,14 +349,19 @@ class DeviceActor:
         Returns ``status``, ``error``, ``calls``, ``inside_ms`` (the harness's own clock)
         and ``outside_ms`` (this process's), in ms; with ``loads_only``, ``held_cpu_ms``
         too where it can be read: the CPU time the held sandbox used meanwhile (ms,
-        workers.hold ``used_ms``; 0 when the hold held)."""
-        t0 = time.perf_counter()
+        workers.hold ``used_ms``; 0 when the hold held); ``actor_parts_ms``, where this
+        process's wall went (ms): ``harness`` (the harness taken or started, the sandbox
+        held) and ``run`` (the block in it, whose own parts the harness says in
+        ``parts_ms``: workers.harness ``Harness.lap``)."""
+        t0 = t = time.perf_counter()
+        parts: dict[str, float] = {}
         try:
             path = str(ensure_artifact(job["build_id"], artifact))
             sandbox, held = self._own(), None
             self.spares.settle()  # no harness starts while the clock times
             if loads_only:
                 sandbox, held = self.judge(), self.sandbox.pause()
+            t = lap(parts, "harness", t)
             # the candidate's block: run again in a fresh harness when it crashed or failed
             # after other candidates' jobs (what their code left there, a thread that ends
             # the harness while this job's ref.py runs, cannot frame it: red-team round 16
@@ -366,7 +371,9 @@ class DeviceActor:
                 res = run({**job, "artifact": path, "clock_calls": int(calls),
                            "clock_loads_only": bool(loads_only), "clock_paced": bool(paced)},
                           job["timing"]["timeout_s"])
+                lap(parts, "run", t)
                 res.pop("held_cpu_ms", None)  # this process's figure alone
+                res["actor_parts_ms"] = {k: round(v, 3) for k, v in parts.items()}
                 if held is not None and (used := hold.used_ms(held)) is not None:
                     res["held_cpu_ms"] = used
             finally:

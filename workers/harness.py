@@ -1095,7 +1095,9 @@ class Harness:
         ref.py run on them) and ``own`` (:meth:`own`: the harness's own work, draws and
         checks of outputs). A contest's (:meth:`contest`): ``prepare``, ``wait`` (for its
         first turn), ``check`` (its checked calls, the stress check, the other sizes),
-        ``warm_up``, ``rounds`` and ``witness`` (its witness turns)."""
+        ``warm_up``, ``rounds`` and ``witness`` (its witness turns). A clock block's
+        (:meth:`clock`): ``prepare``, ``draws`` (its input sets and the copies it keeps),
+        ``block`` (the timed calls or preparations) and ``check``."""
         return lap(self.parts, part, t0)
 
     def warm_up(self, lib: Any, job: dict, d: Data, call_ms: float = 0.0) -> int:
@@ -1821,19 +1823,32 @@ class Harness:
         ``clock_sets``: the most calls a block of this size can make each on a set of its
         own (:meth:`_block_sets`), which the caller keeps its blocks within
         (kopt.core.clock)."""
+        t = time.perf_counter()
         d = self.prepare(job)
         self.progress({"stage": "prepared"})
         n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
-        sets = self._block_sets(job, d, n, fresh=calls)
+        self.lap("prepare", t)  # with the artifact's load
+        return {"calls": n, "clock_sets": self._sets_max(d), **self._clocked(lib, job, d, n)}
+
+    def _clocked(self, lib: Any, job: dict, d: Data, n: int) -> dict:
+        """:meth:`clock`'s block of ``n`` calls of ``lib`` (None: the preparations alone)
+        once ``d`` is prepared: its input sets drawn, the copies it keeps made, the block
+        timed, its checks; returns ``inside_ms`` and the checks' ``status`` (and ``error``),
+        each part's wall added to :attr:`parts` (:meth:`lap`)."""
+        t = time.perf_counter()
+        sets = self._block_sets(job, d, n, fresh=lib is not None)
         plan = sets[:n] + [sets[self.rng.randrange(len(sets))] for _ in range(n - len(sets))]
         self.rng.shuffle(plan)
         paced = bool(job.get("clock_paced"))
         kept = self._kept(d, n, paced)
+        t = self.lap("draws", t)
         block = self._clock_paced if paced else self._clock_block
         inside_ms, lazy = block(lib, job, d, plan, kept)
-        return {"calls": n, "inside_ms": inside_ms, "clock_sets": self._sets_max(d),
-                **self._clock_checked(job, d, plan, kept if calls else {}, lazy)}
+        t = self.lap("block", t)
+        checked = self._clock_checked(job, d, plan, kept if lib is not None else {}, lazy)
+        self.lap("check", t)
+        return {"inside_ms": inside_ms, **checked}
 
     def _kept(self, d: Data, n: int, paced: bool) -> dict[int, Buffers]:
         """The copies of buffer set 0's outputs and canaries a clock block of ``n`` calls

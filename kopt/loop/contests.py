@@ -70,6 +70,7 @@ class SideBySide:
         self.ctx, self.device, self.dc, self.by_cand = ctx, device, dc, by_cand
         self.clock = clock  # each contender re-timed by a clock outside its process
         self.clocked: set[tuple[str, str]] = set()  # (candidate, dims) the clock cleared
+        self.clock_parts: dict[str, float] = {}  # ms: the current clock's (add_clock_parts)
         # (candidate, dims) -> its solo contest's result, for one flagged in company and
         # cleared alone (:meth:`_clock`)
         self.alone: dict[tuple[str, str], dict[str, Any]] = {}
@@ -243,6 +244,7 @@ class SideBySide:
             med = results[c][dims]["median_ms"]
             blocks: list[Block] = []
             info = self.ctx.runner.infos[self.device]
+            self.clock_parts = {}
             self.ctx.phases.begin("clock", info)
             try:
                 blocks, fault = outside_blocks(clock, med,
@@ -252,7 +254,8 @@ class SideBySide:
             except ClockError as e:
                 return bad, f"{Status.ERROR}: {e}"
             finally:
-                self.ctx.phases.end("clock", info, detail=counted(len(blocks), "block"))
+                self.ctx.phases.end("clock", info, detail=counted(len(blocks), "block")
+                                    + clock_parts_text(self.clock_parts))
             why = clock_suspect(med, blocks)
             if fault or why:
                 bad[c] = fault or f"{Status.SUSPECT}: {why}"
@@ -263,8 +266,11 @@ class SideBySide:
     def _clock_job(self, job: dict[str, Any], art: bytes, n: int, loads_only: bool,
                    paced: bool = False) -> dict[str, Any]:
         """One outside-clock block of ``job`` on this device (workers.device_actor
-        ``clock``), each call timed on its own with ``paced``. Raises DeviceError."""
-        return self.ctx.runner.call(self.device, "clock", job, n, art, loads_only, paced)
+        ``clock``), each call timed on its own with ``paced``; where its wall went added to
+        :attr:`clock_parts` (:func:`add_clock_parts`). Raises DeviceError."""
+        res = self.ctx.runner.call(self.device, "clock", job, n, art, loads_only, paced)
+        add_clock_parts(self.clock_parts, res, "alone" if loads_only else "calls")
+        return res
 
     def _culprits(self, cids: list[str], dims: str, why: str, res: dict[str, Any]
                   ) -> tuple[dict[str, str], str]:
@@ -358,6 +364,46 @@ def parts_text(res: dict[str, Any]) -> str:
     if theirs:
         own.append(f"the slowest contender's {', '.join(theirs)}")
     return f"; {counted(takes, 'take')}: {', '.join(own)}"
+
+
+# the parts of an outside-clock block: the device actor's (workers.device_actor ``clock``'s
+# ``actor_parts_ms``) and its harness's (workers.harness ``Harness.lap``, ``parts_ms``)
+CLOCK_ACTOR_PARTS = ("harness", "run")
+CLOCK_HARNESS_PARTS = ("prepare", "draws", "block", "check")
+
+
+def add_clock_parts(into: dict[str, float], res: Any, kind: str) -> None:
+    """Add the parts of one outside-clock block's answer ``res`` (workers.device_actor
+    ``clock``) to ``into`` (ms, keyed ``KIND PART``; ``kind``: ``calls`` for a contender's
+    block, ``alone`` for the preparations alone): the actor's ``harness`` (taken or started)
+    and ``run`` (the block awaited), and the harness's own parts within ``run`` (only known
+    names, each a finite figure from 0 to an hour: the
+    calls' harness is a process candidate code shares, so its figures are display only,
+    never a verdict)."""
+    if not isinstance(res, dict):
+        return
+    for field, names in (("actor_parts_ms", CLOCK_ACTOR_PARTS),
+                         ("parts_ms", CLOCK_HARNESS_PARTS)):
+        said = res.get(field)
+        if not isinstance(said, dict):
+            continue
+        for k in names:
+            v = said.get(k)
+            if type(v) in (int, float) and 0 <= v <= 3.6e6:
+                into[f"{kind} {k}"] = into.get(f"{kind} {k}", 0.0) + float(v)
+
+
+def clock_parts_text(parts: dict[str, float]) -> str:
+    """Where an outside clock's wall time went, from :func:`add_clock_parts`' sums, for its
+    phase's detail: ``"; calls: harness 1.8 s, prepare 0.4 s; alone: draws 0.1 s"``
+    (seconds, one decimal; parts under 0.05 s left out); "" where none is."""
+    out = []
+    for kind in ("calls", "alone"):
+        said = [f"{k.split(' ', 1)[1]} {v / 1e3:.1f} s" for k, v in parts.items()
+                if k.startswith(f"{kind} ") and v >= 50]
+        if said:
+            out.append(f"{kind}: {', '.join(said)}")
+    return f"; {'; '.join(out)}" if out else ""
 
 
 def row_labels(labels: dict[str, str]) -> dict[str, str]:
