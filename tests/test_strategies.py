@@ -268,6 +268,23 @@ def test_a_contender_named_by_the_error_is_dropped_and_the_rest_measured(tmp_pat
                              ("cpu-a", "")]
 
 
+def test_a_lone_contenders_progress_line_says_it_is_measured_alone(tmp_path):
+    """A contest of one contender says so in the singular, "alone" (a new user read "1
+    contenders re-measured side by side")."""
+    from kopt.run.builder import LocalBuilder
+
+    dev, faults = ScriptedDevice({"ba": 1.0}, set(), names=True), Faults()
+    builder = LocalBuilder()
+    builder.artifacts["ba"] = b"so"
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", {"a": {"[8]": (
+        "key-a", "ba", 1.0, 0.01)}}).run()
+    assert error == "" and dropped == {} and results["a"]["[8]"]["median_ms"] == 1.0
+    assert faults.stages == [("cpu-a", "contest: 1 contender re-measured alone"),
+                             ("cpu-a", "")]
+
+
 def test_an_unnamed_failure_is_found_by_running_each_contender_alone(tmp_path):
     dev, faults = ScriptedDevice({"ba": 1.0, "bc": 3.0}, {"bb"}, names=False), Faults()
     results, dropped, error = side_by_side(tmp_path, dev, faults)

@@ -95,9 +95,12 @@ class SideBySide:
                        "re-measured side by side"
                     for c, rows in self.by_cand.items() for _k, b, *_ in rows.values()
                     if b not in self.ctx.builder.artifacts})
-        self._stage(f"{'closing ' if self.clock else ''}contest: {len(self.alive)} "
-                    "contenders re-measured side by side"
-                    + (", then timed by a clock outside their processes" if self.clock else ""))
+        one = len(self.alive) == 1
+        whose = "its process" if one else "their processes"
+        self._stage(f"{'closing ' if self.clock else ''}contest: "
+                    f"{counted(len(self.alive), 'contender')} re-measured "
+                    + ("alone" if one else "side by side")
+                    + (f", then timed by a clock outside {whose}" if self.clock else ""))
         try:
             for dims in sorted({d for rows in self.by_cand.values() for d in rows}):
                 error = self._size(dims)
