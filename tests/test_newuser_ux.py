@@ -230,3 +230,38 @@ def test_wait_says_what_an_ineffective_method_was_judged_under():
         "candidate is the best), memory.cache_policy (under a memory bottleneck; admitted "
         "again once it changes), latency.split_k")
     assert ineffective_text({}) == ""
+
+
+
+def finished_run(root, run_id, folder, median_ms):
+    """Run ``run_id`` of vector_add from sweep folder ``folder``: one measured baseline."""
+    write_table(root, "candidates", "vector_add", run_id, [
+        {**cand(run_id, DC, "b" + run_id, 1024, median_ms, {"CHUNK": 64}, base=True),
+         "sweep": "vector_add", "backend": "cuda"}])
+    write_table(root, "runs", "vector_add", run_id, [{
+        "run_id": run_id, "sweep": "vector_add", "event": "finished", "backend": "cuda",
+        "sweep_dir": str(folder), "created_at": now(), "options": dumps({}),
+        "devices": dumps([{"device_class": DC, "sm": 90, "name": "NVIDIA H200"}])}])
+
+
+def test_best_says_when_sweeps_of_its_name_ran_from_other_folders(tmp_path):
+    """Two folders may hold sweeps of one name: `kopt best NAME` took the latest run of
+    either without a word (a new user's trial). A note now names the folders, whose run the
+    figures are and how to pick another's; none with ``--run``, none for one folder."""
+    st, other = tmp_path / "st", tmp_path / "copy" / "vector_add"
+    finished_run(st, "r1", SWEEP, 2.0)
+    finished_run(st, "r2", SWEEP, 1.8)
+    args = ["best", "vector_add", "--store", str(st), "--format", "json"]
+    one = CliRunner().invoke(main, args)
+    assert one.exit_code == 0 and one.stderr == "", one.output
+    finished_run(st, "r3", other, 1.5)
+    b = CliRunner().invoke(main, args)
+    assert b.exit_code == 0, b.output
+    assert [r["run_id"] for r in json.loads(b.stdout)] == ["r3"]
+    assert " ".join(b.stderr.split()) == (
+        f"note: sweeps named 'vector_add' ran from 2 folders: these figures are run r3's, of "
+        f"{other}; the others: {SWEEP} (latest run r2) (`kopt best vector_add --run RUN_ID` "
+        "for one of theirs)")
+    chosen = CliRunner().invoke(main, [*args, "--run", "r1"])
+    assert chosen.exit_code == 0 and chosen.stderr == "", chosen.output
+    assert [r["run_id"] for r in json.loads(chosen.stdout)] == ["r1"]

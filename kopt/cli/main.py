@@ -543,6 +543,24 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True, sweep: str
                       highlight=False, soft_wrap=True)
 
 
+def _folders_note(root: Path, sweep: str, shown: str) -> None:
+    """A note on stderr when runs of sweeps named ``sweep`` came from more than one folder
+    (its latest run, ``shown``, may be another folder's than the one meant): the folders,
+    whose run is shown and how to pick another's (``--run``)."""
+    from kopt.store.database import Database
+
+    db = Database(root)
+    folders = db.sweep_folders(sweep)
+    if len(folders) < 2:
+        return
+    mine = (db.run(shown) or {}).get("sweep_dir") or folders[0][0]
+    others = "; ".join(f"{f} (latest run {latest})" for f, latest in folders if f != mine)
+    console.print(f"[yellow]note:[/] sweeps named {escape(sweep)!r} ran from "
+                  f"{len(folders)} folders: these figures are run {escape(shown)}'s, of "
+                  f"{escape(mine)}; the others: {escape(others)} (`kopt best {escape(sweep)} "
+                  "--run RUN_ID` for one of theirs)", highlight=False, soft_wrap=True)
+
+
 @main.command()
 @click.argument("sweep_name")
 @STORE_OPT
@@ -577,6 +595,8 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
               + (f"; run {done} is the latest finished one (`kopt best {sweep_name} --run "
                  f"{done}`)" if not run_id and done and done != latest else ""), 1)
     _run_state_note(root, rows[0]["run_id"], sweep=None if run_id else sweep_name)
+    if not run_id:
+        _folders_note(root, sweep_name, rows[0]["run_id"])
     if fmt == "json":
         click.echo(json.dumps(rows, default=str, indent=1))
         return

@@ -819,6 +819,10 @@ qualify row_number() over (partition by candidate_id, device_class, dims
 
 STATUS_COUNTS_SQL = "select status, count(*) n from candidates where run_id = ? group by 1"
 
+# each folder a sweep's runs came from, with its latest run, latest first
+SWEEP_FOLDERS_SQL = ("select sweep_dir, max(run_id) as latest from runs where sweep = $sweep "
+                     "and sweep_dir is not null group by sweep_dir order by latest desc")
+
 RUN_INFO_SQL = ("select run_id, sweep, sweep_dir, backend, devices, spec_hash from runs "
                 "where run_id = ?")
 
@@ -1075,6 +1079,12 @@ class Database:
         finished run's (None where there is none)."""
         row = self._records(LATEST_RUNS_SQL, {"sweep": sweep})[0]
         return row["latest"], row["finished"]
+
+    def sweep_folders(self, sweep: str) -> list[tuple[str, str]]:
+        """``(sweep_dir, its latest run id)`` of every folder whose sweep is named ``sweep``
+        (two folders may hold sweeps of one name), the folder of the latest run first."""
+        return [(r["sweep_dir"], r["latest"])
+                for r in self._records(SWEEP_FOLDERS_SQL, {"sweep": sweep})]
 
     def candidate_build(self, run_id: str, candidate_id: str
                         ) -> tuple[str | None, str | None] | None:
