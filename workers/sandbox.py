@@ -98,7 +98,6 @@ class Sandbox:
         self.turn_ms: list[float] = []
         self.taking: witness.Taking | None = None  # the last job's witness turns, if a plan
         self.infra: set[int] = set()  # the sandbox's own processes but the harness
-        self.told_go_prepared = False  # the running harness's first "prepared" answered
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -260,7 +259,6 @@ class Sandbox:
         # the sandbox's own processes, known now that its cgroup is (no candidate code has
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
-        self.told_go_prepared = False
         return True
 
     def _hello(self) -> None:
@@ -292,7 +290,6 @@ class Sandbox:
         # the sandbox's own processes (its PID namespace's first, the zygote's child), known
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
-        self.told_go_prepared = False
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -394,7 +391,6 @@ class Sandbox:
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
-                self._first_prepared(res)
             if res.get("stage") in ("turn", "witness"):  # a rival's sample is not its time
                 waited, turn_at = self._turn(turn, turn_at, res)
                 deadline, limit, base = deadline + waited, limit + waited, base + waited
@@ -555,19 +551,6 @@ class Sandbox:
             clock.clocked += 1
         else:
             return
-        self._go()
-
-    def _first_prepared(self, msg: dict[str, Any]) -> None:
-        """The harness's first "prepared" message (workers.harness ``Harness.prepared``,
-        ``first``), sent before it loaded any candidate's code and waiting for "go": the
-        processes this sandbox holds now besides its harness (ref.py's work started them:
-        torch.compile's worker pool) join :attr:`infra`, then "go". Once per harness: a
-        later message saying ``first`` (candidate code can write messages too) gets
-        neither."""
-        if not msg.get("first") or self.told_go_prepared:
-            return
-        self.told_go_prepared = True
-        self.infra |= self.members() - {self.host_pid or 0}
         self._go()
 
     def _go(self) -> None:
