@@ -182,3 +182,28 @@ def test_reference_timing_is_validated(tmp_path):
     assert load_sweep(d).reference_timing is False
     (d / "sweep.yaml").write_text("kernel: k.cpp\ndims: [{N: 4096}]\nreference_timing: nope\n")
     assert_spec_error(d, "reference_timing", "valid boolean")
+
+
+@pytest.mark.parametrize("impl", ["reference", "contender"])
+def test_best_says_when_its_vs_reference_is_over_refpys_reference(tmp_path, impl):
+    """`kopt best` under a `vs reference` figure over ref.py's ``reference()`` (it defines no
+    ``contender()``) says that is no library's speed and how to time one (a new user read
+    6.7x over a float64 reference as a speedup); over a ``contender()``, no such line."""
+    from click.testing import CliRunner
+
+    from kopt.cli.main import REFERENCE_TIMED_NOTE, main
+
+    db = Database(tmp_path)
+    dims = json.dumps({"N": 1})
+    db.commit("candidates", "s", "r1", [{
+        "run_id": "r1", "sweep": "s", "iteration": 1, "rung": 0, "job_key": "j",
+        "candidate_id": "c", "is_baseline": True, "dims": dims, "device_class": "cpu-x86_64",
+        "status": "ok", "median_ms": 2.0, "created_at": None}])
+    db.commit("reference", "s", "r1", [{"run_id": "r1", "sweep": "s", "dims": dims,
+                                        "device_class": "cpu-x86_64", "status": "ok",
+                                        "impl": impl, "median_ms": 13.0}])
+    r = CliRunner().invoke(main, ["best", "s", "--store", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "6.500x" in r.stdout
+    said = " ".join(r.stdout.split())
+    assert (" ".join(REFERENCE_TIMED_NOTE.split()) in said) == (impl == "reference"), said

@@ -366,6 +366,7 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
             out.print(closing_line(dc, st.closing), highlight=False)
     for line in unnamed_lines(rows):
         out.print(escape(line), highlight=False)
+    _reference_note(root, summary.run_id, rows)
     if summary.phases:
         out.print(phases_table(summary.phases))
     _exit_now(exit_code)
@@ -543,6 +544,24 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True, sweep: str
                       highlight=False, soft_wrap=True)
 
 
+REFERENCE_TIMED_NOTE = (
+    "vs reference: ref.py defines no contender(), so its reference() was timed: a function "
+    "written to be right (often in float64), not a library's speed; define contender() "
+    "(e.g. the library call in the outputs' dtype, such as `A @ B`) for a baseline worth "
+    "beating")
+
+
+def _reference_note(root: Path, run_id: str, rows: list[dict[str, Any]]) -> None:
+    """A line under a table with a ``vs reference`` figure where the run timed ref.py's
+    ``reference()`` (it has no ``contender()``): a new user read 6x over a float64
+    reference as a speedup over the library."""
+    from kopt.store.database import Database
+
+    if any(r.get("vs_reference") is not None for r in rows) and "reference" in Database(
+            root).reference_impls(run_id):
+        out.print(REFERENCE_TIMED_NOTE, highlight=False)
+
+
 def _folders_note(root: Path, sweep: str, shown: str) -> None:
     """A note on stderr when runs of sweeps named ``sweep`` came from more than one folder
     (its latest run, ``shown``, may be another folder's than the one meant): the folders,
@@ -617,6 +636,7 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     for dc, note in dict.fromkeys((r["device_class"], r["loop_note"]) for r in rows
                                   if r["loop_note"]):
         out.print(f"{dc}: {note}", highlight=False)
+    _reference_note(root, rows[0]["run_id"], rows)
     _trust_lines(out, rows)
 
 

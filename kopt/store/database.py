@@ -1080,6 +1080,13 @@ class Database:
         row = self._records(LATEST_RUNS_SQL, {"sweep": sweep})[0]
         return row["latest"], row["finished"]
 
+    def reference_impls(self, run_id: str) -> set[str]:
+        """Which of ref.py's functions ``run_id`` timed as its reference row (``contender``
+        or ``reference``: workers.harness ``Harness.time_reference``), where timed ``ok``."""
+        return {r["impl"] for r in self._records(
+            "select distinct impl from reference where run_id = ? and status = 'ok' "
+            "and impl is not null", [run_id])}
+
     def sweep_folders(self, sweep: str) -> list[tuple[str, str]]:
         """``(sweep_dir, its latest run id)`` of every folder whose sweep is named ``sweep``
         (two folders may hold sweeps of one name), the folder of the latest run first."""
