@@ -394,3 +394,38 @@ def test_a_timed_ref_py_function_missing_an_output_says_what_it_returned():
         "dict with keys ['out']",
         "ref.py: contender() must return output 'y' as a tensor of 8 elements, as reference() "
         "does; it returned a tensor of 3 elements"]
+
+
+@pytest.mark.parametrize("params, left", [("x, y, N", "'a'"), ("y, a, N", "'x'"),
+                                          ("y, N", "'x', 'a'"), ("x, y, a, N", ""),
+                                          ("**kw", "")],
+                         ids=["scalar", "input", "both", "all", "kwargs"])
+def test_a_reference_that_takes_no_scalar_or_input_is_said_in_a_note(tmp_path, params, left):
+    """reference() without an input or a sweep.yaml scalar that solve gets (a new user's
+    saxpy ``reference(x, y, N)`` ignored ``a`` without a word): a note names them (a
+    reference may hold a value fixed on purpose, so not an error); none when it takes them
+    all, or ``**kwargs``."""
+    from kopt.core.contract import parse_signature_file
+    from workers.harness import Harness
+
+    d = write_sweep(tmp_path / "s", "kernel: saxpy.cpp\ndims: [{N: 64}]\nscalars: {a: 2.5}\n"
+                    "args: {x: [N], y: [N]}\n",
+                    {"saxpy.cpp": SAXPY, "ref.py": SAXPY_INPUTS + f"def reference({params}):\n"
+                     "    v = {**locals(), **locals().get('kw', {})}\n"
+                     "    return {'y': 2.5 * v['x'] + v['y'] if 'x' in v else v['y']}\n"})
+    sig = [dataclasses.asdict(a) for a in parse_signature_file(d / "saxpy.cpp").args]
+    job = {"reference": str(d / "ref.py"), "dims": {"N": 64}, "seed": 0,
+           "args": {"x": [64], "y": [64]}, "scalars": {"a": 2.5}, "signature": sig,
+           "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "timing": {"timeout_s": 10},
+           "prepare_only": True}
+    res = Harness("cpu").run(job)
+    assert res["status"] == "ok", res
+    said = [n for n in res["notes"] if "reference() takes no" in n]
+    if not left:
+        assert said == [], said
+        return
+    one = "," not in left
+    assert said == [f"ref.py: reference() takes no {left}, which solve gets: its expected "
+                    f"outputs cannot depend on {'it' if one else 'them'}; add "
+                    f"{'it' if one else 'them'} to reference()'s arguments unless it holds "
+                    "the value fixed on purpose"], said

@@ -784,7 +784,7 @@ class Harness:
                            + raised_at(e, getattr(mod, "__file__", None), ref_name)) from None
         outs = [a for a in sig if a["kind"] == "output"]
         ref = _by_output(ref, [a["name"] for a in outs], ref_name)
-        expected, notes = {}, []
+        expected, notes = {}, _not_taken(job, inputs, kwargs, ref_name)
         for a in outs:
             n = a["name"]
             if n not in ref:
@@ -2600,6 +2600,23 @@ def _ref_kwargs(fn: Callable, sig: list[dict], given: dict[str, Any], ref_name: 
         raise JobError("error", f"{ref_name}: {fn.__name__}() takes {', '.join(missing)} "
                        f"that kopt cannot give: {'; '.join(why)}")
     return {k: v for k, v in given.items() if k in params}
+
+def _not_taken(job: dict, inputs: dict, kwargs: dict, ref_name: str) -> list[str]:
+    """A note naming the inputs of ``inputs`` and the scalars of sweep.yaml's ``scalars:``
+    (``job["scalars"]``) that ref.py's ``reference()`` does not take (``kwargs``: what it
+    was given): its expected outputs cannot depend on them, while solve's do (a new user's
+    ``reference(x, y, N)`` for saxpy's ``a * x + y`` was accepted without a word). A note,
+    not an error: a reference may hold such a value fixed on purpose. [] when it takes
+    them all."""
+    left = [k for k in inputs if k not in kwargs]
+    left += [k for k in job.get("scalars") or {} if k not in kwargs and k not in left]
+    if not left:
+        return []
+    return [f"{ref_name}: reference() takes no {', '.join(repr(k) for k in left)}, which "
+            "solve gets: its expected outputs cannot depend on "
+            f"{'it' if len(left) == 1 else 'them'}; add {'it' if len(left) == 1 else 'them'} "
+            "to reference()'s arguments unless it holds the value fixed on purpose"]
+
 
 def _set_bytes(d: Data) -> int:
     """The bytes of one of ``d``'s input sets (its inputs, in/out ones included)."""
