@@ -60,31 +60,6 @@ def test_a_contest_runs_each_contender_in_a_spare_started_ahead(tmp_path, monkey
     assert all(box.proc is None for box, _, _, _ in taken)  # ended with the contest
 
 
-@pytest.mark.parametrize("ahead", ["1", "0"])
-def test_spares_make_the_closings_problem_while_the_device_profiles(tmp_path, monkeypatch,
-                                                                   ahead):
-    """:meth:`DeviceActor.clock_ready` given the closing's problem (a job payload): each
-    spare makes its input sets and reference outputs (a ``prepare_only`` job, no candidate
-    code) before the contest takes it, so its contender's preparation finds them made; the
-    spare is still handed out (it loaded nothing) and the contest is `ok`. Off with
-    ``KOPT_SPARES_AHEAD=0``: the spares answered no job when taken."""
-    monkeypatch.setenv("KOPT_SPARES_AHEAD", ahead)
-    taken = _recording(monkeypatch)
-    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "a")
-    o, art_o = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "b")
-    actor = DeviceActor("cpu", spares=2)
-    try:
-        actor.clock_ready(h)
-        actor.spares.settle()
-        res = actor.contest([h, o], ROUNDS, art_h, art_o)
-    finally:
-        actor.shutdown()
-    assert res["status"] == "ok", res
-    made = int(ahead == "1")  # (a spare that answered a job was handed out: it loaded none)
-    assert [(served, ran) for _, _, served, ran in taken] == [(made, True), (made, True)]
-    assert len({pid for _, pid, _, _ in taken}) == 2
-
-
 def test_the_own_harness_a_contest_ended_is_a_spare_and_keeps_its_count(tmp_path,
                                                                         monkeypatch):
     """After :meth:`DeviceActor.fresh` (what a GPU contest does first), the next job runs in

@@ -383,19 +383,15 @@ class DeviceActor:
         self.busy_s += time.perf_counter() - t0
         return res
 
-    def clock_ready(self, ahead: dict[str, Any] | None = None) -> None:
+    def clock_ready(self) -> None:
         """Start the outside clock's second harness (:meth:`clock`) in the background and
         return at once, so that the loop's closing does not wait for it (torch's import
         and a CUDA context: 2.1 s of a cold 140-candidate sweep's 18.8 s on an H200,
         docs/verified/2026-12-04-outside-clock-hold.md). The loop casts it while the device
         profiles, before its closing; :meth:`clock` waits for the start. A start that fails
         here is tried again there. The closing's contenders' harnesses, and the one its
-        clock times candidates in, start meanwhile too (workers.spares), and with ``ahead``
-        (a job payload of the closing's problem) make its input sets and reference outputs
-        (workers.spares ``Spares.prepare``). Never raises."""
+        clock times candidates in, start meanwhile too (workers.spares). Never raises."""
         self.spares.fill()
-        if ahead is not None:
-            self.spares.prepare(ahead)
         if self.bare is None and self._bare_start is None:
             self.bare = Sandbox(self.backend, self.env)
             self._bare_start = ThreadPoolExecutor(1).submit(self.bare.start)

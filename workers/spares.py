@@ -19,13 +19,9 @@ needs the whole device.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
 
 from workers.sandbox import Sandbox
-
-AHEAD_ENV = "KOPT_SPARES_AHEAD"  # "0": a spare makes its problem's data on its first job
 
 
 class Spares:
@@ -83,31 +79,6 @@ class Spares:
             raise
         return box
 
-    def prepare(self, job: dict[str, Any]) -> None:
-        """Have every spare started or starting make ``job``'s problem (its input sets and
-        reference outputs: a ``prepare_only`` job, no candidate code) in the background,
-        once started, and keep it (workers.harness ``Harness.data``): the contest's
-        contenders, and the outside clock's harness, then find their problem made (a
-        contender's preparation was 0.5 s of a cold sgemm sweep's contest on an H100,
-        docs/verified/2026-12-06-session50.md). Called while the device profiles, which no
-        timing shares. Off with ``KOPT_SPARES_AHEAD=0`` (:data:`AHEAD_ENV`). A preparation
-        that fails leaves the spare as it was (its contender's own says why). Never
-        raises."""
-        if os.environ.get(AHEAD_ENV) == "0" or self._pool is None:
-            return
-        job = {k: v for k, v in job.items() if k != "artifact"}
-        self._starting = [self._pool.submit(self._prepared, f, job) for f in self._starting]
-
-    @staticmethod
-    def _prepared(started: Future[Sandbox], job: dict[str, Any]) -> Sandbox:
-        """``started``'s spare, once it made ``job``'s problem (see :meth:`prepare`)."""
-        box = started.result()
-        try:
-            box.run({**job, "prepare_only": True}, job["timing"]["timeout_s"])
-        except Exception:  # noqa: BLE001 -- the spare as it was: its contender's job says
-            pass
-        return box
-
     def ready(self) -> bool:
         """Whether a spare is started or starting (:meth:`take` then waits for no new
         start)."""
@@ -130,7 +101,7 @@ class Spares:
             except Exception:  # noqa: BLE001 -- its user's own start says why
                 self.broken = True
                 continue
-            if not box.loaded and box.running:  # (a problem made ahead loads no code)
+            if box.served == 0 and box.running:
                 self.taken += 1
                 return box
             box.close()

@@ -118,11 +118,10 @@ def _capture(ctx: RunContext, devices: list[int], todo: list[Todo],
                for r, _, _ in todo]
     arts = [ctx.builder.artifacts[r["build_id"]] for r, _, _ in todo]
     split = shares(todo, devices)
-    for d, idx in split:
+    for d, _ in split:
         # the loop's closing follows a profiling pass: the outside clock's second harness
-        # starts meanwhile, and the contenders' harnesses make the problem of this device's
-        # first profiled candidate (workers.device_actor clock_ready)
-        ctx.runner.cast(d, "clock_ready", payloads[idx[0]])
+        # starts meanwhile (workers.device_actor clock_ready)
+        ctx.runner.cast(d, "clock_ready")
         ctx.phases.begin("ncu", ctx.runner.infos[d])
     got = ctx.runner.call_many([
         (d, "profile_many", ([payloads[j] for j in idx], [kernels[j] for j in idx], metrics,
