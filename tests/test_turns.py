@@ -393,5 +393,41 @@ def test_processes_a_job_left_running_end_with_its_harness(tmp_path, monkeypatch
     finally:
         box.close()
     assert left["status"] == "ok" and after["status"] == "ok", (left, after)
-    assert ended and gone and second != first and left_now == [], (first, second, left_now)
+    # the process its code started after the harness said "prepared" (Sandbox.before_code)
+    assert len(ended) == 1, ended
+    assert gone and second != first and left_now == [], (first, second, left_now)
     assert kept and by_cgroup == (counted == "cgroup"), box.limits
+
+
+@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
+def test_a_job_whose_code_left_a_process_running_is_escaped(tmp_path, monkeypatch, counted):
+    """The device actor's job of tests/fixtures/faultpack/leaver.cpp (honest outputs, a
+    process of its own left in its sandbox from its load) is ``escaped``, its harness
+    ended: a red-team candidate's children held the host's open files while its job ran
+    (other devices' jobs then `lost`) and its own row stayed `ok`. The honest job after it,
+    in a fresh harness, is `ok`."""
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    from workers.records import RunJob
+
+    _counted_by(counted, monkeypatch)
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    outs = []
+    actor = DeviceActor("cpu", spares=0)
+    try:
+        for src, defines in ((PACK / "leaver.cpp", {"LEADER_EXITS": 0}),
+                             (PACK / "faults.cpp", {"MODE": 0})):
+            art = Path(built(tmp_path, src, defines))
+            payload = pack_job(str(art), src, PACK / "ref.py", {"N": 4096}, ARGS)
+            common = {k: v for k, v in payload.items()
+                      if k not in ("artifact", "dims", "job_key")}
+            outs.append(actor.run(RunJob(f"k-{src.stem}", art.parent.name, {"N": 4096},
+                                         common), art.read_bytes()))
+        restarts = actor.stats()["restarts"]
+    finally:
+        actor.shutdown()
+    assert [o.status for o in outs] == ["escaped", "ok"], outs
+    assert outs[0].error.startswith("its code left 1 process(es) running in its sandbox "
+                                    "after its job (pids "), outs[0].error
+    assert outs[0].median_ms is not None and restarts == 1  # its figures kept; one restart

@@ -145,7 +145,8 @@ class DeviceActor:
             try:
                 res = RunOutcome.from_dict(box.run_retrying(replace(job, artifact=path),
                                                             job.timeout_s))
-                box.end_leftovers()  # what its code left running: not beside the next job
+                # what its code left running: not beside the next job, and held against it
+                res = _left(res, box.end_leftovers())
                 if res.status != Status.ERROR or isolation.HOST_WIDE not in res.error:
                     return res
                 if not isolation.host_files_short():
@@ -546,6 +547,20 @@ class DeviceActor:
         self.sandbox.close()
         zygote.close_idle()
 
+
+
+def _left(res: RunOutcome, pids: list[int]) -> RunOutcome:
+    """``res`` of a job whose candidate's code left ``pids`` running in its sandbox
+    (workers.sandbox ``Sandbox.end_leftovers``: started once its code could run, still
+    there at its end): an `ok` one is ``escaped`` (a red-team candidate's children held
+    the host's open files while its job ran, other devices' jobs then `lost`, and it stayed
+    `ok`; in a contest such a process makes a contender ``escaped`` too, workers.turns);
+    any other status stays."""
+    if not pids or res.status != Status.OK:
+        return res
+    return replace(res, status=Status.ESCAPED, error=(
+        f"its code left {len(pids)} process(es) running in its sandbox after its job (pids "
+        f"{', '.join(map(str, pids[:8]))}); they ended with its harness"))
 
 
 def _mine(backend: str, prestarted: dict[str, Prestarted], judge: bool = False

@@ -98,6 +98,9 @@ class Sandbox:
         self.turn_ms: list[float] = []
         self.taking: witness.Taking | None = None  # the last job's witness turns, if a plan
         self.infra: set[int] = set()  # the sandbox's own processes but the harness
+        # its processes when the last job's harness said "prepared" (before the job's
+        # candidate code loaded; None: it did not say so): :meth:`end_leftovers`
+        self.before_code: set[int] | None = None
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -364,6 +367,7 @@ class Sandbox:
         prepared = False  # the harness said it made the inputs and reference outputs
         body = job.payload() if isinstance(job, RunJob) else job
         clock = _ClockMarks() if body.get("clock_calls") else None  # a clock job's
+        self.before_code = None
         timing_ref_job = bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         self.turn_ms, turn_at = [], None
@@ -389,6 +393,8 @@ class Sandbox:
             # the harness's word cannot hold the device for ever: candidate code can write
             # progress messages too
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
+            if res.get("stage") == "prepared" and not prepared:
+                self.before_code = self.members()  # (candidate code loads after it)
             if res.get("stage") == "prepared":
                 base, prepared = time.perf_counter(), True
             if res.get("stage") in ("turn", "witness"):  # a rival's sample is not its time
@@ -646,16 +652,21 @@ class Sandbox:
             return []
         return sorted(self.members() - self.infra - {self.host_pid or 0})
 
-    def end_leftovers(self) -> bool:
+    def end_leftovers(self) -> list[int]:
         """End the harness (the next job starts a fresh one) where the last job's code left
         processes running in its sandbox (:meth:`left_running`), so that they cannot slow
         the next candidate's job (a red-team helper's spinning children made the next
-        honest job 2.6x slower, both `ok`); whether it did. Never raises."""
-        if not self.left_running():
-            return False
+        honest job 2.6x slower, both `ok`). Returns those of them that were not there when
+        the last job's harness said "prepared" (:attr:`before_code`: started once its
+        candidate code could run, which the device actor holds against that candidate), []
+        where none was left or that is not known. Never raises."""
+        left = self.left_running()
+        if not left:
+            return []
+        before = self.before_code
         self.kill()
         self.restarts += 1
-        return True
+        return [] if before is None else [p for p in left if p not in before]
 
     def _thread_group_ns(self) -> int | None:
         """CPU time (ns) every thread of the harness's process has used, exited ones too,
