@@ -347,6 +347,7 @@ class Sandbox:
             except Exception as e:  # noqa: BLE001 -- launch: OSError, SubprocessError too
                 raise StartError(f"its harness did not start: {e}") from e
         self.taking = witness.Taking(plan) if plan is not None else None
+        self.before_code = None  # until this job's harness says "prepared"
         self.loaded |= _artifacts(job)
         timing = (job.payload() if isinstance(job, RunJob) else job).get("timing") or {}
         # sweep.yaml timing.realtime: the harness's thread under SCHED_FIFO for this job
@@ -367,7 +368,6 @@ class Sandbox:
         prepared = False  # the harness said it made the inputs and reference outputs
         body = job.payload() if isinstance(job, RunJob) else job
         clock = _ClockMarks() if body.get("clock_calls") else None  # a clock job's
-        self.before_code = None
         timing_ref_job = bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
         self.turn_ms, turn_at = [], None
@@ -393,10 +393,8 @@ class Sandbox:
             # the harness's word cannot hold the device for ever: candidate code can write
             # progress messages too
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
-            if res.get("stage") == "prepared" and not prepared:
-                self.before_code = self.members()  # (candidate code loads after it)
             if res.get("stage") == "prepared":
-                base, prepared = time.perf_counter(), True
+                base, prepared = time.perf_counter(), self._prepared(prepared)
             if res.get("stage") in ("turn", "witness"):  # a rival's sample is not its time
                 waited, turn_at = self._turn(turn, turn_at, res)
                 deadline, limit, base = deadline + waited, limit + waited, base + waited
@@ -558,6 +556,14 @@ class Sandbox:
         else:
             return
         self._go()
+
+    def _prepared(self, before: bool) -> bool:
+        """A job's "prepared" message (its candidate code loads after it): the first of the
+        job (``before`` False) keeps this sandbox's processes now (:attr:`before_code`).
+        Returns True (the job is prepared)."""
+        if not before:
+            self.before_code = self.members()
+        return True
 
     def _go(self) -> None:
         """Send the harness a clock job's (or a contest's turn's) "go"."""
