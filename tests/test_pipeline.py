@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -182,6 +183,13 @@ def _states(store):
     return {it: json.loads(js) for it, js in rows}
 
 
+def but_noise(note: str) -> str:
+    """A closing note without its warning of noisy contenders (kopt.core.winner
+    ``_noisy_note``), which other work on the test machine may add: the rest is
+    deterministic."""
+    return re.sub(r"(; )?side by side, the samples of .*? on an idle machine", "", note)
+
+
 def _closing_rows(store):
     """The closing contest's rows (iteration 0): candidate id -> (median, n, label, winner)."""
     _, rows = query("select candidate_id, median_ms, n_samples, label, winner from contests "
@@ -233,7 +241,7 @@ def test_two_iteration_loop_on_cpu(ray_local, copy_fixture, tmp_path):
     closing = st.closing
     assert closing == second["closing"]  # stored as the last iteration's state
     assert closing["best"]["candidate_id"] == w2 == closing["final_winner"]
-    assert closing["note"] == "" and closing["dropped"] == {}
+    assert but_noise(closing["note"]) == "" and closing["dropped"] == {}
     assert closing["winner_of"] == {base: 0, w1: 1, w2: 2}
     assert closing["speedup"] == pytest.approx(fin[base][0] / fin[w2][0], rel=1e-9)
     assert closing["first_baseline_ms"] == pytest.approx(fin[base][0], rel=1e-9)
@@ -340,7 +348,8 @@ def test_the_closing_contest_is_side_by_side_and_names_no_failing_contender(
     assert list(closing["dropped"]) == [w3] and closing["dropped"][w3].startswith("wrong_result")
     assert closing["note"].startswith("the final winner, iteration 3's winner, failed the "
                                       "closing contest (wrong_result")
-    assert closing["note"].endswith("is faster beyond noise than iteration 2's winner "
+    assert but_noise(closing["note"]).endswith("is faster beyond noise than iteration 2's "
+                                               "winner "
                                     f"({fin[w2][0]:.4g} ms): the iterations after 1 did not "
                                     "improve on it")
     assert closing["speedup"] == pytest.approx(fin[base][0] / fin[w1][0], rel=1e-9)

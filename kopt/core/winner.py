@@ -26,10 +26,16 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from kopt.core.compare import Label, across_sizes, label
+from kopt.core.compare import Label, across_sizes, label, rel_noise
 
 CONTEST_LIMIT = 4  # contenders re-measured side by side, the leader included
 CONTEST_ROUNDS = 30  # interleaved samples per contender and problem size
+# a closing contender whose robust relative noise (IQR / 1.349 over its median,
+# kopt.core.compare.rel_noise) is above this was likely timed beside other work: its IQR is
+# a third of its median or more (the README's saxpy jobs on this project's idle 2-core
+# machine: 8-11 %); a new user's loaded run named the baseline best over a winner whose
+# side-by-side IQR exceeded its median, without a word
+NOISY_REL = 0.25
 
 
 @dataclass
@@ -149,11 +155,28 @@ def close_loop(first: str, final: str, winner_of: dict[str, int],
     if first != best and labels.get(first) == "TIED":  # the loop's gain is not beyond noise
         notes.append("side by side it is within noise of the first baseline (TIED): the "
                      "loop's speedup is not a gain beyond noise")
+    if note := _noisy_note(summ, winner_of):
+        notes.append(note)
     return {"best_id": best, "first_baseline": first,
             "first_baseline_ms": ms.get(first), "best_ms": ms[best],
             "speedup": ms[first] / ms[best] if first in ms else None,
             "final_winner": final, "winner_of": dict(winner_of), "medians_ms": ms,
             "labels": labels, "dropped": dropped, "note": "; ".join(notes)}
+
+
+def _noisy_note(summ: dict[str, tuple[float, float]], winner_of: dict[str, int]) -> str:
+    """A closing note naming the contenders of ``summ`` (candidate id -> ``(median_ms,
+    iqr_ms)`` side by side) whose relative noise is above :data:`NOISY_REL`: the verdict may
+    not hold, and how to get one that does; "" where none is."""
+    noisy = {c: rel_noise(*summ[c]) for c in summ if rel_noise(*summ[c]) > NOISY_REL}
+    if not noisy:
+        return ""
+    worst = max(noisy, key=lambda c: noisy[c])
+    names = ", ".join(_iteration_name(c, winner_of) for c in sorted(noisy))
+    return (f"side by side, the samples of {names} were noisy (IQR up to "
+            f"{summ[worst][1] / summ[worst][0]:.0%} of the median): other work on the "
+            "machine slowed some of them, so this verdict may not hold: run the sweep again "
+            "on an idle machine")
 
 
 def _iteration_name(c: str, winner_of: dict[str, int]) -> str:
