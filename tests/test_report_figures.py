@@ -148,3 +148,27 @@ def test_a_best_whose_closing_failed_is_reported_unverified():
         "speedup": 1.5, "first_baseline_ms": 0.375, "best_ms": 0.25, "medians_ms": {"c1": 0.25},
         "best": best})
     assert "unverified" not in "\n".join(_best_lines("cpu-x86_64", [ran], best, []))
+
+
+def test_a_best_without_the_selected_methods_says_the_closing_named_it():
+    """The iterations selected a method, but the closing contest named a best without it
+    (the first baseline, faster beyond noise): the report said "selected over the run:
+    memory.cache_policy" beside a best of no method, which a new user read as a
+    contradiction. It says the closing named a best without them; nothing where the best
+    has them."""
+    from kopt.loop.state import IterState
+    from kopt.tools.report import _best_lines
+
+    base = {"candidate_id": "b", "iteration": 1, "median_ms": 1.9, "speedup": 1.0,
+            "triple": [None, None, None]}
+    st = IterState(iteration=1, best=base, selected=["memory.cache_policy"], closing={
+        "speedup": 1.0, "first_baseline_ms": 1.9, "best_ms": 1.9, "medians_ms": {"b": 1.9},
+        "best": base})
+    md = "\n".join(_best_lines("cpu-x86_64", [st], base, []))
+    assert ("- methods: (no method); the iterations selected: memory.cache_policy (the "
+            "closing contest named a best without them)") in md, md
+    won = {**base, "candidate_id": "w", "triple": [None, "memory.cache_policy", None]}
+    md = "\n".join(_best_lines("cpu-x86_64", [IterState(
+        iteration=1, best=won, selected=["memory.cache_policy"], closing={})], won, []))
+    assert "the iterations selected: memory.cache_policy\n" in md + "\n", md
+    assert "without them" not in md

@@ -266,8 +266,10 @@ def _best_lines(dc: str, sts: list[IterState], best: dict[str, Any],
     """The class's best candidate, the loop's closing and every side-by-side contest."""
     last, closing = sts[-1], sts[-1].closing
     md = ["", f"### Best candidate on {dc}", "",
-          f"- methods: {_methods(best.get('triple'))}; selected over the run: "
-          f"{', '.join(last.selected) or 'none'}",
+          f"- methods: {_methods(best.get('triple'))}; the iterations selected: "
+          f"{', '.join(last.selected) or 'none'}"
+          + ("" if not last.selected or set(last.selected) <= set(best.get("triple") or [])
+             else " (the closing contest named a best without them)"),
           f"- params: {_kv(best.get('params'))}", f"- defines: {_kv(best.get('defines'))}",
           f"- median {best.get('median_ms') or 0:.4g} ms in iteration "
           f"{best.get('iteration', '?')}, {best.get('speedup') or 1:.3g}x that "
@@ -303,7 +305,7 @@ def _contest_lines(dc: str, st: IterState, cand: list[dict[str, Any]]) -> list[s
     # labels are against the fastest contender: it is the reference, not TIED
     ordered = sorted(c.items(), key=lambda kv: kv[1]["median_ms"])
     md += [f"  - {'**named** ' if k == won else ''}{desc.get(k, k)} ({k}): "
-           f"{'fastest (the reference)' if i == 0 else v['label']}, "
+           f"{'fastest (the others are labelled against it)' if i == 0 else v['label']}, "
            f"{v['median_ms']:.4g} ms"
            for i, (k, v) in enumerate(ordered)]
     return md
