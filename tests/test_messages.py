@@ -153,6 +153,9 @@ def test_a_run_with_nothing_correct_prints_no_empty_fastest_table(monkeypatch, c
     assert e.value.code == 1
     got = capsys.readouterr()
     assert "no candidate was correct" in got.err
+    # every candidate wrong, the baseline too: look at ref.py first (a new user's reference()
+    # that forgot a scalar got six wrong_result rows and no word of ref.py)
+    assert " ".join(cli.ALL_WRONG_HINT.split()) in " ".join(got.err.split())
     assert "fastest correct candidates" not in got.out + got.err
     assert "median ms" not in got.out  # no header row of an empty table
     # resumed with nothing correct among the rows left: one line, no table
@@ -161,6 +164,12 @@ def test_a_run_with_nothing_correct_prints_no_empty_fastest_table(monkeypatch, c
         cli._show_sweep(summary, SimpleNamespace(name="vadd"), None, 5, obs, False)
     assert capsys.readouterr().out.splitlines()[-1] == (
         "no fastest correct candidates to show: none of this run's measured jobs is correct")
+    # wrong and crashed: not every candidate disagreed with ref.py, no word of it
+    summary.n_skipped, summary.status_counts = 0, {"wrong_result": 1, "crashed": 1}
+    with pytest.raises(SystemExit):
+        cli._show_sweep(summary, SimpleNamespace(name="vadd"), None, 5, obs, False)
+    got = capsys.readouterr()
+    assert "no candidate was correct" in got.err and "look at ref.py" not in got.err
 
 
 def test_empty_tables_are_one_line(tmp_path, monkeypatch):

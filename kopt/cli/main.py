@@ -339,6 +339,8 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
             console.print(line, highlight=False)
         console.print("[red]no candidate was correct[/]: see `kopt query \"select params, status, "
                       f"error from candidates where run_id = '{summary.run_id}'\"`")
+        if set(summary.status_counts) == {Status.WRONG_RESULT}:
+            console.print(ALL_WRONG_HINT, highlight=False)
         exit_code = 1
     else:
         exit_code = 0
@@ -543,6 +545,12 @@ def _run_state_note(root: Path, run_id: str, unrecorded: bool = True, sweep: str
                       + escape(lock_holder(root, run_id) or "?") + "): figures so far",
                       highlight=False, soft_wrap=True)
 
+
+ALL_WRONG_HINT = (
+    "every candidate, the baseline included, disagreed with ref.py: when even the plain "
+    "baseline is wrong, look at ref.py first (its reference() and the scalars and inputs it "
+    "takes; `kopt preflight SWEEP_DIR` checks the baseline alone and names its first "
+    "mismatch)")
 
 REFERENCE_TIMED_NOTE = (
     "vs reference: ref.py defines no contender(), so its reference() was timed: a function "
