@@ -84,10 +84,37 @@ def test_baseline_outside_the_restrictions(tmp_path):
 
 
 def test_args_names_an_unknown_dim(tmp_path):
+    """An extent that is the unknown name itself says so once (it read "'Q' names 'Q'");
+    one that only uses it names it."""
     expect(tmp_path, GOOD.replace("args: {x: [N], y: [N]}", "args: {x: [Q], y: [N]}"),
-           "field 'args.x[0]'", "'Q' names 'Q', which is neither a dim of the top-level dims[0] "
+           "field 'args.x[0]'", "'Q' is neither a dim of the top-level dims[0] "
            "(N) nor in `scalars`; write the extent over those names, or give Q in every "
            "problem size of dims (or in `scalars`)")
+    expect(tmp_path, GOOD.replace("args: {x: [N], y: [N]}", "args: {x: [Q * 2], y: [N]}"),
+           "field 'args.x[0]'", "'Q * 2' names 'Q', which is neither a dim of the top-level "
+           "dims[0] (N)")
+
+
+def test_a_kernel_file_typo_gets_a_did_you_mean(tmp_path):
+    """A kernel file name one letter off names the file that is there (a new user's
+    saxpi.cpp); none where nothing is close."""
+    expect(tmp_path, GOOD.replace("kernel: k.cpp", "kernel: kk.cpp"), "field 'kernel'",
+           "kk.cpp does not exist; did you mean 'k.cpp'?")
+    msg = expect(tmp_path, GOOD.replace("kernel: k.cpp", "kernel: other_thing.cu"),
+                 "field 'kernel'", "other_thing.cu does not exist")
+    assert "did you mean" not in msg
+
+
+def test_a_renamed_scalar_is_named_beside_the_missing_one(tmp_path):
+    """solve's scalar ``a`` missing while `scalars` gives ``alpha``, which solve does not
+    take: the line names both (a new user's rename was blamed on dims[0] alone)."""
+    saxpy = ('extern "C" void solve(const float* x, float* y, float a, int N) '
+             "{ for (int i = 0; i < N; ++i) y[i] = a * x[i] + y[i]; }\n")
+    msg = expect(tmp_path, GOOD + "    scalars: {alpha: 2.5}\n", "field 'dims[0]'",
+                 "solve argument 'a' is a scalar but is neither a dim nor in `scalars`; add "
+                 "a: <value> to one of them (`scalars` gives 'alpha', which solve does not "
+                 "take: a rename?)", **{"k.cpp": saxpy})
+    assert msg.count("alpha") == 1
 
 
 def test_a_value_of_no_allowed_type_is_one_line_not_one_per_type(tmp_path):

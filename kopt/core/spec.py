@@ -860,7 +860,10 @@ def _space(backend: str, prefix: str, blk: BackendBlock, sf: SweepFile, root: Pa
     and resolved into a :class:`Space`; ``err(field, message)`` makes the SpecError."""
     src = root / blk.kernel
     if not src.exists():
-        raise err(f"{prefix}kernel", f"file {src} does not exist")
+        near = difflib.get_close_matches(src.name, [f.name for f in root.iterdir()
+                                                    if f.is_file()], n=1) if root.is_dir() else []
+        raise err(f"{prefix}kernel", f"file {src} does not exist"
+                  + (f"; did you mean {near[0]!r}?" if near else ""))
     if blk.launch is not None and backend != "cuda":
         raise err(f"{prefix}launch", f"kernel mode (`launch:`) launches a CUDA __global__ kernel; "
                   f"{blk.kernel} is a {backend} source: drop `launch:` and export solve()")
@@ -940,9 +943,12 @@ def _check_problem_size(i: int, d: dict[str, int], sig: Any, sf: SweepFile, dp: 
                       "sizes in `scalars`")
     for s in sig.scalars:
         if s.name not in d and s.name not in sf.scalars:
+            extra = sorted(set(sf.scalars) - {a.name for a in sig.args})
             raise err(f"{prefix}{field}[{i}]", f"{sig.name} argument {s.name!r} is a scalar "
                       "but is neither a dim nor in `scalars`; add "
-                      f"{s.name}: <value> to one of them")
+                      f"{s.name}: <value> to one of them"
+                      + (f" (`scalars` gives {', '.join(map(repr, extra))}, which "
+                         f"{sig.name} does not take: a rename?)" if extra else ""))
         v = d.get(s.name, sf.scalars.get(s.name))
         lo, hi, integral = scalar_range(s.ctype)
         bad = (not float(v).is_integer() if integral else math.isnan(v)) or (
@@ -981,7 +987,9 @@ def _extent(a: str, j: int, e: str, i: int, d: dict[str, int], sf: SweepFile,
     except KeyError as ex:
         via = sorted(parse(e).names & shared.keys())
         via_s = f" through its derived names ({', '.join(via)})" if via else ""
-        raise err(f"args.{a}[{j}]", f"{e!r} names {ex.args[0]!r}{via_s}, which is "
+        what = (f"{e!r} is" if e.strip() == ex.args[0] else
+                f"{e!r} names {ex.args[0]!r}{via_s}, which is")
+        raise err(f"args.{a}[{j}]", f"{what} "
                   f"neither a dim of {dp or 'the top-level '}dims[{i}] "
                   f"({', '.join(d) or 'none'}) nor in `scalars`; write the "
                   f"extent over those names, or give {ex.args[0]} in every "
