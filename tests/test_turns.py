@@ -431,3 +431,43 @@ def test_a_job_whose_code_left_a_process_running_is_escaped(tmp_path, monkeypatc
     assert outs[0].error.startswith("its code left 1 process(es) running in its sandbox "
                                     "after its job (pids "), outs[0].error
     assert outs[0].median_ms is not None and restarts == 1  # its figures kept; one restart
+
+
+class _ScriptedBox:
+    """A sandbox stand-in for workers.device_actor ``_attributed``: each run answers `ok`,
+    each end_leftovers the next of ``left``; ``loaded`` the artifacts its harness was sent."""
+
+    def __init__(self, left: list[list[int]], loaded: set[str]):
+        self.left, self.loaded, self.runs = list(left), set(loaded), 0
+
+    def run_retrying(self, job, timeout_s):
+        self.runs += 1
+        self.loaded.add(job.artifact)
+        return {"status": "ok", "error": "", "median_ms": float(self.runs)}
+
+    def end_leftovers(self):
+        got = self.left.pop(0)
+        if got:
+            self.loaded = set()  # ended: the next run starts a fresh harness
+        return got
+
+
+@pytest.mark.parametrize("before, left, runs, status", [
+    (set(), [[7]], 1, "escaped"),                    # its harness ran no other code: its own
+    ({"other.so"}, [[7], [8]], 2, "escaped"),        # again in a fresh harness: its own
+    ({"other.so"}, [[7], []], 2, "ok"),              # not in a fresh one: another's doing
+    ({"other.so"}, [[]], 1, "ok")])                  # none left
+def test_a_process_left_in_a_shared_harness_is_judged_in_a_fresh_one(before, left, runs,
+                                                                     status):
+    """A process left in the sandbox after a job whose harness had run other candidates'
+    code could be the doing of a thread one of them left there: the job runs once more in a
+    fresh harness, and that run's outcome is its own (as a crash is retried, so that one
+    candidate cannot frame the next)."""
+    from workers.device_actor import _attributed
+    from workers.records import RunJob
+
+    box = _ScriptedBox(left, before)
+    res = _attributed(box, RunJob("k", "b", {"N": 1}, {"timing": {"timeout_s": 5}},
+                                  artifact="mine.so"))
+    assert (res.status, box.runs) == (status, runs), res
+    assert res.median_ms == float(runs)  # the last run's figures

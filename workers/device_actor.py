@@ -143,10 +143,7 @@ class DeviceActor:
         box, why, said = self._own(), "", 0
         for wait in (*SHORTAGE_RETRY_S, None):
             try:
-                res = RunOutcome.from_dict(box.run_retrying(replace(job, artifact=path),
-                                                            job.timeout_s))
-                # what its code left running: not beside the next job, and held against it
-                res = _left(res, box.end_leftovers())
+                res = _attributed(box, replace(job, artifact=path))
                 if res.status != Status.ERROR or isolation.HOST_WIDE not in res.error:
                     return res
                 if not isolation.host_files_short():
@@ -547,6 +544,23 @@ class DeviceActor:
         self.sandbox.close()
         zygote.close_idle()
 
+
+
+def _attributed(box: Sandbox, job: RunJob) -> RunOutcome:
+    """``job`` (its ``artifact`` a path on this node) run in ``box`` (workers.sandbox
+    ``run_retrying``), then what its code left running in the sandbox ended with the harness
+    and held against it (:func:`_left`): where another candidate's code had run in that
+    harness before, the job is run once more in a fresh one first, and that run's outcome is
+    its own (a thread an earlier candidate left in the harness could start a process during
+    an honest job and have it `escaped`, as a crash is retried so that one candidate cannot
+    frame the next). Raises what the sandbox raises."""
+    res = RunOutcome.from_dict(box.run_retrying(job, job.timeout_s))
+    alone = box.loaded <= {job.artifact}
+    left = box.end_leftovers()
+    if left and res.status == Status.OK and not alone:
+        res = RunOutcome.from_dict(box.run_retrying(job, job.timeout_s))
+        left = box.end_leftovers()
+    return _left(res, left)
 
 
 def _left(res: RunOutcome, pids: list[int]) -> RunOutcome:
