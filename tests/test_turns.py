@@ -471,3 +471,73 @@ def test_a_process_left_in_a_shared_harness_is_judged_in_a_fresh_one(before, lef
                                   artifact="mine.so"))
     assert (res.status, box.runs) == (status, runs), res
     assert res.median_ms == float(runs)  # the last run's figures
+
+
+def test_a_process_started_between_jobs_ends_its_harness_before_the_next(tmp_path,
+                                                                         monkeypatch):
+    """A process that joins the sandbox after a job ended (a red-team candidate's thread
+    forked one once its job was over: it ran beside the next candidate's job, and neither
+    row said so) ends the harness before the next job, which runs in a fresh one; without
+    such a process the harness is kept."""
+    import subprocess
+
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    _counted_by("cgroup", monkeypatch)
+    honest = PACK / "faults.cpp"
+    payload = pack_job(built(tmp_path, honest, {"MODE": 0}), honest, PACK / "ref.py",
+                       {"N": 4096}, ARGS)
+    box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    stray = None
+    try:
+        first = box.run_retrying(payload, 30)
+        pid1 = box.host_pid
+        kept = box.run_retrying(payload, 30)
+        pid2 = box.host_pid
+        stray = subprocess.Popen(["sleep", "600"])
+        with open(Path(box.counted.dirs[0]) / "cgroup.procs", "w") as f:
+            f.write(str(stray.pid))  # a process of the sandbox's now, started between jobs
+        assert stray.pid in box.left_running()
+        after = box.run_retrying(payload, 30)
+        pid3, restarts = box.host_pid, box.restarts
+    finally:
+        box.close()
+        if stray is not None:
+            stray.kill()
+            stray.wait()
+    assert [r["status"] for r in (first, kept, after)] == ["ok", "ok", "ok"]
+    assert pid1 == pid2 != pid3 and restarts == 1, (pid1, pid2, pid3, restarts)
+    assert stray.returncode is not None
+
+
+@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
+def test_processes_ref_py_started_in_the_first_job_are_not_held_against_it(
+        tmp_path, monkeypatch, counted):
+    """A ref.py whose import starts a lasting process (torch.compile's worker pool): the
+    job whose preparation started it is not `escaped` (it was there at the harness's first
+    "prepared"), and the harness still ends after it (the process is no harness's)."""
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    from workers.records import RunJob
+
+    _counted_by(counted, monkeypatch)
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    ref = tmp_path / "wref" / "ref.py"
+    ref.parent.mkdir()
+    ref.write_text((PACK / "ref.py").read_text() + (
+        "\nimport subprocess as _sp\n_WORKER = _sp.Popen(['sleep', '600'])\n"))
+    honest = PACK / "faults.cpp"
+    art = Path(built(tmp_path, honest, {"MODE": 0}))
+    payload = pack_job(str(art), honest, ref, {"N": 4096}, ARGS)
+    common = {k: v for k, v in payload.items() if k not in ("artifact", "dims", "job_key")}
+    actor = DeviceActor("cpu", spares=0)
+    try:
+        outs = [actor.run(RunJob(f"k{i}", art.parent.name, {"N": 4096}, common),
+                          art.read_bytes()) for i in range(2)]
+        restarts = actor.stats()["restarts"]
+    finally:
+        actor.shutdown()
+    assert [o.status for o in outs] == ["ok", "ok"], outs
+    assert restarts == 2  # the process is no harness's: each job's harness ended after it

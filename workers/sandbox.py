@@ -98,9 +98,11 @@ class Sandbox:
         self.turn_ms: list[float] = []
         self.taking: witness.Taking | None = None  # the last job's witness turns, if a plan
         self.infra: set[int] = set()  # the sandbox's own processes but the harness
-        # its processes when the last job's harness said "prepared" (before the job's
-        # candidate code loaded; None: it did not say so): :meth:`end_leftovers`
+        # the processes :meth:`end_leftovers` does not hold against the last job's code:
+        # :attr:`first_before` once that job's harness said "prepared" (None: it did not)
         self.before_code: set[int] | None = None
+        # its processes at the running harness's first "prepared" (:meth:`_prepared`)
+        self.first_before: set[int] | None = None
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -262,6 +264,7 @@ class Sandbox:
         # the sandbox's own processes, known now that its cgroup is (no candidate code has
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
+        self.first_before = None
         return True
 
     def _hello(self) -> None:
@@ -293,6 +296,7 @@ class Sandbox:
         # the sandbox's own processes (its PID namespace's first, the zygote's child), known
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
+        self.first_before = None
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -341,6 +345,7 @@ class Sandbox:
         prepared by ``plan`` while the sandbox is held (:meth:`_witness`) and ended by the
         harness's "witnessed" (:meth:`_witnessed`); what was seen is in :attr:`taking`.
         """
+        self.end_strays()
         if not self.running:
             try:
                 self.start()
@@ -559,10 +564,31 @@ class Sandbox:
 
     def _prepared(self, before: bool) -> bool:
         """A job's "prepared" message (its candidate code loads after it): the first of the
-        job (``before`` False) keeps this sandbox's processes now (:attr:`before_code`).
-        Returns True (the job is prepared)."""
+        job (``before`` False) sets :attr:`before_code` to this sandbox's processes at the
+        running harness's first such message (:attr:`first_before`: ref.py's own, before
+        any candidate's code loaded there), not at this one: a process a candidate's
+        thread started between jobs, or while this job's inputs were made, is no process
+        of ref.py's (a red-team review had one pass so). Returns True (the job is
+        prepared)."""
         if not before:
-            self.before_code = self.members()
+            if self.first_before is None:
+                self.first_before = self.members()
+            self.before_code = self.first_before
+        return True
+
+    def end_strays(self) -> bool:
+        """Before a job: end the running harness (the job starts a fresh one) where its
+        sandbox holds processes that were not there at its first "prepared"
+        (:attr:`first_before`) and are not its own (:meth:`left_running`): started between
+        jobs by a thread a candidate's code left there (a red-team candidate's child, forked
+        once its job was over, ran beside the next candidate's job). Whether it did. Never
+        raises."""
+        if not self.running:
+            return False
+        if not [p for p in self.left_running() if p not in (self.first_before or set())]:
+            return False
+        self.kill()
+        self.restarts += 1
         return True
 
     def _go(self) -> None:
@@ -662,10 +688,10 @@ class Sandbox:
         """End the harness (the next job starts a fresh one) where the last job's code left
         processes running in its sandbox (:meth:`left_running`), so that they cannot slow
         the next candidate's job (a red-team helper's spinning children made the next
-        honest job 2.6x slower, both `ok`). Returns those of them that were not there when
-        the last job's harness said "prepared" (:attr:`before_code`: started once its
-        candidate code could run, which the device actor holds against that candidate), []
-        where none was left or that is not known. Never raises."""
+        honest job 2.6x slower, both `ok`). Returns those of them that are not ref.py's
+        (:attr:`before_code`: not there at the harness's first "prepared"), which the device
+        actor holds against the last job's candidate (workers.device_actor ``_attributed``),
+        [] where none was left or that is not known. Never raises."""
         left = self.left_running()
         if not left:
             return []
