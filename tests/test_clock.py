@@ -948,3 +948,23 @@ def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():
     finally:
         torch.cuda.Event.elapsed_time = real
     assert rewritten(watch) == []
+
+
+def test_a_first_preparations_block_sizes_the_clock_by_its_draw_time(tmp_path):
+    """The preparations alone, first in a harness, draw its pool of input sets and time the
+    draw: the ``clock_sets`` they answer (how many calls a block may make each on a set of
+    its own, kopt.core.clock's cap) is bounded by that draw time
+    (workers.harness ``clock_sets``), not by the sets' bytes alone (it was read before the
+    draw once: an sgemm's blocks would have drawn 32 sets of 2048^2 inputs each)."""
+    from workers.harness import _set_bytes, clock_sets
+
+    h = Harness("cpu")
+    src = PACK / "faults.cpp"
+    j = job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+            {"x": ["N"], "buf": ["N"], "y": ["N"]})
+    res = h.run({**j, "clock_calls": 3, "clock_loads_only": True})
+    assert res["status"] == "ok", res
+    [d] = h.data.values()
+    assert d.draw_s > 0
+    assert res["clock_sets"] == clock_sets(_set_bytes(d), d.draw_s), (res, d.draw_s)
+    assert res["clock_sets"] < clock_sets(_set_bytes(d), 0.0)
