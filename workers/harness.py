@@ -1830,8 +1830,7 @@ class Harness:
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
         self.lap("prepare", t)  # with the artifact's load
         out = self._clocked(lib, job, d, n)  # (its draws time the sets: _sets_max reads it)
-        return {"calls": n, "inside_ms": out.pop("inside_ms"), "clock_sets": self._sets_max(d),
-                **out}
+        return {"calls": n, **out, "clock_sets": self._sets_max(d)}
 
     def _clocked(self, lib: Any, job: dict, d: Data, n: int) -> dict:
         """:meth:`clock`'s block of ``n`` calls of ``lib`` (None: the preparations alone)
