@@ -87,7 +87,9 @@ def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_pat
     connecting to a Unix socket of the host (a file on a read-only mount, as Ray's raylet
     socket and kopt's launch socket are; the system-call filter refuses it), and finding a
     block device of the host in /dev (as uid 0 it could write the disk under a mounted
-    file system; the sandbox's /dev has /dev/null in its place).
+    file system; the sandbox's /dev has /dev/null in its place), and opening a child's
+    ``/proc/PID/mem`` for writing (the sandbox's /proc is read-only: a red-team candidate
+    wrote a jump into a process ref.py had started so, past the filter's ``ptrace``).
     Sandboxed, every one is ``ok`` and the files are unchanged; unsandboxed all but the
     remount succeed (``wrong_result``; the setting only as root) and the files changed."""
     ref = tmp_path / "sweep" / "ref.py"
@@ -99,7 +101,7 @@ def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_pat
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(str(tmp_path / "s.sock"))
     unix.listen(8)
-    arts = {m: artifact(tmp_path, SRC, m, "escape.cpp") for m in (1, 2, 3, 4, 9, 11, 13)}
+    arts = {m: artifact(tmp_path, SRC, m, "escape.cpp") for m in (1, 2, 3, 4, 9, 11, 13, 35)}
     assert any(p.is_block_device() for p in Path("/dev").iterdir())  # a disk to find
     env = {"KOPT_ATTACK_PORT": str(listener.getsockname()[1]),
            "KOPT_DRIVER_PID": str(os.getpid()), "KOPT_ATTACK_UNIX": str(tmp_path / "s.sock")}
@@ -113,7 +115,7 @@ def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_pat
             sb.close()
     sb = _sandbox(isolated, env)
     try:
-        for m in (2, 3, 4, 9, 11, 13):
+        for m in (2, 3, 4, 9, 11, 13, 35):
             got[m] = sb.run(job(arts[m], SRC, ref), timeout_s=30)["status"]
         assert sb.info["isolation"] == (ISOLATED.kind if isolated else "none")
     finally:
@@ -123,13 +125,13 @@ def test_a_candidate_reaches_no_file_port_or_process_outside_its_sandbox(tmp_pat
     after = {p: open(p, "rb").read() for p in before}
     if isolated:
         assert got == {str(ref): "ok", arts[1]: "ok", 2: "ok", 3: "ok", 4: "ok", 9: "ok",
-                       11: "ok", 13: "ok"}
+                       11: "ok", 13: "ok", 35: "ok"}
         assert after == before
     else:
-        assert {k: got[k] for k in (str(ref), arts[1], 2, 3, 9, 11, 13)} == {
+        assert {k: got[k] for k in (str(ref), arts[1], 2, 3, 9, 11, 13, 35)} == {
             str(ref): "wrong_result", arts[1]: "wrong_result", 2: "wrong_result",
             3: "wrong_result", 9: "wrong_result" if os.geteuid() == 0 else "ok",
-            11: "wrong_result", 13: "wrong_result"}
+            11: "wrong_result", 13: "wrong_result", 35: "wrong_result"}
         assert all(after[p].endswith(b"# changed\n") for p in after)
 
 

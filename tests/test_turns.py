@@ -516,7 +516,7 @@ def test_processes_ref_py_started_in_the_first_job_are_not_held_against_it(
         tmp_path, monkeypatch, counted):
     """A ref.py whose import starts a lasting process (torch.compile's worker pool): the
     job whose preparation started it is not `escaped` (it was there at the harness's first
-    "prepared"), and the harness still ends after it (the process is no harness's)."""
+    "prepared"), and the harness is kept (the sandbox counted it as its own then)."""
     from test_faults import artifact as built
     from test_faults import job as pack_job
 
@@ -540,4 +540,71 @@ def test_processes_ref_py_started_in_the_first_job_are_not_held_against_it(
     finally:
         actor.shutdown()
     assert [o.status for o in outs] == ["ok", "ok"], outs
-    assert restarts == 2  # the process is no harness's: each job's harness ended after it
+    assert restarts == 0  # ref.py's process is the sandbox's own: no job ended its harness
+# a ref.py whose work starts a process of its own that stays (torch.compile's worker pool,
+# a multiprocessing pool): the fault pack's, plus one such process started at its import
+WORKER_REF = ("\nimport subprocess as _sp\nimport sys as _sys\n"
+              "_WORKER = _sp.Popen([_sys.executable, '-c', 'import time; time.sleep(600)'])\n")
+
+
+def worker_ref(tmp_path: Path) -> Path:
+    """A copy of the fault pack's ref.py that starts a lasting process when imported."""
+    ref = tmp_path / "wref" / "ref.py"
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text((PACK / "ref.py").read_text() + WORKER_REF)
+    return ref
+
+
+@pytest.mark.parametrize("counted", ["cgroup", "namespace"])
+def test_processes_ref_py_started_are_not_a_candidates_leftovers(tmp_path, monkeypatch,
+                                                                 counted):
+    """A ref.py whose work starts processes that stay (torch.compile's worker pool) made
+    every job's harness end after it, as if the candidate had left them running. They
+    start before any candidate code loads (the harness's first "prepared" waits for the
+    sandbox to count them: workers.harness ``Harness.prepared``): honest jobs keep their
+    harness, ref.py's process lives on with it and ends with it, and a candidate that does
+    leave one (tests/fixtures/faultpack/leaver.cpp) still ends it."""
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    _counted_by(counted, monkeypatch)
+    ref, honest, leaver = worker_ref(tmp_path), PACK / "faults.cpp", PACK / "leaver.cpp"
+    box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        box.start()
+        first, infra0 = box.host_pid, set(box.infra)
+        answers, kept = [], []
+        for mode in (0, 0):
+            answers.append(box.run_retrying(pack_job(
+                built(tmp_path, honest, {"MODE": mode}), honest, ref, {"N": 4096}, ARGS), 30))
+            kept.append(not box.end_leftovers() and box.host_pid == first)
+        workers = box.infra - infra0
+        alive_with_it = [hold.alive(p) for p in workers]
+        left = box.run_retrying(pack_job(built(tmp_path, leaver, {"LEADER_EXITS": 0}),
+                                         leaver, ref, {"N": 4096}, ARGS), 30)
+        ended = box.end_leftovers()
+    finally:
+        box.close()
+    assert [a["status"] for a in answers] == ["ok", "ok"], answers
+    assert kept == [True, True] and len(workers) == 1 and alive_with_it == [True], (
+        kept, workers, alive_with_it)
+    assert left["status"] == "ok" and ended
+    assert not any(hold.alive(p) for p in workers), workers
+
+
+def test_a_contest_with_a_ref_py_that_starts_processes_names_no_one_escaped(tmp_path,
+                                                                            monkeypatch):
+    """Two honest contenders of a ref.py whose import starts a lasting process, each in a
+    harness of its own: each sandbox holds that process before the rival's turns, and
+    neither is `escaped` (both were before the harness's first "prepared" waited for the
+    sandbox to count ref.py's processes)."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    ref = worker_ref(tmp_path)
+    jobs = []
+    for key in ("one", "two"):
+        art = artifact(tmp_path / key, PACK / "faults.cpp", {"MODE": 0})
+        jobs.append({**job(art, PACK / "faults.cpp", ref, {"N": 4096}, ARGS, job_key=key),
+                     "build_id": Path(art).parent.name})
+    answers = in_turns([Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in range(2)], jobs)
+    res = turns.combined(jobs, answers)
+    assert res["status"] == "ok" and not res.get("failed"), res

@@ -453,6 +453,7 @@ class Harness:
         self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
+        self.told_prepared = False  # :meth:`prepared`'s first message sent
         self.parts: dict[str, float] = {}  # :meth:`lap`'s (never a verdict: see there)
         # a clock job's start: returns once the sandbox says "go" (its outside clock started
         # before it sent that); in-process use (tests) has no sandbox to wait for
@@ -1084,6 +1085,22 @@ class Harness:
         self._cut = (now, need)  # what the too_slow line states (:meth:`slow_text`)
         return False
 
+    def prepared(self) -> None:
+        """Tell the sandbox a job's input sets and reference outputs are made
+        (``{"stage": "prepared"}``), before any of its candidate code loads. The first such
+        message of this process (``"first": True``), sent before it ever loaded a
+        candidate's code, waits for the sandbox's "go" (:attr:`await_go`): the sandbox counts
+        the processes its sandbox holds by then as its own (workers.sandbox ``infra``), so
+        that those ref.py's work started (torch.compile's worker pool, a multiprocessing
+        pool) are not taken for what a candidate left running (which ends the harness after
+        each job, and makes a contender ``escaped``)."""
+        if self.told_prepared:
+            self.progress({"stage": "prepared"})
+            return
+        self.told_prepared = True
+        self.progress({"stage": "prepared", "first": True})
+        self.await_go()
+
     def lap(self, part: str, t0: float) -> float:
         """The wall time since ``t0`` (``time.perf_counter``, s) added to ``part`` of this
         job's :attr:`parts` (ms); returns the time now. A figure of the harness's process,
@@ -1435,7 +1452,7 @@ class Harness:
         entries, t = job["contest"], time.perf_counter()
         d, wb = self._contest_data(job, entries[0])
         t = self.lap("prepare", t)
-        self.progress({"stage": "prepared"})
+        self.prepared()
         if job.get("turns"):  # its code loads, is checked and warms up in a turn of its own
             self.progress({"stage": "turn"})
             self.await_go()
@@ -1825,7 +1842,7 @@ class Harness:
         (kopt.core.clock)."""
         t = time.perf_counter()
         d = self.prepare(job)
-        self.progress({"stage": "prepared"})
+        self.prepared()
         n, calls = int(job["clock_calls"]), not job.get("clock_loads_only")
         lib = self.lib(job["artifact"], job["signature"]) if calls else None
         self.lap("prepare", t)  # with the artifact's load
@@ -2160,7 +2177,7 @@ class Harness:
         d = self.prepare(job, reference=not job.get("no_reference"), probe=bool(job.get(PROBE)))
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self._drawn = 0
-        self.progress({"stage": "prepared"})
+        self.prepared()
         if job.get("prepare_only"):
             return {"status": "ok", "error": "", "notes": d.notes,
                     "outputs": {n: list(t.shape) for n, t in d.bufs[0].outputs.items()}}
@@ -2255,7 +2272,7 @@ class Harness:
         raises or returns no tensor per output."""
         d = self.prepare(job)
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
-        self.progress({"stage": "prepared"})
+        self.prepared()
         mod = self.ref_module(job["reference"])
         impl = "contender" if callable(getattr(mod, "contender", None)) else "reference"
         self.progress({"stage": "timing_ref", "impl": impl})  # names it if the process dies

@@ -103,6 +103,7 @@ class Sandbox:
         self.before_code: set[int] | None = None
         # its processes at the running harness's first "prepared" (:meth:`_prepared`)
         self.first_before: set[int] | None = None
+        self.told_go_prepared = False  # the running harness's first "prepared" answered
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -265,6 +266,7 @@ class Sandbox:
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
         self.first_before = None
+        self.told_go_prepared = False
         return True
 
     def _hello(self) -> None:
@@ -297,6 +299,7 @@ class Sandbox:
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
         self.first_before = None
+        self.told_go_prepared = False
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -399,7 +402,7 @@ class Sandbox:
             # progress messages too
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
-                base, prepared = time.perf_counter(), self._prepared(prepared)
+                base, prepared = time.perf_counter(), self._prepared(prepared, res)
             if res.get("stage") in ("turn", "witness"):  # a rival's sample is not its time
                 waited, turn_at = self._turn(turn, turn_at, res)
                 deadline, limit, base = deadline + waited, limit + waited, base + waited
@@ -562,14 +565,25 @@ class Sandbox:
             return
         self._go()
 
-    def _prepared(self, before: bool) -> bool:
-        """A job's "prepared" message (its candidate code loads after it): the first of the
-        job (``before`` False) sets :attr:`before_code` to this sandbox's processes at the
-        running harness's first such message (:attr:`first_before`: ref.py's own, before
-        any candidate's code loaded there), not at this one: a process a candidate's
-        thread started between jobs, or while this job's inputs were made, is no process
-        of ref.py's (a red-team review had one pass so). Returns True (the job is
-        prepared)."""
+    def _prepared(self, before: bool, msg: dict[str, Any]) -> bool:
+        """A job's "prepared" message ``msg`` (its candidate code loads after it). The
+        running harness's first (workers.harness ``Harness.prepared``: ``first``, sent
+        before it ever loaded a candidate's code, and waiting for "go"): the processes this
+        sandbox holds then besides its harness (:attr:`first_before`: ref.py's work started
+        them, e.g. torch.compile's worker pool) join :attr:`infra`, then "go"; once per
+        harness (candidate code can write messages too: a later ``first`` gets neither).
+        Such processes cannot be taken over by candidate code: the filter stops ``ptrace``
+        and ``process_vm_writev`` (workers.seccomp) and the jail's ``/proc`` is read-only
+        (workers.jail), so ``/proc/PID/mem`` opens for reading only. The first of the job
+        (``before`` False) sets :attr:`before_code` to :attr:`first_before`, not to the
+        processes at this message: one a candidate's thread started between jobs, or while
+        this job's inputs were made, is no process of ref.py's (a red-team review had one
+        pass so). Returns True (the job is prepared)."""
+        if msg.get("first") and not self.told_go_prepared:
+            self.told_go_prepared = True
+            self.first_before = self.members()
+            self.infra |= self.first_before - {self.host_pid or 0}
+            self._go()
         if not before:
             if self.first_before is None:
                 self.first_before = self.members()
