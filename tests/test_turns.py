@@ -471,6 +471,9 @@ def test_a_process_left_in_a_shared_harness_is_judged_in_a_fresh_one(before, lef
                                   artifact="mine.so"))
     assert (res.status, box.runs) == (status, runs), res
     assert res.median_ms == float(runs)  # the last run's figures
+    # the row says why it ran twice where the second run stands
+    assert ("run again in a fresh harness: 1 process(es)" in res.error) == (
+        status == "ok" and runs == 2), res.error
 
 
 def test_a_process_started_between_jobs_ends_its_harness_before_the_next(tmp_path,

@@ -558,8 +558,14 @@ def _attributed(box: Sandbox, job: RunJob) -> RunOutcome:
     alone = box.loaded <= {job.artifact}
     left = box.end_leftovers()
     if left and res.status == Status.OK and not alone:
+        first = left
         res = RunOutcome.from_dict(box.run_retrying(job, job.timeout_s))
         left = box.end_leftovers()
+        if not left:  # the row says why it ran twice, as a crash's retry does
+            res = replace(res, error="; ".join(x for x in (res.error, (
+                f"run again in a fresh harness: {len(first)} process(es) were left running "
+                "in its sandbox after its first run, in a harness that had run other "
+                "candidates' code")) if x))
     return _left(res, left)
 
 
