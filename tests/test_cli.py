@@ -51,6 +51,29 @@ def test_query_and_best_on_a_store(tmp_path):
     assert r.exit_code == 2 and "no store at" in r.output
 
 
+def test_best_never_cuts_a_method_id_in_two(tmp_path):
+    """A narrow table folds its cells; a method id is one word, and ``kopt best`` showed
+    ``compute.ilp_unro`` / ``ll`` on two lines (a new user's trial): the methods column
+    holds one method a line and is as wide as the longest."""
+    w = Writer(tmp_path, "demo", "r1")
+    w.add("runs", [{"run_id": "r1", "sweep": "demo", "event": "finished"}])
+    params = json.dumps({f"PARAM_{i}": 16384 for i in range(12)})
+    w.add("candidates", [{"run_id": "r1", "sweep": "demo", "job_key": "a", "candidate_id": "a",
+                          "is_baseline": False, "status": "ok", "median_ms": 2.0,
+                          "dims": json.dumps({"N": 2097152, "M": 4096, "K": 4096}),
+                          "device_class": "cpu-x86_64-a-long-device-class", "params": params,
+                          "iteration": 1, "compute_method": "compute.ilp_unroll",
+                          "memory_method": "memory.vectorized_access",
+                          "latency_method": "latency.launch_overhead"}])
+    w.flush()
+    r = CliRunner().invoke(main, ["best", "demo", "--store", str(tmp_path)],
+                           env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    cells = [c.strip() for line in r.output.splitlines() for c in line.split("│")]
+    assert {"compute.ilp_unroll", "+ memory.vectorized_access",
+            "+ latency.launch_overhead"} <= set(cells), r.output
+
+
 def test_preflight_compile_checks_cuda_without_a_gpu():
     import shutil
 

@@ -447,13 +447,15 @@ def of_peak_text(pct: Any) -> str:
 
 
 def methods_text(r: dict[str, Any]) -> str:
-    """The candidate's methods: those carried from earlier iterations' winners (``carried``,
-    a JSON list, when the row has it) and its own triple."""
+    """The candidate's methods, one per line (``a\n+ b``: a table's methods column, made
+    ``no_wrap``, is then as wide as its longest method id, never one cut in two): those
+    carried from earlier iterations' winners (``carried``, a JSON list, when the row has it)
+    and its own triple."""
     from kopt.store.files import stored_json
 
     ms = stored_json(r.get("carried"), "carried", list) + [
         r.get(k) for k in ("compute_method", "memory_method", "latency_method")]
-    return escape(" + ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
+    return escape("\n+ ".join(dict.fromkeys(m for m in ms if m)) or "(no method)")
 
 
 def print_table(t: Table, empty: str) -> None:

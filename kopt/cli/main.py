@@ -351,7 +351,7 @@ def _show_sweep(summary: Any, sw: Any, root: Path, top_k: int, obs: Any,
                     "iteration winners re-measured together); " + REF_NOTE)
     for c in ("device class", "dims", "it", "methods", "params", "median ms", "IQR ms",
               "speedup", "side by side ms", "vs first baseline", "vs reference", "rate"):
-        t.add_column(c, overflow="fold")
+        t.add_column(c, overflow="fold", no_wrap=c == "methods")  # methods_text: one a line
     for r in rows:
         t.add_row(cell(r["device_class"]), kv_text(r["dims"]), str(r["iteration"]),
                   ("* " if r["named"] else "") + methods_text(r)
@@ -630,7 +630,7 @@ def best(sweep_name: str, store: Path | None, run_id: str | None, fmt: str) -> N
     t = Table(title=escape(f"best of {sweep_name} (run {rows[0]['run_id']})"))
     for c in ("device class", "dims", "methods", "params", "median ms", "IQR ms", "speedup",
               "loop speedup", "vs reference", "rate", "max abs / rel err"):
-        t.add_column(c, overflow="fold")
+        t.add_column(c, overflow="fold", no_wrap=c == "methods")  # methods_text: one a line
     for r in rows:
         t.add_row(cell(r["device_class"]), kv_text(r["dims"]), methods_text(r),
                   kv_text(r["params"]), cell(r["median_ms"]),
