@@ -606,7 +606,8 @@ def test_a_harness_stopped_by_the_last_candidate_is_not_the_next_ones_hang(tmp_p
         sb.close()
     assert got["status"] == "ok", got
     assert got["error"].startswith("retried in a fresh harness: the first run crashed "
-                                   "(the harness was stopped (SIGSTOP"), got
+                                   "(the harness, or a process of its sandbox that "
+                                   "ref.py started, was stopped (SIGSTOP"), got
 
 
 def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path):

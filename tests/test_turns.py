@@ -1,5 +1,6 @@
 """A contest's contenders each in a harness of its own, taking turns (workers.turns)."""
 
+import os
 import platform
 from pathlib import Path
 
@@ -550,11 +551,12 @@ WORKER_REF = ("\nimport subprocess as _sp\nimport sys as _sys\n"
               "_WORKER = _sp.Popen([_sys.executable, '-c', 'import time; time.sleep(600)'])\n")
 
 
-def worker_ref(tmp_path: Path) -> Path:
-    """A copy of the fault pack's ref.py that starts a lasting process when imported."""
+def worker_ref(tmp_path: Path, extra: str = WORKER_REF) -> Path:
+    """A copy of the fault pack's ref.py with ``extra`` added: by default, it starts a
+    lasting process when imported."""
     ref = tmp_path / "wref" / "ref.py"
     ref.parent.mkdir(parents=True, exist_ok=True)
-    ref.write_text((PACK / "ref.py").read_text() + WORKER_REF)
+    ref.write_text((PACK / "ref.py").read_text() + extra)
     return ref
 
 
@@ -593,6 +595,58 @@ def test_processes_ref_py_started_are_not_a_candidates_leftovers(tmp_path, monke
         kept, workers, alive_with_it)
     assert left["status"] == "ok" and ended
     assert not any(hold.alive(p) for p in workers), workers
+
+
+@pytest.mark.parametrize("when", ["between", "during"])
+def test_a_stopped_process_of_ref_py_ends_the_harness_not_the_next_job(tmp_path, monkeypatch,
+                                                                      when):
+    """ref.py's processes live with the harness (they are the sandbox's own) and candidate
+    code can stop one (SIGSTOP): a red-team candidate stopped ref.py's multiprocessing pool
+    worker, and the next honest job's reference() waited on it until the preparation's time
+    limit (600 s in a sweep). Stopped between jobs, the harness ends before the next job
+    (Sandbox.end_strays); stopped while a job waits on it, the job ends at once,
+    ``crashed``, and is run again in a fresh harness: ``ok``, well within the limit."""
+    import signal
+    import time
+
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    _counted_by("cgroup", monkeypatch)
+    ref = worker_ref(tmp_path, POOL_REF)
+    honest = PACK / "faults.cpp"
+    art = built(tmp_path, honest, {"MODE": 0})
+    box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        first = box.run_retrying(pack_job(art, honest, ref, {"N": 4096}, ARGS), 30)
+        pool = sorted(box.infra - {p for p in box.infra if not _is_pool_worker(p, box)})
+        for p in pool:
+            os.kill(p, signal.SIGSTOP)
+        stop_by = time.perf_counter() + 30  # a signal lands when its process next runs
+        while any(hold.state(p) != "T" for p in pool) and time.perf_counter() < stop_by:
+            time.sleep(0.01)
+        if when == "during":
+            box.end_strays = lambda: False  # as if it was stopped once the job began
+        t0 = time.perf_counter()
+        second = box.run_retrying(pack_job(art, honest, ref, {"N": 2048}, ARGS), 30)
+        took = time.perf_counter() - t0
+    finally:
+        box.close()
+    assert first["status"] == "ok" and len(pool) == 1, (first, pool)
+    assert second["status"] == "ok" and took < 25, (second, took)
+    assert ("retried in a fresh harness: the first run crashed" in second["error"]) == (
+        when == "during"), second
+
+
+def _is_pool_worker(pid: int, box: Sandbox) -> bool:
+    """Whether ``pid`` is a child of ``box``'s harness (the pool's worker, forked)."""
+    return hold.parent(pid) == box.host_pid
+
+
+# a ref.py whose reference() waits on a multiprocessing pool started at its import
+POOL_REF = ("\nimport multiprocessing as _mp\n_POOL = _mp.get_context('fork').Pool(1)\n"
+            "_ref0 = reference\n\n\ndef reference(*args, **kw):\n"
+            "    assert _POOL.apply(int, (7,)) == 7\n    return _ref0(*args, **kw)\n")
 
 
 def test_a_contest_with_a_ref_py_that_starts_processes_names_no_one_escaped(tmp_path,

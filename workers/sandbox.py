@@ -595,15 +595,24 @@ class Sandbox:
         sandbox holds processes that were not there at its first "prepared"
         (:attr:`first_before`) and are not its own (:meth:`left_running`): started between
         jobs by a thread a candidate's code left there (a red-team candidate's child, forked
-        once its job was over, ran beside the next candidate's job). Whether it did. Never
-        raises."""
+        once its job was over, ran beside the next candidate's job); or where a process of
+        its own was stopped (:meth:`_own_stopped`). Whether it did. Never raises."""
         if not self.running:
             return False
-        if not [p for p in self.left_running() if p not in (self.first_before or set())]:
+        if not [p for p in self.left_running() if p not in (self.first_before or set())] \
+                and not self._own_stopped():
             return False
         self.kill()
         self.restarts += 1
         return True
+
+    def _own_stopped(self) -> bool:
+        """Whether a process of this sandbox's own besides its harness (:attr:`infra`:
+        those ref.py's work started among them) is stopped (state "T" or "t"): only a
+        candidate's code stops one outside a hold (a red-team candidate stopped ref.py's
+        multiprocessing pool worker with SIGSTOP, and the next honest job's reference()
+        waited on it until the preparation's time limit). Never raises."""
+        return any(hold.state(p) in ("T", "t") for p in self.infra - {self.host_pid or 0})
 
     def _go(self) -> None:
         """Send the harness a clock job's (or a contest's turn's) "go"."""
@@ -798,18 +807,19 @@ class Sandbox:
 
     def _wait(self, deadline: float) -> bool | None:
         """Wait for the harness's next message until ``deadline`` (``time.perf_counter``):
-        True when one came, False at the deadline, None as soon as the harness is found
-        stopped (looked at every :data:`STOP_CHECK_S`): a stopped process never answers,
-        and code a candidate left in it can stop it (``kill(getpid(), SIGSTOP)`` from a
-        thread, or a timer's SIGSTOP) while the next job runs; red-team round 9 had that
-        job, or its ref.py, called a hang. Raises OSError where the pipe fails."""
+        True when one came, False at the deadline, None as soon as the harness, or a
+        process of the sandbox's own (:meth:`_own_stopped`: one ref.py's work waits on), is
+        found stopped (looked at every :data:`STOP_CHECK_S`): a stopped process never
+        answers, and code a candidate left in it can stop it (``kill(getpid(), SIGSTOP)``
+        from a thread, or a timer's SIGSTOP) while the next job runs; red-team round 9 had
+        that job, or its ref.py, called a hang. Raises OSError where the pipe fails."""
         while True:
             left = deadline - time.perf_counter()
             if left <= 0:
                 return False
             if self.r.poll(min(left, STOP_CHECK_S)):
                 return True
-            if hold.state(self.host_pid) == "T":
+            if hold.state(self.host_pid) == "T" or self._own_stopped():
                 return None
 
     def _stopped(self) -> dict[str, Any]:
@@ -818,8 +828,8 @@ class Sandbox:
         self.kill()
         self.restarts += 1
         return {"status": Status.CRASHED, "error": (
-            "the harness was stopped (SIGSTOP: code a candidate left there can send it) and "
-            "would not answer; killed")}
+            "the harness, or a process of its sandbox that ref.py started, was stopped "
+            "(SIGSTOP: code a candidate left there can send it) and would not answer; killed")}
 
     def _timed_out(self, job: RunJob | dict[str, Any], prepared: bool, waited_s: float
                    ) -> dict[str, Any]:
