@@ -6,12 +6,15 @@ kopt does not run as root; workers.isolation builds that command line). As the n
 process 1 it:
 
 1. makes every mount private (nothing mounted here reaches the host);
-2. mounts a fresh ``/proc``, read-only (only the sandbox's own processes are visible in
-   it; no ``/proc/PID/mem`` opens for writing there, the way around the filter's ``ptrace``
-   and ``process_vm_writev`` into another process of the sandbox: a red-team candidate
-   wrote a jump into a process ref.py had started; ``sys``, ``sysrq-trigger``, ``irq``,
-   ``bus`` and ``fs`` bound read-only again: :data:`PROC_READ_ONLY`) and a fresh tmpfs on
-   ``/dev/shm`` (no shared memory of the host's to read or plant);
+2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it; its
+   ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs`` read-only: :data:`PROC_READ_ONLY`;
+   all of it read-only with ``--no-gpu``, a CPU device's sandbox: no ``/proc/PID/mem``
+   opens for writing there, the way around the filter's ``ptrace`` and
+   ``process_vm_writev`` into another process of the sandbox, as a red-team candidate wrote
+   a jump into a process ref.py had started; not with the GPU: CUDA's initialization
+   failed so on an H100 host, "cudaGetDeviceCount() Error 304: OS call failed", under ncu
+   and in a harness started before Ray) and a fresh tmpfs on ``/dev/shm`` (no shared memory
+   of the host's to read or plant);
 3. binds ``/dev/null`` over every device node but a few and the GPU's (:data:`DEV_KEPT`,
    :func:`_kept_device`; the GPU's too with ``--no-gpu``, for a CPU device), and mounts a
    tmpfs of :func:`scratch_bytes` on ``SCRATCH`` (a folder the caller made and removes;
@@ -167,7 +170,7 @@ def set_up(scratch: str, keep: tuple[str, ...] = (), gpu: bool = True) -> None:
     are left writable as they were (workers.isolation ``KOPT_SANDBOX_WRITABLE``); the GPU's
     device nodes masked too without ``gpu`` (:func:`_kept_device`). Raises SetupError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | (0 if gpu else MS_RDONLY))
     for path in PROC_READ_ONLY:  # the kernel's settings: owned by uid 0, which we still are
         if os.path.exists(path):
             _mount(path, path, None, MS_BIND | MS_REC)

@@ -573,8 +573,11 @@ class Sandbox:
         them, e.g. torch.compile's worker pool) join :attr:`infra`, then "go"; once per
         harness (candidate code can write messages too: a later ``first`` gets neither).
         Such processes cannot be taken over by candidate code: the filter stops ``ptrace``
-        and ``process_vm_writev`` (workers.seccomp) and the jail's ``/proc`` is read-only
-        (workers.jail), so ``/proc/PID/mem`` opens for reading only. The first of the job
+        and ``process_vm_writev`` (workers.seccomp) and a CPU device's jail has its
+        ``/proc`` read-only (workers.jail), so ``/proc/PID/mem`` opens for reading only. A
+        GPU device's jail cannot (CUDA fails to start there so): its ref.py's processes stay
+        what a job left running, which ends the harness after each job (not held against
+        the job: :attr:`before_code`) and makes a contender ``escaped``. The first of the job
         (``before`` False) sets :attr:`before_code` to :attr:`first_before`, not to the
         processes at this message: one a candidate's thread started between jobs, or while
         this job's inputs were made, is no process of ref.py's (a red-team review had one
@@ -582,7 +585,8 @@ class Sandbox:
         if msg.get("first") and not self.told_go_prepared:
             self.told_go_prepared = True
             self.first_before = self.members()
-            self.infra |= self.first_before - {self.host_pid or 0}
+            if self.device == "cpu":  # its /proc read-only (workers.jail): a GPU's is not
+                self.infra |= self.first_before - {self.host_pid or 0}
             self._go()
         if not before:
             if self.first_before is None:
