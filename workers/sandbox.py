@@ -103,7 +103,6 @@ class Sandbox:
         self.before_code: set[int] | None = None
         # its processes at the running harness's first "prepared" (:meth:`_prepared`)
         self.first_before: set[int] | None = None
-        self.told_go_prepared = False  # the running harness's first "prepared" answered
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -266,7 +265,6 @@ class Sandbox:
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
         self.first_before = None
-        self.told_go_prepared = False
         return True
 
     def _hello(self) -> None:
@@ -299,7 +297,6 @@ class Sandbox:
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
         self.first_before = None
-        self.told_go_prepared = False
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -582,8 +579,7 @@ class Sandbox:
         processes at this message: one a candidate's thread started between jobs, or while
         this job's inputs were made, is no process of ref.py's (a red-team review had one
         pass so). Returns True (the job is prepared)."""
-        if msg.get("first") and not self.told_go_prepared:
-            self.told_go_prepared = True
+        if msg.get("first") and self.first_before is None:
             self.first_before = self.members()
             if self.device == "cpu":  # its /proc read-only (workers.jail): a GPU's is not
                 self.infra |= self.first_before - {self.host_pid or 0}
@@ -616,7 +612,7 @@ class Sandbox:
         candidate's code stops one outside a hold (a red-team candidate stopped ref.py's
         multiprocessing pool worker with SIGSTOP, and the next honest job's reference()
         waited on it until the preparation's time limit). Never raises."""
-        return any(hold.state(p) in ("T", "t") for p in self.infra - {self.host_pid or 0})
+        return any(hold.state(p) in ("T", "t") for p in self.infra)
 
     def _go(self) -> None:
         """Send the harness a clock job's (or a contest's turn's) "go"."""
