@@ -348,15 +348,18 @@ def test_a_contender_that_leaves_a_process_running_is_escaped_before_its_rivals_
 
 
 def _counted_by(how: str, monkeypatch) -> None:
-    """Sandboxes whose processes a cgroup counts (``"cgroup"``, where the host lends one:
-    asserted) or none does (``"namespace"``: their PID namespaces tell them)."""
+    """Sandboxes whose processes a cgroup counts (``"cgroup"``: skipped where the host lends
+    kopt none, as tests/test_isolation.py's cgroup tests are; an H100 host lent none,
+    docs/verified/2026-12-07-session52.md) or none does (``"namespace"``: their PID
+    namespaces tell them)."""
     from workers import cgroup
 
     if how == "namespace":
         monkeypatch.setattr(cgroup, "make", lambda: (None, "none made in this test"))
         return
     made, why = cgroup.make()
-    assert made is not None, f"this host lends kopt no cgroup: {why}"
+    if made is None:
+        pytest.skip(f"this host lends kopt no cgroup: {why}")
     made.remove()
 
 
