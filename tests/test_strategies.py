@@ -519,18 +519,18 @@ class Replays(ScriptedDevice):
         return super().call(i, method, *args, timeout=timeout)
 
 
-@pytest.mark.parametrize("case", ["load", "replayer", "twice", "starved", "framed"])
+@pytest.mark.parametrize("case", ["load", "replayer", "starved", "framed"])
 def test_a_contender_named_replayed_is_dropped_only_when_so_alone_too(tmp_path, case):
     """A contest that names a contender ``replayed`` runs it alone in a fresh harness
     first: cleared there (load made it look so once: an honest kernel was named so beside
     two test suites at once), it stays and the contest is run again; replayed alone too,
-    or named so again in company after being cleared alone, it is dropped. A ``timeout``
-    in company is judged alone the same way (``starved``: a rival's processes starved a
-    red-team's honest contender during the checks, which run in every sandbox at once), and
-    so is an ``error`` (``framed``: a red-team helper's processes used up the host's open
-    files, and its honest rival's load failed in company)."""
+    it is dropped. A ``timeout`` in company is judged alone the same way (``starved``: a
+    rival's processes starved a red-team's honest contender during the checks, which run in
+    every sandbox at once), and so is an ``error`` (``framed``: a red-team helper's
+    processes used up the host's open files, and its honest rival's load failed in
+    company)."""
     dev = {"load": Replays({1}), "replayer": Replays({1}, always=True),
-           "twice": Replays({1, 2}), "starved": Replays({1}, status="timeout"),
+           "starved": Replays({1}, status="timeout"),
            "framed": Replays({1}, status="error")}[case]
     faults = Faults()
     results, dropped, error = side_by_side(tmp_path, dev, faults)
@@ -543,5 +543,31 @@ def test_a_contender_named_replayed_is_dropped_only_when_so_alone_too(tmp_path, 
     else:
         assert dropped == {"b": "replayed: key2-b: all 8 calls on input values it had never "
                                 "seen"} and sorted(results) == ["a", "c"]
-        again = [] if case == "replayer" else [["ba", "bb", "bc"]]
-        assert dev.calls == first + again + [["ba", "bc"], ["ba", "bc"]]
+        assert dev.calls == first + [["ba", "bc"], ["ba", "bc"]]
+
+
+@pytest.mark.parametrize("status,company", [("replayed", {1, 2}), ("error", set(range(1, 9)))])
+def test_a_contender_named_so_in_company_again_is_judged_by_its_figures_alone(
+        tmp_path, status, company):
+    """Named ``replayed`` (or ``error``) in company again after it was cleared alone, a
+    contender is judged alone again: cleared there too, it keeps that solo contest's figures
+    (3 rounds) and the contest of that size goes on without it, a fault line saying so.
+    It was dropped on the second time (a red-team helper's processes used up the host's
+    open files in company every time, and its honest rival's load failed: dropped), while
+    one that replays only in company is held to what it does alone. ``error`` in company
+    at every contest: judged so at both sizes."""
+    dev, faults = Replays(company, status=status), Faults()
+    results, dropped, error = side_by_side(tmp_path, dev, faults)
+    assert error == "" and dropped == {} and sorted(results) == ["a", "b", "c"]
+    alone, both = [["fresh"], ["bb"]], ["ba", "bb", "bc"]
+    sizes = ["[16]", "[8]"] if status == "error" else ["[16]"]
+    size16 = [both, *alone, both, *alone, ["ba", "bc"]]
+    assert dev.calls == size16 + ([both, *alone, both, *alone, ["ba", "bc"]]
+                                  if status == "error" else [both])
+    for dims in ("[16]", "[8]"):
+        n = 3 if dims in sizes else 30  # SOLO_ROUNDS alone, CONTEST_ROUNDS in company
+        assert (results["b"][dims]["n_samples"], results["b"][dims]["median_ms"]) == (n, 2.0)
+        assert results["a"][dims]["n_samples"] == results["c"][dims]["n_samples"] == 30
+    assert faults.seen == [f"contest on cpu-a: candidate b was named {status} in company again "
+                           "and passed alone again; judged by its figures alone (3 rounds), the "
+                           f"contest of size {d} goes on without it" for d in sizes]

@@ -3,7 +3,7 @@
 A contest (workers.harness ``contest``) once loaded every contender into one harness
 process. Code one contender left there could reach its rivals: a red-team framer's thread
 wrote a jump over each rival's ``solve`` to a wrapper slow on new input values (the rival
-named ``replayed``, in company and again in company after it was cleared alone: dropped),
+named ``replayed``, in company and again in company after it was cleared alone: dropped then),
 or padded every rival call (the rival 2.5x slower side by side, nothing named).
 
 Here each contender runs in a sandbox of its own (workers.sandbox: its own process, PID

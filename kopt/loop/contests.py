@@ -62,7 +62,10 @@ class SideBySide:
     run alone to find it. A dropped contender's measurements of other sizes are dropped
     too (it must be correct on all of them). With ``clock`` (the loop's closing), each
     contender of a contest that passed is then re-checked and re-timed by a clock outside
-    its process (:meth:`_clock`); one that fails that is dropped the same way.
+    its process (:meth:`_clock`); one that fails that is dropped the same way. A contender
+    named ``replayed``, ``crashed``, ``timeout`` or ``error`` in company is judged alone
+    (:meth:`_judged_alone`); named so in company again, it is judged by its figures alone
+    and leaves the company of that size (:attr:`settled`).
     """
 
     def __init__(self, ctx: RunContext, device: int, dc: str, by_cand: ByCand,
@@ -76,8 +79,12 @@ class SideBySide:
         self.alone: dict[tuple[str, str], dict[str, Any]] = {}
         self.alive = list(by_cand)
         # (candidate, dims) named `replayed`, `crashed`, `timeout` or `error` in a contest and
-        # cleared in a contest of its own: named so again, it is dropped (:meth:`_judged_alone`)
+        # cleared in a contest of its own: named so again, it is judged alone again
+        # (:meth:`_judged_alone`)
         self.replay_cleared: set[tuple[str, str]] = set()
+        # (candidate, dims) named so in company again and cleared alone again: its figures
+        # are its solo contest's, and the contests of that size go on without it
+        self.settled: set[tuple[str, str]] = set()
         self.results: Results = {}
         self.dropped: dict[str, str] = {}
 
@@ -158,7 +165,8 @@ class SideBySide:
     def _size(self, dims: str) -> str:
         """Contest one problem size until it passes; returns an error that stops it all."""
         while self.alive:
-            cids = [c for c in self.alive if dims in self.by_cand[c]]
+            cids = [c for c in self.alive
+                    if dims in self.by_cand[c] and (c, dims) not in self.settled]
             if not cids:
                 return ""
             res = self._contest(cids, dims, CONTEST_ROUNDS)
@@ -313,19 +321,21 @@ class SideBySide:
         """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``,
         ``crashed``, ``timeout`` or ``error`` (``why``) and that fail again in a contest of
         their own (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the
-        verdict needs),
-        or that were cleared so once already; returns them and an error when the device
-        failed. One cleared alone stays, and the contest is run again, as a job named so is
-        run again (workers.sandbox ``run_retrying``): load that lands on a contender's calls
-        on new sets more than on its samples (seen beside two test suites at once) can make
-        an honest one look ``replayed`` once. Every contender of a contest runs in a harness
-        of its own (workers.turns): a rival's code cannot rewrite it or run while it is
-        timed, as a red-team framer's thread did when contenders shared one harness."""
+        verdict needs); returns them and an error when the device failed. One cleared alone
+        stays, and the contest is run again, as a job named so is run again
+        (workers.sandbox ``run_retrying``): load that lands on a contender's calls on new
+        sets more than on its samples (seen beside two test suites at once) can make an
+        honest one look ``replayed`` once. One named so in company again, once cleared
+        alone, is judged alone again, and cleared there (with the closing, by the outside
+        clock too) it keeps that solo contest's figures and the contests of this size go
+        on without it (:attr:`settled`): a rival that fails an honest contender's load in
+        company every time (a red-team helper's processes used up the host's open files)
+        had it dropped on the second, while one that replays only in company is held to
+        what it does alone. Every contender of a contest runs in a harness of its own
+        (workers.turns): a rival's code cannot rewrite it or run while it is timed, as a
+        red-team framer's thread did when contenders shared one harness."""
         bad: dict[str, str] = {}
         for c in named:
-            if (c, dims) in self.replay_cleared:
-                bad[c] = why
-                continue
             try:  # the device's own harness afresh too (what earlier jobs left there)
                 self.ctx.runner.call(self.device, "fresh")
             except DeviceError as e:
@@ -335,8 +345,24 @@ class SideBySide:
                 return {}, f"{solo.get('status')}: {solo.get('error') or ''}".strip()
             if solo.get("status") != Status.OK:
                 bad[c] = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
-            else:
+            elif (c, dims) not in self.replay_cleared:
                 self.replay_cleared.add((c, dims))
+            else:  # named so in company again: judged by what it does alone
+                alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0],
+                                    "witness": solo.get("witness") or ""}}}
+                at_fault, error = self._clocked([c], dims, alone) if self.clock else ({}, "")
+                if error:
+                    return bad, error
+                if at_fault:
+                    bad.update(at_fault)
+                    continue
+                self.results.setdefault(c, {})[dims] = alone[c][dims]
+                self.settled.add((c, dims))
+                rounds = counted(SOLO_ROUNDS, "round")
+                self.ctx.fault(f"contest on {self.dc}: candidate {c} was named "
+                               f"{why.split(':', 1)[0]} in company again and passed alone "
+                               f"again; judged by its figures alone ({rounds}), the contest "
+                               f"of size {dims} goes on without it")
         return bad, ""
 
     def _drop(self, bad: dict[str, str]) -> None:
