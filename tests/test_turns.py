@@ -668,3 +668,51 @@ def test_a_contest_with_a_ref_py_that_starts_processes_names_no_one_escaped(tmp_
     answers = in_turns([Sandbox("cpu", {"OMP_NUM_THREADS": "1"}) for _ in range(2)], jobs)
     res = turns.combined(jobs, answers)
     assert res["status"] == "ok" and not res.get("failed"), res
+
+
+# C++ that resets the harness's once-per-process flag of its first "prepared" through
+# Python's C API, once, from a candidate's solve (a red-team review's attack)
+RESET_FIRST = r'''
+extern "C" int PyGILState_Ensure(void);
+extern "C" void PyGILState_Release(int);
+extern "C" int PyRun_SimpleString(const char*);
+static void reset_first() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  int g = PyGILState_Ensure();
+  PyRun_SimpleString("import gc\nfor _o in gc.get_objects():\n"
+                     "    if type(_o).__name__ == 'Harness':\n"
+                     "        _o.told_prepared = False\n");
+  PyGILState_Release(g);
+}
+'''
+
+
+def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path):
+    """A harness says its first "prepared" once, before any candidate's code loads, and
+    waits for the sandbox's "go". A candidate that set the harness's flag back (Python's C
+    API) had the next candidate's job say "first" again and wait for a "go" that never
+    came, its whole budget (then `ok` in a fresh harness). Now that job ends at once,
+    ``crashed``, and is run again in a fresh harness: ``ok``, its row saying why."""
+    head = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
+    text = (PACK / "faults.cpp").read_text()
+    assert text.count(head) == 1
+    src = tmp_path / "reset" / "faults.cpp"
+    src.parent.mkdir()
+    src.write_text(text.replace(head, RESET_FIRST + head + "\n  reset_first();"))
+    honest = PACK / "faults.cpp"
+    box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        attacker = box.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src,
+                                        PACK / "ref.py", {"N": 4096}, ARGS), 30)
+        restarts = box.restarts
+        second = box.run_retrying(job(artifact(tmp_path, honest, {"MODE": 0}), honest,
+                                      PACK / "ref.py", {"N": 2048}, ARGS), 30)
+    finally:
+        box.close()
+    assert attacker["status"] == "ok", attacker
+    assert second["status"] == "ok" and box.restarts == restarts + 1, second
+    assert ("retried in a fresh harness: the first run crashed (the harness said it was "
+            "first prepared a second time: code in its process changed its state") in (
+                second["error"]), second

@@ -399,6 +399,8 @@ class Sandbox:
             # progress messages too
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
+                if res.get("first") and self.first_before is not None:
+                    return {**self._first_again(), "wall_s": time.perf_counter() - t0}
                 base, prepared = time.perf_counter(), self._prepared(prepared, res)
             if res.get("stage") in ("turn", "witness"):  # a rival's sample is not its time
                 waited, turn_at = self._turn(turn, turn_at, res)
@@ -418,6 +420,20 @@ class Sandbox:
             # one with "fatal" to pass unpinged)
             res = self._unpinged()
         return self._answered(_clock_broken(res, job), t0, pos, clock)
+
+    def _first_again(self) -> dict[str, Any]:
+        """The outcome of a job whose harness said its first "prepared" again (workers.harness
+        ``Harness.prepared``: it says so once, before it ever loads candidate code, and
+        then waits for a "go" no later job gets): code in its process reset the harness's
+        state (a red-team candidate set ``told_prepared`` back through Python's C API, and
+        the next candidate's job waited out its whole budget). ``crashed``, the harness
+        killed: :meth:`run_retrying` runs the job again in a fresh harness."""
+        self.kill()
+        self.restarts += 1
+        return {"status": Status.CRASHED, "error": (
+            "the harness said it was first prepared a second time: code in its process "
+            "changed its state (a harness says so once, before any candidate's code loads); "
+            "killed")}
 
     def _unpinged(self) -> dict[str, Any]:
         """The outcome of a job whose answer was not followed by the harness's pong
@@ -568,7 +584,8 @@ class Sandbox:
         before it ever loaded a candidate's code, and waiting for "go"): the processes this
         sandbox holds then besides its harness (:attr:`first_before`: ref.py's work started
         them, e.g. torch.compile's worker pool) join :attr:`infra`, then "go"; once per
-        harness (candidate code can write messages too: a later ``first`` gets neither).
+        harness (candidate code can write messages too: a later ``first`` ends the job,
+        :meth:`_first_again`).
         Such processes cannot be taken over by candidate code: the filter stops ``ptrace``
         and ``process_vm_writev`` (workers.seccomp) and a CPU device's jail has its
         ``/proc`` read-only (workers.jail), so ``/proc/PID/mem`` opens for reading only. A
