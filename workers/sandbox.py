@@ -395,8 +395,7 @@ class Sandbox:
             if not res.get("progress"):
                 self._turn_ended(turn_at)  # the last turn ends with the answer
                 break
-            # the harness's word cannot hold the device for ever: candidate code can write
-            # progress messages too
+            # never past ``limit``: candidate code can write progress messages too
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
                 if res.get("first") and self.first_before is not None:
