@@ -571,3 +571,71 @@ def test_a_contender_named_so_in_company_again_is_judged_by_its_figures_alone(
     assert faults.seen == [f"contest on cpu-a: candidate b was named {status} in company again "
                            "and passed alone again; judged by its figures alone (3 rounds), the "
                            f"contest of size {d} goes on without it" for d in sizes]
+
+
+class CrashesInCompany(ScriptedDevice):
+    """The closing's device: ``a`` (build ``ba``, 1 ms a call) is honest in the first contest,
+    then ``crashed`` in every contest with rivals and honest alone; ``b`` is honest at
+    0.5 ms; ``d`` (``bd``) reports 1/100 of its 1 ms, so that the outside clock drops it
+    after the first contest, which is then run again with ``a`` cleared by the clock. The
+    outside clock times what each call really takes (0.1 ms of preparation each). Each
+    contest is logged with ``rivals`` where every job of it carries that flag."""
+
+    REAL = {"ba": 1.0, "bb": 0.5, "bd": 1.0}
+
+    def __init__(self) -> None:
+        super().__init__({b: m / 100 if b == "bd" else m for b, m in self.REAL.items()},
+                         set(), names=True)
+        self.log: list[str] = []
+        self.company = 0
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if method in ("fresh", "clock_end"):
+            self.log.append(method)
+            return None
+        if method == "clock":
+            job, n, _, loads_only, *_ = args
+            ms = n * 0.1 + (0 if loads_only else n * self.REAL[job["build_id"]])
+            self.log.append("clock" + ("" if loads_only else f" {job['build_id']}"))
+            return {"status": "ok", "error": "", "calls": n, "inside_ms": ms,
+                    "outside_ms": ms, "outside_cpu_ms": ms, "held_cpu_ms": 0.0}
+        jobs = args[0]
+        builds = sorted(j["build_id"] for j in jobs)
+        self.log.append(f"contest {builds}" + (" rivals" if all(j.get("rivals") for j in jobs)
+                                               else ""))
+        self.company += len(jobs) > 1
+        if "ba" in builds and len(jobs) > 1 and self.company > 1:
+            key = next(j["job_key"] for j in jobs if j["build_id"] == "ba")
+            return {"status": "crashed", "failed": [key], "failed_status": {key: "crashed"},
+                    "error": f"{key}: harness died"}
+        return super().call(i, method, *args, timeout=timeout)
+
+
+def test_a_contender_judged_by_its_figures_alone_is_watched_as_in_company_and_clocked_again(
+        tmp_path):
+    """A red-team cheater crashed in company on purpose to be judged by a solo contest, where
+    its harness's clocks were left to the outside clock (4x), and won at 1.7x with a clock
+    it had scaled there; another was settled after the outside clock had cleared its
+    company figures, and its solo figures were never clocked. Now a contender's contests
+    alone after it was named so in company carry ``rivals`` (its clocks looked at as in
+    company: tests/test_turns.py), and its solo figures are clocked again."""
+    from kopt.run.builder import LocalBuilder
+
+    dev, faults = CrashesInCompany(), Faults()
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in dev.REAL})
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {c: {"[8]": (f"key-{c}", f"b{c}", 1.0, 0.01)} for c in ("a", "b", "d")}
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", by_cand, clock=True).run()
+    assert error == "" and list(dropped) == ["d"] and dropped["d"].startswith("suspect"), dropped
+    assert {c: (r["[8]"]["median_ms"], r["[8]"]["n_samples"]) for c, r in results.items()} == {
+        "a": (1.0, 3), "b": (0.5, 30)}
+    contests = [x for x in dev.log if x.startswith("contest")]
+    assert contests == ["contest ['ba', 'bb', 'bd']", "contest ['bd'] rivals",
+                        "contest ['ba', 'bb']", "contest ['ba'] rivals", "contest ['ba', 'bb']",
+                        "contest ['ba'] rivals", "contest ['bb']"]
+    settled = dev.log.index("contest ['ba'] rivals", dev.log.index("contest ['ba'] rivals") + 1)
+    assert "clock ba" in dev.log[settled:dev.log.index("contest ['bb']")], dev.log
+    assert faults.seen[-1].startswith("contest on cpu-a: candidate a was named crashed in "
+                                      "company again and passed alone again"), faults.seen

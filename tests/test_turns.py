@@ -151,6 +151,35 @@ def test_a_contender_that_patches_its_own_clock_is_suspect_in_company(tmp_path, 
     assert "replaced time.perf_counter_ns" in res["error"], res
 
 
+
+@pytest.mark.parametrize("rivals", [True, False])
+def test_a_contender_judged_alone_against_rivals_has_its_clocks_watched(tmp_path, monkeypatch,
+                                                                       rivals):
+    """A contest of one contender leaves its harness's clocks to the outside clock, unless its
+    figures may stand against rivals' (``rivals``: kopt.loop.contests judges a contender
+    alone after it was named so in company): a red-team cheater crashed in company on
+    purpose, scaled its clock by 10/18 in the solo contest that settled it, and won at
+    1.7x. With ``rivals``, attack MODE 10 (its clock at 1/100) is `suspect` for the clock
+    it replaced; without, its clocks are not looked at (what catches MODE 10's 1/100 there
+    is another guard: its witness turns' CPU bound, which 10/18 passed)."""
+    from test_attacks import attack_job
+
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    a = {**attack_job(tmp_path, 10), "job_key": "patcher"}
+    a["build_id"] = Path(a["artifact"]).parent.name
+    actor = DeviceActor("cpu")
+    try:
+        res = actor.contest([{**a, "rivals": True} if rivals else a], ROUNDS,
+                            Path(a["artifact"]).read_bytes())
+    finally:
+        actor.shutdown()
+    if rivals:
+        assert res["failed"] == ["patcher"] and res["failed_status"] == {
+            "patcher": "suspect"}, res
+        assert "replaced time.perf_counter_ns" in res["error"], res
+    else:
+        assert "replaced time.perf_counter_ns" not in str(res.get("error")), res
+
 def test_a_device_harness_that_ran_while_held_is_ended_and_the_contest_run_again(
         tmp_path, monkeypatch):
     """The device's own harness, where an earlier job's code may have left threads, is held

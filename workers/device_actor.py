@@ -179,9 +179,14 @@ class DeviceActor:
         try:
             paths = [str(ensure_artifact(j["build_id"], a)) for j, a in zip(jobs, artifacts)]
             # in turns alone too (each sample within a turn its sandbox times: workers.turns
-            # ``in_its_turns``), its clocks left to the outside clock then (``alone``)
+            # ``in_its_turns``), its clocks left to the outside clock then (``alone``), but
+            # not where its figures may stand against rivals' (``rivals``: a contender judged
+            # alone by kopt.loop.contests after it was named so in company; a red-team
+            # cheater crashed in company on purpose to be judged by a solo figure from a
+            # clock it had scaled by 10/18, and won at 1.7x)
             each = [{**j, "contest": [{**j, "artifact": p}], "rounds": rounds, "turns": True,
-                     "alone": len(jobs) == 1} for j, p in zip(jobs, paths)]
+                     "alone": len(jobs) == 1 and not j.get("rivals")}
+                    for j, p in zip(jobs, paths)]
             res = self._in_turns(jobs, each, sum(j["timing"]["timeout_s"] for j in jobs) * 2)
         except Exception as e:
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}

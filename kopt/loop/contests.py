@@ -145,10 +145,16 @@ class SideBySide:
         """Drop contender ``c`` after the contests (its figures gone, the fault said)."""
         self._drop({c: why})
 
-    def _contest(self, cids: list[str], dims: str, rounds: int) -> dict[str, Any]:
+    def _contest(self, cids: list[str], dims: str, rounds: int, rivals: bool = False
+                 ) -> dict[str, Any]:
+        """The device's contest of ``cids`` at size ``dims`` (workers.device_actor
+        ``contest``). ``rivals``: a contest of one whose figures may stand against its
+        rivals' (:meth:`_judged_alone`, :meth:`_clock`): its harness's clocks are looked at
+        before each round as in company (workers.harness ``Harness._clock_intact``), not
+        left to the outside clock."""
         entries = [self.by_cand[c][dims] for c in cids]
-        jobs = [RunJob(e[0], e[1], json.loads(dims), self.ctx.common).payload()
-                for e in entries]
+        jobs = [{**RunJob(e[0], e[1], json.loads(dims), self.ctx.common).payload(),
+                 **({"rivals": True} if rivals else {})} for e in entries]
         arts = [self.ctx.builder.artifacts[e[1]] for e in entries]
         info = self.ctx.runner.infos[self.device]
         self.ctx.phases.begin("contest", info)
@@ -215,7 +221,7 @@ class SideBySide:
                     self.clocked.add((c, dims))
                     continue
                 self.ctx.runner.call(self.device, "fresh")
-                solo = self._contest([c], dims, SOLO_ROUNDS)
+                solo = self._contest([c], dims, SOLO_ROUNDS, rivals=True)
                 why = f"{solo.get('status')}: {solo.get('error') or ''}".strip()
                 if solo.get("actor"):  # the device failed, not the contender
                     return bad, why, False
@@ -331,7 +337,11 @@ class SideBySide:
         on without it (:attr:`settled`): a rival that fails an honest contender's load in
         company every time (a red-team helper's processes used up the host's open files)
         had it dropped on the second, while one that replays only in company is held to
-        what it does alone. Every contender of a contest runs in a harness of its own
+        what it does alone, its clocks looked at as in company (``rivals``: a red-team
+        cheater crashed in company on purpose to be judged by a solo figure from a clock
+        it had scaled, left to the outside clock's 4x, and won at 1.7x), and its solo
+        figures timed by the outside clock even where its company figures were cleared
+        there. Every contender of a contest runs in a harness of its own
         (workers.turns): a rival's code cannot rewrite it or run while it is timed, as a
         red-team framer's thread did when contenders shared one harness."""
         bad: dict[str, str] = {}
@@ -340,7 +350,7 @@ class SideBySide:
                 self.ctx.runner.call(self.device, "fresh")
             except DeviceError as e:
                 return {}, f"{Status.LOST}: {e}"
-            solo = self._contest([c], dims, SOLO_ROUNDS)
+            solo = self._contest([c], dims, SOLO_ROUNDS, rivals=True)
             if solo.get("actor"):
                 return {}, f"{solo.get('status')}: {solo.get('error') or ''}".strip()
             if solo.get("status") != Status.OK:
@@ -350,6 +360,7 @@ class SideBySide:
             else:  # named so in company again: judged by what it does alone
                 alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0],
                                     "witness": solo.get("witness") or ""}}}
+                self.clocked.discard((c, dims))  # cleared before: not these figures
                 at_fault, error = self._clocked([c], dims, alone) if self.clock else ({}, "")
                 if error:
                     return bad, error
