@@ -327,23 +327,23 @@ class SideBySide:
         """The contenders of ``named`` that a contest of size ``dims`` found ``replayed``,
         ``crashed``, ``timeout`` or ``error`` (``why``) and that fail again in a contest of
         their own (:data:`SOLO_ROUNDS` rounds, their calls on new sets as many as the
-        verdict needs); returns them and an error when the device failed. One cleared alone
-        stays, and the contest is run again, as a job named so is run again
-        (workers.sandbox ``run_retrying``): load that lands on a contender's calls on new
-        sets more than on its samples (seen beside two test suites at once) can make an
-        honest one look ``replayed`` once. One named so in company again, once cleared
-        alone, is judged alone again, and cleared there (with the closing, by the outside
-        clock too) it keeps that solo contest's figures and the contests of this size go
-        on without it (:attr:`settled`): a rival that fails an honest contender's load in
-        company every time (a red-team helper's processes used up the host's open files)
-        had it dropped on the second, while one that replays only in company is held to
-        what it does alone, its clocks looked at as in company (``rivals``: a red-team
-        cheater crashed in company on purpose to be judged by a solo figure from a clock
-        it had scaled, left to the outside clock's 4x, and won at 1.7x), and its solo
-        figures timed by the outside clock even where its company figures were cleared
-        there. Every contender of a contest runs in a harness of its own
-        (workers.turns): a rival's code cannot rewrite it or run while it is timed, as a
-        red-team framer's thread did when contenders shared one harness."""
+        verdict needs); returns them and an error when the device failed.
+
+        One cleared alone stays and the contest is run again, as a job named so is run
+        again (workers.sandbox ``run_retrying``): load that lands on a contender's calls on
+        new sets more than on its samples (seen beside two test suites at once) can make an
+        honest one look ``replayed`` once. Named so in company again, it is judged alone
+        again and, cleared there (at the closing, by the outside clock too, even where its
+        company figures were cleared), keeps that solo contest's figures while the contests
+        of this size go on without it (:attr:`settled`): dropped on the second time, an
+        honest contender could be framed by a rival that failed its load in company every
+        time (a red-team helper's processes used up the host's open files). Its solo
+        contests run with ``rivals`` (its clocks looked at as in company): a red-team
+        cheater crashed in company on purpose, scaled its clock alone, where clocks were
+        left to the outside clock's 4x, and won at 1.7x. Every contender of a contest runs
+        in a harness of its own (workers.turns): a rival's code cannot rewrite it or run
+        while it is timed, as a red-team framer's thread did when contenders shared one
+        harness."""
         bad: dict[str, str] = {}
         for c in named:
             try:  # the device's own harness afresh too (what earlier jobs left there)
