@@ -634,8 +634,40 @@ def test_a_contender_judged_by_its_figures_alone_is_watched_as_in_company_and_cl
     contests = [x for x in dev.log if x.startswith("contest")]
     assert contests == ["contest ['ba', 'bb', 'bd']", "contest ['bd'] rivals",
                         "contest ['ba', 'bb']", "contest ['ba'] rivals", "contest ['ba', 'bb']",
-                        "contest ['ba'] rivals", "contest ['bb']"]
+                        "contest ['ba'] rivals", "contest ['bb'] rivals"]
     settled = dev.log.index("contest ['ba'] rivals", dev.log.index("contest ['ba'] rivals") + 1)
-    assert "clock ba" in dev.log[settled:dev.log.index("contest ['bb']")], dev.log
+    assert "clock ba" in dev.log[settled:dev.log.index("contest ['bb'] rivals")], dev.log
     assert faults.seen[-1].startswith("contest on cpu-a: candidate a was named crashed in "
                                       "company again and passed alone again"), faults.seen
+
+
+class FlagsLogged(Replays):
+    """:class:`Replays` whose calls also say which contests carried ``rivals``."""
+
+    def call(self, i: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if method != "fresh":
+            self.flagged.append(all(j.get("rivals") for j in args[0]))
+        return super().call(i, method, *args, timeout=timeout)
+
+
+def test_the_one_left_beside_a_settled_rival_has_its_clocks_watched(tmp_path):
+    """Two contenders; ``b`` is named ``error`` in company twice, passes alone twice and is
+    settled: ``a``, left alone in the contest of that size, is timed against ``b``'s solo
+    figures, so its contest carries ``rivals`` (its clocks looked at as in company) where a
+    contest of one left them to the outside clock: a framer that had its rival settled
+    could otherwise scale its own clock there."""
+    from kopt.run.builder import LocalBuilder
+
+    dev, faults = FlagsLogged({1, 2}, status="error"), Faults()
+    dev.flagged = []
+    builder = LocalBuilder()
+    builder.artifacts.update({b: b"so" for b in ("ba", "bb")})
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[faults], common={"timing": TIMING})
+    by_cand = {c: {"[8]": (f"key-{c}", f"b{c}", 1.0, 0.01)} for c in ("a", "b")}
+    results, dropped, error = SideBySide(ctx, 0, "cpu-a", by_cand).run()
+    assert error == "" and dropped == {} and sorted(results) == ["a", "b"]
+    calls = [c for c in dev.calls if c != ["fresh"]]
+    assert list(zip(map(tuple, calls), dev.flagged)) == [
+        (("ba", "bb"), False), (("bb",), True), (("ba", "bb"), False), (("bb",), True),
+        (("ba",), True)]

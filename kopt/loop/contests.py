@@ -175,7 +175,9 @@ class SideBySide:
                     if dims in self.by_cand[c] and (c, dims) not in self.settled]
             if not cids:
                 return ""
-            res = self._contest(cids, dims, CONTEST_ROUNDS)
+            # one left beside settled rivals: its figures stand against theirs
+            rivals = len(cids) == 1 and any((c, dims) in self.settled for c in self.alive)
+            res = self._contest(cids, dims, CONTEST_ROUNDS, rivals=rivals)
             if res.get("status") == Status.OK:
                 for c, st in zip(cids, res["results"]):
                     self.results.setdefault(c, {})[dims] = {
