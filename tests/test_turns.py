@@ -745,3 +745,32 @@ def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path)
     assert ("retried in a fresh harness: the first run crashed (the harness said it was "
             "first prepared a second time: code in its process changed its state") in (
                 second["error"]), second
+
+
+def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_again(tmp_path):
+    """ref.py's timing runs in the device's own harness after candidates ran there: one
+    that left its harness's state reset (the first "prepared" flag, through Python's C API)
+    made the reference's timing end `crashed` (a red-team review: a thread left there that
+    forged that message did the same). It is run again in a fresh harness, as a candidate's
+    job is: `ok`, its row saying why."""
+    from workers.records import RunJob
+
+    head = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
+    src = tmp_path / "reset" / "faults.cpp"
+    src.parent.mkdir()
+    src.write_text((PACK / "faults.cpp").read_text().replace(
+        head, RESET_FIRST + head + "\n  reset_first();"))
+    art = Path(artifact(tmp_path, src, {"MODE": 0}))
+    payload = job(str(art), src, PACK / "ref.py", {"N": 4096}, ARGS)
+    common = {k: v for k, v in payload.items() if k not in ("artifact", "dims", "job_key")}
+    actor = DeviceActor("cpu", spares=0)
+    try:
+        cand = actor.run(RunJob("k", art.parent.name, {"N": 4096}, common), art.read_bytes())
+        ref = actor.time_reference(
+            {**RunJob("reference", "", {"N": 4096}, common).payload(), "job_key": "reference"})
+    finally:
+        actor.shutdown()
+    assert cand.status == "ok", cand
+    assert ref["status"] == "ok", ref
+    assert ("retried in a fresh harness: the first run crashed (the harness said it was "
+            "first prepared a second time") in ref["error"], ref

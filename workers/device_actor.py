@@ -520,14 +520,19 @@ class DeviceActor:
 
     def time_reference(self, job: dict[str, Any]) -> dict[str, Any]:
         """Time ref.py's ``contender`` (else ``reference``) at ``job``'s dims on this device,
-        as candidates are timed (workers.harness ``Harness.time_reference``). Never raises:
-        an outcome dict (``status``, ``error``, the timing figures, ``impl``,
-        ``max_abs_err``, ``max_rel_err``)."""
+        as candidates are timed (workers.harness ``Harness.time_reference``), in the device's
+        own harness, where candidates ran before: a run that crashed, or failed after their
+        code ran there, is run again in a fresh harness (workers.sandbox ``run_retrying``),
+        as a candidate's is (a red-team thread a candidate left there forged a message
+        during the reference's timing, which was then ``crashed``). Never raises: an outcome
+        dict (``status``, ``error``, the timing figures, ``impl``, ``max_abs_err``,
+        ``max_rel_err``)."""
         t0 = time.perf_counter()
         try:
             box = self._own()
             self.spares.settle()  # no harness starts while the reference is timed
-            res = box.run({**job, "time_reference": True}, job["timing"]["timeout_s"])
+            res = box.run_retrying({**job, "time_reference": True},
+                                   job["timing"]["timeout_s"])
         except Exception as e:  # the harness could not even be restarted
             res = {"status": Status.ERROR, "error": f"device actor: {e!r}"}
         self.busy_s += time.perf_counter() - t0
