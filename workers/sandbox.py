@@ -427,21 +427,24 @@ class Sandbox:
         state (a red-team candidate set ``told_prepared`` back through Python's C API, and
         the next candidate's job waited out its whole budget). ``crashed``, the harness
         killed: :meth:`run_retrying` runs the job again in a fresh harness."""
-        self.kill()
-        self.restarts += 1
-        return {"status": Status.CRASHED, "error": (
+        return self._killed(
             "the harness said it was first prepared a second time: code in its process "
             "changed its state (a harness says so once, before any candidate's code loads); "
-            "killed")}
+            "killed")
+
+    def _killed(self, why: str) -> dict[str, Any]:
+        """The harness killed (the next job restarts it, counted in :attr:`restarts`) and
+        the job's outcome: ``crashed``, for ``why``."""
+        self.kill()
+        self.restarts += 1
+        return {"status": Status.CRASHED, "error": why}
 
     def _unpinged(self) -> dict[str, Any]:
         """The outcome of a job whose answer was not followed by the harness's pong
         (:meth:`_pinged`): ``crashed``, the harness killed (the next job restarts it)."""
-        self.kill()
-        self.restarts += 1
-        return {"status": Status.CRASHED, "error": (
+        return self._killed(
             "the harness did not answer a ping after its answer: the answer was not its "
-            "own (code in its process wrote it) or the harness ended right after it")}
+            "own (code in its process wrote it) or the harness ended right after it")
 
     def _turn(self, turn: Callable[[], None] | None, turn_at: float | None,
               msg: dict[str, Any]) -> tuple[float, float | None]:
@@ -841,11 +844,9 @@ class Sandbox:
     def _stopped(self) -> dict[str, Any]:
         """The outcome of a job whose harness was found stopped (killed; the next job
         restarts it): ``crashed``, which :meth:`run_retrying` runs again in a fresh harness."""
-        self.kill()
-        self.restarts += 1
-        return {"status": Status.CRASHED, "error": (
+        return self._killed(
             "the harness, or a process of its sandbox that ref.py started, was stopped "
-            "(SIGSTOP: code a candidate left there can send it) and would not answer; killed")}
+            "(SIGSTOP: code a candidate left there can send it) and would not answer; killed")
 
     def _timed_out(self, job: RunJob | dict[str, Any], prepared: bool, waited_s: float
                    ) -> dict[str, Any]:

@@ -168,6 +168,13 @@ class SideBySide:
             self.ctx.phases.end("contest", info, detail=f"{counted(len(cids), 'contender')}, "
                                 f"{counted(rounds, 'round')}{parts_text(res)}")
 
+    def _figures(self, c: str, dims: str, st: dict[str, Any], res: dict[str, Any]
+                 ) -> dict[str, Any]:
+        """Contender ``c``'s figures at ``dims`` as :attr:`results` keeps them: its entry
+        ``st`` of a passed contest's ``res``, with its job key and how the contest was
+        witnessed."""
+        return {**st, "job_key": self.by_cand[c][dims][0], "witness": res.get("witness") or ""}
+
     def _size(self, dims: str) -> str:
         """Contest one problem size until it passes; returns an error that stops it all."""
         while self.alive:
@@ -180,9 +187,7 @@ class SideBySide:
             res = self._contest(cids, dims, CONTEST_ROUNDS, rivals=rivals)
             if res.get("status") == Status.OK:
                 for c, st in zip(cids, res["results"]):
-                    self.results.setdefault(c, {})[dims] = {
-                        **st, "job_key": self.by_cand[c][dims][0],
-                        "witness": res.get("witness") or ""}
+                    self.results.setdefault(c, {})[dims] = self._figures(c, dims, st, res)
                 bad, error, again = self._clock(cids, dims) if self.clock else ({}, "", False)
                 if error or not (bad or again):
                     return error
@@ -230,8 +235,7 @@ class SideBySide:
                 if solo.get("status") != Status.OK:
                     bad[c] = why
                     continue
-                alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0],
-                                    "witness": solo.get("witness") or ""}}}
+                alone = {c: {dims: self._figures(c, dims, solo["results"][0], solo)}}
                 at_fault, error = self._clocked([c], dims, alone)
                 if error:
                     return bad, error, False
@@ -360,8 +364,7 @@ class SideBySide:
             elif (c, dims) not in self.replay_cleared:
                 self.replay_cleared.add((c, dims))
             else:  # named so in company again: judged by what it does alone
-                alone = {c: {dims: {**solo["results"][0], "job_key": self.by_cand[c][dims][0],
-                                    "witness": solo.get("witness") or ""}}}
+                alone = {c: {dims: self._figures(c, dims, solo["results"][0], solo)}}
                 self.clocked.discard((c, dims))  # cleared before: not these figures
                 at_fault, error = self._clocked([c], dims, alone) if self.clock else ({}, "")
                 if error:
