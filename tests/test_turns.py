@@ -659,14 +659,16 @@ def test_a_stopped_process_of_ref_py_ends_the_harness_not_the_next_job(tmp_path,
             time.sleep(0.01)
         if when == "during":
             box.end_strays = lambda: False  # as if it was stopped once the job began
-        t0 = time.perf_counter()
-        second = box.run_retrying(pack_job(art, honest, ref, {"N": 2048}, ARGS), 30)
-        took = time.perf_counter() - t0
+        # a new size (so reference() runs, waiting on the pool), its calls ~0.1 ms: at N=2048
+        # (0.03 ms) a fresh harness's first calls were once slow enough to be `replayed`
+        second = box.run_retrying(pack_job(art, honest, ref, {"N": 32768}, ARGS), 30)
     finally:
         box.close()
     assert first["status"] == "ok" and len(pool) == 1, (first, pool)
-    assert second["status"] == "ok" and took < 25, (second, took)
-    assert ("retried in a fresh harness: the first run crashed" in second["error"]) == (
+    assert second["status"] == "ok", second
+    # "during": ended at once as stopped, not after the preparation's limit (a timeout)
+    assert ("retried in a fresh harness: the first run crashed (the harness, or a process "
+            "of its sandbox that ref.py started, was stopped" in second["error"]) == (
         when == "during"), second
 
 
