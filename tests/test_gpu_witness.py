@@ -83,3 +83,34 @@ def test_gpu_forgers_are_caught_by_their_witness_turns(tmp_path):
         "forger: its calls on fresh inputs took at least "), out
     assert out["computed"][2] == (f"{SAID}; taken again, forger having been suspect by the "
                                   "GPU bound in the first take"), out
+
+
+def test_a_gpu_ref_py_that_starts_a_process_keeps_its_harness_and_names_no_one_escaped(
+        tmp_path):
+    """A ref.py whose import starts a lasting process (torch.compile's worker pool), on a
+    GPU device: the jail's ``/proc`` is read-only there too but for the harness's own
+    (workers.jail ``own_proc``: CUDA's start names its threads there), so the process is the
+    sandbox's own, as on a CPU device. Before, on a GPU, it ended the harness after every
+    job and made both honest contenders of a contest `escaped`."""
+    ref = tmp_path / "wref" / "ref.py"
+    ref.parent.mkdir()
+    (ref.parent / "coef.h").write_bytes((PACK / "coef.h").read_bytes())  # ref.py reads it
+    ref.write_text((PACK / "ref.py").read_text() + (
+        "\nimport subprocess as _sp\nimport sys as _sys\n"
+        "_WORKER = _sp.Popen([_sys.executable, '-c', 'import time; time.sleep(600)'])\n"))
+    (h, art_h), (o, art_o) = (gpu_contender(tmp_path, "faults.cu", d, k) for d, k in (
+        ({"MODE": 0}, "honest"), ({"MODE": 0, "GOOD": 1}, "honest2")))
+    h, o = {**h, "reference": str(ref)}, {**o, "reference": str(ref)}
+    actor = DeviceActor("cuda", spares=0)
+    try:
+        res = actor.contest([h, o], ROUNDS, art_h, art_o)
+        box = actor.sandbox
+        before = box.restarts  # a GPU contest ends the device's own harness first (fresh)
+        outs = [box.run_retrying({**h, "artifact": str(wb.ensure_artifact(
+            h["build_id"], art_h, cache=tmp_path)), "job_key": f"k{i}"}, 60) for i in range(2)]
+        restarts, own = box.restarts - before, box.infra - {box.host_pid or 0}
+    finally:
+        actor.shutdown()
+    assert res["status"] == "ok" and not res.get("failed"), res
+    assert [x["status"] for x in outs] == ["ok", "ok"], outs
+    assert restarts == 0 and own, (restarts, own)  # ref.py's process: the sandbox's own

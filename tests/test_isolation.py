@@ -5,6 +5,7 @@ not undo its mounts, and leaves no process behind. Each attack is also run unsan
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -173,6 +174,61 @@ def test_a_cpu_devices_candidate_reaches_no_gpu(tmp_path, gpu_node):
             str(scratch), gpu=gpu), capture_output=True, text=True, timeout=60)
         got[gpu] = (p.returncode, p.stdout.strip())
     assert got == {True: (0, "4"), False: (0, "0")}, got
+
+
+# run in a sandbox: a thread's name written through /proc (as CUDA's start does), a child's
+# memory opened for writing (the red-team hijack of ref.py's process), errno or "ok" each,
+# and what the scratch folder (argv[1]) holds
+OWN_PROC = """
+import os, sys, threading
+r, w = os.pipe()
+kid = os.fork()
+if kid == 0:
+    os.close(w)
+    os.read(r, 1)
+    os._exit(0)
+out = []
+def attempt(what, fn):
+    try:
+        fn()
+        out.append(what + " ok")
+    except OSError as e:
+        out.append(f"{what} {e.errno}")
+go, named = threading.Event(), threading.Event()
+t = threading.Thread(target=lambda: (go.set(), named.wait()))
+t.start()
+go.wait()
+attempt("thread comm", lambda: open(f"/proc/self/task/{t.native_id}/comm", "w").write("k"))
+named.set()
+t.join()
+attempt("child mem", lambda: open(f"/proc/{kid}/mem", "r+b").close())
+os.close(w)
+os.waitpid(kid, 0)
+out.append("scratch [" + ",".join(os.listdir(sys.argv[1])) + "]")
+print("; ".join(out))
+"""
+
+
+@pytest.mark.skipif(not ISOLATED.isolated, reason=f"no sandbox here: {ISOLATED.why}")
+def test_a_sandbox_writes_its_own_proc_entries_and_no_other_process_s(tmp_path):
+    """The jail's ``/proc`` is read-only (no ``/proc/PID/mem`` of another process of the
+    sandbox opens for writing: a red-team candidate took over a process ref.py had started
+    so), but a GPU device's harness names its threads through its own ``/proc/PID`` (CUDA's
+    start failed without: "cudaGetDeviceCount() Error 304" on an H100 host): its own is
+    writable there (workers.jail ``own_proc``), a CPU device's is not (it needs none), and
+    ncu's jail (``proc_rw``: its target is ncu's child) keeps ``/proc`` writable."""
+    got = {}
+    for name, kw in (("gpu", {}), ("cpu", {"gpu": False}), ("ncu", {"proc_rw": True})):
+        scratch = tmp_path / f"scratch-{name}"
+        scratch.mkdir()
+        p = subprocess.run(ISOLATED.wrap([sys.executable, "-c", OWN_PROC, str(scratch)],
+                                         str(scratch), **kw),
+                           capture_output=True, text=True, timeout=60)
+        got[name] = (p.returncode, p.stdout.strip() or p.stderr.strip()[-300:])
+    erofs = errno.EROFS  # and the second /proc's folder gone from the scratch folder
+    assert got == {"gpu": (0, f"thread comm ok; child mem {erofs}; scratch []"),
+                   "cpu": (0, f"thread comm {erofs}; child mem {erofs}; scratch []"),
+                   "ncu": (0, "thread comm ok; child mem ok; scratch []")}, got
 
 
 def _tagged() -> list[int]:

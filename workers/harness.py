@@ -232,13 +232,13 @@ wrongly:
   with the gauge's to one core once it met new values, made the machine look slowed and
   was ``ok`` in 5 of 5 jobs at 0.064-0.070 ms against the honest 0.187-0.192.)
 
-And what is named wrongly: on a GPU device, processes ref.py's own work starts before any
-candidate code loads (a torch.compile or multiprocessing pool) are taken for what a job
-left running: the harness ends after each job (the job is not blamed) and a contest's
-contenders are ``escaped``. On a CPU device they are the sandbox's own (workers.sandbox
-``Sandbox._prepared``), since no candidate code can take them over: the jail's ``/proc`` is
-read-only there (no ``/proc/PID/mem`` opens for writing), which CUDA's start does not take
-on an H100 host (workers.jail).
+Processes ref.py's own work starts before any candidate code loads (a torch.compile or
+multiprocessing pool) are the sandbox's own (workers.sandbox ``Sandbox._prepared``), on a
+CPU or a GPU device, since no candidate code can take them over: the jail's ``/proc`` is
+read-only (no ``/proc/PID/mem`` opens for writing) but for the harness's own
+``/proc/PID``, which CUDA's start writes (workers.jail ``own_proc``). Where the host lends
+no namespaces they are taken for what a job left running: the harness ends after each job
+(the job is not blamed) and a contest's contenders are ``escaped``.
 """
 
 from __future__ import annotations

@@ -100,17 +100,20 @@ class Isolation:
         return self.kind != NONE
 
     def wrap(self, cmd: list[str], scratch: str, keep: tuple[str, ...] = (),
-             loopback: bool = False, gpu: bool = True) -> list[str]:
+             loopback: bool = False, gpu: bool = True, proc_rw: bool = False) -> list[str]:
         """``cmd`` as run in the sandbox with ``scratch`` (an existing folder, a tmpfs
         there) its only writable one besides ``keep`` (existing folders left writable as
         they are: where a profiler writes its report), the namespace's own loopback up
         when ``loopback``, the GPU's device nodes reachable only with ``gpu`` (a CPU
-        device's harness gets none); ``cmd`` itself when not isolated."""
+        device's harness gets none), ``/proc`` writable with ``proc_rw`` (read-only but
+        ``cmd``'s own ``/proc/PID`` otherwise: workers.jail); ``cmd`` itself when not
+        isolated."""
         if not self.isolated:
             return list(cmd)
         rw = [a for p in (*self.writable, *keep) for a in ("--rw", p)]
         return [*self.prefix, sys.executable, "-m", "workers.jail", scratch, *rw,
-                *(["--lo"] if loopback else []), *([] if gpu else ["--no-gpu"]), "--", *cmd]
+                *(["--lo"] if loopback else []), *([] if gpu else ["--no-gpu"]),
+                *(["--proc-rw"] if proc_rw else []), "--", *cmd]
 
     def env(self) -> dict[str, str]:
         """What a sandboxed harness's environment adds: the system-call filter it installs

@@ -1,20 +1,19 @@
 """The first process of a candidate's sandbox: sets up its mounts, drops privilege, runs it.
 
-``python -m workers.jail SCRATCH [--rw PATH]... [--lo] [--no-gpu] -- CMD...`` is started by
+``python -m workers.jail SCRATCH [--rw PATH]... [--lo] [--no-gpu] [--proc-rw] -- CMD...`` is
+started by
 ``unshare`` (util-linux) in new PID, network and mount namespaces (and a user namespace where
 kopt does not run as root; workers.isolation builds that command line). As the namespace's
 process 1 it:
 
 1. makes every mount private (nothing mounted here reaches the host);
-2. mounts a fresh ``/proc`` (only the sandbox's own processes are visible in it; its
-   ``sys``, ``sysrq-trigger``, ``irq``, ``bus`` and ``fs`` read-only: :data:`PROC_READ_ONLY`;
-   all of it read-only with ``--no-gpu``, a CPU device's sandbox: no ``/proc/PID/mem``
-   opens for writing there, the way around the filter's ``ptrace`` and
-   ``process_vm_writev`` into another process of the sandbox, as a red-team candidate wrote
-   a jump into a process ref.py had started; not with the GPU: CUDA's initialization
-   failed so on an H100 host, "cudaGetDeviceCount() Error 304: OS call failed", under ncu
-   and in a harness started before Ray) and a fresh tmpfs on ``/dev/shm`` (no shared memory
-   of the host's to read or plant);
+2. mounts a fresh ``/proc``, read-only (only the sandbox's own processes are visible in it,
+   and no ``/proc/PID/mem`` opens for writing there: the way around the filter's ``ptrace``
+   and ``process_vm_writev`` into another process of the sandbox, as a red-team candidate
+   wrote a jump into a process ref.py had started; its ``sys``, ``sysrq-trigger``, ``irq``,
+   ``bus`` and ``fs`` read-only in any case: :data:`PROC_READ_ONLY`, as ``--proc-rw``
+   leaves the rest writable, for Nsight Compute's target) and a fresh tmpfs on ``/dev/shm``
+   (no shared memory of the host's to read or plant);
 3. binds ``/dev/null`` over every device node but a few and the GPU's (:data:`DEV_KEPT`,
    :func:`_kept_device`; the GPU's too with ``--no-gpu``, for a CPU device), and mounts a
    tmpfs of :func:`scratch_bytes` on ``SCRATCH`` (a folder the caller made and removes;
@@ -25,7 +24,11 @@ process 1 it:
    sockets) and the device nodes' ``/dev`` (opening a device node for writing is not
    writing to its file system, so the GPU stays usable);
 5. starts CMD as its child with no capabilities (the bounding set emptied, no new
-   privileges: ``prctl(2)``), so that it cannot undo the mounts, no file larger than
+   privileges: ``prctl(2)``), so that it cannot undo the mounts; with the GPU (not
+   ``--no-gpu``) the child's own ``/proc/PID`` writable first (:func:`own_proc`: CUDA's
+   start names its threads through ``/proc/self/task/TID/comm``, and "cudaGetDeviceCount()
+   Error 304: OS call failed" when that write failed, on an H100 host, 2026-12-07), while
+   every other process's stays read-only; no file larger than
    :func:`file_bytes` (``RLIMIT_FSIZE``: its log on the host's disk is bounded), at most
    :data:`SIGPENDING_MAX` queued signals and :data:`NOFILE_MAX` open files, and reaps
    every process left in the namespace until CMD exits;
@@ -66,6 +69,7 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4  # <linux/prctl.h>
 CAP_VERSION_3 = 0x20080522  # _LINUX_CAPABILITY_VERSION_3, <linux/capability.h>
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1  # <linux/sockios.h>, <net/if.h>
 SETUP_FAILED = 125
+MNT_DETACH = 2  # umount2(2), <sys/mount.h>
 SCRATCH_ENV, SCRATCH_GB_DEFAULT = "KOPT_HARNESS_SCRATCH_GB", 4
 FILE_ENV, FILE_GB_DEFAULT = "KOPT_HARNESS_FILE_GB", 1
 # parts of the fresh /proc made read-only, as container runtimes do: writes there are checked
@@ -165,12 +169,15 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def set_up(scratch: str, keep: tuple[str, ...] = (), gpu: bool = True) -> None:
+def set_up(scratch: str, keep: tuple[str, ...] = (), gpu: bool = True,
+           proc_rw: bool = False) -> None:
     """Steps 1-4 of the module docstring; the mounts at and under each path of ``keep``
     are left writable as they were (workers.isolation ``KOPT_SANDBOX_WRITABLE``); the GPU's
-    device nodes masked too without ``gpu`` (:func:`_kept_device`). Raises SetupError."""
+    device nodes masked too without ``gpu`` (:func:`_kept_device`); ``/proc`` left writable
+    (but :data:`PROC_READ_ONLY`) with ``proc_rw``. Raises SetupError."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | (0 if gpu else MS_RDONLY))
+    _mount("proc", "/proc", "proc",
+           MS_NOSUID | MS_NODEV | MS_NOEXEC | (0 if proc_rw else MS_RDONLY))
     for path in PROC_READ_ONLY:  # the kernel's settings: owned by uid 0, which we still are
         if os.path.exists(path):
             _mount(path, path, None, MS_BIND | MS_REC)
@@ -191,6 +198,30 @@ def set_up(scratch: str, keep: tuple[str, ...] = (), gpu: bool = True) -> None:
         if any(_under(path, w) for w in writable) or not os.path.lexists(path):
             continue  # a mount point a later mount hid (its path gone) is not reachable
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+
+
+def own_proc(pid: int, scratch: str) -> None:
+    """Make process ``pid``'s own ``/proc/PID`` (its threads' ``task/TID`` and so
+    ``/proc/self`` and ``/proc/thread-self`` as it reads them) writable under the read-only
+    ``/proc``: a second ``proc`` mount, on a folder of ``scratch`` made for it, whose
+    ``PID`` is bound over the first one's, then detached (``MNT_DETACH``) and its folder
+    removed before ``pid`` runs anything. Every other process's ``/proc/PID``, the top-level
+    ``/proc/TID`` of ``pid``'s threads and ``..`` out of the bind stay on the read-only
+    mount. Raises SetupError."""
+    view = os.path.join(scratch, f".proc-{pid}")
+    try:
+        os.mkdir(view, 0o700)
+    except OSError as e:
+        raise SetupError(f"mkdir {view}: {e.strerror}") from None
+    try:
+        _mount("proc", view, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        try:
+            _mount(os.path.join(view, str(pid)), f"/proc/{pid}", None, MS_BIND)
+        finally:
+            if _libc.umount2(view.encode(), MNT_DETACH) != 0:
+                raise SetupError(f"umount {view}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.rmdir(view)
 
 
 def loopback_up() -> None:
@@ -271,16 +302,24 @@ def clear_capabilities() -> None:
                          f"{os.strerror(ctypes.get_errno())}")
 
 
-def _start(cmd: list[str]) -> int:
-    """Fork and exec ``cmd`` with no privilege (:func:`confine`); returns its pid."""
+def _start(cmd: list[str], gate: tuple[int, int] | None = None) -> int:
+    """Fork and exec ``cmd`` with no privilege (:func:`confine`); returns its pid. With
+    ``gate`` (a pipe's read and write ends), the child waits until its write end is closed
+    (by :func:`first_process`, once :func:`own_proc` is done) before anything else."""
     pid = os.fork()
     if pid == 0:
         try:
+            if gate is not None:
+                os.close(gate[1])
+                os.read(gate[0], 1)
+                os.close(gate[0])
             confine()
             os.execvp(cmd[0], cmd)
         except BaseException as e:  # noqa: BLE001 -- a child must never return here
             print(f"kopt sandbox: cannot start {cmd[0]}: {e}", file=sys.stderr, flush=True)
         os._exit(127)
+    if gate is not None:
+        os.close(gate[0])
     return pid
 
 
@@ -319,10 +358,10 @@ def _reap_until(child: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``SCRATCH [--rw PATH]... [--lo] [--no-gpu] -- CMD...``: set up, run CMD, return its
-    exit code (see the module)."""
+    """``SCRATCH [--rw PATH]... [--lo] [--no-gpu] [--proc-rw] -- CMD...``: set up, run CMD,
+    return its exit code (see the module)."""
     keep: list[str] = []
-    flags = {"--lo": False, "--no-gpu": False}
+    flags = {"--lo": False, "--no-gpu": False, "--proc-rw": False}
     while len(argv) > 2 and argv[1] in ("--rw", *flags):
         if argv[1] in flags:
             flags[argv[1]], argv = True, [argv[0], *argv[2:]]
@@ -330,29 +369,44 @@ def main(argv: list[str]) -> int:
         keep.append(os.path.realpath(argv[2]))
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m workers.jail SCRATCH [--rw PATH]... [--lo] [--no-gpu] -- "
-              "CMD...", file=sys.stderr)
+        print("usage: python -m workers.jail SCRATCH [--rw PATH]... [--lo] [--no-gpu] "
+              "[--proc-rw] -- CMD...", file=sys.stderr)
         return 2
     scratch, cmd = os.path.realpath(argv[0]), argv[2:]
+    gate = os.pipe() if not (flags["--no-gpu"] or flags["--proc-rw"]) else None
     return first_process(scratch, tuple(keep), not flags["--no-gpu"], flags["--lo"],
-                         functools.partial(_start, cmd))
+                         functools.partial(_start, cmd, gate), proc_rw=flags["--proc-rw"],
+                         gate=gate[1] if gate else None)
 
 
 def first_process(scratch: str, keep: tuple[str, ...], gpu: bool, loopback: bool,
-                  start: Callable[[], int]) -> int:
+                  start: Callable[[], int], proc_rw: bool = False,
+                  gate: int | None = None) -> int:
     """What process 1 of the sandbox does (steps 1-4 and 6 of the module docstring): set
-    up (the loopback up with ``loopback``), ``start()`` its child (returns its pid: step 5
-    is the child's), pass SIGTERM, SIGINT and SIGHUP on to it and reap until it exits;
+    up (the loopback up with ``loopback``, ``/proc`` writable with ``proc_rw``),
+    ``start()`` its child (returns its pid: step 5 is the child's; with ``gate``, the write
+    end of the pipe the child waits on, its own ``/proc/PID`` made writable first:
+    :func:`own_proc`), pass SIGTERM, SIGINT and SIGHUP on to it and reap until it exits;
     returns its exit code (128 + N for signal N), or :data:`SETUP_FAILED` with one line on
     stderr when a set-up step failed."""
     try:
         if loopback:
             loopback_up()
-        set_up(scratch, keep, gpu=gpu)
+        set_up(scratch, keep, gpu=gpu, proc_rw=proc_rw)
     except (SetupError, OSError) as e:
         print(f"kopt sandbox: set-up failed: {e}", file=sys.stderr, flush=True)
         return SETUP_FAILED
     child = start()
+    if gate is not None:
+        try:
+            own_proc(child, scratch)
+        except (SetupError, OSError) as e:
+            print(f"kopt sandbox: set-up failed: {e}", file=sys.stderr, flush=True)
+            os.kill(child, signal.SIGKILL)
+            _reap_until(child)
+            return SETUP_FAILED
+        finally:
+            os.close(gate)  # the child goes on
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # passed on to the child
         signal.signal(sig, functools.partial(_pass_on, child))
     return _reap_until(child)

@@ -279,7 +279,9 @@ def confined(cmd: list[str], tmp: Path) -> tuple[list[str], dict[str, str]]:
         return list(cmd), {"TMPDIR": str(tmp)}
     scratch = tmp / "scratch"
     scratch.mkdir(exist_ok=True)
-    return iso.wrap(cmd, str(scratch), keep=(str(tmp),), loopback=True), {
+    # /proc writable: the target, ncu's child, names its threads there as CUDA starts
+    # (workers.jail ``own_proc`` makes only the sandbox's first process's own writable)
+    return iso.wrap(cmd, str(scratch), keep=(str(tmp),), loopback=True, proc_rw=True), {
         "TMPDIR": str(scratch), "HOME": str(scratch),
         SECCOMP_ENV: "0" if os.environ.get(SECCOMP_ENV) == "0" else "1"}
 

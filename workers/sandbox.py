@@ -589,18 +589,16 @@ class Sandbox:
         harness (candidate code can write messages too: a later ``first`` ends the job,
         :meth:`_first_again`).
         Such processes cannot be taken over by candidate code: the filter stops ``ptrace``
-        and ``process_vm_writev`` (workers.seccomp) and a CPU device's jail has its
-        ``/proc`` read-only (workers.jail), so ``/proc/PID/mem`` opens for reading only. A
-        GPU device's jail cannot (CUDA fails to start there so): its ref.py's processes stay
-        what a job left running, which ends the harness after each job (not held against
-        the job: :attr:`before_code`) and makes a contender ``escaped``. The first of the job
+        and ``process_vm_writev`` (workers.seccomp) and the jail's ``/proc`` is read-only
+        but for the harness's own ``/proc/PID`` (workers.jail ``own_proc``), so their
+        ``/proc/PID/mem`` opens for reading only. The first of the job
         (``before`` False) sets :attr:`before_code` to :attr:`first_before`, not to the
         processes at this message: one a candidate's thread started between jobs, or while
         this job's inputs were made, is no process of ref.py's (a red-team review had one
         pass so). Returns True (the job is prepared)."""
         if msg.get("first") and self.first_before is None:
             self.first_before = self.members()
-            if self.device == "cpu":  # its /proc read-only (workers.jail): a GPU's is not
+            if self.isolation.isolated:  # its /proc read-only but the harness's own
                 self.infra |= self.first_before - {self.host_pid or 0}
             self._go()
         if not before:
