@@ -701,6 +701,29 @@ def test_a_contest_with_a_ref_py_that_starts_processes_names_no_one_escaped(tmp_
     assert res["status"] == "ok" and not res.get("failed"), res
 
 
+def test_a_device_contest_with_a_ref_py_that_starts_a_process_keeps_its_judges_sets(
+        tmp_path, monkeypatch):
+    """The device actor's contest of two honest contenders of a ref.py whose import starts a
+    lasting process: the judge (the device's second harness, which never loads candidate
+    code) made the witness turns' input sets, and ref.py's process started there ended it
+    before the null turns (the judge's sandbox took the process for a stray): "witness
+    turns asked for before their input sets", the contest unjudged twice, `error`. The
+    judge's processes are its own: both contenders `ok`, their witness turns judged."""
+    monkeypatch.setenv("KOPT_CACHE", str(tmp_path / "cache"))
+    ref = worker_ref(tmp_path)
+    h, art_h = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0}, "honest")
+    o, art_o = contender(tmp_path, PACK / "faults.cpp", {"MODE": 0, "GOOD": 1}, "honest2")
+    actor = DeviceActor("cpu", spares=0)
+    try:
+        res = actor.contest([{**h, "reference": str(ref)}, {**o, "reference": str(ref)}],
+                            ROUNDS, art_h, art_o)
+        judge_restarts = actor.judge().restarts
+    finally:
+        actor.shutdown()
+    assert res["status"] == "ok" and not res.get("failed"), res
+    assert res["witness"] == "8 witness turns each" and judge_restarts == 0, res
+
+
 # C++ that resets the harness's once-per-process flag of its first "prepared" through
 # Python's C API, once, from a candidate's solve (a red-team review's attack)
 RESET_FIRST = r'''

@@ -331,7 +331,7 @@ class DeviceActor:
         :meth:`clock_ready`, else on its first job."""
         self._bare_started()
         if self.bare is None:
-            self.bare = Sandbox(self.backend, self.env)
+            self.bare = Sandbox(self.backend, self.env, loads_code=False)
         return self.bare
 
     def clock(self, job: dict[str, Any], calls: int, artifact: bytes,
@@ -396,7 +396,7 @@ class DeviceActor:
         clock times candidates in, start meanwhile too (workers.spares). Never raises."""
         self.spares.fill()
         if self.bare is None and self._bare_start is None:
-            self.bare = Sandbox(self.backend, self.env)
+            self.bare = Sandbox(self.backend, self.env, loads_code=False)
             self._bare_start = ThreadPoolExecutor(1).submit(self.bare.start)
 
     def _adopt_judge(self, pre: Prestarted) -> None:
@@ -406,7 +406,7 @@ class DeviceActor:
         process's descendant, a prestarted harness is out of its reach under Yama's
         ``ptrace_scope`` 1, and every contest's first take would be unjudged); else it is
         closed, and the judge starts on its first job, as before."""
-        bare = Sandbox(self.backend, self.env)
+        bare = Sandbox(self.backend, self.env, loads_code=False)
         if not bare.adopt(pre):
             return
         if bare.host_pid and not witness.reach(bare.host_pid, fd=self.backend != "cpu"):

@@ -68,10 +68,16 @@ class Sandbox:
     Args:
         device: ``"cuda"`` or ``"cpu"``.
         env: extra environment for the subprocess (e.g. CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS).
+        loads_code: False for a harness that never loads a candidate's code (the device
+            actor's judge: workers.device_actor ``judge``): every process its sandbox holds
+            is its own (ref.py's work started it, e.g. torch.compile's worker pool, with no
+            "prepared" of a candidate's job to count them at), never a reason to end it.
     """
 
-    def __init__(self, device: str, env: dict[str, str] | None = None):
+    def __init__(self, device: str, env: dict[str, str] | None = None,
+                 loads_code: bool = True):
         self.device = device
+        self.loads_code = loads_code
         self.env = {**package_env(), **(env or {})}  # found from any cwd
         if device == "cpu":  # a CPU candidate's clock must not be beaten on a GPU
             self.env.update(NO_GPU)
@@ -613,9 +619,14 @@ class Sandbox:
         (:attr:`first_before`) and are not its own (:meth:`left_running`): started between
         jobs by a thread a candidate's code left there (a red-team candidate's child, forked
         once its job was over, ran beside the next candidate's job); or where a process of
-        its own was stopped (:meth:`_own_stopped`). Whether it did. Never raises."""
+        its own was stopped (:meth:`_own_stopped`). A harness that loads no candidate's code
+        (:attr:`loads_code` False) takes those it holds as its own instead: ended, it lost
+        the input sets a contest's witness turns had made there. Whether it did. Never
+        raises."""
         if not self.running:
             return False
+        if not self.loads_code:
+            self.infra |= set(self.left_running())
         if not [p for p in self.left_running() if p not in (self.first_before or set())] \
                 and not self._own_stopped():
             return False
