@@ -447,8 +447,7 @@ class DeviceActor:
     def fresh(self) -> None:
         """End the harness process; the next job starts a new one (state a candidate left
         in it, a patched clock say, dies with it)."""
-        self.sandbox.kill()
-        self.sandbox.restarts += 1
+        self.sandbox.end()
 
     def profile_many(self, jobs: list[dict[str, Any]], kernels: list[list[str]],
                      metrics: list[str], sections: list[str] | None, *artifacts: bytes

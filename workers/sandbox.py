@@ -441,8 +441,7 @@ class Sandbox:
     def _killed(self, why: str) -> dict[str, Any]:
         """The harness killed (the next job restarts it, counted in :attr:`restarts`) and
         the job's outcome: ``crashed``, for ``why``."""
-        self.kill()
-        self.restarts += 1
+        self.end()
         return {"status": Status.CRASHED, "error": why}
 
     def _unpinged(self) -> dict[str, Any]:
@@ -630,8 +629,7 @@ class Sandbox:
         if not [p for p in self.left_running() if p not in (self.first_before or set())] \
                 and not self._own_stopped():
             return False
-        self.kill()
-        self.restarts += 1
+        self.end()
         return True
 
     def _own_stopped(self) -> bool:
@@ -701,8 +699,7 @@ class Sandbox:
                 res["error"] = "; ".join(x for x in (res.get("error"),
                                                      f"the kernel printed: {said}") if x)
         if res.pop("fatal", False):
-            self.kill()
-            self.restarts += 1
+            self.end()
         return res
 
     def pause(self) -> hold.Held:
@@ -747,8 +744,7 @@ class Sandbox:
         if not left:
             return []
         before = self.before_code
-        self.kill()
-        self.restarts += 1
+        self.end()
         return [] if before is None else [p for p in left if p not in before]
 
     def _thread_group_ns(self) -> int | None:
@@ -822,8 +818,7 @@ class Sandbox:
             return res
         first = str(res.get("error") or "")[:300]
         if self.running:  # a crash's harness is gone
-            self.kill()
-            self.restarts += 1
+            self.end()
         again = self.run(job, timeout_s)
         if again.get("status") != status:
             how = {Status.CRASHED: "the first run crashed",
@@ -862,8 +857,7 @@ class Sandbox:
         """The outcome of a job with no answer in time (the harness is killed; the next
         job restarts it): ``timeout``, naming ref.py when its inputs()/reference() were
         still running (no candidate code had been called)."""
-        self.kill()
-        self.restarts += 1
+        self.end()
         ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
         if not prepared and ref:
             return {"status": Status.TIMEOUT, "error": (
@@ -888,8 +882,7 @@ class Sandbox:
         blamed if it dies again); ``crashed`` naming ref.py's ``contender()`` (or
         ``reference()``) when it died while that was timed."""
         served = self.served
-        code = self.kill(ended=ended)
-        self.restarts += 1
+        code = self.end(ended=ended)
         said = self.tail(pos)
         ref = (job.payload() if isinstance(job, RunJob) else job).get("reference")
         if not prepared and ref and served:
@@ -939,6 +932,13 @@ class Sandbox:
         except OSError:
             return ""
         return text[-n:]
+
+    def end(self, ended: bool = False) -> int | None:
+        """:meth:`kill` the harness for what ran in it, counted in :attr:`restarts` (the
+        next job starts a fresh one); returns its exit code as :meth:`kill` does."""
+        code = self.kill(ended=ended)
+        self.restarts += 1
+        return code
 
     def kill(self, ended: bool = False) -> int | None:
         """Kill the harness (its whole process group); returns its exit code. ``ended``:
