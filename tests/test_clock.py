@@ -913,6 +913,62 @@ def test_a_clock_replaced_in_the_harness_times_no_later_job(tmp_path):
         sb.close()
 
 
+# C++ that rebinds workers.timing.quantile (which the harness's ``summarize`` calls through
+# workers.timing's globals, not the harness module's) to a hundredth of itself, once, from a
+# candidate's solve through Python's C API (a red-team review's attack)
+QUANTILE_PATCH = r'''
+extern "C" int PyGILState_Ensure(void);
+extern "C" void PyGILState_Release(int);
+extern "C" int PyRun_SimpleString(const char*);
+static void patch_quantile() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  int g = PyGILState_Ensure();
+  PyRun_SimpleString("import workers.timing as _t\n_q = _t.quantile\n"
+                     "_t.quantile = lambda xs, q: _q(xs, q) / 100\n");
+  PyGILState_Release(g);
+}
+'''
+
+
+def test_a_function_of_another_workers_module_replaced_in_the_harness_times_no_later_job(
+        tmp_path):
+    """The harness's watch covers every module of workers it loaded (and the standard
+    modules its figures go through), not only its own: a candidate that rebound
+    ``workers.timing.quantile`` (a hundredth of itself) had its own median and the next
+    honest candidate's in that harness read 100x faster. Now the harness ends after that
+    job, the job's row says what was replaced, and the honest job after it is timed by a
+    fresh harness."""
+    head = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
+    text = (PACK / "faults.cpp").read_text()
+    assert text.count(head) == 1
+    src = tmp_path / "quantile" / "faults.cpp"
+    src.parent.mkdir()
+    src.write_text(text.replace(head, QUANTILE_PATCH + head + "\n  patch_quantile();"))
+    honest = PACK / "faults.cpp"
+    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+    from workers.sandbox import Sandbox
+
+    def vjob(path):
+        return job(artifact(tmp_path, path, {"MODE": 0}), path, PACK / "ref.py",
+                   {"N": 1 << 16}, args)
+
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        first = sb.run(vjob(honest), timeout_s=60)
+        patched = sb.run(vjob(src), timeout_s=60)
+        restarts = sb.restarts
+        again = sb.run(vjob(honest), timeout_s=60)
+    finally:
+        sb.close()
+    assert first["status"] == patched["status"] == again["status"] == "ok", (first, again)
+    assert restarts == 1 and patched["error"].startswith(
+        "code in the harness's process replaced its workers.timing.quantile during the "
+        "job"), patched
+    assert again["median_ms"] > first["median_ms"] / 10, (first, again)
+
+
 def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():
     """The GPU harness's watch (workers.harness ``watched("cuda")``: the time module's
     clocks, ``torch.cuda.Event``'s methods, the harness's own functions) read again with

@@ -229,7 +229,8 @@ def test_the_c_pointers_of_the_clocks_are_read_and_unchanged_in_an_untouched_pro
     watch = watched("cpu")
     taken = c_taken(watch)
     assert {f"time.{n}" for n in CLOCK_NAMES} <= set(taken), sorted(taken)
-    assert all(None not in parts and parts[0] for parts in taken.values()), taken
+    clocks = {n: parts for n, parts in taken.items() if n.startswith("time.")}
+    assert all(None not in parts and parts[0] for parts in clocks.values()), clocks
     assert c_swapped(watch, taken) == []
 
 

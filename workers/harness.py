@@ -243,6 +243,7 @@ no namespaces they are taken for what a job left running: the harness ends after
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import errno
 import functools
@@ -3029,6 +3030,11 @@ CLOCK_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "
 # the names :func:`rewritten` gives the clocks of :func:`watched` (the time module's, and
 # ``torch.cuda.Event``'s methods on a GPU)
 CLOCKS = ("time.", "Event.")
+# the standard modules whose functions the harness's figures and answers go through
+# (medians, quantiles, the sets' draws, the answers' encoding), watched as workers' own are
+STD_WATCHED = (builtins, math, statistics, random, json, functools)
+_WATCHED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+_GONE = object()  # a watched name no longer in its owner's namespace
 
 
 def watched(device: str) -> list[tuple[Any, str, Any]]:
@@ -3040,8 +3046,12 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     harness (each 100x faster: at the closing an honest first baseline's own row then
     disagreed with its figure side by side and it was dropped, and no best was named,
     red-team round 12), and a function rebound mid-job (``_keep``) did a paced call's work
-    after its clock stopped. (:func:`_serve` ends the harness after a job in which one was
-    replaced, and answers a job that finds one replaced ``crashed``, retried fresh.)"""
+    after its clock stopped. The same of every module of workers this process has loaded
+    (:func:`_module_watch`): the harness's figures go through their functions too, and a
+    red-team review rebound ``workers.timing.quantile`` so (the module's global, which
+    ``summarize`` calls): its own median and the next candidate's in that harness read
+    100x faster. (:func:`_serve` ends the harness after a job in which one was replaced,
+    and answers a job that finds one replaced ``crashed``, retried fresh.)"""
     me = sys.modules[__name__]
     out: list[tuple[Any, str, Any]] = [(time, n, getattr(time, n)) for n in CLOCK_NAMES
                                        if hasattr(time, n)]
@@ -3050,9 +3060,23 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     out += [(Harness, n, v) for n, v in vars(Harness).items() if inspect.isfunction(v)]
     # every module, function and class this module's code calls through a global: a
     # red-team contender rebound its ``time`` to a module whose clocks ran at 1/100
-    out += [(me, n, v) for n, v in vars(me).items()
-            if isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-                              type))]
+    out += [(me, n, v) for n, v in vars(me).items() if isinstance(v, _WATCHED_TYPES)]
+    return out + _module_watch(me)
+
+
+def _module_watch(me: types.ModuleType) -> list[tuple[Any, str, Any]]:
+    """The functions, classes and modules every module of workers loaded in this process
+    (but ``me``, watched as :func:`watched` says) and :data:`STD_WATCHED` hold in their
+    namespaces, and the methods of workers' classes and of ``random.Random`` (the unseen
+    sets' places are drawn by one): (owner, name, the object), as :func:`watched`."""
+    mods = [m for n, m in sorted(sys.modules.items())
+            if n.startswith("workers.") and isinstance(m, types.ModuleType) and m is not me]
+    out = [(m, n, v) for m in (*mods, *STD_WATCHED) for n, v in vars(m).items()
+           if isinstance(v, _WATCHED_TYPES)]
+    classes = {id(c): c for m in mods for c in vars(m).values()
+               if isinstance(c, type) and c.__module__ == m.__name__}
+    for c in (*classes.values(), random.Random):
+        out += members(c)
     return out
 
 
@@ -3106,8 +3130,8 @@ def c_swapped(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | No
               ) -> list[str]:
     """The names in ``taken`` (:func:`c_taken`) whose builtin (the one ``watch`` holds)
     now runs another C function than when taken."""
-    objs = {_watch_name(o, n): v for o, n, v in watch}
-    return [n for n, parts in taken.items() if c_parts(objs[n]) != parts]
+    objs = {name: v for o, n, v in watch if (name := _watch_name(o, n)) in taken}
+    return [n for n, parts in taken.items() if c_parts(objs.get(n)) != parts]
 
 
 def _watch_name(owner: Any, name: str) -> str:
@@ -3125,12 +3149,11 @@ def replaced(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | Non
 
 def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
     """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken,
-    each read as its owner's namespace holds it (``inspect.getattr_static``), as
-    :func:`watched` took it: ``getattr`` unwraps a ``staticmethod`` (``Event.__new__``)
-    and binds a ``classmethod`` anew at every read, so that every GPU job found
-    ``Event.__new__`` replaced and was answered ``crashed`` (the H200, 2026-12-05)."""
-    return [_watch_name(o, n) for o, n, v in watch
-            if inspect.getattr_static(o, n, None) is not v]
+    each read from its owner's own namespace (``vars``), as :func:`watched` took it:
+    ``getattr`` unwraps a ``staticmethod`` (``Event.__new__``) and binds a ``classmethod``
+    anew at every read, so that every GPU job found ``Event.__new__`` replaced and was
+    answered ``crashed`` (the H200, 2026-12-05); a name deleted there is replaced too."""
+    return [_watch_name(o, n) for o, n, v in watch if vars(o).get(n, _GONE) is not v]
 
 
 def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
@@ -3212,9 +3235,10 @@ def _run_one(h: Harness, job: Any) -> dict:
 def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
     """``res`` of a job during which ``changed`` (:func:`rewritten`) were replaced: fatal, so
     that a patch made in this job times no later job (the job's own figures are judged as
-    they are: the closing's outside clock times them); a clock job whose block rebound one
-    of this module's functions or :class:`Harness`'s methods is ``crashed`` (only the
-    contender's code ran there; a replaced clock is left to the outside clock)."""
+    they are: the closing's outside clock times them, and its row's ``error`` says what was
+    replaced); a clock job whose block rebound one of the watched functions or methods is
+    ``crashed`` (only the contender's code ran there; a replaced clock is left to the
+    outside clock)."""
     print(f"kopt harness: {', '.join(changed[:8])} replaced during a job; restarting",
           file=sys.stderr, flush=True)
     own = [c for c in changed if not c.startswith(CLOCKS)]
@@ -3228,7 +3252,9 @@ def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
             "status") == Status.OK:  # its own harness, with rivals: Harness._clock_intact
         return {**res, "status": Status.SUSPECT, "fatal": True,
                 "error": _clock_replaced(clocks)}
-    return {**res, "fatal": True}
+    said = (f"code in the harness's process replaced its {', '.join(changed[:4])} during the "
+            "job: its figures came through them, left to the closing's outside clock")
+    return {**res, "fatal": True, "error": "; ".join(x for x in (res.get("error"), said) if x)}
 
 
 def _clock_replaced(changed: list[str]) -> str:
