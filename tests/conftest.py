@@ -36,6 +36,35 @@ def _compile_packages() -> None:
 _compile_packages()
 
 
+SOLVE_HEAD = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
+RUN_ONCE = '''
+extern "C" int PyGILState_Ensure(void);
+extern "C" void PyGILState_Release(int);
+extern "C" int PyRun_SimpleString(const char*);
+static void kopt_test_run_python_once() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  int g = PyGILState_Ensure();
+  PyRun_SimpleString(R"PY(%s)PY");
+  PyGILState_Release(g);
+}
+'''
+
+
+def faults_running_python(folder: Path, python: str) -> Path:
+    """tests/fixtures/faultpack/faults.cpp written into ``folder`` with ``python`` run once,
+    through Python's C API, from its ``solve``'s first call: what a candidate's code can do
+    in the harness's process (the red-team reviews' attacks). Returns the source's path."""
+    text = (FIXTURES / "faultpack" / "faults.cpp").read_text()
+    assert text.count(SOLVE_HEAD) == 1 and ")PY" not in python
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "faults.cpp"
+    src.write_text(text.replace(SOLVE_HEAD, RUN_ONCE % python + SOLVE_HEAD
+                                + "\n  kopt_test_run_python_once();"))
+    return src
+
+
 def has_gpu() -> bool:
     try:
         import torch

@@ -12,6 +12,7 @@ import pytest
 from test_faults import PACK, artifact, job
 from test_isolation import HELD_STATE, HOLDS, ISOLATED, _how
 
+from conftest import faults_running_python
 from kopt.core.clock import (
     CLOCK_FACTOR,
     CLOCK_MAX_CALLS,
@@ -913,23 +914,11 @@ def test_a_clock_replaced_in_the_harness_times_no_later_job(tmp_path):
         sb.close()
 
 
-# C++ that rebinds workers.timing.quantile (which the harness's ``summarize`` calls through
-# workers.timing's globals, not the harness module's) to a hundredth of itself, once, from a
-# candidate's solve through Python's C API (a red-team review's attack)
-QUANTILE_PATCH = r'''
-extern "C" int PyGILState_Ensure(void);
-extern "C" void PyGILState_Release(int);
-extern "C" int PyRun_SimpleString(const char*);
-static void patch_quantile() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  int g = PyGILState_Ensure();
-  PyRun_SimpleString("import workers.timing as _t\n_q = _t.quantile\n"
-                     "_t.quantile = lambda xs, q: _q(xs, q) / 100\n");
-  PyGILState_Release(g);
-}
-'''
+# Python a candidate runs in the harness's process (Python's C API) to rebind
+# workers.timing.quantile (which the harness's ``summarize`` calls through workers.timing's
+# globals, not the harness module's) to a hundredth of itself (a red-team review's attack)
+QUANTILE_PATCH = ("import workers.timing as _t\n_q = _t.quantile\n"
+                  "_t.quantile = lambda xs, q: _q(xs, q) / 100\n")
 
 
 def test_a_function_of_another_workers_module_replaced_in_the_harness_times_no_later_job(
@@ -940,12 +929,7 @@ def test_a_function_of_another_workers_module_replaced_in_the_harness_times_no_l
     honest candidate's in that harness read 100x faster. Now the harness ends after that
     job, the job's row says what was replaced, and the honest job after it is timed by a
     fresh harness."""
-    head = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
-    text = (PACK / "faults.cpp").read_text()
-    assert text.count(head) == 1
-    src = tmp_path / "quantile" / "faults.cpp"
-    src.parent.mkdir()
-    src.write_text(text.replace(head, QUANTILE_PATCH + head + "\n  patch_quantile();"))
+    src = faults_running_python(tmp_path / "quantile", QUANTILE_PATCH)
     honest = PACK / "faults.cpp"
     args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
     from workers.sandbox import Sandbox

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from test_faults import PACK, artifact, job
 
+from conftest import faults_running_python
 from workers import hold, turns
 from workers.device_actor import DeviceActor
 from workers.replay import REPLAY_FACTOR, REPLAY_MS
@@ -673,6 +674,46 @@ def test_a_stopped_process_of_ref_py_ends_the_harness_not_the_next_job(tmp_path,
         when == "during"), second
 
 
+# Python a candidate runs in the harness's process (Python's C API) to have ref.py's
+# multiprocessing pool worker run code of its own: through the pool's task pipe, which the
+# harness's process holds (a red-team review's attack; its worker then spun beside every
+# later candidate's job)
+POOL_HIJACK = ("import gc, multiprocessing.pool as _mpp\n"
+               "_code = 'import threading, time\\n"
+               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\\n'\n"
+               "for _o in gc.get_objects():\n"
+               "    if isinstance(_o, _mpp.Pool):\n"
+               "        _o.apply(exec, (_code, {}))\n")
+
+
+def test_ref_pys_processes_end_before_another_candidates_job(tmp_path, monkeypatch):
+    """ref.py's processes live with its harness, but candidate code can drive them through
+    what the harness's process holds (a red-team candidate had ref.py's pool worker run its
+    code, which then spun beside every later candidate's job in that harness: an honest
+    one `ok` 10x slower). Before a job of another candidate's code, a harness where they
+    live ends (Sandbox.end_shared): the worker the candidate drove is gone before the
+    honest job, which runs in a fresh harness; the same candidate's next job keeps it."""
+    from test_faults import artifact as built
+    from test_faults import job as pack_job
+
+    _counted_by("namespace", monkeypatch)
+    src = faults_running_python(tmp_path / "hijack", POOL_HIJACK)
+    ref, honest = worker_ref(tmp_path, POOL_REF), PACK / "faults.cpp"
+    hijacker = pack_job(built(tmp_path, src, {"MODE": 0}), src, ref, {"N": 4096}, ARGS)
+    box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        runs = [box.run_retrying(hijacker, 30) for _ in range(2)]
+        pool, kept = {p for p in box.infra if _is_pool_worker(p, box)}, box.restarts
+        after = box.run_retrying(pack_job(built(tmp_path, honest, {"MODE": 0}), honest, ref,
+                                          {"N": 4096}, ARGS), 30)
+        gone = not any(hold.alive(p) for p in pool)
+    finally:
+        box.close()
+    assert [r["status"] for r in runs] == ["ok", "ok"] and kept == 0 and len(pool) == 1, (
+        runs, kept, pool)
+    assert after["status"] == "ok" and box.restarts == 1 and gone, (after, box.restarts)
+
+
 def _is_pool_worker(pid: int, box: Sandbox) -> bool:
     """Whether ``pid`` is a child of ``box``'s harness (the pool's worker, forked)."""
     return hold.parent(pid) == box.host_pid
@@ -725,23 +766,11 @@ def test_a_device_contest_with_a_ref_py_that_starts_a_process_keeps_its_judges_s
     assert res["witness"] == "8 witness turns each" and judge_restarts == 0, res
 
 
-# C++ that resets the harness's once-per-process flag of its first "prepared" through
-# Python's C API, once, from a candidate's solve (a red-team review's attack)
-RESET_FIRST = r'''
-extern "C" int PyGILState_Ensure(void);
-extern "C" void PyGILState_Release(int);
-extern "C" int PyRun_SimpleString(const char*);
-static void reset_first() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  int g = PyGILState_Ensure();
-  PyRun_SimpleString("import gc\nfor _o in gc.get_objects():\n"
-                     "    if type(_o).__name__ == 'Harness':\n"
-                     "        _o.told_prepared = False\n");
-  PyGILState_Release(g);
-}
-'''
+# Python a candidate runs in the harness's process (Python's C API) to reset the harness's
+# once-per-process flag of its first "prepared" (a red-team review's attack)
+RESET_FIRST = ("import gc\nfor _o in gc.get_objects():\n"
+               "    if type(_o).__name__ == 'Harness':\n"
+               "        _o.told_prepared = False\n")
 
 
 def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path):
@@ -750,12 +779,7 @@ def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path)
     API) had the next candidate's job say "first" again and wait for a "go" that never
     came, its whole budget (then `ok` in a fresh harness). Now that job ends at once,
     ``crashed``, and is run again in a fresh harness: ``ok``, its row saying why."""
-    head = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
-    text = (PACK / "faults.cpp").read_text()
-    assert text.count(head) == 1
-    src = tmp_path / "reset" / "faults.cpp"
-    src.parent.mkdir()
-    src.write_text(text.replace(head, RESET_FIRST + head + "\n  reset_first();"))
+    src = faults_running_python(tmp_path / "reset", RESET_FIRST)
     honest = PACK / "faults.cpp"
     box = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
     try:
@@ -781,11 +805,7 @@ def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_aga
     job is: `ok`, its row saying why."""
     from workers.records import RunJob
 
-    head = 'extern "C" void solve(const float* x, float* buf, float* y, int N) {'
-    src = tmp_path / "reset" / "faults.cpp"
-    src.parent.mkdir()
-    src.write_text((PACK / "faults.cpp").read_text().replace(
-        head, RESET_FIRST + head + "\n  reset_first();"))
+    src = faults_running_python(tmp_path / "reset", RESET_FIRST)
     art = Path(artifact(tmp_path, src, {"MODE": 0}))
     payload = job(str(art), src, PACK / "ref.py", {"N": 4096}, ARGS)
     common = {k: v for k, v in payload.items() if k not in ("artifact", "dims", "job_key")}

@@ -234,11 +234,13 @@ wrongly:
 
 Processes ref.py's own work starts before any candidate code loads (a torch.compile or
 multiprocessing pool) are the sandbox's own (workers.sandbox ``Sandbox._prepared``), on a
-CPU or a GPU device, since no candidate code can take them over: the jail's ``/proc`` is
-read-only (no ``/proc/PID/mem`` opens for writing) but for the harness's own
-``/proc/PID``, which CUDA's start writes (workers.jail ``own_proc``). Where the host lends
-no namespaces they are taken for what a job left running: the harness ends after each job
-(the job is not blamed) and a contest's contenders are ``escaped``.
+CPU or a GPU device: no candidate code can write their memory (the jail's ``/proc`` is
+read-only but for the harness's own ``/proc/PID``, which CUDA's start writes: workers.jail
+``own_proc``), but it can drive them through what this process holds of them (a pool's
+pipes), so they live only until another candidate's code comes (``Sandbox.end_shared``:
+one harness start per candidate with such a ref.py). Where the host lends no namespaces
+they are taken for what a job left running: the harness ends after each job (the job is
+not blamed) and a contest's contenders are ``escaped``.
 """
 
 from __future__ import annotations

@@ -109,6 +109,8 @@ class Sandbox:
         self.before_code: set[int] | None = None
         # its processes at the running harness's first "prepared" (:meth:`_prepared`)
         self.first_before: set[int] | None = None
+        # those of them ref.py's work started (in :attr:`infra` too): :meth:`end_shared`
+        self.ref_procs: set[int] = set()
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -270,7 +272,7 @@ class Sandbox:
         # the sandbox's own processes, known now that its cgroup is (no candidate code has
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
-        self.first_before = None
+        self.first_before, self.ref_procs = None, set()
         return True
 
     def _hello(self) -> None:
@@ -302,7 +304,7 @@ class Sandbox:
         # the sandbox's own processes (its PID namespace's first, the zygote's child), known
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
-        self.first_before = None
+        self.first_before, self.ref_procs = None, set()
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -351,6 +353,7 @@ class Sandbox:
         prepared by ``plan`` while the sandbox is held (:meth:`_witness`) and ended by the
         harness's "witnessed" (:meth:`_witnessed`); what was seen is in :attr:`taking`.
         """
+        self.end_shared(job)
         self.end_strays()
         if not self.running:
             try:
@@ -593,10 +596,12 @@ class Sandbox:
         them, e.g. torch.compile's worker pool) join :attr:`infra`, then "go"; once per
         harness (candidate code can write messages too: a later ``first`` ends the job,
         :meth:`_first_again`).
-        Such processes cannot be taken over by candidate code: the filter stops ``ptrace``
+        Candidate code cannot write such processes' memory: the filter stops ``ptrace``
         and ``process_vm_writev`` (workers.seccomp) and the jail's ``/proc`` is read-only
         but for the harness's own ``/proc/PID`` (workers.jail ``own_proc``), so their
-        ``/proc/PID/mem`` opens for reading only. The first of the job
+        ``/proc/PID/mem`` opens for reading only. It can drive them through what the
+        harness's process holds of them (a pool's pipes), so they live only until another
+        candidate's code comes (:meth:`end_shared`). The first of the job
         (``before`` False) sets :attr:`before_code` to :attr:`first_before`, not to the
         processes at this message: one a candidate's thread started between jobs, or while
         this job's inputs were made, is no process of ref.py's (a red-team review had one
@@ -604,12 +609,29 @@ class Sandbox:
         if msg.get("first") and self.first_before is None:
             self.first_before = self.members()
             if self.isolation.isolated:  # its /proc read-only but the harness's own
-                self.infra |= self.first_before - {self.host_pid or 0}
+                self.ref_procs = self.first_before - self.infra - {self.host_pid or 0}
+                self.infra |= self.ref_procs
             self._go()
         if not before:
             if self.first_before is None:
                 self.first_before = self.members()
             self.before_code = self.first_before
+        return True
+
+    def end_shared(self, job: RunJob | dict[str, Any]) -> bool:
+        """Before ``job``: end the running harness (the job starts a fresh one) where
+        processes ref.py's work started live in its sandbox (:attr:`ref_procs`) and a
+        candidate's code other than ``job``'s has loaded there (:attr:`loaded`): that code
+        could drive them (a red-team candidate ran its own code in ref.py's multiprocessing
+        pool worker through the pool's pipe, which the harness holds; the worker, the
+        sandbox's own, then spun beside every later candidate's job in that harness: an
+        honest one `ok` 10x slower, and the closing's outside clock named it ``suspect``).
+        Whether it did. Never raises."""
+        if not self.running or not self.loaded - _artifacts(job):
+            return False
+        if not self.ref_procs & self.members():
+            return False
+        self.end()
         return True
 
     def end_strays(self) -> bool:
