@@ -953,6 +953,42 @@ def test_a_function_of_another_workers_module_replaced_in_the_harness_times_no_l
     assert again["median_ms"] > first["median_ms"] / 10, (first, again)
 
 
+# Python a candidate runs in the harness's process: the same function objects with other
+# code (``__code__``), and a profile function on the harness's thread (red-team attacks)
+CODE_SWAP = ("import workers.timing as _t\n_g = {}\n"
+             "exec('def quantile(xs, q):\\n    return xs[0] * 100\\n', _g)\n"
+             "_t.quantile.__code__ = _g['quantile'].__code__\n")
+PROFILE = ("import sys, time\n"
+           "def _slow(frame, event, arg):\n"
+           "    if event == 'call' and frame.f_code.co_name == 'call':\n"
+           "        time.sleep(0.001)\n"
+           "sys.setprofile(_slow)\n")
+
+
+@pytest.mark.parametrize("attack", ["code", "profile"])
+def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path, attack):
+    """A candidate that left a watched function's object in place but swapped its code
+    (``workers.timing.quantile.__code__``: the honest job after it 100x slower), or left a
+    profile function that slept in the harness's calls (its rivals timed after it 1.7x
+    slower), is seen after its job: the harness ends (the next job runs in a fresh one) and
+    the row says what changed."""
+    from workers.sandbox import Sandbox
+
+    src = faults_running_python(tmp_path / attack, CODE_SWAP if attack == "code" else PROFILE)
+    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        patched = sb.run(job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py",
+                             {"N": 4096}, args), timeout_s=60)
+        restarts = sb.restarts
+    finally:
+        sb.close()
+    what = "workers.timing.quantile" if attack == "code" else "sys.settrace/setprofile"
+    assert patched["status"] == "ok" and restarts == 1, patched
+    assert patched["error"].startswith(
+        f"code in the harness's process replaced its {what} during the job"), patched
+
+
 def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():
     """The GPU harness's watch (workers.harness ``watched("cuda")``: the time module's
     clocks, ``torch.cuda.Event``'s methods, the harness's own functions) read again with

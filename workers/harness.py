@@ -263,7 +263,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -474,8 +474,8 @@ class Harness:
         self.post: Callable[[bytes], None] | None = None  # sends answer()'s bytes (_serve)
         # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`,
         # and the C functions its builtins run (:func:`c_taken`)
-        self.watch: list[tuple[Any, str, Any]] = []
-        self.c_watch: dict[str, tuple[int | None, ...]] = {}
+        self.watch: Sequence[tuple[Any, str, Any]] = ()
+        self.c_watch: Mapping[str, tuple[Any, ...]] = {}
         # CPU: the candidate's own buffers evicted line by line before each sample, outputs
         # checked in one pass (workers.native); where its helpers cannot be built, and on
         # the GPU, a buffer of twice the last-level cache (L2) zeroed instead
@@ -3118,22 +3118,54 @@ def c_parts(fn: Any) -> tuple[int | None, ...] | None:
             ctypes.c_int.from_address(ml + _METHODDEF_ML_FLAGS).value)
 
 
-def c_taken(watch: list[tuple[Any, str, Any]]) -> dict[str, tuple[int | None, ...]]:
-    """:func:`c_parts` of each builtin in ``watch`` (:func:`watched`), by the name
-    :func:`rewritten` gives it; taken with the watch, before any job runs."""
-    out = {}
+def c_taken(watch: Sequence[tuple[Any, str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """:func:`parts` of each function in ``watch`` (:func:`watched`), by the name
+    :func:`rewritten` gives it, and this thread's and new threads' trace and profile
+    functions (:data:`HOOKS`); taken with the watch, before any job runs."""
+    out: dict[str, tuple[Any, ...]] = {HOOKS: _hooks()}
     for o, n, v in watch:
-        if (parts := c_parts(v)) is not None:
-            out[_watch_name(o, n)] = parts
+        if (got := parts(v)) is not None:
+            out[_watch_name(o, n)] = got
     return out
 
 
-def c_swapped(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | None, ...]]
+# the name :func:`c_swapped` gives the interpreter's trace and profile functions
+HOOKS = "sys.settrace/setprofile"
+
+
+def _hooks() -> tuple[Any, ...]:
+    """This thread's trace and profile functions, and those new threads get (``threading``):
+    a red-team candidate's profile function slept in every call of the harness's but its own
+    library's, its rivals timed after it in that harness 1.7x slower."""
+    return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
+
+
+def parts(fn: Any) -> tuple[Any, ...] | None:
+    """What a call of ``fn`` runs: a builtin's C pointers (:func:`c_parts`); a Python
+    function's code, defaults, keyword defaults and closure cells' contents (a red-team
+    candidate replaced ``workers.timing.quantile.__code__``, the function object the same),
+    a ``staticmethod``'s or ``classmethod``'s function's; None for any other object."""
+    if isinstance(fn, (staticmethod, classmethod)):
+        fn = fn.__func__
+    if not isinstance(fn, types.FunctionType):
+        return c_parts(fn)
+    cells = []
+    for c in fn.__closure__ or ():
+        try:
+            cells.append(c.cell_contents)
+        except ValueError:  # an empty cell
+            cells.append(_GONE)
+    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, *cells)
+
+
+def c_swapped(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, tuple[Any, ...]]
               ) -> list[str]:
-    """The names in ``taken`` (:func:`c_taken`) whose builtin (the one ``watch`` holds)
-    now runs another C function than when taken."""
+    """The names in ``taken`` (:func:`c_taken`) whose function (the one ``watch`` holds)
+    now runs other code than when taken (:func:`parts`), and :data:`HOOKS` where a trace or
+    profile function changed."""
     objs = {name: v for o, n, v in watch if (name := _watch_name(o, n)) in taken}
-    return [n for n, parts in taken.items() if c_parts(objs.get(n)) != parts]
+    return [n for n, was in taken.items()
+            if (_hooks() if n == HOOKS else parts(objs.get(n))) != was]
 
 
 def _watch_name(owner: Any, name: str) -> str:
@@ -3142,14 +3174,14 @@ def _watch_name(owner: Any, name: str) -> str:
     return f"{getattr(owner, '__name__', owner)}.{name}"
 
 
-def replaced(watch: list[tuple[Any, str, Any]], taken: dict[str, tuple[int | None, ...]]
+def replaced(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, tuple[Any, ...]]
              ) -> list[str]:
     """The names in ``watch`` replaced since they were taken (:func:`rewritten`), then
     those whose builtin runs another C function (:func:`c_swapped` against ``taken``)."""
     return rewritten(watch) + c_swapped(watch, taken)
 
 
-def rewritten(watch: list[tuple[Any, str, Any]]) -> list[str]:
+def rewritten(watch: Sequence[tuple[Any, str, Any]]) -> list[str]:
     """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken,
     each read from its owner's own namespace (``vars``), as :func:`watched` took it:
     ``getattr`` unwraps a ``staticmethod`` (``Event.__new__``) and binds a ``classmethod``
@@ -3165,8 +3197,10 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     h.await_go = lambda: _await_go(rconn)
     h.await_turn = lambda: _await_turn(rconn)
     h.post = wconn.send_bytes
-    watch = h.watch = watched("cuda" if h.is_cuda else "cpu")
-    h.c_watch = c_taken(watch)
+    # kept here too (a tuple, a read-only view): a red-team candidate emptied the
+    # harness's own lists through ``gc``; one rebound on the harness is replaced too
+    watch = h.watch = tuple(watched("cuda" if h.is_cuda else "cpu"))
+    c_watch = h.c_watch = types.MappingProxyType(c_taken(watch))
     while True:
         try:
             kind, job = rconn.recv()
@@ -3179,14 +3213,16 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             continue
         h.idle_s = time.perf_counter() - h.done_at
         # left by an earlier job since its end: not this one's
-        if unfit := _unfit(watch, h.c_watch):
+        if unfit := _unfit(watch, c_watch):
             answer(wconn, unfit)
             return
         res = _run_one(h, job)
         h.done_at = time.perf_counter()
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
-        if changed := replaced(watch, h.c_watch):
+        changed = replaced(watch, c_watch) + [f"Harness.{n}" for n, v in (
+            ("watch", watch), ("c_watch", c_watch)) if getattr(h, n, None) is not v]
+        if changed:
             res = _rewritten(res, job, changed)
         answer(wconn, res)
         if res.get("fatal"):
@@ -3195,7 +3231,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             return
 
 
-def _unfit(watch: list[tuple[Any, str, Any]], c_watch: dict[str, tuple[int | None, ...]]
+def _unfit(watch: Sequence[tuple[Any, str, Any]], c_watch: Mapping[str, tuple[Any, ...]]
            ) -> dict | None:
     """The answer (``crashed``, fatal: the job is run again in a fresh harness) to a job
     that finds this process unfit for it: more than :data:`FILES_KEPT` files held, or a
