@@ -231,6 +231,15 @@ wrongly:
   an earlier protocol timed in this process between calls: a replayer's own threads, pinned
   with the gauge's to one core once it met new values, made the machine look slowed and
   was ``ok`` in 5 of 5 jobs at 0.064-0.070 ms against the honest 0.187-0.192.)
+  The watch (:func:`watched`: the functions, their code and the trace and profile
+  functions the harness's figures go through, compared after every job) ends the harness
+  after a job that changed what it holds, but code in this process can reach anything this
+  process holds, the watch included (a red-team review emptied the harness's copy through
+  ``gc``; the copy :func:`_serve` keeps is reachable too, as are module constants, torch's
+  functions and instances' state, none of which it watches): only a harness per candidate
+  closes this, and started plainly one made the CPU README sweep's 112 jobs 2-3.5x slower
+  (2026-12-07). The verdicts that name a best do not rest on shared harnesses: every
+  contender of a contest runs in a harness of its own, witnessed and clocked from outside.
 
 Processes ref.py's own work starts before any candidate code loads (a torch.compile or
 multiprocessing pool) are the sandbox's own (workers.sandbox ``Sandbox._prepared``), on a
