@@ -963,18 +963,25 @@ PROFILE = ("import sys, time\n"
            "    if event == 'call' and frame.f_code.co_name == 'call':\n"
            "        time.sleep(0.001)\n"
            "sys.setprofile(_slow)\n")
+# and a threshold of workers' turned off: no later job in that harness named `replayed`
+NO_REPLAYS = "import workers.replay as _r\n_r.REPLAY_ALPHA = -1.0\n"
+LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
+        "profile": (PROFILE, "sys.settrace/setprofile"),
+        "constant": (NO_REPLAYS, "workers.replay.REPLAY_ALPHA")}
 
 
-@pytest.mark.parametrize("attack", ["code", "profile"])
+@pytest.mark.parametrize("attack", sorted(LEFT))
 def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path, attack):
     """A candidate that left a watched function's object in place but swapped its code
-    (``workers.timing.quantile.__code__``: the honest job after it 100x slower), or left a
+    (``workers.timing.quantile.__code__``: the honest job after it 100x slower), left a
     profile function that slept in the harness's calls (its rivals timed after it 1.7x
-    slower), is seen after its job: the harness ends (the next job runs in a fresh one) and
-    the row says what changed."""
+    slower), or rebound a threshold (``workers.replay.REPLAY_ALPHA``: no replay named in
+    that harness again) is seen after its job: the harness ends (the next job runs in a
+    fresh one) and the row says what changed."""
     from workers.sandbox import Sandbox
 
-    src = faults_running_python(tmp_path / attack, CODE_SWAP if attack == "code" else PROFILE)
+    python, what = LEFT[attack]
+    src = faults_running_python(tmp_path / attack, python)
     args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
     sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
     try:
@@ -983,10 +990,24 @@ def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path
         restarts = sb.restarts
     finally:
         sb.close()
-    what = "workers.timing.quantile" if attack == "code" else "sys.settrace/setprofile"
     assert patched["status"] == "ok" and restarts == 1, patched
     assert patched["error"].startswith(
         f"code in the harness's process replaced its {what} during the job"), patched
+
+
+def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():
+    """The harness watches the UPPER_CASE constants of workers' modules, but for
+    workers.harness ``RUNTIME_GLOBALS``, which their own code rebinds (``global``): every
+    ``global`` statement of workers/ names one of them, else every job whose code path
+    rebinds it would end its harness as changed."""
+    import ast
+
+    from workers.harness import RUNTIME_GLOBALS
+
+    declared = {name for path in sorted((PACK.parents[2] / "workers").glob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Global) for name in node.names}
+    assert declared and declared <= RUNTIME_GLOBALS, declared - RUNTIME_GLOBALS
 
 
 def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():

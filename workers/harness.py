@@ -3045,6 +3045,10 @@ CLOCKS = ("time.", "Event.")
 # (medians, quantiles, the sets' draws, the answers' encoding), watched as workers' own are
 STD_WATCHED = (builtins, math, statistics, random, json, functools)
 _WATCHED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+# the constants of workers' modules that are watched too (UPPER_CASE names of these types)
+_CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
+# module globals of workers that their own code sets at run time (``global``): not watched
+RUNTIME_GLOBALS = frozenset({"WHY_NOT", "_IMPORTER"})
 _GONE = object()  # a watched name no longer in its owner's namespace
 
 
@@ -3078,12 +3082,18 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
 def _module_watch(me: types.ModuleType) -> list[tuple[Any, str, Any]]:
     """The functions, classes and modules every module of workers loaded in this process
     (but ``me``, watched as :func:`watched` says) and :data:`STD_WATCHED` hold in their
-    namespaces, and the methods of workers' classes and of ``random.Random`` (the unseen
-    sets' places are drawn by one): (owner, name, the object), as :func:`watched`."""
+    namespaces, the methods of workers' classes and of ``random.Random`` (the unseen sets'
+    places are drawn by one), and the constants (UPPER_CASE names of
+    :data:`_CONSTANT_TYPES`, but :data:`RUNTIME_GLOBALS`) of workers' modules and ``me``:
+    (owner, name, the object), as :func:`watched`."""
     mods = [m for n, m in sorted(sys.modules.items())
             if n.startswith("workers.") and isinstance(m, types.ModuleType) and m is not me]
     out = [(m, n, v) for m in (*mods, *STD_WATCHED) for n, v in vars(m).items()
            if isinstance(v, _WATCHED_TYPES)]
+    # and their constants, this module's too: a job key's name or a threshold rebound
+    # would turn a check off for every later job in this process
+    out += [(m, n, v) for m in (me, *mods) for n, v in vars(m).items()
+            if n.isupper() and n not in RUNTIME_GLOBALS and isinstance(v, _CONSTANT_TYPES)]
     classes = {id(c): c for m in mods for c in vars(m).values()
                if isinstance(c, type) and c.__module__ == m.__name__}
     for c in (*classes.values(), random.Random):
