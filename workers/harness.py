@@ -235,8 +235,8 @@ wrongly:
   functions the harness's figures go through, compared after every job) ends the harness
   after a job that changed what it holds, but code in this process can reach anything this
   process holds, the watch included (a red-team review emptied the harness's copy through
-  ``gc``; the copy :func:`_serve` keeps is reachable too, as are module constants, torch's
-  functions and instances' state, none of which it watches): only a harness per candidate
+  ``gc``; the copy :func:`_serve` keeps is reachable too, as are torch's functions and
+  objects' state, lists and dicts, none of which it watches): only a harness per candidate
   closes this, and started plainly one made the CPU README sweep's 112 jobs 2-3.5x slower
   (2026-12-07). The verdicts that name a best do not rest on shared harnesses: every
   contender of a contest runs in a harness of its own, witnessed and clocked from outside.
