@@ -627,9 +627,9 @@ class Sandbox:
         sandbox's own, then spun beside every later candidate's job in that harness: an
         honest one `ok` 10x slower, and the closing's outside clock named it ``suspect``).
         Whether it did. Never raises."""
-        if not self.running or not self.loaded - _artifacts(job):
+        if not self.running or not self.ref_procs or not self.loaded - _artifacts(job):
             return False
-        if not self.ref_procs & self.members():
+        if not self.ref_procs & self.members():  # (a scan of /proc where no cgroup counts)
             return False
         self.end()
         return True
@@ -646,9 +646,11 @@ class Sandbox:
         raises."""
         if not self.running:
             return False
+        left = self.left_running()
         if not self.loads_code:
-            self.infra |= set(self.left_running())
-        if not [p for p in self.left_running() if p not in (self.first_before or set())] \
+            self.infra |= set(left)
+            left = []
+        if not [p for p in left if p not in (self.first_before or set())] \
                 and not self._own_stopped():
             return False
         self.end()
