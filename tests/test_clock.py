@@ -965,9 +965,14 @@ PROFILE = ("import sys, time\n"
            "sys.setprofile(_slow)\n")
 # and a threshold of workers' turned off: no later job in that harness named `replayed`
 NO_REPLAYS = "import workers.replay as _r\n_r.REPLAY_ALPHA = -1.0\n"
+# torch's check made to pass every element, or a method every tensor's check calls shadowed
+ISCLOSE = ("import torch\n_i = torch.isclose\n"
+           "torch.isclose = lambda a, b, **k: _i(a, a, **k)\n")
+SHADOW = "import torch\ntorch.Tensor.all = lambda self, *a, **k: torch.ones((), dtype=torch.bool)\n"
 LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
         "profile": (PROFILE, "sys.settrace/setprofile"),
-        "constant": (NO_REPLAYS, "workers.replay.REPLAY_ALPHA")}
+        "constant": (NO_REPLAYS, "workers.replay.REPLAY_ALPHA"),
+        "torch": (ISCLOSE, "torch.isclose"), "tensor": (SHADOW, "Tensor.all")}
 
 
 @pytest.mark.parametrize("attack", sorted(LEFT))
@@ -975,8 +980,10 @@ def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path
     """A candidate that left a watched function's object in place but swapped its code
     (``workers.timing.quantile.__code__``: the honest job after it 100x slower), left a
     profile function that slept in the harness's calls (its rivals timed after it 1.7x
-    slower), or rebound a threshold (``workers.replay.REPLAY_ALPHA``: no replay named in
-    that harness again) is seen after its job: the harness ends (the next job runs in a
+    slower), rebound a threshold (``workers.replay.REPLAY_ALPHA``: no replay named in
+    that harness again), or rebound a torch function the checks call (``torch.isclose``) or
+    shadowed a tensor method (``Tensor.all``: a later candidate's wrong outputs passed) is
+    seen after its job: the harness ends (the next job runs in a
     fresh one) and the row says what changed."""
     from workers.sandbox import Sandbox
 
@@ -1008,6 +1015,38 @@ def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():
                 for node in ast.walk(ast.parse(path.read_text()))
                 if isinstance(node, ast.Global) for name in node.names}
     assert declared and declared <= RUNTIME_GLOBALS, declared - RUNTIME_GLOBALS
+
+
+def test_the_watch_holds_every_torch_member_workers_calls():
+    """workers.harness ``TORCH_CALLED`` names every function, class and module of ``torch``
+    (and ``torch.cuda``) that workers' sources name, and each is in the watch: one missing
+    could be rebound by a candidate for every later job in its harness."""
+    import ast
+
+    import torch
+
+    from workers.harness import _WATCHED_TYPES, TORCH_CALLED, _torch_watch
+
+    def path(node):  # "isclose" for torch.isclose, "cuda.Event" for torch.cuda.Event
+        v = node.value
+        if isinstance(v, ast.Name) and v.id == "torch":
+            return node.attr
+        if isinstance(v, ast.Attribute) and v.attr == "cuda" and path(v) == "cuda":
+            return f"cuda.{node.attr}"
+        return None
+
+    named = set()
+    for file in sorted((PACK.parents[2] / "workers").glob("*.py")):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Attribute) and (p := path(node)):
+                owner = torch.cuda if p.startswith("cuda.") else torch
+                if isinstance(vars(owner).get(p.rpartition(".")[2]), _WATCHED_TYPES):
+                    named.add(p)
+    assert {"isclose", "cuda.synchronize", "cuda.Event"} <= named, named
+    assert named <= set(TORCH_CALLED), sorted(named - set(TORCH_CALLED))
+    watch = {f"{getattr(o, '__name__', o)}.{n}" for o, n, _ in _torch_watch()}
+    assert {"torch.isclose", "torch.cuda.synchronize", "torch._C._set_grad_enabled",
+            "Tensor.all", "Tensor.__torch_function__"} <= watch
 
 
 def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():

@@ -235,10 +235,11 @@ wrongly:
   functions the harness's figures go through, compared after every job) ends the harness
   after a job that changed what it holds, but code in this process can reach anything this
   process holds, the watch included (a red-team review emptied the harness's copy through
-  ``gc``; the copy :func:`_serve` keeps is reachable too, as are torch's functions and
-  objects' state, lists and dicts, none of which it watches): only a harness per candidate
-  closes this, and started plainly one made the CPU README sweep's 112 jobs 2-3.5x slower
-  (2026-12-07). The verdicts that name a best do not rest on shared harnesses: every
+  ``gc``; the copy :func:`_serve` keeps is reachable too, as are the torch functions the
+  harness does not call (``TORCH_CALLED``; ``torch._C``'s builtins by object only), C
+  memory, and objects' state, lists and dicts, none of which it watches): only a harness
+  per candidate closes this, and started plainly one made the CPU README sweep's 112 jobs
+  2-3.5x slower (2026-12-07). The verdicts that name a best do not rest on shared harnesses: every
   contender of a contest runs in a harness of its own, witnessed and clocked from outside.
 
 Processes ref.py's own work starts before any candidate code loads (a torch.compile or
@@ -3050,6 +3051,20 @@ _CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
 # module globals of workers that their own code sets at run time (``global``): not watched
 RUNTIME_GLOBALS = frozenset({"WHY_NOT", "_IMPORTER"})
 _GONE = object()  # a watched name no longer in its owner's namespace
+# torch's functions and classes that workers' code calls (the checks, the draws, the device
+# memory's figures and the clock's synchronizations go through them), by their path under
+# ``torch``; a test keeps this in step with workers' sources. Each is watched as workers'
+# own are (object and code); the rest of ``torch`` is not: ``torch.compile``'s first use
+# rebinds ``torch.manual_seed`` itself, which a ref.py may do in the harness
+TORCH_CALLED = (
+    "Generator", "OutOfMemoryError", "Size", "Tensor", "_C", "as_tensor", "compile", "cuda",
+    "device", "dtype", "empty", "empty_like", "equal", "finfo", "full", "full_like",
+    "get_num_threads", "isclose", "isfinite", "isinf", "isnan", "nextafter", "no_grad",
+    "ones", "randint", "randn", "seed", "tensor", "version", "where", "zeros", "zeros_like",
+    "cuda.Event", "cuda._sleep", "cuda.current_stream", "cuda.empty_cache",
+    "cuda.get_device_properties", "cuda.init", "cuda.is_available", "cuda.is_initialized",
+    "cuda.mem_get_info", "cuda.memory_allocated", "cuda.memory_reserved", "cuda.nvtx",
+    "cuda.synchronize")
 
 
 def watched(device: str) -> list[tuple[Any, str, Any]]:
@@ -3065,7 +3080,9 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     (:func:`_module_watch`): the harness's figures go through their functions too, and a
     red-team review rebound ``workers.timing.quantile`` so (the module's global, which
     ``summarize`` calls): its own median and the next candidate's in that harness read
-    100x faster. (:func:`_serve` ends the harness after a job in which one was replaced,
+    100x faster; and torch's members the harness calls (:func:`_torch_watch`: a
+    ``torch.isclose`` rebound to pass every element passed a later candidate's wrong
+    outputs). (:func:`_serve` ends the harness after a job in which one was replaced,
     and answers a job that finds one replaced ``crashed``, retried fresh.)"""
     me = sys.modules[__name__]
     out: list[tuple[Any, str, Any]] = [(time, n, getattr(time, n)) for n in CLOCK_NAMES
@@ -3076,7 +3093,27 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     # every module, function and class this module's code calls through a global: a
     # red-team contender rebound its ``time`` to a module whose clocks ran at 1/100
     out += [(me, n, v) for n, v in vars(me).items() if isinstance(v, _WATCHED_TYPES)]
-    return out + _module_watch(me)
+    return out + _module_watch(me) + _torch_watch()
+
+
+def _torch_watch() -> list[tuple[Any, str, Any]]:
+    """torch's members the harness's code goes through, as :func:`watched`: the functions
+    and classes of :data:`TORCH_CALLED`; every function of ``torch._C`` (the builtins
+    torch's Python functions call: ``_cuda_synchronize``), by object only
+    (:data:`_SHALLOW`); ``torch.Tensor``'s own methods, and every method of its base
+    ``torch._C.TensorBase`` (a type whose members cannot be rebound) as absent from
+    ``torch.Tensor``'s namespace: a method defined there would shadow the base's for every
+    tensor the checks hold (``Tensor.all``)."""
+    out = []
+    for path in TORCH_CALLED:
+        owner_path, _, name = path.rpartition(".")
+        owner = functools.reduce(getattr, owner_path.split(".") if owner_path else (), torch)
+        if isinstance(v := vars(owner).get(name, _GONE), _WATCHED_TYPES):
+            out.append((owner, name, v))
+    out += [(torch._C, n, v) for n, v in vars(torch._C).items() if isinstance(v, _WATCHED_TYPES)]
+    out += members(torch.Tensor)
+    own = vars(torch.Tensor)
+    return out + [(torch.Tensor, n, _GONE) for n in vars(torch._C.TensorBase) if n not in own]
 
 
 def _module_watch(me: types.ModuleType) -> list[tuple[Any, str, Any]]:
@@ -3143,11 +3180,14 @@ def c_taken(watch: Sequence[tuple[Any, str, Any]]) -> dict[str, tuple[Any, ...]]
     functions (:data:`HOOKS`); taken with the watch, before any job runs."""
     out: dict[str, tuple[Any, ...]] = {HOOKS: _hooks()}
     for o, n, v in watch:
-        if (got := parts(v)) is not None:
+        if o not in _SHALLOW and (got := parts(v)) is not None:
             out[_watch_name(o, n)] = got
     return out
 
 
+# owners whose members are watched by object only: the pointers of ``torch._C``'s thousands
+# of builtins (:func:`c_parts`) took about 5 ms a job to read
+_SHALLOW = (torch._C,)
 # the name :func:`c_swapped` gives the interpreter's trace and profile functions
 HOOKS = "sys.settrace/setprofile"
 
