@@ -1,0 +1,37 @@
+"""The GPU harness's watch on a GPU host (session 55): how many names it holds, whether CUDA's
+start, torch's events, a matmul and torch.compile leave it unchanged (nothing named), how long
+one comparison takes (ms, median of 200), and that a rebound torch.isclose is named.
+Run from the repo root with the packed site on PYTHONPATH (device_env.sh)."""
+import statistics
+import time
+
+import torch
+
+from workers import harness as H
+
+watch = tuple(H.watched("cuda"))
+taken = H.c_taken(watch)
+print(f"watch: {len(watch)} names, {len(taken)} with their code or C pointers")
+torch.cuda.init()
+a = torch.randn(1024, 1024, device="cuda")
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+b = a @ a
+e.record()
+torch.cuda.synchronize()
+print("after CUDA's start, events, a matmul:", H.replaced(watch, taken))
+f = torch.compile(lambda x: (x @ x).relu())
+f(a)
+torch.cuda.synchronize()
+print("after torch.compile on the GPU:", H.replaced(watch, taken))
+xs = []
+for _ in range(200):
+    t = time.perf_counter()
+    H.replaced(watch, taken)
+    xs.append((time.perf_counter() - t) * 1e3)
+print(f"one comparison: median {statistics.median(xs):.2f} ms, max {max(xs):.2f} ms")
+real = torch.isclose
+torch.isclose = lambda x, y, **k: real(x, x, **k)
+print("torch.isclose rebound:", H.replaced(watch, taken))
+torch.isclose = real
+print("restored:", H.replaced(watch, taken))
