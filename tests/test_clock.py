@@ -969,10 +969,35 @@ NO_REPLAYS = "import workers.replay as _r\n_r.REPLAY_ALPHA = -1.0\n"
 ISCLOSE = ("import torch\n_i = torch.isclose\n"
            "torch.isclose = lambda a, b, **k: _i(a, a, **k)\n")
 SHADOW = "import torch\ntorch.Tensor.all = lambda self, *a, **k: torch.ones((), dtype=torch.bool)\n"
+# a red-team review's (session 55): the checks' native comparisons made to pass, a torch
+# function mode left pushed, the tensor base's dict changed through gc, every later
+# library's solve wrapped (ctypes), and the process's OpenMP threads, floating-point modes
+# and nice value changed
+NATIVE = ("import workers.native as nv\nlib = nv._LIB[0]\n"
+          "setattr(lib, 'kopt_compare_f32', lambda *a: None)\n"
+          "setattr(lib, 'kopt_all_close_f32', lambda *a: 1)\n")
+MODE = ("import torch\nfrom torch.overrides import TorchFunctionMode\n"
+        "class M(TorchFunctionMode):\n"
+        "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+        "        if func is torch.Tensor.__iand__:\n            return args[0]\n"
+        "        return func(*args, **(kwargs or {}))\n"
+        "M().__enter__()\n")
+BASE = ("import gc, ctypes, torch\nd = gc.get_referents(torch._C.TensorBase.__dict__)[0]\n"
+        "d['__iand__'] = lambda self, other: self\n"
+        "ctypes.pythonapi.PyType_Modified(ctypes.py_object(torch._C.TensorBase))\n")
+WRAP = ("import ctypes\n_ga = ctypes.CDLL.__getattr__\n"
+        "ctypes.CDLL.__getattr__ = lambda self, name: _ga(self, name)\n")
 LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
         "profile": (PROFILE, "sys.settrace/setprofile"),
         "constant": (NO_REPLAYS, "workers.replay.REPLAY_ALPHA"),
-        "torch": (ISCLOSE, "torch.isclose"), "tensor": (SHADOW, "Tensor.all")}
+        "torch": (ISCLOSE, "torch.isclose"), "tensor": (SHADOW, "Tensor.all"),
+        "native": (NATIVE, "workers.native.kopt_compare_f32"),
+        "mode": (MODE, "torch function/dispatch modes"), "base": (BASE, "TensorBase.__iand__"),
+        "ctypes": (WRAP, "CDLL.__getattr__"),
+        "omp": ("import ctypes\nctypes.CDLL('libgomp.so.1').omp_set_num_threads(3)\n",
+                "OpenMP threads"),
+        "ftz": ("import torch\ntorch.set_flush_denormal(True)\n", "floating-point modes"),
+        "nice": ("import os\nos.setpriority(os.PRIO_PROCESS, 0, 5)\n", "nice value")}
 
 
 @pytest.mark.parametrize("attack", sorted(LEFT))
@@ -982,7 +1007,10 @@ def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path
     profile function that slept in the harness's calls (its rivals timed after it 1.7x
     slower), rebound a threshold (``workers.replay.REPLAY_ALPHA``: no replay named in
     that harness again), or rebound a torch function the checks call (``torch.isclose``) or
-    shadowed a tensor method (``Tensor.all``: a later candidate's wrong outputs passed) is
+    shadowed a tensor method (``Tensor.all``: a later candidate's wrong outputs passed), or
+    left the process in another state (a red-team review's: the checks' native functions
+    rebound, a torch function mode pushed, the tensor base's dict changed, ctypes' symbol
+    lookup wrapped, the OpenMP thread count, flush-to-zero, the nice value) is
     seen after its job: the harness ends (the next job runs in a
     fresh one) and the row says what changed."""
     from workers.sandbox import Sandbox
@@ -998,8 +1026,9 @@ def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path
     finally:
         sb.close()
     assert patched["status"] == "ok" and restarts == 1, patched
-    assert patched["error"].startswith(
-        f"code in the harness's process replaced its {what} during the job"), patched
+    said = "code in the harness's process replaced its "
+    assert patched["error"].startswith(said) and what in patched["error"].split(
+        " during the job")[0], patched
 
 
 def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():

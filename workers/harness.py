@@ -3043,8 +3043,9 @@ CLOCK_NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "
 # ``torch.cuda.Event``'s methods on a GPU)
 CLOCKS = ("time.", "Event.")
 # the standard modules whose functions the harness's figures and answers go through
-# (medians, quantiles, the sets' draws, the answers' encoding), watched as workers' own are
-STD_WATCHED = (builtins, math, statistics, random, json, functools)
+# (medians, quantiles, the sets' draws, the answers' encoding, the calls of candidates'
+# libraries and of workers/native.c's), watched as workers' own are
+STD_WATCHED = (builtins, math, statistics, random, json, functools, ctypes)
 _WATCHED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 # the constants of workers' modules that are watched too (UPPER_CASE names of these types)
 _CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
@@ -3100,8 +3101,9 @@ def _torch_watch() -> list[tuple[Any, str, Any]]:
     """torch's members the harness's code goes through, as :func:`watched`: the functions
     and classes of :data:`TORCH_CALLED`; every function of ``torch._C`` (the builtins
     torch's Python functions call: ``_cuda_synchronize``), by object only
-    (:data:`_SHALLOW`); ``torch.Tensor``'s own methods, and every method of its base
-    ``torch._C.TensorBase`` (a type whose members cannot be rebound) as absent from
+    (:data:`_SHALLOW`); ``torch.Tensor``'s own methods and its base
+    ``torch._C.TensorBase``'s (a type whose members cannot be rebound, but whose dict a
+    red-team candidate reached through ``gc``), and every method of the base as absent from
     ``torch.Tensor``'s namespace: a method defined there would shadow the base's for every
     tensor the checks hold (``Tensor.all``)."""
     out = []
@@ -3111,7 +3113,7 @@ def _torch_watch() -> list[tuple[Any, str, Any]]:
         if isinstance(v := vars(owner).get(name, _GONE), _WATCHED_TYPES):
             out.append((owner, name, v))
     out += [(torch._C, n, v) for n, v in vars(torch._C).items() if isinstance(v, _WATCHED_TYPES)]
-    out += members(torch.Tensor)
+    out += members(torch.Tensor) + members(torch._C.TensorBase)  # the base's dict: by gc
     own = vars(torch.Tensor)
     return out + [(torch.Tensor, n, _GONE) for n in vars(torch._C.TensorBase) if n not in own]
 
@@ -3133,9 +3135,13 @@ def _module_watch(me: types.ModuleType) -> list[tuple[Any, str, Any]]:
             if n.isupper() and n not in RUNTIME_GLOBALS and isinstance(v, _CONSTANT_TYPES)]
     classes = {id(c): c for m in mods for c in vars(m).values()
                if isinstance(c, type) and c.__module__ == m.__name__}
-    for c in (*classes.values(), random.Random):
+    for c in (*classes.values(), random.Random, ctypes.CDLL):
         out += members(c)
-    return out
+    # workers/native.c's functions (the checks' comparisons, the flush): a red-team
+    # candidate made every later comparison pass by rebinding them on the library
+    lib = native._LIB[0] if native._LIB else None
+    return out + [(lib, n, f) for n, f in vars(lib or object).items()
+                  if isinstance(f, ctypes._CFuncPtr)]
 
 
 def members(cls: type) -> list[tuple[Any, str, Any]]:
@@ -3174,11 +3180,11 @@ def c_parts(fn: Any) -> tuple[int | None, ...] | None:
             ctypes.c_int.from_address(ml + _METHODDEF_ML_FLAGS).value)
 
 
-def c_taken(watch: Sequence[tuple[Any, str, Any]]) -> dict[str, tuple[Any, ...]]:
+def c_taken(watch: Sequence[tuple[Any, str, Any]]) -> dict[str, Any]:
     """:func:`parts` of each function in ``watch`` (:func:`watched`), by the name
     :func:`rewritten` gives it, and this thread's and new threads' trace and profile
     functions (:data:`HOOKS`); taken with the watch, before any job runs."""
-    out: dict[str, tuple[Any, ...]] = {HOOKS: _hooks()}
+    out: dict[str, Any] = {n: read() for n, read in STATES.items()}
     for o, n, v in watch:
         if o not in _SHALLOW and (got := parts(v)) is not None:
             out[_watch_name(o, n)] = got
@@ -3199,6 +3205,55 @@ def _hooks() -> tuple[Any, ...]:
     return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
 
 
+def _modes() -> tuple[int, int]:
+    """How many torch function and dispatch modes are pushed (0, 0 in the harness): a
+    red-team candidate left a ``TorchFunctionMode`` whose ``&=`` did nothing, and a later
+    candidate's wrong outputs passed the checks that go through torch."""
+    return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+
+
+_LIBGOMP: list[Any] = []  # the host's OpenMP runtime (libgomp.so.1), once tried
+
+
+def _omp_threads() -> tuple[int, int | None]:
+    """The OpenMP thread count of this thread: torch's runtime (``torch.get_num_threads``)
+    and the host's ``libgomp.so.1``, which candidates built with ``-fopenmp`` share (None
+    where it cannot be loaded): a red-team candidate's ``omp_set_num_threads(1)`` made
+    every later OpenMP candidate in its harness 2x slower."""
+    if not _LIBGOMP:
+        try:
+            _LIBGOMP.append(ctypes.CDLL("libgomp.so.1").omp_get_max_threads)
+        except (OSError, AttributeError):
+            _LIBGOMP.append(None)
+    gomp = _LIBGOMP[0]
+    return (torch.get_num_threads(), gomp() if gomp else None)
+
+
+_SUBNORMAL = [2.2250738585072014e-308, 5e-324]  # the smallest normal and subnormal float64
+
+
+def _fp_mode() -> tuple[bool, bool, float]:
+    """This thread's floating-point modes that change results: subnormal results flushed to
+    zero (FTZ), subnormal operands read as zero (DAZ), both as Python's float arithmetic
+    meets them, and the rounding of ``1 + 2**-53 * 1.5`` (round to nearest: ``1 + 2**-52``):
+    a red-team candidate's ``torch.set_flush_denormal(True)`` made a later honest
+    candidate that needs subnormals ``wrong_result``."""
+    normal, sub = _SUBNORMAL
+    return (normal / 2 == 0.0, sub + 0.0 == 0.0, 1.0 + sub * 0 + 2 ** -53 * 1.5)
+
+
+# the process state a job must leave as it found it, beside the watch's functions: by the
+# name :func:`c_swapped` gives each, the reader that takes it. The calling thread's CPU
+# affinity and nice value: a red-team candidate pinned the harness's thread to one CPU
+# with a thread of its own spinning there, and a later single-threaded candidate's calls
+# took 2x as long
+STATES: Mapping[str, Callable[[], Any]] = types.MappingProxyType({
+    HOOKS: _hooks, "torch function/dispatch modes": _modes, "OpenMP threads": _omp_threads,
+    "floating-point modes": _fp_mode, "CPU affinity": lambda: os.sched_getaffinity(0),
+    "nice value": lambda: os.getpriority(os.PRIO_PROCESS, 0),
+    "workers.native._LIB": lambda: tuple(map(id, native._LIB))})
+
+
 def parts(fn: Any) -> tuple[Any, ...] | None:
     """What a call of ``fn`` runs: a builtin's C pointers (:func:`c_parts`); a Python
     function's code, defaults, keyword defaults and closure cells' contents (a red-team
@@ -3206,6 +3261,8 @@ def parts(fn: Any) -> tuple[Any, ...] | None:
     a ``staticmethod``'s or ``classmethod``'s function's; None for any other object."""
     if isinstance(fn, (staticmethod, classmethod)):
         fn = fn.__func__
+    if isinstance(fn, ctypes._CFuncPtr):  # a C library's function: where it points
+        return (ctypes.cast(fn, ctypes.c_void_p).value, fn.restype, tuple(fn.argtypes or ()))
     if not isinstance(fn, types.FunctionType):
         return c_parts(fn)
     cells = []
@@ -3224,12 +3281,14 @@ def c_swapped(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, tuple[A
     profile function changed."""
     objs = {name: v for o, n, v in watch if (name := _watch_name(o, n)) in taken}
     return [n for n, was in taken.items()
-            if (_hooks() if n == HOOKS else parts(objs.get(n))) != was]
+            if (STATES[n]() if n in STATES else parts(objs.get(n))) != was]
 
 
 def _watch_name(owner: Any, name: str) -> str:
     """How :func:`rewritten` and :func:`c_swapped` name ``owner``'s member ``name``
-    (``time.perf_counter_ns``, ``Event.elapsed_time``)."""
+    (``time.perf_counter_ns``, ``Event.elapsed_time``, ``workers.native.kopt_evict``)."""
+    if isinstance(owner, ctypes.CDLL):  # no __name__ (its __getattr__ looks up symbols)
+        return f"workers.native.{name}"
     return f"{getattr(owner, '__name__', owner)}.{name}"
 
 
