@@ -11,6 +11,17 @@ from workers import harness as H
 
 watch = tuple(H.watched("cuda"))
 taken = H.c_taken(watch)
+# and a wider watch, by object only: every member of torch's public namespaces (which of
+# them torch's own lazy work rebinds, as torch.compile rebinds torch.manual_seed on the CPU)
+import torch.fft  # noqa: E401,E402
+import torch.linalg
+import torch.nn.functional
+import torch.special
+
+wide = [(m, n, v) for m in (torch, torch.nn.functional, torch.linalg, torch.fft, torch.special,
+                            torch.cuda) for n, v in vars(m).items()
+        if isinstance(v, H._WATCHED_TYPES)]
+print(f"wide: {len(wide)} names")
 print(f"watch: {len(watch)} names, {len(taken)} with their code or C pointers")
 torch.cuda.init()
 a = torch.randn(1024, 1024, device="cuda")
@@ -19,11 +30,11 @@ s.record()
 b = a @ a
 e.record()
 torch.cuda.synchronize()
-print("after CUDA's start, events, a matmul:", H.replaced(watch, taken))
+print("after CUDA's start, events, a matmul:", H.replaced(watch, taken), H.rewritten(wide))
 f = torch.compile(lambda x: (x @ x).relu())
 f(a)
 torch.cuda.synchronize()
-print("after torch.compile on the GPU:", H.replaced(watch, taken))
+print("after torch.compile on the GPU:", H.replaced(watch, taken), H.rewritten(wide))
 xs = []
 for _ in range(200):
     t = time.perf_counter()
