@@ -6,6 +6,10 @@ import statistics
 import time
 
 import torch
+import torch.fft
+import torch.linalg
+import torch.nn.functional
+import torch.special
 
 from workers import harness as H
 
@@ -13,11 +17,6 @@ watch = tuple(H.watched("cuda"))
 taken = H.c_taken(watch)
 # and a wider watch, by object only: every member of torch's public namespaces (which of
 # them torch's own lazy work rebinds, as torch.compile rebinds torch.manual_seed on the CPU)
-import torch.fft  # noqa: E401,E402
-import torch.linalg
-import torch.nn.functional
-import torch.special
-
 wide = [(m, n, v) for m in (torch, torch.nn.functional, torch.linalg, torch.fft, torch.special,
                             torch.cuda) for n, v in vars(m).items()
         if isinstance(v, H._WATCHED_TYPES)]
