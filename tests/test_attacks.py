@@ -116,8 +116,14 @@ def test_a_contest_calls_every_contender_on_sets_it_has_never_seen(tmp_path):
     res = h.run({**honest, "contest": [honest, keeper], "rounds": 12})
     assert res["status"] == "replayed", res
     assert res["failed"] == ["keeper"] and res["error"].startswith("keeper: all ")
-    # two honest contenders pass, each on sets new to it
-    res = h.run({**honest, "contest": [honest, {**honest, "job_key": "h2"}], "rounds": 12})
+    # two honest contenders pass, each on sets new to it. A `replayed` verdict is final only
+    # where a second contest agrees (kopt.loop.contests, as workers.sandbox
+    # ``run_retrying`` for a job): beside two suites at once, load made all 13 calls of one
+    # on new sets slow (0.21 ms against its median under 0.1), and the contest is run again
+    pair = {**honest, "contest": [honest, {**honest, "job_key": "h2"}], "rounds": 12}
+    res = h.run(pair)
+    if res["status"] == "replayed":
+        res = h.run(pair)
     assert res["status"] == "ok", res
     assert all(r["unseen_ms"] and r["n_samples"] == 12 for r in res["results"])
 
