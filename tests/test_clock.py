@@ -991,6 +991,8 @@ LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
         "profile": (PROFILE, "sys.settrace/setprofile"),
         "constant": (NO_REPLAYS, "workers.replay.REPLAY_ALPHA"),
         "torch": (ISCLOSE, "torch.isclose"), "tensor": (SHADOW, "Tensor.all"),
+        "sort": ("import torch\n_s = torch.sort\ntorch.sort = lambda *a, **k: _s(*a, **k)\n",
+                 "torch.sort"),
         "native": (NATIVE, "workers.native.kopt_compare_f32"),
         "mode": (MODE, "torch function/dispatch modes"), "base": (BASE, "TensorBase.__iand__"),
         "ctypes": (WRAP, "CDLL.__getattr__"),
@@ -1076,6 +1078,21 @@ def test_the_watch_holds_every_torch_member_workers_calls():
     watch = {f"{getattr(o, '__name__', o)}.{n}" for o, n, _ in _torch_watch()}
     assert {"torch.isclose", "torch.cuda.synchronize", "torch._C._set_grad_enabled",
             "Tensor.all", "Tensor.__torch_function__"} <= watch
+
+
+def test_torch_compile_in_the_harness_process_replaces_nothing_the_watch_holds():
+    """A ref.py may call ``torch.compile`` in the harness, after the watch was taken:
+    its first use imports torch's dynamo, which rebinds ``torch.manual_seed``
+    (workers.harness ``TORCH_REBINDS``); watched, every such job would end its harness as
+    changed. In a fresh interpreter, so that dynamo is imported after the watch."""
+    code = ("import torch\nfrom workers.harness import c_taken, replaced, watched\n"
+            "w = watched('cpu'); t = c_taken(w)\n"
+            "torch.compile(lambda x: (x * 2).relu(), backend='eager')(torch.randn(8))\n"
+            "print(replaced(w, t))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACK.parents[2], timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
 def test_the_gpu_watch_finds_nothing_replaced_in_an_untouched_process():

@@ -485,7 +485,7 @@ class Harness:
         # what candidate code must not replace (:func:`watched`), taken by :func:`_serve`,
         # and the C functions its builtins run (:func:`c_taken`)
         self.watch: Sequence[tuple[Any, str, Any]] = ()
-        self.c_watch: Mapping[str, tuple[Any, ...]] = {}
+        self.c_watch: Mapping[str, Any] = {}
         # CPU: the candidate's own buffers evicted line by line before each sample, outputs
         # checked in one pass (workers.native); where its helpers cannot be built, and on
         # the GPU, a buffer of twice the last-level cache (L2) zeroed instead
@@ -3059,9 +3059,10 @@ _GONE = object()  # a watched name no longer in its owner's namespace
 # rebinds ``torch.manual_seed`` itself, which a ref.py may do in the harness
 TORCH_CALLED = (
     "Generator", "OutOfMemoryError", "Size", "Tensor", "_C", "as_tensor", "compile", "cuda",
-    "device", "dtype", "empty", "empty_like", "equal", "finfo", "full", "full_like",
-    "get_num_threads", "isclose", "isfinite", "isinf", "isnan", "nextafter", "no_grad",
-    "ones", "randint", "randn", "seed", "tensor", "version", "where", "zeros", "zeros_like",
+    "device", "dtype", "empty", "empty_like", "equal", "fft", "finfo", "full", "full_like",
+    "get_num_threads", "isclose", "isfinite", "isinf", "isnan", "linalg", "nextafter", "nn",
+    "no_grad", "ones", "randint", "randn", "seed", "special", "tensor", "version", "where",
+    "zeros", "zeros_like",
     "cuda.Event", "cuda._sleep", "cuda.current_stream", "cuda.empty_cache",
     "cuda.get_device_properties", "cuda.init", "cuda.is_available", "cuda.is_initialized",
     "cuda.mem_get_info", "cuda.memory_allocated", "cuda.memory_reserved", "cuda.nvtx",
@@ -3100,8 +3101,11 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
 def _torch_watch() -> list[tuple[Any, str, Any]]:
     """torch's members the harness's code goes through, as :func:`watched`: the functions
     and classes of :data:`TORCH_CALLED`; every function of ``torch._C`` (the builtins
-    torch's Python functions call: ``_cuda_synchronize``), by object only
-    (:data:`_SHALLOW`); ``torch.Tensor``'s own methods and its base
+    torch's Python functions call: ``_cuda_synchronize``) and of torch's public namespaces
+    (:data:`_TORCH_WIDE`: a ref.py's reference runs again in a harness where candidates'
+    code ran, for a size it no longer held, and a red-team candidate rebound the
+    ``torch.sort`` it calls: a wrong kernel then passed), by object only (:func:`_shallow`;
+    but :data:`TORCH_REBINDS`); ``torch.Tensor``'s own methods and its base
     ``torch._C.TensorBase``'s (a type whose members cannot be rebound, but whose dict a
     red-team candidate reached through ``gc``), and every method of the base as absent from
     ``torch.Tensor``'s namespace: a method defined there would shadow the base's for every
@@ -3113,6 +3117,9 @@ def _torch_watch() -> list[tuple[Any, str, Any]]:
         if isinstance(v := vars(owner).get(name, _GONE), _WATCHED_TYPES):
             out.append((owner, name, v))
     out += [(torch._C, n, v) for n, v in vars(torch._C).items() if isinstance(v, _WATCHED_TYPES)]
+    out += [(m, n, v) for m in _TORCH_WIDE for n, v in vars(m).items()
+            if isinstance(v, _WATCHED_TYPES) and _shallow(m, n)
+            and f"{m.__name__}.{n}" not in TORCH_REBINDS]
     out += members(torch.Tensor) + members(torch._C.TensorBase)  # the base's dict: by gc
     own = vars(torch.Tensor)
     return out + [(torch.Tensor, n, _GONE) for n in vars(torch._C.TensorBase) if n not in own]
@@ -3181,19 +3188,36 @@ def c_parts(fn: Any) -> tuple[int | None, ...] | None:
 
 
 def c_taken(watch: Sequence[tuple[Any, str, Any]]) -> dict[str, Any]:
-    """:func:`parts` of each function in ``watch`` (:func:`watched`), by the name
-    :func:`rewritten` gives it, and this thread's and new threads' trace and profile
-    functions (:data:`HOOKS`); taken with the watch, before any job runs."""
+    """Each function in ``watch`` (:func:`watched`) with its :func:`parts` (but those
+    :func:`_shallow`), by the name :func:`rewritten` gives it, and each state of
+    :data:`STATES` as its reader finds it; taken with the watch, before any job runs."""
     out: dict[str, Any] = {n: read() for n, read in STATES.items()}
     for o, n, v in watch:
-        if o not in _SHALLOW and (got := parts(v)) is not None:
-            out[_watch_name(o, n)] = got
+        if not _shallow(o, n) and (got := parts(v)) is not None:
+            out[_watch_name(o, n)] = (v, got)
     return out
 
 
 # owners whose members are watched by object only: the pointers of ``torch._C``'s thousands
 # of builtins (:func:`c_parts`) took about 5 ms a job to read
 _SHALLOW = (torch._C,)
+# torch's public namespaces, whose members the watch holds by object (:func:`_torch_watch`)
+_TORCH_WIDE = (torch, torch.cuda, torch.nn.functional, torch.linalg, torch.fft, torch.special)
+# the members of those that torch's own lazy work rebinds: ``torch.compile``'s first use
+# wraps ``torch.manual_seed`` (on the CPU and on an H100, 2026-12-07)
+TORCH_REBINDS = frozenset({"torch.manual_seed"})
+
+
+def _shallow(owner: Any, name: str) -> bool:
+    """Whether ``owner``'s member ``name`` is watched by object only, its code and C
+    pointers not read (:func:`parts`): ``torch._C``'s, and those of :data:`_TORCH_WIDE` but
+    :data:`TORCH_CALLED`'s (their thousands of builtins' pointers would take ms a job)."""
+    if owner in _SHALLOW:
+        return True
+    if not any(owner is m for m in _TORCH_WIDE):
+        return False
+    prefix = owner.__name__.removeprefix("torch").lstrip(".")
+    return (f"{prefix}.{name}" if prefix else name) not in TORCH_CALLED
 # the name :func:`c_swapped` gives the interpreter's trace and profile functions
 HOOKS = "sys.settrace/setprofile"
 
@@ -3274,14 +3298,11 @@ def parts(fn: Any) -> tuple[Any, ...] | None:
     return (fn.__code__, fn.__defaults__, fn.__kwdefaults__, *cells)
 
 
-def c_swapped(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, tuple[Any, ...]]
-              ) -> list[str]:
-    """The names in ``taken`` (:func:`c_taken`) whose function (the one ``watch`` holds)
-    now runs other code than when taken (:func:`parts`), and :data:`HOOKS` where a trace or
-    profile function changed."""
-    objs = {name: v for o, n, v in watch if (name := _watch_name(o, n)) in taken}
+def c_swapped(taken: Mapping[str, Any]) -> list[str]:
+    """The names in ``taken`` (:func:`c_taken`) whose function now runs other code than
+    when taken (:func:`parts`), and those of :data:`STATES` whose state changed."""
     return [n for n, was in taken.items()
-            if (STATES[n]() if n in STATES else parts(objs.get(n))) != was]
+            if (STATES[n]() != was if n in STATES else parts(was[0]) != was[1])]
 
 
 def _watch_name(owner: Any, name: str) -> str:
@@ -3292,11 +3313,11 @@ def _watch_name(owner: Any, name: str) -> str:
     return f"{getattr(owner, '__name__', owner)}.{name}"
 
 
-def replaced(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, tuple[Any, ...]]
+def replaced(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, Any]
              ) -> list[str]:
     """The names in ``watch`` replaced since they were taken (:func:`rewritten`), then
     those whose builtin runs another C function (:func:`c_swapped` against ``taken``)."""
-    return rewritten(watch) + c_swapped(watch, taken)
+    return rewritten(watch) + c_swapped(taken)
 
 
 def rewritten(watch: Sequence[tuple[Any, str, Any]]) -> list[str]:
@@ -3349,7 +3370,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             return
 
 
-def _unfit(watch: Sequence[tuple[Any, str, Any]], c_watch: Mapping[str, tuple[Any, ...]]
+def _unfit(watch: Sequence[tuple[Any, str, Any]], c_watch: Mapping[str, Any]
            ) -> dict | None:
     """The answer (``crashed``, fatal: the job is run again in a fresh harness) to a job
     that finds this process unfit for it: more than :data:`FILES_KEPT` files held, or a
