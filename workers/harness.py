@@ -223,11 +223,13 @@ wrongly:
   workers.jail, keeps such files from outliving the harness and from reaching anything
   outside it: every file system but the scratch folder is read-only to this process, it
   has no network, sees only its own processes, and whatever it starts dies with it.)
-- state a candidate leaves in the process for the next ones: the OpenMP thread count
-  (``omp_set_num_threads``, libgomp is shared with torch), CPU affinity, scheduling
-  priority, the floating-point environment, a thread that keeps running; they can slow
-  or speed up candidates timed after it in the same harness (``contest`` runs all
-  contenders in one). (The calls on new values need no gauge of the machine's load, which
+- state a candidate leaves in the process for the next ones: a thread that keeps running
+  (a red-team candidate's, spinning on the interpreter's lock, made the next job 29x
+  slower), the scheduling policy, the x87 control word; they can slow or speed up
+  candidates timed after it in the same harness (``contest`` runs all contenders in one).
+  The OpenMP thread count, CPU affinity, nice value, flush-to-zero and rounding, and
+  torch's function modes are read after every job (:data:`STATES`): the harness ends
+  after a job that changed one. (The calls on new values need no gauge of the machine's load, which
   an earlier protocol timed in this process between calls: a replayer's own threads, pinned
   with the gauge's to one core once it met new values, made the machine look slowed and
   was ``ok`` in 5 of 5 jobs at 0.064-0.070 ms against the honest 0.187-0.192.)

@@ -1,0 +1,3 @@
+# ruff: noqa
+def reference(x, y, N):
+    return (x.double() + y.double()).float()
