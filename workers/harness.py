@@ -3054,11 +3054,11 @@ _CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
 # module globals of workers that their own code sets at run time (``global``): not watched
 RUNTIME_GLOBALS = frozenset({"WHY_NOT", "_IMPORTER"})
 _GONE = object()  # a watched name no longer in its owner's namespace
-# torch's functions and classes that workers' code calls (the checks, the draws, the device
-# memory's figures and the clock's synchronizations go through them), by their path under
-# ``torch``; a test keeps this in step with workers' sources. Each is watched as workers'
-# own are (object and code); the rest of ``torch`` is not: ``torch.compile``'s first use
-# rebinds ``torch.manual_seed`` itself, which a ref.py may do in the harness
+# torch's functions, classes and modules that workers' code names (the checks, the draws,
+# the device memory's figures and the clock's synchronizations go through them), by their
+# path under ``torch``; a test keeps this in step with workers' sources. Each is watched as
+# workers' own are (object and code); the rest of torch's public namespaces by object only
+# (:func:`_shallow`)
 TORCH_CALLED = (
     "Generator", "OutOfMemoryError", "Size", "Tensor", "_C", "as_tensor", "compile", "cuda",
     "device", "dtype", "empty", "empty_like", "equal", "fft", "finfo", "full", "full_like",
@@ -3149,7 +3149,7 @@ def _module_watch(me: types.ModuleType) -> list[tuple[Any, str, Any]]:
     # workers/native.c's functions (the checks' comparisons, the flush): a red-team
     # candidate made every later comparison pass by rebinding them on the library
     lib = native._LIB[0] if native._LIB else None
-    return out + [(lib, n, f) for n, f in vars(lib or object).items()
+    return out + [(lib, n, f) for n, f in (vars(lib).items() if lib else ())
                   if isinstance(f, ctypes._CFuncPtr)]
 
 
@@ -3220,6 +3220,8 @@ def _shallow(owner: Any, name: str) -> bool:
         return False
     prefix = owner.__name__.removeprefix("torch").lstrip(".")
     return (f"{prefix}.{name}" if prefix else name) not in TORCH_CALLED
+
+
 # the name :func:`c_swapped` gives the interpreter's trace and profile functions
 HOOKS = "sys.settrace/setprofile"
 
