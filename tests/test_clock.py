@@ -999,6 +999,8 @@ LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
         "omp": ("import ctypes\nctypes.CDLL('libgomp.so.1').omp_set_num_threads(3)\n",
                 "OpenMP threads"),
         "ftz": ("import torch\ntorch.set_flush_denormal(True)\n", "floating-point modes"),
+        "round": ("import ctypes\nctypes.CDLL('libm.so.6').fesetround(0x800)\n",
+                  "floating-point modes"),  # FE_UPWARD on x86-64 (glibc's fenv.h)
         "nice": ("import os\nos.setpriority(os.PRIO_PROCESS, 0, 5)\n", "nice value")}
 
 

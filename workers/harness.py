@@ -3260,14 +3260,16 @@ def _omp_threads() -> tuple[int, int | None]:
 _SUBNORMAL = [2.2250738585072014e-308, 5e-324]  # the smallest normal and subnormal float64
 
 
-def _fp_mode() -> tuple[bool, bool, float]:
+def _fp_mode() -> tuple[bool, bool, float, float]:
     """This thread's floating-point modes that change results: subnormal results flushed to
     zero (FTZ), subnormal operands read as zero (DAZ), both as Python's float arithmetic
-    meets them, and the rounding of ``1 + 2**-53 * 1.5`` (round to nearest: ``1 + 2**-52``):
-    a red-team candidate's ``torch.set_flush_denormal(True)`` made a later honest
-    candidate that needs subnormals ``wrong_result``."""
+    meets them, and the rounding of ``1 + 1.5 * 2**-53`` and of its negative (to nearest:
+    ``1 + 2**-52`` and its negative; upward, downward and toward zero each differ in one
+    or both): a red-team candidate's ``torch.set_flush_denormal(True)`` made a later
+    honest candidate that needs subnormals ``wrong_result``."""
     normal, sub = _SUBNORMAL
-    return (normal / 2 == 0.0, sub + 0.0 == 0.0, 1.0 + sub * 0 + 2 ** -53 * 1.5)
+    half_ulp = sub * 0 + 2 ** -53 * 1.5  # made at run time: no constant folding
+    return (normal / 2 == 0.0, sub + 0.0 == 0.0, 1.0 + half_ulp, -1.0 - half_ulp)
 
 
 # the process state a job must leave as it found it, beside the watch's functions: by the
