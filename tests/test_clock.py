@@ -1001,7 +1001,13 @@ LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
         "ftz": ("import torch\ntorch.set_flush_denormal(True)\n", "floating-point modes"),
         "round": ("import ctypes\nctypes.CDLL('libm.so.6').fesetround(0x800)\n",
                   "floating-point modes"),  # FE_UPWARD on x86-64 (glibc's fenv.h)
-        "nice": ("import os\nos.setpriority(os.PRIO_PROCESS, 0, 5)\n", "nice value")}
+        "nice": ("import os\nos.setpriority(os.PRIO_PROCESS, 0, 5)\n", "nice value"),
+        # a thread left spinning in Python (every later call's return waits for the lock),
+        # and the interval that wait lasts
+        "spin": ("import threading\ndef _spin():\n    while True:\n        pass\n"
+                 "threading.Thread(target=_spin, daemon=True).start()\n",
+                 "Python threads (one left running)"),
+        "switch": ("import sys\nsys.setswitchinterval(0.05)\n", "switch interval")}
 
 
 @pytest.mark.parametrize("attack", sorted(LEFT))
@@ -1033,6 +1039,100 @@ def test_code_swapped_or_a_profile_function_left_in_the_harness_ends_it(tmp_path
     said = "code in the harness's process replaced its "
     assert patched["error"].startswith(said) and what in patched["error"].split(
         " during the job")[0], patched
+
+
+def test_the_threads_a_job_may_leave_are_the_harness_s_and_those_ref_py_started():
+    """workers.harness ``RefThreads``: a Python thread started while ref.py's code runs
+    inside it (its context) is known, as is one given to ``update``; one started outside
+    it is ``left`` until it ends."""
+    import threading
+
+    from workers.harness import RefThreads
+
+    stop = threading.Event()
+    threads = RefThreads()
+    threads.update(sys._current_frames())
+    with threads:
+        refs = threading.Thread(target=stop.wait, daemon=True)
+        refs.start()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        assert threads.left() == {other.ident}, (threads.left(), other.ident, refs.ident)
+    finally:
+        stop.set()
+        refs.join()
+        other.join()
+    assert threads.left() == set()
+
+
+# a candidate's native thread, left running, that waits until another artifact is loaded
+# (its file name in this process's maps) and lowers the harness's thread's priority then:
+# a change made during that artifact's job, by code that is not its own
+LATER_NICE = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+static const char* kopt_test_target = "%s";
+static void* kopt_test_later(void*) {
+  pid_t main_tid = getpid();
+  for (;;) {
+    FILE* f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    bool seen = false;
+    while (f && fgets(line, sizeof line, f)) seen = seen || strstr(line, kopt_test_target);
+    if (f) fclose(f);
+    if (seen) break;
+    usleep(200);
+  }
+  setpriority(PRIO_PROCESS, main_tid, 7);
+  return nullptr;
+}
+static void kopt_test_start_later() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  pthread_t t;
+  pthread_create(&t, nullptr, kopt_test_later, nullptr);
+  pthread_detach(t);
+}
+"""
+
+
+def test_a_change_made_during_a_later_job_by_a_thread_left_there_frames_no_one(tmp_path):
+    """A candidate's native thread, left in the harness, that changes the process's state
+    (the harness thread's nice value) only once a later candidate's library is loaded:
+    the harness's check after each job took that change for the later job's own (its
+    row said so, with the figures the change slowed). Now a job that met a change in a
+    harness where another candidate's code had run is run again in a fresh harness
+    (workers.sandbox ``run_retrying``), where it meets none, and its row says why."""
+    from conftest import SOLVE_HEAD
+    from workers.sandbox import Sandbox
+
+    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+    honest = artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0})
+    src = tmp_path / "later" / "faults.cpp"
+    src.parent.mkdir()
+    later_src = LATER_NICE % Path(honest).parent.name  # the honest library's folder
+    src.write_text((PACK / "faults.cpp").read_text().replace(
+        SOLVE_HEAD, later_src + SOLVE_HEAD + "\n  kopt_test_start_later();"))
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        left = sb.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py",
+                                   {"N": 4096}, args), timeout_s=60)
+        restarts = sb.restarts
+        later = sb.run_retrying(job(honest, PACK / "faults.cpp", PACK / "ref.py",
+                                    {"N": 4096}, args), timeout_s=60)
+        again = sb.restarts
+    finally:
+        sb.close()
+    assert left["status"] == "ok" and not left.get("error") and restarts == 0, left
+    assert later["status"] == "ok" and later["error"].startswith(
+        "retried in a fresh harness: the first run, after another candidate's job, found "
+        "the harness's nice value changed"), later
+    assert again == 1, again  # the second run's harness ran no other candidate's code
 
 
 def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():

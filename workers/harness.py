@@ -224,12 +224,19 @@ wrongly:
   outside it: every file system but the scratch folder is read-only to this process, it
   has no network, sees only its own processes, and whatever it starts dies with it.)
 - state a candidate leaves in the process for the next ones: a thread that keeps running
-  (a red-team candidate's, spinning on the interpreter's lock, made the next job 29x
-  slower), the scheduling policy, the x87 control word; they can slow or speed up
-  candidates timed after it in the same harness (``contest`` runs all contenders in one).
-  The OpenMP thread count, CPU affinity, nice value, flush-to-zero and rounding, and
-  torch's function modes are read after every job (:data:`STATES`): the harness ends
-  after a job that changed one. (The calls on new values need no gauge of the machine's load, which
+  outside Python (spinning in C without the interpreter's lock, it takes a core from
+  the next candidate's calls), a thread that runs Python only while the harness does not
+  look for it (a native thread calling ``PyGILState_Ensure`` now and then:
+  :class:`RefThreads` looks after every job), the scheduling policy, the x87
+  control word; they can slow or speed up candidates timed after it in the same harness
+  (``contest`` runs all contenders in one). The OpenMP thread count, CPU affinity, nice
+  value, switch interval, flush-to-zero and rounding and torch's function modes are read
+  after every job (:data:`STATES`), and the Python threads running (:class:`RefThreads`:
+  a red-team candidate's, spinning, made the next job 29x slower): the harness ends
+  after a job that changed one, and a job that met such a change in a harness where
+  another candidate's code ran is run again in a fresh one (workers.sandbox
+  ``run_retrying``).
+  (The calls on new values need no gauge of the machine's load, which
   an earlier protocol timed in this process between calls: a replayer's own threads, pinned
   with the gauge's to one core once it met new values, made the machine look slowed and
   was ``ok`` in 5 of 5 jobs at 0.064-0.070 ms against the honest 0.187-0.192.)
@@ -453,6 +460,38 @@ class Witnessing:
                 *([self.stage] if self.stage else [])]
 
 
+class RefThreads:
+    """The Python threads (``sys._current_frames``'s idents) a job may leave running in
+    the harness: those :meth:`update` was given (all there were when it began to serve
+    jobs: its own, and those ref.py started while inputs were made ahead) and those that
+    started while ref.py's code ran inside this object as a context (its import,
+    ``inputs``, ``reference``: nested or not, one thread at a time). Any other was started
+    by a candidate's code, or by a native thread it left (a red-team candidate left one
+    spinning in Python: each return of a later candidate's calls waited a switch interval
+    for the interpreter's lock, 29x slower): :meth:`left`. A thread's ident may be reused
+    once it ended; a native thread that runs Python only now and then (``PyGILState_Ensure``)
+    is seen only while it does."""
+
+    def __init__(self):
+        self.known: set[int] = set()
+        self._before: list[set[int]] = []
+
+    def __enter__(self) -> RefThreads:
+        self._before.append(set(sys._current_frames()))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.known |= set(sys._current_frames()).difference(self._before.pop())
+
+    def update(self, idents: Iterable[int]) -> None:
+        """Add ``idents`` to the threads a job may leave."""
+        self.known |= set(idents)
+
+    def left(self) -> set[int]:
+        """The idents of the Python threads running now that are not known."""
+        return set(sys._current_frames()).difference(self.known)
+
+
 class Harness:
     """State of one sandbox process on one device (``cuda`` or ``cpu``).
 
@@ -468,18 +507,17 @@ class Harness:
     None where NVML cannot say); CPU: none, unless a plug-in measures CPUs.
     """
 
-
     def __init__(self, device: str, progress: Callable[[dict], None] | None = None):
         self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
         self.is_cuda = device == "cuda"
         self.libs: dict[str, Any] = {}
         self.refs: dict[tuple, Any] = {}  # ref_stamp(path) -> ref.py's module
+        self.ref_threads = RefThreads()  # the Python threads it may keep: ref.py's too
         self.data: dict[tuple, Data] = {}
         self.progress = progress or (lambda _msg: None)
         self.told_prepared = False  # :meth:`prepared`'s first message sent
         self.parts: dict[str, float] = {}  # :meth:`lap`'s (never a verdict: see there)
-        # a clock job's start: returns once the sandbox says "go" (its outside clock started
-        # before it sent that); in-process use (tests) has no sandbox to wait for
+        # a clock job's start: returns on the sandbox's "go" (in-process use: at once)
         self.await_go: Callable[[], None] = lambda: None
         # a witness turn's start: True on "go", False on "enough" (workers.witness)
         self.await_turn: Callable[[], bool] = lambda: True
@@ -571,7 +609,8 @@ class Harness:
             mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             sys.path.insert(0, str(Path(path).parent))
             try:
-                spec.loader.exec_module(mod)  # type: ignore[union-attr]
+                with self.ref_threads:
+                    spec.loader.exec_module(mod)  # type: ignore[union-attr]
             except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
                 raise JobError("error", f"{path}: import failed: {e!r}") from None
             finally:
@@ -673,7 +712,7 @@ class Harness:
         the reference's notes."""
         sets: list[InputSet] = []
         notes: list[str] = []
-        with torch.no_grad():
+        with torch.no_grad(), self.ref_threads:
             for seed in seeds:
                 inputs = self._inputs(mod, job, shapes, seed, ref_name)
                 if reference:
@@ -802,7 +841,8 @@ class Harness:
         kwargs = _ref_kwargs(fn, sig, {**{k: v.clone() for k, v in inputs.items()},
                                        **scalars}, ref_name)
         try:
-            ref = fn(**kwargs)
+            with self.ref_threads:
+                ref = fn(**kwargs)
         except BaseException as e:  # noqa: B036 -- ref.py's fault, whatever it raised
             raise JobError("error", f"{ref_name}: reference() raised {e!r}"
                            + raised_at(e, getattr(mod, "__file__", None), ref_name)) from None
@@ -3272,15 +3312,20 @@ def _fp_mode() -> tuple[bool, bool, float, float]:
     return (normal / 2 == 0.0, sub + 0.0 == 0.0, 1.0 + half_ulp, -1.0 - half_ulp)
 
 
+# the name a job's row gives a Python thread its code left running (:class:`RefThreads`)
+PYTHON_THREADS = "Python threads (one left running)"
+
 # the process state a job must leave as it found it, beside the watch's functions: by the
 # name :func:`c_swapped` gives each, the reader that takes it. The calling thread's CPU
 # affinity and nice value: a red-team candidate pinned the harness's thread to one CPU
 # with a thread of its own spinning there, and a later single-threaded candidate's calls
-# took 2x as long
+# took 2x as long. The switch interval: how long each return of a call waits for the
+# interpreter's lock where another thread runs Python
 STATES: Mapping[str, Callable[[], Any]] = types.MappingProxyType({
     HOOKS: _hooks, "torch function/dispatch modes": _modes, "OpenMP threads": _omp_threads,
     "floating-point modes": _fp_mode, "CPU affinity": lambda: os.sched_getaffinity(0),
     "nice value": lambda: os.getpriority(os.PRIO_PROCESS, 0),
+    "switch interval": sys.getswitchinterval,
     "workers.native._LIB": lambda: tuple(map(id, native._LIB))})
 
 
@@ -3346,6 +3391,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     # harness's own lists through ``gc``; one rebound on the harness is replaced too
     watch = h.watch = tuple(watched("cuda" if h.is_cuda else "cpu"))
     c_watch = h.c_watch = types.MappingProxyType(c_taken(watch))
+    h.ref_threads.update(sys._current_frames())
     while True:
         try:
             kind, job = rconn.recv()
@@ -3358,7 +3404,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             continue
         h.idle_s = time.perf_counter() - h.done_at
         # left by an earlier job since its end: not this one's
-        if unfit := _unfit(watch, c_watch):
+        if unfit := _unfit(watch, c_watch, h.ref_threads):
             answer(wconn, unfit)
             return
         res = _run_one(h, job)
@@ -3367,6 +3413,10 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             res["fatal"] = True
         changed = replaced(watch, c_watch) + [f"Harness.{n}" for n, v in (
             ("watch", watch), ("c_watch", c_watch)) if getattr(h, n, None) is not v]
+        if isinstance(job, dict) and job.get("time_reference"):  # ref.py's code alone ran
+            h.ref_threads.update(sys._current_frames())
+        if h.ref_threads.left():
+            changed.append(PYTHON_THREADS)
         if changed:
             res = _rewritten(res, job, changed)
         answer(wconn, res)
@@ -3376,19 +3426,19 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             return
 
 
-def _unfit(watch: Sequence[tuple[Any, str, Any]], c_watch: Mapping[str, Any]
-           ) -> dict | None:
+def _unfit(watch: Sequence[tuple[Any, str, Any]], c_watch: Mapping[str, Any],
+           threads: RefThreads) -> dict | None:
     """The answer (``crashed``, fatal: the job is run again in a fresh harness) to a job
     that finds this process unfit for it: more than :data:`FILES_KEPT` files held, or a
     function of ``watch`` replaced (:func:`rewritten`; or a builtin of ``c_watch`` running
-    another C function, :func:`c_swapped`) since the last job's end, by code an earlier
-    candidate left here; None when fit."""
+    another C function, :func:`c_swapped`), or a Python thread not in ``threads`` running,
+    since the last job's end, by code an earlier candidate left here; None when fit."""
     held = open_files()
     if held > FILES_KEPT:
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
             "between jobs: code an earlier candidate left there opened them); restarted")}
-    if changed := replaced(watch, c_watch):
+    if changed := replaced(watch, c_watch) + ([PYTHON_THREADS] if threads.left() else []):
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness's {', '.join(changed[:4])} had been replaced when the job came "
             "(code an earlier candidate left there); restarted")}
@@ -3421,9 +3471,16 @@ def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
     they are: the closing's outside clock times them, and its row's ``error`` says what was
     replaced); a clock job whose block rebound one of the watched functions or methods is
     ``crashed`` (only the contender's code ran there; a replaced clock is left to the
-    outside clock)."""
+    outside clock). ``changed`` goes with it: a job that met one in a harness where
+    another candidate's code had run is run again in a fresh harness (workers.sandbox
+    ``run_retrying``), since code left by that one may have made the change."""
     print(f"kopt harness: {', '.join(changed[:8])} replaced during a job; restarting",
           file=sys.stderr, flush=True)
+    return {**_rewritten_outcome(res, job, changed), "changed": changed[:8]}
+
+
+def _rewritten_outcome(res: dict, job: Any, changed: list[str]) -> dict:
+    """:func:`_rewritten`'s outcome, but ``changed``."""
     own = [c for c in changed if not c.startswith(CLOCKS)]
     if own and isinstance(job, dict) and job.get("clock_calls") and not job.get(
             "clock_loads_only"):

@@ -832,22 +832,29 @@ class Sandbox:
         next to them, bench/honest_under_load.py). A failing candidate after another's then
         costs a second run (and a harness start, with its inputs made again). The retried
         job's outcome is the job's; when it differs, its ``error`` says how the first run
-        ended. Never raises for a job; raises :class:`StartError` (from :meth:`run`) when
-        a harness does not start, the device's failure."""
+        ended. A job during which the harness found its watch or process state changed
+        (workers.harness ``_rewritten``: ``changed``) after another artifact's job is run
+        again too, whatever its status: a thread that code left there started later (one
+        spinning in Python, slowing every call) would otherwise frame it. Never raises for
+        a job; raises :class:`StartError` (from :meth:`run`) when a harness does not start,
+        the device's failure."""
         others = self.running and bool(self.loaded - _artifacts(job))
         res = self.run(job, timeout_s)
         status = res.get("status")
-        if status == Status.OK or (status not in (Status.CRASHED, Status.REPLAYED)
-                                   and not others):
+        framed = others and bool(res.get("changed"))
+        if not framed and (status == Status.OK or (
+                status not in (Status.CRASHED, Status.REPLAYED) and not others)):
             return res
         first = str(res.get("error") or "")[:300]
         if self.running:  # a crash's harness is gone
             self.end()
         again = self.run(job, timeout_s)
-        if again.get("status") != status:
-            how = {Status.CRASHED: "the first run crashed",
-                   Status.REPLAYED: "the first run was named replayed"}.get(
-                       status, f"the first run was {status}, after another candidate's job")
+        if framed or again.get("status") != status:
+            how = (f"the first run, after another candidate's job, found the harness's "
+                   f"{', '.join(res['changed'][:4])} changed") if framed else {
+                Status.CRASHED: "the first run crashed",
+                Status.REPLAYED: "the first run was named replayed"}.get(
+                    status, f"the first run was {status}, after another candidate's job")
             again["error"] = "; ".join(x for x in (again.get("error"), (
                 f"retried in a fresh harness: {how} ({first})")) if x)
         return again
