@@ -834,8 +834,9 @@ class Sandbox:
         job's outcome is the job's; when it differs, its ``error`` says how the first run
         ended. A job during which the harness found its watch or process state changed
         (workers.harness ``_rewritten``: ``changed``) after another artifact's job is run
-        again too, whatever its status: a thread that code left there started later (one
-        spinning in Python, slowing every call) would otherwise frame it. Never raises for
+        again too, whatever its status: a native thread code left there that acts later
+        (one that lowers the harness thread's priority once the next library is mapped)
+        would otherwise have that job blamed, with the figures it slowed. Never raises for
         a job; raises :class:`StartError` (from :meth:`run`) when a harness does not start,
         the device's failure."""
         others = self.running and bool(self.loaded - _artifacts(job))
