@@ -286,6 +286,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from sys import _current_frames
 from typing import Any
 
 import torch
@@ -460,36 +461,50 @@ class Witnessing:
                 *([self.stage] if self.stage else [])]
 
 
+def _python_threads() -> set[tuple[int, Any]]:
+    """The Python threads running now (``sys._current_frames``, as taken when this module
+    was imported: a candidate may rebind ``sys``'s), each as its ident and its
+    ``threading.Thread`` (None for one ``threading`` does not know): an ident is reused
+    once its thread ended, and a red-team candidate's spinner took the ident of a thread
+    ref.py had started and ended."""
+    active = threading._active  # type: ignore[attr-defined]
+    return {(i, active.get(i)) for i in _current_frames()}
+
+
 class RefThreads:
-    """The Python threads (``sys._current_frames``'s idents) a job may leave running in
-    the harness: those :meth:`update` was given (all there were when it began to serve
-    jobs: its own, and those ref.py started while inputs were made ahead) and those that
-    started while ref.py's code ran inside this object as a context (its import,
-    ``inputs``, ``reference``: nested or not, one thread at a time). Any other was started
-    by a candidate's code, or by a native thread it left (a red-team candidate left one
-    spinning in Python: each return of a later candidate's calls waited a switch interval
-    for the interpreter's lock, 29x slower): :meth:`left`. A thread's ident may be reused
-    once it ended; a native thread that runs Python only now and then (``PyGILState_Ensure``)
-    is seen only while it does."""
+    """The Python threads (:func:`_python_threads`) a job may leave running in the harness:
+    those :meth:`update` took (all there were when it began to serve jobs: its own, and
+    those ref.py started while inputs were made ahead) and those that started while
+    ref.py's code ran inside this object as a context (its import, ``inputs``,
+    ``reference``, a job that times it: nested or not, one thread at a time). Any other
+    was started by a candidate's code, or by a native thread it left (a red-team candidate
+    left one spinning in Python: each return of a later candidate's calls waited a switch
+    interval for the interpreter's lock, 29x slower): :meth:`left`.
+
+    Not seen: a native thread that holds the interpreter's lock without a Python frame, or
+    runs Python only while no check looks, or starts a thread while ref.py's code runs;
+    this object's state, reachable through ``gc`` (a red-team review of this check, CPU,
+    2026-12-07). Named wrongly: a ref.py whose own threads start threads outside its calls
+    (a ``threading.Timer`` that re-arms itself) ends the harness after its jobs."""
 
     def __init__(self):
-        self.known: set[int] = set()
-        self._before: list[set[int]] = []
+        self.known: set[tuple[int, Any]] = set()
+        self._before: list[set[tuple[int, Any]]] = []
 
     def __enter__(self) -> RefThreads:
-        self._before.append(set(sys._current_frames()))
+        self._before.append(_python_threads())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.known |= set(sys._current_frames()).difference(self._before.pop())
+        self.known |= _python_threads().difference(self._before.pop())
 
-    def update(self, idents: Iterable[int]) -> None:
-        """Add ``idents`` to the threads a job may leave."""
-        self.known |= set(idents)
+    def update(self) -> None:
+        """Take every Python thread running now as one a job may leave."""
+        self.known |= _python_threads()
 
-    def left(self) -> set[int]:
-        """The idents of the Python threads running now that are not known."""
-        return set(sys._current_frames()).difference(self.known)
+    def left(self) -> set[tuple[int, Any]]:
+        """The Python threads running now that are not known."""
+        return _python_threads().difference(self.known)
 
 
 class Harness:
@@ -2332,7 +2347,13 @@ class Harness:
         ``reference``) and ``max_abs_err`` / ``max_rel_err`` of its first call's result
         against the reference outputs of input set 1 (0 when it is the reference); status
         ``ok`` or ``too_slow``. Raises JobError (``error``) naming ref.py for a function that
-        raises or returns no tensor per output."""
+        raises or returns no tensor per output. The Python threads ref.py's code starts
+        meanwhile are its own (:class:`RefThreads`)."""
+        with self.ref_threads:
+            return self._time_reference(job)
+
+    def _time_reference(self, job: dict) -> dict:
+        """:meth:`time_reference`'s work."""
         d = self.prepare(job)
         self._deadline = time.perf_counter() + job["timing"]["timeout_s"]
         self.prepared()
@@ -3115,7 +3136,7 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
     """What candidate code must not replace in this process, taken before any runs: the
     time module's clocks, ``torch.cuda.Event``'s methods on a GPU, and every function of
     this module, every module, function and class its globals name, and every method of
-    :class:`Harness` (owner, name, the object). A clock patched
+    :class:`Harness` and :class:`RefThreads` (owner, name, the object). A clock patched
     through Python's C API stayed for every candidate timed after its own in the same
     harness (each 100x faster: at the closing an honest first baseline's own row then
     disagreed with its figure side by side and it was dropped, and no best was named,
@@ -3133,7 +3154,8 @@ def watched(device: str) -> list[tuple[Any, str, Any]]:
                                        if hasattr(time, n)]
     if device != "cpu":
         out += members(torch.cuda.Event)
-    out += [(Harness, n, v) for n, v in vars(Harness).items() if inspect.isfunction(v)]
+    out += [(c, n, v) for c in (Harness, RefThreads) for n, v in vars(c).items()
+            if inspect.isfunction(v)]
     # every module, function and class this module's code calls through a global: a
     # red-team contender rebound its ``time`` to a module whose clocks ran at 1/100
     out += [(me, n, v) for n, v in vars(me).items() if isinstance(v, _WATCHED_TYPES)]
@@ -3391,7 +3413,8 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     # harness's own lists through ``gc``; one rebound on the harness is replaced too
     watch = h.watch = tuple(watched("cuda" if h.is_cuda else "cpu"))
     c_watch = h.c_watch = types.MappingProxyType(c_taken(watch))
-    h.ref_threads.update(sys._current_frames())
+    threads = h.ref_threads
+    threads.update()
     while True:
         try:
             kind, job = rconn.recv()
@@ -3404,7 +3427,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             continue
         h.idle_s = time.perf_counter() - h.done_at
         # left by an earlier job since its end: not this one's
-        if unfit := _unfit(watch, c_watch, h.ref_threads):
+        if unfit := _unfit(watch, c_watch, threads):
             answer(wconn, unfit)
             return
         res = _run_one(h, job)
@@ -3412,10 +3435,9 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
         changed = replaced(watch, c_watch) + [f"Harness.{n}" for n, v in (
-            ("watch", watch), ("c_watch", c_watch)) if getattr(h, n, None) is not v]
-        if isinstance(job, dict) and job.get("time_reference"):  # ref.py's code alone ran
-            h.ref_threads.update(sys._current_frames())
-        if h.ref_threads.left():
+            ("watch", watch), ("c_watch", c_watch), ("ref_threads", threads))
+            if getattr(h, n, None) is not v]
+        if threads.left():
             changed.append(PYTHON_THREADS)
         if changed:
             res = _rewritten(res, job, changed)
