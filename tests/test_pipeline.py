@@ -419,9 +419,10 @@ def test_successive_halving_screens_everything_and_measures_the_best_fully(ray_l
                     "max(n_samples), bool_or(is_baseline), bool_and(final) from candidates "
                     "group by 1 order by 1", store)
     assert [r[:2] for r in rows] == [(0, 24), (1, r1), (2, r2)]
-    assert rows[0][2] == rows[0][3] == HALVING_SAMPLES[0]
-    assert rows[1][2] == rows[1][3] == HALVING_SAMPLES[1]
-    assert rows[2][2] == rows[2][3] == 20  # the spec's own timing: 20 samples
+    # each rung's sample count, the spec's own timing (20) at the last; a job may report
+    # fewer (a budget cut under load: too_slow; samples split at the first call on new
+    # values: the calls after it), never more: beside a second suite one rung-0 job had 4
+    assert [r[3] for r in rows] == [HALVING_SAMPLES[0], HALVING_SAMPLES[1], 20], rows
     assert all(r[4] for r in rows)  # the baseline is in every rung
     assert [r[5] for r in rows] == [False, False, True]
     # the winner comes from the last rung, which holds the best of rung 1
