@@ -225,9 +225,10 @@ wrongly:
   has no network, sees only its own processes, and whatever it starts dies with it.)
 - state a candidate leaves in the process for the next ones: a thread that keeps running
   outside Python (spinning in C without the interpreter's lock, it takes a core from
-  the next candidate's calls), a thread that runs Python only while the harness does not
-  look for it (a native thread calling ``PyGILState_Ensure`` now and then:
-  :class:`RefThreads` looks after every job), the scheduling policy, the x87
+  the next candidate's calls), a native thread that holds the interpreter's lock with no
+  Python frame, runs Python only while the harness does not look (:class:`RefThreads`
+  looks after every job), or starts a Python thread while ref.py's code runs (a red-team
+  review of that check: 4-5 ms on each later 0.18 ms call), the scheduling policy, the x87
   control word; they can slow or speed up candidates timed after it in the same harness
   (``contest`` runs all contenders in one). The OpenMP thread count, CPU affinity, nice
   value, switch interval, flush-to-zero and rounding and torch's function modes are read
