@@ -504,8 +504,11 @@ class RefThreads:
         self.known |= _python_threads()
 
     def left(self) -> set[tuple[int, Any]]:
-        """The Python threads running now that are not known."""
-        return _python_threads().difference(self.known)
+        """The Python threads running now that are not known; those known that ended are
+        forgotten (their ``threading.Thread`` objects not kept)."""
+        now = _python_threads()
+        self.known &= now
+        return now.difference(self.known)
 
 
 class Harness:
