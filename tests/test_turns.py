@@ -786,8 +786,10 @@ def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path)
         attacker = box.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src,
                                         PACK / "ref.py", {"N": 4096}, ARGS), 30)
         restarts = box.restarts
+        # other dims, so that its inputs are made in that harness; calls of 0.3 ms, not
+        # 0.03 (at N=2048 CI's load once had its retry named replayed)
         second = box.run_retrying(job(artifact(tmp_path, honest, {"MODE": 0}), honest,
-                                      PACK / "ref.py", {"N": 2048}, ARGS), 30)
+                                      PACK / "ref.py", {"N": 8192}, ARGS), 30)
     finally:
         box.close()
     assert attacker["status"] == "ok", attacker
@@ -795,6 +797,29 @@ def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path)
     assert ("retried in a fresh harness: the first run crashed (the harness said it was "
             "first prepared a second time: code in its process changed its state") in (
                 second["error"]), second
+
+
+@pytest.mark.parametrize("third", ["ok", "replayed"])
+def test_a_retry_named_replayed_after_a_crash_is_confirmed_by_a_third_run(third):
+    """``Sandbox.run_retrying``: a job's first run crashed and its retry in a fresh harness
+    was named ``replayed`` (CI's load, an honest 0.03 ms vector add: its 4 calls on new
+    values at 0.1 ms and more): that verdict, unlike a first run's, had no second run to
+    confirm it. Now a third run in a fresh harness decides: its outcome is the job's, its
+    row saying what the runs before it said."""
+    outcomes = [{"status": "crashed", "error": "first"}, {"status": "replayed", "error": "second"},
+                {"status": third, "error": "" if third == "ok" else "third"}]
+    box = Sandbox("cpu")
+    runs = []
+    box.run = lambda job, timeout_s: runs.append(job) or dict(outcomes[len(runs) - 1])
+    res = box.run_retrying({"job_key": "k"}, 30)
+    assert len(runs) == 3 and res["status"] == third, res
+    if third == "ok":
+        assert res["error"] == ("run a third time: the second run was named replayed "
+                                "(second); retried in a fresh harness: the first run "
+                                "crashed (first)"), res
+    else:
+        assert res["error"] == ("third; retried in a fresh harness: the first run crashed "
+                                "(first)"), res
 
 
 def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_again(tmp_path):
