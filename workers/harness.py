@@ -3397,6 +3397,14 @@ def replaced(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, Any]
     return rewritten(watch) + c_swapped(taken)
 
 
+def _left_here(watch: Sequence[tuple[Any, str, Any]], taken: Mapping[str, Any],
+               threads: RefThreads) -> list[str]:
+    """What code left in this process since ``watch`` and ``taken`` were taken:
+    :func:`replaced`, and :data:`PYTHON_THREADS` where a Python thread ``threads`` does
+    not know runs (:meth:`RefThreads.left`)."""
+    return replaced(watch, taken) + ([PYTHON_THREADS] if threads.left() else [])
+
+
 def rewritten(watch: Sequence[tuple[Any, str, Any]]) -> list[str]:
     """The names in ``watch`` (:func:`watched`) whose object is no longer the one taken,
     each read from its owner's own namespace (``vars``), as :func:`watched` took it:
@@ -3438,13 +3446,11 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
         h.done_at = time.perf_counter()
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
-        changed = replaced(watch, c_watch) + [f"Harness.{n}" for n, v in (
+        changed = _left_here(watch, c_watch, threads) + [f"Harness.{n}" for n, v in (
             ("watch", watch), ("c_watch", c_watch), ("ref_threads", threads))
             if getattr(h, n, None) is not v]
-        if threads.left():
-            changed.append(PYTHON_THREADS)
-        if changed:
-            res = _rewritten(res, job, changed)
+        if changed:  # with it: workers.sandbox run_retrying may run the job again
+            res = {**_rewritten(res, job, changed), "changed": changed[:8]}
         answer(wconn, res)
         if res.get("fatal"):
             if res.get("status") == Status.OK:  # the sandbox pings after an `ok` answer,
@@ -3464,7 +3470,7 @@ def _unfit(watch: Sequence[tuple[Any, str, Any]], c_watch: Mapping[str, Any],
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness held {held} open files when the job came (at most {FILES_KEPT} "
             "between jobs: code an earlier candidate left there opened them); restarted")}
-    if changed := replaced(watch, c_watch) + ([PYTHON_THREADS] if threads.left() else []):
+    if changed := _left_here(watch, c_watch, threads):
         return {"status": Status.CRASHED, "fatal": True, "error": (
             f"the harness's {', '.join(changed[:4])} had been replaced when the job came "
             "(code an earlier candidate left there); restarted")}
@@ -3497,16 +3503,11 @@ def _rewritten(res: dict, job: Any, changed: list[str]) -> dict:
     they are: the closing's outside clock times them, and its row's ``error`` says what was
     replaced); a clock job whose block rebound one of the watched functions or methods is
     ``crashed`` (only the contender's code ran there; a replaced clock is left to the
-    outside clock). ``changed`` goes with it: a job that met one in a harness where
-    another candidate's code had run is run again in a fresh harness (workers.sandbox
-    ``run_retrying``), since code left by that one may have made the change."""
+    outside clock). :func:`_serve` sends ``changed`` with it: a job that met one in a
+    harness where another candidate's code had run is run again in a fresh harness
+    (workers.sandbox ``run_retrying``), since code left by that one may have made it."""
     print(f"kopt harness: {', '.join(changed[:8])} replaced during a job; restarting",
           file=sys.stderr, flush=True)
-    return {**_rewritten_outcome(res, job, changed), "changed": changed[:8]}
-
-
-def _rewritten_outcome(res: dict, job: Any, changed: list[str]) -> dict:
-    """:func:`_rewritten`'s outcome, but ``changed``."""
     own = [c for c in changed if not c.startswith(CLOCKS)]
     if own and isinstance(job, dict) and job.get("clock_calls") and not job.get(
             "clock_loads_only"):
