@@ -170,3 +170,15 @@ def outside_clock_alone(monkeypatch):
     import workers.witness
 
     monkeypatch.setattr(workers.witness, "TURNS", 0)
+
+
+@pytest.fixture
+def threads_kept(monkeypatch):
+    """The sandbox's thread check off (workers.sandbox ``Sandbox._threads_left``, which
+    ends a harness after a job that left a thread of its code running there), so that such
+    a thread stays in the harness as one that check cannot see would (code an earlier job
+    left in a thread of the harness's own, reached through its memory): these tests hold
+    the layers beneath it to account (the hold, a job run again in a fresh harness)."""
+    from workers.sandbox import Sandbox
+
+    monkeypatch.setattr(Sandbox, "_threads_left", lambda self, res: None)

@@ -584,7 +584,7 @@ def test_a_replayed_verdict_that_the_run_again_clears_says_so(monkeypatch):
                     reason="the framer writes an x86-64 jump over the victim's solve")
 @pytest.mark.parametrize("wrong", [False, True])
 def test_a_framer_left_in_the_harness_cannot_get_the_next_candidate_named_replayed(
-        tmp_path, wrong):
+        tmp_path, wrong, threads_kept):
     """tests/fixtures/faultpack/framer.cpp (red-team round 14): honest itself, it leaves a
     thread in the harness that rewrites every later candidate's ``solve`` to jump to a
     wrapper that does the work but is slow on values it has not seen, so that an honest

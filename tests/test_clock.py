@@ -561,7 +561,7 @@ def test_the_second_harness_started_ahead_is_the_one_that_times_the_preparations
 
 
 @pytest.mark.skipif(not ISOLATED.isolated, reason="needs the sandbox")
-def test_a_contender_whose_code_escapes_the_hold_is_suspect(tmp_path, monkeypatch):
+def test_a_contender_whose_code_escapes_the_hold_is_suspect(tmp_path, monkeypatch, threads_kept):
     """A red-team helper's candidate escaped the hold (workers.hold) while the preparations
     alone were timed: a thread stuck in a long system call kept its cgroup from freezing,
     and processes whose leaders had exited, continued by a ring of ``SIGCONT`` timers, ran
@@ -1111,7 +1111,8 @@ static void kopt_test_start_later() {
 """
 
 
-def test_a_change_made_during_a_later_job_by_a_thread_left_there_frames_no_one(tmp_path):
+def test_a_change_made_during_a_later_job_by_a_thread_left_there_frames_no_one(
+        tmp_path, threads_kept):
     """A candidate's native thread, left in the harness, that changes the process's state
     (the harness thread's nice value) only once a later candidate's library is loaded:
     the harness's check after each job took that change for the later job's own (its
@@ -1143,6 +1144,50 @@ def test_a_change_made_during_a_later_job_by_a_thread_left_there_frames_no_one(t
         "retried in a fresh harness: the first run, after another candidate's job, found "
         "the harness's nice value changed"), later
     assert again == 1, again  # the second run's harness ran no other candidate's code
+
+
+@pytest.mark.parametrize("left", ["later", "framer", "spinner"])
+def test_a_thread_a_candidate_leaves_ends_its_harness_before_the_next_job(tmp_path, left):
+    """The sandbox lists the harness's threads after every job (workers.sandbox
+    ``Sandbox._threads_left``, from ``/proc``, outside the harness): a job whose code left
+    one running there ends its harness, its row keeping its status and figures and saying
+    so, and the next candidate's job runs in a fresh one, never beside it. The threads:
+    one that waits to lower the harness's priority once a later library loads
+    (:data:`LATER_NICE`), framer.cpp's, which rewrites every later ``solve`` (red-team round
+    14), and escape.cpp MODE 19's, spinning (with a process in a session of its own)."""
+    from test_harness import artifact as built
+    from test_harness import job as escape_job
+    from test_isolation import SRC
+
+    from conftest import SOLVE_HEAD
+    from workers.sandbox import THREADS_LEFT, Sandbox
+
+    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+    honest = artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0})
+    if left == "spinner":
+        first = escape_job(built(tmp_path, SRC, 19, "escape.cpp"), SRC, SRC.parent / "ref.py")
+    else:
+        src = PACK / "framer.cpp"
+        if left == "later":
+            src = tmp_path / "later" / "faults.cpp"
+            src.parent.mkdir()
+            later = LATER_NICE % Path(honest).parent.name  # the honest library's folder
+            src.write_text((PACK / "faults.cpp").read_text().replace(
+                SOLVE_HEAD, later + SOLVE_HEAD + "\n  kopt_test_start_later();"))
+        first = job(artifact(tmp_path, src, {"MODE": 0} if left == "later" else {}),
+                    PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, args)
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        res = sb.run_retrying(first, timeout_s=60)
+        ended, alive = sb.restarts, sb.running
+        later = sb.run_retrying(job(honest, PACK / "faults.cpp", PACK / "ref.py",
+                                    {"N": 4096}, args), timeout_s=60)
+        again = sb.restarts
+    finally:
+        sb.close()
+    assert res["status"] == "ok" and f"{THREADS_LEFT} (1)" in res["error"], res
+    assert ended == 1 and not alive, (ended, alive)
+    assert later["status"] == "ok" and not later["error"] and again == 1, later
 
 
 def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():

@@ -286,7 +286,8 @@ def _how(how: str, monkeypatch) -> None:
 
 @pytest.mark.parametrize("isolated, how", [(True, "freezer"), (True, "signals"),
                                            (False, "signals")])
-def test_a_held_sandbox_uses_no_cpu_until_released(tmp_path, isolated, how, monkeypatch):
+def test_a_held_sandbox_uses_no_cpu_until_released(
+        tmp_path, isolated, how, monkeypatch, threads_kept):
     """While another harness of the device times the preparations alone (the outside
     clock), the contender's sandbox is held (workers.hold): escape.cpp MODE 19 leaves a
     thread spinning in its harness and a process spinning in a session of its own, which
@@ -382,7 +383,8 @@ def test_release_continues_no_process_that_is_not_the_sandboxs():
 
 @pytest.mark.skipif(not ISOLATED.isolated, reason="needs the sandbox")
 @pytest.mark.parametrize("how", [*HOLDS, "signals, no cgroup"])
-def test_the_cpu_a_held_sandbox_uses_is_counted_so_an_escape_shows(tmp_path, how, monkeypatch):
+def test_the_cpu_a_held_sandbox_uses_is_counted_so_an_escape_shows(
+        tmp_path, how, monkeypatch, threads_kept):
     """workers.hold ``used_ms``: the CPU time a held sandbox used since its hold was
     complete. A red-team helper escaped the hold (a thread stuck in a long system call kept
     the freezer from finishing; a zombie leader and a ring of ``SIGCONT`` timers defeated
@@ -417,7 +419,8 @@ def test_the_cpu_a_held_sandbox_uses_is_counted_so_an_escape_shows(tmp_path, how
 
 
 @pytest.mark.skipif(not (ISOLATED.isolated and CGROUPS), reason="needs the sandbox and cgroups")
-def test_a_process_whose_namespace_cannot_be_read_is_held_by_its_cgroup(tmp_path, monkeypatch):
+def test_a_process_whose_namespace_cannot_be_read_is_held_by_its_cgroup(
+        tmp_path, monkeypatch, threads_kept):
     """A candidate's process that made itself non-dumpable (``PR_SET_DUMPABLE`` 0) hides its
     ``/proc/PID/ns/pid`` from a reader without ``CAP_SYS_PTRACE``: the namespace scan misses
     it (simulated here: the read fails for the escapee, as it did for a red-team helper's
@@ -564,7 +567,8 @@ def _marked_ref(tmp_path: Path) -> Path:
     return marked
 
 
-def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(tmp_path):
+def test_a_ref_py_framed_by_the_last_candidate_is_run_again_in_a_fresh_harness(
+        tmp_path, threads_kept):
     """The framer (MODE 25) leaves a thread that aborts while the next job's ref.py runs
     (a file its reference() makes says when): the next job's harness died before its inputs
     were made, which was blamed on ref.py (``error``, "fix them": red-team round 8 framed
@@ -616,7 +620,7 @@ def test_a_candidate_that_uses_up_the_open_files_leaves_the_next_a_fresh_harness
 
 
 def test_a_clock_block_framed_by_an_earlier_candidate_is_run_again_in_a_fresh_harness(
-        tmp_path):
+        tmp_path, threads_kept):
     """The outside clock's block of the candidate's calls runs in the device's own harness
     (workers.device_actor ``clock``), where earlier candidates ran: the framer (MODE 25)
     leaves a thread that aborts while the next job's ref.py runs, and the honest contender's
@@ -645,7 +649,7 @@ def test_a_clock_block_framed_by_an_earlier_candidate_is_run_again_in_a_fresh_ha
     assert dev.sandbox.restarts == restarts + 1
 
 
-def test_a_harness_stopped_by_the_last_candidate_is_not_the_next_ones_hang(tmp_path):
+def test_a_harness_stopped_by_the_last_candidate_is_not_the_next_ones_hang(tmp_path, threads_kept):
     """MODE 27 leaves a thread that stops the harness (SIGSTOP) once the next candidate
     runs: that job waited out its budget and was a ``timeout`` (red-team round 9: 5 of 5,
     and its ref.py was blamed when the stop came while it ran). The sandbox looks at the
@@ -666,7 +670,7 @@ def test_a_harness_stopped_by_the_last_candidate_is_not_the_next_ones_hang(tmp_p
                                    "ref.py started, was stopped (SIGSTOP"), got
 
 
-def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path):
+def test_a_candidate_framed_by_the_last_one_is_judged_in_a_fresh_harness(tmp_path, threads_kept):
     """The framer leaves a thread in the harness that aborts once the next candidate runs;
     the victim's job crashes, is retried in a fresh harness (no framer there) and is
     ``ok``, its error saying the first run crashed (killed by SIGABRT). A candidate that

@@ -223,12 +223,15 @@ wrongly:
   workers.jail, keeps such files from outliving the harness and from reaching anything
   outside it: every file system but the scratch folder is read-only to this process, it
   has no network, sees only its own processes, and whatever it starts dies with it.)
-- state a candidate leaves in the process for the next ones: a thread that keeps running
-  outside Python (spinning in C without the interpreter's lock, it takes a core from
-  the next candidate's calls), a native thread that holds the interpreter's lock with no
-  Python frame, runs Python only while the harness does not look (:class:`RefThreads`
-  looks after every job), or starts a Python thread while ref.py's code runs (a red-team
-  review of that check: 4-5 ms on each later 0.18 ms call), the scheduling policy, the x87
+- state a candidate leaves in the process for the next ones: a thread of the harness's own
+  (or OpenMP's, or ref.py's) that its code took over through this process's memory (a
+  thread it started is no such state: the sandbox lists this process's threads after
+  every job, from outside it, and ends a harness that runs one it did not run before any
+  candidate code loaded, workers.sandbox ``Sandbox._threads_left``; a red-team review
+  had found native threads left running past every check in here: one spinning in C
+  took a core from the next candidate's calls, 2x; one holding the interpreter's lock
+  with no Python frame, or starting a Python thread while ref.py's code ran, made each
+  later 0.18 ms call 4-5 ms), the scheduling policy, the x87
   control word; they can slow or speed up candidates timed after it in the same harness
   (``contest`` runs all contenders in one). The OpenMP thread count, CPU affinity, nice
   value, switch interval, flush-to-zero and rounding and torch's function modes are read
@@ -266,6 +269,7 @@ not blamed) and a contest's contenders are ``escaped``.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import errno
 import functools
@@ -482,11 +486,13 @@ class RefThreads:
     left one spinning in Python: each return of a later candidate's calls waited a switch
     interval for the interpreter's lock, 29x slower): :meth:`left`.
 
-    Not seen: a native thread that holds the interpreter's lock without a Python frame, or
-    runs Python only while no check looks, or starts a thread while ref.py's code runs;
-    this object's state, reachable through ``gc`` (a red-team review of this check, CPU,
-    2026-12-07). Named wrongly: a ref.py whose own threads start threads outside its calls
-    (a ``threading.Timer`` that re-arms itself) ends the harness after its jobs."""
+    Not seen here: a native thread that holds the interpreter's lock without a Python
+    frame, or runs Python only while no check looks, or starts a thread while ref.py's
+    code runs; this object's state, reachable through ``gc`` (a red-team review of this
+    check, CPU, 2026-12-07). The sandbox's list of this process's threads, read from
+    outside it after every job (workers.sandbox ``Sandbox._threads_left``), sees each.
+    Named wrongly: a ref.py whose own threads start threads outside its calls (a
+    ``threading.Timer`` that re-arms itself) ends the harness after its jobs."""
 
     def __init__(self):
         self.known: set[tuple[int, Any]] = set()
@@ -3306,7 +3312,38 @@ def _modes() -> tuple[int, int]:
     return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
 
 
-_LIBGOMP: list[Any] = []  # the host's OpenMP runtime (libgomp.so.1), once tried
+_LIBGOMP: list[Any] = []  # the host's OpenMP runtime (libgomp.so.1), once tried: _host_gomp
+
+
+def _host_gomp() -> Any:
+    """The host's OpenMP runtime (``libgomp.so.1``, which candidates built with ``-fopenmp``
+    share), a ``ctypes.CDLL``, or None where it cannot be loaded."""
+    if not _LIBGOMP:
+        try:
+            _LIBGOMP.append(ctypes.CDLL("libgomp.so.1"))
+        except OSError:
+            _LIBGOMP.append(None)
+    return _LIBGOMP[0]
+
+
+def _warm_teams() -> None:
+    """Start the OpenMP teams this process's later work would start: torch's (an
+    elementwise op over 2**20 elements, past ATen's ``at::internal::GRAIN_SIZE`` of 32768,
+    runs on ``torch.get_num_threads()`` threads) and the host libgomp's (``GOMP_parallel``
+    of ``free(NULL)`` on its default team), before any candidate code loads: the sandbox
+    ends a harness whose process runs a thread it did not run then (workers.sandbox
+    ``Sandbox._threads_left``), and each team's threads, made on its first parallel
+    region, outlive it (an honest OpenMP candidate's, or ref.py's on a larger size, ended
+    their harness so). Never raises."""
+    with contextlib.suppress(RuntimeError):
+        torch.empty(1 << 20).fill_(1.0)
+    gomp = _host_gomp()
+    parallel = getattr(gomp, "GOMP_parallel", None) if gomp is not None else None
+    if parallel is not None:
+        nothing = ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p)
+        parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+        parallel.restype = None
+        parallel(nothing, None, 0, 0)
 
 
 def _omp_threads() -> tuple[int, int | None]:
@@ -3314,12 +3351,7 @@ def _omp_threads() -> tuple[int, int | None]:
     and the host's ``libgomp.so.1``, which candidates built with ``-fopenmp`` share (None
     where it cannot be loaded): a red-team candidate's ``omp_set_num_threads(1)`` made
     every later OpenMP candidate in its harness 2x slower."""
-    if not _LIBGOMP:
-        try:
-            _LIBGOMP.append(ctypes.CDLL("libgomp.so.1").omp_get_max_threads)
-        except (OSError, AttributeError):
-            _LIBGOMP.append(None)
-    gomp = _LIBGOMP[0]
+    gomp = getattr(_host_gomp(), "omp_get_max_threads", None)
     return (torch.get_num_threads(), gomp() if gomp else None)
 
 
@@ -3426,6 +3458,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     watch = h.watch = tuple(watched("cuda" if h.is_cuda else "cpu"))
     c_watch = h.c_watch = types.MappingProxyType(c_taken(watch))
     threads = h.ref_threads
+    _warm_teams()
     threads.update()
     while True:
         try:

@@ -62,6 +62,12 @@ class StartError(RuntimeError):
     ``error``)."""
 
 
+# what a job's row says when a thread started while it ran (by its code, or by ref.py's:
+# they share the process) still ran in the harness's process after it
+# (:meth:`Sandbox._threads_left`)
+THREADS_LEFT = "threads started during the job still ran in the harness's process"
+
+
 class Sandbox:
     """One harness subprocess for one device.
 
@@ -111,6 +117,9 @@ class Sandbox:
         self.first_before: set[int] | None = None
         # those of them ref.py's work started (in :attr:`infra` too): :meth:`end_shared`
         self.ref_procs: set[int] = set()
+        # the running harness's threads (host ids) at its first "prepared", before any
+        # candidate's code loaded: :meth:`_threads_left`
+        self.threads_known: set[int] | None = None
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -272,7 +281,7 @@ class Sandbox:
         # the sandbox's own processes, known now that its cgroup is (no candidate code has
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
-        self.first_before, self.ref_procs = None, set()
+        self.first_before, self.ref_procs, self.threads_known = None, set(), None
         return True
 
     def _hello(self) -> None:
@@ -304,7 +313,7 @@ class Sandbox:
         # the sandbox's own processes (its PID namespace's first, the zygote's child), known
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
-        self.first_before, self.ref_procs = None, set()
+        self.first_before, self.ref_procs, self.threads_known = None, set(), None
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -608,6 +617,7 @@ class Sandbox:
         pass so). Returns True (the job is prepared)."""
         if msg.get("first") and self.first_before is None:
             self.first_before = self.members()
+            self.threads_known = self.threads()
             if self.isolation.isolated:  # its /proc read-only but the harness's own
                 self.ref_procs = self.first_before - self.infra - {self.host_pid or 0}
                 self.infra |= self.ref_procs
@@ -722,9 +732,51 @@ class Sandbox:
             if said:
                 res["error"] = "; ".join(x for x in (res.get("error"),
                                                      f"the kernel printed: {said}") if x)
+        self._threads_left(res)
         if res.pop("fatal", False):
             self.end()
         return res
+
+    def threads(self) -> set[int]:
+        """The running harness process's threads (host thread ids, from
+        ``/proc/PID/task``, read by this process: outside the candidate's reach); empty when
+        none runs or they cannot be read. Never raises."""
+        if not self.running or not self.host_pid:
+            return set()
+        try:
+            return {int(t) for t in os.listdir(f"/proc/{self.host_pid}/task")}
+        except (OSError, ValueError):
+            return set()
+
+    def _threads_left(self, res: dict[str, Any]) -> None:
+        """The harness ends after a job (``res`` made ``fatal``, the next job starts a fresh
+        one) when its process runs a thread it did not run at its first "prepared"
+        (:attr:`threads_known`), before any candidate code loaded: one the job's code left
+        there. A native thread left running in a shared harness reached past every check
+        inside it (a red-team review, CPU, 2026-12-07: one spinning in C took a core from
+        a later OpenMP job, 2x; one holding the interpreter's lock with no Python frame made
+        a later 0.18 ms call 4.1 ms; one that started a Python thread while ref.py's code
+        ran, 5.3 ms; each `ok`, unnamed); this process reads the list, which code in the
+        harness cannot change. ``res``'s ``error`` says so (:data:`THREADS_LEFT`, how many);
+        its status and figures stay. Never raises."""
+        if self.threads_known is None or not self.loads_code:
+            return
+        new = self.threads() - self.threads_known
+        if not new:
+            return
+        res["fatal"] = True
+        res["error"] = "; ".join(x for x in (res.get("error"), (
+            f"{THREADS_LEFT} ({len(new)}): the harness ended after the job, the next "
+            "job runs in a fresh one")) if x)
+        if os.environ.get("KOPT_DEBUG_THREADS"):
+            names = []
+            for t in sorted(new):
+                try:
+                    names.append(Path(f"/proc/{self.host_pid}/task/{t}/comm").read_text().strip())
+                except OSError:
+                    names.append("?")
+            print(f"kopt sandbox: {len(new)} threads left: {names} after "
+                  f"{res.get('status')} {sorted(self.loaded)[:3]}", file=sys.stderr, flush=True)
 
     def pause(self) -> hold.Held:
         """Hold every process of this sandbox still (workers.hold ``hold``: its harness,
