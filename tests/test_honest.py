@@ -54,3 +54,28 @@ def test_honest_kernels_are_ok(results, kind):
 
 def test_the_suite_holds_sixteen_kernels_of_three_kinds():
     assert sorted(SIZES) == list(range(16)) and sorted(ALL_SIZES) == list(range(20))
+
+
+@pytest.mark.parametrize("omp_threads", ["1", "2"])
+def test_honest_openmp_kernels_leave_no_thread_that_ends_their_harness(tmp_path, omp_threads):
+    """The fixture's OpenMP kernels (MODE 16-19, ``num_threads(2)``) one after another in one
+    harness: their team's thread outlives each call, and the sandbox ends a harness whose
+    process runs a thread it did not run before any candidate code loaded
+    (workers.sandbox ``Sandbox._threads_left``). The harness starts the host libgomp's team
+    on every CPU it may use first (workers.harness ``_warm_teams``), so no honest OpenMP
+    job ends it, under the CPU device's default ``OMP_NUM_THREADS=1`` (a team of two is
+    then the candidate's own) or 2. Without it, under 1 each first job ended its harness."""
+    from workers.sandbox import THREADS_LEFT
+
+    src = HONEST / "honest.cpp"
+    art = artifact(tmp_path, src, {})
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": omp_threads})
+    try:
+        said = [sb.run(job(art, src, HONEST / "ref.py", {"N": 1 << 16, "MODE": m}, {
+            "x": ["N"], "y": ["N"]}, tolerance={"atol": 1e-5, "rtol": 1e-4}, job_key=f"m{m}"),
+            timeout_s=120).get("error") or "" for m in (16, 17, 18, 19, 16)]
+        restarts = sb.restarts
+    finally:
+        sb.close()
+    assert [THREADS_LEFT in e for e in said] == [False] * 5, said
+    assert restarts == 0, (restarts, said)

@@ -3327,23 +3327,26 @@ def _host_gomp() -> Any:
 
 
 def _warm_teams() -> None:
-    """Start the OpenMP teams this process's later work would start: torch's (an
-    elementwise op over 2**20 elements, past ATen's ``at::internal::GRAIN_SIZE`` of 32768,
-    runs on ``torch.get_num_threads()`` threads) and the host libgomp's (``GOMP_parallel``
-    of ``free(NULL)`` on its default team), before any candidate code loads: the sandbox
-    ends a harness whose process runs a thread it did not run then (workers.sandbox
-    ``Sandbox._threads_left``), and each team's threads, made on its first parallel
-    region, outlive it (an honest OpenMP candidate's, or ref.py's on a larger size, ended
-    their harness so). Never raises."""
-    with contextlib.suppress(RuntimeError):
-        torch.empty(1 << 20).fill_(1.0)
+    """Start the OpenMP teams this process's later work would start, before any candidate
+    code loads: torch's where it runs on more than one thread (an elementwise op over
+    2**20 elements, past ATen's ``at::internal::GRAIN_SIZE`` of 32768, runs on
+    ``torch.get_num_threads()`` threads) and the host libgomp's on every CPU this process
+    may use (``GOMP_parallel`` of ``free(NULL)``; a candidate's ``num_threads(2)`` under
+    ``OMP_NUM_THREADS=1`` starts a team of two): the sandbox ends a harness whose process
+    runs a thread it did not run then (workers.sandbox ``Sandbox._threads_left``), and a
+    team's threads, made on its first parallel region of that size, outlive it (an honest
+    OpenMP candidate's, or ref.py's on a larger size, ended their harness so). Never
+    raises."""
+    if torch.get_num_threads() > 1:
+        with contextlib.suppress(RuntimeError):
+            torch.empty(1 << 20).fill_(1.0)
     gomp = _host_gomp()
     parallel = getattr(gomp, "GOMP_parallel", None) if gomp is not None else None
     if parallel is not None:
         nothing = ctypes.cast(ctypes.CDLL(None).free, ctypes.c_void_p)
         parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
         parallel.restype = None
-        parallel(nothing, None, 0, 0)
+        parallel(nothing, None, len(os.sched_getaffinity(0)), 0)
 
 
 def _omp_threads() -> tuple[int, int | None]:
