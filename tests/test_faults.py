@@ -263,3 +263,34 @@ def test_an_unwritten_integer_output_never_passes(tmp_path, harness):
     assert run[0]["status"] == "ok", run[0]
     assert run[1]["status"] == "wrong_result", run[1]
     assert "got 165.0, expected 90.0" in run[1]["error"]  # the other poison byte, 0xA5
+
+
+def test_timed_sets_grow_for_small_cpu_sizes_only():
+    """workers.harness ``timed_sets``: enough seen sets that a CPU job's timed calls cycle
+    through 2**16 elements of arguments, 2 to 32 of them; a GPU's always 2."""
+    from workers.harness import timed_sets
+
+    vec = {"x": [1024], "buf": [1024], "y": [1024]}
+    assert timed_sets(vec, is_cuda=False) == 22  # ceil(65536 / 3072)
+    assert timed_sets(vec, is_cuda=True) == 2
+    assert timed_sets({"x": [1 << 20]}, is_cuda=False) == 2
+    assert timed_sets({"x": [4, 4]}, is_cuda=False) == 32
+    assert timed_sets({"n": []}, is_cuda=False) == 32  # a 0-dim argument: 1 element
+    assert timed_sets({}, is_cuda=False) == 2  # no argument's shape known
+
+
+def test_a_small_branchy_honest_kernel_is_timed_on_sets_no_branch_predictor_learns(tmp_path):
+    """The fault pack's honest kernel sorts ``buf``: on 1024 elements, cycling the check's
+    two sets let this machine's branch predictor learn the sort's branches (14-22 us a
+    call against 49-50 us on values never seen), and most jobs were named `replayed`. Its
+    timed calls now cycle through 22 seeded sets (workers.harness ``timed_sets``), where
+    the calls on new values are as fast as the rest."""
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        src = PACK / "faults.cpp"
+        res = sb.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py",
+                                  {"N": 1024}, {"x": ["N"], "buf": ["N"], "y": ["N"]}),
+                              timeout_s=60)
+    finally:
+        sb.close()
+    assert res["status"] == "ok" and res["input_sets"] == 22, res

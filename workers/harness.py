@@ -341,6 +341,16 @@ CHECK_BYTES = 33
 CONTEXT_BYTES = 512 << 20  # allowed for a process's CUDA context and modules (not measured)
 GUARD = 4096  # canary elements after each output buffer
 N_SETS = 2  # input sets (seeds seed, seed + 1) every candidate is checked on
+# CPU: the seen input sets a job's timed calls cycle through (seeds seed, seed + 1, ...)
+# hold at least TIMED_SET_ELEMS elements all told, up to MAX_TIMED_SETS sets
+# (:func:`timed_sets`): a CPU's branch predictor learns a kernel's value-dependent branches
+# over a few small sets, which makes the figure optimistic and an honest kernel's calls on
+# new values look like a replayer's (the fault pack's honest kernel, which sorts 1024
+# floats, on this project's 2-core machine, 2026-12-07: 14-22 us a call cycling 2 sets, 49-50
+# us on values never seen, so `replayed` in most jobs; 25-49 us cycling 8 sets; 48-50 us
+# cycling 32, every call on new values among them)
+TIMED_SET_ELEMS = 1 << 16
+MAX_TIMED_SETS = 32
 # input sets (random seeds) held back and made with the check's: the first never-seen sets a
 # job's timed calls draw from (workers.replay); more are drawn as they are spent
 N_UNSEEN = 2
@@ -414,8 +424,10 @@ class Buffers:
 
 @dataclass
 class Data:
-    """Everything prepared for one problem size: scalar values, ``N_SETS`` input sets and
-    as many buffer sets (``bufs[i]`` first holds ``sets[i]``), ``N_UNSEEN`` more input sets
+    """Everything prepared for one problem size: scalar values, the seen input sets (the
+    check's ``N_SETS`` first, then on a CPU the rest its timed calls cycle through:
+    :func:`timed_sets`), a buffer set per checked set (``bufs[i]`` first holds
+    ``sets[i]``; timed calls load their set into ``bufs[0]``), ``N_UNSEEN`` more input sets
     no candidate sees before its samples are taken (``Harness.unseen``), and notes on the
     reference (e.g. computed in lower precision than the output) for the driver to show."""
 
@@ -653,7 +665,8 @@ class Harness:
         """Inputs, buffers and reference outputs for ``job``'s dims (cached per reference,
         dims, seed and shapes).
 
-        ``N_SETS + N_UNSEEN`` input sets are drawn, from ``seed``, ``seed + 1`` and random
+        The seen input sets (:func:`timed_sets`: ``N_SETS``, more on a CPU for small
+        sizes) and ``N_UNSEEN`` more are drawn, from ``seed``, ``seed + 1``, ... and random
         seeds (:meth:`held_seeds`); the reference gets copies of each set's inputs (a
         reference that works in place changes nothing the candidates see).
         ``reference=False`` (the NCU target) skips the reference and makes one set.
@@ -673,9 +686,11 @@ class Harness:
         mod = self.ref_module(job["reference"])
         scalars, shapes, reference = _problem(job, reference)
         ref_name = Path(job["reference"]).name
-        n_sets = 1 if not reference else N_SETS if probe else N_SETS + N_UNSEEN
+        seen = N_SETS if probe or not reference else timed_sets(shapes, self.is_cuda)
+        n_sets = 1 if not reference else seen if probe else seen + N_UNSEEN
         try:
-            d = self._prepare(job, key, mod, scalars, shapes, ref_name, reference, n_sets)
+            d = self._prepare(job, key, mod, scalars, shapes, ref_name, reference,
+                              (n_sets, seen))
             if not probe:
                 self.data[key] = d
             return d
@@ -691,12 +706,14 @@ class Harness:
                            "sweep.yaml `args:` / `dims:`") from None
 
     def _prepare(self, job: dict, key: tuple, mod: Any, scalars: dict, shapes: dict,
-                 ref_name: str, reference: bool, n_sets: int) -> Data:
-        """:meth:`prepare`'s work once the shapes are known."""
+                 ref_name: str, reference: bool, counts: tuple[int, int]) -> Data:
+        """:meth:`prepare`'s work once the shapes are known: ``counts`` (the sets to draw,
+        the seeded ones among them)."""
         sig = job["signature"]
+        n_sets, seen = counts
         sets, notes = self._draw(mod, job, scalars, shapes, ref_name, reference,
-                                 [job["seed"] + i for i in range(min(n_sets, N_SETS))]
-                                 + self.held_seeds(job, n_sets - N_SETS))
+                                 [job["seed"] + i for i in range(min(n_sets, seen))]
+                                 + self.held_seeds(job, n_sets - seen))
         if sets[0].inputs and not any(t.numel() for t in sets[0].inputs.values()):
             empty = ", ".join(f"{n}: {list(t.shape)}" for n, t in sets[0].inputs.items())
             raise JobError("error", f"every input of dims {job['dims']} is empty ({empty}): "
@@ -725,8 +742,8 @@ class Harness:
                                "of 0; "
                                "lower `tolerance:` in sweep.yaml below the outputs' size or draw "
                                "inputs that give larger outputs")
-        sets, unseen = sets[:N_SETS], sets[N_SETS:]
-        bufs = [self._buffers(sig, sets[0], shape_of) for _ in sets]
+        sets, unseen = sets[:seen], sets[seen:]
+        bufs = [self._buffers(sig, sets[0], shape_of) for _ in sets[:N_SETS]]
         return Data(scalars, sets, bufs, notes, unseen, shapes=shapes, shape_of=shape_of,
                     key=key)
 
@@ -754,7 +771,7 @@ class Harness:
         (``seed``, ``seed + 1``). They were ``seed + 2``, ...: the seed is in sweep.yaml, so a
         candidate could ship ref.py's answers for those seeds, made before the run, and be
         as fast on the held-back sets as on the check's (attack MODE 9)."""
-        check = {job["seed"] + i for i in range(N_SETS)}
+        check = {job["seed"] + i for i in range(max(N_SETS, MAX_TIMED_SETS))}
         out: list[int] = []
         while len(out) < n:
             s = self.rng.randrange(1 << 20, 1 << 31)
@@ -1123,7 +1140,8 @@ class Harness:
         largest relative error over the calls is kept as ``self.worst_rel``."""
         worst, first_ms = 0.0, 0.0
         self.worst_rel = 0.0
-        for k in range(1 if job.get(UNGUARDED) else len(d.sets)):
+        checked = 1 if job.get(UNGUARDED) else min(len(d.sets), N_SETS)
+        for k in range(checked):
             self.load(d, k, k)
             self._sync()
             t0 = time.perf_counter()
@@ -1147,7 +1165,7 @@ class Harness:
                 seed = d.sets[k].seed
                 return worst, first_ms, (msg if k == 0 else
                                          f"input set {k + 1} (seed {seed}): {msg}")
-            if k + 1 < len(d.sets) and not self.fits(ms, 1):
+            if k + 1 < checked and not self.fits(ms, 1):
                 raise _TooSlow(ms, f"the check's call {k + 2}")
         return worst, first_ms, ""
 
@@ -1472,7 +1490,7 @@ class Harness:
             if bad:
                 raise _Wrong(f"{bad[0]} ({len(bad)} of {batch} calls of this batch)")
             batches += 1
-            new = [k >= N_SETS for k in picks] if picks else [False] * batch
+            new = [k >= len(d.sets) for k in picks] if picks else [False] * batch
             order += zip(xs, new)
             unseen += [x for x, n in zip(xs, new) if n]
             seen = [x for x, n in zip(xs, new) if not n]  # the batch's samples
@@ -2178,7 +2196,7 @@ class Harness:
             order = [(r + i) % k for i in range(k)]
             picks = [mixes[i].picks(1, replay_state(samples[i][:rounds], unseen[i],
                                                     samples[i]) != "clear")[0]
-                     if mixes[i] else self.rng.randrange(N_SETS) for i in order]
+                     if mixes[i] else self.rng.randrange(len(d.sets)) for i in order]
             if turns:
                 if watch:
                     self._clock_intact()
@@ -2188,8 +2206,8 @@ class Harness:
             if bad:
                 return bad
             for i, x, p in zip(order, xs, picks):
-                (unseen if p >= N_SETS else samples)[i].append(x)
-                if turns and k == 1 and p >= N_SETS:  # its own harness: never used again
+                (unseen if p >= len(d.sets) else samples)[i].append(x)
+                if turns and k == 1 and p >= len(d.sets):  # its own harness: never used again
                     _release(d.input_set(p))
             for m, xs, new in zip(mixes, samples, unseen):
                 if m:
@@ -2449,7 +2467,7 @@ class _Unseen:
         for _ in range(n):
             new = (active and self.ready and not self.last and self.made < UNSEEN_MAX
                    and self.h.rng.random() < Q_UNSEEN)
-            out.append(self.ready.pop(0) if new else self.h.rng.randrange(N_SETS))
+            out.append(self.ready.pop(0) if new else self.h.rng.randrange(len(self.d.sets)))
             self.made += bool(new)
             self.last = bool(new)
         return out
@@ -2465,7 +2483,7 @@ class _Unseen:
         self.ready += self.h.fresh_sets(self.job, self.d, want)
         h = self.h
         if h.fits(call_ms, 1):
-            h.load(self.d, 0, h.rng.randrange(N_SETS))
+            h.load(self.d, 0, h.rng.randrange(len(self.d.sets)))
             h.call(self.lib, self.job, self.d)
             h._sync()
 
@@ -3689,6 +3707,17 @@ def _problem(job: dict, reference: bool) -> tuple[dict[str, Any], dict[str, list
               for n, s in job["args"].items()}
     unsized = [a["name"] for a in sig if a["kind"] == "output" and a["name"] not in shapes]
     return scalars, shapes, reference or bool(unsized)
+
+
+def timed_sets(shapes: Mapping[str, Sequence[int]], is_cuda: bool) -> int:
+    """How many seen input sets a job's timed calls cycle through (:data:`TIMED_SET_ELEMS`):
+    on a CPU, enough that their arguments (``shapes``, by name) hold that many elements all
+    told, from :data:`N_SETS` up to :data:`MAX_TIMED_SETS`; on a GPU (no branch predictor
+    learns values there, and its L2 is flushed before every call) :data:`N_SETS`."""
+    elems = sum(math.prod(int(x) for x in s) for s in shapes.values())
+    if is_cuda or elems <= 0:
+        return N_SETS
+    return max(N_SETS, min(MAX_TIMED_SETS, -(-TIMED_SET_ELEMS // elems)))
 
 
 def _shape_of(outs: list[dict], shapes: dict[str, list[int]], s: InputSet
