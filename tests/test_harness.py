@@ -159,18 +159,17 @@ def test_throttled_batches_are_set_aside_and_remeasured(tmp_path):
     from workers.observers import NvmlObserver
 
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
-    from workers.harness import N_SETS
-
     h = Harness("cpu")
     j = job(artifact(tmp_path, src, 0), src, ref)
     batches, samples = [], h.samples
-    h.samples = lambda calls, d, flush, picks=None: (batches.append(picks),
+    # each batch's picks, and the seen sets: those past them are never-seen ones
+    h.samples = lambda calls, d, flush, picks=None: (batches.append((picks, len(d.sets))),
                                                      samples(calls, d, flush, picks))[1]
     # the first two batches (5 calls each, samples and calls on never-seen sets) are throttled
     h.observers = [NvmlObserver(_ThrottledNvml(n_hot=4))]
     res = h.run(j)
-    new = sum(k >= N_SETS for b in batches[:2] for k in b)
-    assert len(batches[0]) == len(batches[1]) == 5
+    new = sum(k >= n for b, n in batches[:2] for k in b)
+    assert len(batches[0][0]) == len(batches[1][0]) == 5
     assert res["status"] == "ok" and res["throttled_samples"] == 10 - new
     assert not res["throttled"]
     assert res["n_samples"] >= TIMING["min_samples"] and res["throttle_reasons"] == 0x21
