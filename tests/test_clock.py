@@ -1190,6 +1190,54 @@ def test_a_thread_a_candidate_leaves_ends_its_harness_before_the_next_job(tmp_pa
     assert later["status"] == "ok" and not later["error"] and again == 1, later
 
 
+# a candidate that starts an OpenMP team on the harness's own pool (started before any
+# candidate code, so the sandbox's thread list accepts its threads) and never ends it: the
+# team's second thread spins on after the job
+OPEN_REGION = r"""
+#include <omp.h>
+extern "C" void GOMP_parallel_start(void (*)(void*), void*, unsigned);
+static void kopt_test_spin(void*) {
+  if (omp_get_thread_num() != 0) for (volatile unsigned long i = 0;; ++i) {}
+}
+static void kopt_test_open() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  GOMP_parallel_start(kopt_test_spin, nullptr, 2);  // no GOMP_parallel_end: left open
+}
+"""
+
+
+def test_an_openmp_region_a_candidate_leaves_open_ends_its_harness(tmp_path):
+    """The harness starts the host libgomp's team before any candidate code loads
+    (workers.harness ``_warm_teams``), so that an honest OpenMP job's threads are not new
+    to the sandbox's thread list; a candidate can start a region on that team and return
+    without ending it, its function running on after the job on a thread the list
+    accepts. The harness reads ``omp_in_parallel`` after every job (``STATES``): its row
+    names the open region, the harness ends, and the next job runs in a fresh one."""
+    from conftest import SOLVE_HEAD
+    from workers.sandbox import Sandbox
+
+    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+    src = tmp_path / "open" / "faults.cpp"
+    src.parent.mkdir()
+    src.write_text((PACK / "faults.cpp").read_text().replace(
+        SOLVE_HEAD, OPEN_REGION + SOLVE_HEAD + "\n  kopt_test_open();"))
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        res = sb.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py",
+                                  {"N": 4096}, args), timeout_s=60)
+        ended, alive = sb.restarts, sb.running
+        later = sb.run_retrying(job(artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0}),
+                                    PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, args),
+                                timeout_s=60)
+    finally:
+        sb.close()
+    assert "OpenMP region left open" in res["error"], res
+    assert ended == 1 and not alive, (ended, alive)
+    assert later["status"] == "ok" and not later["error"], later
+
+
 def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():
     """The harness watches the UPPER_CASE constants of workers' modules, but for
     workers.harness ``RUNTIME_GLOBALS``, which their own code rebinds (``global``): every

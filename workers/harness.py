@@ -234,7 +234,8 @@ wrongly:
   later 0.18 ms call 4-5 ms), the scheduling policy, the x87
   control word; they can slow or speed up candidates timed after it in the same harness
   (``contest`` runs all contenders in one). The OpenMP thread count, CPU affinity, nice
-  value, switch interval, flush-to-zero and rounding and torch's function modes are read
+  value, switch interval, an OpenMP region left open, flush-to-zero and rounding and
+  torch's function modes are read
   after every job (:data:`STATES`), and the Python threads running (:class:`RefThreads`:
   a red-team candidate's, spinning, made the next job 29x slower): the harness ends
   after a job that changed one, and a job that met such a change in a harness where
@@ -3367,6 +3368,16 @@ def _warm_teams() -> None:
         parallel(nothing, None, len(os.sched_getaffinity(0)), 0)
 
 
+def _omp_open() -> bool | None:
+    """Whether this thread is inside a parallel region of the host libgomp
+    (``omp_in_parallel``; None where it cannot be loaded): a region whose team a
+    candidate started (``GOMP_parallel_start``) and never ended keeps the team's threads,
+    those :func:`_warm_teams` started before any candidate code loaded, which the
+    sandbox's thread list accepts, running the candidate's function after its job."""
+    f = getattr(_host_gomp(), "omp_in_parallel", None)
+    return bool(f()) if f is not None else None
+
+
 def _omp_threads() -> tuple[int, int | None]:
     """The OpenMP thread count of this thread: torch's runtime (``torch.get_num_threads``)
     and the host's ``libgomp.so.1``, which candidates built with ``-fopenmp`` share (None
@@ -3399,12 +3410,13 @@ PYTHON_THREADS = "Python threads (one left running)"
 # affinity and nice value: a red-team candidate pinned the harness's thread to one CPU
 # with a thread of its own spinning there, and a later single-threaded candidate's calls
 # took 2x as long. The switch interval: how long each return of a call waits for the
-# interpreter's lock where another thread runs Python
+# interpreter's lock where another thread runs Python. An OpenMP region left open: its team
+# runs a candidate's function on threads the sandbox's thread list accepts (_omp_open)
 STATES: Mapping[str, Callable[[], Any]] = types.MappingProxyType({
     HOOKS: _hooks, "torch function/dispatch modes": _modes, "OpenMP threads": _omp_threads,
     "floating-point modes": _fp_mode, "CPU affinity": lambda: os.sched_getaffinity(0),
     "nice value": lambda: os.getpriority(os.PRIO_PROCESS, 0),
-    "switch interval": sys.getswitchinterval,
+    "switch interval": sys.getswitchinterval, "OpenMP region left open": _omp_open,
     "workers.native._LIB": lambda: tuple(map(id, native._LIB))})
 
 
