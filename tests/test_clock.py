@@ -1111,6 +1111,49 @@ static void kopt_test_start_later() {
 """
 
 
+PACK_ARGS = {"x": ["N"], "buf": ["N"], "y": ["N"]}
+
+
+def _pack_with(tmp_path, name: str, prelude: str, call: str) -> Path:
+    """The fault pack's faults.cpp with C++ ``prelude`` before ``solve`` and ``call`` at its
+    head, written to ``tmp_path/name/faults.cpp``."""
+    from conftest import SOLVE_HEAD
+
+    src = tmp_path / name / "faults.cpp"
+    src.parent.mkdir()
+    src.write_text((PACK / "faults.cpp").read_text().replace(
+        SOLVE_HEAD, prelude + SOLVE_HEAD + "\n  " + call))
+    return src
+
+
+def _then_honest(tmp_path, first: dict) -> tuple[dict, int, bool, dict, int]:
+    """``first`` (a job), then the pack's honest job (MODE 0, N=4096), in one CPU sandbox,
+    each through ``run_retrying``: (the first's outcome, the harness's restarts and whether
+    it ran after it, the honest job's outcome, the restarts after it)."""
+    from workers.sandbox import Sandbox
+
+    honest = job(artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0}), PACK / "faults.cpp",
+                 PACK / "ref.py", {"N": 4096}, PACK_ARGS)
+    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
+    try:
+        res = sb.run_retrying(first, timeout_s=60)
+        ended, alive = sb.restarts, sb.running
+        later = sb.run_retrying(honest, timeout_s=60)
+        return res, ended, alive, later, sb.restarts
+    finally:
+        sb.close()
+
+
+def _later_nice(tmp_path) -> dict:
+    """The pack's job whose code leaves :data:`LATER_NICE`'s thread, waiting for the honest
+    library's folder (the one :func:`_then_honest` builds) to be mapped."""
+    honest = artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0})
+    src = _pack_with(tmp_path, "later", LATER_NICE % Path(honest).parent.name,
+                     "kopt_test_start_later();")
+    return job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096},
+               PACK_ARGS)
+
+
 def test_a_change_made_during_a_later_job_by_a_thread_left_there_frames_no_one(
         tmp_path, threads_kept):
     """A candidate's native thread, left in the harness, that changes the process's state
@@ -1119,26 +1162,7 @@ def test_a_change_made_during_a_later_job_by_a_thread_left_there_frames_no_one(
     row said so, with the figures the change slowed). Now a job that met a change in a
     harness where another candidate's code had run is run again in a fresh harness
     (workers.sandbox ``run_retrying``), where it meets none, and its row says why."""
-    from conftest import SOLVE_HEAD
-    from workers.sandbox import Sandbox
-
-    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
-    honest = artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0})
-    src = tmp_path / "later" / "faults.cpp"
-    src.parent.mkdir()
-    later_src = LATER_NICE % Path(honest).parent.name  # the honest library's folder
-    src.write_text((PACK / "faults.cpp").read_text().replace(
-        SOLVE_HEAD, later_src + SOLVE_HEAD + "\n  kopt_test_start_later();"))
-    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
-    try:
-        left = sb.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py",
-                                   {"N": 4096}, args), timeout_s=60)
-        restarts = sb.restarts
-        later = sb.run_retrying(job(honest, PACK / "faults.cpp", PACK / "ref.py",
-                                    {"N": 4096}, args), timeout_s=60)
-        again = sb.restarts
-    finally:
-        sb.close()
+    left, restarts, _, later, again = _then_honest(tmp_path, _later_nice(tmp_path))
     assert left["status"] == "ok" and not left.get("error") and restarts == 0, left
     assert later["status"] == "ok" and later["error"].startswith(
         "retried in a fresh harness: the first run, after another candidate's job, found "
@@ -1159,32 +1183,16 @@ def test_a_thread_a_candidate_leaves_ends_its_harness_before_the_next_job(tmp_pa
     from test_harness import job as escape_job
     from test_isolation import SRC
 
-    from conftest import SOLVE_HEAD
-    from workers.sandbox import THREADS_LEFT, Sandbox
+    from workers.sandbox import THREADS_LEFT
 
-    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
-    honest = artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0})
     if left == "spinner":
         first = escape_job(built(tmp_path, SRC, 19, "escape.cpp"), SRC, SRC.parent / "ref.py")
+    elif left == "later":
+        first = _later_nice(tmp_path)
     else:
-        src = PACK / "framer.cpp"
-        if left == "later":
-            src = tmp_path / "later" / "faults.cpp"
-            src.parent.mkdir()
-            later = LATER_NICE % Path(honest).parent.name  # the honest library's folder
-            src.write_text((PACK / "faults.cpp").read_text().replace(
-                SOLVE_HEAD, later + SOLVE_HEAD + "\n  kopt_test_start_later();"))
-        first = job(artifact(tmp_path, src, {"MODE": 0} if left == "later" else {}),
-                    PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, args)
-    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
-    try:
-        res = sb.run_retrying(first, timeout_s=60)
-        ended, alive = sb.restarts, sb.running
-        later = sb.run_retrying(job(honest, PACK / "faults.cpp", PACK / "ref.py",
-                                    {"N": 4096}, args), timeout_s=60)
-        again = sb.restarts
-    finally:
-        sb.close()
+        first = job(artifact(tmp_path, PACK / "framer.cpp", {}), PACK / "faults.cpp",
+                    PACK / "ref.py", {"N": 4096}, PACK_ARGS)
+    res, ended, alive, later, again = _then_honest(tmp_path, first)
     assert res["status"] == "ok" and f"{THREADS_LEFT} (1)" in res["error"], res
     assert ended == 1 and not alive, (ended, alive)
     assert later["status"] == "ok" and not later["error"] and again == 1, later
@@ -1215,24 +1223,9 @@ def test_an_openmp_region_a_candidate_leaves_open_ends_its_harness(tmp_path):
     without ending it, its function running on after the job on a thread the list
     accepts. The harness reads ``omp_in_parallel`` after every job (``STATES``): its row
     names the open region, the harness ends, and the next job runs in a fresh one."""
-    from conftest import SOLVE_HEAD
-    from workers.sandbox import Sandbox
-
-    args = {"x": ["N"], "buf": ["N"], "y": ["N"]}
-    src = tmp_path / "open" / "faults.cpp"
-    src.parent.mkdir()
-    src.write_text((PACK / "faults.cpp").read_text().replace(
-        SOLVE_HEAD, OPEN_REGION + SOLVE_HEAD + "\n  kopt_test_open();"))
-    sb = Sandbox("cpu", {"OMP_NUM_THREADS": "1"})
-    try:
-        res = sb.run_retrying(job(artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py",
-                                  {"N": 4096}, args), timeout_s=60)
-        ended, alive = sb.restarts, sb.running
-        later = sb.run_retrying(job(artifact(tmp_path, PACK / "faults.cpp", {"MODE": 0}),
-                                    PACK / "faults.cpp", PACK / "ref.py", {"N": 4096}, args),
-                                timeout_s=60)
-    finally:
-        sb.close()
+    src = _pack_with(tmp_path, "open", OPEN_REGION, "kopt_test_open();")
+    res, ended, alive, later, _ = _then_honest(tmp_path, job(
+        artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096}, PACK_ARGS))
     assert "OpenMP region left open" in res["error"], res
     assert ended == 1 and not alive, (ended, alive)
     assert later["status"] == "ok" and not later["error"], later
