@@ -758,7 +758,8 @@ class Sandbox:
         a later 0.18 ms call 4.1 ms; one that started a Python thread while ref.py's code
         ran, 5.3 ms; each `ok`, unnamed); this process reads the list, which code in the
         harness cannot change. ``res``'s ``error`` says so (:data:`THREADS_LEFT`, how many);
-        its status and figures stay. Never raises."""
+        its status and figures stay. With ``KOPT_DEBUG_THREADS`` set, each such thread's
+        name (``/proc/PID/task/TID/comm``) is printed to stderr. Never raises."""
         if self.threads_known is None or not self.loads_code:
             return
         new = self.threads() - self.threads_known
