@@ -1008,6 +1008,10 @@ LEFT = {"code": (CODE_SWAP, "workers.timing.quantile"),
         # a thread left spinning in Python, and the interval each wait for the lock lasts
         "spin": (SPIN, "Python threads (one left running)"),
         "switch": ("import sys\nsys.setswitchinterval(0.05)\n", "switch interval"),
+        # a red-team review of the thread list: a collection in every later call, and a
+        # callback of the collector's that waits there (no thread left)
+        "gc": ("import gc\ngc.set_threshold(1)\ngc.callbacks.append(lambda phase, info: None)\n",
+               "garbage collector"),
         # a red-team review of that check: the spinner hidden from ``sys._current_frames``,
         # the check's method rebound, the harness's checker swapped for one that sees none
         "frames": (SPIN + "import sys\nsys._current_frames = lambda: {}\n",

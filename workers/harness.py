@@ -3378,6 +3378,14 @@ def _omp_open() -> bool | None:
     return bool(f()) if f is not None else None
 
 
+def _gc_state() -> tuple[bool, tuple[int, ...], tuple[int, ...]]:
+    """The garbage collector's switch, thresholds and callbacks (by object): a red-team
+    candidate's ``gc.callbacks`` entry, with ``gc.set_threshold(1)`` so that a collection
+    ran inside every later call, busy-waited in each call of a later candidate's library,
+    3.9-8x slower (CPU, 2026-12-07)."""
+    return (gc.isenabled(), gc.get_threshold(), tuple(map(id, gc.callbacks)))
+
+
 def _omp_threads() -> tuple[int, int | None]:
     """The OpenMP thread count of this thread: torch's runtime (``torch.get_num_threads``)
     and the host's ``libgomp.so.1``, which candidates built with ``-fopenmp`` share (None
@@ -3411,12 +3419,14 @@ PYTHON_THREADS = "Python threads (one left running)"
 # with a thread of its own spinning there, and a later single-threaded candidate's calls
 # took 2x as long. The switch interval: how long each return of a call waits for the
 # interpreter's lock where another thread runs Python. An OpenMP region left open: its team
-# runs a candidate's function on threads the sandbox's thread list accepts (_omp_open)
+# runs a candidate's function on threads the sandbox's thread list accepts (_omp_open).
+# The garbage collector's callbacks: code that runs inside later jobs (_gc_state)
 STATES: Mapping[str, Callable[[], Any]] = types.MappingProxyType({
     HOOKS: _hooks, "torch function/dispatch modes": _modes, "OpenMP threads": _omp_threads,
     "floating-point modes": _fp_mode, "CPU affinity": lambda: os.sched_getaffinity(0),
     "nice value": lambda: os.getpriority(os.PRIO_PROCESS, 0),
     "switch interval": sys.getswitchinterval, "OpenMP region left open": _omp_open,
+    "garbage collector": _gc_state,
     "workers.native._LIB": lambda: tuple(map(id, native._LIB))})
 
 
