@@ -10,7 +10,7 @@ import time
 import pytest
 from test_faults import PACK, TIMING, artifact, job
 
-from workers.harness import N_SETS, Harness
+from workers.harness import Harness
 from workers.replay import REPLAY_ALPHA, REPLAY_FACTOR, REPLAY_MS, load_chance
 
 ATTACKS = PACK / "attacks.cpp"
@@ -231,7 +231,7 @@ def test_a_draw_of_new_sets_follows_a_call_on_one(tmp_path, monkeypatch):
         return fresh(self, job, d, n)
 
     def rec_samples(self, calls, d, flush, picks=None):
-        events.append("new" if picks and any(k >= N_SETS for k in picks) else "seen")
+        events.append("new" if picks and any(k >= len(d.sets) for k in picks) else "seen")
         return samples(self, calls, d, flush, picks)
 
     monkeypatch.setattr(H, "fresh_sets", rec_fresh)
@@ -270,7 +270,7 @@ def test_load_around_the_calls_on_new_sets_does_not_name_an_honest_kernel(tmp_pa
     call, start = Harness.call, []
 
     def burst(self, lib, job, d, b=0):
-        if b == 0 and self.last_set >= N_SETS and not start:
+        if b == 0 and self.last_set >= len(d.sets) and not start:
             start.append(time.perf_counter())
         if start and time.perf_counter() - start[0] < 0.06:
             time.sleep(0.003)

@@ -140,16 +140,15 @@ def test_the_harness_merges_every_observers_results_into_the_outcome(tmp_path):
     src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
     h = Harness("cpu")
     assert h.observers == []  # CPU: no NVML observer, no NVML columns
-    from workers.harness import N_SETS
-
     h.observers = [Count(), NvmlObserver(_Readings())]
     batches, samples = [], h.samples
-    h.samples = lambda calls, d, flush, picks=None: (batches.append(picks),
+    # each batch's picks, and the seen sets: those past them are never-seen ones
+    h.samples = lambda calls, d, flush, picks=None: (batches.append((picks, len(d.sets))),
                                                      samples(calls, d, flush, picks))[1]
     res = h.run(job(artifact(tmp_path, src, 0), src, ref, timing=TIMING))
     # the first batch's samples (its calls on never-seen sets are no samples) set aside
-    first = sum(k < N_SETS for k in batches[0])
-    assert len(batches[0]) == 5 and res["status"] == "ok" and res["throttled_samples"] == first
+    first = sum(k < batches[0][1] for k in batches[0][0])
+    assert len(batches[0][0]) == 5 and res["status"] == "ok" and res["throttled_samples"] == first
     # every sample each observer saw: the figure's, and those set aside or past it
     assert res["samples_seen"] == res["timed_calls"] - len(res["unseen_ms"])
     assert res["samples_seen"] >= res["n_samples"] + first and res["batches"] >= 2
