@@ -182,3 +182,16 @@ def threads_kept(monkeypatch):
     from workers.sandbox import Sandbox
 
     monkeypatch.setattr(Sandbox, "_threads_left", lambda self, res: None)
+
+
+@pytest.fixture
+def entry_kept(monkeypatch):
+    """The sandbox's end of a harness whose interpreter a job's code entered off
+    (workers.sandbox ``Sandbox._entered``: the row keeps the events in ``entered``, and no
+    word in ``error``), so that what Python code a test's candidate runs there stays, as
+    code that changed the process without the interpreter's events would (C through the
+    process's memory): these tests hold the layers beneath it to account (``STATES``, the
+    watch, the outside clock, a job run again in a fresh harness)."""
+    from workers.sandbox import Sandbox
+
+    monkeypatch.setattr(Sandbox, "_entered", lambda self, res: None)

@@ -1235,6 +1235,55 @@ def test_an_openmp_region_a_candidate_leaves_open_ends_its_harness(tmp_path):
     assert later["status"] == "ok" and not later["error"], later
 
 
+# OPEN_REGION with libgomp's state in the calling thread saved before the region starts and
+# put back after it (its TLS block, found with dl_iterate_phdr), so that omp_in_parallel reads
+# 0 after the job: a red-team review's hijack of the harness's own OpenMP worker
+HIDDEN_REGION = OPEN_REGION.replace("static void kopt_test_open() {", r"""
+#include <link.h>
+#include <string.h>
+struct kopt_test_tls { void* addr; size_t size; };
+struct kopt_test_ti { unsigned long mod, off; };
+extern "C" void* __tls_get_addr(kopt_test_ti*);
+static int kopt_test_find(struct dl_phdr_info* i, size_t, void* p) {
+  kopt_test_tls* r = (kopt_test_tls*)p;
+  if (!i->dlpi_name || !strstr(i->dlpi_name, "libgomp")) return 0;
+  for (int k = 0; k < i->dlpi_phnum; ++k)
+    if (i->dlpi_phdr[k].p_type == PT_TLS) {
+      kopt_test_ti ti = {i->dlpi_tls_modid, 0};
+      r->addr = i->dlpi_tls_data ? i->dlpi_tls_data : __tls_get_addr(&ti);
+      r->size = i->dlpi_phdr[k].p_memsz;
+    }
+  return r->addr != nullptr;
+}
+static void kopt_test_open() {
+  kopt_test_tls t = {nullptr, 0};
+  dl_iterate_phdr(kopt_test_find, &t);
+  static char saved[65536];
+  if (t.addr && t.size <= sizeof saved) memcpy(saved, t.addr, t.size);""").replace(
+    "GOMP_parallel_start(kopt_test_spin, nullptr, 2);  // no GOMP_parallel_end: left open",
+    "GOMP_parallel_start(kopt_test_spin, nullptr, 2);  // no GOMP_parallel_end: left open\n"
+    "  if (t.addr && t.size <= sizeof saved) memcpy(t.addr, saved, t.size);")
+
+
+def test_a_hidden_openmp_region_on_the_harness_s_own_worker_ends_its_harness(tmp_path):
+    """A region left open on the harness's warm OpenMP team with libgomp's state in the
+    calling thread put back, so that ``omp_in_parallel`` reads 0 (``STATES`` sees nothing)
+    and no thread is new: its function runs on after the job on a worker the thread list
+    accepts. The sandbox reads, from outside, where each of the team's idle workers waits
+    (workers.teams: its system call, stack pointer and program counter, taken before any
+    candidate code loaded); that worker is not back there after the job: the row says so,
+    the harness ends, and the next job runs in a fresh one."""
+    from workers.sandbox import TEAM_LEFT
+
+    src = _pack_with(tmp_path, "hidden", HIDDEN_REGION, "kopt_test_open();")
+    res, ended, alive, later, again = _then_honest(tmp_path, job(
+        artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096}, PACK_ARGS))
+    assert "OpenMP region left open" not in res["error"], res  # hidden from the harness
+    assert res["status"] == "ok" and TEAM_LEFT in res["error"], res
+    assert ended == 1 and not alive, (ended, alive)
+    assert later["status"] == "ok" and not later["error"] and again == 1, later
+
+
 def test_the_watch_leaves_out_only_the_globals_workers_sets_at_run_time():
     """The harness watches the UPPER_CASE constants of workers' modules, but for
     workers.harness ``RUNTIME_GLOBALS``, which their own code rebinds (``global``): every

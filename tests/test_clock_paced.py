@@ -172,6 +172,7 @@ def test_the_sandbox_times_each_paced_call_and_a_message_out_of_turn_is_suspect(
     box.host_pid = os.getpid()  # the "harness" whose threads' CPU time is read
     box.device, box.counted, box.env = "cpu", None, {}  # no cgroup counts its CPU time
     box.threads_known = None  # no harness started: none of its threads known
+    box.entered_now = []  # no message said the job's code entered the interpreter
     marks = sb._ClockMarks(t0=1.0)
     for stage in ("call", "called", "call", "called"):
         box._clock_mark(marks, stage)

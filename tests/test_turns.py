@@ -686,7 +686,7 @@ POOL_HIJACK = ("import gc, multiprocessing.pool as _mpp\n"
                "        _o.apply(exec, (_code, {}))\n")
 
 
-def test_ref_pys_processes_end_before_another_candidates_job(tmp_path, monkeypatch):
+def test_ref_pys_processes_end_before_another_candidates_job(tmp_path, monkeypatch, entry_kept):
     """ref.py's processes live with its harness, but candidate code can drive them through
     what the harness's process holds (a red-team candidate had ref.py's pool worker run its
     code, which then spun beside every later candidate's job in that harness: an honest
@@ -773,7 +773,7 @@ RESET_FIRST = ("import gc\nfor _o in gc.get_objects():\n"
                "        _o.told_prepared = False\n")
 
 
-def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path):
+def test_a_harness_that_says_first_prepared_again_ends_the_job_at_once(tmp_path, entry_kept):
     """A harness says its first "prepared" once, before any candidate's code loads, and
     waits for the sandbox's "go". A candidate that set the harness's flag back (Python's C
     API) had the next candidate's job say "first" again and wait for a "go" that never
@@ -822,7 +822,7 @@ def test_a_retry_named_replayed_after_a_crash_is_confirmed_by_a_third_run(third)
                                 "(first)"), res
 
 
-def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_again(tmp_path):
+def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_again(tmp_path, entry_kept):
     """ref.py's timing runs in the device's own harness after candidates ran there: one
     that left its harness's state reset (the first "prepared" flag, through Python's C API)
     made the reference's timing end `crashed` (a red-team review: a thread left there that

@@ -300,7 +300,7 @@ from typing import Any
 
 import torch
 
-from workers import cgroup, devmem, native, nvrtc, prestart, seccomp
+from workers import audit, cgroup, devmem, native, nvrtc, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -525,6 +525,13 @@ class RefThreads:
         """Take every Python thread running now as one a job may leave."""
         self.known |= _python_threads()
 
+    def python_idents(self) -> set[int]:
+        """The idents of the known threads that ``threading`` started (the harness's own,
+        ref.py's), the main thread's aside: they may run Python at any time."""
+        main = threading.main_thread().ident
+        return {i for i, t in self.known if isinstance(t, threading.Thread)
+                and not isinstance(t, threading._DummyThread) and i != main}  # type: ignore[attr-defined]
+
     def left(self) -> set[tuple[int, Any]]:
         """The Python threads running now that are not known; those known that ended are
         forgotten (their ``threading.Thread`` objects not kept)."""
@@ -627,7 +634,8 @@ class Harness:
                 raise JobError("error" if e.missing else "launch_error",
                                f"loading the cubin: {e}") from None
         if path not in self.libs:
-            lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            # its constructors run in the load: a window of workers.audit's
+            lib = audit.load(path, os.RTLD_LOCAL | os.RTLD_NOW)
             self._signals(lib)  # a constructor of the library's own ran just now
             fn = lib.solve
             fn.restype = None
@@ -1021,7 +1029,7 @@ class Harness:
             return
         args = _solve_args(job, d, buf)
         if isinstance(lib, ctypes.CDLL):
-            lib.solve(*args)
+            audit.call(lib.solve, *args)
         else:
             lib.launch(args, {**job["scalars"], **job["dims"]},
                        torch.cuda.current_stream(self.device).cuda_stream)
@@ -1032,7 +1040,7 @@ class Harness:
         bound once, so that calling it costs little beyond the call itself."""
         if not isinstance(lib, ctypes.CDLL):
             return lambda: self.call(lib, job, d, b)
-        return functools.partial(lib.solve, *_solve_args(job, d, d.bufs[b]))
+        return audit.bound(lib.solve, *_solve_args(job, d, d.bufs[b]))
 
     def check_cuda(self, lib: Any, where: str) -> None:
         """Raise JobError ``launch_error`` for a failed launch, ``crashed`` (fatal) for a
@@ -1047,13 +1055,13 @@ class Harness:
             if msg:
                 raise JobError(Status.CRASHED, f"{where}: {msg}", fatal=True)
             return
-        e = lib.kopt_last_error()
+        e = audit.call(lib.kopt_last_error)
         if e:
-            msg = lib.kopt_error_string(e).decode()
+            msg = audit.call(lib.kopt_error_string, e).decode()
             raise JobError("launch_error", f"{where}: launch failed: {msg} (cudaError {e})")
-        e = lib.kopt_synchronize()
+        e = audit.call(lib.kopt_synchronize)
         if e:
-            msg = lib.kopt_error_string(e).decode()
+            msg = audit.call(lib.kopt_error_string, e).decode()
             raise JobError(Status.CRASHED, f"{where}: {msg} (cudaError {e})", fatal=True)
 
     def check(self, d: Data, b: int, k: int, tol: dict) -> tuple[bool, float, str]:
@@ -3499,6 +3507,11 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     h.await_go = lambda: _await_go(rconn)
     h.await_turn = lambda: _await_turn(rconn)
     h.post = wconn.send_bytes
+    # what candidate code does in the interpreter during its call on this thread goes out
+    # at its first event, before that code runs (workers.audit; the hook is added before
+    # any job: no candidate's library is loaded yet)
+    audit.install()
+    audit.set_sender(lambda event: answer(wconn, {"progress": True, "entered": [event]}))
     # kept here too (a tuple, a read-only view): a red-team candidate emptied the
     # harness's own lists through ``gc``; one rebound on the harness is replaced too
     watch = h.watch = tuple(watched("cuda" if h.is_cuda else "cpu"))
@@ -3521,8 +3534,10 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
         if unfit := _unfit(watch, c_watch, threads):
             answer(wconn, unfit)
             return
+        audit.taken()  # none is raised outside a job's calls: kept clean all the same
         res = _run_one(h, job)
         h.done_at = time.perf_counter()
+        entered = audit.taken(skip=threads.python_idents())
         if open_files() > FILES_KEPT:  # the next job would find none left (dlopen: EMFILE)
             res["fatal"] = True
         changed = _left_here(watch, c_watch, threads) + [f"Harness.{n}" for n, v in (
@@ -3530,6 +3545,8 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
             if getattr(h, n, None) is not v]
         if changed:  # with it: workers.sandbox run_retrying may run the job again
             res = {**_rewritten(res, job, changed), "changed": changed[:8]}
+        if entered:  # workers.sandbox ``Sandbox._entered`` ends this process
+            res["entered"] = entered[:8]
         answer(wconn, res)
         if res.get("fatal"):
             if res.get("status") == Status.OK:  # the sandbox pings after an `ok` answer,

@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from workers import cgroup, hold, isolation, prestart, priority, witness, zygote
+from workers import cgroup, hold, isolation, prestart, priority, teams, witness, zygote
 from workers.jail import SetupError, file_bytes
 from workers.prestart import Prestarted
 from workers.reap import NO_GPU, package_env, tie_to_parent
@@ -66,6 +66,19 @@ class StartError(RuntimeError):
 # they share the process) still ran in the harness's process after it
 # (:meth:`Sandbox._threads_left`)
 THREADS_LEFT = "threads started during the job still ran in the harness's process"
+# what it says when a worker of the harness's own OpenMP team was not back in its idle wait
+# after the job (workers.teams): a region's function left running on it
+TEAM_LEFT = "a thread of the harness's OpenMP team still ran code after the job"
+# what it says when the job's candidate code entered the harness's Python interpreter during
+# its calls (workers.audit: the harness's messages, the answer): :meth:`Sandbox._entered`
+ENTERED = "its code entered the harness's Python interpreter"
+
+
+def _entered_said(msg: dict[str, Any]) -> list[str]:
+    """The events a harness's message ``msg`` says a job's code raised in its interpreter
+    (workers.audit: ``entered``, at most 8, each cut to 120 characters); [] when none."""
+    said = msg.get("entered")
+    return [str(x)[:120] for x in said[:8]] if isinstance(said, list) else []
 
 
 class Sandbox:
@@ -120,6 +133,9 @@ class Sandbox:
         # the running harness's threads (host ids) at its first "prepared", before any
         # candidate's code loaded: :meth:`_threads_left`
         self.threads_known: set[int] | None = None
+        # its idle OpenMP workers' waits, taken then (workers.teams): :meth:`_threads_left`
+        self.team_known: dict[int, tuple[str, int, int]] = {}
+        self.entered_now: list[str] = []  # the job's: :meth:`_entered`
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)
         self.pid_ns: str | None = None
@@ -282,6 +298,7 @@ class Sandbox:
         # run in it): not what a job left running (:meth:`left_running`)
         self.infra = self.members() - {self.host_pid}
         self.first_before, self.ref_procs, self.threads_known = None, set(), None
+        self.team_known = {}
         return True
 
     def _hello(self) -> None:
@@ -314,6 +331,7 @@ class Sandbox:
         # before any candidate code runs: not the candidate's in a witness turn's CPU
         self.infra = self.members() - {self.host_pid}
         self.first_before, self.ref_procs, self.threads_known = None, set(), None
+        self.team_known = {}
         if self.device == "cpu":  # timing.realtime (workers.priority)
             self.rt_pid = self.host_pid
             self.info["realtime"] = ((priority.why_not(self.rt_pid) or "available")
@@ -384,8 +402,7 @@ class Sandbox:
         answer, within the budgets."""
         pos = self.log.stat().st_size
         t0 = base = time.perf_counter()
-        # making the inputs and reference outputs is kopt's work, not the candidate's: the
-        # job's own budget starts once the harness says "prepared"
+        # the job's own budget starts at "prepared" (making inputs and outputs is kopt's work)
         deadline = t0 + max(timeout_s, prepare_timeout_s)
         limit = deadline + OWN_LIMIT * timeout_s + GRACE_S  # whatever the messages say
         prepared = False  # the harness said it made the inputs and reference outputs
@@ -393,7 +410,7 @@ class Sandbox:
         clock = _ClockMarks() if body.get("clock_calls") else None  # a clock job's
         timing_ref_job = bool(body.get("time_reference"))
         self.timing_ref = ""  # ref.py's function being timed (time_reference jobs)
-        self.turn_ms, turn_at = [], None
+        self.turn_ms, turn_at, self.entered_now = [], None, []
         self._send(("run", job))
         while True:
             try:
@@ -413,6 +430,7 @@ class Sandbox:
             if not res.get("progress"):
                 self._turn_ended(turn_at)  # the last turn ends with the answer
                 break
+            self.entered_now += _entered_said(res)  # the job's code entered Python
             # never past ``limit``: candidate code can write progress messages too
             deadline = min(self._extend(res, deadline, timeout_s, base), limit)
             if res.get("stage") == "prepared":
@@ -618,6 +636,8 @@ class Sandbox:
         if msg.get("first") and self.first_before is None:
             self.first_before = self.members()
             self.threads_known = self.threads()
+            # its OpenMP teams' workers, each where it waits when idle (workers.teams)
+            self.team_known = teams.team_waits(self.host_pid) if self.host_pid else {}
             if self.isolation.isolated:  # its /proc read-only but the harness's own
                 self.ref_procs = self.first_before - self.infra - {self.host_pid or 0}
                 self.infra |= self.ref_procs
@@ -733,9 +753,29 @@ class Sandbox:
                 res["error"] = "; ".join(x for x in (res.get("error"),
                                                      f"the kernel printed: {said}") if x)
         self._threads_left(res)
+        self._entered(res)
         if res.pop("fatal", False):
             self.end()
         return res
+
+    def _entered(self, res: dict[str, Any]) -> None:
+        """The harness ends after a job whose candidate code entered its interpreter
+        during its calls (workers.audit's events: those the harness sent as they were
+        raised, :attr:`entered_now`, and those its answer lists): ``res`` made ``fatal``,
+        so that nothing that code did in the process reaches a later job (a collector
+        callback, a thread's state, an object rebound: workers.harness ``STATES`` and
+        ``watched`` list only what is known), its ``error`` saying so (:data:`ENTERED`, the
+        events), ``entered`` set (:meth:`run_retrying` runs a job that met one after another
+        candidate's code again in a fresh harness). Its status and figures stay: they are
+        left to the closing's outside clock. Never raises."""
+        seen = list(dict.fromkeys(self.entered_now + _entered_said(res)))[:8]
+        if not seen:
+            res.pop("entered", None)
+            return
+        res["entered"], res["fatal"] = seen, True
+        res["error"] = "; ".join(x for x in (res.get("error"), (
+            f"{ENTERED} during its calls ({', '.join(seen[:4])}): the harness ended after "
+            "the job, its figures left to the closing's outside clock")) if x)
 
     def threads(self) -> set[int]:
         """The running harness process's threads (host thread ids, from
@@ -763,6 +803,14 @@ class Sandbox:
         if self.threads_known is None or not self.loads_code:
             return
         new = self.threads() - self.threads_known
+        busy = teams.strays(self.host_pid, self.team_known) if self.team_known and \
+            self.host_pid else []
+        if busy:
+            res["fatal"] = True
+            res["error"] = "; ".join(x for x in (res.get("error"), (
+                f"{TEAM_LEFT} ({len(busy)} not back in its idle wait within "
+                f"{teams.SETTLE_S:g} s): the harness ended after the job, the next job runs "
+                "in a fresh one")) if x)
         if not new:
             return
         res["fatal"] = True
@@ -886,7 +934,8 @@ class Sandbox:
         costs a second run (and a harness start, with its inputs made again). The retried
         job's outcome is the job's; when it differs, its ``error`` says how the first run
         ended. A job during which the harness found its watch or process state changed
-        (workers.harness ``_rewritten``: ``changed``) after another artifact's job is run
+        (workers.harness ``_rewritten``: ``changed``), or its interpreter entered during
+        the job's calls (``_entered``: ``entered``), after another artifact's job is run
         again too, whatever its status: a native thread code left there that acts later
         (one that lowers the harness thread's priority once the next library is mapped)
         would otherwise have that job blamed, with the figures it slowed. Never raises for
@@ -895,7 +944,7 @@ class Sandbox:
         others = self.running and bool(self.loaded - _artifacts(job))
         res = self.run(job, timeout_s)
         status = res.get("status")
-        framed = others and bool(res.get("changed"))
+        framed = others and bool(res.get("changed") or res.get("entered"))
         if not framed and (status == Status.OK or (
                 status not in (Status.CRASHED, Status.REPLAYED) and not others)):
             return res
@@ -906,8 +955,11 @@ class Sandbox:
         if again.get("status") == Status.REPLAYED and status != Status.REPLAYED:
             again = self._confirmed(job, timeout_s, again)
         if framed or again.get("status") != status:
-            how = (f"the first run, after another candidate's job, found the harness's "
-                   f"{', '.join(res['changed'][:4])} changed") if framed else {
+            how = ((f"the first run, after another candidate's job, found the harness's "
+                    f"{', '.join(res['changed'][:4])} changed") if res.get("changed") else
+                   ("the first run, after another candidate's job, saw the harness's "
+                    f"interpreter entered ({', '.join(res['entered'][:4])})")
+                   ) if framed else {
                 Status.CRASHED: "the first run crashed",
                 Status.REPLAYED: "the first run was named replayed"}.get(
                     status, f"the first run was {status}, after another candidate's job")

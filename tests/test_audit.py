@@ -1,0 +1,81 @@
+"""workers.audit: candidate code that enters the harness's interpreter is seen (Python's
+audit hooks), and no other audit hook is taken."""
+
+import ctypes
+import sys
+import threading
+
+from conftest import faults_running_python
+from test_clock import PACK, PACK_ARGS, _then_honest, artifact, job
+
+from workers import audit
+
+
+def test_python_run_from_a_candidate_s_call_is_taken_and_the_harness_s_own_is_not():
+    """Inside :func:`workers.audit.call` (a candidate library's call), a string the C API
+    runs raises ``compile`` and ``exec`` and a ``gc.get_objects`` raises its own event:
+    each is taken once, in order; the same outside a call, and the harness's own ctypes
+    calls, are not."""
+    assert audit.install()
+    audit.taken()
+    run = ctypes.pythonapi.PyRun_SimpleString  # its symbol looked up outside the window
+    run.argtypes = [ctypes.c_char_p]
+    assert run(b"import gc\ngc.get_objects()\n") == 0
+    assert audit.taken() == []
+    assert audit.call(run, b"import gc\n_x = len(gc.get_objects())\n") == 0
+    assert audit.taken() == ["compile (<string>)", "exec", "gc.get_objects"]
+    assert audit.bound(ctypes.pythonapi.Py_IsInitialized)() == 1
+    assert audit.taken() == []
+
+
+def test_an_event_of_another_thread_during_a_call_is_named_so_and_ref_py_s_are_left_out():
+    """An event raised by another thread while a candidate's call runs is taken with
+    " on another thread"; one of a thread in ``skip`` (those ref.py started) is not."""
+    audit.install()
+    audit.taken()
+    ran = threading.Event()
+    t = threading.Thread(target=lambda: (sys.audit("kopt.test.other"), ran.set()))
+
+    def start_and_wait() -> None:
+        t.start()
+        ran.wait(30)
+
+    audit.call(start_and_wait)
+    t.join()
+    taken = audit.taken()
+    assert "kopt.test.other on another thread" in taken, taken
+    t2 = threading.Thread(target=lambda: sys.audit("kopt.test.other"))
+    audit.call(lambda: (t2.start(), t2.join()))
+    assert "kopt.test.other on another thread" not in audit.taken(skip={t2.ident})
+
+
+def test_no_audit_hook_is_added_after_the_harness_s():
+    """``sys.addaudithook`` after :func:`workers.audit.install` adds nothing (the hook is
+    never called) and raises nothing (CPython suppresses a ``RuntimeError`` of an earlier
+    hook); made inside a candidate's call, it is taken."""
+    assert audit.install()
+    calls = []
+    sys.addaudithook(lambda event, args: calls.append(event))
+    sys.audit("kopt.test.after")
+    assert calls == []
+    audit.taken()
+    audit.call(sys.addaudithook, lambda event, args: calls.append(event))
+    sys.audit("kopt.test.after")
+    assert calls == [] and audit.taken() == ["sys.addaudithook"]
+
+
+def test_a_candidate_that_runs_python_ends_its_harness_and_its_row_says_so(tmp_path):
+    """A candidate whose ``solve`` runs Python through the C API (here, a harmless
+    assignment: what it changes need not be one the harness knows to check) keeps its
+    status and figures; its row says its code entered the interpreter and which events,
+    the harness ends after the job, and the next job runs in a fresh one, unblamed."""
+    from workers.sandbox import ENTERED
+
+    src = faults_running_python(tmp_path / "enter", "_kopt_test = 1\n")
+    res, ended, alive, later, again = _then_honest(tmp_path, job(
+        artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096}, PACK_ARGS))
+    assert res["status"] == "ok" and res["error"].startswith(ENTERED), res
+    assert res["entered"] == ["compile (<string>)", "exec"], res
+    assert "compile (<string>), exec)" in res["error"], res
+    assert ended == 1 and not alive, (ended, alive)
+    assert later["status"] == "ok" and not later["error"] and again == 1, later
