@@ -5,9 +5,9 @@ import ctypes
 import sys
 import threading
 
-from conftest import faults_running_python
 from test_clock import PACK, PACK_ARGS, _then_honest, artifact, job
 
+from conftest import faults_running_python
 from workers import audit
 
 

@@ -822,7 +822,8 @@ def test_a_retry_named_replayed_after_a_crash_is_confirmed_by_a_third_run(third)
                                 "(first)"), res
 
 
-def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_again(tmp_path, entry_kept):
+def test_the_reference_timed_after_a_candidate_that_reset_the_harness_is_run_again(
+        tmp_path, entry_kept):
     """ref.py's timing runs in the device's own harness after candidates ran there: one
     that left its harness's state reset (the first "prepared" flag, through Python's C API)
     made the reference's timing end `crashed` (a red-team review: a thread left there that

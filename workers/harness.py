@@ -223,11 +223,18 @@ wrongly:
   workers.jail, keeps such files from outliving the harness and from reaching anything
   outside it: every file system but the scratch folder is read-only to this process, it
   has no network, sees only its own processes, and whatever it starts dies with it.)
-- state a candidate leaves in the process for the next ones: a thread of the harness's own
-  (or OpenMP's, or ref.py's) that its code took over through this process's memory (a
-  red-team review ran its function on the OpenMP team :func:`_warm_teams` starts and
-  reset libgomp's thread-local state, which :func:`_omp_open` reads: a later 0.21 ms job
-  at 4.07 ms; audit hooks, which cannot be listed, are as far out of sight; a
+- state a candidate leaves in the process for the next ones through this process's
+  memory, natively, without the interpreter: a thread of the harness's own (or ref.py's)
+  made to run its code (a worker of the OpenMP team :func:`_warm_teams` starts is no
+  longer such a one: a red-team review ran its function there after resetting libgomp's
+  thread-local state, which :func:`_omp_open` reads, a later 0.21 ms job at 4.07 ms; the
+  sandbox now reads where each of the team's workers waits, from outside, after every
+  job, and ends a harness whose worker is not back in its idle wait, workers.teams, unless
+  its stack was rewritten to wait there), objects changed through the C API calls that
+  raise no audit event (Python code a job runs through the interpreter, ``PyRun_*``,
+  ``gc.get_objects``, ``sys._getframe``, raises one first, and the harness sends it out
+  before that code runs: the sandbox ends the harness after that job, workers.audit; no
+  audit hook but the harness's is taken); a
   thread it started is no such state: the sandbox lists this process's threads after
   every job, from outside it, and ends a harness that runs one it did not run before any
   candidate code loaded, workers.sandbox ``Sandbox._threads_left``; a red-team review

@@ -134,7 +134,7 @@ class Sandbox:
         # candidate's code loaded: :meth:`_threads_left`
         self.threads_known: set[int] | None = None
         # its idle OpenMP workers' waits, taken then (workers.teams): :meth:`_threads_left`
-        self.team_known: dict[int, tuple[str, int, int]] = {}
+        self.team_known: dict[int, teams.Wait] = {}
         self.entered_now: list[str] = []  # the job's: :meth:`_entered`
         # the harness's PID namespace where it has one of its own (found at its start): its
         # processes where no cgroup counts them (:meth:`members`)

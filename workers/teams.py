@@ -10,7 +10,8 @@ after the job on a worker the list accepts (a red-team review, CPU, 2026-12-07: 
 0.21 ms job took 4.07 ms, ``ok``; under ``OMP_NUM_THREADS=2`` a later OpenMP job hung).
 
 An idle libgomp worker waits in the futex of its pool's dock, always at the same place:
-one system call (``futex``), one stack pointer, one program counter inside libgomp's code
+one system call (``futex``: one address, ``FUTEX_WAIT``, no timeout), one stack pointer,
+one program counter inside libgomp's code
 (libgomp's ``gomp_thread_start`` loop: run the region's function, the team's final barrier,
 then the dock's wait, ``team.c``). ``/proc/PID/task/TID/syscall`` gives all three for a
 blocked thread (proc(5): "the number of the system call being executed, followed by the
@@ -22,7 +23,11 @@ the team settled after its first region, for every thread whose program counter 
 wait within a grace period (a worker spins a while in libgomp before it blocks:
 ``GOMP_SPINCOUNT``, libgomp's manual, 300000 spins by default; about 10 ms on this
 project's CI machine). A function left running on a worker has its own frames below the
-dock's on that thread's stack, so it waits (or runs) elsewhere.
+dock's on that thread's stack, so it waits (or runs) elsewhere; one that rewrote its stack
+to wait at the dock's very place, with a timeout to wake itself (a red-team review,
+CPU, 2026-12-07: 0.1 ms there in every 4 ms passed the check when it read only the
+call's number and the two registers), must now wait there with none, as an idle worker
+does, until libgomp's next region wakes the dock.
 
 The files are read by the sandbox's process, outside the candidate's reach (the harness
 and this process share a uid; the reads need the same access as ``ptrace``'s attach, proc(5),
@@ -61,18 +66,25 @@ def gomp_ranges(pid: int) -> list[tuple[int, int]]:
     return out
 
 
-def wait_of(pid: int, tid: int) -> tuple[str, int, int] | None | bool:
-    """Thread ``tid`` of ``pid``'s system call, stack pointer and program counter
-    (``/proc/PID/task/TID/syscall``) while it is blocked; None while it runs; False when
-    the file cannot be read (the thread is gone, or no access). Never raises."""
+Wait = tuple[str, str, str, str, int, int]
+
+
+def wait_of(pid: int, tid: int) -> Wait | None | bool:
+    """Thread ``tid`` of ``pid``'s wait while it is blocked (``/proc/PID/task/TID/syscall``):
+    its system call's number, first, second and fourth arguments (a futex's address,
+    operation and timeout; not the third, the value expected there, which a barrier's
+    generation changes), its stack pointer and program counter; None while it runs; False
+    when the file cannot be read (the thread is gone, or no access). Never raises."""
     try:
         words = Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()
     except OSError:
         return False
-    if not words or words[0] == "running" or len(words) < 3:
+    if not words or words[0] == "running":
         return None
+    if len(words) != 9:  # number, six arguments, stack pointer, program counter
+        return False
     try:
-        return words[0], int(words[-2], 16), int(words[-1], 16)
+        return words[0], words[1], words[2], words[4], int(words[-2], 16), int(words[-1], 16)
     except ValueError:
         return False
 
@@ -84,7 +96,7 @@ def _tids(pid: int) -> list[int]:
         return []
 
 
-def team_waits(pid: int, settle_s: float = SETTLE_S) -> dict[int, tuple[str, int, int]]:
+def team_waits(pid: int, settle_s: float = SETTLE_S) -> dict[int, Wait]:
     """The waits (:func:`wait_of`) of process ``pid``'s threads blocked in a ``libgomp``
     mapping's code (:func:`gomp_ranges`), taken once no thread of it but the main one runs
     (each polled up to ``settle_s`` seconds in all; one still running then is left out):
@@ -93,7 +105,7 @@ def team_waits(pid: int, settle_s: float = SETTLE_S) -> dict[int, tuple[str, int
     if not ranges:
         return {}
     t_end = time.monotonic() + settle_s
-    out: dict[int, tuple[str, int, int]] = {}
+    out: dict[int, Wait] = {}
     for tid in _tids(pid):
         if tid == pid:  # the main thread: no team's worker
             continue
@@ -101,12 +113,12 @@ def team_waits(pid: int, settle_s: float = SETTLE_S) -> dict[int, tuple[str, int
         while w is None and time.monotonic() < t_end:
             time.sleep(_POLL_S)
             w = wait_of(pid, tid)
-        if w and any(lo <= w[2] < hi for lo, hi in ranges):
+        if w and any(lo <= w[-1] < hi for lo, hi in ranges):
             out[tid] = w
     return out
 
 
-def strays(pid: int, waits: dict[int, tuple[str, int, int]], settle_s: float = SETTLE_S
+def strays(pid: int, waits: dict[int, Wait], settle_s: float = SETTLE_S
            ) -> list[int]:
     """The threads of ``waits`` (:func:`team_waits`) that are not back in their wait
     (the same system call, stack pointer and program counter) within ``settle_s``
