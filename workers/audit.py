@@ -19,117 +19,62 @@ library is loaded. It
   ``sys.addaudithook`` first and adds nothing when a hook raises ``RuntimeError``;
   ``PySys_AddAuditHook`` alike): code that could watch every later event of the process
   unseen is kept out;
-- keeps every event raised while :data:`WINDOW` is set, that is while the harness's own
-  call into a candidate's library runs (:func:`call`, the library's load): what
-  :func:`taken` returns. The harness's own code raises none inside (its calls of the
-  library are made with their arguments already converted), so each is the candidate's
-  (or a thread of the harness's process acting meanwhile: :func:`taken` says which).
+- keeps every event raised inside the harness's own call into a candidate's library
+  (:func:`call`, :func:`bound`, the library's load: :func:`load`): on the harness's main
+  thread, one whose stack holds :func:`call`'s frame (the interpreter's own record, read
+  by the hook: no flag a candidate could turn off; a red-team candidate set such a flag
+  back through three C API calls that raise no event, then ran Python unseen), on another
+  thread one raised while :data:`WINDOW` is set (that flag can be turned off so). The
+  harness's own code raises none inside (its calls of the library are made with their
+  arguments already converted), so each is the candidate's (or another thread's acting
+  meanwhile: :func:`taken` says which). On the main thread each new one is written at
+  once to the sandbox's pipe (``fd``, a progress message: workers.sandbox
+  ``Sandbox._entered``), before the code that raised it runs, with the hook's own objects
+  only (its defaults: rebinding them raises an event, ``object.__setattr__``, that it
+  sends first), so that Python code a candidate runs cannot take back what it was seen
+  doing. Events the hook's look at the stack raises itself (``sys._getframe``,
+  ``object.__getattr__``) are skipped: a candidate's are too, but nothing runs them
+  unseen without one of the others first.
 
 What it cannot see: C code that reads or writes the process's memory without the
 interpreter (a pointer into an object, a patched C function), and the C API's calls that
 raise no event (an attribute read or set on a module or an instance, a frame's locals
-through ``PyEval_GetFrame``): workers.harness checks the states and functions these reach
+through ``PyEval_GetFrame``, a module's attribute rebound, a callable made from C with
+``PyCFunction_New``): workers.harness checks the states and functions these reach
 (``STATES``, ``watched``) after every job, and the closing's outside clock times the
 winners' calls.
 """
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import functools
+import os
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
-# WINDOW[0] is True while a candidate's code runs on the harness's behalf (:func:`call`)
+# WINDOW[0] is True while a candidate's code runs on the harness's behalf (:func:`call`): what
+# the hook reads for threads other than the main one
 WINDOW = [False]
 _TAKEN: list[tuple[str, str, int]] = []  # (event, its first text argument, thread ident)
-_SEND: list[Callable[[str], None]] = []  # set_sender's
-_LOADING: list[str | None] = [None]  # the path :func:`load` loads: its own event is not kept
 _INSTALLED: list[Any] = []
 MAX_TAKEN = 64  # events kept per job (a candidate that loops over one is named by its first)
+MAX_DEPTH = 64  # frames the hook looks down from an event for :func:`call`'s
+_OWN = ("sys._getframe", "object.__getattr__")  # the events the hook's own look raises
+_TEXT = " ._-()<>/:,"  # what a sent event keeps besides letters and digits (JSON-safe)
 
 
 class Refused(RuntimeError):
     """Raised inside the hook for ``sys.addaudithook``: the new hook is not added."""
 
 
-class _Hook:
-    """The hook: every object it uses bound when it is made (a module global rebound later
-    changes nothing it does)."""
-
-    __slots__ = ("window", "taken", "send", "get_ident", "loading", "main")
-
-    def __init__(self):
-        self.window, self.taken, self.send, self.loading = WINDOW, _TAKEN, _SEND, _LOADING
-        self.get_ident, self.main = threading.get_ident, threading.main_thread().ident
-
-    def __call__(self, event: str, args: tuple) -> None:
-        if self.window[0] and len(self.taken) < MAX_TAKEN:
-            first = next((a for a in args[:2] if isinstance(a, str)), "")
-            if event == "ctypes.dlopen" and self.loading[0] is not None and (
-                    first == self.loading[0]):
-                self.loading[0] = None  # the harness's own load, once: its library's code follows
-                return
-            self._keep(event, first)
-        if event == "sys.addaudithook":
-            raise Refused("the harness's process takes no audit hook but its own")
-
-    def _keep(self, event: str, first: str) -> None:
-        me = self.get_ident()
-        new = not any(e == event and f == first for e, f, _ in self.taken)
-        self.taken.append((event, first, me))
-        if new and self.send and me == self.main:  # out of the process before the code runs
-            self.window[0] = False  # the sending's own events, if any, are the harness's
-            try:
-                self.send[0](event + (f" ({first[:80]})" if first else ""))
-            except Exception:  # noqa: BLE001 -- kept here all the same
-                pass
-            finally:
-                self.window[0] = True
-
-
-def install() -> bool:
-    """Add this module's hook to the process (once; later calls do nothing). Returns True
-    when it is (now or already) added, False when another hook refused it."""
-    if _INSTALLED:
-        return True
-    hook = _Hook()
-    try:
-        sys.addaudithook(hook)
-    except RuntimeError:
-        return False
-    # a hook refused by an earlier one raises nothing: it is simply not called. Raise an
-    # event of kopt's own to see that this one is.
-    WINDOW[0] = True
-    try:
-        sys.audit("kopt.audit.installed")
-    finally:
-        WINDOW[0] = False
-    ok = any(e == "kopt.audit.installed" for e, _, _ in _TAKEN)
-    _TAKEN.clear()
-    if ok:
-        _INSTALLED.append(hook)
-    return ok
-
-
-def set_sender(send: Callable[[str], None]) -> None:
-    """Have the hook call ``send`` with each new event (``event (first argument)``) raised
-    in a window on the main thread, at once (the harness: a progress message to the
-    sandbox, workers.sandbox ``Sandbox._entered``), so that Python code a candidate runs
-    cannot take back what it was seen doing."""
-    _SEND[:] = [send]
-
-
-def installed() -> bool:
-    """Whether :func:`install` added the hook to this process."""
-    return bool(_INSTALLED)
-
-
 def call(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` (a candidate library's function, arguments already ctypes values or
-    ints) with :data:`WINDOW` set; its result."""
+    ints) as a window: its result."""
     WINDOW[0] = True
     try:
         return fn(*args)
@@ -137,14 +82,78 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
         WINDOW[0] = False
 
 
-def load(path: str, mode: int) -> ctypes.CDLL:
-    """``ctypes.CDLL(path, mode)`` with :data:`WINDOW` set after its own ``ctypes.dlopen``
-    event: the library's constructors run in the load. Raises what ``CDLL`` raises."""
-    _LOADING[0] = path
+def _hook(event: str, args: tuple, st: tuple = ()) -> None:
+    """The audit hook's code (its objects in ``st``, :func:`install`'s defaults)."""
+    (window, taken, write, fd, getframe, get_ident, main, call_code, init_code, refused,
+     ln, isstr, anyof, nextof, skipped, depth, most, text) = st
+    if event in skipped:
+        return
+    me = get_ident()
+    inside = window[0]
+    if me == main:
+        inside, f, n = False, getframe(1), 0
+        if event == "ctypes.dlopen" and f.f_code is init_code and f.f_back is not None and (
+                f.f_back.f_code is call_code):
+            f = None  # the harness's own load (:func:`load`): its library's code follows
+        while f is not None and n < depth:
+            if f.f_code is call_code:
+                inside = True
+                break
+            f, n = f.f_back, n + 1
+    if inside and ln(taken) < most:
+        first = nextof((a for a in args[:2] if isstr(a, str)), "")
+        new = not anyof(e == event and x == first for e, x, _ in taken)
+        taken.append((event, first, me))
+        if new and me == main and fd is not None and event != "kopt.audit.installed":
+            # out of the process before the code that raised it runs
+            said = event + (" (" + first[:80] + ")" if first else "")
+            said = "".join(c for c in said if c.isalnum() or c in text)
+            body = ('{"progress": true, "entered": ["' + said + '"]}').encode()
+            try:
+                write(fd, ln(body).to_bytes(4, "big", signed=True) + body)
+            except OSError:
+                pass
+    if event == "sys.addaudithook":
+        raise refused("the harness's process takes no audit hook but its own")
+
+
+def install(fd: int | None = None) -> bool:
+    """Add the hook to the process (once; later calls do nothing), writing what it sees
+    on the main thread to ``fd`` (a multiprocessing ``Connection``'s, as its
+    ``send_bytes`` frames a message: a 4-byte big-endian length, then the JSON) when given.
+    Returns True when it is (now or already) added, False when another hook refused it."""
+    if _INSTALLED:
+        return True
+    st = (WINDOW, _TAKEN, os.write, fd, sys._getframe, threading.get_ident,
+          threading.get_ident(), call.__code__, ctypes.CDLL.__init__.__code__, Refused, len,
+          isinstance, any, next, frozenset(_OWN), MAX_DEPTH, MAX_TAKEN, _TEXT)
+    # its code with no globals of this module's (a rebound name changes nothing it does)
+    hook = types.FunctionType(_hook.__code__, {"__builtins__": builtins}, "kopt_audit_hook",
+                              (st,))
     try:
-        return call(ctypes.CDLL, path, mode)
-    finally:
-        _LOADING[0] = None
+        sys.addaudithook(hook)
+    except RuntimeError:
+        return False
+    # a hook refused by an earlier one raises nothing: it is simply not called. Raise an
+    # event of kopt's own inside a window to see that this one is.
+    call(sys.audit, "kopt.audit.installed")
+    ok = any(e == "kopt.audit.installed" for e, _, _ in _TAKEN)
+    _TAKEN.clear()
+    if ok:
+        _INSTALLED.append(hook)
+    return ok
+
+
+def installed() -> bool:
+    """Whether :func:`install` added the hook to this process."""
+    return bool(_INSTALLED)
+
+
+def load(path: str, mode: int) -> ctypes.CDLL:
+    """``ctypes.CDLL(path, mode)`` as a window (the library's constructors run in the load;
+    the load's own ``ctypes.dlopen`` event, raised by ``CDLL.__init__`` right under
+    :func:`call`, is not kept). Raises what ``CDLL`` raises."""
+    return call(ctypes.CDLL, path, mode)
 
 
 def bound(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:

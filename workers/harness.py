@@ -3517,8 +3517,7 @@ def _serve(h: Harness, rconn: Connection, wconn: Connection) -> None:
     # what candidate code does in the interpreter during its call on this thread goes out
     # at its first event, before that code runs (workers.audit; the hook is added before
     # any job: no candidate's library is loaded yet)
-    audit.install()
-    audit.set_sender(lambda event: answer(wconn, {"progress": True, "entered": [event]}))
+    audit.install(wconn.fileno())
     # kept here too (a tuple, a read-only view): a red-team candidate emptied the
     # harness's own lists through ``gc``; one rebound on the harness is replaced too
     watch = h.watch = tuple(watched("cuda" if h.is_cuda else "cpu"))
