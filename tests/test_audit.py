@@ -5,7 +5,7 @@ import ctypes
 import sys
 import threading
 
-from test_clock import PACK, PACK_ARGS, _then_honest, artifact, job
+from test_clock import PACK, PACK_ARGS, _pack_with, _then_honest, artifact, job
 
 from conftest import faults_running_python
 from workers import audit
@@ -79,3 +79,42 @@ def test_a_candidate_that_runs_python_ends_its_harness_and_its_row_says_so(tmp_p
     assert "compile (<string>), exec)" in res["error"], res
     assert ended == 1 and not alive, (ended, alive)
     assert later["status"] == "ok" and not later["error"] and again == 1, later
+
+
+# a candidate that first sets workers.audit's WINDOW flag back through C API calls that
+# raise no audit event, then runs Python (a red-team review's, CPU, 2026-12-07)
+FLAG_OFF = r"""
+extern "C" {
+void* PyImport_AddModule(const char*);
+void* PyObject_GetAttrString(void*, const char*);
+int PyList_SetItem(void*, long, void*);
+void* PyBool_FromLong(long);
+int PyGILState_Ensure(void);
+void PyGILState_Release(int);
+int PyRun_SimpleString(const char*);
+}
+static void kopt_test_off() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  int g = PyGILState_Ensure();
+  void* m = PyImport_AddModule("workers.audit");
+  void* w = m ? PyObject_GetAttrString(m, "WINDOW") : nullptr;
+  if (w) PyList_SetItem(w, 0, PyBool_FromLong(0));
+  PyRun_SimpleString("_kopt_test = 1\n");
+  PyGILState_Release(g);
+}
+"""
+
+
+def test_python_run_after_the_window_flag_was_turned_off_is_seen(tmp_path):
+    """On the harness's main thread the hook takes an event for the candidate's when the
+    stack holds workers.audit ``call``'s frame, not when a flag says so: a candidate that
+    set the flag back through the C API first is still seen running Python."""
+    from workers.sandbox import ENTERED
+
+    src = _pack_with(tmp_path, "off", FLAG_OFF, "kopt_test_off();")
+    res, ended, _, later, _ = _then_honest(tmp_path, job(
+        artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096}, PACK_ARGS))
+    assert res["error"].startswith(ENTERED) and "compile (<string>)" in res["entered"], res
+    assert ended == 1 and later["status"] == "ok" and not later["error"], (ended, later)
