@@ -63,7 +63,7 @@ WINDOW = [False]
 _TAKEN: list[tuple[str, str, int]] = []  # (event, its first text argument, thread ident)
 _INSTALLED: list[Any] = []
 MAX_TAKEN = 64  # events kept per job (a candidate that loops over one is named by its first)
-MAX_DEPTH = 64  # frames the hook looks down from an event for :func:`call`'s
+MAX_DEPTH = 1 << 16  # frames the hook looks down for :func:`call`'s: past any recursion limit
 _OWN = ("sys._getframe", "object.__getattr__")  # the events the hook's own look raises
 _TEXT = " ._-()<>/:,"  # what a sent event keeps besides letters and digits (JSON-safe)
 
