@@ -118,3 +118,60 @@ def test_python_run_after_the_window_flag_was_turned_off_is_seen(tmp_path):
         artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096}, PACK_ARGS))
     assert res["error"].startswith(ENTERED) and "compile (<string>)" in res["entered"], res
     assert ended == 1 and later["status"] == "ok" and not later["error"], (ended, later)
+
+
+# a candidate that points every pipe and socket of the harness it can write at /dev/null,
+# runs Python, empties workers.audit's list of what it saw (C API calls that raise no
+# event), and puts the descriptors back: what the hook wrote to the sandbox went nowhere (a
+# red-team review's)
+PIPE_AWAY = r"""
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+extern "C" {
+void* PyImport_AddModule(const char*);
+void* PyObject_GetAttrString(void*, const char*);
+int PyList_SetSlice(void*, long, long, void*);
+int PyGILState_Ensure(void);
+void PyGILState_Release(int);
+int PyRun_SimpleString(const char*);
+}
+static void kopt_test_away() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  int saved[256], null = open("/dev/null", O_WRONLY);
+  for (int fd = 0; fd < 256; ++fd) {
+    struct stat st;
+    saved[fd] = -1;
+    int fl = fcntl(fd, F_GETFL);
+    if (fd != null && fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+        && fl >= 0 && (fl & O_ACCMODE) != O_RDONLY) {
+      saved[fd] = dup(fd);
+      dup2(null, fd);
+    }
+  }
+  int g = PyGILState_Ensure();
+  PyRun_SimpleString("_kopt_test = 1\n");
+  void* m = PyImport_AddModule("workers.audit");
+  void* taken = m ? PyObject_GetAttrString(m, "_TAKEN") : nullptr;
+  if (taken) PyList_SetSlice(taken, 0, 1 << 20, nullptr);
+  PyGILState_Release(g);
+  for (int fd = 0; fd < 256; ++fd)
+    if (saved[fd] >= 0) { dup2(saved[fd], fd); close(saved[fd]); }
+  close(null);
+}
+"""
+
+
+def test_python_run_while_the_harness_s_pipes_point_elsewhere_ends_it(tmp_path):
+    """The hook writes what it sees to the pipe it was given only while that descriptor is
+    still the same file (its inode, taken when the hook was added): a candidate that
+    pointed the harness's writable pipes at /dev/null while its Python ran, then emptied
+    the list the answer is made from and put the pipes back, ends its harness
+    (``crashed``) at its first event; the next job runs in a fresh one."""
+    src = _pack_with(tmp_path, "away", PIPE_AWAY, "kopt_test_away();")
+    res, ended, _, later, _ = _then_honest(tmp_path, job(
+        artifact(tmp_path, src, {"MODE": 0}), src, PACK / "ref.py", {"N": 4096}, PACK_ARGS))
+    assert res["status"] == "crashed" and "SIGKILL" in res["error"], res
+    assert ended >= 1 and later["status"] == "ok" and not later["error"], (ended, later)

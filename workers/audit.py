@@ -64,7 +64,9 @@ _TAKEN: list[tuple[str, str, int]] = []  # (event, its first text argument, thre
 _INSTALLED: list[Any] = []
 MAX_TAKEN = 64  # events kept per job (a candidate that loops over one is named by its first)
 MAX_DEPTH = 1 << 16  # frames the hook looks down for :func:`call`'s: past any recursion limit
-_OWN = ("sys._getframe", "object.__getattr__")  # the events the hook's own look raises
+# the events the hook's own look at the stacks raises (``object.__getattr__`` only for a
+# frame's ``f_code``)
+_OWN = ("sys._getframe", "sys._current_frames")
 _TEXT = " ._-()<>/:,"  # what a sent event keeps besides letters and digits (JSON-safe)
 
 
@@ -85,34 +87,44 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
 def _hook(event: str, args: tuple, st: tuple = ()) -> None:
     """The audit hook's code (its objects in ``st``, :func:`install`'s defaults)."""
     (window, taken, write, fd, getframe, get_ident, main, call_code, init_code, refused,
-     ln, isstr, anyof, nextof, skipped, depth, most, text) = st
-    if event in skipped:
+     ln, isstr, anyof, nextof, skipped, depth, most, text, frames, active, fstat, ino, kill,
+     pid) = st
+    if event in skipped or (event == "object.__getattr__" and ln(args) > 1 and
+                            args[1] == "f_code" and type(args[0]).__name__ == "frame"):
         return
     me = get_ident()
-    inside = window[0]
-    if me == main:
-        inside, f, n = False, getframe(1), 0
-        if event == "ctypes.dlopen" and f.f_code is init_code and f.f_back is not None and (
-                f.f_back.f_code is call_code):
-            f = None  # the harness's own load (:func:`load`): its library's code follows
-        while f is not None and n < depth:
-            if f.f_code is call_code:
-                inside = True
-                break
-            f, n = f.f_back, n + 1
+    # the main thread: its stack holds call()'s frame; another: the main thread's does, or
+    # it is no thread of ``threading``'s (a native one that took the interpreter's lock),
+    # or the window's flag is set
+    f = getframe(1) if me == main else frames().get(main)
+    if me == main and event == "ctypes.dlopen" and f.f_code is init_code and (
+            f.f_back is not None and f.f_back.f_code is call_code):
+        f = None  # the harness's own load (:func:`load`): its library's code follows
+    in_call, n = False, 0
+    while f is not None and n < depth and not in_call:
+        in_call = f.f_code is call_code
+        f, n = f.f_back, n + 1
+    inside = in_call or (me != main and (window[0] or me not in active))
     if inside and ln(taken) < most:
         first = nextof((a for a in args[:2] if isstr(a, str)), "")
         new = not anyof(e == event and x == first for e, x, _ in taken)
         taken.append((event, first, me))
-        if new and me == main and fd is not None and event != "kopt.audit.installed":
-            # out of the process before the code that raised it runs
+        if new and in_call and fd is not None and event != "kopt.audit.installed":
+            # out of the process before the code that raised it runs (the main thread is
+            # in the candidate's call then, writing nothing of its own)
             said = event + (" (" + first[:80] + ")" if first else "")
             said = "".join(c for c in said if c.isalnum() or c in text)
             body = ('{"progress": true, "entered": ["' + said + '"]}').encode()
+            try:  # the pipe it was given, still: else the process ends (``crashed``)
+                same = fstat(fd).st_ino == ino
+            except OSError:
+                same = False
+            if not same:
+                kill(pid, 9)
             try:
                 write(fd, ln(body).to_bytes(4, "big", signed=True) + body)
             except OSError:
-                pass
+                kill(pid, 9)
     if event == "sys.addaudithook":
         raise refused("the harness's process takes no audit hook but its own")
 
@@ -126,7 +138,9 @@ def install(fd: int | None = None) -> bool:
         return True
     st = (WINDOW, _TAKEN, os.write, fd, sys._getframe, threading.get_ident,
           threading.get_ident(), call.__code__, ctypes.CDLL.__init__.__code__, Refused, len,
-          isinstance, any, next, frozenset(_OWN), MAX_DEPTH, MAX_TAKEN, _TEXT)
+          isinstance, any, next, frozenset(_OWN), MAX_DEPTH, MAX_TAKEN, _TEXT,
+          sys._current_frames, threading._active, os.fstat,  # type: ignore[attr-defined]
+          None if fd is None else os.fstat(fd).st_ino, os.kill, os.getpid())
     # its code with no globals of this module's (a rebound name changes nothing it does)
     hook = types.FunctionType(_hook.__code__, {"__builtins__": builtins}, "kopt_audit_hook",
                               (st,))

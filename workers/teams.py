@@ -31,7 +31,9 @@ does, until libgomp's next region wakes the dock.
 
 The files are read by the sandbox's process, outside the candidate's reach (the harness
 and this process share a uid; the reads need the same access as ``ptrace``'s attach, proc(5),
-which the harness's sandbox leaves to its parent). Not seen: a worker made to wait with the
+which the harness's sandbox leaves to its parent). Named wrongly: a harness whose
+environment keeps the workers spinning (``OMP_WAIT_POLICY=active``: libgomp's manual)
+ends after each OpenMP job. Not seen: a worker made to wait with the
 dock's very stack pointer and program counter (its stack rewritten to return elsewhere);
 threads no team of libgomp's runs (the list sees a new one; a thread of the harness's own
 is the harness's CPU memory, which nothing outside reads).
