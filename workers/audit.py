@@ -104,14 +104,17 @@ def _hook(event: str, args: tuple, st: tuple = ()) -> None:
     while f is not None and n < depth and not in_call:
         in_call = f.f_code is call_code
         f, n = f.f_back, n + 1
-    inside = in_call or (me != main and (window[0] or me not in active))
+    native = me != main and me not in active
+    inside = in_call or native or (me != main and window[0])
     if inside and ln(taken) < most:
         first = nextof((a for a in args[:2] if isstr(a, str)), "")
         new = not anyof(e == event and x == first for e, x, _ in taken)
         taken.append((event, first, me))
-        if new and in_call and fd is not None and event != "kopt.audit.installed":
+        if new and in_call and (me == main or native) and fd is not None and (
+                event != "kopt.audit.installed"):
             # out of the process before the code that raised it runs (the main thread is
-            # in the candidate's call then, writing nothing of its own)
+            # in the candidate's call then, writing nothing of its own); a thread of
+            # ``threading``'s (ref.py's may run meanwhile) is left to :func:`taken`'s skip
             said = event + (" (" + first[:80] + ")" if first else "")
             said = "".join(c for c in said if c.isalnum() or c in text)
             body = ('{"progress": true, "entered": ["' + said + '"]}').encode()
