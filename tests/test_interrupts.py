@@ -15,17 +15,26 @@ from conftest import VADD_CPP, VADD_REF, write_sweep
 ADD = 'extern "C" void solve(const float* x, float* y, int N) { for (int i = 0; i < N; ++i) y[i] = x[i]; }\n'  # noqa: E501
 
 
+# SIGTERM sent the moment ray.init puts its own handler in place of kopt's (the signal
+# module's function wrapped; a thread that polled for the handler missed Ray's window once
+# on an idle CI machine, and the sweep ran to its end)
 FIRE = """
-import os, signal, sys, threading, time
+import os, signal, sys
 from kopt.run import signals
 from kopt.cli.main import main
 
-def fire():  # SIGTERM as soon as ray.init has put its own handler in place of kopt's
-    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signals.terminate):
-        time.sleep(0.0005)
-    os.kill(os.getpid(), signal.SIGTERM)
+_set = signal.signal
+_fired = []
 
-threading.Thread(target=fire, daemon=True).start()
+def _set_then_fire(signum, handler):
+    old = _set(signum, handler)
+    if signum == signal.SIGTERM and not _fired and handler not in (
+            signal.SIG_DFL, signal.SIG_IGN, signals.terminate):
+        _fired.append(handler)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return old
+
+signal.signal = _set_then_fire
 main(sys.argv[1:])
 """
 
