@@ -88,7 +88,7 @@ def _hook(event: str, args: tuple, st: tuple = ()) -> None:
     """The audit hook's code (its objects in ``st``, :func:`install`'s defaults)."""
     (window, taken, write, fd, getframe, get_ident, main, call_code, init_code, refused,
      ln, isstr, anyof, nextof, skipped, depth, most, text, frames, active, fstat, ino, kill,
-     pid) = st
+     pid, own) = st
     if event in skipped or (event == "object.__getattr__" and ln(args) > 1 and
                             args[1] == "f_code" and type(args[0]).__name__ == "frame"):
         return
@@ -102,7 +102,10 @@ def _hook(event: str, args: tuple, st: tuple = ()) -> None:
         f = None  # the harness's own load (:func:`load`): its library's code follows
     in_call, n = False, 0
     while f is not None and n < depth and not in_call:
-        in_call = f.f_code is call_code
+        # a frame of this module's functions (``call``'s, under the candidate's code; the
+        # hook's own globals are another dict): ``f_globals`` raises no event, where each
+        # read of ``f_code`` does and would run this hook again for every frame
+        in_call = f.f_globals is own
         f, n = f.f_back, n + 1
     native = me != main and me not in active
     inside = in_call or native or (me != main and window[0])
@@ -143,7 +146,7 @@ def install(fd: int | None = None) -> bool:
           threading.get_ident(), call.__code__, ctypes.CDLL.__init__.__code__, Refused, len,
           isinstance, any, next, frozenset(_OWN), MAX_DEPTH, MAX_TAKEN, _TEXT,
           sys._current_frames, threading._active, os.fstat,  # type: ignore[attr-defined]
-          None if fd is None else os.fstat(fd).st_ino, os.kill, os.getpid())
+          None if fd is None else os.fstat(fd).st_ino, os.kill, os.getpid(), globals())
     # its code with no globals of this module's (a rebound name changes nothing it does)
     hook = types.FunctionType(_hook.__code__, {"__builtins__": builtins}, "kopt_audit_hook",
                               (st,))
