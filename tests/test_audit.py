@@ -83,16 +83,21 @@ def test_a_candidate_that_runs_python_ends_its_harness_and_its_row_says_so(tmp_p
 
 # a candidate that first sets workers.audit's WINDOW flag back through C API calls that
 # raise no audit event, then runs Python (a red-team review's, CPU, 2026-12-07)
-FLAG_OFF = r"""
+# the Python C API functions both candidates below call (the harness's libpython is in the
+# process: no header or library to link)
+C_API = r"""
 extern "C" {
 void* PyImport_AddModule(const char*);
 void* PyObject_GetAttrString(void*, const char*);
 int PyList_SetItem(void*, long, void*);
+int PyList_SetSlice(void*, long, long, void*);
 void* PyBool_FromLong(long);
 int PyGILState_Ensure(void);
 void PyGILState_Release(int);
 int PyRun_SimpleString(const char*);
 }
+"""
+FLAG_OFF = C_API + r"""
 static void kopt_test_off() {
   static bool done = false;
   if (done) return;
@@ -128,14 +133,7 @@ PIPE_AWAY = r"""
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-extern "C" {
-void* PyImport_AddModule(const char*);
-void* PyObject_GetAttrString(void*, const char*);
-int PyList_SetSlice(void*, long, long, void*);
-int PyGILState_Ensure(void);
-void PyGILState_Release(int);
-int PyRun_SimpleString(const char*);
-}
+""" + C_API + r"""
 static void kopt_test_away() {
   static bool done = false;
   if (done) return;
