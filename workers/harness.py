@@ -2207,9 +2207,10 @@ class Harness:
         Each turn then makes one untimed call of every contender (on buffer set 0 as it is:
         the sample's input set is loaded and its outputs poisoned after it) before its
         sample, as its own job's samples follow calls of its own: the first call after a
-        turn's wait runs on cold caches and branch predictors (the rivals' turns and the
-        sandbox's work ran meanwhile), and its time is the candidate's code and the ctypes
-        call path run cold, not the kernel. A 4 us vector add (4096 floats, own jobs
+        turn's wait (the rivals' turns and the sandbox's work ran meanwhile) runs slower,
+        on its thread's CPU (no page fault, no switch of threads in it: caches, TLBs and
+        branch predictors cold, most likely), for the candidate's code and the ctypes call
+        path alike. A 4 us vector add (4096 floats, own jobs
         0.004-0.006 ms) was 0.021-0.031 ms a sample side by side without it, past
         kopt.loop.contests ``own_figures``' 4x + 0.01 ms (both honest contenders of a
         closing `suspect`), and 0.006-0.009 ms with it (this project's 2-core CI machine,
