@@ -355,38 +355,6 @@ def test_a_contest_times_contenders_side_by_side(tmp_path):
     assert res["status"] == "wrong_result" and res["error"].startswith("b: ")
 
 
-def test_each_turn_of_a_contest_warms_its_contender_before_its_sample(tmp_path):
-    """A contest in turns (workers.turns): after each round's "go", one untimed call of the
-    contender, then the sample's input set loaded and flushed, then the timed call; the
-    first call after a turn's wait runs cold (a 4 us kernel's samples were 4-7x its own
-    job's side by side, and both honest contenders of a closing `suspect`). Each round's
-    turn starts so (calls after it: a never-seen set's draw is followed by an untimed call
-    too, workers.harness ``_Unseen.top_up``)."""
-    from workers.harness import Harness
-
-    src, ref = FIXTURES / "faulty" / "faulty.cpp", FIXTURES / "faulty" / "ref.py"
-    h = Harness("cpu")
-    j = job(artifact(tmp_path, src, 0), src, ref, job_key="a")
-    seen: list[str] = []
-    call, prep = h.call, h._prep
-    h.await_go = lambda: seen.append("go")
-    h.call = lambda *a, **k: (seen.append("call"), call(*a, **k))[1]
-    h._prep = lambda *a, **k: (seen.append("prep"), prep(*a, **k))[1]
-    for turns in (True, False):
-        seen.clear()
-        res = h.run({**j, "contest": [j], "rounds": 6, "turns": turns})
-        assert res["status"] == "ok" and res["results"][0]["n_samples"] >= 6, res
-        said = "".join(x[0] for x in seen)  # g: go, c: call, p: a sample's preparation
-        if turns:  # the first two "go"s: the harness's first "prepared", the checks' turn
-            assert "gcpc" in said, said
-            rounds = said[said.index("gcpc"):]
-            assert said[:said.index("gcpc")].count("g") == 2, said
-            each = rounds.split("g")[1:]  # what each round's turn did, from its "go"
-            assert len(each) >= 6 and all(t.startswith("cpc") for t in each), said
-        else:
-            assert "g" not in said, said  # no turns: nothing waited for
-
-
 def test_what_a_refusing_kernel_prints_is_in_the_error(tmp_path, sandbox):
     """A solve that refuses the sizes (sgemm.cu's whole-tile check) leaves the output
     unwritten and says why on stderr: the wrong_result error carries that text."""

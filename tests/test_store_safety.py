@@ -369,8 +369,7 @@ def swept(ray_local, tmp_path_factory):
 
     # 262144 elements (about 0.1 ms a call): at 4096 (4 us) the closing's turns (about 25 us
     # a sample) put its contenders' medians side by side past 4x their own jobs' +
-    # 0.01 ms (kopt.loop.contests ``own_figures``), and `kopt best` named none (CI, once;
-    # each turn's first call ran cold: workers.harness ``_rounds`` now makes an untimed one)
+    # 0.01 ms (kopt.loop.contests ``own_figures``), and `kopt best` named none (CI, once)
     d = write_sweep(root / "vm", YAML.replace("name: va", "name: vm").replace(
         "dims: [{N: 4096}]", "dims: [{N: 262144}]") + "methods: "
                     "{compute.ilp_unroll: {params: {UNROLL: [2]}}}\n", {"ref.py": REF,

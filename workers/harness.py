@@ -2203,18 +2203,7 @@ class Harness:
         ``{"stage": "turn"}`` progress message, and the round starts once the sandbox
         answers "go" (:attr:`await_go`), given while every rival's sandbox is held still;
         with ``watch`` (rivals: not a contender judged alone, whose patched clock is left
-        to the closing's outside clock) its clocks looked at first (:meth:`_clock_intact`).
-        Each turn then makes one untimed call of every contender (on buffer set 0 as it is:
-        the sample's input set is loaded and its outputs poisoned after it) before its
-        sample, as its own job's samples follow calls of its own: the first call after a
-        turn's wait (the rivals' turns and the sandbox's work ran meanwhile) runs slower,
-        on its thread's CPU (no page fault, no switch of threads in it: caches, TLBs and
-        branch predictors cold, most likely), for the candidate's code and the ctypes call
-        path alike. A 4 us vector add (4096 floats, own jobs
-        0.004-0.006 ms) was 0.021-0.031 ms a sample side by side without it, past
-        kopt.loop.contests ``own_figures``' 4x + 0.01 ms (both honest contenders of a
-        closing `suspect`), and 0.006-0.009 ms with it (this project's 2-core CI machine,
-        docs/verified/2026-12-07-session59.md)."""
+        to the closing's outside clock) its clocks looked at first (:meth:`_clock_intact`)."""
         samples, unseen = into
         flush = entries[0]["timing"].get("flush", True)
         mixes = [None if isinstance(lib, RefCall) or e.get(UNGUARDED) or not d.unseen
@@ -2232,8 +2221,6 @@ class Harness:
                     self._clock_intact()
                 self.progress({"stage": "turn"})
                 self.await_go()
-                for i in order:  # untimed: the turn's first call runs cold (see the docstring)
-                    self.call(libs[i], entries[i], d)
             xs, bad = self.samples([(libs[i], entries[i]) for i in order], d, flush, picks)
             if bad:
                 return bad
