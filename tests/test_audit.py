@@ -81,8 +81,6 @@ def test_a_candidate_that_runs_python_ends_its_harness_and_its_row_says_so(tmp_p
     assert later["status"] == "ok" and not later["error"] and again == 1, later
 
 
-# a candidate that first sets workers.audit's WINDOW flag back through C API calls that
-# raise no audit event, then runs Python (a red-team review's, CPU, 2026-12-07)
 # the Python C API functions both candidates below call (the harness's libpython is in the
 # process: no header or library to link)
 C_API = r"""
@@ -97,6 +95,8 @@ void PyGILState_Release(int);
 int PyRun_SimpleString(const char*);
 }
 """
+# a candidate that first sets workers.audit's WINDOW flag back through C API calls that
+# raise no audit event, then runs Python (a red-team review's, CPU, 2026-12-07)
 FLAG_OFF = C_API + r"""
 static void kopt_test_off() {
   static bool done = false;

@@ -33,8 +33,9 @@ The files are read by the sandbox's process, outside the candidate's reach (the 
 and this process share a uid; the reads need the same access as ``ptrace``'s attach, proc(5),
 which the harness's sandbox leaves to its parent). Named wrongly: a harness whose
 environment keeps the workers spinning (``OMP_WAIT_POLICY=active``: libgomp's manual)
-ends after each OpenMP job. Not seen: a worker made to wait with the
-dock's very stack pointer and program counter (its stack rewritten to return elsewhere);
+ends after each OpenMP job. Not seen: a worker made to wait as an idle one does, with the
+dock's very stack pointer, program counter and futex, and no timeout (its stack rewritten
+to return elsewhere once libgomp's next region wakes it);
 threads no team of libgomp's runs (the list sees a new one; a thread of the harness's own
 is the harness's CPU memory, which nothing outside reads).
 """
@@ -123,8 +124,8 @@ def team_waits(pid: int, settle_s: float = SETTLE_S) -> dict[int, Wait]:
 def strays(pid: int, waits: dict[int, Wait], settle_s: float = SETTLE_S
            ) -> list[int]:
     """The threads of ``waits`` (:func:`team_waits`) that are not back in their wait
-    (the same system call, stack pointer and program counter) within ``settle_s``
-    seconds; a thread that is gone is none. Never raises."""
+    (the same :func:`wait_of`: call, futex arguments, stack pointer, program counter) within
+    ``settle_s`` seconds; a thread that is gone is none. Never raises."""
     t_end = time.monotonic() + settle_s
     out = []
     for tid, was in waits.items():
