@@ -433,6 +433,36 @@ def test_a_contender_whose_own_job_ran_on_a_patched_clock_is_dropped_at_the_clos
     assert (list(results), dropped) == (["b"], {"a": why})
 
 
+@pytest.mark.parametrize("backend, suspect", [("cpu", False), ("cuda", True)])
+def test_a_cpu_contest_sample_made_cold_does_not_make_an_honest_own_job_suspect(
+        tmp_path, backend, suspect):
+    """On a CPU device a contest turn's sample is the first call after the turn's wait, its
+    harness's path gone cold: an honest 4 us vector add was 0.021-0.031 ms a sample side by
+    side against 0.004-0.006 ms in its own job (this project's CI machine), past 4x + 0.01
+    ms, and both honest contenders of a closing were ``suspect`` in 2 of 2 sweeps. A CPU
+    device's rule allows ``OWN_CPU_SLACK_MS`` (0.05 ms) instead; a GPU's keeps 0.01 ms, and a
+    CPU contender whose own job ran on a clock patched to 1/100 is still ``suspect``."""
+    from kopt.run.builder import LocalBuilder
+
+    dev = ScriptedDevice({"ba": 0.031, "bb": 1.0}, set(), names=True)
+    dev.infos = [{"device_class": "cpu-a", "backend": backend}]
+    builder = LocalBuilder()
+    builder.artifacts.update({"ba": b"so", "bb": b"so"})
+    ctx = RunContext(None, tmp_path, "r1", None, builder, dev, load_catalog(),
+                     observers=[Faults()], common={"timing": TIMING})
+    by_cand = {"a": {"[4096]": ("key-a", "ba", 0.005, 0.001)},  # honest, 4 us
+               "b": {"[4096]": ("key-b", "bb", 0.01, 0.001)}}  # its own job: 1/100 of 1.0
+    side = SideBySide(ctx, 0, "cpu-a", by_cand)
+    results, dropped, error = side.run()
+    assert (error, dropped, sorted(results)) == ("", {}, ["a", "b"])
+    assert side.own_figures("a") == ("" if not suspect else (
+        "suspect: its own job's median, 0.005 ms, is more than 4x below its median side by "
+        "side at the closing, 0.031 ms: its own job was not timed by the harness's clock"))
+    assert side.own_figures("b").startswith("suspect: its own job's median, 0.01 ms, is more "
+                                            "than 4x below its median side by side at the "
+                                            "closing, 1 ms")
+
+
 class Rows:
     """The scheduler's emit: every job's outcome and device, in order."""
 

@@ -56,6 +56,13 @@ CLOCK_PACED_CALLS = 15  # a paced try's calls, each timed on its own (their medi
 # ms a paced call's figure may add to an honest call: its "go" and "called" messages handled
 # in two processes, beyond what the same messages take in the harness that makes no call
 CLOCK_PACED_SLACK_MS = 0.05
+# ms a CPU device's contest sample may add to the same call in the contender's own job
+# (kopt.loop.contests ``own_figures``): a contest turn's sample is the first call after the
+# turn's wait, made through a harness path (Python, ctypes) gone cold meanwhile, as a paced
+# call is. On this project's 2-core CI machine an honest 4 us vector add (4096 floats) was
+# 0.021-0.031 ms a sample side by side against 0.004-0.006 ms in its own job: past 4x +
+# CLOCK_SLACK_MS, both honest contenders of a closing were `suspect` in 2 of 2 sweeps.
+OWN_CPU_SLACK_MS = CLOCK_PACED_SLACK_MS
 # CPU time (ms) the contender's held sandbox may use during a preparations' block
 # (workers.hold: a frozen or stopped process uses none); what one that escaped the hold used
 # is taken from the preparations, and lengthens their block

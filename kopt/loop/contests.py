@@ -12,6 +12,7 @@ from typing import Any
 from kopt.core.clock import (
     CLOCK_FACTOR,
     CLOCK_SLACK_MS,
+    OWN_CPU_SLACK_MS,
     Block,
     ClockError,
     clock_suspect,
@@ -130,12 +131,15 @@ class SideBySide:
         """Why contender ``c``'s own job's median (its ``candidates`` row, which ``kopt
         best`` and ``export`` show) cannot be believed: more than ``CLOCK_FACTOR`` x below
         its median side by side here, plus ``CLOCK_SLACK_MS`` (kopt.core.clock: the outside
-        clock's own rule), as ``"suspect: why"``; "" when it agrees. A candidate that
-        patched its harness's clock in its own job only, and was honest in every contest,
-        was named at 325x its real speed (red-team round 11)."""
+        clock's own rule; ``OWN_CPU_SLACK_MS`` on a CPU device, whose contest samples are
+        each a call made cold after its turn's wait), as ``"suspect: why"``; "" when it
+        agrees. A candidate that patched its harness's clock in its own job only, and was
+        honest in every contest, was named at 325x its real speed (red-team round 11)."""
+        cpu = self.ctx.runner.infos[self.device].get("backend") == "cpu"
+        slack = OWN_CPU_SLACK_MS if cpu else CLOCK_SLACK_MS
         for dims, st in self.results.get(c, {}).items():
             own, side = self.by_cand[c][dims][2], st.get("median_ms")
-            if own and side and side > CLOCK_FACTOR * own + CLOCK_SLACK_MS:
+            if own and side and side > CLOCK_FACTOR * own + slack:
                 return (f"{Status.SUSPECT}: its own job's median, {own:.4g} ms, is more than "
                         f"{CLOCK_FACTOR:g}x below its median side by side at the closing, "
                         f"{side:.4g} ms: its own job was not timed by the harness's clock")
