@@ -307,7 +307,7 @@ from typing import Any
 
 import torch
 
-from workers import audit, cgroup, devmem, native, nvrtc, prestart, seccomp
+from workers import audit, cgroup, devmem, native, nvrtc, objmem, prestart, seccomp
 from workers.ctypes_map import scalar_ctype
 from workers.expr import parse
 from workers.observers import Nvml, Observer, timing_observers
@@ -3157,8 +3157,9 @@ CLOCKS = ("time.", "Event.")
 # libraries and of workers/native.c's), watched as workers' own are
 STD_WATCHED = (builtins, math, statistics, random, json, functools, ctypes)
 _WATCHED_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
-# the constants of workers' modules that are watched too (UPPER_CASE names of these types)
-_CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset)
+# the constants of workers' modules that are watched too (UPPER_CASE names of these types;
+# a memoryview: workers.objmem ``MEMORY``, through which :func:`c_swapped` reads)
+_CONSTANT_TYPES = (int, float, str, bytes, tuple, frozenset, memoryview)
 # module globals of workers that their own code sets at run time (``global``): not watched
 RUNTIME_GLOBALS = frozenset({"WHY_NOT", "_IMPORTER"})
 _GONE = object()  # a watched name no longer in its owner's namespace
@@ -3300,13 +3301,29 @@ def c_parts(fn: Any) -> tuple[int | None, ...] | None:
 
 def c_taken(watch: Sequence[tuple[Any, str, Any]]) -> dict[str, Any]:
     """Each function in ``watch`` (:func:`watched`) with its :func:`parts` (but those
-    :func:`_shallow`), by the name :func:`rewritten` gives it, and each state of
-    :data:`STATES` as its reader finds it; taken with the watch, before any job runs."""
+    :func:`_shallow`) and its reading from memory (:func:`_memory_reading`), by the name
+    :func:`rewritten` gives it, and each state of :data:`STATES` as its reader finds it;
+    taken with the watch, before any job runs."""
     out: dict[str, Any] = {n: read() for n, read in STATES.items()}
     for o, n, v in watch:
         if not _shallow(o, n) and (got := parts(v)) is not None:
-            out[_watch_name(o, n)] = (v, got)
+            out[_watch_name(o, n)] = (v, got, _memory_reading(v, got))
     return out
+
+
+def _memory_reading(fn: Any, got: tuple[Any, ...]) -> tuple[bool, int, tuple[int, ...]] | None:
+    """How :func:`c_swapped` reads ``fn`` (whose :func:`parts` are ``got``) again with no
+    audit event (workers.objmem): whether it is a Python function, its address and the
+    words read there now; None where they cannot be read so (another object, another
+    interpreter's layout): its :func:`parts` are read again instead."""
+    at = id(fn)
+    if isinstance(fn, types.FunctionType):
+        words = objmem.function_words(fn, at)
+    elif isinstance(fn, types.BuiltinFunctionType):
+        words = objmem.builtin_words(at, got)
+    else:
+        return None
+    return None if words is None else (isinstance(fn, types.FunctionType), at, words)
 
 
 # owners whose members are watched by object only: the pointers of ``torch._C``'s thousands
@@ -3470,9 +3487,23 @@ def parts(fn: Any) -> tuple[Any, ...] | None:
 
 def c_swapped(taken: Mapping[str, Any]) -> list[str]:
     """The names in ``taken`` (:func:`c_taken`) whose function now runs other code than
-    when taken (:func:`parts`), and those of :data:`STATES` whose state changed."""
+    when taken (:func:`parts`, or the same fields read from memory: :func:`_memory_reading`;
+    read through the attributes and ``ctypes``, the check raised about 4,000 audit events,
+    each a walk of the stack by workers.audit's hook: 7 ms, twice a job), and those of
+    :data:`STATES` whose state changed."""
     return [n for n, was in taken.items()
-            if (STATES[n]() != was if n in STATES else parts(was[0]) != was[1])]
+            if (STATES[n]() != was if n in STATES else _runs_other(*was))]
+
+
+def _runs_other(fn: Any, got: tuple[Any, ...],
+                reading: tuple[bool, int, tuple[int, ...]] | None) -> bool:
+    """Whether ``fn`` (taken with its :func:`parts` ``got`` and ``reading``) runs other code
+    now: its words read from memory again where ``reading`` says how, else its parts."""
+    if reading is None:
+        return parts(fn) != got
+    python, at, words = reading
+    now = (objmem.function_words(fn, at, words) if python else objmem.builtin_words(at))
+    return now != words
 
 
 def _watch_name(owner: Any, name: str) -> str:
